@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of Stoker from Debian 12 packages.
+# Idempotent: packages already present are skipped by apt; safe to run as root
+# on a fresh machine, and a no-op (apart from apt's check) on a prepared one.
+set -euo pipefail
+
+packages=(
+  # Build tools.
+  build-essential meson ninja-build pkg-config clang-format
+  # Protocol buffers: protobuf-c code generator and runtime, protoc for descriptor sets.
+  protobuf-c-compiler libprotobuf-c-dev protobuf-compiler libprotobuf-dev
+  # gRPC C core, RocksDB, libuv, libcurl with OpenSSL.
+  libgrpc-dev librocksdb-dev libuv1-dev libcurl4-openssl-dev libssl-dev
+  # Checksums (ISA-L CRC32C), JSON, regex (GPT-2 pre-tokenizer).
+  libisal-dev libcjson-dev libpcre2-dev
+  # Tests: an independent gRPC client, certificates, sanitizers' runtime.
+  libcmocka-dev python3 python3-grpcio python3-protobuf openssl procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "install-deps: all ${#packages[@]} packages present"

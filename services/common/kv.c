@@ -1,0 +1,2 @@
+/* Placeholder: being written. */
+typedef int kv_placeholder;

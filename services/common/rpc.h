@@ -1,0 +1,216 @@
+/*
+ * rpc: Stoker's one wrapper over gRPC C core, server and client.
+ *
+ * Server. A daemon registers services from their protobuf-c descriptors
+ * with a table of handlers; one generic dispatcher accepts calls, unpacks
+ * requests and runs the handler on the daemon's libuv loop thread (gRPC
+ * completion-queue threads post completions to the loop). A handler
+ * finishes the call exactly once, now or later, with rpc_reply(),
+ * rpc_fail() or (streams) rpc_finish(); the call is freed then, so its
+ * pointer must not be used afterwards. Unknown methods answer
+ * UNIMPLEMENTED, malformed payloads INVALID_ARGUMENT, oversized messages
+ * RESOURCE_EXHAUSTED, missing or wrong bearer tokens UNAUTHENTICATED.
+ * grpc.health.v1.Health (Check and Watch) is served by every server.
+ *
+ * Client. A client owns a channel and one completion thread; asynchronous
+ * calls report on that thread. The blocking calls are thin shells over the
+ * asynchronous ones.
+ */
+#ifndef STK_RPC_H
+#define STK_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct metrics;
+
+/* gRPC status codes (same values as grpc_status_code). */
+enum rpc_code {
+  RPC_OK = 0,
+  RPC_CANCELLED = 1,
+  RPC_UNKNOWN = 2,
+  RPC_INVALID_ARGUMENT = 3,
+  RPC_DEADLINE_EXCEEDED = 4,
+  RPC_NOT_FOUND = 5,
+  RPC_ALREADY_EXISTS = 6,
+  RPC_PERMISSION_DENIED = 7,
+  RPC_RESOURCE_EXHAUSTED = 8,
+  RPC_FAILED_PRECONDITION = 9,
+  RPC_ABORTED = 10,
+  RPC_OUT_OF_RANGE = 11,
+  RPC_UNIMPLEMENTED = 12,
+  RPC_INTERNAL = 13,
+  RPC_UNAVAILABLE = 14,
+  RPC_DATA_LOSS = 15,
+  RPC_UNAUTHENTICATED = 16,
+};
+
+/* "NOT_FOUND" for RPC_NOT_FOUND. */
+const char *rpc_code_name(int code);
+
+/* ---------------------------------------------------------------- server */
+
+struct rpc_server;
+struct rpc_call;
+
+struct rpc_server_opts {
+  const char *listen;             /* "HOST:PORT"; port 0 picks a free one. */
+  const char *tls_cert_file;      /* PEM; NULL serves plaintext. */
+  const char *tls_key_file;       /* PEM; required with tls_cert_file. */
+  const char *tls_client_ca_file; /* PEM; set: clients must present a cert. */
+  const char *token_file;         /* Bearer token; NULL: no authentication. */
+  size_t max_recv_bytes;          /* 0: 64 MiB. */
+  size_t max_send_bytes;          /* 0: 64 MiB. */
+  unsigned cq_threads;            /* Completion-queue threads; 0: 1. */
+  struct metrics *metrics;        /* Per-method metrics; may be NULL. */
+};
+
+enum rpc_kind {
+  RPC_UNARY,         /* One request, one reply. */
+  RPC_SERVER_STREAM, /* One request, replies sent with rpc_send. */
+  RPC_CLIENT_STREAM, /* Requests read with rpc_recv, one reply. */
+};
+
+/* req is the unpacked request (NULL for client streaming); it stays valid
+ * until the call finishes. Runs on the loop thread. */
+typedef void (*rpc_handler_fn)(struct rpc_call *call, const ProtobufCMessage *req, void *svc_data);
+
+struct rpc_method_def {
+  const char *name; /* As in the .proto, e.g. "Join". */
+  enum rpc_kind kind;
+  rpc_handler_fn handler;
+};
+
+/* Creates a server whose handlers run on loop. Errors: STK_EINVAL (bad
+ * options, unreadable TLS or token files; stk_detail() says which). */
+int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
+                   struct rpc_server **ret_server);
+
+/* Registers every method in defs (each must exist in desc). Before start.
+ * The service's health status starts SERVING. */
+int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescriptor *desc,
+                           const struct rpc_method_def *defs, size_t n_defs, void *svc_data);
+
+/* Binds and starts serving; writes "HOST:PORT" actually bound to
+ * ret_bound. Errors: STK_EIO (cannot bind). */
+int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len);
+
+/* Health status for a service name ("" is the whole server). Watchers are
+ * told of changes. */
+void rpc_server_set_serving(struct rpc_server *s, const char *service, bool serving);
+
+/* Graceful shutdown: stops accepting calls, marks health NOT_SERVING,
+ * cancels calls still open after grace_ms (their cancel callbacks run), and
+ * calls done on the loop once every call has finished. */
+void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(void *arg),
+                         void *arg);
+
+/* Frees a server after shutdown completed. Accepts NULL. */
+void rpc_server_free(struct rpc_server *s);
+
+/* Finishing a call (exactly once per call; the call is freed then). */
+void rpc_reply(struct rpc_call *c, const ProtobufCMessage *resp);
+void rpc_fail(struct rpc_call *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Fails with the status an STK_E* error maps to. */
+void rpc_fail_err(struct rpc_call *c, int stk_err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Server streams: ends the stream with a status (RPC_OK or an error). */
+void rpc_finish(struct rpc_call *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Server streams: sends one message. At most one send outstanding; sent
+ * runs on the loop when the message is handed to the transport (err 0) or
+ * the call is gone (err STK_ECANCELED). Returns STK_EBUSY if a send is
+ * outstanding, STK_ECANCELED if the call is already cancelled. */
+typedef void (*rpc_sent_fn)(struct rpc_call *c, int err, void *arg);
+int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg);
+
+/* Client streams: asks for the next message. got runs on the loop with
+ * the message (owned by the callee: protobuf_c_message_free_unpacked), or
+ * msg NULL and err 0 at the end of the stream, or err < 0 on failure
+ * (STK_EINVAL: malformed message; STK_ECANCELED: call gone). One receive
+ * outstanding at a time. */
+typedef void (*rpc_recv_fn)(struct rpc_call *c, ProtobufCMessage *msg, int err, void *arg);
+int rpc_recv(struct rpc_call *c, rpc_recv_fn got, void *arg);
+
+/* Runs once on the loop if the peer cancels or the deadline passes while
+ * the call is open. The handler must still finish the call (nothing is
+ * sent then); parked calls typically do that from here. */
+typedef void (*rpc_cancel_fn)(struct rpc_call *c, void *arg);
+void rpc_on_cancel(struct rpc_call *c, rpc_cancel_fn fn, void *arg);
+bool rpc_cancelled(const struct rpc_call *c);
+
+/* Milliseconds until the caller's deadline; INT64_MAX if none. */
+int64_t rpc_deadline_remaining_ms(const struct rpc_call *c);
+const char *rpc_call_method(const struct rpc_call *c); /* "/pkg.Svc/Method" */
+const char *rpc_call_peer(const struct rpc_call *c);
+void rpc_call_set_data(struct rpc_call *c, void *data);
+void *rpc_call_data(const struct rpc_call *c);
+
+/* ---------------------------------------------------------------- client */
+
+struct rpc_client;
+struct rpc_client_call;
+
+struct rpc_client_opts {
+  const char *target;          /* "HOST:PORT". */
+  const char *tls_ca_file;     /* PEM; set: TLS, verifying the server. */
+  const char *tls_cert_file;   /* PEM; client certificate for mutual TLS. */
+  const char *tls_key_file;
+  const char *tls_server_name; /* Override the name checked in the cert. */
+  const char *token;           /* Bearer token sent with every call. */
+  size_t max_recv_bytes;       /* 0: 64 MiB. */
+};
+
+struct rpc_status {
+  int code;           /* enum rpc_code */
+  char message[512];
+};
+
+int rpc_client_new(const struct rpc_client_opts *opts, struct rpc_client **ret_client);
+/* Cancels calls still open, waits for their callbacks, frees. Accepts NULL. */
+void rpc_client_free(struct rpc_client *c);
+
+/* Unary, asynchronous. done runs once on the client's thread with the
+ * status and, on RPC_OK, the reply (owned by the callee). method is
+ * "/pkg.Svc/Method"; timeout_ms <= 0 means none. The call handle stays
+ * valid until done returns. */
+typedef void (*rpc_unary_done_fn)(void *arg, const struct rpc_status *st, ProtobufCMessage *resp);
+int rpc_client_unary_async(struct rpc_client *c, const char *method, const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                           rpc_unary_done_fn done, void *arg, struct rpc_client_call **ret_call);
+
+/* Server streaming, asynchronous: on_msg for each reply (owned by the
+ * callee), then done once with the final status. */
+typedef void (*rpc_stream_msg_fn)(void *arg, ProtobufCMessage *msg);
+typedef void (*rpc_stream_done_fn)(void *arg, const struct rpc_status *st);
+int rpc_client_stream_async(struct rpc_client *c, const char *method, const ProtobufCMessage *req,
+                            const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                            rpc_stream_msg_fn on_msg, rpc_stream_done_fn done, void *arg,
+                            struct rpc_client_call **ret_call);
+
+/* Asks an open call to stop; its callback still runs, with CANCELLED. */
+void rpc_client_call_cancel(struct rpc_client_call *call);
+
+/* Unary, blocking. Returns 0 and *ret_resp on RPC_OK; otherwise the mapped
+ * STK_E* error with the status in *ret_st (may be NULL). */
+int rpc_client_unary(struct rpc_client *c, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                     ProtobufCMessage **ret_resp, struct rpc_status *ret_st);
+
+/* Client streaming, blocking: open, write messages (each waits for flow
+ * control), then finish to half-close and receive the reply. */
+struct rpc_client_cstream;
+int rpc_client_cstream_open(struct rpc_client *c, const char *method,
+                            const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                            struct rpc_client_cstream **ret_stream);
+int rpc_client_cstream_write(struct rpc_client_cstream *s, const ProtobufCMessage *msg);
+/* Frees the stream. Returns as rpc_client_unary does. */
+int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
+                              struct rpc_status *ret_st);
+
+#endif

@@ -1,0 +1,2 @@
+/* Placeholder: being written. */
+typedef int rpc_client_placeholder;
