@@ -1,0 +1,160 @@
+/*
+ * rpc_internal: what the rpc_*.c files share and users of rpc.h never see.
+ * The server is split by concern (lifecycle in rpc_server.c, one call's
+ * batches in rpc_call.c, health in rpc_health.c, TLS and tokens in
+ * rpc_security.c, completion-queue threads in rpc_loop.c); this header is
+ * the seam between them. Tests may also use the raw client call at the end.
+ */
+#ifndef STK_RPC_INTERNAL_H
+#define STK_RPC_INTERNAL_H
+
+#include "rpc.h"
+
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <stddef.h>
+
+struct metrics;
+struct metric_counter;
+struct metric_gauge;
+struct metric_histogram;
+
+#define RPC_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+#define RPC_DEFAULT_MAX_BYTES (64u << 20)
+#define RPC_N_CODES           17
+
+/* A completion-queue tag: fn runs (on the loop for servers, on the client
+ * thread for clients) when the batch started with it completes. next and ok
+ * are the pump's queue links; a tag is in flight at most once at a time. */
+struct rpc_tag {
+  void (*fn)(struct rpc_tag *tag, bool ok);
+  struct rpc_tag *next;
+  bool ok;
+};
+
+/* ------------------------------------------------------------- rpc_loop.c */
+
+/* Completion-queue threads that post every completed tag to a uv loop. */
+struct rpc_pump;
+
+/* On the loop thread. Starts n_threads threads reading cq. */
+int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, unsigned n_threads,
+                   struct rpc_pump **ret_pump);
+/* Any thread: runs tag->fn(tag, ok) on the loop soon (deferred callbacks). */
+void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok);
+/* On the loop, once nothing is outstanding on cq: shuts cq down, joins the
+ * threads, destroys cq, closes the async handle, then runs closed(arg) from
+ * its close callback and frees the pump. */
+void rpc_pump_stop(struct rpc_pump *p, void (*closed)(void *arg), void *arg);
+
+/* ----------------------------------------------------------- rpc_server.c */
+
+/* One registered method. */
+struct rpc_method {
+  struct rpc_server *srv;
+  char *path; /* "/pkg.Svc/Method" */
+  enum rpc_kind kind;
+  rpc_handler_fn handler;
+  void *svc_data;
+  const ProtobufCMessageDescriptor *in_desc;
+  const ProtobufCMessageDescriptor *out_desc;
+  bool public_; /* Served without a bearer token (health). */
+  void *grpc_handle;
+  struct metric_histogram *latency;
+  struct metric_gauge *in_flight;
+  struct metric_counter *by_code[RPC_N_CODES]; /* Created on first use. */
+};
+
+enum rpc_server_state {
+  RPC_SRV_NEW,      /* Created; services being added. */
+  RPC_SRV_RUNNING,  /* Started; calls accepted. */
+  RPC_SRV_DRAINING, /* Shutdown asked; waiting for calls and gRPC. */
+  RPC_SRV_CLOSING,  /* gRPC gone; loop handles closing. */
+  RPC_SRV_DONE,     /* done() ran; only rpc_server_free is left. */
+};
+
+struct rpc_health;
+
+struct rpc_server {
+  uv_loop_t *loop;
+  char *listen;
+  grpc_server_credentials *creds;
+  char *auth_header; /* "Bearer <token>" or NULL. */
+  size_t max_recv_bytes;
+  size_t max_send_bytes;
+  unsigned cq_threads;
+  struct metrics *metrics;
+  struct rpc_method **methods;
+  size_t n_methods;
+  struct rpc_health *health;
+  enum rpc_server_state state;
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  struct rpc_pump *pump;
+  size_t n_calls; /* Calls not yet freed, unknown-method answers included. */
+  size_t n_armed; /* Requests armed with gRPC. */
+  bool notified;  /* The shutdown tag arrived. */
+  struct rpc_tag shutdown_tag;
+  uv_timer_t *grace_timer;
+  int closing_handles;
+  void (*done)(void *arg);
+  void *done_arg;
+};
+
+/* Call accounting, for shutdown: a call counts from arrival to free. */
+void rpc_server_call_opened(struct rpc_server *s);
+void rpc_server_call_closed(struct rpc_server *s);
+
+/* ------------------------------------------------------------- rpc_call.c */
+
+/* Takes over a call that arrived for m (md's contents and payload become
+ * the call's) and runs auth, unpacking and the handler. */
+void rpc_call_start(struct rpc_method *m, grpc_call *call, gpr_timespec deadline,
+                    grpc_metadata_array *md, grpc_byte_buffer *payload);
+
+/* Packs msg into a byte buffer; NULL when out of memory. */
+grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg);
+/* Unpacks a byte buffer; NULL when malformed. */
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc);
+/* Copies a grpc slice into a C string buffer, truncating. */
+void rpc_slice_copy(grpc_slice slice, char *buf, size_t len);
+
+/* ----------------------------------------------------------- rpc_health.c */
+
+int rpc_health_new(struct rpc_server *s);
+void rpc_health_free(struct rpc_health *h);
+/* Adds a service name, SERVING, if not known yet. */
+int rpc_health_add(struct rpc_health *h, const char *service);
+/* Shutdown: everything NOT_SERVING, Watch streams end after telling so. */
+void rpc_health_shutdown(struct rpc_health *h);
+
+/* --------------------------------------------------------- rpc_security.c */
+
+/* TLS or insecure server credentials from the PEM files in opts. */
+int rpc_security_server_creds(const struct rpc_server_opts *opts,
+                              grpc_server_credentials **ret_creds);
+/* Reads token_file; ret_header is malloc'd "Bearer <token>". */
+int rpc_security_load_token(const char *token_file, char **ret_header);
+/* Constant-time check of the authorization metadata against header. */
+bool rpc_security_token_ok(const grpc_metadata_array *md, const char *header);
+/* TLS or insecure channel credentials from the PEM files in opts. */
+int rpc_security_channel_creds(const struct rpc_client_opts *opts,
+                               grpc_channel_credentials **ret_creds);
+
+/* ------------------------------------------------------------ rpc_client.c */
+
+/* Unary call with an arbitrary request payload (tests of malformed input).
+ * Returns as rpc_client_unary does. */
+int rpc_client_unary_raw(struct rpc_client *c, const char *method, const void *req_bytes,
+                         size_t req_len, const ProtobufCMessageDescriptor *resp_desc,
+                         int64_t timeout_ms, ProtobufCMessage **ret_resp,
+                         struct rpc_status *ret_st);
+
+/* Internals shared by rpc_client.c and rpc_client_cstream.c. */
+grpc_call *rpc_client_create_call(struct rpc_client *c, const char *method, int64_t timeout_ms);
+/* The initial metadata every call sends (the bearer token, if any). */
+size_t rpc_client_initial_md(struct rpc_client *c, grpc_metadata **ret_md);
+void rpc_status_set(struct rpc_status *st, int code, grpc_slice details);
+
+#endif
