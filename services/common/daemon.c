@@ -1,0 +1,172 @@
+/*
+ * The run sequence every daemon shares (see daemon.h): logging, loop,
+ * metrics endpoint, RPC server with TLS/token options, ready file written
+ * atomically once serving, and a graceful stop on SIGTERM/SIGINT.
+ */
+#include "daemon.h"
+
+#include "log.h"
+#include "stk_error.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *const daemon_log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
+
+struct daemon {
+  const char *name;
+  const struct daemon_options *opts;
+  uv_loop_t loop;
+  struct metrics *metrics;
+  struct metrics_http *http;
+  struct rpc_server *rpc;
+  uv_signal_t sigterm, sigint;
+  daemon_stop_fn on_stop;
+  void *stop_arg;
+  bool stopping;
+  char bound[128];
+};
+
+static const char *nonempty(const char *s) {
+  return (s && *s) ? s : NULL;
+}
+
+int daemon_new(const char *name, const struct daemon_options *opts, char *err, size_t err_len,
+               struct daemon **ret_daemon) {
+  log_init((enum log_level)opts->log_level, opts->log_json);
+  struct daemon *d = calloc(1, sizeof(*d));
+  if (!d) return STK_ENOMEM;
+  d->name = name;
+  d->opts = opts;
+  uv_loop_init(&d->loop);
+  d->metrics = metrics_new();
+  struct rpc_server_opts ro = {
+      .listen = opts->listen,
+      .tls_cert_file = nonempty(opts->tls_cert),
+      .tls_key_file = nonempty(opts->tls_key),
+      .tls_client_ca_file = nonempty(opts->tls_client_ca),
+      .token_file = nonempty(opts->token_file),
+      .max_recv_bytes = opts->max_message_bytes,
+      .max_send_bytes = opts->max_message_bytes,
+      .cq_threads = 1,
+      .metrics = d->metrics,
+  };
+  int rc = rpc_server_new(&d->loop, &ro, &d->rpc);
+  if (rc) {
+    snprintf(err, err_len, "%s", stk_detail()[0] ? stk_detail() : stk_strerror(rc));
+    daemon_free(d);
+    return rc;
+  }
+  *ret_daemon = d;
+  return 0;
+}
+
+uv_loop_t *daemon_loop(struct daemon *d) {
+  return &d->loop;
+}
+
+struct rpc_server *daemon_rpc(struct daemon *d) {
+  return d->rpc;
+}
+
+struct metrics *daemon_metrics(struct daemon *d) {
+  return d->metrics;
+}
+
+/* Writes the bound address to a temporary file and renames it into place,
+ * so a reader never sees a partial address. */
+static int write_ready_file(const char *path, const char *addr, char *err, size_t err_len) {
+  char tmp[4096];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f || fprintf(f, "%s\n", addr) < 0 || fclose(f) != 0 || rename(tmp, path) != 0) {
+    snprintf(err, err_len, "cannot write ready file %s: %s", path, strerror(errno));
+    return STK_EIO;
+  }
+  return 0;
+}
+
+static void rpc_drained(void *arg) {
+  struct daemon *d = arg;
+  log_info("shutdown", "calls drained; closing the service");
+  d->on_stop(d, d->stop_arg);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  struct daemon *d = h->data;
+  if (d->stopping) return;
+  d->stopping = true;
+  log_info("shutdown", "signal=%s grace_ms=%lld", signum == SIGTERM ? "SIGTERM" : "SIGINT",
+           (long long)d->opts->shutdown_grace_ms);
+  uv_signal_stop(&d->sigterm);
+  uv_signal_stop(&d->sigint);
+  metrics_http_stop(d->http);
+  d->http = NULL;
+  rpc_server_shutdown(d->rpc, d->opts->shutdown_grace_ms, rpc_drained, d);
+}
+
+int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err, size_t err_len) {
+  d->on_stop = on_stop;
+  d->stop_arg = arg;
+  int rc = rpc_server_start(d->rpc, d->bound, sizeof(d->bound));
+  if (rc) {
+    snprintf(err, err_len, "cannot listen on %s: %s", d->opts->listen,
+             stk_detail()[0] ? stk_detail() : stk_strerror(rc));
+    return rc;
+  }
+  if (nonempty(d->opts->metrics_listen)) {
+    char mbound[128];
+    rc = metrics_http_start(&d->loop, d->metrics, d->opts->metrics_listen, mbound, sizeof(mbound),
+                            &d->http);
+    if (rc) {
+      snprintf(err, err_len, "cannot serve metrics on %s: %s", d->opts->metrics_listen,
+               stk_strerror(rc));
+      return rc;
+    }
+    log_info("metrics", "listen=%s", mbound);
+  }
+  uv_signal_init(&d->loop, &d->sigterm);
+  uv_signal_init(&d->loop, &d->sigint);
+  d->sigterm.data = d->sigint.data = d;
+  uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d->sigint, on_signal, SIGINT);
+  signal(SIGPIPE, SIG_IGN);
+  if (nonempty(d->opts->ready_file)) {
+    rc = write_ready_file(d->opts->ready_file, d->bound, err, err_len);
+    if (rc) return rc;
+  }
+  log_info("serving", "daemon=%s listen=%s tls=%s token=%s", d->name, d->bound,
+           nonempty(d->opts->tls_cert) ? "on" : "off",
+           nonempty(d->opts->token_file) ? "on" : "off");
+  return 0;
+}
+
+static void close_handle(uv_handle_t *h, void *arg) {
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+void daemon_service_closed(struct daemon *d) {
+  uv_close((uv_handle_t *)&d->sigterm, NULL);
+  uv_close((uv_handle_t *)&d->sigint, NULL);
+}
+
+int daemon_run(struct daemon *d) {
+  uv_run(&d->loop, UV_RUN_DEFAULT);
+  log_info("shutdown", "daemon=%s stopped", d->name);
+  return 0;
+}
+
+void daemon_free(struct daemon *d) {
+  if (!d) return;
+  metrics_http_stop(d->http);
+  rpc_server_free(d->rpc);
+  uv_walk(&d->loop, close_handle, NULL);
+  uv_run(&d->loop, UV_RUN_DEFAULT);
+  uv_loop_close(&d->loop);
+  metrics_free(d->metrics);
+  free(d);
+}

@@ -1,0 +1,146 @@
+/*
+ * daemon: what every Stoker daemon does around its service, written once.
+ * The options every daemon shares (listen address, data directory, ready
+ * file, metrics, logging, TLS, token, message size), and the run sequence:
+ * init (loop, logging, metrics, RPC server) -> the service registers its
+ * methods -> start (bind, metrics endpoint, ready file, signal handlers) ->
+ * run the loop -> on SIGTERM or SIGINT: stop accepting, let calls finish
+ * within the grace period, let the service flush, exit 0.
+ */
+#ifndef STK_DAEMON_H
+#define STK_DAEMON_H
+
+#include "config.h"
+#include "metrics.h"
+#include "rpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct daemon_options {
+  char *listen;         /* HOST:PORT for gRPC; port 0 picks one. */
+  char *data_dir;       /* RocksDB and other state. */
+  char *ready_file;     /* Gets the bound HOST:PORT once serving. */
+  char *metrics_listen; /* HOST:PORT for GET /metrics; "" disables. */
+  int log_level;        /* enum log_level */
+  bool log_json;
+  char *tls_cert;
+  char *tls_key;
+  char *tls_client_ca;
+  char *token_file;
+  uint64_t max_message_bytes;
+  int64_t shutdown_grace_ms;
+};
+
+/* The shared option rows for a daemon whose config struct is `type` and
+ * holds a struct daemon_options in member `member`. default_listen is the
+ * daemon's usual address ("127.0.0.1:7070"). */
+#define DAEMON_OPTION_ROWS(type, member, default_listen, default_data_dir)                         \
+  {"listen",                                                                                       \
+   CFG_STRING,                                                                                     \
+   offsetof(type, member.listen),                                                                  \
+   default_listen,                                                                                 \
+   0,                                                                                              \
+   0,                                                                                              \
+   NULL,                                                                                           \
+   "gRPC address HOST:PORT to serve on; port 0 picks a free port.",                                \
+   0},                                                                                             \
+      {"data-dir",                                                                                 \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.data_dir),                                                            \
+       default_data_dir,                                                                           \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "Directory of the daemon's state (RocksDB).",                                               \
+       0},                                                                                         \
+      {"ready-file",                                                                               \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.ready_file),                                                          \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "When set, the bound HOST:PORT is written here once the daemon is serving.",                \
+       0},                                                                                         \
+      {"metrics-listen",                                                                           \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.metrics_listen),                                                      \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "HOST:PORT serving Prometheus metrics at /metrics; empty disables it.",                     \
+       0},                                                                                         \
+      {"log-level", CFG_ENUM,          offsetof(type, member.log_level), "info", 0,                \
+       0,           daemon_log_levels, "Least severe level logged.",     0},                       \
+      {"log-json", CFG_BOOL, offsetof(type, member.log_json),         "false", 0,                  \
+       0,          NULL,     "Log JSON lines instead of text lines.", 0},                          \
+      {"tls-cert",                                                                                 \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.tls_cert),                                                            \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "PEM server certificate; set with tls-key to serve TLS.",                                   \
+       0},                                                                                         \
+      {"tls-key", CFG_STRING, offsetof(type, member.tls_key), "", 0,                               \
+       0,         NULL,       "PEM private key of tls-cert.", 0},                                  \
+      {"tls-client-ca",                                                                            \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.tls_client_ca),                                                       \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "PEM CA bundle; set: clients must present a certificate it signed (mutual TLS).",           \
+       0},                                                                                         \
+      {"token-file",                                                                               \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.token_file),                                                          \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "File holding the bearer token every call must carry; empty: no token needed.",             \
+       CFG_SECRET},                                                                                \
+      {"max-message-size", CFG_SIZE, offsetof(type, member.max_message_bytes), "64MiB", 1024,      \
+       (int64_t)1 << 31,   NULL,     "Largest request or reply message.",      0},                 \
+  {                                                                                                \
+    "shutdown-grace", CFG_DURATION, offsetof(type, member.shutdown_grace_ms), "10s", 0, 3600000,   \
+        NULL, "On SIGTERM, how long open calls may take before they are cancelled.", 0             \
+  }
+
+extern const char *const daemon_log_levels[];
+
+struct daemon;
+
+/* Called on the loop when SIGTERM/SIGINT arrived and every call finished;
+ * the service closes its state and then calls daemon_service_closed(). */
+typedef void (*daemon_stop_fn)(struct daemon *d, void *arg);
+
+/* Sets up logging, the loop, metrics and the RPC server. Errors come with
+ * a one-line message in err. */
+int daemon_new(const char *name, const struct daemon_options *opts, char *err, size_t err_len,
+               struct daemon **ret_daemon);
+uv_loop_t *daemon_loop(struct daemon *d);
+struct rpc_server *daemon_rpc(struct daemon *d);
+struct metrics *daemon_metrics(struct daemon *d);
+
+/* Binds, starts the metrics endpoint and signal handlers, writes the ready
+ * file. on_stop runs once a stop signal arrived and calls have drained. */
+int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err, size_t err_len);
+
+/* The service finished closing: the loop winds down and daemon_run returns. */
+void daemon_service_closed(struct daemon *d);
+
+/* Runs the loop until shutdown completes. Returns 0. */
+int daemon_run(struct daemon *d);
+
+/* Frees everything (after daemon_run returned, or after a failed start). */
+void daemon_free(struct daemon *d);
+
+#endif

@@ -1,0 +1,148 @@
+/*
+ * TLS and mutual TLS with certificates made at test time by gen_certs.sh
+ * (argv[1]) in a temporary directory: a TLS server refuses plaintext and
+ * serves a client that trusts its CA; with a client CA it refuses clients
+ * without a certificate or with one from another CA.
+ */
+#include "rpc_fixture.h"
+
+#include "stk_error.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* cmocka needs the headers above. */
+#include <cmocka.h>
+
+static const char *gen_script;
+static char dir[] = "/tmp/stk-rpc-tls-XXXXXX";
+static char paths[8][160];
+
+enum {
+  SERVER_CA,
+  SERVER_CERT,
+  SERVER_KEY,
+  CLIENT_CA,
+  CLIENT_CERT,
+  CLIENT_KEY,
+  STRANGER_CERT,
+  STRANGER_KEY
+};
+
+static const char *const names[] = {"server-ca.pem", "server.pem", "server.key",   "client-ca.pem",
+                                    "client.pem",    "client.key", "stranger.pem", "stranger.key"};
+
+/* Returns the Echo result of a client with the given TLS files. */
+static int echo_with(struct fixture *f, const char *ca, const char *cert, const char *key,
+                     struct rpc_status *st) {
+  struct rpc_client_opts o = {
+      .target = f->addr, .tls_ca_file = ca, .tls_cert_file = cert, .tls_key_file = key};
+  struct rpc_client *c = NULL;
+  assert_int_equal(rpc_client_new(&o, &c), 0);
+  int64_t v = -1;
+  int err = fx_echo(c, 9, &v, st);
+  if (!err) assert_int_equal(v, 9);
+  rpc_client_free(c);
+  return err;
+}
+
+static void test_tls_server(void **state) {
+  struct fixture f = {0};
+  struct rpc_server_opts o = {.tls_cert_file = paths[SERVER_CERT],
+                              .tls_key_file = paths[SERVER_KEY]};
+  fx_start(&f, &o);
+  struct rpc_status st;
+  assert_int_equal(echo_with(&f, NULL, NULL, NULL, &st), STK_EUNAVAIL); /* Plaintext. */
+  assert_int_equal(st.code, RPC_UNAVAILABLE);
+  assert_int_equal(echo_with(&f, paths[SERVER_CA], NULL, NULL, &st), 0);
+  /* A CA that did not sign the server's certificate is refused. */
+  assert_int_not_equal(echo_with(&f, paths[CLIENT_CA], NULL, NULL, &st), 0);
+  fx_stop(&f, 1000);
+}
+
+static void test_mutual_tls(void **state) {
+  struct fixture f = {0};
+  struct rpc_server_opts o = {.tls_cert_file = paths[SERVER_CERT],
+                              .tls_key_file = paths[SERVER_KEY],
+                              .tls_client_ca_file = paths[CLIENT_CA]};
+  fx_start(&f, &o);
+  struct rpc_status st;
+  assert_int_not_equal(echo_with(&f, paths[SERVER_CA], NULL, NULL, &st), 0);
+  assert_int_not_equal(
+      echo_with(&f, paths[SERVER_CA], paths[STRANGER_CERT], paths[STRANGER_KEY], &st), 0);
+  assert_int_equal(echo_with(&f, paths[SERVER_CA], paths[CLIENT_CERT], paths[CLIENT_KEY], &st), 0);
+  assert_int_equal(st.code, RPC_OK);
+  fx_stop(&f, 1000);
+}
+
+static void test_tls_name_override(void **state) {
+  struct fixture f = {0};
+  struct rpc_server_opts o = {.tls_cert_file = paths[SERVER_CERT],
+                              .tls_key_file = paths[SERVER_KEY]};
+  fx_start(&f, &o);
+  const char *names_to_try[] = {"localhost", "not-in-the-cert.example"};
+  for (int i = 0; i < 2; i++) {
+    struct rpc_client_opts co = {
+        .target = f.addr, .tls_ca_file = paths[SERVER_CA], .tls_server_name = names_to_try[i]};
+    struct rpc_client *c = NULL;
+    assert_int_equal(rpc_client_new(&co, &c), 0);
+    int err = fx_echo(c, 1, NULL, NULL);
+    if (i == 0)
+      assert_int_equal(err, 0);
+    else
+      assert_int_not_equal(err, 0);
+    rpc_client_free(c);
+  }
+  fx_stop(&f, 1000);
+}
+
+static void test_bad_tls_files(void **state) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct rpc_server *s = NULL;
+  struct rpc_server_opts o = {.listen = "127.0.0.1:0", .tls_cert_file = paths[SERVER_CERT]};
+  assert_int_equal(rpc_server_new(&loop, &o, &s), STK_EINVAL); /* No key. */
+  o.tls_key_file = "/nonexistent.key";
+  assert_int_equal(rpc_server_new(&loop, &o, &s), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "/nonexistent.key"));
+  assert_null(s);
+  assert_int_equal(uv_loop_close(&loop), 0);
+  struct rpc_client_opts co = {.target = "127.0.0.1:1", .tls_ca_file = "/nonexistent.pem"};
+  struct rpc_client *c = NULL;
+  assert_int_equal(rpc_client_new(&co, &c), STK_EINVAL);
+  assert_null(c);
+}
+
+static int setup(void **state) {
+  if (!mkdtemp(dir)) return -1;
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "sh '%s' '%s'", gen_script, dir);
+  if (system(cmd) != 0) return -1;
+  for (int i = 0; i < 8; i++) snprintf(paths[i], sizeof(paths[i]), "%s/%s", dir, names[i]);
+  return 0;
+}
+
+static int teardown(void **state) {
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  return system(cmd);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s gen_certs.sh\n", argv[0]);
+    return 2;
+  }
+  gen_script = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tls_server),
+      cmocka_unit_test(test_mutual_tls),
+      cmocka_unit_test(test_tls_name_override),
+      cmocka_unit_test(test_bad_tls_files),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
