@@ -1,0 +1,169 @@
+/*
+ * coord: opening and closing the coordinator, and its loop glue. Two
+ * handles drive everything: an idle handle that runs one "pass" (start a
+ * group commit, release durable answers, feed watchers) at the end of the
+ * loop iteration in which something changed, and one tick timer that
+ * sweeps leases, last-call windows and timeouts of every job.
+ */
+#include "coord_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stk_error.h"
+
+void *coord_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) abort();
+  return p;
+}
+
+void *coord_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) abort();
+  return p;
+}
+
+char *coord_xstrdup(const char *s) {
+  size_t n = strlen(s ? s : "") + 1;
+  char *p = coord_xmalloc(n);
+  memcpy(p, s ? s : "", n);
+  return p;
+}
+
+int64_t coord_now(struct coord *c) {
+  return (int64_t)uv_now(c->loop);
+}
+
+int64_t coord_wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_idle(uv_idle_t *h);
+
+void coord_kick(struct coord *c) {
+  if (c->handles_open && !c->finalizing && !uv_is_active((uv_handle_t *)&c->idle))
+    uv_idle_start(&c->idle, on_idle);
+}
+
+static void finalize(struct coord *c);
+
+static void on_idle(uv_idle_t *h) {
+  struct coord *c = h->data;
+  uv_idle_stop(h);
+  coord_store_maybe_commit(c);
+  coord_release(c);
+  coord_watch_pump_all(c);
+  if (c->closing && !c->finalizing && coord_store_idle(c) && list_empty(&c->ready) &&
+      list_empty(&c->watchers))
+    finalize(c);
+}
+
+static void on_tick(uv_timer_t *h) {
+  struct coord *c = h->data;
+  coord_lease_sweep(c);
+  if (!list_empty(&c->dirty_members) && coord_now(c) >= c->next_stats_flush) coord_kick(c);
+}
+
+static void apply_defaults(struct coord_opts *o) {
+  if (!o->tick_ms) o->tick_ms = 20;
+  if (!o->max_events_per_job) o->max_events_per_job = 10000;
+  if (!o->watch_queue_max) o->watch_queue_max = 1024;
+  if (!o->stats_flush_ms) o->stats_flush_ms = 2000;
+  if (!o->scale_timeout_beats) o->scale_timeout_beats = 10;
+}
+
+static struct coord *coord_alloc(uv_loop_t *loop, const struct coord_opts *opts) {
+  struct coord *c = coord_xcalloc(1, sizeof(*c));
+  c->loop = loop;
+  c->opts = *opts;
+  apply_defaults(&c->opts);
+  coord_tab_init(&c->jobs);
+  c->batch = kv_batch_new();
+  c->writing = kv_batch_new();
+  list_init(&c->dirty_jobs);
+  list_init(&c->dirty_members);
+  list_init(&c->ready);
+  list_init(&c->watchers);
+  return c;
+}
+
+static void free_jobs(struct coord *c) {
+  size_t pos;
+  struct hnode *n = coord_tab_first(&c->jobs, &pos);
+  while (n) {
+    struct hnode *next = coord_tab_next(&c->jobs, n, &pos);
+    coord_tab_del(&c->jobs, n);
+    coord_job_free(container_of(n, struct job, hn));
+    n = next;
+  }
+}
+
+static void coord_dealloc(struct coord *c) {
+  free_jobs(c);
+  coord_tab_free(&c->jobs);
+  kv_batch_free(c->batch);
+  kv_batch_free(c->writing);
+  kv_close(c->kv);
+  free(c);
+}
+
+int coord_open(uv_loop_t *loop, const struct coord_opts *opts, struct coord **ret_coord) {
+  if (!loop || !opts || !opts->dir || !ret_coord) return STK_EINVAL;
+  struct coord *c = coord_alloc(loop, opts);
+  struct kv_opts ko = {.create_if_missing = true};
+  int err = kv_open(opts->dir, &ko, &c->kv);
+  if (!err) err = coord_store_load(c);
+  if (err) {
+    coord_dealloc(c);
+    return err;
+  }
+  uv_idle_init(loop, &c->idle);
+  uv_timer_init(loop, &c->tick);
+  c->idle.data = c->tick.data = c;
+  c->handles_open = 2;
+  c->next_stats_flush = coord_now(c) + c->opts.stats_flush_ms;
+  uv_timer_start(&c->tick, on_tick, c->opts.tick_ms, c->opts.tick_ms);
+  coord_kick(c);
+  *ret_coord = c;
+  return 0;
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  struct coord *c = h->data;
+  if (--c->handles_open > 0) return;
+  coord_close_fn done = c->close_done;
+  void *arg = c->close_arg;
+  coord_dealloc(c);
+  if (done) done(arg);
+}
+
+static void finalize(struct coord *c) {
+  c->finalizing = true;
+  uv_close((uv_handle_t *)&c->idle, on_handle_closed);
+  uv_close((uv_handle_t *)&c->tick, on_handle_closed);
+}
+
+void coord_close(struct coord *c, coord_close_fn done, void *arg) {
+  if (c->closing) return;
+  c->closing = true;
+  c->close_done = done;
+  c->close_arg = arg;
+  uv_timer_stop(&c->tick);
+  size_t pos;
+  for (struct hnode *n = coord_tab_first(&c->jobs, &pos); n; n = coord_tab_next(&c->jobs, n, &pos))
+    coord_fail_parked(container_of(n, struct job, hn), true, STK_EUNAVAIL, "coordinator closing");
+  while (!list_empty(&c->watchers))
+    coord_watch_end(container_of(c->watchers.next, struct coord_wait, link), STK_EUNAVAIL,
+                    "coordinator closing");
+  c->next_stats_flush = 0;
+  coord_kick(c);
+}
+
+void coord_get_stats(const struct coord *c, struct coord_stats *ret_stats) {
+  *ret_stats = c->stats;
+  ret_stats->jobs = c->jobs.n;
+}

@@ -1,0 +1,217 @@
+/*
+ * coord_events: each job's event log and its watchers. Events are stored
+ * (e/<job>/<seq>) and kept in a per-job ring of the last max_events_per_job
+ * packed events, so a watch replays its backlog from memory and then
+ * follows live events. A watcher holds no memory of its own: it is a
+ * position in the ring. It is ended with STK_EBUSY when it falls more than
+ * watch_queue_max events behind, or behind the ring's oldest event. Only
+ * durable events are delivered.
+ */
+#include "coord_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stk_error.h"
+
+static struct event_slot *slot_of(struct job *j, uint64_t seq) {
+  return &j->events[seq % j->c->opts.max_events_per_job];
+}
+
+static size_t event_key(char *buf, const char *job, uint64_t seq) {
+  size_t n = (size_t)sprintf(buf, "e/%s/", job);
+  kv_put_u64be((uint8_t *)buf + n, seq);
+  return n + 8;
+}
+
+/* Drops the oldest event when the ring is full. */
+static void evict_for(struct job *j, uint64_t seq, bool store) {
+  if (seq - j->first_event_seq + 1 <= j->c->opts.max_events_per_job) return;
+  struct event_slot *s = slot_of(j, j->first_event_seq);
+  free(s->buf);
+  *s = (struct event_slot){0};
+  char key[96];
+  size_t kl = event_key(key, j->name, j->first_event_seq);
+  if (store)
+    coord_store_del(j->c, key, kl);
+  else
+    kv_batch_delete(j->c->batch, key, kl), j->c->batch_any = true;
+  j->first_event_seq++;
+}
+
+void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
+                 const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
+  ev.seq = ++j->last_event_seq;
+  ev.time_ms = coord_wall_ms();
+  ev.job = j->name;
+  ev.type = type;
+  ev.generation = j->generation;
+  ev.member_id = (char *)(member_id ? member_id : "");
+  ev.world_size = j->world;
+  ev.step = step;
+  ev.message = msg;
+  size_t len = stoker__v1__job_event__get_packed_size(&ev);
+  uint8_t *buf = coord_xmalloc(len);
+  stoker__v1__job_event__pack(&ev, buf);
+  char key[96];
+  coord_store_put(j->c, key, event_key(key, j->name, ev.seq), buf, len);
+  evict_for(j, ev.seq, true);
+  *slot_of(j, ev.seq) = (struct event_slot){.buf = buf, .len = len, .dseq = j->c->change_seq};
+  j->c->stats.events++;
+  j->updated_ms = ev.time_ms;
+  coord_store_job(j);
+}
+
+void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len) {
+  if (seq < j->first_event_seq) j->first_event_seq = seq;
+  if (seq > j->last_event_seq) j->last_event_seq = seq;
+  evict_for(j, seq, false);
+  struct event_slot *s = slot_of(j, seq);
+  free(s->buf);
+  s->buf = coord_xmalloc(len);
+  memcpy(s->buf, buf, len);
+  s->len = len;
+  s->dseq = 0;
+}
+
+void coord_events_free(struct job *j) {
+  if (!j->events) return;
+  for (uint32_t i = 0; i < j->c->opts.max_events_per_job; i++) free(j->events[i].buf);
+  free(j->events);
+  j->events = NULL;
+}
+
+struct coord_wait *coord_watch_job(struct coord *c, const Stoker__V1__WatchJobRequest *req,
+                                   coord_event_fn on_event, coord_done_fn done, void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_WATCH, done, arg);
+  struct job *j = coord_job_or_fail(c, req->job, w);
+  if (!j) return w;
+  w->job = j;
+  w->u.watch.on_event = on_event;
+  w->u.watch.next_seq = req->after_seq + 1;
+  if (w->u.watch.next_seq < j->first_event_seq) w->u.watch.next_seq = j->first_event_seq;
+  w->u.watch.ready = true;
+  list_push(&c->watchers, &w->link);
+  c->stats.watchers++;
+  coord_kick(c);
+  return w;
+}
+
+void coord_watch_resume(struct coord *c, struct coord_wait *w) {
+  w->u.watch.ready = true;
+  coord_kick(c);
+}
+
+void coord_watch_end(struct coord_wait *w, int err, const char *msg) {
+  list_del(&w->link);
+  if (w->c->stats.watchers) w->c->stats.watchers--;
+  if (err)
+    coord_fail(w, err, "%s", msg);
+  else
+    coord_answer(w, NULL);
+}
+
+/* Calls on_event; handles a cancel requested from inside it. */
+static void call(struct coord_wait *w, const uint8_t *buf, size_t len) {
+  Stoker__V1__JobEvent *ev = stoker__v1__job_event__unpack(NULL, len, buf);
+  if (!ev) return;
+  w->u.watch.in_cb = true;
+  w->u.watch.ready = w->u.watch.on_event(w->arg, ev);
+  w->u.watch.in_cb = false;
+  stoker__v1__job_event__free_unpacked(ev, NULL);
+}
+
+/* One step of delivery; returns false when the watcher must wait. */
+static bool pump_one(struct coord_wait *w) {
+  struct coord *c = w->c;
+  if (w->u.watch.final) {
+    if (c->durable_seq < w->u.watch.final_dseq) return false;
+    call(w, w->u.watch.final, w->u.watch.final_len);
+    if (!w->u.watch.cancel) coord_watch_end(w, 0, "");
+    return false;
+  }
+  struct job *j = w->job;
+  uint64_t next = w->u.watch.next_seq;
+  if (next < j->first_event_seq) {
+    coord_watch_end(w, STK_EBUSY, "watcher fell behind the event log; resume with after_seq");
+    return false;
+  }
+  if (next > j->last_event_seq) {
+    w->u.watch.caught_up = true;
+    return false;
+  }
+  if (w->u.watch.caught_up && j->last_event_seq - next + 1 > c->opts.watch_queue_max) {
+    coord_watch_end(w, STK_EBUSY, "watcher too slow; resume with after_seq");
+    return false;
+  }
+  struct event_slot *s = slot_of(j, next);
+  if (s->dseq > c->durable_seq) return false;
+  if (++w->u.watch.next_seq > j->last_event_seq) w->u.watch.caught_up = true;
+  if (s->buf) call(w, s->buf, s->len);
+  return true;
+}
+
+static void pump(struct coord_wait *w) {
+  struct job *j = w->job;
+  if (j && !w->u.watch.final) { /* Overflow is checked even while delivery is held. */
+    uint64_t next = w->u.watch.next_seq;
+    if (next > j->last_event_seq)
+      w->u.watch.caught_up = true;
+    else if (w->u.watch.caught_up && j->last_event_seq - next + 1 > w->c->opts.watch_queue_max)
+      return coord_watch_end(w, STK_EBUSY, "watcher too slow; resume with after_seq");
+  }
+  while (w->u.watch.ready && !w->queued) {
+    bool more = pump_one(w);
+    if (w->u.watch.cancel && !w->queued) {
+      w->u.watch.cancel = false;
+      coord_cancel(w->c, w);
+      return;
+    }
+    if (!more) return;
+  }
+}
+
+void coord_watch_pump_all(struct coord *c) {
+  struct list todo;
+  list_init(&todo);
+  if (list_empty(&c->watchers)) return;
+  todo.next = c->watchers.next;
+  todo.prev = c->watchers.prev;
+  todo.next->prev = todo.prev->next = &todo;
+  list_init(&c->watchers);
+  while (!list_empty(&todo)) {
+    struct coord_wait *w = container_of(todo.next, struct coord_wait, link);
+    list_del(&w->link);
+    list_push(&c->watchers, &w->link);
+    pump(w);
+  }
+}
+
+void coord_watch_job_deleted(struct job *j) {
+  Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
+  ev.seq = j->last_event_seq + 1;
+  ev.time_ms = coord_wall_ms();
+  ev.job = j->name;
+  ev.type = STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_DELETED;
+  ev.generation = j->generation;
+  ev.message = "deleted";
+  size_t len = stoker__v1__job_event__get_packed_size(&ev);
+  for (struct list *l = j->c->watchers.next; l != &j->c->watchers; l = l->next) {
+    struct coord_wait *w = container_of(l, struct coord_wait, link);
+    if (w->job != j || w->u.watch.final) continue;
+    w->u.watch.final = coord_xmalloc(len);
+    stoker__v1__job_event__pack(&ev, w->u.watch.final);
+    w->u.watch.final_len = len;
+    w->u.watch.final_dseq = j->c->change_seq;
+    w->job = NULL;
+  }
+  coord_kick(j->c);
+}

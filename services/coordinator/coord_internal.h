@@ -1,0 +1,306 @@
+/*
+ * coord_internal: the coordinator's in-memory model, shared by its files.
+ * One struct coord owns jobs (hash by name); a job owns its members (hash
+ * by id plus a list ordered by lease deadline), its open round's parked
+ * joins, barriers, KV entries and an event ring. Every answer goes through
+ * a struct coord_wait queued in seq order and released once durable.
+ */
+#ifndef STK_COORD_INTERNAL_H
+#define STK_COORD_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "coord.h"
+#include "kv.h"
+
+/* ---- Intrusive circular doubly linked list --------------------------- */
+
+struct list {
+  struct list *prev, *next;
+};
+
+#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+static inline void list_init(struct list *l) {
+  l->prev = l->next = l;
+}
+static inline bool list_empty(const struct list *l) {
+  return l->next == l;
+}
+static inline void list_del(struct list *n) {
+  n->prev->next = n->next;
+  n->next->prev = n->prev;
+  n->prev = n->next = n;
+}
+static inline void list_push(struct list *head, struct list *n) {
+  n->prev = head->prev;
+  n->next = head;
+  head->prev->next = n;
+  head->prev = n;
+}
+
+/* ---- String-keyed chained hash table (coord_table.c) ----------------- */
+
+struct hnode {
+  struct hnode *next;
+  uint64_t hash;
+  const char *key; /* Owned by the containing object. */
+};
+
+struct htab {
+  struct hnode **b;
+  size_t nb, n;
+};
+
+void coord_tab_init(struct htab *t);
+void coord_tab_free(struct htab *t); /* Frees buckets, not nodes. */
+struct hnode *coord_tab_get(const struct htab *t, const char *key);
+void coord_tab_put(struct htab *t, struct hnode *n, const char *key);
+void coord_tab_del(struct htab *t, struct hnode *n);
+/* Iteration: for (n = coord_tab_first(t, &i); n; n = coord_tab_next(t, n, &i)).
+ * Deleting the current node is allowed if the next is fetched first. */
+struct hnode *coord_tab_first(const struct htab *t, size_t *pos);
+struct hnode *coord_tab_next(const struct htab *t, struct hnode *n, size_t *pos);
+
+/* ---- Model -------------------------------------------------------------- */
+
+struct member {
+  struct hnode hn;   /* job->members or job->prev */
+  struct list lease; /* job->leases, by deadline */
+  struct list dirty; /* c->dirty_members */
+  struct job *job;
+  char *id, *address, *host, *message;
+  uint32_t rank;
+  int64_t deadline;   /* Loop time (ms) when the lease ends. */
+  int64_t last_hb_ms; /* Unix ms. */
+  uint64_t step;
+  double tps, loss;
+  Stoker__V1__RankHealth health;
+  bool told_ckpt, told_stop;
+  uint64_t asked_threshold; /* checkpoint_every_steps threshold already asked. */
+};
+
+struct kv_entry {
+  struct hnode hn;
+  char *key;
+  uint8_t *value;
+  size_t len;
+  bool present;
+  struct list waiters; /* Parked KvGets. */
+};
+
+struct barrier {
+  struct hnode hn;
+  char *name;
+  struct htab arrived; /* member id -> coord_wait */
+  struct list waits;
+  uint32_t n;
+};
+
+struct event_slot {
+  uint8_t *buf; /* Packed Stoker__V1__JobEvent. */
+  size_t len;
+  uint64_t dseq; /* Change seq: deliverable once durable_seq >= dseq. */
+};
+
+struct job {
+  struct hnode hn;
+  struct coord *c;
+  char *name;
+  Stoker__V1__JobSpec *spec; /* Unpacked, owned; defaults applied. */
+  Stoker__V1__JobState state;
+  uint64_t generation;
+  uint32_t world, target;
+  int64_t ckpt_step, ckpt_at_ms;
+  uint64_t ckpt_gen;
+  char *ckpt_uri;
+  int64_t created_ms, updated_ms;
+  char *reason;
+  /* Current generation. */
+  struct htab members;
+  struct member **by_rank; /* [world]; NULL where a member left. */
+  uint32_t n_members;
+  struct list leases;
+  struct htab prev; /* Previous generation's members, for rank order. */
+  /* Open round. */
+  struct list joiners; /* Parked joins by arrival. */
+  struct htab joiners_by_id;
+  uint32_t n_joiners;
+  uint64_t arrivals;
+  int64_t last_call_at; /* Loop ms; 0: not armed. */
+  /* Synchronisation (current generation). */
+  struct htab barriers, kv;
+  /* Events: slots[seq % cap] for seq in [first_event_seq, last_event_seq]. */
+  struct event_slot *events;
+  uint64_t first_event_seq, last_event_seq;
+  /* Operator actions. */
+  bool scale_pending, pause_force, pause_ckpt_seen;
+  int64_t scale_step, pause_step, scale_deadline, pause_deadline;
+  bool dirty;
+  struct list dirty_link;
+};
+
+enum wait_kind { WAIT_PLAIN, WAIT_JOIN, WAIT_BARRIER, WAIT_KVGET, WAIT_WATCH };
+
+struct coord_wait {
+  struct list link; /* Parked list, c->watchers, or c->ready. */
+  struct hnode hn;  /* joiners_by_id or barrier->arrived. */
+  enum wait_kind kind;
+  bool parked, queued;
+  struct coord *c;
+  struct job *job;
+  coord_done_fn done;
+  void *arg;
+  /* The answer. */
+  uint64_t seq;
+  int err;
+  char *errmsg;
+  const ProtobufCMessageDescriptor *desc;
+  uint8_t *resp;
+  size_t resp_len;
+  union {
+    struct {
+      char *member_id, *address, *host;
+      uint64_t arrival;
+      int64_t deadline;
+    } join;
+    struct {
+      struct barrier *group;
+      char *member_id;
+    } barrier;
+    struct {
+      struct kv_entry *entry;
+    } kvget;
+    struct {
+      coord_event_fn on_event;
+      uint64_t next_seq;
+      bool ready, caught_up, in_cb, cancel, ending;
+      uint8_t *final; /* DELETED event of a deleted job. */
+      size_t final_len;
+      uint64_t final_dseq;
+    } watch;
+  } u;
+};
+
+struct coord {
+  uv_loop_t *loop;
+  struct kv *kv;
+  struct coord_opts opts;
+  struct htab jobs;
+  /* Group commit (coord_store.c). */
+  struct kv_batch *batch, *writing;
+  bool batch_sync, batch_any, inflight, writing_sync;
+  uint64_t change_seq, writing_seq, durable_seq;
+  int write_err, broken;
+  uv_work_t work;
+  struct list dirty_jobs, dirty_members;
+  int64_t next_stats_flush;
+  /* Completions. */
+  struct list ready;
+  struct list watchers;
+  uv_timer_t tick;
+  uv_idle_t idle;
+  struct coord_stats stats;
+  bool closing, finalizing;
+  int handles_open;
+  coord_close_fn close_done;
+  void *close_arg;
+};
+
+/* ---- coord.c: loop glue -------------------------------------------------- */
+void coord_kick(struct coord *c);   /* Run the idle pass (commit, release, watch). */
+int64_t coord_now(struct coord *c); /* Loop time, ms (leases, deadlines). */
+int64_t coord_wall_ms(void);        /* Unix time, ms (records). */
+void *coord_xmalloc(size_t n);      /* Aborts when out of memory. */
+void *coord_xcalloc(size_t n, size_t size);
+char *coord_xstrdup(const char *s);
+
+/* ---- coord_wait.c: completions ------------------------------------------ */
+struct coord_wait *coord_wait_new(struct coord *c, enum wait_kind kind, coord_done_fn done,
+                                  void *arg);
+/* Queues the answer (resp may be NULL for errors); released once durable. */
+void coord_answer(struct coord_wait *w, const ProtobufCMessage *resp);
+void coord_fail(struct coord_wait *w, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void coord_release(struct coord *c);
+void coord_wait_free(struct coord_wait *w);
+/* Unparks (kind-specific) without answering. */
+void coord_unpark(struct coord_wait *w);
+/* Fails every parked call of a job (joins too when with_joins). */
+void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg);
+/* Looks up a job or fails w with STK_EINVAL / STK_ENOENT / STK_EUNAVAIL. */
+struct job *coord_job_or_fail(struct coord *c, const char *name, struct coord_wait *w);
+
+/* ---- coord_validate.c --------------------------------------------------- */
+bool coord_valid_job_name(const char *s);
+bool coord_valid_member_id(const char *s);
+bool coord_valid_key(const char *s); /* KV keys and barrier names. */
+/* Checks spec and fills defaults into *spec; msg gets the reason. */
+int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
+
+/* ---- coord_store.c ------------------------------------------------------ */
+void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
+void coord_store_del(struct coord *c, const void *k, size_t kl);
+void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len);
+void coord_store_job(struct job *j); /* Marks the job record dirty. */
+void coord_store_member(struct job *j, struct member *m);
+void coord_store_member_lazy(struct member *m);
+/* Keys: "k/<job>/<gen>/" prefix into buf (>= 300 bytes); returns length. */
+size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen);
+void coord_store_maybe_commit(struct coord *c);
+bool coord_store_idle(const struct coord *c);
+int coord_store_load(struct coord *c); /* coord_load.c */
+
+/* ---- coord_job.c ---------------------------------------------------------- */
+struct job *coord_job_new(struct coord *c, Stoker__V1__JobSpec *spec);
+void coord_job_free(struct job *j);
+void coord_job_touch(struct job *j, const char *reason); /* updated_at + dirty. */
+uint32_t coord_job_cap(const struct job *j);
+int64_t coord_job_lease_ms(const struct job *j);
+void coord_answer_job(struct coord_wait *w, struct job *j);
+/* A Job message pointing into the model; valid until the model changes. */
+struct job_view {
+  Stoker__V1__Job job;
+  Stoker__V1__CheckpointRef ck;
+  Stoker__V1__Member *mem;
+  Stoker__V1__Member **ptrs;
+};
+void coord_job_view_init(struct job_view *v, struct job *j, bool with_members);
+void coord_job_view_free(struct job_view *v);
+/* Packs the JobRecord (no members, no waiting) into a malloc'd buffer. */
+uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len);
+void coord_member_fill(const struct member *m, Stoker__V1__Member *out);
+struct member *coord_member_new(const char *id, const char *address, const char *host);
+void coord_member_free(struct member *m);
+
+/* ---- coord_rendezvous.c ------------------------------------------------- */
+void coord_round_open(struct job *j, const char *reason);
+void coord_round_check(struct job *j); /* Close when full; arm last call. */
+void coord_round_close(struct job *j);
+/* Removes all members of the current generation (rank hints kept when keep_prev). */
+void coord_members_clear(struct job *j, bool keep_prev);
+void coord_member_remove(struct job *j, struct member *m);
+
+/* ---- coord_lease.c ------------------------------------------------------ */
+void coord_lease_sweep(struct coord *c);
+
+/* ---- coord_sync.c ------------------------------------------------------- */
+void coord_sync_end_generation(struct job *j, int err, const char *msg);
+void coord_barrier_free(struct job *j, struct barrier *b); /* Once empty. */
+
+/* ---- coord_ops.c -------------------------------------------------------- */
+void coord_pause_maybe_done(struct job *j);
+void coord_ops_sweep(struct job *j, int64_t now);
+
+/* ---- coord_events.c ----------------------------------------------------- */
+void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Loads one stored event (at open). */
+void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len);
+void coord_events_free(struct job *j);
+void coord_watch_pump_all(struct coord *c);
+void coord_watch_job_deleted(struct job *j);
+void coord_watch_end(struct coord_wait *w, int err, const char *msg);
+
+#endif

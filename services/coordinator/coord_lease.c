@@ -1,0 +1,178 @@
+/*
+ * coord_lease: heartbeats, leaves and the sweep. A member's lease runs for
+ * heartbeat_interval_ms * heartbeat_misses from round close or its last
+ * heartbeat. Each job keeps its members in a list ordered by lease deadline
+ * (a heartbeat moves the member to the tail, O(1)), so one coordinator
+ * timer finds expired leases by looking at list heads only. Heartbeats
+ * write nothing synchronously: statistics are persisted lazily.
+ */
+#include "coord_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stk_error.h"
+
+#define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
+#define A(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
+
+static void answer_hb(struct coord_wait *w, struct job *j, int action, const char *reason) {
+  Stoker__V1__HeartbeatResponse resp = STOKER__V1__HEARTBEAT_RESPONSE__INIT;
+  resp.action = action;
+  resp.generation = j->generation;
+  resp.reason = (char *)reason;
+  coord_answer(w, &resp.base);
+}
+
+static void record_stats(struct job *j, struct member *m, const Stoker__V1__HeartbeatRequest *req) {
+  m->deadline = coord_now(j->c) + coord_job_lease_ms(j);
+  list_del(&m->lease);
+  list_push(&j->leases, &m->lease);
+  m->last_hb_ms = coord_wall_ms();
+  m->step = req->step;
+  m->tps = req->tokens_per_s;
+  m->loss = req->loss;
+  if (req->health != m->health || strcmp(req->message, m->message) != 0) {
+    bool health_changed =
+        req->health != m->health &&
+        !(m->health == 0 && req->health == STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
+    m->health = req->health;
+    free(m->message);
+    m->message = coord_xstrdup(req->message);
+    if (health_changed)
+      coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_HEALTH, m->id, (int64_t)m->step,
+                  "health %d: %.200s", m->health, m->message);
+  }
+  coord_store_member_lazy(m);
+}
+
+/* Periodic checkpoints: ask once per threshold of checkpoint_every_steps. */
+static bool periodic_ckpt_due(struct job *j, struct member *m) {
+  uint64_t every = j->spec->checkpoint_every_steps;
+  if (!every) return false;
+  uint64_t base = j->ckpt_step > 0 ? (uint64_t)j->ckpt_step : 0;
+  uint64_t threshold = (base / every + 1) * every;
+  if (m->step < threshold || m->asked_threshold >= threshold) return false;
+  m->asked_threshold = threshold;
+  return true;
+}
+
+static int decide(struct job *j, struct member *m, const char **reason) {
+  if (j->state == S(PAUSING)) {
+    if (j->pause_force || j->pause_ckpt_seen) {
+      m->told_stop = true;
+      *reason = "job pausing";
+      return A(STOP);
+    }
+    if (!m->told_ckpt) {
+      m->told_ckpt = true;
+      *reason = "checkpoint before pause";
+      return A(CHECKPOINT_NOW);
+    }
+    return A(CONTINUE);
+  }
+  if (j->scale_pending && !m->told_ckpt) {
+    m->told_ckpt = true;
+    *reason = "checkpoint before scaling";
+    return A(CHECKPOINT_NOW);
+  }
+  if (periodic_ckpt_due(j, m)) {
+    *reason = "checkpoint_every_steps reached";
+    return A(CHECKPOINT_NOW);
+  }
+  return A(CONTINUE);
+}
+
+void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, coord_done_fn done,
+                     void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  c->stats.heartbeats++;
+  struct job *j = coord_job_or_fail(c, req->job, w);
+  if (!j) return;
+  if (!coord_valid_member_id(req->member_id) || strlen(req->message) > 1024)
+    return coord_fail(w, STK_EINVAL, "bad member_id or message over 1024 bytes");
+  if (req->generation > j->generation)
+    return coord_fail(w, STK_ESTALE, "generation %llu is newer than the job's %llu",
+                      (unsigned long long)req->generation, (unsigned long long)j->generation);
+  if (j->state == S(STOPPED) || j->state == S(PAUSED))
+    return answer_hb(w, j, A(STOP), j->state == S(STOPPED) ? "job stopped" : "job paused");
+  struct hnode *n = coord_tab_get(&j->members, req->member_id);
+  if (!n || req->generation < j->generation || j->state == S(WAITING))
+    return answer_hb(w, j, A(RESTART), "rejoin: a new round is open");
+  struct member *m = container_of(n, struct member, hn);
+  record_stats(j, m, req);
+  const char *reason = "";
+  int action = decide(j, m, &reason);
+  answer_hb(w, j, action, reason);
+  if (action == A(STOP)) coord_pause_maybe_done(j);
+}
+
+/* A member leaves (clean exit) or is lost (lease expired). */
+static void depart(struct job *j, struct member *m, bool lost) {
+  char id[130];
+  snprintf(id, sizeof(id), "%s", m->id);
+  coord_event(j,
+              lost ? STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LOST
+                   : STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LEFT,
+              id, (int64_t)m->step, lost ? "lease expired" : "left");
+  if (j->state == S(RUNNING)) {
+    coord_round_open(j, lost ? "a member was lost" : "a member left");
+    return;
+  }
+  coord_member_remove(j, m);
+  coord_job_touch(j, NULL);
+  coord_pause_maybe_done(j);
+}
+
+void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_done_fn done,
+                 void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = coord_job_or_fail(c, req->job, w);
+  if (!j) return;
+  if (!coord_valid_member_id(req->member_id)) return coord_fail(w, STK_EINVAL, "bad member_id");
+  if (req->generation > j->generation)
+    return coord_fail(w, STK_ESTALE, "generation %llu is newer than the job's",
+                      (unsigned long long)req->generation);
+  struct hnode *jn = coord_tab_get(&j->joiners_by_id, req->member_id);
+  if (jn) coord_fail(container_of(jn, struct coord_wait, hn), STK_EABORTED, "member left");
+  struct hnode *n = coord_tab_get(&j->members, req->member_id);
+  if (n && req->generation == j->generation) depart(j, container_of(n, struct member, hn), false);
+  if (jn) coord_round_check(j);
+  Stoker__V1__Empty resp = STOKER__V1__EMPTY__INIT;
+  coord_answer(w, &resp.base);
+}
+
+static void sweep_leases(struct job *j, int64_t now) {
+  while (!list_empty(&j->leases)) {
+    struct member *m = container_of(j->leases.next, struct member, lease);
+    if (m->deadline > now) break;
+    depart(j, m, true); /* RUNNING: opens a round, which empties the list. */
+  }
+}
+
+static void sweep_joins(struct job *j, int64_t now) {
+  bool changed = false;
+  while (!list_empty(&j->joiners)) {
+    struct coord_wait *w = container_of(j->joiners.next, struct coord_wait, link);
+    if (w->u.join.deadline > now) break;
+    coord_fail(w, STK_ETIMEDOUT, "no round closed within join_timeout_ms");
+    changed = true;
+  }
+  if (changed) coord_round_check(j);
+  if (j->state == S(WAITING) && j->last_call_at && now >= j->last_call_at &&
+      j->n_joiners >= j->spec->min_ranks)
+    coord_round_close(j);
+}
+
+void coord_lease_sweep(struct coord *c) {
+  int64_t now = coord_now(c);
+  size_t pos;
+  for (struct hnode *n = coord_tab_first(&c->jobs, &pos); n;
+       n = coord_tab_next(&c->jobs, n, &pos)) {
+    struct job *j = container_of(n, struct job, hn);
+    sweep_leases(j, now);
+    sweep_joins(j, now);
+    coord_ops_sweep(j, now);
+  }
+}

@@ -1,0 +1,217 @@
+/*
+ * coord_rendezvous: Join and the rendezvous round. Joins park in the job's
+ * open round (FIFO by arrival, and by member id to supersede a repeated
+ * join). When min_ranks have joined a last-call window opens; the round
+ * closes when the joiners reach the cap (target_ranks, else max_ranks) or
+ * the window ends (see coord_lease.c for the sweep). Closing assigns ranks
+ * deterministically: members of the previous generation first, in their
+ * old order, then newcomers by arrival. Opening a round ends the current
+ * generation: barriers and KV waits abort, its KV keys are deleted and its
+ * members are told RESTART by their next heartbeat.
+ */
+#include "coord_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stk_error.h"
+
+#define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
+
+static void clear_prev(struct job *j) {
+  size_t pos;
+  struct hnode *n = coord_tab_first(&j->prev, &pos);
+  while (n) {
+    struct hnode *next = coord_tab_next(&j->prev, n, &pos);
+    coord_tab_del(&j->prev, n);
+    coord_member_free(container_of(n, struct member, hn));
+    n = next;
+  }
+}
+
+void coord_members_clear(struct job *j, bool keep_prev) {
+  clear_prev(j);
+  for (uint32_t r = 0; r < j->world; r++) {
+    struct member *m = j->by_rank[r];
+    if (!m) continue;
+    j->by_rank[r] = NULL;
+    coord_tab_del(&j->members, &m->hn);
+    list_del(&m->lease);
+    list_del(&m->dirty);
+    if (keep_prev)
+      coord_tab_put(&j->prev, &m->hn, m->id);
+    else
+      coord_member_free(m);
+  }
+  if (j->c->stats.members >= j->n_members) j->c->stats.members -= j->n_members;
+  j->n_members = 0;
+  char key[96];
+  int kl = snprintf(key, sizeof(key), "m/%s/", j->name);
+  coord_store_del_prefix(j->c, key, (size_t)kl);
+}
+
+void coord_member_remove(struct job *j, struct member *m) {
+  coord_tab_del(&j->members, &m->hn);
+  if (m->rank < j->world && j->by_rank[m->rank] == m) j->by_rank[m->rank] = NULL;
+  j->n_members--;
+  if (j->c->stats.members) j->c->stats.members--;
+  char key[512];
+  int kl = snprintf(key, sizeof(key), "m/%s/%s", j->name, m->id);
+  coord_store_del(j->c, key, (size_t)kl);
+  coord_member_free(m);
+}
+
+void coord_round_open(struct job *j, const char *reason) {
+  char key[300];
+  coord_sync_end_generation(j, STK_EABORTED, "generation ended");
+  coord_store_del_prefix(j->c, key, coord_key_kv_prefix(key, j->name, j->generation));
+  coord_members_clear(j, true);
+  j->generation++;
+  j->state = S(WAITING);
+  j->world = 0;
+  j->scale_pending = false;
+  j->last_call_at = 0;
+  coord_job_touch(j, reason);
+  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_OPENED, NULL, 0, "%s", reason);
+  coord_round_check(j);
+}
+
+void coord_round_check(struct job *j) {
+  if (j->state != S(WAITING)) return;
+  if (j->n_joiners >= coord_job_cap(j)) {
+    coord_round_close(j);
+  } else if (j->n_joiners < j->spec->min_ranks) {
+    j->last_call_at = 0;
+  } else if (!j->last_call_at) {
+    j->last_call_at = coord_now(j->c) + j->spec->last_call_ms;
+  }
+}
+
+/* Sort key: previous rank for members of the previous generation, then
+ * arrival order for newcomers. */
+struct ranked {
+  uint64_t key;
+  struct coord_wait *w;
+};
+
+static int by_key(const void *a, const void *b) {
+  uint64_t x = ((const struct ranked *)a)->key, y = ((const struct ranked *)b)->key;
+  return x < y ? -1 : x > y;
+}
+
+static struct ranked *order_joiners(struct job *j) {
+  struct ranked *r = coord_xcalloc(j->n_joiners, sizeof(*r));
+  size_t i = 0;
+  for (struct list *l = j->joiners.next; l != &j->joiners; l = l->next, i++) {
+    struct coord_wait *w = container_of(l, struct coord_wait, link);
+    struct hnode *p = coord_tab_get(&j->prev, w->u.join.member_id);
+    r[i].w = w;
+    r[i].key = p ? container_of(p, struct member, hn)->rank : (1ull << 32) + w->u.join.arrival;
+  }
+  qsort(r, j->n_joiners, sizeof(*r), by_key);
+  return r;
+}
+
+static void seat(struct job *j, struct coord_wait *w, uint32_t rank, int64_t deadline) {
+  struct member *m = coord_member_new(w->u.join.member_id, w->u.join.address, w->u.join.host);
+  m->job = j;
+  m->rank = rank;
+  m->deadline = deadline;
+  coord_tab_put(&j->members, &m->hn, m->id);
+  list_push(&j->leases, &m->lease);
+  j->by_rank[rank] = m;
+  coord_store_member(j, m);
+}
+
+static void answer_joins(struct job *j, struct ranked *r, uint32_t k) {
+  Stoker__V1__CheckpointRef ck = STOKER__V1__CHECKPOINT_REF__INIT;
+  ck.step = j->ckpt_step;
+  ck.uri = j->ckpt_uri;
+  ck.committed_at_ms = j->ckpt_at_ms;
+  ck.generation = j->ckpt_gen;
+  Stoker__V1__JoinResponse resp = STOKER__V1__JOIN_RESPONSE__INIT;
+  resp.generation = j->generation;
+  resp.world_size = k;
+  resp.heartbeat_interval_ms = j->spec->heartbeat_interval_ms;
+  resp.heartbeat_timeout_ms = (uint32_t)coord_job_lease_ms(j);
+  resp.latest_checkpoint = &ck;
+  for (uint32_t i = 0; i < k; i++) {
+    resp.rank = i;
+    coord_answer(r[i].w, &resp.base);
+  }
+}
+
+void coord_round_close(struct job *j) {
+  uint32_t cap = coord_job_cap(j);
+  uint32_t k = j->n_joiners < cap ? j->n_joiners : cap;
+  struct ranked *r = order_joiners(j);
+  clear_prev(j);
+  free(j->by_rank);
+  j->by_rank = coord_xcalloc(k ? k : 1, sizeof(*j->by_rank));
+  int64_t deadline = coord_now(j->c) + coord_job_lease_ms(j);
+  for (uint32_t i = 0; i < k; i++) seat(j, r[i].w, i, deadline);
+  j->world = k;
+  j->n_members = k;
+  j->c->stats.members += k;
+  j->state = S(RUNNING);
+  j->last_call_at = 0;
+  coord_job_touch(j, "round closed");
+  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_CLOSED, NULL, 0,
+              "generation %llu: %u ranks", (unsigned long long)j->generation, k);
+  answer_joins(j, r, k);
+  free(r);
+}
+
+static int join_check(struct coord_wait *w, const Stoker__V1__JoinRequest *req) {
+  if (!coord_valid_member_id(req->member_id)) {
+    coord_fail(w, STK_EINVAL, "member_id must match [A-Za-z0-9._:@-]{1,128}");
+    return -1;
+  }
+  if (strlen(req->address) > 256 || strlen(req->host) > 256) {
+    coord_fail(w, STK_EINVAL, "address and host are at most 256 bytes");
+    return -1;
+  }
+  return 0;
+}
+
+static void park(struct job *j, struct coord_wait *w, const Stoker__V1__JoinRequest *req) {
+  struct hnode *old = coord_tab_get(&j->joiners_by_id, req->member_id);
+  if (old)
+    coord_fail(container_of(old, struct coord_wait, hn), STK_EABORTED,
+               "superseded by a newer join of %s", req->member_id);
+  w->job = j;
+  w->u.join.member_id = coord_xstrdup(req->member_id);
+  w->u.join.address = coord_xstrdup(req->address);
+  w->u.join.host = coord_xstrdup(req->host);
+  w->u.join.arrival = ++j->arrivals;
+  w->u.join.deadline = coord_now(j->c) + j->spec->join_timeout_ms;
+  list_push(&j->joiners, &w->link);
+  coord_tab_put(&j->joiners_by_id, &w->hn, w->u.join.member_id);
+  j->n_joiners++;
+  w->parked = true;
+  j->c->stats.parked++;
+}
+
+struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *req,
+                              coord_done_fn done, void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_JOIN, done, arg);
+  c->stats.joins++;
+  struct job *j = coord_job_or_fail(c, req->job, w);
+  if (!j || join_check(w, req)) return w;
+  if (j->state == S(STOPPED)) {
+    coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+    return w;
+  }
+  park(j, w, req);
+  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_JOINED, req->member_id, 0, "joined");
+  if (j->state == S(RUNNING)) {
+    if (coord_tab_get(&j->members, req->member_id))
+      coord_round_open(j, "a member rejoined");
+    else if (j->world < coord_job_cap(j))
+      coord_round_open(j, "a new member joined");
+  } else {
+    coord_round_check(j);
+  }
+  return w;
+}

@@ -1,0 +1,84 @@
+/*
+ * Validation of everything a client names: job names, member ids, KV keys,
+ * barrier names, labels and job specs. Bad input gets STK_EINVAL and a
+ * one-line reason before any state is touched (DESIGN.md, principle 4).
+ */
+#include "coord_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "stk_error.h"
+
+static bool in_set(char ch, const char *extra) {
+  return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+         (extra && ch && strchr(extra, ch) != NULL);
+}
+
+static bool is_alpha_upper(char ch) {
+  return ch >= 'A' && ch <= 'Z';
+}
+
+/* Every char in [a-z0-9] or extra (or A-Z when upper); length lo..hi. */
+static bool match(const char *s, size_t lo, size_t hi, bool upper, const char *extra) {
+  if (!s) return false;
+  size_t n = strlen(s);
+  if (n < lo || n > hi) return false;
+  for (size_t i = 0; i < n; i++)
+    if (!in_set(s[i], extra) && !(upper && is_alpha_upper(s[i]))) return false;
+  return true;
+}
+
+bool coord_valid_job_name(const char *s) {
+  return match(s, 1, 63, false, "._-") && in_set(s[0], NULL);
+}
+
+bool coord_valid_member_id(const char *s) {
+  return match(s, 1, 128, true, "._:@-");
+}
+
+bool coord_valid_key(const char *s) {
+  return match(s, 1, 256, true, "._:/-");
+}
+
+static int bad(char *msg, size_t len, const char *what) {
+  snprintf(msg, len, "%s", what);
+  return STK_EINVAL;
+}
+
+static int check_labels(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
+  if (s->n_labels > 64) return bad(msg, len, "more than 64 labels");
+  for (size_t i = 0; i < s->n_labels; i++) {
+    const Stoker__V1__JobSpec__LabelsEntry *e = s->labels[i];
+    if (!match(e->key, 1, 63, true, "._/-")) return bad(msg, len, "bad label key");
+    if (!e->value || strlen(e->value) > 256) return bad(msg, len, "label value over 256 bytes");
+  }
+  return 0;
+}
+
+static int check_refs(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
+  if (s->dataset && s->dataset->uri && strlen(s->dataset->uri) > 1024)
+    return bad(msg, len, "dataset uri over 1024 bytes");
+  if (s->checkpoint_storage && s->checkpoint_storage->uri &&
+      strlen(s->checkpoint_storage->uri) > 1024)
+    return bad(msg, len, "checkpoint_storage uri over 1024 bytes");
+  return 0;
+}
+
+int coord_spec_check(Stoker__V1__JobSpec *s, char *msg, size_t len) {
+  if (!s) return bad(msg, len, "spec missing");
+  if (!coord_valid_job_name(s->name))
+    return bad(msg, len, "job name must match [a-z0-9][a-z0-9._-]{0,62}");
+  if (s->min_ranks < 1 || s->min_ranks > s->max_ranks || s->max_ranks > 100000)
+    return bad(msg, len, "need 1 <= min_ranks <= max_ranks <= 100000");
+  if (!s->heartbeat_interval_ms) s->heartbeat_interval_ms = 5000;
+  if (!s->heartbeat_misses) s->heartbeat_misses = 3;
+  if (!s->last_call_ms) s->last_call_ms = 30000;
+  if (!s->join_timeout_ms) s->join_timeout_ms = 600000;
+  if (s->heartbeat_interval_ms < 10 || s->heartbeat_interval_ms > 3600000)
+    return bad(msg, len, "heartbeat_interval_ms must be 10..3600000");
+  if (s->heartbeat_misses > 100) return bad(msg, len, "heartbeat_misses must be 1..100");
+  if (s->last_call_ms > 3600000) return bad(msg, len, "last_call_ms must be 0..3600000");
+  int err = check_labels(s, msg, len);
+  return err ? err : check_refs(s, msg, len);
+}

@@ -1,0 +1,150 @@
+/*
+ * stoker-coordinator: the coordinator daemon. A list of named steps: load
+ * the config, open the core (coord.h) on the daemon's loop, register the
+ * gRPC adapter, start serving, run until SIGTERM, close the core (which
+ * flushes RocksDB), exit.
+ */
+#include "coord.h"
+#include "coord_rpc.h"
+#include "daemon.h"
+#include "log.h"
+#include "metrics.h"
+#include "stk_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+struct coordinator_config {
+  struct daemon_options daemon;
+  int64_t tick_ms;
+  uint64_t max_events_per_job;
+  uint64_t watch_queue_max;
+  int64_t stats_flush_ms;
+  uint64_t scale_timeout_beats;
+};
+
+static const struct cfg_option coordinator_options[] = {
+    DAEMON_OPTION_ROWS(struct coordinator_config, daemon, "127.0.0.1:7070", "./stoker-coordinator"),
+    {"tick", CFG_DURATION, offsetof(struct coordinator_config, tick_ms), "20ms", 1, 1000, NULL,
+     "Period of the sweep that expires leases, closes rounds and times out parked joins.", 0},
+    {"max-events-per-job", CFG_UINT64, offsetof(struct coordinator_config, max_events_per_job),
+     "10000", 10, 10000000, NULL, "Events kept per job; older ones are deleted.", 0},
+    {"watch-queue-max", CFG_UINT64, offsetof(struct coordinator_config, watch_queue_max), "1024", 1,
+     1000000, NULL, "Events a watcher may fall behind before its stream is ended.", 0},
+    {"stats-flush", CFG_DURATION, offsetof(struct coordinator_config, stats_flush_ms), "2s", 10,
+     3600000, NULL, "How often heartbeat statistics (step, loss, tokens/s) are persisted.", 0},
+    {"scale-timeout-beats", CFG_UINT64, offsetof(struct coordinator_config, scale_timeout_beats),
+     "10", 1, 10000, NULL,
+     "Heartbeat intervals a scale or pause waits for a checkpoint before going ahead.", 0},
+};
+
+static const struct cfg_table coordinator_table = {
+    .program = "stoker-coordinator",
+    .env_prefix = "COORDINATOR",
+    .opts = coordinator_options,
+    .n_opts = sizeof(coordinator_options) / sizeof(coordinator_options[0]),
+    .summary = "Holds job state for training: rendezvous, heartbeats, generations, barriers, KV.",
+};
+
+struct coordinator {
+  struct coordinator_config cfg;
+  struct daemon *daemon;
+  struct coord *coord;
+  uv_timer_t stats_timer;
+  struct metric_gauge *jobs, *members, *parked, *watchers;
+  struct metric_counter *synced_writes, *heartbeats, *joins, *events;
+  struct coord_stats last;
+};
+
+/* Publishes the core's figures as metrics once a second. */
+static void publish_stats(uv_timer_t *t) {
+  struct coordinator *co = t->data;
+  struct coord_stats s;
+  coord_get_stats(co->coord, &s);
+  metric_gauge_set(co->jobs, (double)s.jobs);
+  metric_gauge_set(co->members, (double)s.members);
+  metric_gauge_set(co->parked, (double)s.parked);
+  metric_gauge_set(co->watchers, (double)s.watchers);
+  metric_counter_add(co->synced_writes, s.synced_writes - co->last.synced_writes);
+  metric_counter_add(co->heartbeats, s.heartbeats - co->last.heartbeats);
+  metric_counter_add(co->joins, s.joins - co->last.joins);
+  metric_counter_add(co->events, s.events - co->last.events);
+  co->last = s;
+}
+
+static void register_metrics(struct coordinator *co) {
+  struct metrics *m = daemon_metrics(co->daemon);
+  co->jobs = metrics_gauge(m, "stoker_coordinator_jobs", "Jobs known.", NULL);
+  co->members =
+      metrics_gauge(m, "stoker_coordinator_members", "Members of current generations.", NULL);
+  co->parked = metrics_gauge(m, "stoker_coordinator_parked_calls",
+                             "Parked Join, Barrier and KvGet calls.", NULL);
+  co->watchers = metrics_gauge(m, "stoker_coordinator_watchers", "Open WatchJob streams.", NULL);
+  co->synced_writes = metrics_counter(m, "stoker_coordinator_synced_writes_total",
+                                      "RocksDB batches written with fsync.", NULL);
+  co->heartbeats =
+      metrics_counter(m, "stoker_coordinator_heartbeats_total", "Heartbeats handled.", NULL);
+  co->joins = metrics_counter(m, "stoker_coordinator_joins_total", "Joins handled.", NULL);
+  co->events = metrics_counter(m, "stoker_coordinator_events_total", "Job events recorded.", NULL);
+  uv_timer_init(daemon_loop(co->daemon), &co->stats_timer);
+  co->stats_timer.data = co;
+  uv_timer_start(&co->stats_timer, publish_stats, 1000, 1000);
+}
+
+static void coord_closed(void *arg) {
+  struct coordinator *co = arg;
+  co->coord = NULL;
+  log_info("shutdown", "state flushed to RocksDB");
+  daemon_service_closed(co->daemon);
+}
+
+static void stop_service(struct daemon *d, void *arg) {
+  struct coordinator *co = arg;
+  uv_close((uv_handle_t *)&co->stats_timer, NULL);
+  coord_close(co->coord, coord_closed, co);
+}
+
+static int open_core(struct coordinator *co) {
+  struct coord_opts o = {
+      .dir = co->cfg.daemon.data_dir,
+      .tick_ms = (uint32_t)co->cfg.tick_ms,
+      .max_events_per_job = (uint32_t)co->cfg.max_events_per_job,
+      .watch_queue_max = (uint32_t)co->cfg.watch_queue_max,
+      .stats_flush_ms = (uint32_t)co->cfg.stats_flush_ms,
+      .scale_timeout_beats = (uint32_t)co->cfg.scale_timeout_beats,
+  };
+  int rc = coord_open(daemon_loop(co->daemon), &o, &co->coord);
+  if (rc)
+    log_error("startup", "cannot open the state in %s: %s%s%s", o.dir, stk_strerror(rc),
+              stk_detail()[0] ? ": " : "", stk_detail());
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  static struct coordinator co;
+  char err[512] = "";
+  int rc = cfg_load(&coordinator_table, &co.cfg, argc, argv, err, sizeof(err));
+  if (rc != 0) {
+    if (rc < 0) fprintf(stderr, "stoker-coordinator: %s\n", err);
+    cfg_free(&coordinator_table, &co.cfg);
+    return rc < 0 ? 2 : 0;
+  }
+  rc = daemon_new("stoker-coordinator", &co.cfg.daemon, err, sizeof(err), &co.daemon);
+  if (rc) {
+    fprintf(stderr, "stoker-coordinator: %s\n", err);
+    cfg_free(&coordinator_table, &co.cfg);
+    return 1;
+  }
+  cfg_log_effective(&coordinator_table, &co.cfg);
+  rc = open_core(&co);
+  if (!rc) rc = coord_rpc_register(daemon_rpc(co.daemon), co.coord);
+  if (!rc) {
+    register_metrics(&co);
+    rc = daemon_start(co.daemon, stop_service, &co, err, sizeof(err));
+    if (rc) log_error("startup", "%s", err);
+  }
+  if (!rc) daemon_run(co.daemon);
+  daemon_free(co.daemon);
+  cfg_free(&coordinator_table, &co.cfg);
+  return rc ? 1 : 0;
+}
