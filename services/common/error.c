@@ -11,10 +11,9 @@ static const struct {
   const char *name;
   int grpc;
   const char *text;
-} error_table[STK__ERROR_COUNT] = {
-    [0] = {"OK", 0, "success"},
+} error_table[STK__ERROR_COUNT] = {[0] = {"OK", 0, "success"},
 #define ERROR_ROW(name, grpc, text) [STK__##name] = {#name, grpc, text},
-    STK_ERROR_MAP(ERROR_ROW)
+                                   STK_ERROR_MAP(ERROR_ROW)
 #undef ERROR_ROW
 };
 
@@ -42,22 +41,38 @@ int stk_error_to_grpc(int err) {
 
 int stk_error_from_grpc(int grpc_status) {
   switch (grpc_status) {
-  case 0: return 0;
-  case 1: return STK_ECANCELED;
-  case 3: return STK_EINVAL;
-  case 4: return STK_ETIMEDOUT;
-  case 5: return STK_ENOENT;
-  case 6: return STK_EEXIST;
-  case 7: return STK_EPERM;
-  case 8: return STK_EBUSY;
-  case 9: return STK_ESTATE;
-  case 10: return STK_EABORTED;
-  case 11: return STK_ERANGE;
-  case 12: return STK_ENOTSUP;
-  case 14: return STK_EUNAVAIL;
-  case 15: return STK_ECORRUPT;
-  case 16: return STK_EUNAUTH;
-  default: return STK_EINTERNAL;
+  case 0:
+    return 0;
+  case 1:
+    return STK_ECANCELED;
+  case 3:
+    return STK_EINVAL;
+  case 4:
+    return STK_ETIMEDOUT;
+  case 5:
+    return STK_ENOENT;
+  case 6:
+    return STK_EEXIST;
+  case 7:
+    return STK_EPERM;
+  case 8:
+    return STK_EBUSY;
+  case 9:
+    return STK_ESTATE;
+  case 10:
+    return STK_EABORTED;
+  case 11:
+    return STK_ERANGE;
+  case 12:
+    return STK_ENOTSUP;
+  case 14:
+    return STK_EUNAVAIL;
+  case 15:
+    return STK_ECORRUPT;
+  case 16:
+    return STK_EUNAUTH;
+  default:
+    return STK_EINTERNAL;
   }
 }
 

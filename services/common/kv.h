@@ -22,9 +22,9 @@ struct kv_iter;
 struct kv_snapshot;
 
 struct kv_opts {
-  bool create_if_missing;     /* Create the directory's database if absent. */
-  size_t block_cache_bytes;   /* 0: RocksDB's default. */
-  bool paranoid_checks;       /* Fail on any corruption found at open. */
+  bool create_if_missing;   /* Create the directory's database if absent. */
+  size_t block_cache_bytes; /* 0: RocksDB's default. */
+  bool paranoid_checks;     /* Fail on any corruption found at open. */
 };
 
 /* Opens (creating the directory if needed) the database in dir. Errors:

@@ -23,8 +23,8 @@ void log_event(enum log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define log_debug(event, ...) log_event(LOG_DEBUG, event, __VA_ARGS__)
-#define log_info(event, ...) log_event(LOG_INFO, event, __VA_ARGS__)
-#define log_warn(event, ...) log_event(LOG_WARN, event, __VA_ARGS__)
+#define log_info(event, ...)  log_event(LOG_INFO, event, __VA_ARGS__)
+#define log_warn(event, ...)  log_event(LOG_WARN, event, __VA_ARGS__)
 #define log_error(event, ...) log_event(LOG_ERROR, event, __VA_ARGS__)
 
 #endif

@@ -157,9 +157,9 @@ struct rpc_client;
 struct rpc_client_call;
 
 struct rpc_client_opts {
-  const char *target;          /* "HOST:PORT". */
-  const char *tls_ca_file;     /* PEM; set: TLS, verifying the server. */
-  const char *tls_cert_file;   /* PEM; client certificate for mutual TLS. */
+  const char *target;        /* "HOST:PORT". */
+  const char *tls_ca_file;   /* PEM; set: TLS, verifying the server. */
+  const char *tls_cert_file; /* PEM; client certificate for mutual TLS. */
   const char *tls_key_file;
   const char *tls_server_name; /* Override the name checked in the cert. */
   const char *token;           /* Bearer token sent with every call. */
@@ -167,7 +167,7 @@ struct rpc_client_opts {
 };
 
 struct rpc_status {
-  int code;           /* enum rpc_code */
+  int code; /* enum rpc_code */
   char message[512];
 };
 

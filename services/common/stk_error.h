@@ -12,25 +12,25 @@
 #define STK_ERROR_H
 
 /* X(name, grpc status code, text). Append-only: codes are part of the API. */
-#define STK_ERROR_MAP(X)                                                  \
-  X(EINVAL, 3, "invalid argument")                                        \
-  X(ENOENT, 5, "not found")                                               \
-  X(EEXIST, 6, "already exists")                                          \
-  X(ENOMEM, 8, "out of memory")                                           \
-  X(EIO, 13, "input/output error")                                        \
-  X(ECORRUPT, 15, "data corrupted")                                       \
-  X(ESTALE, 9, "stale generation")                                        \
-  X(ESTATE, 9, "not allowed in the current state")                        \
-  X(EABORTED, 10, "aborted")                                              \
-  X(ECANCELED, 1, "cancelled")                                            \
-  X(ETIMEDOUT, 4, "deadline exceeded")                                    \
-  X(EUNAVAIL, 14, "unavailable")                                          \
-  X(EUNAUTH, 16, "unauthenticated")                                       \
-  X(EPERM, 7, "permission denied")                                        \
-  X(ETOOBIG, 8, "too large")                                              \
-  X(EBUSY, 8, "resource exhausted")                                       \
-  X(ENOTSUP, 12, "not supported")                                         \
-  X(EINTERNAL, 13, "internal error")                                      \
+#define STK_ERROR_MAP(X)                                                                           \
+  X(EINVAL, 3, "invalid argument")                                                                 \
+  X(ENOENT, 5, "not found")                                                                        \
+  X(EEXIST, 6, "already exists")                                                                   \
+  X(ENOMEM, 8, "out of memory")                                                                    \
+  X(EIO, 13, "input/output error")                                                                 \
+  X(ECORRUPT, 15, "data corrupted")                                                                \
+  X(ESTALE, 9, "stale generation")                                                                 \
+  X(ESTATE, 9, "not allowed in the current state")                                                 \
+  X(EABORTED, 10, "aborted")                                                                       \
+  X(ECANCELED, 1, "cancelled")                                                                     \
+  X(ETIMEDOUT, 4, "deadline exceeded")                                                             \
+  X(EUNAVAIL, 14, "unavailable")                                                                   \
+  X(EUNAUTH, 16, "unauthenticated")                                                                \
+  X(EPERM, 7, "permission denied")                                                                 \
+  X(ETOOBIG, 8, "too large")                                                                       \
+  X(EBUSY, 8, "resource exhausted")                                                                \
+  X(ENOTSUP, 12, "not supported")                                                                  \
+  X(EINTERNAL, 13, "internal error")                                                               \
   X(ERANGE, 11, "out of range")
 
 enum stk_error {
@@ -38,7 +38,7 @@ enum stk_error {
 #define STK_ERROR_ENUM(name, grpc, text) STK__##name,
   STK_ERROR_MAP(STK_ERROR_ENUM)
 #undef STK_ERROR_ENUM
-  STK__ERROR_COUNT
+      STK__ERROR_COUNT
 };
 
 /* The public codes are the negated positions in the list above. */
