@@ -13,6 +13,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct coordinator_config {
   struct daemon_options daemon;
@@ -24,7 +25,8 @@ struct coordinator_config {
 };
 
 static const struct cfg_option coordinator_options[] = {
-    DAEMON_OPTION_ROWS(struct coordinator_config, daemon, "127.0.0.1:7070", "./stoker-coordinator"),
+    DAEMON_OPTION_ROWS(struct coordinator_config, daemon, "127.0.0.1:7070",
+                       "stoker-data/coordinator"),
     {"tick", CFG_DURATION, offsetof(struct coordinator_config, tick_ms), "20ms", 1, 1000, NULL,
      "Period of the sweep that expires leases, closes rounds and times out parked joins.", 0},
     {"max-events-per-job", CFG_UINT64, offsetof(struct coordinator_config, max_events_per_job),
@@ -123,6 +125,8 @@ static int open_core(struct coordinator *co) {
 int main(int argc, char **argv) {
   static struct coordinator co;
   char err[512] = "";
+  if (argc == 2 && strcmp(argv[1], "--example-config") == 0)
+    return cfg_write_example(&coordinator_table, stdout) == 0 ? 0 : 1;
   int rc = cfg_load(&coordinator_table, &co.cfg, argc, argv, err, sizeof(err));
   if (rc != 0) {
     if (rc < 0) fprintf(stderr, "stoker-coordinator: %s\n", err);
