@@ -91,7 +91,7 @@ static void *client_thread(void *arg) {
 
 static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channel_credentials *cr) {
   size_t max = o->max_recv_bytes ? o->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
-  grpc_arg args[3];
+  grpc_arg args[5];
   size_t n = 0;
   memset(args, 0, sizeof(args));
   args[n].type = GRPC_ARG_INTEGER;
@@ -100,6 +100,14 @@ static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channe
   args[n].type = GRPC_ARG_INTEGER;
   args[n].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[n++].value.integer = -1; /* The server's limit decides. */
+  /* gRPC's reconnect backoff grows to minutes by default; a rank waiting for
+   * a restarted coordinator must reconnect within seconds of its return. */
+  args[n].type = GRPC_ARG_INTEGER;
+  args[n].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+  args[n++].value.integer = 2000;
+  args[n].type = GRPC_ARG_INTEGER;
+  args[n].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+  args[n++].value.integer = 100;
   if (o->tls_server_name) {
     args[n].type = GRPC_ARG_STRING;
     args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;

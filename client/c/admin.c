@@ -1,0 +1,216 @@
+/*
+ * Operator and tooling calls (what stokerctl uses): jobs, scale, watch and
+ * the standard health check. Each is one unary call through client_call(),
+ * except WatchJob, a server stream whose end a caller can wait for.
+ */
+#include "client_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_t timeout_ms,
+                   Stoker__V1__Job **ret_job) {
+  if (!spec) return client_fail(STK_EINVAL, "create job");
+  Stoker__V1__CreateJobRequest req = STOKER__V1__CREATE_JOB_REQUEST__INIT;
+  req.spec = (Stoker__V1__JobSpec *)spec;
+  return client_call(c, COORD_METHOD("CreateJob"), &req.base, &stoker__v1__job__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_job);
+}
+
+int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
+                Stoker__V1__Job **ret_job) {
+  if (!job) return client_fail(STK_EINVAL, "get job");
+  Stoker__V1__GetJobRequest req = STOKER__V1__GET_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  return client_call(c, COORD_METHOD("GetJob"), &req.base, &stoker__v1__job__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_job);
+}
+
+int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
+                 size_t n_labels, int64_t timeout_ms, Stoker__V1__ListJobsResponse **ret_resp) {
+  Stoker__V1__ListJobsRequest req = STOKER__V1__LIST_JOBS_REQUEST__INIT;
+  Stoker__V1__ListJobsRequest__LabelSelectorEntry *entries = NULL, **ptrs = NULL;
+  if (n_labels) {
+    entries = calloc(n_labels, sizeof(*entries));
+    ptrs = calloc(n_labels, sizeof(*ptrs));
+    if (!entries || !ptrs) {
+      free(entries);
+      free(ptrs);
+      return client_fail(STK_ENOMEM, "list jobs");
+    }
+  }
+  for (size_t i = 0; i < n_labels; i++) {
+    stoker__v1__list_jobs_request__label_selector_entry__init(&entries[i]);
+    entries[i].key = (char *)keys[i];
+    entries[i].value = (char *)values[i];
+    ptrs[i] = &entries[i];
+  }
+  req.n_label_selector = n_labels;
+  req.label_selector = ptrs;
+  int err = client_call(c, COORD_METHOD("ListJobs"), &req.base,
+                        &stoker__v1__list_jobs_response__descriptor, timeout_ms,
+                        (ProtobufCMessage **)ret_resp);
+  free(entries);
+  free(ptrs);
+  return err;
+}
+
+int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job, bool force,
+                   int64_t timeout_ms, Stoker__V1__Job **ret_job) {
+  static const char *const methods[] = {
+      [STK_JOB_PAUSE] = COORD_METHOD("PauseJob"),
+      [STK_JOB_RESUME] = COORD_METHOD("ResumeJob"),
+      [STK_JOB_STOP] = COORD_METHOD("StopJob"),
+  };
+  if (!job || (unsigned)verb > STK_JOB_STOP) return client_fail(STK_EINVAL, "job action");
+  Stoker__V1__JobActionRequest req = STOKER__V1__JOB_ACTION_REQUEST__INIT;
+  req.job = (char *)job;
+  req.force = force;
+  return client_call(c, methods[verb], &req.base, &stoker__v1__job__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_job);
+}
+
+int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t timeout_ms) {
+  if (!job) return client_fail(STK_EINVAL, "delete job");
+  Stoker__V1__JobActionRequest req = STOKER__V1__JOB_ACTION_REQUEST__INIT;
+  req.job = (char *)job;
+  req.force = force;
+  return client_call(c, COORD_METHOD("DeleteJob"), &req.base, &stoker__v1__empty__descriptor,
+                     timeout_ms, NULL);
+}
+
+int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
+                  int64_t timeout_ms, Stoker__V1__Job **ret_job) {
+  if (!job) return client_fail(STK_EINVAL, "scale job");
+  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.ranks = ranks;
+  req.skip_checkpoint = skip_checkpoint;
+  return client_call(c, COORD_METHOD("ScaleJob"), &req.base, &stoker__v1__job__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_job);
+}
+
+int stk_health_check(struct stk_client *c, const char *service, int64_t timeout_ms,
+                     int *ret_status) {
+  Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  req.service = (char *)(service ? service : "");
+  ProtobufCMessage *resp = NULL;
+  int err = client_call(c, "/grpc.health.v1.Health/Check", &req.base,
+                        &grpc__health__v1__health_check_response__descriptor, timeout_ms, &resp);
+  if (err < 0) return err;
+  *ret_status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
+}
+
+/* ------------------------------------------------------------------ watch */
+
+struct stk_watch {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int cancelling; /* Threads inside rpc_client_call_cancel. */
+  struct rpc_client_call *call;
+  struct rpc_status st;
+  stk_event_fn on_event;
+  void *arg;
+};
+
+static void watch_msg(void *arg, ProtobufCMessage *msg) {
+  struct stk_watch *w = arg;
+  w->on_event(w->arg, (const Stoker__V1__JobEvent *)msg);
+  protobuf_c_message_free_unpacked(msg, NULL);
+}
+
+static void watch_done(void *arg, const struct rpc_status *st) {
+  struct stk_watch *w = arg;
+  pthread_mutex_lock(&w->mu);
+  while (w->cancelling > 0) pthread_cond_wait(&w->cv, &w->mu);
+  w->st = *st;
+  w->done = true;
+  w->call = NULL;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+int stk_job_watch(struct stk_client *c, const char *job, uint64_t after_seq, stk_event_fn on_event,
+                  void *arg, struct stk_watch **ret_watch) {
+  if (!job || !on_event) return client_fail(STK_EINVAL, "watch job");
+  struct stk_watch *w = calloc(1, sizeof(*w));
+  if (!w) return client_fail(STK_ENOMEM, "watch job");
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  w->on_event = on_event;
+  w->arg = arg;
+  Stoker__V1__WatchJobRequest req = STOKER__V1__WATCH_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.after_seq = after_seq;
+  struct rpc_client_call *call = NULL;
+  pthread_mutex_lock(&w->mu);
+  int err = rpc_client_stream_async(c->rpc, COORD_METHOD("WatchJob"), &req.base,
+                                    &stoker__v1__job_event__descriptor, 0, watch_msg, watch_done, w,
+                                    &call);
+  if (err == 0 && !w->done) w->call = call;
+  pthread_mutex_unlock(&w->mu);
+  if (err < 0) {
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    return client_fail(err, "watch job");
+  }
+  *ret_watch = w;
+  return 0;
+}
+
+static void deadline_after(struct timespec *ts, int64_t ms) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
+  ts->tv_sec += ms / 1000 + ns / 1000000000;
+  ts->tv_nsec = ns % 1000000000;
+}
+
+int stk_watch_wait(struct stk_watch *w, int64_t timeout_ms) {
+  struct timespec ts;
+  if (timeout_ms >= 0) deadline_after(&ts, timeout_ms);
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) {
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&w->cv, &w->mu);
+    } else if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT) {
+      break;
+    }
+  }
+  bool done = w->done;
+  struct rpc_status st = w->st;
+  pthread_mutex_unlock(&w->mu);
+  if (!done) return STK_ETIMEDOUT;
+  if (st.code == RPC_OK) return 0;
+  client_set_error(st.code, "%s", st.message);
+  return stk_error_from_grpc(st.code);
+}
+
+void stk_watch_cancel(struct stk_watch *w) {
+  pthread_mutex_lock(&w->mu);
+  if (!w->done && w->call) {
+    struct rpc_client_call *call = w->call;
+    w->cancelling++;
+    pthread_mutex_unlock(&w->mu);
+    rpc_client_call_cancel(call);
+    pthread_mutex_lock(&w->mu);
+    w->cancelling--;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+void stk_watch_free(struct stk_watch *w) {
+  if (!w) return;
+  stk_watch_cancel(w);
+  stk_watch_wait(w, -1);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+  free(w);
+}

@@ -1,0 +1,189 @@
+/*
+ * The client object and the one mechanism every blocking call uses: start
+ * the asynchronous rpc call, then wait on a condition variable until its
+ * callback ran (curl's easy-over-multi shape: one engine, thin shells).
+ * Also keeps each thread's last server status for error messages.
+ */
+#include "client_internal.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_TIMEOUT_MS 30000
+
+static _Thread_local struct {
+  int code;
+  char message[512];
+} last_error;
+
+void client_set_error(int grpc_code, const char *fmt, ...) {
+  va_list ap;
+  last_error.code = grpc_code;
+  va_start(ap, fmt);
+  vsnprintf(last_error.message, sizeof(last_error.message), fmt, ap);
+  va_end(ap);
+}
+
+const char *stk_client_last_error(int *ret_grpc_code) {
+  if (ret_grpc_code) *ret_grpc_code = last_error.code;
+  return last_error.message;
+}
+
+int client_fail(int err, const char *what) {
+  client_set_error(stk_error_to_grpc(err), "%s: %s", what, stk_strerror(err));
+  return err;
+}
+
+int64_t client_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms) {
+  return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
+}
+
+/* Reads a bearer token from path into buf, trimming surrounding space. */
+static int read_token(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  if (!f) return STK_EINVAL;
+  size_t n = fread(buf, 1, len - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  while (n > 0 && isspace((unsigned char)buf[n - 1])) buf[--n] = '\0';
+  size_t skip = strspn(buf, " \t\r\n");
+  memmove(buf, buf + skip, n - skip + 1);
+  return buf[0] ? 0 : STK_EINVAL;
+}
+
+int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_client) {
+  if (!opts || !opts->address || !opts->address[0])
+    return client_fail(STK_EINVAL, "no coordinator address");
+  char token[4096];
+  struct rpc_client_opts ro = {
+      .target = opts->address,
+      .tls_ca_file = opts->tls_ca_file,
+      .tls_cert_file = opts->tls_cert_file,
+      .tls_key_file = opts->tls_key_file,
+      .token = opts->token,
+  };
+  if (opts->token_file) {
+    if (read_token(opts->token_file, token, sizeof(token)) < 0) {
+      client_set_error(3, "cannot read a token from %s", opts->token_file);
+      return STK_EINVAL;
+    }
+    ro.token = token;
+  }
+  struct stk_client *c = calloc(1, sizeof(*c));
+  if (!c) return client_fail(STK_ENOMEM, "client");
+  int err = rpc_client_new(&ro, &c->rpc);
+  if (err < 0) {
+    free(c);
+    const char *d = stk_detail();
+    client_set_error(stk_error_to_grpc(err), "%s", d[0] ? d : stk_strerror(err));
+    return err;
+  }
+  c->default_timeout_ms =
+      opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
+  pthread_mutex_init(&c->mu, NULL);
+  membership_init(&c->m);
+  *ret_client = c;
+  return 0;
+}
+
+void stk_client_free(struct stk_client *c) {
+  if (!c) return;
+  membership_stop_heartbeat(c);
+  rpc_client_free(c->rpc);
+  membership_close(&c->m);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+/* ----------------------------------------------------------------- waiter */
+
+void waiter_init(struct waiter *w) {
+  memset(w, 0, sizeof(*w));
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+}
+
+void waiter_close(struct waiter *w) {
+  if (w->resp) protobuf_c_message_free_unpacked(w->resp, NULL);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+}
+
+static void waiter_done(void *arg, const struct rpc_status *st, ProtobufCMessage *resp) {
+  struct waiter *w = arg;
+  pthread_mutex_lock(&w->mu);
+  /* The call handle dies when we return: let cancellers leave it first. */
+  while (w->cancelling > 0) pthread_cond_wait(&w->cv, &w->mu);
+  w->st = *st;
+  w->resp = resp;
+  w->done = true;
+  w->call = NULL;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
+                 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                 int64_t timeout_ms) {
+  struct rpc_client_call *call = NULL;
+  int err = rpc_client_unary_async(c->rpc, method, req, resp_desc, client_timeout(c, timeout_ms),
+                                   waiter_done, w, &call);
+  pthread_mutex_lock(&w->mu);
+  if (err < 0) {
+    w->st.code = stk_error_to_grpc(err);
+    snprintf(w->st.message, sizeof(w->st.message), "%s", stk_strerror(err));
+    w->done = true;
+  } else if (!w->done) {
+    w->call = call;
+  }
+  pthread_mutex_unlock(&w->mu);
+  return err;
+}
+
+int waiter_wait(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
+  if (w->st.code == RPC_OK) return 0;
+  client_set_error(w->st.code, "%s", w->st.message);
+  return stk_error_from_grpc(w->st.code);
+}
+
+void waiter_cancel(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  if (!w->done && w->call) {
+    struct rpc_client_call *call = w->call;
+    w->cancelling++;
+    pthread_mutex_unlock(&w->mu);
+    rpc_client_call_cancel(call);
+    pthread_mutex_lock(&w->mu);
+    w->cancelling--;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                ProtobufCMessage **ret_resp) {
+  struct waiter w;
+  waiter_init(&w);
+  waiter_start(&w, c, method, req, resp_desc, timeout_ms);
+  int err = waiter_wait(&w);
+  if (err == 0 && ret_resp) {
+    *ret_resp = w.resp;
+    w.resp = NULL;
+  }
+  waiter_close(&w);
+  return err;
+}

@@ -1,0 +1,92 @@
+/*
+ * What the parts of libstoker-client share and callers never see: the
+ * client struct, the membership it carries, and the waiter that turns an
+ * asynchronous rpc call into a blocking one (the easy-over-multi shell).
+ */
+#ifndef STK_CLIENT_INTERNAL_H
+#define STK_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+
+#include "rpc.h"
+#include "stoker_client.h"
+
+#define COORD_METHOD(name) "/stoker.v1.Coordinator/" name
+
+/* The member this client joined as, guarded by stk_client.mu. */
+struct membership {
+  bool joined;
+  char job[128];
+  char member_id[160];
+  uint64_t generation;
+  uint32_t interval_ms;
+  /* Figures for the next heartbeat (stk_report). */
+  uint64_t step;
+  double tokens_per_s;
+  double loss;
+  Stoker__V1__RankHealth health;
+  enum stk_action pending; /* Most severe action not yet polled. */
+  stk_action_fn on_action;
+  void *on_action_arg;
+  /* Heartbeat thread: started by join, stopped by leave/free/rejoin. */
+  bool hb_started; /* hb_thread must be joined. */
+  bool hb_stop;
+  pthread_t hb_thread;
+  pthread_cond_t hb_cv;
+  struct waiter *hb_waiter; /* The heartbeat in flight, for cancel. */
+};
+
+struct stk_client {
+  struct rpc_client *rpc;
+  int64_t default_timeout_ms;
+  pthread_mutex_t mu;
+  struct membership m;
+};
+
+/* One asynchronous unary call waited on by one thread. */
+struct waiter {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int cancelling; /* Threads inside rpc_client_call_cancel. */
+  struct rpc_client_call *call;
+  struct rpc_status st;
+  ProtobufCMessage *resp; /* Owned by the waiter until taken. */
+};
+
+void waiter_init(struct waiter *w);
+/* Frees a response not taken; destroys the sync objects. */
+void waiter_close(struct waiter *w);
+/* Starts the call; on failure the waiter is already done with the error. */
+int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
+                 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                 int64_t timeout_ms);
+/* Waits for the end; returns 0 or the mapped error, recording the status
+ * as this thread's last error. */
+int waiter_wait(struct waiter *w);
+/* Asks the call to stop if still open. Any thread. */
+void waiter_cancel(struct waiter *w);
+
+/* Blocking unary call: *ret_resp owned by the caller on success. */
+int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                ProtobufCMessage **ret_resp);
+
+/* timeout_ms, or the client's default when <= 0. */
+int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms);
+
+/* Sets this thread's last error. */
+void client_set_error(int grpc_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records a local failure (err's gRPC code, stk_strerror text) and
+ * returns err. */
+int client_fail(int err, const char *what);
+
+/* Monotonic clock in milliseconds. */
+int64_t client_now_ms(void);
+
+/* Stops and joins the heartbeat thread, if any. Call without c->mu. */
+void membership_stop_heartbeat(struct stk_client *c);
+void membership_init(struct membership *m);
+void membership_close(struct membership *m);
+
+#endif

@@ -1,0 +1,47 @@
+/*
+ * What stokerctl's subcommands share: the parsed command line, the name
+ * of the command for error lines, and the one way errors are reported (one
+ * line on stderr, an exit code from the table in --help).
+ */
+#ifndef STK_CLI_H
+#define STK_CLI_H
+
+#include "cli_args.h"
+#include "stoker_client.h"
+
+struct cli_ctx {
+  const struct cli_args *args;
+  const char *cmd;  /* "job show", for error lines. */
+  const char *name; /* First operand after the command words, if any. */
+  int n_ops;        /* Operands after the command words. */
+  const char *const *ops;
+};
+
+/* Opens a client to address with the global TLS/token/timeout flags.
+ * Reports a failure itself and returns its exit code. */
+int cli_connect(const struct cli_ctx *x, const char *address, struct stk_client **ret_client);
+
+/* Prints "stokerctl: CMD: MESSAGE (CODE)" for err (the server's message
+ * when there is one) and returns the exit code. */
+int cli_report(const struct cli_ctx *x, int err);
+
+/* Prints "stokerctl: CMD: MESSAGE" for a usage error; returns 1. */
+int cli_usage_error(const struct cli_ctx *x, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Unix time now in milliseconds. */
+int64_t cli_now_ms(void);
+
+/* Subcommands; each returns the process exit code. */
+int cli_health(const struct cli_ctx *x);
+int cli_jobs_list(const struct cli_ctx *x);
+int cli_job_show(const struct cli_ctx *x);
+int cli_job_watch(const struct cli_ctx *x);
+int cli_job_create(const struct cli_ctx *x);
+int cli_job_scale(const struct cli_ctx *x);
+int cli_job_pause(const struct cli_ctx *x);
+int cli_job_resume(const struct cli_ctx *x);
+int cli_job_stop(const struct cli_ctx *x);
+int cli_job_delete(const struct cli_ctx *x);
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * The stokerctl binary against the scripted coordinator: exit codes from
+ * the --help table, the one-line error format on stderr, JSON output that
+ * parses, a watch that ends when the job's stream does, and health. The
+ * binary's path comes as argv[1] (meson passes it).
+ */
+#include <cjson/cJSON.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fake_coord.h"
+
+static const char *stokerctl;
+static struct fake_coord fake;
+static char out_path[64], err_path[64];
+
+struct run {
+  int rc;
+  char out[8192];
+  char err[2048];
+};
+
+static void slurp(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+/* Runs stokerctl with args (a shell fragment) against the fake. */
+static void run(struct run *r, const char *args) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "STOKER_COORDINATOR=%s '%s' %s >%s 2>%s </dev/null", fake.addr,
+           stokerctl, args, out_path, err_path);
+  int st = system(cmd);
+  assert_true(WIFEXITED(st));
+  r->rc = WEXITSTATUS(st);
+  slurp(out_path, r->out, sizeof(r->out));
+  slurp(err_path, r->err, sizeof(r->err));
+}
+
+static int setup(void **state) {
+  snprintf(out_path, sizeof(out_path), "/tmp/stokerctl-test-%d.out", (int)getpid());
+  snprintf(err_path, sizeof(err_path), "/tmp/stokerctl-test-%d.err", (int)getpid());
+  fake_start(&fake);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fake_stop(&fake);
+  unlink(out_path);
+  unlink(err_path);
+  return 0;
+}
+
+static void test_not_found_line(void **state) {
+  static struct run r;
+  run(&r, "job show nope");
+  assert_int_equal(r.rc, 2);
+  assert_string_equal(r.err, "stokerctl: job show: no job named \"nope\" (NOT_FOUND)\n");
+  assert_string_equal(r.out, "");
+}
+
+static void test_show_json(void **state) {
+  static struct run r;
+  run(&r, "--json job show x");
+  assert_int_equal(r.rc, 0);
+  cJSON *o = cJSON_Parse(r.out);
+  assert_non_null(o);
+  assert_string_equal(cJSON_GetObjectItem(o, "name")->valuestring, "x");
+  assert_string_equal(cJSON_GetObjectItem(o, "state")->valuestring, "RUNNING");
+  cJSON_Delete(o);
+  run(&r, "job show x");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "RUNNING"));
+  assert_non_null(strstr(r.out, "Members (0)"));
+}
+
+static void test_watch_until_end(void **state) {
+  static struct run r;
+  run(&r, "job watch x --after 1");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "2  -  MEMBER_JOINED"));
+  assert_non_null(strstr(r.out, "3  -  DELETED"));
+  assert_null(strstr(r.out, "\n1  "));
+  run(&r, "job watch x --json");
+  assert_int_equal(r.rc, 0);
+  int lines = 0;
+  for (char *p = r.out; (p = strchr(p, '\n')); p++) lines++;
+  assert_int_equal(lines, 3);
+}
+
+static void test_health(void **state) {
+  static struct run r;
+  run(&r, "health");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "coordinator"));
+  assert_non_null(strstr(r.out, "SERVING"));
+  /* A second address that is down makes the whole check fail. */
+  run(&r, "health --dataloader 127.0.0.1:1 --timeout 2s");
+  assert_int_equal(r.rc, 4);
+  assert_non_null(strstr(r.out, "dataloader"));
+}
+
+static void test_exit_codes(void **state) {
+  static struct run r;
+  run(&r, "job frobnicate x");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "unknown command"));
+  run(&r, "job show");
+  assert_int_equal(r.rc, 1);
+  run(&r, "job show x --force");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "--force does not apply"));
+  run(&r, "job create y --max 2");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "--min N is required"));
+  run(&r, "job delete x"); /* The fake has no DeleteJob. */
+  assert_int_equal(r.rc, 6);
+  assert_non_null(strstr(r.err, "(UNIMPLEMENTED)"));
+  run(&r, "--coordinator 127.0.0.1:1 --timeout 1s jobs list");
+  assert_int_equal(r.rc, 4);
+  assert_non_null(strstr(r.err, "stokerctl: jobs list: "));
+  run(&r, "--help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "Exit codes:"));
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A coordinator demanding a token: none or a wrong one exits 5; the right
+ * one, from --token-file or STOKER_TOKEN_FILE, works. */
+static void test_token(void **state) {
+  static struct fake_coord secure;
+  static struct run r;
+  char good[64], bad[64], args[512];
+  snprintf(good, sizeof(good), "/tmp/stokerctl-test-%d.tok", (int)getpid());
+  snprintf(bad, sizeof(bad), "/tmp/stokerctl-test-%d.bad", (int)getpid());
+  write_file(good, "s3cret\n");
+  write_file(bad, "guess\n");
+  fake_start_auth(&secure, good);
+  snprintf(args, sizeof(args), "--coordinator %s job show x", secure.addr);
+  run(&r, args);
+  assert_int_equal(r.rc, 5);
+  assert_non_null(strstr(r.err, "(UNAUTHENTICATED)"));
+  snprintf(args, sizeof(args), "--coordinator %s --token-file %s job show x", secure.addr, bad);
+  run(&r, args);
+  assert_int_equal(r.rc, 5);
+  snprintf(args, sizeof(args), "--coordinator %s --token-file %s job show x", secure.addr, good);
+  run(&r, args);
+  assert_int_equal(r.rc, 0);
+  snprintf(args, sizeof(args), "--coordinator %s job show x", secure.addr);
+  setenv("STOKER_TOKEN_FILE", good, 1);
+  run(&r, args);
+  unsetenv("STOKER_TOKEN_FILE");
+  assert_int_equal(r.rc, 0);
+  fake_stop(&secure);
+  unlink(good);
+  unlink(bad);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s PATH-TO-STOKERCTL\n", argv[0]);
+    return 2;
+  }
+  stokerctl = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_not_found_line),  cmocka_unit_test(test_show_json),
+      cmocka_unit_test(test_watch_until_end), cmocka_unit_test(test_health),
+      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_token),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
