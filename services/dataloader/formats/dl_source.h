@@ -1,0 +1,74 @@
+/*
+ * dl_source: a dataset on local disk as the dataloader core sees it — an
+ * ordered list of "units", each a run of token ids (uint32) that can be read
+ * at random. Units are the dataloader's unit of shuffling and provenance.
+ *
+ * Opening reads headers and indexes only (O(files), never a pass over the
+ * tokens), so the number of units and each unit's weight are known at once:
+ *   Megatron (.bin + .idx): a unit is a document (from document_indices);
+ *     weight = its token count.
+ *   llm.c (.bin, uint16 or uint32): the files carry no document index, so a
+ *     unit is a fixed block of `block_tokens` tokens of the concatenated
+ *     files (the last block of a file may be shorter); the end-of-text
+ *     tokens inside mark where documents start. weight = token count.
+ *   text (JSONL `text` field, or plain text): a unit is the set of lines
+ *     (JSONL) or paragraphs (plain text, split at blank lines) that START in
+ *     a byte block of `block_bytes` of a file; it is tokenized on the fly
+ *     when read (cached). weight = the block's byte count (tokens unknown
+ *     until read).
+ * Reading a unit yields its tokens with the tokenizer-added BOS/EOS ids
+ * (strip_ids) removed, plus the offsets where documents start inside it.
+ *
+ * Thread safety: after open, every function may be called from any thread.
+ */
+#ifndef STK_DL_SOURCE_H
+#define STK_DL_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum dl_format { DL_FORMAT_MEGATRON = 1, DL_FORMAT_LLMC = 2, DL_FORMAT_TEXT = 3 };
+
+struct dl_source_opts {
+  const char *name;      /* Dataset name (for errors and provenance). */
+  const char *path;      /* A file, a file prefix (Megatron: PREFIX.bin/.idx) or a directory
+                            (every matching file in name order). */
+  enum dl_format format;
+  const char *tokenizer; /* Text only: "bytes" (default) or "gpt2:VOCAB_JSON,MERGES_TXT". */
+  uint32_t block_tokens; /* llm.c unit size; 0: 8192. */
+  uint32_t block_bytes;  /* Text unit size; 0: 65536. */
+  const uint32_t *strip_ids; /* Token ids removed at document starts and ends. */
+  size_t n_strip_ids;
+  int64_t eot_id;        /* llm.c document delimiter; < 0: 50256 (GPT-2). */
+};
+
+struct dl_source;
+
+/* Errors: STK_EINVAL (bad options), STK_ENOENT (no such file), STK_ECORRUPT
+ * (wrong magic, truncated file, sizes that disagree), STK_EIO; stk_detail()
+ * names the file and what is wrong. */
+int dl_source_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
+void dl_source_free(struct dl_source *s);
+
+const char *dl_source_name(const struct dl_source *s);
+uint64_t dl_source_units(const struct dl_source *s);
+/* Token count (binary formats) or byte count (text) of unit u. O(1). */
+uint64_t dl_source_unit_weight(const struct dl_source *s, uint64_t u);
+/* Sum of all unit weights. */
+uint64_t dl_source_total_weight(const struct dl_source *s);
+
+/* A unit's tokens, read. The caller frees with dl_unit_free. */
+struct dl_unit {
+  uint32_t *tokens;     /* [n_tokens] */
+  size_t n_tokens;
+  uint32_t *doc_starts; /* [n_docs] offsets in tokens where documents start; first is 0 unless
+                           the unit begins mid-document (llm.c blocks). */
+  size_t n_docs;
+  uint64_t first_doc;   /* Document number of doc_starts[0] within the dataset where known
+                           (Megatron), else the unit number. */
+};
+int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+void dl_unit_free(struct dl_unit *unit);
+
+#endif
