@@ -1,0 +1,284 @@
+/*
+ * harness: spawning, waiting for, killing and restarting the real
+ * coordinator daemon for the integration tests (see harness.h), plus the
+ * few client helpers every test needs. The daemon is started with
+ * posix_spawn (the test process has gRPC threads, so fork without exec
+ * would be unsafe) and always reaped by pid.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define READY_TIMEOUT_MS 30000
+
+/* Daemons alive, killed at exit in case a failing test skipped its
+ * teardown (a live daemon would hold the test's output pipes open). */
+#define MAX_LIVE 64
+static struct harness_daemon *live[MAX_LIVE];
+
+static void track(struct harness_daemon *d, bool on) {
+  for (size_t i = 0; i < MAX_LIVE; i++) {
+    if (on && !live[i]) {
+      live[i] = d;
+      return;
+    }
+    if (!on && live[i] == d) live[i] = NULL;
+  }
+}
+
+static void kill_live(void) {
+  for (size_t i = 0; i < MAX_LIVE; i++) {
+    if (live[i] && live[i]->pid) kill(live[i]->pid, SIGKILL);
+  }
+}
+
+static int test_argc;
+static char **test_argv;
+static const char *binary;
+
+int harness_init(int argc, char **argv) {
+  test_argc = argc;
+  test_argv = argv;
+  binary = argc > 1 ? argv[1] : getenv("STOKER_COORDINATOR");
+  if (!binary || !binary[0]) {
+    fprintf(stderr, "usage: %s COORDINATOR_BINARY [ARGS...] (or set STOKER_COORDINATOR)\n",
+            argv[0]);
+    return -1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  atexit(kill_live);
+  return 0;
+}
+
+const char *harness_binary(void) {
+  return binary;
+}
+
+const char *harness_arg(int i) {
+  return i + 1 < test_argc ? test_argv[i + 1] : NULL;
+}
+
+int64_t harness_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void harness_sleep_ms(int64_t ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int harness_tmpdir_new(char *ret_path, size_t len) {
+  const char *base = getenv("TMPDIR");
+  char tmpl[256];
+  snprintf(tmpl, sizeof(tmpl), "%s/stoker-it-XXXXXX", base && base[0] ? base : "/tmp");
+  if (!mkdtemp(tmpl)) return STK_EIO;
+  snprintf(ret_path, len, "%s", tmpl);
+  return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  return remove(path);
+}
+
+void harness_tmpdir_remove(const char *path) {
+  if (path && path[0]) nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Spawns the binary with the standard arguments, listening on listen. */
+static int spawn(struct harness_daemon *d, const char *listen) {
+  const char *argv[HARNESS_MAX_ARGS + 16];
+  size_t n = 0;
+  argv[n++] = binary;
+  argv[n++] = "--listen";
+  argv[n++] = listen;
+  argv[n++] = "--data-dir";
+  argv[n++] = d->data_dir;
+  argv[n++] = "--ready-file";
+  argv[n++] = d->ready_file;
+  argv[n++] = "--log-level";
+  argv[n++] = "warn";
+  for (size_t i = 0; i < d->n_args; i++) argv[n++] = d->args[i];
+  argv[n] = NULL;
+  unlink(d->ready_file);
+  int rc = posix_spawn(&d->pid, binary, NULL, NULL, (char *const *)argv, environ);
+  if (rc != 0) {
+    fprintf(stderr, "harness: cannot spawn %s: %s\n", binary, strerror(rc));
+    d->pid = 0;
+    return STK_EIO;
+  }
+  return 0;
+}
+
+/* Reads the first line of the ready file into d->addr; false if absent. */
+static bool read_ready(struct harness_daemon *d) {
+  FILE *f = fopen(d->ready_file, "r");
+  if (!f) return false;
+  char line[128] = "";
+  bool ok = fgets(line, sizeof(line), f) != NULL;
+  fclose(f);
+  line[strcspn(line, "\r\n")] = 0;
+  if (!ok || !line[0]) return false;
+  snprintf(d->addr, sizeof(d->addr), "%s", line);
+  return true;
+}
+
+/* Waits for the ready file; fails early when the daemon exits. */
+static int wait_ready(struct harness_daemon *d) {
+  int64_t deadline = harness_now_ms() + READY_TIMEOUT_MS;
+  while (harness_now_ms() < deadline) {
+    if (!harness_daemon_alive(d)) {
+      fprintf(stderr, "harness: the daemon exited before it was ready\n");
+      return STK_EIO;
+    }
+    if (read_ready(d)) return 0;
+    harness_sleep_ms(10);
+  }
+  fprintf(stderr, "harness: no ready file after %d ms\n", READY_TIMEOUT_MS);
+  harness_daemon_kill(d);
+  return STK_ETIMEDOUT;
+}
+
+struct harness_daemon *harness_daemon_start(const char *const *extra_args) {
+  struct harness_daemon *d = calloc(1, sizeof(*d));
+  if (!d || harness_tmpdir_new(d->root, sizeof(d->root)) != 0) {
+    free(d);
+    return NULL;
+  }
+  snprintf(d->data_dir, sizeof(d->data_dir), "%s/data", d->root);
+  snprintf(d->ready_file, sizeof(d->ready_file), "%s/ready", d->root);
+  for (size_t i = 0; extra_args && extra_args[i] && i < HARNESS_MAX_ARGS; i++)
+    d->args[d->n_args++] = strdup(extra_args[i]);
+  track(d, true);
+  if (spawn(d, "127.0.0.1:0") != 0 || wait_ready(d) != 0) {
+    harness_daemon_free(d);
+    return NULL;
+  }
+  return d;
+}
+
+int harness_daemon_restart(struct harness_daemon *d) {
+  harness_daemon_kill(d);
+  char listen[sizeof(d->addr)];
+  snprintf(listen, sizeof(listen), "%s", d->addr);
+  int rc = spawn(d, listen);
+  return rc ? rc : wait_ready(d);
+}
+
+static int decode_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+bool harness_daemon_alive(struct harness_daemon *d) {
+  if (!d->pid) return false;
+  int status;
+  pid_t r = waitpid(d->pid, &status, WNOHANG);
+  if (r == 0) return true;
+  d->pid = 0;
+  return false;
+}
+
+void harness_daemon_kill(struct harness_daemon *d) {
+  if (!d || !d->pid) return;
+  kill(d->pid, SIGKILL);
+  int status;
+  while (waitpid(d->pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  d->pid = 0;
+}
+
+int harness_daemon_term(struct harness_daemon *d, int64_t timeout_ms, int *ret_status) {
+  if (!d->pid) return STK_ESTATE;
+  kill(d->pid, SIGTERM);
+  int64_t deadline = harness_now_ms() + timeout_ms;
+  for (;;) {
+    int status;
+    pid_t r = waitpid(d->pid, &status, WNOHANG);
+    if (r == d->pid) {
+      d->pid = 0;
+      *ret_status = decode_status(status);
+      return 0;
+    }
+    if (harness_now_ms() >= deadline) break;
+    harness_sleep_ms(10);
+  }
+  harness_daemon_kill(d);
+  return STK_ETIMEDOUT;
+}
+
+void harness_daemon_free(struct harness_daemon *d) {
+  if (!d) return;
+  harness_daemon_kill(d);
+  track(d, false);
+  harness_tmpdir_remove(d->root);
+  for (size_t i = 0; i < d->n_args; i++) free(d->args[i]);
+  free(d);
+}
+
+struct stk_client *harness_client(const struct harness_daemon *d) {
+  struct stk_client_opts o = {.address = d->addr};
+  struct stk_client *c = NULL;
+  return stk_client_new(&o, &c) == 0 ? c : NULL;
+}
+
+struct rpc_client *harness_rpc(const struct harness_daemon *d) {
+  struct rpc_client_opts o = {.target = d->addr};
+  struct rpc_client *c = NULL;
+  return rpc_client_new(&o, &c) == 0 ? c : NULL;
+}
+
+int harness_create_job(struct stk_client *c, const char *name, uint32_t min_ranks,
+                       uint32_t max_ranks, uint32_t interval_ms, uint32_t last_call_ms) {
+  Stoker__V1__JobSpec spec = STOKER__V1__JOB_SPEC__INIT;
+  spec.name = (char *)name;
+  spec.min_ranks = min_ranks;
+  spec.max_ranks = max_ranks;
+  spec.heartbeat_interval_ms = interval_ms;
+  spec.heartbeat_misses = 3;
+  spec.last_call_ms = last_call_ms;
+  spec.join_timeout_ms = 60000;
+  Stoker__V1__Job *job = NULL;
+  int rc = stk_job_create(c, &spec, 10000, &job);
+  if (job) protobuf_c_message_free_unpacked(&job->base, NULL);
+  return rc;
+}
+
+Stoker__V1__Job *harness_get_job(struct stk_client *c, const char *name) {
+  Stoker__V1__Job *job = NULL;
+  return stk_job_get(c, name, 10000, &job) == 0 ? job : NULL;
+}
+
+int harness_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *req,
+                 const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
+                 char *ret_msg, size_t msg_len) {
+  char path[256];
+  if (method[0] == '/')
+    snprintf(path, sizeof(path), "%s", method);
+  else
+    snprintf(path, sizeof(path), "/stoker.v1.Coordinator/%s", method);
+  ProtobufCMessage *resp = NULL;
+  struct rpc_status st = {0};
+  int err = rpc_client_unary(rc, path, req, resp_desc, 10000, &resp, &st);
+  if (ret_msg) snprintf(ret_msg, msg_len, "%s", err ? st.message : "");
+  if (err == 0 && ret_resp)
+    *ret_resp = resp;
+  else if (resp)
+    protobuf_c_message_free_unpacked(resp, NULL);
+  return err == 0 ? RPC_OK : (st.code ? st.code : RPC_UNKNOWN);
+}

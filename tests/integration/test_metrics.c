@@ -1,0 +1,121 @@
+/*
+ * The real daemon's Prometheus endpoint: with --metrics-listen on a port
+ * picked here (bind port 0, read it, close: the daemon only logs the port
+ * it bound), GET /metrics counts the calls made, by method and code.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+
+/* A TCP port free on 127.0.0.1 right now; 0 on failure. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* GET /metrics over plain HTTP/1.0; returns the malloc'ed response. */
+static char *http_get(int port, const char *path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  char req[256];
+  int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  ssize_t got;
+  while ((got = read(fd, buf + len, cap - len - 1)) > 0) {
+    len += (size_t)got;
+    if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+  }
+  buf[len] = 0;
+  close(fd);
+  return buf;
+}
+
+/* Polls GET /metrics until it holds every line of want; fails with the
+ * last body otherwise (a call is counted as it is freed, just after the
+ * client has its reply). */
+static void expect_metrics(int port, const char *const *want, size_t n) {
+  char *body = NULL;
+  for (int64_t deadline = harness_now_ms() + 5000;; harness_sleep_ms(20)) {
+    free(body);
+    body = http_get(port, "/metrics");
+    assert_non_null(body);
+    assert_non_null(strstr(body, " 200 "));
+    size_t found = 0;
+    while (found < n && strstr(body, want[found])) found++;
+    if (found == n) break;
+    if (harness_now_ms() > deadline) fail_msg("no \"%s\" in:\n%s", want[found], body);
+  }
+  free(body);
+}
+
+static int setup(void **state) {
+  int port = free_port();
+  char listen[64];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+  const char *args[] = {"--metrics-listen", listen, NULL};
+  struct harness_daemon *d = port ? harness_daemon_start(args) : NULL;
+  *state = d;
+  return d ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  harness_daemon_free(*state);
+  return 0;
+}
+
+static void test_requests_counted(void **state) {
+  struct harness_daemon *d = *state;
+  int port = atoi(strrchr(d->args[1], ':') + 1); /* args: --metrics-listen HOST:PORT */
+  struct stk_client *c = harness_client(d);
+  Stoker__V1__ListJobsResponse *l = NULL;
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(stk_job_list(c, NULL, NULL, 0, 3000, &l), 0);
+    protobuf_c_message_free_unpacked(&l->base, NULL);
+  }
+  Stoker__V1__Job *job = NULL;
+  assert_int_equal(stk_job_get(c, "nope", 3000, &job), STK_ENOENT);
+  stk_client_free(c);
+  const char *want[] = {
+      "stoker_rpc_requests_total{method=\"/stoker.v1.Coordinator/ListJobs\",code=\"OK\"} 3\n",
+      "stoker_rpc_requests_total{method=\"/stoker.v1.Coordinator/GetJob\",code=\"NOT_FOUND\"} 1\n",
+  };
+  expect_metrics(port, want, 2);
+}
+
+int main(int argc, char **argv) {
+  if (harness_init(argc, argv)) return 2;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_requests_counted, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
