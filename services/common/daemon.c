@@ -27,6 +27,8 @@ struct daemon {
   uv_signal_t sigterm, sigint;
   daemon_stop_fn on_stop;
   void *stop_arg;
+  daemon_drain_fn on_drain;
+  void *drain_arg;
   bool stopping;
   char bound[128];
 };
@@ -106,7 +108,13 @@ static void on_signal(uv_signal_t *h, int signum) {
   uv_signal_stop(&d->sigint);
   metrics_http_stop(d->http);
   d->http = NULL;
+  if (d->on_drain) d->on_drain(d, d->drain_arg);
   rpc_server_shutdown(d->rpc, d->opts->shutdown_grace_ms, rpc_drained, d);
+}
+
+void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg) {
+  d->on_drain = fn;
+  d->drain_arg = arg;
 }
 
 int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err, size_t err_len) {

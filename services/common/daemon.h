@@ -130,6 +130,13 @@ uv_loop_t *daemon_loop(struct daemon *d);
 struct rpc_server *daemon_rpc(struct daemon *d);
 struct metrics *daemon_metrics(struct daemon *d);
 
+/* Called on the loop as soon as a stop signal arrives, before the RPC
+ * server drains: the service answers its parked calls (UNAVAILABLE, so
+ * clients retry elsewhere or after the restart) instead of letting them
+ * hold the shutdown for the grace period. Optional; set before start. */
+typedef void (*daemon_drain_fn)(struct daemon *d, void *arg);
+void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg);
+
 /* Binds, starts the metrics endpoint and signal handlers, writes the ready
  * file. on_stop runs once a stop signal arrived and calls have drained. */
 int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err, size_t err_len);

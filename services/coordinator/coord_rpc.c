@@ -2,8 +2,9 @@
  * The gRPC adapter of the coordinator: one thin handler per method. The
  * core answers through a coord_done_fn; here that becomes exactly one
  * rpc_reply or rpc_fail. Parked operations (Join, Barrier, KvGet with
- * wait, WatchJob) keep their coord_wait in the call's data so that a caller
- * that cancels or runs out of deadline is removed from the core at once.
+ * wait, WatchJob) are tracked in a list so that a caller that cancels or
+ * runs out of deadline is removed from the core at once, and so that a
+ * draining daemon can answer them all UNAVAILABLE without waiting.
  */
 #include "coord_rpc.h"
 
@@ -11,44 +12,89 @@
 
 #include <stdlib.h>
 
-/* Every handler gets the coordinator as svc_data. */
-#define COORD(svc) ((struct coord *)(svc))
+struct coord_rpc {
+  struct coord *coord;
+  struct parked *parked; /* Doubly linked list of open parked calls. */
+  bool draining;
+};
+
+/* One parked call or watch: its call, its handle in the core (NULL once the
+ * core answered), and for watches whether a send is outstanding. */
+struct parked {
+  struct coord_rpc *adapter;
+  struct rpc_call *call;
+  struct coord_wait *wait;
+  struct parked *prev, *next;
+  bool sending; /* A watch event send is outstanding. */
+  bool ended;   /* The core answered; freed when no send refers to it. */
+};
+
+static struct parked *parked_new(struct coord_rpc *a, struct rpc_call *call) {
+  struct parked *p = calloc(1, sizeof(*p));
+  if (!p) return NULL;
+  p->adapter = a;
+  p->call = call;
+  p->next = a->parked;
+  if (a->parked) a->parked->prev = p;
+  a->parked = p;
+  rpc_call_set_data(call, p);
+  return p;
+}
+
+/* Unlinks p; frees it unless a watch send still refers to it. */
+static void parked_end(struct parked *p) {
+  struct coord_rpc *a = p->adapter;
+  if (p->prev)
+    p->prev->next = p->next;
+  else
+    a->parked = p->next;
+  if (p->next) p->next->prev = p->prev;
+  p->prev = p->next = NULL;
+  p->wait = NULL;
+  p->ended = true;
+  rpc_call_set_data(p->call, NULL);
+  if (!p->sending) free(p);
+}
+
+/* The status for a core error; cancelled by a drain becomes UNAVAILABLE so
+ * that clients retry after the restart. */
+static void fail(struct rpc_call *call, bool draining, int err, const char *errmsg) {
+  if (draining && err == STK_ECANCELED)
+    rpc_fail(call, RPC_UNAVAILABLE, "coordinator is shutting down; retry");
+  else
+    rpc_fail_err(call, err, "%s", errmsg && *errmsg ? errmsg : stk_strerror(err));
+}
 
 static void answer(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
   struct rpc_call *call = arg;
-  rpc_call_set_data(call, NULL);
   if (err)
-    rpc_fail_err(call, err, "%s", errmsg && *errmsg ? errmsg : stk_strerror(err));
+    fail(call, false, err, errmsg);
   else
     rpc_reply(call, resp);
 }
 
-/* --------------------------------------------------------- parked calls */
-
-struct parked {
-  struct coord *coord;
-  struct coord_wait *wait;
-};
-
-static void cancel_parked(struct rpc_call *call, void *arg) {
-  struct coord *c = arg;
-  struct coord_wait *w = rpc_call_data(call);
-  if (w) coord_cancel(c, w); /* Runs answer() synchronously. */
+static void answer_parked(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
+  struct rpc_call *call = arg;
+  struct parked *p = rpc_call_data(call);
+  bool draining = p && p->adapter->draining;
+  if (p) parked_end(p);
+  if (err)
+    fail(call, draining, err, errmsg);
+  else
+    rpc_reply(call, resp);
 }
 
-/* Ties a parked operation to its call. The core never completes
- * synchronously, so w is still valid here. */
-static void park(struct rpc_call *call, struct coord *c, struct coord_wait *w) {
-  if (!w) return;
-  rpc_call_set_data(call, w);
-  rpc_on_cancel(call, cancel_parked, c);
+static void cancel_parked(struct rpc_call *call, void *arg) {
+  struct parked *p = rpc_call_data(call);
+  if (p && p->wait) coord_cancel(p->adapter->coord, p->wait); /* Answers synchronously. */
 }
 
 /* ---------------------------------------------------------- unary calls */
 
 #define UNARY_HANDLER(method, fn, type)                                                            \
   static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
-    fn(COORD(svc), (const type *)req, answer, call);                                               \
+    struct coord_rpc *a = svc;                                                                     \
+    fn(a->coord, (const type *)req, answer, call);                                                 \
   }
 
 UNARY_HANDLER(create_job, coord_create_job, Stoker__V1__CreateJobRequest)
@@ -64,9 +110,16 @@ UNARY_HANDLER(leave, coord_leave, Stoker__V1__LeaveRequest)
 UNARY_HANDLER(kv_set, coord_kv_set, Stoker__V1__KvSetRequest)
 UNARY_HANDLER(report_checkpoint, coord_report_checkpoint, Stoker__V1__ReportCheckpointRequest)
 
+/* The core never completes synchronously, so the wait is still open here. */
 #define PARKED_HANDLER(method, fn, type)                                                           \
   static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
-    park(call, COORD(svc), fn(COORD(svc), (const type *)req, answer, call));                       \
+    struct parked *p = parked_new(svc, call);                                                      \
+    if (!p) {                                                                                      \
+      rpc_fail_err(call, STK_ENOMEM, "out of memory");                                             \
+      return;                                                                                      \
+    }                                                                                              \
+    p->wait = fn(p->adapter->coord, (const type *)req, answer_parked, call);                       \
+    rpc_on_cancel(call, cancel_parked, NULL);                                                      \
   }
 
 PARKED_HANDLER(join, coord_join, Stoker__V1__JoinRequest)
@@ -75,63 +128,48 @@ PARKED_HANDLER(kv_get, coord_kv_get, Stoker__V1__KvGetRequest)
 
 /* ------------------------------------------------------------ WatchJob */
 
-/* One watch: the core holds delivery while a send is outstanding (gRPC
- * allows one), and the context outlives the core's watch until that send
- * completes. */
-struct watch_ctx {
-  struct coord *coord;
-  struct coord_wait *wait; /* NULL once the core's watch ended. */
-  bool sending;
-};
-
+/* One event at a time: the core holds delivery until the send completes;
+ * the parked record outlives the core's watch until then. */
 static void event_sent(struct rpc_call *call, int err, void *arg) {
-  struct watch_ctx *w = arg;
-  w->sending = false;
-  if (!w->wait) {
-    free(w);
+  struct parked *p = arg;
+  p->sending = false;
+  if (p->ended) {
+    free(p); /* The watch ended while this send was in flight. */
     return;
   }
-  if (!err) coord_watch_resume(w->coord, w->wait);
+  if (!err && p->wait) coord_watch_resume(p->adapter->coord, p->wait);
 }
 
 static bool send_event(void *arg, const Stoker__V1__JobEvent *ev) {
   struct rpc_call *call = arg;
-  struct watch_ctx *w = rpc_call_data(call);
-  if (rpc_send(call, &ev->base, event_sent, w) != 0) return false; /* Cancel path ends it. */
-  w->sending = true;
+  struct parked *p = rpc_call_data(call);
+  if (!p || rpc_send(call, &ev->base, event_sent, p) != 0) return false; /* Cancel ends it. */
+  p->sending = true;
   return false;
-}
-
-static void cancel_watch(struct rpc_call *call, void *arg) {
-  struct watch_ctx *w = rpc_call_data(call);
-  if (w && w->wait) coord_cancel(w->coord, w->wait); /* Runs watch_done. */
 }
 
 static void watch_done(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
   struct rpc_call *call = arg;
-  struct watch_ctx *w = rpc_call_data(call);
-  rpc_call_set_data(call, NULL);
-  if (w) {
-    w->wait = NULL;
-    if (!w->sending) free(w);
-  }
-  if (err)
+  struct parked *p = rpc_call_data(call);
+  bool draining = p && p->adapter->draining;
+  if (p) parked_end(p);
+  if (draining && err == STK_ECANCELED)
+    rpc_finish(call, RPC_UNAVAILABLE, "coordinator is shutting down; resume the watch");
+  else if (err)
     rpc_finish(call, stk_error_to_grpc(err), "%s", errmsg && *errmsg ? errmsg : stk_strerror(err));
   else
     rpc_finish(call, RPC_OK, "%s", "");
 }
 
 static void handle_watch_job(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
-  struct watch_ctx *w = calloc(1, sizeof(*w));
-  if (!w) {
+  struct parked *p = parked_new(svc, call);
+  if (!p) {
     rpc_fail_err(call, STK_ENOMEM, "out of memory");
     return;
   }
-  w->coord = COORD(svc);
-  rpc_call_set_data(call, w);
-  w->wait = coord_watch_job(w->coord, (const Stoker__V1__WatchJobRequest *)req, send_event,
+  p->wait = coord_watch_job(p->adapter->coord, (const Stoker__V1__WatchJobRequest *)req, send_event,
                             watch_done, call);
-  rpc_on_cancel(call, cancel_watch, NULL);
+  rpc_on_cancel(call, cancel_parked, NULL);
 }
 
 /* ------------------------------------------------------------- table */
@@ -155,7 +193,28 @@ static const struct rpc_method_def coordinator_methods[] = {
     {"ReportCheckpoint", RPC_UNARY, handle_report_checkpoint},
 };
 
-int coord_rpc_register(struct rpc_server *s, struct coord *c) {
-  return rpc_server_add_service(s, &stoker__v1__coordinator__descriptor, coordinator_methods,
-                                sizeof(coordinator_methods) / sizeof(coordinator_methods[0]), c);
+int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc **ret_adapter) {
+  struct coord_rpc *a = calloc(1, sizeof(*a));
+  if (!a) return STK_ENOMEM;
+  a->coord = c;
+  int rc = rpc_server_add_service(s, &stoker__v1__coordinator__descriptor, coordinator_methods,
+                                  sizeof(coordinator_methods) / sizeof(coordinator_methods[0]), a);
+  if (rc) {
+    free(a);
+    return rc;
+  }
+  *ret_adapter = a;
+  return 0;
+}
+
+void coord_rpc_drain(struct coord_rpc *a) {
+  a->draining = true;
+  for (struct parked *p = a->parked, *next; p; p = next) {
+    next = p->next;
+    if (p->wait) coord_cancel(a->coord, p->wait); /* Ends p synchronously. */
+  }
+}
+
+void coord_rpc_free(struct coord_rpc *a) {
+  free(a);
 }

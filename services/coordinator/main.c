@@ -52,6 +52,7 @@ struct coordinator {
   struct coordinator_config cfg;
   struct daemon *daemon;
   struct coord *coord;
+  struct coord_rpc *adapter;
   uv_timer_t stats_timer;
   struct metric_gauge *jobs, *members, *parked, *watchers;
   struct metric_counter *synced_writes, *heartbeats, *joins, *events;
@@ -91,6 +92,11 @@ static void register_metrics(struct coordinator *co) {
   uv_timer_init(daemon_loop(co->daemon), &co->stats_timer);
   co->stats_timer.data = co;
   uv_timer_start(&co->stats_timer, publish_stats, 1000, 1000);
+}
+
+static void drain_service(struct daemon *d, void *arg) {
+  struct coordinator *co = arg;
+  coord_rpc_drain(co->adapter);
 }
 
 static void coord_closed(void *arg) {
@@ -141,14 +147,16 @@ int main(int argc, char **argv) {
   }
   cfg_log_effective(&coordinator_table, &co.cfg);
   rc = open_core(&co);
-  if (!rc) rc = coord_rpc_register(daemon_rpc(co.daemon), co.coord);
+  if (!rc) rc = coord_rpc_register(daemon_rpc(co.daemon), co.coord, &co.adapter);
   if (!rc) {
     register_metrics(&co);
+    daemon_on_drain(co.daemon, drain_service, &co);
     rc = daemon_start(co.daemon, stop_service, &co, err, sizeof(err));
     if (rc) log_error("startup", "%s", err);
   }
   if (!rc) daemon_run(co.daemon);
   daemon_free(co.daemon);
+  coord_rpc_free(co.adapter);
   cfg_free(&coordinator_table, &co.cfg);
   return rc ? 1 : 0;
 }
