@@ -31,16 +31,16 @@
 enum dl_format { DL_FORMAT_MEGATRON = 1, DL_FORMAT_LLMC = 2, DL_FORMAT_TEXT = 3 };
 
 struct dl_source_opts {
-  const char *name;      /* Dataset name (for errors and provenance). */
-  const char *path;      /* A file, a file prefix (Megatron: PREFIX.bin/.idx) or a directory
-                            (every matching file in name order). */
+  const char *name; /* Dataset name (for errors and provenance). */
+  const char *path; /* A file, a file prefix (Megatron: PREFIX.bin/.idx) or a directory
+                       (every matching file in name order). */
   enum dl_format format;
-  const char *tokenizer; /* Text only: "bytes" (default) or "gpt2:VOCAB_JSON,MERGES_TXT". */
-  uint32_t block_tokens; /* llm.c unit size; 0: 8192. */
-  uint32_t block_bytes;  /* Text unit size; 0: 65536. */
+  const char *tokenizer;     /* Text only: "bytes" (default) or "gpt2:VOCAB_JSON,MERGES_TXT". */
+  uint32_t block_tokens;     /* llm.c unit size; 0: 8192. */
+  uint32_t block_bytes;      /* Text unit size; 0: 65536. */
   const uint32_t *strip_ids; /* Token ids removed at document starts and ends. */
   size_t n_strip_ids;
-  int64_t eot_id;        /* llm.c document delimiter; < 0: 50256 (GPT-2). */
+  int64_t eot_id; /* llm.c document delimiter; < 0: 50256 (GPT-2). */
 };
 
 struct dl_source;
@@ -60,13 +60,13 @@ uint64_t dl_source_total_weight(const struct dl_source *s);
 
 /* A unit's tokens, read. The caller frees with dl_unit_free. */
 struct dl_unit {
-  uint32_t *tokens;     /* [n_tokens] */
+  uint32_t *tokens; /* [n_tokens] */
   size_t n_tokens;
   uint32_t *doc_starts; /* [n_docs] offsets in tokens where documents start; first is 0 unless
                            the unit begins mid-document (llm.c blocks). */
   size_t n_docs;
-  uint64_t first_doc;   /* Document number of doc_starts[0] within the dataset where known
-                           (Megatron), else the unit number. */
+  uint64_t first_doc; /* Document number of doc_starts[0] within the dataset where known
+                         (Megatron), else the unit number. */
 };
 int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
 void dl_unit_free(struct dl_unit *unit);

@@ -1,0 +1,92 @@
+/*
+ * storage: the small object-store interface the checkpoint core writes
+ * through, with two backends: S3 (s3://bucket/prefix, over s3_client) and a
+ * local directory (file:///dir, fs_backend.c, the embedded default).
+ *
+ * Objects are named by keys relative to the backend's root. Keys are
+ * validated before use (storage_key_check): no empty, "." or ".." segments,
+ * no leading or trailing '/', no control characters, at most
+ * STORAGE_KEY_MAX bytes, and no segment starting with ".stk-" (reserved
+ * for the file backend's bookkeeping).
+ *
+ * Every call blocks and is thread-safe: the core calls it from worker
+ * threads, never from a libuv loop thread. Errors are negative STK_E*:
+ * STK_ENOENT (no such key or upload), STK_EEXIST (conditional write refused
+ * because the key exists), STK_EINVAL (bad key or arguments), STK_ERANGE
+ * (ranged read past the end), STK_EIO / STK_EUNAVAIL (store failures after
+ * retries), STK_ENOTSUP (the store lacks the feature).
+ */
+#ifndef STK_STORAGE_H
+#define STK_STORAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORAGE_KEY_MAX     1024 /* bytes, S3's limit */
+#define STORAGE_SEGMENT_MAX 255  /* bytes per '/'-separated segment (file systems) */
+#define STORAGE_PART_MAX    10000
+
+/* storage_put / storage_mpu_complete flags. */
+enum storage_flags {
+  STORAGE_IF_ABSENT = 1 << 0, /* Fail with STK_EEXIST if the key exists. */
+};
+
+/* What the store can do; filled at open (the S3 backend probes). */
+struct storage_caps {
+  bool conditional_put; /* STORAGE_IF_ABSENT is enforced atomically by the store. */
+  bool multipart_abort; /* Abort frees the parts. */
+  bool multipart_list;  /* ListParts / ListMultipartUploads answer. */
+};
+
+/* One uploaded part, for storage_mpu_complete: numbers ascending from 1. */
+struct storage_part {
+  int number;
+  const char *etag;
+};
+
+/* Called once per key under a prefix, in no guaranteed order; a non-zero
+ * return stops the listing and is returned by storage_list. */
+typedef int (*storage_list_cb)(void *arg, const char *key, uint64_t size_bytes);
+
+struct storage;
+
+/* Opens "file:///abs/dir" or "s3://bucket[/prefix]". The S3 backend reads
+ * its endpoint, region and credentials from the environment (see
+ * s3_config.h) unless storage_open_s3 is used. S3 opens run the
+ * capability probe (s3_probe.h) under the prefix. */
+int storage_open(const char *url, struct storage **ret);
+
+/* The S3 backend with an explicit configuration (copied); keys are stored
+ * under prefix ("" or ending in '/'). */
+struct s3_config;
+int storage_open_s3(const struct s3_config *cfg, const char *prefix, struct storage **ret);
+void storage_free(struct storage *st);
+
+const struct storage_caps *storage_caps(const struct storage *st);
+
+/* 0 if key is acceptable, STK_EINVAL (with a detail) otherwise. */
+int storage_key_check(const char *key);
+
+/* Whole-object write; visible atomically (never partially). */
+int storage_put(struct storage *st, const char *key, const void *data, size_t len, unsigned flags);
+/* Reads up to len bytes from offset into buf; *ret_len is the count read
+ * (short only at the end of the object). */
+int storage_get(struct storage *st, const char *key, uint64_t offset, void *buf, size_t len,
+                size_t *ret_len);
+int storage_head(struct storage *st, const char *key, uint64_t *ret_size_bytes);
+/* Deleting a missing key succeeds (as on S3). */
+int storage_delete(struct storage *st, const char *key);
+int storage_list(struct storage *st, const char *prefix, storage_list_cb cb, void *arg);
+
+/* Multipart upload: begin gives an upload id (free() it); parts may be sent
+ * in any order and again (the last one wins); complete makes the object
+ * visible atomically; abort discards the parts. */
+int storage_mpu_begin(struct storage *st, const char *key, char **ret_upload_id);
+int storage_mpu_part(struct storage *st, const char *key, const char *upload_id, int number,
+                     const void *data, size_t len, char **ret_etag);
+int storage_mpu_complete(struct storage *st, const char *key, const char *upload_id,
+                         const struct storage_part *parts, size_t n_parts, unsigned flags);
+int storage_mpu_abort(struct storage *st, const char *key, const char *upload_id);
+
+#endif

@@ -1,0 +1,124 @@
+/* Memory maps and directory listings for the readers (see dl_files.h). */
+#include "dl_files.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "stk_error.h"
+
+int dl_map_open(const char *path, struct dl_map *ret_map) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int e = errno;
+    stk_set_detail("%s: %s", path, strerror(e));
+    return e == ENOENT ? STK_ENOENT : STK_EIO;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    stk_set_detail("%s: not a regular file", path);
+    close(fd);
+    return STK_EIO;
+  }
+  struct dl_map m = {NULL, (size_t)st.st_size};
+  if (m.size > 0) {
+    void *p = mmap(NULL, m.size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      stk_set_detail("%s: mmap: %s", path, strerror(errno));
+      close(fd);
+      return STK_EIO;
+    }
+    m.data = p;
+  }
+  close(fd);
+  *ret_map = m;
+  return 0;
+}
+
+void dl_map_close(struct dl_map *m) {
+  if (m->data) munmap((void *)m->data, m->size);
+  m->data = NULL;
+  m->size = 0;
+}
+
+bool dl_is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+char *dl_strcat2(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  char *s = malloc(la + lb + 1);
+  if (!s) return NULL;
+  memcpy(s, a, la);
+  memcpy(s + la, b, lb + 1);
+  return s;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool wanted(const char *dir, const char *name, const char *suffix) {
+  size_t ln = strlen(name), ls = suffix ? strlen(suffix) : 0;
+  if (name[0] == '.' || ln < ls || (suffix && strcmp(name + ln - ls, suffix) != 0)) return false;
+  char *full = malloc(strlen(dir) + ln + 2);
+  if (!full) return false;
+  strcpy(full, dir);
+  strcat(full, "/");
+  strcat(full, name);
+  struct stat st;
+  bool ok = stat(full, &st) == 0 && S_ISREG(st.st_mode);
+  free(full);
+  return ok;
+}
+
+int dl_list_dir(const char *dir, const char *suffix, char ***ret_paths, size_t *ret_n) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    stk_set_detail("%s: %s", dir, strerror(errno));
+    return STK_ENOENT;
+  }
+  char **paths = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!wanted(dir, e->d_name, suffix)) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **p = realloc(paths, cap * sizeof *p);
+      if (!p) {
+        rc = STK_ENOMEM;
+        break;
+      }
+      paths = p;
+    }
+    char *slash = dl_strcat2(dir, "/");
+    paths[n] = slash ? dl_strcat2(slash, e->d_name) : NULL;
+    free(slash);
+    if (!paths[n]) {
+      rc = STK_ENOMEM;
+      break;
+    }
+    n++;
+  }
+  closedir(d);
+  if (rc < 0) {
+    dl_paths_free(paths, n);
+    return rc;
+  }
+  if (n) qsort(paths, n, sizeof *paths, cmp_str);
+  *ret_paths = paths;
+  *ret_n = n;
+  return 0;
+}
+
+void dl_paths_free(char **paths, size_t n) {
+  for (size_t i = 0; i < n; i++) free(paths[i]);
+  free(paths);
+}

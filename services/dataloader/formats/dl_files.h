@@ -1,0 +1,30 @@
+/*
+ * dl_files: the file plumbing the readers share — read-only memory maps
+ * (so opening never reads token pages) and directory listings in name order.
+ */
+#ifndef STK_DL_FILES_H
+#define STK_DL_FILES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dl_map {
+  const uint8_t *data; /* NULL when size is 0 */
+  size_t size;
+};
+
+/* Maps path read-only. Errors: STK_ENOENT, STK_EIO (detail names the file). */
+int dl_map_open(const char *path, struct dl_map *ret_map);
+void dl_map_close(struct dl_map *m);
+
+bool dl_is_dir(const char *path);
+/* Regular files in dir whose names end with suffix (NULL: any, hidden files
+ * skipped), as full paths sorted by name. The caller frees with
+ * dl_paths_free. Errors: STK_ENOENT, STK_ENOMEM. */
+int dl_list_dir(const char *dir, const char *suffix, char ***ret_paths, size_t *ret_n);
+void dl_paths_free(char **paths, size_t n);
+/* malloc'd "a" followed by "b". */
+char *dl_strcat2(const char *a, const char *b);
+
+#endif

@@ -1,0 +1,199 @@
+/*
+ * llm.c token files: a 256 x int32 header (magic 20240520 = uint16 tokens,
+ * version 1; magic 20240801 = uint32 tokens, version 7; then the token
+ * count) and the tokens, every document preceded by the end-of-text token.
+ * There is no document index, so a unit is a fixed block of block_tokens
+ * tokens of one file. Reading drops the end-of-text delimiters and reports
+ * where documents start, looking one token past the block edges so that the
+ * answer does not depend on where blocks fall.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dl_files.h"
+#include "dl_source_internal.h"
+#include "stk_error.h"
+
+#define HEADER_BYTES 1024
+
+struct lfile {
+  char *path;
+  struct dl_map map;
+  size_t token_bytes; /* 2 or 4 */
+  uint64_t n_tokens;
+  uint64_t first_unit;
+};
+
+struct llmc {
+  struct dl_source base;
+  struct lfile *files;
+  size_t n_files;
+  uint64_t block_tokens;
+  uint32_t eot;
+};
+
+static uint32_t tok_at(const struct lfile *f, uint64_t i) {
+  const uint8_t *p = f->map.data + HEADER_BYTES + i * f->token_bytes;
+  if (f->token_bytes == 2) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+  }
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+static int check_header(struct lfile *f) {
+  int32_t h[3];
+  if (f->map.size < HEADER_BYTES) {
+    stk_set_detail("%s: truncated header (%zu bytes)", f->path, f->map.size);
+    return STK_ECORRUPT;
+  }
+  memcpy(h, f->map.data, sizeof h);
+  if (h[0] == 20240520 && h[1] == 1)
+    f->token_bytes = 2;
+  else if (h[0] == 20240801 && h[1] == 7)
+    f->token_bytes = 4;
+  else {
+    stk_set_detail("%s: bad magic/version %d/%d (want 20240520/1 or 20240801/7)", f->path, h[0],
+                   h[1]);
+    return STK_ECORRUPT;
+  }
+  if (h[2] < 0 || (uint64_t)h[2] * f->token_bytes != f->map.size - HEADER_BYTES) {
+    stk_set_detail("%s: token count %d in the header does not match the file size %zu", f->path,
+                   h[2], f->map.size);
+    return STK_ECORRUPT;
+  }
+  f->n_tokens = (uint64_t)h[2];
+  return 0;
+}
+
+static const struct lfile *find_file(const struct llmc *l, uint64_t u) {
+  size_t lo = 0, hi = l->n_files; /* last file with first_unit <= u */
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (l->files[mid].first_unit <= u)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  while (lo + 1 < l->n_files && l->files[lo + 1].first_unit <= u) lo++; /* skip empty files */
+  return &l->files[lo];
+}
+
+static uint64_t llmc_weight(const struct dl_source *s, uint64_t u) {
+  const struct llmc *l = (const struct llmc *)s;
+  const struct lfile *f = find_file(l, u);
+  uint64_t start = (u - f->first_unit) * l->block_tokens;
+  uint64_t left = f->n_tokens - start;
+  return left < l->block_tokens ? left : l->block_tokens;
+}
+
+/* Position i holds a document's first / last token (delimiters excluded). */
+static bool doc_first(const struct llmc *l, const struct lfile *f, uint64_t i) {
+  return i == 0 || tok_at(f, i - 1) == l->eot;
+}
+
+static bool doc_last(const struct llmc *l, const struct lfile *f, uint64_t i) {
+  return i + 1 == f->n_tokens || tok_at(f, i + 1) == l->eot;
+}
+
+/* Whether token i is dropped: a delimiter, or a strip id at a document's edge. */
+static bool dropped(const struct llmc *l, const struct lfile *f, uint64_t i) {
+  uint32_t t = tok_at(f, i);
+  if (t == l->eot) return true;
+  return dl_source_is_strip_id(&l->base, t) && (doc_first(l, f, i) || doc_last(l, f, i));
+}
+
+static int llmc_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  const struct llmc *l = (const struct llmc *)s;
+  const struct lfile *f = find_file(l, u);
+  uint64_t start = (u - f->first_unit) * l->block_tokens, end = start + llmc_weight(s, u);
+  size_t n = 0, cap = 0;
+  ret_unit->tokens = malloc((end - start + 1) * sizeof(uint32_t));
+  if (!ret_unit->tokens) return STK_ENOMEM;
+  for (uint64_t i = start; i < end; i++) {
+    if (dropped(l, f, i)) continue;
+    bool first = doc_first(l, f, i) || (doc_first(l, f, i - 1) && dropped(l, f, i - 1));
+    if (first && dl_unit_add_doc(ret_unit, &cap, (uint32_t)n) < 0) return STK_ENOMEM;
+    ret_unit->tokens[n++] = tok_at(f, i);
+  }
+  ret_unit->n_tokens = n;
+  ret_unit->first_doc = u;
+  return 0;
+}
+
+static void llmc_free(struct dl_source *s) {
+  struct llmc *l = (struct llmc *)s;
+  for (size_t i = 0; i < l->n_files; i++) {
+    dl_map_close(&l->files[i].map);
+    free(l->files[i].path);
+  }
+  free(l->files);
+  dl_source_base_close(s);
+  free(l);
+}
+
+static const struct dl_source_ops llmc_ops = {llmc_weight, llmc_read, llmc_free};
+
+static int list_files(const char *path, char ***ret, size_t *ret_n) {
+  if (dl_is_dir(path)) {
+    int rc = dl_list_dir(path, ".bin", ret, ret_n);
+    if (rc == 0 && *ret_n == 0) {
+      free(*ret);
+      stk_set_detail("%s: no llm.c token files (*.bin) in directory", path);
+      return STK_ENOENT;
+    }
+    return rc;
+  }
+  char **paths = malloc(sizeof *paths);
+  if (!paths || !(paths[0] = strdup(path))) {
+    free(paths);
+    return STK_ENOMEM;
+  }
+  *ret = paths;
+  *ret_n = 1;
+  return 0;
+}
+
+static int open_files(struct llmc *l, char **paths) {
+  for (size_t i = 0; i < l->n_files; i++) {
+    struct lfile *f = &l->files[i];
+    f->path = paths[i];
+    paths[i] = NULL;
+    int rc = dl_map_open(f->path, &f->map);
+    if (rc == 0) rc = check_header(f);
+    if (rc < 0) return rc;
+    f->first_unit = l->base.n_units;
+    l->base.n_units += (f->n_tokens + l->block_tokens - 1) / l->block_tokens;
+    l->base.total_weight += f->n_tokens;
+  }
+  return 0;
+}
+
+int dl_llmc_open(const struct dl_source_opts *opts, struct dl_source **ret_source) {
+  char **paths = NULL;
+  size_t n = 0;
+  int rc = list_files(opts->path, &paths, &n);
+  if (rc < 0) return rc;
+  struct llmc *l = calloc(1, sizeof *l);
+  if (l) l->files = calloc(n, sizeof *l->files);
+  if (!l || !l->files) {
+    free(l);
+    dl_paths_free(paths, n);
+    return STK_ENOMEM;
+  }
+  l->n_files = n;
+  l->block_tokens = opts->block_tokens ? opts->block_tokens : 8192;
+  l->eot = opts->eot_id < 0 ? 50256u : (uint32_t)opts->eot_id;
+  rc = dl_source_base_init(&l->base, &llmc_ops, opts);
+  if (rc == 0) rc = open_files(l, paths);
+  dl_paths_free(paths, n);
+  if (rc < 0) {
+    llmc_free(&l->base);
+    return rc;
+  }
+  *ret_source = &l->base;
+  return 0;
+}

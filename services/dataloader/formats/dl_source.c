@@ -1,0 +1,119 @@
+/*
+ * dl_source: the format-independent half of a dataset source — dispatch to
+ * the reader chosen by opts->format, and the accessors every reader shares.
+ */
+#include "dl_source_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "stk_error.h"
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+int dl_source_base_init(struct dl_source *s, const struct dl_source_ops *ops,
+                        const struct dl_source_opts *opts) {
+  s->ops = ops;
+  s->name = strdup(opts->name ? opts->name : (opts->path ? opts->path : "synthetic"));
+  if (!s->name) return STK_ENOMEM;
+  if (opts->n_strip_ids > 0) {
+    s->strip_ids = malloc(opts->n_strip_ids * sizeof *s->strip_ids);
+    if (!s->strip_ids) return STK_ENOMEM;
+    memcpy(s->strip_ids, opts->strip_ids, opts->n_strip_ids * sizeof *s->strip_ids);
+    qsort(s->strip_ids, opts->n_strip_ids, sizeof *s->strip_ids, cmp_u32);
+    s->n_strip_ids = opts->n_strip_ids;
+  }
+  return 0;
+}
+
+void dl_source_base_close(struct dl_source *s) {
+  free(s->name);
+  free(s->strip_ids);
+}
+
+bool dl_source_is_strip_id(const struct dl_source *s, uint32_t token) {
+  if (s->n_strip_ids == 0) return false;
+  return bsearch(&token, s->strip_ids, s->n_strip_ids, sizeof token, cmp_u32) != NULL;
+}
+
+int dl_unit_add_doc(struct dl_unit *unit, size_t *cap, uint32_t offset) {
+  if (unit->n_docs == *cap) {
+    size_t n = *cap ? *cap * 2 : 4;
+    uint32_t *p = realloc(unit->doc_starts, n * sizeof *p);
+    if (!p) return STK_ENOMEM;
+    unit->doc_starts = p;
+    *cap = n;
+  }
+  unit->doc_starts[unit->n_docs++] = offset;
+  return 0;
+}
+
+int dl_source_open(const struct dl_source_opts *opts, struct dl_source **ret_source) {
+  if (!opts || !opts->path || !ret_source) {
+    stk_set_detail("dl_source_open: options and path are required");
+    return STK_EINVAL;
+  }
+  if (opts->n_strip_ids > 0 && !opts->strip_ids) {
+    stk_set_detail("dl_source_open: n_strip_ids > 0 without strip_ids");
+    return STK_EINVAL;
+  }
+  switch (opts->format) {
+  case DL_FORMAT_MEGATRON:
+    return dl_megatron_open(opts, ret_source);
+  case DL_FORMAT_LLMC:
+    return dl_llmc_open(opts, ret_source);
+  case DL_FORMAT_TEXT:
+    return dl_text_open(opts, ret_source);
+  }
+  stk_set_detail("dl_source_open: %s: unknown format %d", opts->path, (int)opts->format);
+  return STK_EINVAL;
+}
+
+void dl_source_free(struct dl_source *s) {
+  if (s) s->ops->free(s);
+}
+
+const char *dl_source_name(const struct dl_source *s) {
+  return s->name;
+}
+
+uint64_t dl_source_units(const struct dl_source *s) {
+  return s->n_units;
+}
+
+uint64_t dl_source_unit_weight(const struct dl_source *s, uint64_t u) {
+  return u < s->n_units ? s->ops->unit_weight(s, u) : 0;
+}
+
+uint64_t dl_source_total_weight(const struct dl_source *s) {
+  return s->total_weight;
+}
+
+int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  if (u >= s->n_units) {
+    stk_set_detail("%s: unit %llu out of range (%llu units)", s->name, (unsigned long long)u,
+                   (unsigned long long)s->n_units);
+    return STK_ERANGE;
+  }
+  struct dl_unit unit = {0};
+  int rc = s->ops->read_unit(s, u, &unit);
+  if (rc < 0) {
+    dl_unit_free(&unit);
+    return rc;
+  }
+  *ret_unit = unit;
+  return 0;
+}
+
+void dl_unit_free(struct dl_unit *unit) {
+  if (!unit) return;
+  free(unit->tokens);
+  free(unit->doc_starts);
+  unit->tokens = NULL;
+  unit->doc_starts = NULL;
+  unit->n_tokens = 0;
+  unit->n_docs = 0;
+}

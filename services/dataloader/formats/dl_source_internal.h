@@ -1,0 +1,44 @@
+/*
+ * The inside of a dl_source, shared by the format readers: every reader
+ * embeds `struct dl_source` as its first member and fills in the ops table,
+ * so dl_source.c can dispatch and answer the O(1) accessors in one place.
+ */
+#ifndef STK_DL_SOURCE_INTERNAL_H
+#define STK_DL_SOURCE_INTERNAL_H
+
+#include "dl_source.h"
+
+struct dl_source_ops {
+  /* Weight of unit u (u < n_units, checked by the caller). */
+  uint64_t (*unit_weight)(const struct dl_source *s, uint64_t u);
+  /* Fills *ret_unit (zeroed by the caller) or returns an error with detail. */
+  int (*read_unit)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+  /* Frees the reader's own state and the struct itself. */
+  void (*free)(struct dl_source *s);
+};
+
+struct dl_source {
+  const struct dl_source_ops *ops;
+  char *name;
+  uint64_t n_units;
+  uint64_t total_weight;
+  uint32_t *strip_ids; /* sorted copy of opts->strip_ids */
+  size_t n_strip_ids;
+};
+
+/* Sets the common fields (copies name and strip ids). */
+int dl_source_base_init(struct dl_source *s, const struct dl_source_ops *ops,
+                        const struct dl_source_opts *opts);
+/* Frees what dl_source_base_init allocated (not s itself). */
+void dl_source_base_close(struct dl_source *s);
+bool dl_source_is_strip_id(const struct dl_source *s, uint32_t token);
+
+/* Readers behind dl_source_open. */
+int dl_megatron_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
+int dl_llmc_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
+int dl_text_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
+
+/* Grows a unit's doc_starts by one entry; 0 or STK_ENOMEM. */
+int dl_unit_add_doc(struct dl_unit *unit, size_t *cap, uint32_t offset);
+
+#endif

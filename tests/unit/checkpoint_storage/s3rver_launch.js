@@ -1,0 +1,22 @@
+// Starts s3rver for the S3 client tests: node s3rver_launch.js MODULE_DIR DATA_DIR BUCKET.
+// Listens on 127.0.0.1 with an ephemeral port, prints "PORT <n>" once ready, and exits
+// when its stdin closes (the test process died) or on SIGTERM.
+'use strict';
+const path = require('path');
+const [moduleDir, dataDir, bucket] = process.argv.slice(2);
+const S3rver = require(path.join(moduleDir, 'lib', 's3rver.js'));
+const server = new S3rver({
+  address: '127.0.0.1',
+  port: 0,
+  silent: true,
+  directory: dataDir,
+  serviceEndpoint: 'localhost',
+  configureBuckets: [{ name: bucket, configs: [] }],
+});
+server.run().then(({ port }) => {
+  process.stdout.write(`PORT ${port}\n`);
+});
+const stop = () => server.close().finally(() => process.exit(0));
+process.stdin.on('end', stop);
+process.stdin.resume();
+process.on('SIGTERM', stop);
