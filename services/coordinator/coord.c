@@ -58,7 +58,7 @@ static void on_idle(uv_idle_t *h) {
   coord_release(c);
   coord_watch_pump_all(c);
   if (c->closing && !c->finalizing && coord_store_idle(c) && list_empty(&c->ready) &&
-      list_empty(&c->watchers))
+      list_empty(&c->watchers) && list_empty(&c->watch_todo))
     finalize(c);
 }
 
@@ -88,6 +88,7 @@ static struct coord *coord_alloc(uv_loop_t *loop, const struct coord_opts *opts)
   list_init(&c->dirty_members);
   list_init(&c->ready);
   list_init(&c->watchers);
+  list_init(&c->watch_todo);
   return c;
 }
 
@@ -156,9 +157,13 @@ void coord_close(struct coord *c, coord_close_fn done, void *arg) {
   size_t pos;
   for (struct hnode *n = coord_tab_first(&c->jobs, &pos); n; n = coord_tab_next(&c->jobs, n, &pos))
     coord_fail_parked(container_of(n, struct job, hn), true, STK_EUNAVAIL, "coordinator closing");
-  while (!list_empty(&c->watchers))
-    coord_watch_end(container_of(c->watchers.next, struct coord_wait, link), STK_EUNAVAIL,
-                    "coordinator closing");
+  /* coord_close may run inside a watch callback: the watchers of the
+   * current pump pass wait in watch_todo. */
+  struct list *lists[] = {&c->watchers, &c->watch_todo};
+  for (size_t i = 0; i < 2; i++)
+    while (!list_empty(lists[i]))
+      coord_watch_end(container_of(lists[i]->next, struct coord_wait, link), STK_EUNAVAIL,
+                      "coordinator closing");
   c->next_stats_flush = 0;
   coord_kick(c);
 }

@@ -120,7 +120,8 @@ void coord_stop_job(struct coord *c, const Stoker__V1__JobActionRequest *req, co
                     void *arg);
 /* resp: Stoker__V1__Empty. Only STOPPED or PAUSED jobs unless force
  * (else STK_ESTATE). Removes every key of the job; parked calls fail
- * STK_ENOENT; watches get a DELETED event and end with err 0. */
+ * STK_ENOENT; watches get their remaining events, a DELETED event and end
+ * with err 0. */
 void coord_delete_job(struct coord *c, const Stoker__V1__JobActionRequest *req, coord_done_fn done,
                       void *arg);
 /* resp: Stoker__V1__Job. Sets target_ranks (min <= ranks <= max, else
@@ -131,8 +132,9 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
                      void *arg);
 
 /* Streams stored events with seq > after_seq, then live events, through
- * on_event (only events already durable are delivered). done(arg, 0, ...)
- * after the DELETED event when the job is deleted; STK_EBUSY when the
+ * on_event (only events already durable are delivered). When the job is
+ * deleted, the watcher still gets every event it had not received, then
+ * DELETED, then done(arg, 0, ...). STK_EBUSY when the
  * watcher fell more than watch_queue_max events behind (resume with
  * after_seq = last seq seen); STK_ECANCELED on coord_cancel; STK_EUNAVAIL on
  * close; STK_ENOENT for an unknown job. resp is always NULL. */

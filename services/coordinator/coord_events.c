@@ -5,7 +5,9 @@
  * follows live events. A watcher holds no memory of its own: it is a
  * position in the ring. It is ended with STK_EBUSY when it falls more than
  * watch_queue_max events behind, or behind the ring's oldest event. Only
- * durable events are delivered.
+ * durable events are delivered. When a job is deleted, its ring moves to a
+ * tomb shared by the job's watchers: each still receives every event it
+ * had not, then DELETED, then the end.
  */
 #include "coord_internal.h"
 
@@ -41,12 +43,24 @@ static void evict_for(struct job *j, uint64_t seq, bool store) {
   j->first_event_seq++;
 }
 
+/* A message cut by vsnprintf ends on a whole UTF-8 character (proto3
+ * strings must be valid UTF-8, and Python clients check). */
+static void utf8_trim(char *s, size_t cap, int n) {
+  if (n < 0 || (size_t)n < cap) return;
+  size_t len = cap - 1, i = len;
+  while (i > 0 && ((unsigned char)s[i - 1] & 0xc0) == 0x80) i--;
+  if (i == 0) return;
+  unsigned char lead = (unsigned char)s[i - 1];
+  size_t want = lead < 0x80 ? 1 : lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : 2;
+  if (i - 1 + want > len) s[i - 1] = 0;
+}
+
 void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
                  const char *fmt, ...) {
-  char msg[256];
+  char msg[1280]; /* Holds a 1024-byte URI or health message with its prefix. */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof(msg), fmt, ap);
+  utf8_trim(msg, sizeof(msg), vsnprintf(msg, sizeof(msg), fmt, ap));
   va_end(ap);
   Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
   ev.seq = ++j->last_event_seq;
@@ -129,39 +143,46 @@ static void call(struct coord_wait *w, const uint8_t *buf, size_t len) {
   stoker__v1__job_event__free_unpacked(ev, NULL);
 }
 
+/* The DELETED event, once durable; then the end of the watch. */
+static bool pump_final(struct coord_wait *w, struct event_tomb *t) {
+  if (w->c->durable_seq < t->final_dseq) return false;
+  call(w, t->final, t->final_len);
+  if (!w->u.watch.cancel && !w->queued) coord_watch_end(w, 0, "");
+  return false;
+}
+
 /* One step of delivery; returns false when the watcher must wait. */
 static bool pump_one(struct coord_wait *w) {
   struct coord *c = w->c;
-  if (w->u.watch.final) {
-    if (c->durable_seq < w->u.watch.final_dseq) return false;
-    call(w, w->u.watch.final, w->u.watch.final_len);
-    if (!w->u.watch.cancel) coord_watch_end(w, 0, "");
-    return false;
-  }
+  struct event_tomb *t = w->u.watch.tomb;
   struct job *j = w->job;
+  struct event_slot *slots = t ? t->slots : j->events;
+  uint64_t first = t ? t->first : j->first_event_seq;
+  uint64_t last = t ? t->last : j->last_event_seq;
   uint64_t next = w->u.watch.next_seq;
-  if (next < j->first_event_seq) {
+  if (next < first) {
     coord_watch_end(w, STK_EBUSY, "watcher fell behind the event log; resume with after_seq");
     return false;
   }
-  if (next > j->last_event_seq) {
+  if (next > last) {
+    if (t) return pump_final(w, t);
     w->u.watch.caught_up = true;
     return false;
   }
-  if (w->u.watch.caught_up && j->last_event_seq - next + 1 > c->opts.watch_queue_max) {
+  if (!t && w->u.watch.caught_up && last - next + 1 > c->opts.watch_queue_max) {
     coord_watch_end(w, STK_EBUSY, "watcher too slow; resume with after_seq");
     return false;
   }
-  struct event_slot *s = slot_of(j, next);
+  struct event_slot *s = &slots[next % c->opts.max_events_per_job];
   if (s->dseq > c->durable_seq) return false;
-  if (++w->u.watch.next_seq > j->last_event_seq) w->u.watch.caught_up = true;
+  if (++w->u.watch.next_seq > last) w->u.watch.caught_up = true;
   if (s->buf) call(w, s->buf, s->len);
   return true;
 }
 
 static void pump(struct coord_wait *w) {
   struct job *j = w->job;
-  if (j && !w->u.watch.final) { /* Overflow is checked even while delivery is held. */
+  if (j) { /* Overflow is checked even while delivery is held. */
     uint64_t next = w->u.watch.next_seq;
     if (next > j->last_event_seq)
       w->u.watch.caught_up = true;
@@ -179,23 +200,30 @@ static void pump(struct coord_wait *w) {
   }
 }
 
+/* Callbacks may cancel, end or add watchers, delete jobs or close the
+ * coordinator: the pass takes watchers one at a time from c->watch_todo,
+ * which every such path sees as well as c->watchers. */
 void coord_watch_pump_all(struct coord *c) {
-  struct list todo;
-  list_init(&todo);
   if (list_empty(&c->watchers)) return;
-  todo.next = c->watchers.next;
-  todo.prev = c->watchers.prev;
-  todo.next->prev = todo.prev->next = &todo;
+  struct list *todo = &c->watch_todo;
+  todo->next = c->watchers.next;
+  todo->prev = c->watchers.prev;
+  todo->next->prev = todo->prev->next = todo;
   list_init(&c->watchers);
-  while (!list_empty(&todo)) {
-    struct coord_wait *w = container_of(todo.next, struct coord_wait, link);
+  while (!list_empty(todo)) {
+    struct coord_wait *w = container_of(todo->next, struct coord_wait, link);
     list_del(&w->link);
     list_push(&c->watchers, &w->link);
     pump(w);
   }
 }
 
-void coord_watch_job_deleted(struct job *j) {
+static struct event_tomb *tomb_new(struct job *j) {
+  struct event_tomb *t = coord_xcalloc(1, sizeof(*t));
+  t->slots = j->events;
+  j->events = NULL; /* Now the tomb's. */
+  t->first = j->first_event_seq;
+  t->last = j->last_event_seq;
   Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
   ev.seq = j->last_event_seq + 1;
   ev.time_ms = coord_wall_ms();
@@ -203,15 +231,35 @@ void coord_watch_job_deleted(struct job *j) {
   ev.type = STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_DELETED;
   ev.generation = j->generation;
   ev.message = "deleted";
-  size_t len = stoker__v1__job_event__get_packed_size(&ev);
-  for (struct list *l = j->c->watchers.next; l != &j->c->watchers; l = l->next) {
-    struct coord_wait *w = container_of(l, struct coord_wait, link);
-    if (w->job != j || w->u.watch.final) continue;
-    w->u.watch.final = coord_xmalloc(len);
-    stoker__v1__job_event__pack(&ev, w->u.watch.final);
-    w->u.watch.final_len = len;
-    w->u.watch.final_dseq = j->c->change_seq;
-    w->job = NULL;
+  t->final_len = stoker__v1__job_event__get_packed_size(&ev);
+  t->final = coord_xmalloc(t->final_len);
+  stoker__v1__job_event__pack(&ev, t->final);
+  t->final_dseq = j->c->change_seq;
+  return t;
+}
+
+void coord_tomb_unref(struct coord *c, struct event_tomb *t) {
+  if (!t || --t->refs > 0) return;
+  for (uint32_t i = 0; i < c->opts.max_events_per_job; i++) free(t->slots[i].buf);
+  free(t->slots);
+  free(t->final);
+  free(t);
+}
+
+/* Call after the job's keys are deleted, before the job is freed. */
+void coord_watch_job_deleted(struct job *j) {
+  struct coord *c = j->c;
+  struct event_tomb *t = NULL;
+  struct list *lists[] = {&c->watchers, &c->watch_todo};
+  for (size_t i = 0; i < 2; i++) {
+    for (struct list *l = lists[i]->next; l != lists[i]; l = l->next) {
+      struct coord_wait *w = container_of(l, struct coord_wait, link);
+      if (w->job != j) continue;
+      if (!t) t = tomb_new(j);
+      t->refs++;
+      w->u.watch.tomb = t;
+      w->job = NULL;
+    }
   }
-  coord_kick(j->c);
+  coord_kick(c);
 }

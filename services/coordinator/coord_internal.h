@@ -104,6 +104,17 @@ struct event_slot {
   uint64_t dseq; /* Change seq: deliverable once durable_seq >= dseq. */
 };
 
+/* The event ring of a deleted job, kept for its watchers that had not
+ * received every event yet; freed with the last of them. */
+struct event_tomb {
+  int refs;
+  struct event_slot *slots; /* [max_events_per_job] */
+  uint64_t first, last;
+  uint8_t *final; /* The DELETED event, seq last + 1. */
+  size_t final_len;
+  uint64_t final_dseq;
+};
+
 struct job {
   struct hnode hn;
   struct coord *c;
@@ -122,7 +133,7 @@ struct job {
   struct member **by_rank; /* [world]; NULL where a member left. */
   uint32_t n_members;
   struct list leases;
-  struct htab prev; /* Previous generation's members, for rank order. */
+  struct htab prev; /* Last generation that ran, while none runs: rank order. */
   /* Open round. */
   struct list joiners; /* Parked joins by arrival. */
   struct htab joiners_by_id;
@@ -134,7 +145,8 @@ struct job {
   /* Events: slots[seq % cap] for seq in [first_event_seq, last_event_seq]. */
   struct event_slot *events;
   uint64_t first_event_seq, last_event_seq;
-  /* Operator actions. */
+  /* Operator actions (persisted in the JobRecord but for the deadlines,
+   * which a restart re-arms). */
   bool scale_pending, pause_force, pause_ckpt_seen;
   int64_t scale_step, pause_step, scale_deadline, pause_deadline;
   bool dirty;
@@ -175,10 +187,8 @@ struct coord_wait {
     struct {
       coord_event_fn on_event;
       uint64_t next_seq;
-      bool ready, caught_up, in_cb, cancel, ending;
-      uint8_t *final; /* DELETED event of a deleted job. */
-      size_t final_len;
-      uint64_t final_dseq;
+      bool ready, caught_up, in_cb, cancel;
+      struct event_tomb *tomb; /* Set (and job NULL) once the job is deleted. */
     } watch;
   } u;
 };
@@ -199,6 +209,7 @@ struct coord {
   /* Completions. */
   struct list ready;
   struct list watchers;
+  struct list watch_todo; /* Watchers not yet pumped in the current pass. */
   uv_timer_t tick;
   uv_idle_t idle;
   struct coord_stats stats;
@@ -268,7 +279,8 @@ struct job_view {
 };
 void coord_job_view_init(struct job_view *v, struct job *j, bool with_members);
 void coord_job_view_free(struct job_view *v);
-/* Packs the JobRecord (no members, no waiting) into a malloc'd buffer. */
+/* Packs the JobRecord (no members, no waiting; pending operator actions)
+ * into a malloc'd buffer. */
 uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len);
 void coord_member_fill(const struct member *m, Stoker__V1__Member *out);
 struct member *coord_member_new(const char *id, const char *address, const char *host);
@@ -278,8 +290,9 @@ void coord_member_free(struct member *m);
 void coord_round_open(struct job *j, const char *reason);
 void coord_round_check(struct job *j); /* Close when full; arm last call. */
 void coord_round_close(struct job *j);
-/* Removes all members of the current generation (rank hints kept when keep_prev). */
-void coord_members_clear(struct job *j, bool keep_prev);
+/* Ends the current generation's membership: its members become the rank
+ * order of the next round (their records stay). No-op while none runs. */
+void coord_members_clear(struct job *j);
 void coord_member_remove(struct job *j, struct member *m);
 
 /* ---- coord_lease.c ------------------------------------------------------ */
@@ -292,6 +305,8 @@ void coord_barrier_free(struct job *j, struct barrier *b); /* Once empty. */
 /* ---- coord_ops.c -------------------------------------------------------- */
 void coord_pause_maybe_done(struct job *j);
 void coord_ops_sweep(struct job *j, int64_t now);
+/* After a restart: fresh deadlines for a pending scale or pause. */
+void coord_ops_rearm(struct job *j);
 
 /* ---- coord_events.c ----------------------------------------------------- */
 void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
@@ -302,5 +317,6 @@ void coord_events_free(struct job *j);
 void coord_watch_pump_all(struct coord *c);
 void coord_watch_job_deleted(struct job *j);
 void coord_watch_end(struct coord_wait *w, int err, const char *msg);
+void coord_tomb_unref(struct coord *c, struct event_tomb *t);
 
 #endif

@@ -164,6 +164,11 @@ uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len) {
   coord_job_view_init(&v, j, false);
   Stoker__V1__JobRecord rec = STOKER__V1__JOB_RECORD__INIT;
   rec.job = &v.job;
+  rec.scale_pending = j->scale_pending;
+  rec.scale_step = j->scale_step;
+  rec.pause_step = j->pause_step;
+  rec.pause_force = j->pause_force;
+  rec.pause_ckpt_seen = j->pause_ckpt_seen;
   *ret_len = stoker__v1__job_record__get_packed_size(&rec);
   uint8_t *buf = coord_xmalloc(*ret_len);
   stoker__v1__job_record__pack(&rec, buf);

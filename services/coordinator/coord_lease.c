@@ -4,7 +4,8 @@
  * heartbeat. Each job keeps its members in a list ordered by lease deadline
  * (a heartbeat moves the member to the tail, O(1)), so one coordinator
  * timer finds expired leases by looking at list heads only. Heartbeats
- * write nothing synchronously: statistics are persisted lazily.
+ * write nothing synchronously: statistics are persisted lazily, except a
+ * health change, which is an event and is synced with the member's record.
  */
 #include "coord_internal.h"
 
@@ -17,12 +18,29 @@
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 #define A(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
 
-static void answer_hb(struct coord_wait *w, struct job *j, int action, const char *reason) {
+static void answer_hb_gen(struct coord_wait *w, uint64_t gen, int action, const char *reason) {
   Stoker__V1__HeartbeatResponse resp = STOKER__V1__HEARTBEAT_RESPONSE__INIT;
   resp.action = action;
-  resp.generation = j->generation;
+  resp.generation = gen;
   resp.reason = (char *)reason;
   coord_answer(w, &resp.base);
+}
+
+static void answer_hb(struct coord_wait *w, struct job *j, int action, const char *reason) {
+  answer_hb_gen(w, j->generation, action, reason);
+}
+
+static const char *health_name(Stoker__V1__RankHealth h) {
+  switch (h) {
+  case STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK:
+    return "OK";
+  case STOKER__V1__RANK_HEALTH__RANK_HEALTH_DEGRADED:
+    return "DEGRADED";
+  case STOKER__V1__RANK_HEALTH__RANK_HEALTH_FAILING:
+    return "FAILING";
+  default:
+    return "UNSPECIFIED";
+  }
 }
 
 static void record_stats(struct job *j, struct member *m, const Stoker__V1__HeartbeatRequest *req) {
@@ -40,9 +58,12 @@ static void record_stats(struct job *j, struct member *m, const Stoker__V1__Hear
     m->health = req->health;
     free(m->message);
     m->message = coord_xstrdup(req->message);
-    if (health_changed)
+    if (health_changed) { /* The event carries the rank's message in full. */
       coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_HEALTH, m->id, (int64_t)m->step,
-                  "health %d: %.200s", m->health, m->message);
+                  "%s%s%s", health_name(m->health), *m->message ? ": " : "", m->message);
+      coord_store_member(j, m); /* GetJob after a crash agrees with the event. */
+      return;
+    }
   }
   coord_store_member_lazy(m);
 }
@@ -103,9 +124,11 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   struct member *m = container_of(n, struct member, hn);
   record_stats(j, m, req);
   const char *reason = "";
+  uint64_t gen = j->generation;
   int action = decide(j, m, &reason);
-  answer_hb(w, j, action, reason);
+  /* The last STOP of a pause completes it: answer after that change. */
   if (action == A(STOP)) coord_pause_maybe_done(j);
+  answer_hb_gen(w, gen, action, reason);
 }
 
 /* A member leaves (clean exit) or is lost (lease expired). */

@@ -1,10 +1,13 @@
 /*
  * coord_load: rebuilding the in-memory model from RocksDB at coord_open.
- * Jobs first (j/), then the members of each job's current generation (m/),
- * its KV entries (k/, older generations are deleted) and its event log (e/).
- * Then every job notes the restart: an event, a grace lease for each member
- * (heartbeat timeout plus one interval), and WAITING jobs keep an empty
- * open round (parked joins died with the old process; clients retry).
+ * Jobs first (j/), then member records (m/): the current generation's
+ * members, or, while a round is open or the job paused, the previous
+ * generation's rank order; then KV entries (k/, older generations are
+ * deleted) and the event log (e/). Then every job notes the restart: an
+ * event, a grace lease for each member (heartbeat timeout plus one
+ * interval), fresh deadlines for a pending scale or pause, and WAITING jobs
+ * keep an empty open round (parked joins died with the old process; clients
+ * retry).
  */
 #include "coord_internal.h"
 
@@ -65,6 +68,11 @@ static int load_job(struct coord *c, const char *k, size_t kl, const uint8_t *v,
   j->first_event_seq = jb->last_event_seq + 1;
   free(j->reason);
   j->reason = coord_xstrdup(jb->reason);
+  j->scale_pending = rec->scale_pending;
+  j->scale_step = rec->scale_step;
+  j->pause_step = rec->pause_step;
+  j->pause_force = rec->pause_force;
+  j->pause_ckpt_seen = rec->pause_ckpt_seen;
   if (jb->latest_checkpoint) {
     j->ckpt_step = jb->latest_checkpoint->step;
     j->ckpt_at_ms = jb->latest_checkpoint->committed_at_ms;
@@ -78,6 +86,42 @@ static int load_job(struct coord *c, const char *k, size_t kl, const uint8_t *v,
   return 0;
 }
 
+static struct member *member_of(const Stoker__V1__Member *mm, struct job *j) {
+  struct member *m = coord_member_new(mm->member_id, mm->address, mm->host);
+  m->job = j;
+  m->rank = mm->rank;
+  m->last_hb_ms = mm->last_heartbeat_ms;
+  m->step = mm->step;
+  m->tps = mm->tokens_per_s;
+  m->loss = mm->loss;
+  m->health = mm->health;
+  free(m->message);
+  m->message = coord_xstrdup(mm->message);
+  return m;
+}
+
+/* A record is a current member (RUNNING, PAUSING, STOPPED: same
+ * generation), the previous order (WAITING, PAUSED), or stale (deleted). */
+static bool place_member(struct job *j, const Stoker__V1__MemberRecord *rec) {
+  const Stoker__V1__Member *mm = rec->member;
+  if (!coord_valid_member_id(mm->member_id)) return false;
+  if (j->state == STOKER__V1__JOB_STATE__JOB_STATE_WAITING ||
+      j->state == STOKER__V1__JOB_STATE__JOB_STATE_PAUSED) {
+    if (coord_tab_get(&j->prev, mm->member_id)) return false;
+    struct member *m = member_of(mm, j);
+    coord_tab_put(&j->prev, &m->hn, m->id);
+    return true;
+  }
+  if (rec->generation != j->generation || mm->rank >= j->world || j->by_rank[mm->rank] ||
+      coord_tab_get(&j->members, mm->member_id))
+    return false;
+  struct member *m = member_of(mm, j);
+  coord_tab_put(&j->members, &m->hn, m->id);
+  j->by_rank[m->rank] = m;
+  j->n_members++;
+  return true;
+}
+
 static int load_member(struct coord *c, const char *k, size_t kl, const uint8_t *v, size_t vl) {
   const char *rest;
   size_t rl;
@@ -87,24 +131,9 @@ static int load_member(struct coord *c, const char *k, size_t kl, const uint8_t 
     stoker__v1__member_record__free_unpacked(rec, NULL);
     return STK_ECORRUPT;
   }
-  Stoker__V1__Member *mm = rec->member;
-  bool live = j && (j->state == STOKER__V1__JOB_STATE__JOB_STATE_RUNNING ||
-                    j->state == STOKER__V1__JOB_STATE__JOB_STATE_PAUSING);
-  if (live && rec->generation == j->generation && mm->rank < j->world && !j->by_rank[mm->rank] &&
-      !coord_tab_get(&j->members, mm->member_id)) {
-    struct member *m = coord_member_new(mm->member_id, mm->address, mm->host);
-    m->job = j;
-    m->rank = mm->rank;
-    m->last_hb_ms = mm->last_heartbeat_ms;
-    m->step = mm->step;
-    m->tps = mm->tokens_per_s;
-    m->loss = mm->loss;
-    m->health = mm->health;
-    free(m->message);
-    m->message = coord_xstrdup(mm->message);
-    coord_tab_put(&j->members, &m->hn, m->id);
-    j->by_rank[m->rank] = m;
-    j->n_members++;
+  if (!j || !place_member(j, rec)) {
+    kv_batch_delete(c->batch, k, kl); /* Stale: an ended generation's member. */
+    c->batch_any = true;
   }
   stoker__v1__member_record__free_unpacked(rec, NULL);
   (void)rl;
@@ -153,6 +182,7 @@ static void after_load(struct job *j) {
     list_push(&j->leases, &m->lease);
   }
   j->c->stats.members += j->n_members;
+  coord_ops_rearm(j);
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_COORDINATOR_RESTARTED, NULL, 0,
               "coordinator restarted");
   if (j->state == STOKER__V1__JOB_STATE__JOB_STATE_RUNNING && j->n_members < j->world)

@@ -3,7 +3,9 @@
  * resume, stop, scale) and ReportCheckpoint, which may let a pending scale
  * or pause go on. Scale and pause ask members for a checkpoint first
  * (CHECKPOINT_NOW in their heartbeat replies) and wait for a newer one to
- * be reported, at most scale_timeout_beats heartbeat intervals.
+ * be reported, at most scale_timeout_beats heartbeat intervals. What they
+ * wait for is in the JobRecord; a restart re-arms it with a fresh deadline
+ * (and members, new in memory, are asked to checkpoint again).
  */
 #include "coord_internal.h"
 
@@ -30,7 +32,7 @@ static void go_paused(struct job *j) {
   char key[300];
   coord_sync_end_generation(j, STK_EABORTED, "job paused");
   coord_store_del_prefix(j->c, key, coord_key_kv_prefix(key, j->name, j->generation));
-  coord_members_clear(j, true);
+  coord_members_clear(j);
   j->generation++;
   j->state = S(PAUSED);
   j->world = 0;
@@ -137,7 +139,7 @@ static void record_ckpt(struct job *j, const Stoker__V1__ReportCheckpointRequest
     j->ckpt_gen = req->generation ? req->generation : j->generation;
     coord_job_touch(j, NULL);
   }
-  coord_event(j, E(CHECKPOINT), NULL, req->step, "%.900s", req->uri);
+  coord_event(j, E(CHECKPOINT), NULL, req->step, "%s", req->uri);
 }
 
 void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpointRequest *req,
@@ -152,7 +154,10 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
                       (unsigned long long)req->generation, (unsigned long long)j->generation);
   record_ckpt(j, req);
   if (j->scale_pending && req->step > j->scale_step) coord_round_open(j, "scaled");
-  if (j->state == S(PAUSING) && req->step > j->pause_step) j->pause_ckpt_seen = true;
+  if (j->state == S(PAUSING) && req->step > j->pause_step && !j->pause_ckpt_seen) {
+    j->pause_ckpt_seen = true;
+    coord_store_job(j);
+  }
   Stoker__V1__Empty resp = STOKER__V1__EMPTY__INIT;
   coord_answer(w, &resp.base);
 }
@@ -160,6 +165,16 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
 void coord_ops_sweep(struct job *j, int64_t now) {
   if (j->scale_pending && now >= j->scale_deadline)
     coord_round_open(j, "scaled (no checkpoint in time)");
-  if (j->state == S(PAUSING) && !j->pause_force && !j->pause_ckpt_seen && now >= j->pause_deadline)
+  if (j->state == S(PAUSING) && !j->pause_force && !j->pause_ckpt_seen &&
+      now >= j->pause_deadline) {
     j->pause_force = true;
+    coord_store_job(j);
+  }
+}
+
+void coord_ops_rearm(struct job *j) {
+  int64_t deadline = coord_now(j->c) + ckpt_wait_ms(j);
+  if (j->state != S(RUNNING)) j->scale_pending = false;
+  if (j->scale_pending) j->scale_deadline = deadline;
+  if (j->state == S(PAUSING)) j->pause_deadline = deadline;
 }

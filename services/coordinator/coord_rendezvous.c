@@ -7,7 +7,9 @@
  * deterministically: members of the previous generation first, in their
  * old order, then newcomers by arrival. Opening a round ends the current
  * generation: barriers and KV waits abort, its KV keys are deleted and its
- * members are told RESTART by their next heartbeat.
+ * members are told RESTART by their next heartbeat. Their member records
+ * (m/<job>/<id>, with rank and generation) stay until the round closes, so
+ * that a restarted coordinator still knows the previous order.
  */
 #include "coord_internal.h"
 
@@ -19,18 +21,29 @@
 
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 
+static void delete_record(struct job *j, const char *id) {
+  char key[512];
+  int kl = snprintf(key, sizeof(key), "m/%s/%s", j->name, id);
+  coord_store_del(j->c, key, (size_t)kl);
+}
+
+/* Forgets the previous generation's order. A member of it that is not a
+ * member now loses its record (a member's record was rewritten by seat()). */
 static void clear_prev(struct job *j) {
   size_t pos;
   struct hnode *n = coord_tab_first(&j->prev, &pos);
   while (n) {
     struct hnode *next = coord_tab_next(&j->prev, n, &pos);
+    struct member *m = container_of(n, struct member, hn);
     coord_tab_del(&j->prev, n);
-    coord_member_free(container_of(n, struct member, hn));
+    if (!coord_tab_get(&j->members, m->id)) delete_record(j, m->id);
+    coord_member_free(m);
     n = next;
   }
 }
 
-void coord_members_clear(struct job *j, bool keep_prev) {
+void coord_members_clear(struct job *j) {
+  if (j->world == 0) return; /* No generation ran since: its order stays. */
   clear_prev(j);
   for (uint32_t r = 0; r < j->world; r++) {
     struct member *m = j->by_rank[r];
@@ -39,16 +52,10 @@ void coord_members_clear(struct job *j, bool keep_prev) {
     coord_tab_del(&j->members, &m->hn);
     list_del(&m->lease);
     list_del(&m->dirty);
-    if (keep_prev)
-      coord_tab_put(&j->prev, &m->hn, m->id);
-    else
-      coord_member_free(m);
+    coord_tab_put(&j->prev, &m->hn, m->id);
   }
   if (j->c->stats.members >= j->n_members) j->c->stats.members -= j->n_members;
   j->n_members = 0;
-  char key[96];
-  int kl = snprintf(key, sizeof(key), "m/%s/", j->name);
-  coord_store_del_prefix(j->c, key, (size_t)kl);
 }
 
 void coord_member_remove(struct job *j, struct member *m) {
@@ -66,7 +73,7 @@ void coord_round_open(struct job *j, const char *reason) {
   char key[300];
   coord_sync_end_generation(j, STK_EABORTED, "generation ended");
   coord_store_del_prefix(j->c, key, coord_key_kv_prefix(key, j->name, j->generation));
-  coord_members_clear(j, true);
+  coord_members_clear(j);
   j->generation++;
   j->state = S(WAITING);
   j->world = 0;
@@ -146,11 +153,11 @@ void coord_round_close(struct job *j) {
   uint32_t cap = coord_job_cap(j);
   uint32_t k = j->n_joiners < cap ? j->n_joiners : cap;
   struct ranked *r = order_joiners(j);
-  clear_prev(j);
   free(j->by_rank);
   j->by_rank = coord_xcalloc(k ? k : 1, sizeof(*j->by_rank));
   int64_t deadline = coord_now(j->c) + coord_job_lease_ms(j);
   for (uint32_t i = 0; i < k; i++) seat(j, r[i].w, i, deadline);
+  clear_prev(j);
   j->world = k;
   j->n_members = k;
   j->c->stats.members += k;

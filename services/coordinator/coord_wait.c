@@ -36,7 +36,7 @@ void coord_wait_free(struct coord_wait *w) {
   } else if (w->kind == WAIT_BARRIER) {
     free(w->u.barrier.member_id);
   } else if (w->kind == WAIT_WATCH) {
-    free(w->u.watch.final);
+    coord_tomb_unref(w->c, w->u.watch.tomb);
   }
   free(w);
 }

@@ -19,6 +19,8 @@
 
 #include "harness.h"
 
+#include <sys/time.h>
+
 /* A TCP port free on 127.0.0.1 right now; 0 on failure. */
 static int free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -38,6 +40,10 @@ static char *http_get(int port, const char *path) {
   struct sockaddr_in a = {.sin_family = AF_INET,
                           .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  /* Never hang on a peer that does not answer (a port reused by another
+   * process between free_port and the daemon's bind, say). */
+  struct timeval tv = {.tv_sec = 5};
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
     if (fd >= 0) close(fd);
     return NULL;

@@ -1,0 +1,166 @@
+/*
+ * dl_core: the dataloader's entry points that are not about serving —
+ * open/close, the job table, create, info and commit. Serving lives in
+ * dl_serve.c, configuration changes in dl_update.c, export/import in
+ * dl_export.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dl_internal.h"
+#include "stk_error.h"
+
+int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
+  if (!opts || !opts->dir || !ret_dl) {
+    stk_set_detail("dl_open: opts.dir is required");
+    return STK_EINVAL;
+  }
+  struct dl *dl = calloc(1, sizeof *dl);
+  if (!dl) return STK_ENOMEM;
+  dl->opts = *opts;
+  struct dl_opts *o = &dl->opts;
+  if (!o->max_batch_bytes) o->max_batch_bytes = 256u << 20;
+  if (!o->max_step) o->max_step = INT64_C(1) << 40;
+  if (!o->max_replay_lines) o->max_replay_lines = 1u << 20;
+  if (!o->snapshot_every_lines) o->snapshot_every_lines = 32;
+  if (!o->max_snapshots_per_lane) o->max_snapshots_per_lane = 256;
+  if (!o->keep_commits) o->keep_commits = 2;
+  if (!o->open_source) o->open_source = dl_default_open_source;
+  o->dir = NULL;
+  pthread_mutex_init(&dl->mu, NULL);
+  struct kv_opts ko = {.create_if_missing = true};
+  int rc = kv_open(opts->dir, &ko, &dl->kv);
+  if (rc == 0) rc = dl_store_load(dl);
+  if (rc < 0) {
+    dl_close(dl);
+    return rc;
+  }
+  *ret_dl = dl;
+  return 0;
+}
+
+void dl_close(struct dl *dl) {
+  if (!dl) return;
+  for (size_t i = 0; i < dl->n_jobs; i++) dl_job_free(dl->jobs[i]);
+  free(dl->jobs);
+  kv_close(dl->kv);
+  pthread_mutex_destroy(&dl->mu);
+  free(dl);
+}
+
+struct dl_job *dl_find_job(struct dl *dl, const char *name) {
+  struct dl_job *j = NULL;
+  if (!name) return NULL;
+  pthread_mutex_lock(&dl->mu);
+  for (size_t i = 0; i < dl->n_jobs && !j; i++)
+    if (strcmp(dl->jobs[i]->name, name) == 0) j = dl->jobs[i];
+  pthread_mutex_unlock(&dl->mu);
+  return j;
+}
+
+int dl_add_job(struct dl *dl, struct dl_job *j) {
+  int rc = 0;
+  pthread_mutex_lock(&dl->mu);
+  for (size_t i = 0; i < dl->n_jobs; i++)
+    if (strcmp(dl->jobs[i]->name, j->name) == 0) rc = STK_EEXIST;
+  struct dl_job **arr = rc ? NULL : realloc(dl->jobs, (dl->n_jobs + 1) * sizeof *arr);
+  if (rc == 0 && !arr) rc = STK_ENOMEM;
+  if (rc == 0) {
+    dl->jobs = arr;
+    dl->jobs[dl->n_jobs++] = j;
+  }
+  pthread_mutex_unlock(&dl->mu);
+  if (rc == STK_EEXIST) stk_set_detail("dataloader job '%s' exists", j->name);
+  return rc;
+}
+
+int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec) {
+  if (!spec) return STK_EINVAL;
+  if (spec->job && dl_find_job(dl, spec->job)) {
+    stk_set_detail("dataloader job '%s' exists", spec->job);
+    return STK_EEXIST;
+  }
+  struct dl_job *j = NULL;
+  int rc = dl_job_new(dl, spec, &j);
+  if (rc < 0) return rc;
+  /* Registered first so a racing create of the same name fails; removed
+   * again if the write fails (nothing stored then). */
+  if ((rc = dl_add_job(dl, j)) < 0) {
+    dl_job_free(j);
+    return rc;
+  }
+  if ((rc = dl_store_put_config(dl, j, true)) < 0) {
+    pthread_mutex_lock(&dl->mu);
+    dl->n_jobs--;
+    pthread_mutex_unlock(&dl->mu);
+    dl_job_free(j);
+  }
+  return rc;
+}
+
+/* The latest version's shape and mixture over the creation spec. */
+static int fill_info(const struct dl_job *j, Stoker__V1__LoaderInfo *info) {
+  const struct dl_version *v = &j->ver[j->n_ver - 1];
+  Stoker__V1__LoaderSpec *s = malloc(sizeof *s);
+  Stoker__V1__DatasetSpec **ds = calloc(j->n_ds + 1, sizeof *ds);
+  if (!s || !ds) {
+    free(s);
+    free(ds);
+    return STK_ENOMEM;
+  }
+  *s = *j->spec;
+  s->seq_len = v->seq_len;
+  s->global_batch = v->global_batch;
+  s->logical_shards = j->L;
+  s->lanes = j->C;
+  for (uint32_t d = 0; d < j->n_ds; d++) {
+    if (!(ds[d] = malloc(sizeof *ds[d]))) break;
+    *ds[d] = *j->ds[d].spec; /* shallow: strings stay the job's, see dl_info_free */
+    ds[d]->weight = dl_version_weight(v, d);
+    s->n_datasets = d + 1;
+  }
+  s->datasets = ds;
+  info->spec = s;
+  info->committed_step = j->n_commits ? j->commits[j->n_commits - 1].step : -1;
+  return s->n_datasets == j->n_ds ? 0 : STK_ENOMEM;
+}
+
+int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info) {
+  struct dl_job *j = dl_find_job(dl, job);
+  if (!j) {
+    stk_set_detail("no dataloader job '%s'", job ? job : "");
+    return STK_ENOENT;
+  }
+  Stoker__V1__LoaderInfo *info = malloc(sizeof *info);
+  if (!info) return STK_ENOMEM;
+  stoker__v1__loader_info__init(info);
+  pthread_rwlock_rdlock(&j->lock);
+  pthread_mutex_lock(&j->commit_mu);
+  int rc = fill_info(j, info);
+  /* The strings are copied through a pack/unpack so the reply owns them. */
+  Stoker__V1__LoaderInfo *own = NULL;
+  if (rc == 0) {
+    size_t n = stoker__v1__loader_info__get_packed_size(info);
+    uint8_t *buf = malloc(n + 1);
+    if (buf) {
+      stoker__v1__loader_info__pack(info, buf);
+      own = stoker__v1__loader_info__unpack(NULL, n, buf);
+      free(buf);
+    }
+    if (!own) rc = STK_ENOMEM;
+  }
+  pthread_mutex_unlock(&j->commit_mu);
+  pthread_rwlock_unlock(&j->lock);
+  if (info->spec) {
+    for (size_t d = 0; d < info->spec->n_datasets; d++) free(info->spec->datasets[d]);
+    free(info->spec->datasets);
+    free(info->spec);
+  }
+  free(info);
+  if (rc == 0) *ret_info = own;
+  return rc;
+}
+
+void dl_info_free(Stoker__V1__LoaderInfo *info) {
+  if (info) stoker__v1__loader_info__free_unpacked(info, NULL);
+}

@@ -1,0 +1,114 @@
+/*
+ * dl_core: the dataloader as a library ("embedded mode"). It turns datasets
+ * into step-addressed token batches: GetBatch(job, step, rank, world) is a
+ * pure function of the job's configuration versions and the step, so a retry,
+ * a restart (state reloaded from RocksDB) or an import on another instance
+ * returns identical bytes, and the lines of a global batch do not depend on
+ * the world size. The gRPC daemon is a thin adapter: each Dataloader RPC
+ * maps to one dl_* call below. The model is explained in README.md.
+ *
+ * Threading: every function may be called from any thread at once. Batch
+ * generation runs in the calling thread; calls for different lanes proceed
+ * in parallel (a job holds one lock per lane), so serving many ranks from a
+ * thread pool scales. Configuration changes (dl_update, dl_import_state)
+ * wait for batch calls of the same job to finish. dl_close must not race
+ * with other calls.
+ *
+ * Errors: STK_EINVAL (bad argument; nothing changed), STK_ENOENT (unknown
+ * job), STK_EEXIST (job exists), STK_ERANGE (the step needs more replay than
+ * opts.max_replay_lines from any restorable state, or the lane ran out of
+ * data), STK_EIO / STK_ECORRUPT (store or dataset), STK_ENOMEM. A reason is
+ * left in stk_detail().
+ */
+#ifndef STK_DL_CORE_H
+#define STK_DL_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dl_source.h"
+#include "stoker/v1/dataloader.pb-c.h"
+
+struct dl;
+
+/* Opens the dataset a spec names. The default opener understands
+ * source.uri "file:///path" or "/path" (format from spec->format) and
+ * "synthetic:N_DOCS:MIN_LEN:MAX_LEN:SEED" (see formats/dl_synthetic.h). */
+typedef int (*dl_open_source_fn)(void *arg, const Stoker__V1__DatasetSpec *spec,
+                                 struct dl_source **ret_source);
+
+struct dl_opts {
+  const char *dir;                 /* RocksDB directory; created if missing. Required. */
+  uint64_t max_batch_bytes;        /* Largest token payload of one reply; 0: 256 MiB. */
+  int64_t max_step;                /* Steps above are refused; 0: 2^40. */
+  uint64_t max_replay_lines;       /* Lines one lane may regenerate for a call; 0: 2^20. */
+  uint32_t snapshot_every_lines;   /* In-memory lane snapshot spacing; 0: 32. */
+  uint32_t max_snapshots_per_lane; /* In-memory snapshots kept per lane; 0: 256. */
+  uint32_t keep_commits;           /* Committed states kept restorable; 0: 2. */
+  dl_open_source_fn open_source;   /* NULL: the default opener. */
+  void *open_source_arg;
+};
+
+/* Opens the store and reloads every job (reopening its datasets). */
+int dl_open(const struct dl_opts *opts, struct dl **ret_dl);
+/* Frees everything; accepts NULL. No call may be in flight. */
+void dl_close(struct dl *dl);
+
+/* Validates the spec (defaults: logical_shards 256, lanes 8; lanes <=
+ * logical_shards), opens every dataset (O(files): headers and indexes), and
+ * stores the job with a synced write. A dataset that fails to open fails the
+ * call with the reader's error and detail; nothing is stored. */
+int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec);
+
+/* The job's creation spec with the current (latest version's) seq_len,
+ * global_batch and datasets/weights, and the latest committed step (-1:
+ * none). Free with dl_info_free. */
+int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info);
+void dl_info_free(Stoker__V1__LoaderInfo *info);
+
+/* One rank's slice of a global batch. */
+struct dl_batch {
+  int64_t step;
+  uint32_t lines;       /* global_batch / world */
+  uint32_t line_tokens; /* seq_len + 1 */
+  uint32_t *tokens;     /* [lines x line_tokens] */
+  uint32_t *doc_starts; /* [n_doc_starts] flat indices into tokens, ascending */
+  size_t n_doc_starts;
+};
+
+/* Fills *ret_batch (free with dl_batch_free). Lines [rank*B/world,
+ * (rank+1)*B/world) of step's global batch of B lines. Errors: STK_EINVAL
+ * for step < 0 or > max_step, world 0, rank >= world, B % world != 0, a
+ * reply over max_batch_bytes; STK_ENOENT; STK_ERANGE. */
+int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+                 struct dl_batch *ret_batch);
+void dl_batch_free(struct dl_batch *b);
+
+/* Provenance of the same slice: one LineSource per run of tokens taken from
+ * one unit (line = index in the slice). Free with dl_explain_free. */
+int dl_explain(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+               Stoker__V1__ExplainResponse **ret_resp);
+void dl_explain_free(Stoker__V1__ExplainResponse *resp);
+
+/* A new configuration version from req->from_step on (see
+ * UpdateMixtureRequest): a new mixture (datasets listed with weights;
+ * listed datasets not yet in the job are opened and added, known ones keep
+ * their position; unlisted ones get weight 0), seq_len, global_batch,
+ * blocked units. from_step must be greater than every kept committed step;
+ * versions starting at or after it are replaced. Synced before returning. */
+int dl_update_mixture(struct dl *dl, const Stoker__V1__UpdateMixtureRequest *req);
+
+/* Makes the state after `step` durable (synced): a restart resumes from it
+ * without replaying earlier steps. Older commits beyond keep_commits are
+ * garbage-collected. */
+int dl_commit(struct dl *dl, const char *job, int64_t step);
+
+/* The job's configuration and its lane states after `step`, as one blob for
+ * the model checkpoint (free() it). */
+int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_blob,
+                    size_t *ret_len);
+/* Creates (or replaces) the job the blob describes, reopening its datasets,
+ * committed at the blob's step. *ret_step, if not NULL, gets that step. */
+int dl_import_state(struct dl *dl, const uint8_t *blob, size_t len, int64_t *ret_step);
+
+#endif

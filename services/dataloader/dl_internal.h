@@ -1,0 +1,210 @@
+/*
+ * dl_internal: the dataloader core's shared types. Legend of the letters
+ * used in comments:
+ *   L  logical shards per dataset (per dataset Ld = min(L, units))
+ *   C  lanes; lane c owns shards c, c+C, c+2C, ... of every dataset
+ *   B  global batch (lines per step) of a version;  T = seq_len + 1 tokens per line
+ *   v  configuration version (index into job->ver, ordered by from_step)
+ *   k  a lane's line number within a version
+ * Global line n of version v (n = (step - from_step) * B + position) is line
+ * k = n / C of lane n % C.
+ */
+#ifndef STK_DL_INTERNAL_H
+#define STK_DL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dl_core.h"
+#include "kv.h"
+
+/* A dataset of a job. The table is append-only: an index names a dataset
+ * for the job's whole life (versions weight them by index). */
+struct dl_ds {
+  Stoker__V1__DatasetSpec *spec; /* Own copy (unpacked from our own packing). */
+  struct dl_source *src;
+  uint64_t units;
+  uint64_t key;    /* Hash of the name: keys this dataset's shuffles. */
+  uint32_t shards; /* Ld = min(L, units) */
+};
+
+struct dl_block {
+  uint32_t ds;
+  uint64_t unit;
+};
+
+/* One configuration version, in force for steps [from_step, next's from_step). */
+struct dl_version {
+  uint64_t id; /* Never reused (snapshots name versions by id). */
+  int64_t from_step;
+  uint32_t seq_len, global_batch;
+  double *weights; /* [n_weights]; datasets past the end weigh 0 */
+  uint32_t n_weights;
+  struct dl_block *blocked; /* [n_blocked] sorted by (ds, unit) */
+  size_t n_blocked;
+};
+
+/* Per (lane, dataset) progress through the lane's shards. */
+struct dl_lds {
+  uint32_t epoch;
+  uint32_t rr;    /* Next shard (index in the lane's shard list) in round robin. */
+  uint64_t left;  /* Units not yet taken in this epoch. */
+  uint64_t taken; /* Tokens taken in the current version (mixing counter). */
+  uint8_t flags;  /* DL_LDS_* */
+  uint64_t *pos;  /* [Ld shards of this lane] units taken from each shard this epoch */
+  uint32_t n_pos;
+};
+#define DL_LDS_STARTED 1u /* epoch initialised */
+#define DL_LDS_TOOK    2u /* took tokens in this epoch */
+#define DL_LDS_DEAD    4u /* an epoch gave no tokens: never picked again */
+
+/* A lane's generator: the serializable state (a pointer into the data,
+ * never a buffer of tokens) plus the current unit as read (a cache). */
+struct dl_gen {
+  uint32_t vi;    /* version index */
+  uint64_t k;     /* next line */
+  int32_t cur_ds; /* -1: no current unit */
+  uint32_t cur_epoch;
+  uint64_t cur_unit;
+  uint64_t off;      /* next token of the current unit (served coordinates) */
+  struct dl_lds *ds; /* [n_ds] */
+  uint32_t n_ds;
+  /* Current unit as served: BOS/EOS inserted. */
+  struct dl_unit unit;
+  uint32_t *xtok; /* [n_xtok] (== unit.tokens when nothing is inserted) */
+  size_t n_xtok;
+  uint32_t *seg_x;   /* [n_seg] served offset where each piece starts */
+  uint64_t *seg_doc; /* [n_seg] document number of each piece */
+  uint8_t *seg_new;  /* [n_seg] 1: the piece starts a document */
+  size_t n_seg;
+};
+
+struct dl_snap {
+  uint32_t vi;
+  uint64_t ver_id, k;
+  bool pinned; /* a kept commit: never evicted */
+  uint8_t *blob;
+  size_t len;
+};
+
+struct dl_lane {
+  pthread_mutex_t mu;
+  struct dl_gen live;
+  bool live_ok;
+  struct dl_snap *snaps; /* sorted by (vi, k) */
+  size_t n_snaps, cap_snaps;
+};
+
+struct dl_commit {
+  int64_t step;
+  uint64_t *ver_id, *k; /* [C] each lane's position after the step */
+};
+
+struct dl_job {
+  char *name;
+  Stoker__V1__LoaderSpec *spec; /* creation spec (own packing) */
+  uint64_t seed;
+  uint32_t L, C;
+  bool add_bos, add_eos;
+  uint32_t bos_id, eos_id;
+  struct dl_ds *ds;
+  uint32_t n_ds;
+  struct dl_version *ver;
+  uint32_t n_ver;
+  uint64_t next_ver_id;
+  struct dl_commit *commits; /* oldest first */
+  uint32_t n_commits;
+  struct dl_lane *lanes; /* [C] */
+  pthread_rwlock_t lock; /* read: serving; write: configuration changes */
+  pthread_mutex_t commit_mu;
+  struct dl *dl;
+};
+
+struct dl {
+  struct kv *kv;
+  struct dl_opts opts;
+  pthread_mutex_t mu; /* guards the job table */
+  struct dl_job **jobs;
+  size_t n_jobs;
+};
+
+/* ---- dl_config.c: validation, versions, serialization ---- */
+int dl_validate_name(const char *what, const char *name);
+int dl_job_alloc(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret);
+int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret_job);
+void dl_job_free(struct dl_job *j);
+int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec);
+int dl_ds_find(const struct dl_job *j, const char *name);
+void dl_version_clear(struct dl_version *v);
+int dl_version_copy(const struct dl_version *src, struct dl_version *dst);
+void dl_version_sort_blocked(struct dl_version *v);
+bool dl_version_blocked(const struct dl_version *v, uint32_t ds, uint64_t unit);
+double dl_version_weight(const struct dl_version *v, uint32_t ds);
+int dl_check_shape(const struct dl *dl, uint32_t seq_len, uint32_t global_batch);
+/* Serialized configuration (spec, datasets, versions); decode reopens datasets. */
+int dl_config_encode(const struct dl_job *j, uint8_t **ret, size_t *ret_len);
+int dl_config_decode(struct dl *dl, const uint8_t *p, size_t len, struct dl_job **ret_job);
+
+/* ---- dl_steps.c: step / line arithmetic ---- */
+uint32_t dl_version_of_step(const struct dl_job *j, int64_t step);
+/* Lines lane c takes in version vi from its start up to (not incl.) step. */
+uint64_t dl_lane_lines(const struct dl_job *j, uint32_t vi, uint32_t c, int64_t step);
+/* Lines lane c takes in the whole of version vi; UINT64_MAX for the last. */
+uint64_t dl_lane_version_end(const struct dl_job *j, uint32_t vi, uint32_t c);
+uint32_t dl_lane_shards(const struct dl_job *j, uint32_t ds, uint32_t c);
+void dl_shard_range(const struct dl_job *j, uint32_t ds, uint32_t shard, uint64_t *ret_begin,
+                    uint64_t *ret_end);
+int dl_version_index(const struct dl_job *j, uint64_t ver_id, uint32_t *ret_vi);
+
+/* ---- dl_lane.c: the generator ---- */
+struct dl_line_out {
+  uint32_t *tokens; /* [T] or NULL (skip) */
+  uint32_t *starts; /* doc starts within the line, appended; may be NULL */
+  size_t n_starts;
+  bool explain;                  /* collect runs */
+  Stoker__V1__LineSource **runs; /* [n_runs] appended when explain */
+  size_t n_runs, cap_runs;
+  uint32_t line; /* line number recorded in runs */
+  uint32_t lane;
+};
+void dl_gen_reset(struct dl_gen *g); /* back to the initial state (version 0, line 0) */
+void dl_gen_free(struct dl_gen *g);  /* frees buffers; g becomes empty */
+int dl_gen_fit(struct dl_job *j, uint32_t c, struct dl_gen *g); /* sizes arrays to job */
+int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_out *out);
+int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit);
+int dl_gen_next_version(struct dl_job *j, struct dl_gen *g);
+int dl_gen_encode(const struct dl_job *j, const struct dl_gen *g, uint8_t **ret, size_t *ret_len);
+int dl_gen_decode(struct dl_job *j, uint32_t c, const uint8_t *p, size_t len, struct dl_gen *g);
+
+/* ---- dl_seek.c: snapshots and random access ---- */
+/* Moves g (the lane's live generator when g == &lane->live) to (vi, k).
+ * Caller holds the lane's mutex. */
+int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k);
+int dl_snap_add(struct dl_job *j, uint32_t c, uint32_t vi, uint64_t k, bool pinned,
+                const uint8_t *blob, size_t len);
+void dl_snaps_reindex(struct dl_job *j); /* after versions changed */
+void dl_lane_clear(struct dl_lane *l);
+
+/* ---- dl_store.c: RocksDB ---- */
+int dl_store_load(struct dl *dl);
+int dl_store_put_config(struct dl *dl, struct dl_job *j, bool is_new);
+/* Writes the kept commit list (its last entry new, with snapshot blobs[C])
+ * and deletes the snapshots of dropped commits, in one synced batch. */
+int dl_store_commit(struct dl *dl, struct dl_job *j, const struct dl_commit *list, uint32_t n,
+                    uint8_t *const *blobs, const size_t *lens, const struct dl_commit *drop,
+                    uint32_t n_drop);
+/* Replaces every stored key of the job. */
+int dl_store_replace(struct dl *dl, struct dl_job *j, const struct dl_commit *c,
+                     uint8_t *const *blobs, const size_t *lens);
+
+/* ---- dl_open_source.c ---- */
+int dl_default_open_source(void *arg, const Stoker__V1__DatasetSpec *spec,
+                           struct dl_source **ret_source);
+
+/* ---- dl_core.c ---- */
+struct dl_job *dl_find_job(struct dl *dl, const char *name);
+int dl_add_job(struct dl *dl, struct dl_job *j);
+void dl_commit_clear(struct dl_commit *c);
+
+#endif

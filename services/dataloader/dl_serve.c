@@ -1,0 +1,228 @@
+/*
+ * dl_serve: GetBatch and Explain. Step g of version v is the global lines
+ * n = (g - from_step) * B + p for p in [0, B); position j of the step's
+ * batch holds p = perm_{key(seed, g)}(j) (so each rank's slice mixes lanes),
+ * and rank r of world R takes positions [r*B/R, (r+1)*B/R). Global line n is
+ * line n / C of lane n % C. Nothing here depends on R except which slice is
+ * returned, so the global batch is the same at any world size.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dl_internal.h"
+#include "dl_perm.h"
+#include "stk_error.h"
+
+#define STEP_TAG UINT64_C(0x5354455053) /* keys the per-step line order */
+
+struct item {
+  uint32_t lane;
+  uint64_t k;
+  uint32_t out; /* line in the reply */
+};
+
+struct req {
+  uint32_t vi, lines, t;
+  struct item *items; /* [lines] sorted by (lane, k) */
+};
+
+static int item_cmp(const void *a, const void *b) {
+  const struct item *x = a, *y = b;
+  if (x->lane != y->lane) return x->lane < y->lane ? -1 : 1;
+  return (x->k > y->k) - (x->k < y->k);
+}
+
+static int u32_cmp(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Validates a request against the job (read lock held) and plans it. */
+static int plan(struct dl *dl, struct dl_job *j, int64_t step, uint32_t rank, uint32_t world,
+                struct req *q) {
+  if (step < 0 || step > dl->opts.max_step || world == 0 || rank >= world) {
+    stk_set_detail("need 0 <= step <= %lld and rank < world (world > 0)",
+                   (long long)dl->opts.max_step);
+    return STK_EINVAL;
+  }
+  q->vi = dl_version_of_step(j, step);
+  const struct dl_version *v = &j->ver[q->vi];
+  if (v->global_batch % world) {
+    stk_set_detail("global_batch %u is not a multiple of world %u", v->global_batch, world);
+    return STK_EINVAL;
+  }
+  q->lines = v->global_batch / world;
+  q->t = v->seq_len + 1;
+  if ((uint64_t)q->lines * q->t * 4 > dl->opts.max_batch_bytes) {
+    stk_set_detail("a batch of %u x %u tokens exceeds max_batch_bytes", q->lines, q->t);
+    return STK_EINVAL;
+  }
+  if (!(q->items = malloc(q->lines * sizeof *q->items))) return STK_ENOMEM;
+  uint64_t key = dl_key(dl_key(j->seed, STEP_TAG), (uint64_t)step);
+  uint64_t base = (uint64_t)(step - v->from_step) * v->global_batch;
+  for (uint32_t i = 0; i < q->lines; i++) {
+    uint64_t n = base + dl_perm(key, v->global_batch, (uint64_t)rank * q->lines + i);
+    q->items[i] = (struct item){.lane = (uint32_t)(n % j->C), .k = n / j->C, .out = i};
+  }
+  qsort(q->items, q->lines, sizeof *q->items, item_cmp);
+  return 0;
+}
+
+/* Generates every planned line; per line, out->tokens/starts are set by
+ * the caller's hook through `line_begin`. */
+struct sink {
+  uint32_t *tokens; /* [lines x t] or NULL */
+  uint32_t *starts; /* collected flat doc starts */
+  size_t n_starts, cap_starts;
+  struct dl_line_out out;
+  size_t *run_begin; /* [lines + 1] per reply line: first run (explain) */
+};
+
+static int push_starts(struct sink *s, uint32_t base, const uint32_t *tmp, size_t n) {
+  if (s->n_starts + n > s->cap_starts) {
+    size_t cap = s->cap_starts ? s->cap_starts : 64;
+    while (cap < s->n_starts + n) cap *= 2;
+    uint32_t *p = realloc(s->starts, cap * sizeof *p);
+    if (!p) return STK_ENOMEM;
+    s->starts = p;
+    s->cap_starts = cap;
+  }
+  for (size_t i = 0; i < n; i++) s->starts[s->n_starts++] = base + tmp[i];
+  return 0;
+}
+
+static int run_lines(struct dl_job *j, const struct req *q, struct sink *s, uint32_t *tmp) {
+  int rc = 0;
+  for (uint32_t i = 0; rc == 0 && i < q->lines;) {
+    uint32_t c = q->items[i].lane;
+    struct dl_lane *l = &j->lanes[c];
+    pthread_mutex_lock(&l->mu);
+    for (; rc == 0 && i < q->lines && q->items[i].lane == c; i++) {
+      const struct item *it = &q->items[i];
+      s->out.tokens = s->tokens ? s->tokens + (size_t)it->out * q->t : NULL;
+      s->out.starts = tmp;
+      s->out.n_starts = 0;
+      s->out.line = it->out;
+      s->out.lane = c;
+      size_t runs_before = s->out.n_runs;
+      rc = dl_seek(j, c, &l->live, true, q->vi, it->k);
+      if (rc == 0) rc = dl_gen_line(j, c, &l->live, &s->out);
+      if (rc < 0) l->live_ok = false;
+      if (rc == 0) rc = push_starts(s, it->out * q->t, tmp, s->out.n_starts);
+      if (s->run_begin) s->run_begin[it->out] = runs_before;
+    }
+    pthread_mutex_unlock(&l->mu);
+  }
+  return rc;
+}
+
+static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+                 bool want_tokens, struct sink *s, struct req *q) {
+  struct dl_job *j = dl_find_job(dl, job);
+  if (!j) {
+    stk_set_detail("no dataloader job '%s'", job ? job : "");
+    return STK_ENOENT;
+  }
+  pthread_rwlock_rdlock(&j->lock);
+  int rc = plan(dl, j, step, rank, world, q);
+  uint32_t *tmp = NULL;
+  if (rc == 0 && want_tokens && !(s->tokens = malloc((size_t)q->lines * q->t * 4 + 4)))
+    rc = STK_ENOMEM;
+  if (rc == 0 && !(tmp = malloc(((size_t)q->t + 1) * sizeof *tmp))) rc = STK_ENOMEM;
+  if (rc == 0 && s->out.explain && !(s->run_begin = calloc(q->lines + 1, sizeof(size_t))))
+    rc = STK_ENOMEM;
+  if (rc == 0) rc = run_lines(j, q, s, tmp);
+  pthread_rwlock_unlock(&j->lock);
+  free(tmp);
+  return rc;
+}
+
+static void sink_free(struct sink *s) {
+  free(s->tokens);
+  free(s->starts);
+  for (size_t i = 0; i < s->out.n_runs; i++) {
+    free(s->out.runs[i]->dataset);
+    free(s->out.runs[i]);
+  }
+  free(s->out.runs);
+  free(s->run_begin);
+}
+
+int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+                 struct dl_batch *ret_batch) {
+  struct sink s = {0};
+  struct req q = {0};
+  int rc = serve(dl, job, step, rank, world, true, &s, &q);
+  free(q.items);
+  if (rc < 0) {
+    sink_free(&s);
+    return rc;
+  }
+  if (s.n_starts > 1) qsort(s.starts, s.n_starts, sizeof *s.starts, u32_cmp);
+  *ret_batch = (struct dl_batch){.step = step,
+                                 .lines = q.lines,
+                                 .line_tokens = q.t,
+                                 .tokens = s.tokens,
+                                 .doc_starts = s.starts,
+                                 .n_doc_starts = s.n_starts};
+  return 0;
+}
+
+void dl_batch_free(struct dl_batch *b) {
+  if (!b) return;
+  free(b->tokens);
+  free(b->doc_starts);
+  memset(b, 0, sizeof *b);
+}
+
+/* Reorders runs by reply line (they were produced in lane order). */
+static int explain_reply(struct sink *s, uint32_t lines, Stoker__V1__ExplainResponse **ret) {
+  Stoker__V1__ExplainResponse *r = malloc(sizeof *r);
+  Stoker__V1__LineSource **v = malloc((s->out.n_runs + 1) * sizeof *v);
+  uint32_t *order = malloc(((size_t)lines + 1) * sizeof *order);
+  if (!r || !v || !order) {
+    free(r);
+    free(v);
+    free(order);
+    return STK_ENOMEM;
+  }
+  stoker__v1__explain_response__init(r);
+  size_t n = 0;
+  for (size_t i = 0; i < s->out.n_runs; i++) {
+    uint32_t line = s->out.runs[i]->line;
+    size_t b = s->run_begin[line];
+    if (b == i) order[line] = (uint32_t)i; /* runs of one line are contiguous */
+  }
+  for (uint32_t line = 0; line < lines; line++)
+    for (size_t i = order[line]; i < s->out.n_runs && s->out.runs[i]->line == line; i++)
+      v[n++] = s->out.runs[i];
+  free(order);
+  free(s->out.runs);
+  s->out.runs = NULL;
+  s->out.n_runs = 0;
+  r->sources = v;
+  r->n_sources = n;
+  *ret = r;
+  return 0;
+}
+
+int dl_explain(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+               Stoker__V1__ExplainResponse **ret_resp) {
+  struct sink s = {.out.explain = true};
+  struct req q = {0};
+  int rc = serve(dl, job, step, rank, world, false, &s, &q);
+  free(q.items);
+  if (rc == 0) rc = explain_reply(&s, q.lines, ret_resp);
+  sink_free(&s);
+  return rc;
+}
+
+void dl_explain_free(Stoker__V1__ExplainResponse *resp) {
+  if (!resp) return;
+  for (size_t i = 0; i < resp->n_sources; i++) {
+    free(resp->sources[i]->dataset);
+    free(resp->sources[i]);
+  }
+  free(resp->sources);
+  free(resp);
+}

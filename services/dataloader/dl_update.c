@@ -1,0 +1,171 @@
+/*
+ * dl_update: UpdateMixture — a new configuration version from a step on.
+ * The new version starts from the one in force at from_step and changes
+ * what the request names: mixture (new datasets opened and appended to the
+ * job's table; a known dataset keeps its position, so nothing repeats),
+ * seq_len, global_batch, blocked units. Versions at or after from_step are
+ * replaced. Everything is validated and built aside, stored with a synced
+ * write, and only then swapped in; a failure changes nothing.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dl_internal.h"
+#include "stk_error.h"
+
+/* Weights of the new mixture; opens datasets not yet in the table. */
+static int set_mixture(struct dl *dl, struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req,
+                       struct dl_version *v) {
+  double sum = 0;
+  for (size_t i = 0; i < req->n_datasets; i++) {
+    const Stoker__V1__DatasetSpec *d = req->datasets[i];
+    int rc = dl_validate_name("dataset", d->name);
+    if (rc < 0) return rc;
+    if (!isfinite(d->weight) || d->weight < 0 || d->weight > 1e12) {
+      stk_set_detail("dataset %s: weight must be finite, >= 0 and <= 1e12", d->name);
+      return STK_EINVAL;
+    }
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(req->datasets[k]->name, d->name) == 0) {
+        stk_set_detail("dataset %s listed twice", d->name);
+        return STK_EINVAL;
+      }
+    sum += d->weight;
+  }
+  if (!(sum > 0)) {
+    stk_set_detail("the weights of the datasets sum to 0");
+    return STK_EINVAL;
+  }
+  for (size_t i = 0; i < req->n_datasets; i++)
+    if (dl_ds_find(j, req->datasets[i]->name) < 0) {
+      int rc = dl_ds_add(dl, j, req->datasets[i]);
+      if (rc < 0) return rc;
+    }
+  double *w = calloc(j->n_ds, sizeof *w);
+  if (!w) return STK_ENOMEM;
+  for (size_t i = 0; i < req->n_datasets; i++)
+    w[dl_ds_find(j, req->datasets[i]->name)] = req->datasets[i]->weight;
+  free(v->weights);
+  v->weights = w;
+  v->n_weights = j->n_ds;
+  return 0;
+}
+
+static int add_blocks(struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req,
+                      struct dl_version *v) {
+  if (req->n_block == 0) return 0;
+  if (req->n_block > (1u << 20) || v->n_blocked + req->n_block > (1u << 24)) {
+    stk_set_detail("too many blocked units");
+    return STK_EINVAL;
+  }
+  struct dl_block *b = realloc(v->blocked, (v->n_blocked + req->n_block) * sizeof *b);
+  if (!b) return STK_ENOMEM;
+  v->blocked = b;
+  for (size_t i = 0; i < req->n_block; i++) {
+    const Stoker__V1__UnitRef *u = req->block[i];
+    int d = u->dataset ? dl_ds_find(j, u->dataset) : -1;
+    if (d < 0 || u->unit >= j->ds[d].units) {
+      stk_set_detail("block: no unit %llu in dataset '%s'", (unsigned long long)u->unit,
+                     u->dataset ? u->dataset : "");
+      return STK_EINVAL;
+    }
+    b[v->n_blocked++] = (struct dl_block){.ds = (uint32_t)d, .unit = u->unit};
+  }
+  dl_version_sort_blocked(v);
+  return 0;
+}
+
+static int check_step(struct dl *dl, struct dl_job *j, int64_t from) {
+  int64_t committed = -1;
+  for (uint32_t i = 0; i < j->n_commits; i++)
+    if (j->commits[i].step > committed) committed = j->commits[i].step;
+  if (from < 0 || from > dl->opts.max_step || from <= committed) {
+    stk_set_detail("from_step %lld must be after the committed step %lld and <= %lld",
+                   (long long)from, (long long)committed, (long long)dl->opts.max_step);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
+/* Builds the version list with v appended after the versions before from. */
+static int build(struct dl_job *j, struct dl_version *v, struct dl_version **ret, uint32_t *ret_n) {
+  uint32_t keep = 0;
+  while (keep < j->n_ver && j->ver[keep].from_step < v->from_step) keep++;
+  struct dl_version *list = calloc(keep + 1, sizeof *list);
+  if (!list) return STK_ENOMEM;
+  for (uint32_t i = 0; i < keep; i++)
+    if (dl_version_copy(&j->ver[i], &list[i]) < 0) {
+      for (uint32_t k = 0; k < i; k++) dl_version_clear(&list[k]);
+      free(list);
+      return STK_ENOMEM;
+    }
+  list[keep] = *v;
+  *ret = list;
+  *ret_n = keep + 1;
+  return 0;
+}
+
+static int make_version(struct dl *dl, struct dl_job *j,
+                        const Stoker__V1__UpdateMixtureRequest *req, struct dl_version *v) {
+  int rc = check_step(dl, j, req->from_step);
+  if (rc < 0) return rc;
+  if ((rc = dl_version_copy(&j->ver[dl_version_of_step(j, req->from_step)], v)) < 0) return rc;
+  v->from_step = req->from_step;
+  v->id = j->next_ver_id;
+  if (req->seq_len) v->seq_len = req->seq_len;
+  if (req->global_batch) v->global_batch = req->global_batch;
+  rc = dl_check_shape(dl, v->seq_len, v->global_batch);
+  if (rc == 0 && req->n_datasets) rc = set_mixture(dl, j, req, v);
+  if (rc == 0) rc = add_blocks(j, req, v);
+  return rc;
+}
+
+static void drop_datasets(struct dl_job *j, uint32_t n_ds) {
+  while (j->n_ds > n_ds) {
+    struct dl_ds *d = &j->ds[--j->n_ds];
+    dl_source_free(d->src);
+    stoker__v1__dataset_spec__free_unpacked(d->spec, NULL);
+  }
+}
+
+static int apply(struct dl *dl, struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req) {
+  struct dl_version v = {0}, *list = NULL, *old = j->ver;
+  uint32_t n_ds = j->n_ds, n = 0, old_n = j->n_ver;
+  int rc = make_version(dl, j, req, &v);
+  if (rc == 0) rc = build(j, &v, &list, &n);
+  if (rc == 0) {
+    j->ver = list;
+    j->n_ver = n;
+    j->next_ver_id++;
+    if ((rc = dl_store_put_config(dl, j, false)) < 0) {
+      j->ver = old;
+      j->n_ver = old_n;
+      j->next_ver_id--;
+      old = list;
+      old_n = n;
+    }
+  } else {
+    dl_version_clear(&v);
+  }
+  if (rc < 0) drop_datasets(j, n_ds);
+  if (list) {
+    for (uint32_t i = 0; i < old_n; i++) dl_version_clear(&old[i]);
+    free(old);
+  }
+  if (rc == 0) dl_snaps_reindex(j);
+  return rc;
+}
+
+int dl_update_mixture(struct dl *dl, const Stoker__V1__UpdateMixtureRequest *req) {
+  if (!req) return STK_EINVAL;
+  struct dl_job *j = dl_find_job(dl, req->job);
+  if (!j) {
+    stk_set_detail("no dataloader job '%s'", req->job ? req->job : "");
+    return STK_ENOENT;
+  }
+  pthread_rwlock_wrlock(&j->lock);
+  int rc = apply(dl, j, req);
+  pthread_rwlock_unlock(&j->lock);
+  return rc;
+}

@@ -1,0 +1,143 @@
+/*
+ * test_dl_hostile: bad requests get clear errors and change nothing; a
+ * dataset that cannot be opened fails the create with the reader's message
+ * and stores nothing; time to first batch does not grow with the corpus.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "dl_test.h"
+#include "stk_error.h"
+
+static const struct tspec BASE = {.job = "h",
+                                  .seq_len = 31,
+                                  .global_batch = 24,
+                                  .shards = 32,
+                                  .lanes = 4,
+                                  .seed = 1,
+                                  .n_ds = 1,
+                                  .names = {"web"},
+                                  .uris = {"synthetic:400:8:64:7"},
+                                  .weights = {1}};
+
+static void rm(char *dir) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+  free(dir);
+}
+
+static void expect_batch_err(struct dl *dl, const char *job, int64_t step, uint32_t rank,
+                             uint32_t world, int err) {
+  struct dl_batch b;
+  assert_int_equal(dl_get_batch(dl, job, step, rank, world, &b), err);
+  assert_true(strlen(stk_detail()) > 0);
+}
+
+static void test_hostile_requests(void **state) {
+  char *dir = t_tmpdir();
+  struct dl *dl = t_open(dir, 24 * 32 * 4 / 2); /* half a global batch */
+  assert_int_equal(t_create(dl, &BASE), 0);
+  size_t n;
+  uint32_t *before = t_global(dl, "h", 3, 2, &n);
+  expect_batch_err(dl, "h", -1, 0, 2, STK_EINVAL);
+  expect_batch_err(dl, "h", INT64_C(1) << 50, 0, 2, STK_EINVAL);
+  expect_batch_err(dl, "h", 3, 0, 0, STK_EINVAL);
+  expect_batch_err(dl, "h", 3, 2, 2, STK_EINVAL);
+  expect_batch_err(dl, "h", 3, 0, 5, STK_EINVAL); /* 24 % 5 */
+  expect_batch_err(dl, "h", 3, 0, 1, STK_EINVAL); /* over max_batch_bytes */
+  expect_batch_err(dl, "nope", 3, 0, 2, STK_ENOENT);
+  expect_batch_err(dl, "h", INT64_C(1) << 38, 0, 2, STK_ERANGE); /* too much replay */
+  Stoker__V1__ExplainResponse *e;
+  assert_int_equal(dl_explain(dl, "h", 3, 3, 2, &e), STK_EINVAL);
+  assert_int_equal(dl_commit(dl, "h", -5), STK_EINVAL);
+  assert_int_equal(dl_commit(dl, "nope", 1), STK_ENOENT);
+  assert_int_equal(dl_commit(dl, "h", 4), 0);
+  assert_int_equal(t_update(dl, "h", 4, NULL, 15, 0), STK_EINVAL); /* not after the commit */
+  assert_int_equal(t_update(dl, "h", 9, NULL, 0, 7), 0);
+  assert_int_equal(t_update(dl, "h", 9, NULL, 1u << 30, 0), STK_EINVAL);
+  struct tspec zero = BASE;
+  zero.weights[0] = 0;
+  assert_int_equal(t_update(dl, "h", 9, &zero, 0, 0), STK_EINVAL);
+  uint8_t junk[64] = {1, 2, 3};
+  assert_true(dl_import_state(dl, junk, sizeof junk, NULL) < 0);
+  uint32_t *after = t_global(dl, "h", 3, 2, &n);
+  assert_memory_equal(before, after, n * sizeof *after);
+  free(before);
+  free(after);
+  dl_close(dl);
+  rm(dir);
+}
+
+static void test_bad_specs(void **state) {
+  char *dir = t_tmpdir();
+  struct dl *dl = t_open(dir, 0);
+  struct tspec t = BASE;
+  t.uris[0] = "file:///nonexistent/corpus";
+  assert_true(t_create(dl, &t) < 0);
+  assert_non_null(strstr(stk_detail(), "web"));
+  t = BASE;
+  t.uris[0] = "synthetic:3:8:64:7"; /* fewer units than lanes */
+  assert_int_equal(t_create(dl, &t), STK_EINVAL);
+  t = BASE;
+  t.lanes = 64; /* more lanes than shards */
+  assert_int_equal(t_create(dl, &t), STK_EINVAL);
+  t = BASE;
+  t.job = "bad/name";
+  assert_int_equal(t_create(dl, &t), STK_EINVAL);
+  t = BASE;
+  t.seq_len = 0;
+  assert_int_equal(t_create(dl, &t), STK_EINVAL);
+  Stoker__V1__LoaderInfo *info;
+  assert_int_equal(dl_get_info(dl, "h", &info), STK_ENOENT);
+  assert_int_equal(t_create(dl, &BASE), 0);
+  assert_int_equal(t_create(dl, &BASE), STK_EEXIST);
+  dl_close(dl);
+  dl = t_open(dir, 0); /* only the good job was stored */
+  assert_int_equal(dl_get_info(dl, "h", &info), 0);
+  dl_info_free(info);
+  dl_close(dl);
+  rm(dir);
+}
+
+static double first_batch_ms(const char *uri) {
+  char *dir = t_tmpdir();
+  struct dl *dl = t_open(dir, 0);
+  struct tspec t = BASE;
+  t.uris[0] = uri;
+  t.shards = 256;
+  t.lanes = 8;
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  assert_int_equal(t_create(dl, &t), 0);
+  size_t n;
+  free(t_global(dl, "h", 0, 1, &n));
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  dl_close(dl);
+  rm(dir);
+  return (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+}
+
+/* 1,000 vs 1,000,000 documents: the first batch costs about the same. */
+static void test_first_batch_flat(void **state) {
+  first_batch_ms("synthetic:1000:8:64:7"); /* warm up */
+  double small = first_batch_ms("synthetic:1000:8:64:7");
+  double big = first_batch_ms("synthetic:1000000:8:64:7");
+  printf("first batch: 1e3 docs %.2f ms, 1e6 docs %.2f ms\n", small, big);
+  assert_true(big < 5 * small + 20);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_hostile_requests),
+      cmocka_unit_test(test_bad_specs),
+      cmocka_unit_test(test_first_batch_flat),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
