@@ -61,6 +61,36 @@ static int read_token(const char *path, char *buf, size_t len) {
   return buf[0] ? 0 : STK_EINVAL;
 }
 
+static char *dup_opt(const char *s) {
+  return s ? strdup(s) : NULL;
+}
+
+/* Keeps owned copies of the channel options in c->ro. */
+static int keep_opts(struct stk_client *c, const struct rpc_client_opts *ro) {
+  c->ro.target = dup_opt(ro->target);
+  c->ro.tls_ca_file = dup_opt(ro->tls_ca_file);
+  c->ro.tls_cert_file = dup_opt(ro->tls_cert_file);
+  c->ro.tls_key_file = dup_opt(ro->tls_key_file);
+  c->ro.token = dup_opt(ro->token);
+  if (!c->ro.target || (ro->tls_ca_file && !c->ro.tls_ca_file) ||
+      (ro->tls_cert_file && !c->ro.tls_cert_file) || (ro->tls_key_file && !c->ro.tls_key_file) ||
+      (ro->token && !c->ro.token))
+    return STK_ENOMEM;
+  return 0;
+}
+
+static void drop_opts(struct stk_client *c) {
+  free((char *)c->ro.target);
+  free((char *)c->ro.tls_ca_file);
+  free((char *)c->ro.tls_cert_file);
+  free((char *)c->ro.tls_key_file);
+  free((char *)c->ro.token);
+}
+
+int client_new_channel(const struct stk_client *c, struct rpc_client **ret_rpc) {
+  return rpc_client_new(&c->ro, ret_rpc);
+}
+
 int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_client) {
   if (!opts || !opts->address || !opts->address[0])
     return client_fail(STK_EINVAL, "no coordinator address");
@@ -81,8 +111,10 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
   }
   struct stk_client *c = calloc(1, sizeof(*c));
   if (!c) return client_fail(STK_ENOMEM, "client");
-  int err = rpc_client_new(&ro, &c->rpc);
+  int err = keep_opts(c, &ro);
+  if (err == 0) err = rpc_client_new(&ro, &c->rpc);
   if (err < 0) {
+    drop_opts(c);
     free(c);
     const char *d = stk_detail();
     client_set_error(stk_error_to_grpc(err), "%s", d[0] ? d : stk_strerror(err));
@@ -100,6 +132,7 @@ void stk_client_free(struct stk_client *c) {
   if (!c) return;
   membership_stop_heartbeat(c);
   rpc_client_free(c->rpc);
+  drop_opts(c);
   membership_close(&c->m);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -39,6 +39,9 @@ struct membership {
 struct stk_client {
   struct rpc_client *rpc;
   int64_t default_timeout_ms;
+  /* What the channel was made with (owned copies), for extra channels:
+   * a batch stream blocks its own completion thread for flow control. */
+  struct rpc_client_opts ro;
   pthread_mutex_t mu;
   struct membership m;
 };
@@ -80,6 +83,10 @@ void client_set_error(int grpc_code, const char *fmt, ...) __attribute__((format
 /* Records a local failure (err's gRPC code, stk_strerror text) and
  * returns err. */
 int client_fail(int err, const char *what);
+
+/* Opens another channel to the client's server with the same options.
+ * Errors: as rpc_client_new. */
+int client_new_channel(const struct stk_client *c, struct rpc_client **ret_rpc);
 
 /* Monotonic clock in milliseconds. */
 int64_t client_now_ms(void);

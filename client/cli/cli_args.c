@@ -46,6 +46,17 @@ static const struct {
     {"checkpoint-every", FLAG_VALUE, 0},
     {"skip-checkpoint", FLAG_SWITCH, 0},
     {"force", FLAG_SWITCH, 0},
+    {"seq-len", FLAG_VALUE, 0},
+    {"global-batch", FLAG_VALUE, 0},
+    {"seed", FLAG_VALUE, 0},
+    {"shards", FLAG_VALUE, 0},
+    {"lanes", FLAG_VALUE, 0},
+    {"bos", FLAG_VALUE, 0},
+    {"eos", FLAG_VALUE, 0},
+    {"max-doc-tokens", FLAG_VALUE, 0},
+    {"from-step", FLAG_VALUE, 0},
+    {"rank", FLAG_VALUE, 0},
+    {"world", FLAG_VALUE, 0},
 };
 
 static int find_flag(const char *name, size_t len) {

@@ -27,6 +27,14 @@ static const char usage_text[] =
     "  job scale NAME N [--skip-checkpoint]\n"
     "  job pause|resume|stop NAME [--force]\n"
     "  job delete NAME [--force]\n"
+    "  loader create JOB --dataset NAME=URI[:FORMAT][@WEIGHT]... --seq-len N\n"
+    "             --global-batch N [--seed N] [--shards L] [--lanes C] [--bos ID]\n"
+    "             [--eos ID] [--max-doc-tokens N]     (FORMAT: megatron, llmc, text)\n"
+    "  loader show JOB                 spec, datasets and committed step\n"
+    "  loader mixture JOB --from-step S [--dataset ...]... [--seq-len N]\n"
+    "             [--global-batch N]   new configuration from step S on\n"
+    "  loader explain JOB STEP [--rank R --world W]   where each line came from\n"
+    "  loader commit JOB STEP          make the loader state after STEP durable\n"
     "\n"
     "Global flags:\n"
     "  --coordinator ADDR   coordinator HOST:PORT (env STOKER_COORDINATOR,\n"
@@ -72,6 +80,14 @@ static const struct command commands[] = {
     {{"job", "resume"}, 1, "", cli_job_resume},
     {{"job", "stop"}, 1, "force", cli_job_stop},
     {{"job", "delete"}, 1, "force", cli_job_delete},
+    {{"loader", "create"},
+     1,
+     "dataset seq-len global-batch seed shards lanes bos eos max-doc-tokens",
+     cli_loader_create},
+    {{"loader", "show"}, 1, "", cli_loader_show},
+    {{"loader", "mixture"}, 1, "from-step dataset seq-len global-batch", cli_loader_mixture},
+    {{"loader", "explain"}, 2, "rank world", cli_loader_explain},
+    {{"loader", "commit"}, 2, "", cli_loader_commit},
 };
 
 int64_t cli_now_ms(void) {

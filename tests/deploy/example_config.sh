@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The shipped example config is exactly what the daemon documents (so it
 # never drifts from the option table), and the daemon starts from it.
-# Usage: example_config.sh DAEMON EXAMPLE_FILE
+# Usage: example_config.sh DAEMON EXAMPLE_FILE [DURATION_OPTION]
+# DURATION_OPTION names a duration option of the daemon, set to a bad value
+# in the bad-config check (default: tick).
 set -euo pipefail
-daemon=$1 example=$2
+daemon=$1 example=$2 duration_opt=${3:-tick}
 tmp=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 pid=
@@ -25,7 +27,7 @@ pid=
 echo "ok daemon starts from the example config and exits 0 on SIGTERM"
 
 # A bad value in a config file is one clear error naming file and line, exit non-zero.
-printf 'listen = 127.0.0.1:0\ntick = nope\n' >"$tmp/bad.conf"
+printf 'listen = 127.0.0.1:0\n%s = nope\n' "$duration_opt" >"$tmp/bad.conf"
 if "$daemon" --config "$tmp/bad.conf" 2>"$tmp/err"; then
   echo "FAIL: daemon accepted a bad config" >&2; exit 1
 fi

@@ -153,8 +153,9 @@ static int copy_unit(const struct dl_unit *from, struct dl_unit *to) {
   to->tokens = malloc((from->n_tokens + 1) * sizeof(uint32_t));
   to->doc_starts = malloc((from->n_docs + 1) * sizeof(uint32_t));
   if (!to->tokens || !to->doc_starts) return STK_ENOMEM;
-  memcpy(to->tokens, from->tokens, from->n_tokens * sizeof(uint32_t));
-  memcpy(to->doc_starts, from->doc_starts, from->n_docs * sizeof(uint32_t));
+  /* An empty unit may carry NULL arrays: memcpy must not see them. */
+  if (from->n_tokens) memcpy(to->tokens, from->tokens, from->n_tokens * sizeof(uint32_t));
+  if (from->n_docs) memcpy(to->doc_starts, from->doc_starts, from->n_docs * sizeof(uint32_t));
   to->n_tokens = from->n_tokens;
   to->n_docs = from->n_docs;
   to->first_doc = from->first_doc;

@@ -1,0 +1,192 @@
+/*
+ * The dataloader's unary calls (create, get, batch, mixture, commit,
+ * export/import, explain) and the one conversion every batch goes through:
+ * a Batch reply checked for consistency and viewed as uint32 tokens without
+ * copying when the bytes are already aligned little-endian words.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_internal.h"
+#include "loader_internal.h"
+
+int stk_loader_connect(const struct stk_client_opts *opts, struct stk_client **ret_client) {
+  struct stk_client_opts o = {0};
+  if (opts) o = *opts;
+  if (!o.address || !o.address[0]) o.address = getenv(STK_LOADER_ENV);
+  if (!o.address || !o.address[0]) o.address = STK_LOADER_DEFAULT_ADDRESS;
+  return stk_client_new(&o, ret_client);
+}
+
+/* What a batch owns: the reply and, when its bytes could not be viewed in
+ * place, an aligned host-order copy of the tokens. */
+struct batch_owner {
+  Stoker__V1__Batch *msg;
+  uint32_t *copy;
+};
+
+static bool host_little_endian(void) {
+  const uint16_t one = 1;
+  return *(const uint8_t *)&one == 1;
+}
+
+/* Host-order tokens of m: in place when possible, else a copy. */
+static int view_tokens(struct batch_owner *o, size_t n, const uint32_t **ret_tokens) {
+  const uint8_t *p = o->msg->tokens.data;
+  if (host_little_endian() && ((uintptr_t)p % sizeof(uint32_t)) == 0) {
+    *ret_tokens = (const uint32_t *)(const void *)p;
+    return 0;
+  }
+  o->copy = malloc(n * sizeof(uint32_t) + 1);
+  if (!o->copy) return STK_ENOMEM;
+  for (size_t i = 0; i < n; i++)
+    o->copy[i] = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 | (uint32_t)p[4 * i + 2] << 16 |
+                 (uint32_t)p[4 * i + 3] << 24;
+  *ret_tokens = o->copy;
+  return 0;
+}
+
+/* True when the reply's sizes agree with each other. */
+static bool batch_consistent(const Stoker__V1__Batch *m) {
+  uint64_t n = (uint64_t)m->lines * m->line_tokens;
+  if (m->tokens.len != n * sizeof(uint32_t)) return false;
+  for (size_t i = 0; i < m->n_doc_starts; i++) {
+    if (m->doc_starts[i] >= n || (i > 0 && m->doc_starts[i] <= m->doc_starts[i - 1])) return false;
+  }
+  return true;
+}
+
+int loader_batch_from_msg(ProtobufCMessage *msg, struct stk_batch *ret_batch) {
+  Stoker__V1__Batch *m = (Stoker__V1__Batch *)msg;
+  if (!batch_consistent(m)) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    client_set_error(15, "malformed batch from the dataloader");
+    return STK_ECORRUPT;
+  }
+  struct batch_owner *o = calloc(1, sizeof(*o));
+  const uint32_t *tokens = NULL;
+  if (o) o->msg = m;
+  if (!o || view_tokens(o, (size_t)m->lines * m->line_tokens, &tokens) < 0) {
+    free(o);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return client_fail(STK_ENOMEM, "batch");
+  }
+  *ret_batch = (struct stk_batch){
+      .step = m->step,
+      .lines = m->lines,
+      .line_tokens = m->line_tokens,
+      .tokens = tokens,
+      .doc_starts = m->doc_starts,
+      .n_doc_starts = m->n_doc_starts,
+      .priv_ = o,
+  };
+  return 0;
+}
+
+void stk_batch_free(struct stk_batch *b) {
+  if (!b) return;
+  struct batch_owner *o = b->priv_;
+  if (o) {
+    free(o->copy);
+    protobuf_c_message_free_unpacked(&o->msg->base, NULL);
+    free(o);
+  }
+  memset(b, 0, sizeof(*b));
+}
+
+/* ----------------------------------------------------------- the calls */
+
+int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, int64_t timeout_ms,
+                      Stoker__V1__LoaderInfo **ret_info) {
+  if (!spec || !spec->job) return client_fail(STK_EINVAL, "create loader");
+  Stoker__V1__CreateLoaderRequest req = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
+  req.spec = (Stoker__V1__LoaderSpec *)spec;
+  return client_call(c, DL_METHOD("CreateLoader"), &req.base, &stoker__v1__loader_info__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
+                   Stoker__V1__LoaderInfo **ret_info) {
+  if (!job) return client_fail(STK_EINVAL, "get loader");
+  Stoker__V1__GetLoaderRequest req = STOKER__V1__GET_LOADER_REQUEST__INIT;
+  req.job = (char *)job;
+  return client_call(c, DL_METHOD("GetLoader"), &req.base, &stoker__v1__loader_info__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                         uint32_t world, int64_t timeout_ms, struct stk_batch *ret_batch) {
+  if (!job || !ret_batch) return client_fail(STK_EINVAL, "get batch");
+  Stoker__V1__GetBatchRequest req = STOKER__V1__GET_BATCH_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  req.rank = rank;
+  req.world = world;
+  ProtobufCMessage *resp = NULL;
+  int err = client_call(c, DL_METHOD("GetBatch"), &req.base, &stoker__v1__batch__descriptor,
+                        timeout_ms, &resp);
+  return err < 0 ? err : loader_batch_from_msg(resp, ret_batch);
+}
+
+int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
+                              int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  if (!req || !req->job) return client_fail(STK_EINVAL, "update mixture");
+  return client_call(c, DL_METHOD("UpdateMixture"), &req->base,
+                     &stoker__v1__loader_info__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {
+  if (!job) return client_fail(STK_EINVAL, "commit");
+  Stoker__V1__CommitRequest req = STOKER__V1__COMMIT_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  return client_call(c, DL_METHOD("Commit"), &req.base, &stoker__v1__empty__descriptor, timeout_ms,
+                     NULL);
+}
+
+int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
+                      uint8_t **ret_blob, size_t *ret_len) {
+  if (!job || !ret_blob || !ret_len) return client_fail(STK_EINVAL, "export state");
+  Stoker__V1__ExportStateRequest req = STOKER__V1__EXPORT_STATE_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  ProtobufCMessage *resp = NULL;
+  int err = client_call(c, DL_METHOD("ExportState"), &req.base,
+                        &stoker__v1__loader_state__descriptor, timeout_ms, &resp);
+  if (err < 0) return err;
+  Stoker__V1__LoaderState *st = (Stoker__V1__LoaderState *)resp;
+  uint8_t *blob = malloc(st->state.len + 1);
+  if (blob) memcpy(blob, st->state.data, st->state.len);
+  size_t len = st->state.len;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  if (!blob) return client_fail(STK_ENOMEM, "export state");
+  *ret_blob = blob;
+  *ret_len = len;
+  return 0;
+}
+
+int stk_loader_import(struct stk_client *c, const char *job, int64_t step, const uint8_t *blob,
+                      size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  if (!blob || !len) return client_fail(STK_EINVAL, "import state");
+  Stoker__V1__LoaderState req = STOKER__V1__LOADER_STATE__INIT;
+  req.job = (char *)(job ? job : "");
+  req.step = step;
+  req.state.data = (uint8_t *)blob;
+  req.state.len = len;
+  return client_call(c, DL_METHOD("ImportState"), &req.base, &stoker__v1__loader_info__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                       uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp) {
+  if (!job) return client_fail(STK_EINVAL, "explain");
+  Stoker__V1__ExplainRequest req = STOKER__V1__EXPLAIN_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  req.rank = rank;
+  req.world = world;
+  return client_call(c, DL_METHOD("Explain"), &req.base, &stoker__v1__explain_response__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_resp);
+}

@@ -1,0 +1,124 @@
+/*
+ * libstoker-client, dataloader part: the calls a trainer rank (and
+ * stokerctl) makes to stoker-dataloader. A loader client is an ordinary
+ * struct stk_client opened on the dataloader's address; everything in
+ * stoker_client.h about threads, errors and stk_client_last_error() holds.
+ *
+ * A batch is a pure function of (job, step, rank, world): retrying a call
+ * returns the same bytes. A trainer usually opens one batch stream
+ * (stk_batch_stream_open) from its first step and takes batches with
+ * stk_batch_stream_next(); the stream prefetches up to `prefetch` batches
+ * ahead (on the server and in the client) over its own channel, so a slow
+ * trainer holds the server back instead of filling memory. Commit the
+ * loader state with the model checkpoint (stk_loader_commit), or carry it
+ * inside the checkpoint (stk_loader_export / stk_loader_import).
+ *
+ * Messages returned as protobuf-c objects are freed by the caller with
+ * protobuf_c_message_free_unpacked(&x->base, NULL). timeout_ms 0: the
+ * client's default.
+ */
+#ifndef STOKER_LOADER_H
+#define STOKER_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/v1/dataloader.pb-c.h"
+#include "stoker_client.h"
+
+#define STK_LOADER_DEFAULT_ADDRESS "127.0.0.1:7071"
+#define STK_LOADER_ENV             "STOKER_DATALOADER"
+
+struct stk_batch_stream;
+
+/* Opens a client to the dataloader: opts->address, else $STOKER_DATALOADER,
+ * else STK_LOADER_DEFAULT_ADDRESS (opts may be NULL). Errors: as
+ * stk_client_new(). Free with stk_client_free(). */
+int stk_loader_connect(const struct stk_client_opts *opts, struct stk_client **ret_client);
+
+/* One rank's slice of a global batch: lines x line_tokens tokens (each line
+ * is seq_len + 1 tokens: inputs are [0, seq_len), targets [1, seq_len]).
+ * doc_starts are flat indices into tokens where a document starts,
+ * ascending. The arrays belong to the batch; free it with stk_batch_free(). */
+struct stk_batch {
+  int64_t step;
+  uint32_t lines;
+  uint32_t line_tokens;
+  const uint32_t *tokens;     /* [lines x line_tokens] */
+  const uint32_t *doc_starts; /* [n_doc_starts] */
+  size_t n_doc_starts;
+  void *priv_; /* The reply (and an aligned copy if one was needed). */
+};
+
+/* Frees what a batch holds and zeroes it. Accepts NULL and empty batches. */
+void stk_batch_free(struct stk_batch *b);
+
+/* ---------------------------------------------------------- unary calls */
+
+/* Creates the loader spec->job. Errors: STK_EEXIST, STK_EINVAL (bad spec,
+ * dataset that cannot be opened: see stk_client_last_error()). */
+int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, int64_t timeout_ms,
+                      Stoker__V1__LoaderInfo **ret_info);
+int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
+                   Stoker__V1__LoaderInfo **ret_info);
+
+/* Rank's slice of step's global batch at world size world. Errors:
+ * STK_EINVAL (rank >= world, batch not divisible, bad step), STK_ENOENT,
+ * STK_ERANGE (too far from any restorable state). */
+int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                         uint32_t world, int64_t timeout_ms, struct stk_batch *ret_batch);
+
+/* Completion of stk_loader_get_batch_async: on err 0, batch is the
+ * callee's (free it with stk_batch_free(), from any thread); otherwise
+ * batch is NULL and msg the server's message. Runs on the client's thread. */
+typedef void (*stk_batch_done_fn)(void *arg, int err, const char *msg, struct stk_batch *batch);
+/* If it fails, done never runs; otherwise done runs exactly once. */
+int stk_loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                               uint32_t world, int64_t timeout_ms, stk_batch_done_fn done,
+                               void *arg);
+
+/* A new configuration version from req->from_step on (new weights, new or
+ * removed datasets, seq_len, global_batch, blocked units). */
+int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
+                              int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+
+/* Makes the state after step durable on the dataloader. */
+int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms);
+
+/* The loader's state after step as an opaque blob (malloc'ed; the caller
+ * frees it) to store in the model checkpoint. */
+int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
+                      uint8_t **ret_blob, size_t *ret_len);
+/* Recreates (or replaces) the loader a blob from stk_loader_export
+ * describes, committed at its step. job and step are what the export
+ * returned them for (the blob is authoritative). */
+int stk_loader_import(struct stk_client *c, const char *job, int64_t step, const uint8_t *blob,
+                      size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+
+/* Provenance of a slice: one LineSource per run of tokens from one unit. */
+int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                       uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp);
+
+/* ------------------------------------------------------- batch streaming */
+
+/* Starts streaming rank's slices from from_step on (StreamBatches) over a
+ * channel of its own with the client's options; the server and this client
+ * each hold at most prefetch batches (0: 4). The client c must outlive the
+ * stream. Errors: STK_EINVAL, what opening a channel returns. */
+int stk_batch_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
+                          uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream);
+
+/* The next batch in step order (steps from_step, from_step + 1, ...),
+ * waiting up to timeout_ms (< 0: forever). Returns 0 and *ret_batch (free
+ * with stk_batch_free), STK_ETIMEDOUT if none arrived in time (the stream
+ * goes on), or, once the stream ended and its batches were taken, its final
+ * error (STK_ERANGE when the server ended it normally; the server's status
+ * otherwise, message in stk_client_last_error()). */
+int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
+                          struct stk_batch *ret_batch);
+
+/* Cancels the stream, waits for its end, drops batches not taken, frees.
+ * Accepts NULL. Any thread but the client's. */
+void stk_batch_stream_free(struct stk_batch_stream *s);
+
+#endif

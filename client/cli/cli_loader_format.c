@@ -1,0 +1,147 @@
+/*
+ * The dataloader's renderings for stokerctl (see cli_loader_format.h):
+ * `loader show` and `loader explain`, as tables or JSON.
+ */
+#include "cli_loader_format.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+#include "cli_format.h"
+#include "cli_loader_spec.h"
+
+static void add_str(cJSON *o, const char *key, const char *s) {
+  cJSON_AddStringToObject(o, key, s ? s : "");
+}
+
+static cJSON *dataset_json(const Stoker__V1__DatasetSpec *d) {
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "name", d->name);
+  add_str(o, "uri", d->source ? d->source->uri : NULL);
+  add_str(o, "format", d->format ? cli_format_name(d->format) : "");
+  cJSON_AddNumberToObject(o, "weight", d->weight);
+  add_str(o, "tokenizer", d->tokenizer);
+  return o;
+}
+
+cJSON *fmt_loader_json(const Stoker__V1__LoaderInfo *info) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  const Stoker__V1__LoaderSpec *s = info->spec;
+  add_str(o, "job", s ? s->job : NULL);
+  cJSON_AddNumberToObject(o, "committed_step", (double)info->committed_step);
+  if (!s) return o;
+  cJSON_AddNumberToObject(o, "seq_len", s->seq_len);
+  cJSON_AddNumberToObject(o, "global_batch", s->global_batch);
+  cJSON_AddNumberToObject(o, "seed", (double)s->seed);
+  cJSON_AddNumberToObject(o, "logical_shards", s->logical_shards);
+  cJSON_AddNumberToObject(o, "lanes", s->lanes);
+  cJSON_AddBoolToObject(o, "add_bos", s->add_bos);
+  cJSON_AddBoolToObject(o, "add_eos", s->add_eos);
+  cJSON_AddNumberToObject(o, "bos_id", s->bos_id);
+  cJSON_AddNumberToObject(o, "eos_id", s->eos_id);
+  cJSON_AddNumberToObject(o, "max_doc_tokens", s->max_doc_tokens);
+  cJSON *ds = cJSON_AddArrayToObject(o, "datasets");
+  for (size_t i = 0; i < s->n_datasets; i++) cJSON_AddItemToArray(ds, dataset_json(s->datasets[i]));
+  return o;
+}
+
+cJSON *fmt_explain_json(const char *job, int64_t step, uint32_t rank, uint32_t world,
+                        const Stoker__V1__ExplainResponse *resp) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  add_str(o, "job", job);
+  cJSON_AddNumberToObject(o, "step", (double)step);
+  cJSON_AddNumberToObject(o, "rank", rank);
+  cJSON_AddNumberToObject(o, "world", world);
+  cJSON *arr = cJSON_AddArrayToObject(o, "sources");
+  for (size_t i = 0; i < resp->n_sources; i++) {
+    const Stoker__V1__LineSource *l = resp->sources[i];
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddNumberToObject(x, "line", l->line);
+    add_str(x, "dataset", l->dataset);
+    cJSON_AddNumberToObject(x, "document", (double)l->document);
+    cJSON_AddNumberToObject(x, "unit", (double)l->unit);
+    cJSON_AddNumberToObject(x, "token_begin", (double)l->token_begin);
+    cJSON_AddNumberToObject(x, "token_end", (double)l->token_end);
+    cJSON_AddNumberToObject(x, "epoch", l->epoch);
+    cJSON_AddNumberToObject(x, "lane", l->lane);
+    cJSON_AddItemToArray(arr, x);
+  }
+  return o;
+}
+
+static void field(struct table *t, const char *key, const char *value) {
+  const char *row[] = {key, value};
+  table_add(t, row);
+}
+
+static void summary(const Stoker__V1__LoaderInfo *info, FILE *out) {
+  const Stoker__V1__LoaderSpec *s = info->spec;
+  char buf[256];
+  struct table *t = table_new(2, NULL);
+  if (!t) return;
+  field(t, "Loader:", s->job);
+  snprintf(buf, sizeof(buf), "seq_len %u, global batch %u lines", s->seq_len, s->global_batch);
+  field(t, "Shape:", buf);
+  snprintf(buf, sizeof(buf), "%" PRIu64, s->seed);
+  field(t, "Seed:", buf);
+  snprintf(buf, sizeof(buf), "%u logical shards, %u lanes", s->logical_shards, s->lanes);
+  field(t, "Sharding:", buf);
+  char b[16] = "off", e[16] = "off";
+  if (s->add_bos) snprintf(b, sizeof(b), "%u", s->bos_id);
+  if (s->add_eos) snprintf(e, sizeof(e), "%u", s->eos_id);
+  snprintf(buf, sizeof(buf), "bos %s, eos %s", b, e);
+  field(t, "Specials:", buf);
+  if (s->max_doc_tokens) {
+    snprintf(buf, sizeof(buf), "%u", s->max_doc_tokens);
+    field(t, "Max doc tokens:", buf);
+  }
+  if (info->committed_step >= 0) {
+    snprintf(buf, sizeof(buf), "%" PRId64, info->committed_step);
+  } else {
+    snprintf(buf, sizeof(buf), "none");
+  }
+  field(t, "Committed step:", buf);
+  table_print(t, out);
+  table_free(t);
+}
+
+void fmt_loader_show(const Stoker__V1__LoaderInfo *info, FILE *out) {
+  if (!info->spec) return;
+  summary(info, out);
+  static const char *const headers[] = {"DATASET", "URI", "FORMAT", "WEIGHT"};
+  struct table *t = table_new(4, headers);
+  if (!t) return;
+  for (size_t i = 0; i < info->spec->n_datasets; i++) {
+    const Stoker__V1__DatasetSpec *d = info->spec->datasets[i];
+    char w[32];
+    snprintf(w, sizeof(w), "%g", d->weight);
+    const char *row[] = {d->name, d->source ? d->source->uri : NULL, cli_format_name(d->format), w};
+    table_add(t, row);
+  }
+  fprintf(out, "\n");
+  table_print(t, out);
+  table_free(t);
+}
+
+void fmt_explain_table(const Stoker__V1__ExplainResponse *resp, FILE *out) {
+  static const char *const headers[] = {"LINE",   "DATASET", "DOCUMENT", "UNIT",
+                                        "TOKENS", "EPOCH",   "LANE"};
+  struct table *t = table_new(7, headers);
+  if (!t) return;
+  for (size_t i = 0; i < resp->n_sources; i++) {
+    const Stoker__V1__LineSource *l = resp->sources[i];
+    char line[16], doc[24], unit[24], range[48], epoch[16], lane[16];
+    snprintf(line, sizeof(line), "%u", l->line);
+    snprintf(doc, sizeof(doc), "%" PRIu64, l->document);
+    snprintf(unit, sizeof(unit), "%" PRIu64, l->unit);
+    snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, l->token_begin, l->token_end);
+    snprintf(epoch, sizeof(epoch), "%u", l->epoch);
+    snprintf(lane, sizeof(lane), "%u", l->lane);
+    const char *row[] = {line, l->dataset, doc, unit, range, epoch, lane};
+    table_add(t, row);
+  }
+  table_print(t, out);
+  table_free(t);
+}

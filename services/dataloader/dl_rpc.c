@@ -1,0 +1,286 @@
+/*
+ * The gRPC adapter of the dataloader: one thin handler per unary method.
+ * The core's calls block (batch generation reads datasets; changes are
+ * synced RocksDB writes), so each call becomes a task on the libuv
+ * threadpool: `run` calls the core on a worker thread, `reply` answers on
+ * the loop, exactly once. The request stays valid until the call finishes,
+ * so workers read it in place. StreamBatches lives in dl_rpc_stream.c.
+ */
+#include "dl_rpc.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dl_rpc_internal.h"
+#include "stk_error.h"
+
+struct task;
+typedef int (*task_run_fn)(struct task *t);
+typedef void (*task_reply_fn)(struct task *t);
+
+struct task {
+  uv_work_t work;
+  struct dl_rpc *a;
+  struct rpc_call *call;
+  const ProtobufCMessage *req;
+  task_run_fn run;     /* Worker thread: the core call. */
+  task_reply_fn reply; /* Loop, on success: rpc_reply and free the output. */
+  int err;
+  char msg[DL_RPC_MSG_LEN];
+  double gen_seconds;
+  struct dl_batch batch;
+  Stoker__V1__LoaderInfo *info;
+  Stoker__V1__ExplainResponse *explain;
+  uint8_t *blob;
+  size_t blob_len;
+  int64_t step;
+};
+
+/* ------------------------------------------------------------ shared */
+
+double dl_rpc_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void dl_rpc_capture_error(int err, char *msg, size_t len) {
+  const char *d = stk_detail();
+  snprintf(msg, len, "%s", d && *d ? d : stk_strerror(err));
+  for (char *p = msg; *p; p++)
+    if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+void dl_rpc_batch_encode(struct dl_batch *b, Stoker__V1__Batch *msg) {
+  size_t n = (size_t)b->lines * b->line_tokens;
+  uint8_t *bytes = (uint8_t *)b->tokens;
+  for (size_t i = 0; i < n; i++) { /* In place: element i owns bytes [4i, 4i+4). */
+    uint32_t v = b->tokens[i];
+    bytes[4 * i] = (uint8_t)v;
+    bytes[4 * i + 1] = (uint8_t)(v >> 8);
+    bytes[4 * i + 2] = (uint8_t)(v >> 16);
+    bytes[4 * i + 3] = (uint8_t)(v >> 24);
+  }
+  stoker__v1__batch__init(msg);
+  msg->step = b->step;
+  msg->lines = b->lines;
+  msg->line_tokens = b->line_tokens;
+  msg->tokens.data = bytes;
+  msg->tokens.len = n * 4;
+  msg->doc_starts = b->doc_starts;
+  msg->n_doc_starts = b->n_doc_starts;
+}
+
+void dl_rpc_count_served(struct dl_rpc *a, const struct dl_batch *b) {
+  if (a->batches) metric_counter_add(a->batches, 1);
+  if (a->tokens) metric_counter_add(a->tokens, (uint64_t)b->lines * b->line_tokens);
+}
+
+/* ------------------------------------------------------- task plumbing */
+
+static void task_work(uv_work_t *w) {
+  struct task *t = w->data;
+  stk_clear_detail();
+  t->err = t->run(t);
+  if (t->err) dl_rpc_capture_error(t->err, t->msg, sizeof(t->msg));
+}
+
+static void task_done(uv_work_t *w, int status) {
+  struct task *t = w->data;
+  if (status < 0 && !t->err) { /* Never ran (uv_cancel is not used; defensive). */
+    t->err = STK_ECANCELED;
+    snprintf(t->msg, sizeof(t->msg), "cancelled");
+  }
+  if (t->err)
+    rpc_fail_err(t->call, t->err, "%s", t->msg);
+  else
+    t->reply(t);
+  free(t);
+}
+
+/* Queues run on the threadpool; reply (or the error) follows on the loop. */
+static void submit(struct rpc_call *call, const ProtobufCMessage *req, struct dl_rpc *a,
+                   task_run_fn run, task_reply_fn reply) {
+  struct task *t = calloc(1, sizeof(*t));
+  if (!t) {
+    rpc_fail_err(call, STK_ENOMEM, "out of memory");
+    return;
+  }
+  t->a = a;
+  t->call = call;
+  t->req = req;
+  t->run = run;
+  t->reply = reply;
+  t->work.data = t;
+  int rc = uv_queue_work(a->loop, &t->work, task_work, task_done);
+  if (rc) {
+    free(t);
+    rpc_fail(call, RPC_INTERNAL, "cannot queue work: %s", uv_strerror(rc));
+  }
+}
+
+/* -------------------------------------------------- LoaderInfo replies */
+
+static void reply_info(struct task *t) {
+  rpc_reply(t->call, &t->info->base);
+  dl_info_free(t->info);
+}
+
+static int run_create(struct task *t) {
+  const Stoker__V1__CreateLoaderRequest *r = (const void *)t->req;
+  if (!r->spec) {
+    stk_set_detail("spec is required");
+    return STK_EINVAL;
+  }
+  int rc = dl_create_job(t->a->dl, r->spec);
+  return rc ? rc : dl_get_info(t->a->dl, r->spec->job, &t->info);
+}
+
+static int run_get(struct task *t) {
+  const Stoker__V1__GetLoaderRequest *r = (const void *)t->req;
+  return dl_get_info(t->a->dl, r->job, &t->info);
+}
+
+static int run_update(struct task *t) {
+  const Stoker__V1__UpdateMixtureRequest *r = (const void *)t->req;
+  int rc = dl_update_mixture(t->a->dl, r);
+  return rc ? rc : dl_get_info(t->a->dl, r->job, &t->info);
+}
+
+/* The blob names its job; LoaderState.job says which job the reply
+ * describes, so it is required (and checked before anything changes). */
+static int run_import(struct task *t) {
+  const Stoker__V1__LoaderState *r = (const void *)t->req;
+  if (!r->job || !r->job[0]) {
+    stk_set_detail("job is required (the job the state belongs to)");
+    return STK_EINVAL;
+  }
+  int rc = dl_import_state(t->a->dl, r->state.data, r->state.len, NULL);
+  return rc ? rc : dl_get_info(t->a->dl, r->job, &t->info);
+}
+
+/* ------------------------------------------------------ other replies */
+
+static int run_get_batch(struct task *t) {
+  const Stoker__V1__GetBatchRequest *r = (const void *)t->req;
+  double t0 = dl_rpc_now();
+  int rc = dl_get_batch(t->a->dl, r->job, r->step, r->rank, r->world, &t->batch);
+  t->gen_seconds = dl_rpc_now() - t0;
+  return rc;
+}
+
+static void reply_batch(struct task *t) {
+  Stoker__V1__Batch msg;
+  dl_rpc_batch_encode(&t->batch, &msg);
+  if (t->a->gen_seconds) metric_histogram_observe(t->a->gen_seconds, t->gen_seconds);
+  dl_rpc_count_served(t->a, &t->batch);
+  rpc_reply(t->call, &msg.base);
+  dl_batch_free(&t->batch);
+}
+
+static int run_explain(struct task *t) {
+  const Stoker__V1__ExplainRequest *r = (const void *)t->req;
+  return dl_explain(t->a->dl, r->job, r->step, r->rank, r->world, &t->explain);
+}
+
+static void reply_explain(struct task *t) {
+  rpc_reply(t->call, &t->explain->base);
+  dl_explain_free(t->explain);
+}
+
+static int run_commit(struct task *t) {
+  const Stoker__V1__CommitRequest *r = (const void *)t->req;
+  return dl_commit(t->a->dl, r->job, r->step);
+}
+
+static void reply_empty(struct task *t) {
+  Stoker__V1__Empty e = STOKER__V1__EMPTY__INIT;
+  rpc_reply(t->call, &e.base);
+}
+
+static int run_export(struct task *t) {
+  const Stoker__V1__ExportStateRequest *r = (const void *)t->req;
+  t->step = r->step;
+  return dl_export_state(t->a->dl, r->job, r->step, &t->blob, &t->blob_len);
+}
+
+static void reply_state(struct task *t) {
+  const Stoker__V1__ExportStateRequest *r = (const void *)t->req;
+  Stoker__V1__LoaderState s = STOKER__V1__LOADER_STATE__INIT;
+  s.job = r->job;
+  s.step = t->step;
+  s.state.data = t->blob;
+  s.state.len = t->blob_len;
+  rpc_reply(t->call, &s.base);
+  free(t->blob);
+}
+
+/* ------------------------------------------------------------- table */
+
+#define HANDLER(method, run, reply)                                                                \
+  static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
+    submit(call, req, svc, run, reply);                                                            \
+  }
+
+HANDLER(create_loader, run_create, reply_info)
+HANDLER(get_loader, run_get, reply_info)
+HANDLER(update_mixture, run_update, reply_info)
+HANDLER(import_state, run_import, reply_info)
+HANDLER(get_batch, run_get_batch, reply_batch)
+HANDLER(explain, run_explain, reply_explain)
+HANDLER(commit, run_commit, reply_empty)
+HANDLER(export_state, run_export, reply_state)
+
+static const struct rpc_method_def dataloader_methods[] = {
+    {"CreateLoader", RPC_UNARY, handle_create_loader},
+    {"GetLoader", RPC_UNARY, handle_get_loader},
+    {"GetBatch", RPC_UNARY, handle_get_batch},
+    {"StreamBatches", RPC_SERVER_STREAM, dl_rpc_handle_stream},
+    {"UpdateMixture", RPC_UNARY, handle_update_mixture},
+    {"Commit", RPC_UNARY, handle_commit},
+    {"ExportState", RPC_UNARY, handle_export_state},
+    {"ImportState", RPC_UNARY, handle_import_state},
+    {"Explain", RPC_UNARY, handle_explain},
+};
+
+static void register_metrics(struct dl_rpc *a, struct metrics *m) {
+  if (!m) return;
+  a->batches = metrics_counter(m, "stoker_dataloader_batches_total",
+                               "Batches served (GetBatch replies and stream messages).", NULL);
+  a->tokens =
+      metrics_counter(m, "stoker_dataloader_tokens_total", "Tokens in the batches served.", NULL);
+  a->gen_seconds = metrics_histogram(m, "stoker_dataloader_batch_generation_seconds",
+                                     "Time to generate one batch on a worker thread.", NULL);
+  a->prefetched = metrics_gauge(m, "stoker_dataloader_prefetched_batches",
+                                "Batches generated for streams and not yet sent.", NULL);
+}
+
+int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
+                    const struct dl_rpc_opts *opts, struct dl_rpc **ret_adapter) {
+  struct dl_rpc *a = calloc(1, sizeof(*a));
+  if (!a) return STK_ENOMEM;
+  a->dl = dl;
+  a->loop = loop;
+  a->max_prefetch = opts && opts->max_prefetch ? opts->max_prefetch : 16;
+  a->default_prefetch = opts && opts->default_prefetch ? opts->default_prefetch : 2;
+  if (a->default_prefetch > a->max_prefetch) a->default_prefetch = a->max_prefetch;
+  register_metrics(a, opts ? opts->metrics : NULL);
+  int rc = rpc_server_add_service(s, &stoker__v1__dataloader__descriptor, dataloader_methods,
+                                  sizeof(dataloader_methods) / sizeof(dataloader_methods[0]), a);
+  if (rc) {
+    free(a);
+    return rc;
+  }
+  *ret_adapter = a;
+  return 0;
+}
+
+void dl_rpc_drain(struct dl_rpc *a) {
+  a->draining = true;
+  dl_rpc_stream_drain(a);
+}
+
+void dl_rpc_free(struct dl_rpc *a) {
+  free(a);
+}

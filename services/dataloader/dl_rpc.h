@@ -1,0 +1,40 @@
+/*
+ * dl_rpc: the dataloader's gRPC adapter. Maps every method of
+ * stoker.v1.Dataloader onto the dl_* call of dl_core.h. Core calls (batch
+ * generation, RocksDB writes) run on the libuv threadpool of the daemon's
+ * loop; replies and stream sends happen on the loop. StreamBatches keeps at
+ * most `prefetch` batches generated ahead of what was sent, one send
+ * outstanding, and stops on cancel.
+ */
+#ifndef STK_DL_RPC_H
+#define STK_DL_RPC_H
+
+#include <stdint.h>
+
+#include "dl_core.h"
+#include "metrics.h"
+#include "rpc.h"
+
+struct dl_rpc;
+
+struct dl_rpc_opts {
+  uint32_t max_prefetch;     /* Largest prefetch a stream may ask for; 0: 16. */
+  uint32_t default_prefetch; /* Prefetch of a request that gives 0; 0: 2. */
+  struct metrics *metrics;   /* Batches, tokens, generation latency; may be NULL. */
+};
+
+/* Registers stoker.v1.Dataloader on s, served by dl on loop (the server's
+ * loop). The adapter lives until dl_rpc_free, after the server shut down;
+ * dl must outlive every call (close it only once the server drained). */
+int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
+                    const struct dl_rpc_opts *opts, struct dl_rpc **ret_adapter);
+
+/* Ends every open stream UNAVAILABLE ("shutting down; resume from step
+ * N") once its generation and send in flight complete; unary calls finish
+ * as usual. */
+void dl_rpc_drain(struct dl_rpc *a);
+
+/* Accepts NULL. */
+void dl_rpc_free(struct dl_rpc *a);
+
+#endif

@@ -1,0 +1,228 @@
+/*
+ * StreamBatches: batches from `from_step` on, generated on the threadpool
+ * ahead of the client and sent one at a time. The stream is a small state
+ * machine driven by pump() on the loop after every event (generation done,
+ * send done, cancel, drain):
+ *
+ *   generating  one core call in flight for step next_gen (at most one, so
+ *               steps come out in order and lanes keep their live state);
+ *   ready       generated, not yet sent: a FIFO of at most `prefetch`
+ *               (ready + generating <= prefetch: the bound on work ahead);
+ *   sending     one rpc_send outstanding (gRPC flow control holds it while
+ *               the client does not read).
+ *
+ * The stream ends once nothing is in flight: after `count` batches (OK), on
+ * a core error once the ready batches were sent (the error's status), on
+ * cancel (nothing more is sent), or on drain (UNAVAILABLE naming the step
+ * to resume from).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dl_rpc_internal.h"
+#include "stk_error.h"
+
+struct dl_stream {
+  struct dl_rpc *a;
+  struct rpc_call *call;
+  const Stoker__V1__StreamBatchesRequest *req; /* Valid until the call finishes. */
+  struct dl_stream *prev, *next;
+  uint32_t prefetch;
+  uint64_t left;     /* Batches still to generate (UINT64_MAX: unbounded). */
+  int64_t next_gen;  /* Step of the next generation. */
+  int64_t next_send; /* Step the client gets next. */
+  struct dl_batch *ready;
+  uint32_t head, n_ready; /* FIFO in ready[prefetch]. */
+  uv_work_t work;
+  bool generating, sending, stopping;
+  struct dl_batch gen_out; /* Worker output. */
+  int gen_err;
+  char gen_msg[DL_RPC_MSG_LEN]; /* Worker's error text. */
+  double gen_seconds;
+  int end_code; /* Status once stopping. */
+  char end_msg[DL_RPC_MSG_LEN];
+};
+
+static void pump(struct dl_stream *s);
+
+static void stop(struct dl_stream *s, int code, const char *msg) {
+  if (s->stopping) return;
+  s->stopping = true;
+  s->end_code = code;
+  snprintf(s->end_msg, sizeof(s->end_msg), "%s", msg);
+}
+
+static void unlink_stream(struct dl_stream *s) {
+  struct dl_rpc *a = s->a;
+  if (s->prev)
+    s->prev->next = s->next;
+  else
+    a->streams = s->next;
+  if (s->next) s->next->prev = s->prev;
+}
+
+/* Finishes the call and frees everything; nothing may be in flight. */
+static void end(struct dl_stream *s) {
+  unlink_stream(s);
+  for (uint32_t i = 0; i < s->n_ready; i++) dl_batch_free(&s->ready[(s->head + i) % s->prefetch]);
+  if (s->a->prefetched) metric_gauge_add(s->a->prefetched, -(double)s->n_ready);
+  rpc_finish(s->call, s->end_code, "%s", s->end_msg);
+  free(s->ready);
+  free(s);
+}
+
+/* ------------------------------------------------------------ generate */
+
+static void gen_work(uv_work_t *w) {
+  struct dl_stream *s = w->data;
+  const Stoker__V1__StreamBatchesRequest *r = s->req;
+  stk_clear_detail();
+  double t0 = dl_rpc_now();
+  s->gen_err = dl_get_batch(s->a->dl, r->job, s->next_gen, r->rank, r->world, &s->gen_out);
+  s->gen_seconds = dl_rpc_now() - t0;
+  if (s->gen_err) {
+    dl_rpc_capture_error(s->gen_err, s->gen_msg, sizeof(s->gen_msg));
+    return;
+  }
+  Stoker__V1__Batch unused;
+  dl_rpc_batch_encode(&s->gen_out, &unused); /* Little-endian bytes, off the loop. */
+}
+
+static void gen_done(uv_work_t *w, int status) {
+  struct dl_stream *s = w->data;
+  s->generating = false;
+  if (status < 0 || s->gen_err) {
+    int err = status < 0 ? STK_ECANCELED : s->gen_err;
+    stop(s, stk_error_to_grpc(err), s->gen_err ? s->gen_msg : "cancelled"); /* pump() flushes. */
+  } else if (s->stopping) {
+    dl_batch_free(&s->gen_out);
+  } else {
+    s->ready[(s->head + s->n_ready) % s->prefetch] = s->gen_out;
+    s->n_ready++;
+    s->next_gen++;
+    s->left--;
+    if (s->a->gen_seconds) metric_histogram_observe(s->a->gen_seconds, s->gen_seconds);
+    if (s->a->prefetched) metric_gauge_add(s->a->prefetched, 1);
+  }
+  pump(s);
+}
+
+static void start_generation(struct dl_stream *s) {
+  s->work.data = s;
+  int rc = uv_queue_work(s->a->loop, &s->work, gen_work, gen_done);
+  if (rc)
+    stop(s, RPC_INTERNAL, uv_strerror(rc));
+  else
+    s->generating = true;
+}
+
+/* ---------------------------------------------------------------- send */
+
+static void sent(struct rpc_call *call, int err, void *arg) {
+  struct dl_stream *s = arg;
+  (void)call;
+  s->sending = false;
+  if (err) stop(s, RPC_CANCELLED, "cancelled");
+  pump(s);
+}
+
+static void send_front(struct dl_stream *s) {
+  struct dl_batch *b = &s->ready[s->head];
+  Stoker__V1__Batch msg;
+  stoker__v1__batch__init(&msg);
+  msg.step = b->step;
+  msg.lines = b->lines;
+  msg.line_tokens = b->line_tokens;
+  msg.tokens.data = (uint8_t *)b->tokens; /* Encoded by gen_work. */
+  msg.tokens.len = (size_t)b->lines * b->line_tokens * 4;
+  msg.doc_starts = b->doc_starts;
+  msg.n_doc_starts = b->n_doc_starts;
+  int rc = rpc_send(s->call, &msg.base, sent, s); /* Packs a copy now. */
+  if (rc == 0) {
+    s->sending = true;
+    s->next_send++;
+    dl_rpc_count_served(s->a, b);
+  } else {
+    stop(s, RPC_CANCELLED, "cancelled");
+  }
+  dl_batch_free(b);
+  s->head = (s->head + 1) % s->prefetch;
+  s->n_ready--;
+  if (s->a->prefetched) metric_gauge_add(s->a->prefetched, -1);
+}
+
+/* ---------------------------------------------------------------- pump */
+
+/* A core error ends the stream after the batches generated before it. */
+static bool error_pending(const struct dl_stream *s) {
+  return s->stopping && s->end_code != RPC_CANCELLED && s->end_code != RPC_UNAVAILABLE &&
+         s->end_code != RPC_OK && !rpc_cancelled(s->call);
+}
+
+static void pump(struct dl_stream *s) {
+  bool flush = !s->stopping || error_pending(s);
+  if (flush && !s->sending && s->n_ready > 0) send_front(s);
+  if (!s->stopping && !s->generating && s->left > 0 && s->n_ready < s->prefetch)
+    start_generation(s);
+  if (!s->stopping && s->left == 0 && s->n_ready == 0 && !s->sending && !s->generating)
+    stop(s, RPC_OK, "");
+  if (s->stopping && !s->generating && !s->sending && (s->n_ready == 0 || !flush)) end(s);
+}
+
+static void on_cancel(struct rpc_call *call, void *arg) {
+  struct dl_stream *s = rpc_call_data(call);
+  (void)arg;
+  if (!s) return;
+  s->stopping = true; /* Overrides a pending error: nothing more is sent. */
+  s->end_code = RPC_CANCELLED;
+  snprintf(s->end_msg, sizeof(s->end_msg), "cancelled");
+  pump(s);
+}
+
+void dl_rpc_stream_drain(struct dl_rpc *a) {
+  for (struct dl_stream *s = a->streams, *next; s; s = next) {
+    next = s->next;
+    if (s->stopping) continue;
+    char msg[128];
+    snprintf(msg, sizeof(msg), "dataloader is shutting down; resume from step %lld",
+             (long long)s->next_send);
+    stop(s, RPC_UNAVAILABLE, msg);
+    pump(s); /* May end s. */
+  }
+}
+
+void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
+  struct dl_rpc *a = svc;
+  const Stoker__V1__StreamBatchesRequest *r = (const void *)req;
+  if (r->prefetch > a->max_prefetch) {
+    rpc_finish(call, RPC_INVALID_ARGUMENT, "prefetch %u is over the daemon's limit %u", r->prefetch,
+               a->max_prefetch);
+    return;
+  }
+  if (a->draining) {
+    rpc_finish(call, RPC_UNAVAILABLE, "dataloader is shutting down; retry");
+    return;
+  }
+  struct dl_stream *s = calloc(1, sizeof(*s));
+  uint32_t prefetch = r->prefetch ? r->prefetch : a->default_prefetch;
+  if (s) s->ready = calloc(prefetch, sizeof(*s->ready));
+  if (!s || !s->ready) {
+    if (s) free(s);
+    rpc_finish(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  *s = (struct dl_stream){.a = a,
+                          .call = call,
+                          .req = r,
+                          .prefetch = prefetch,
+                          .left = r->count ? r->count : UINT64_MAX,
+                          .next_gen = r->from_step,
+                          .next_send = r->from_step,
+                          .ready = s->ready};
+  s->next = a->streams;
+  if (a->streams) a->streams->prev = s;
+  a->streams = s;
+  rpc_call_set_data(call, s);
+  rpc_on_cancel(call, on_cancel, NULL);
+  pump(s);
+}

@@ -1,0 +1,177 @@
+/*
+ * stoker-dataloader: the dataloader daemon. A list of named steps: load the
+ * config, size the libuv threadpool (batch generation and RocksDB writes
+ * run there, never on the loop), open the core (dl_core.h), register the
+ * gRPC adapter, start serving, run until SIGTERM, close the core (which
+ * flushes RocksDB), exit.
+ */
+#include "daemon.h"
+#include "dl_core.h"
+#include "dl_rpc.h"
+#include "log.h"
+#include "stk_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dataloader_config {
+  struct daemon_options daemon;
+  uint64_t max_batch_bytes;
+  uint64_t max_prefetch;
+  uint64_t default_prefetch;
+  uint64_t worker_threads;
+  uint64_t keep_commits;
+  int64_t max_step;
+  uint64_t max_replay_lines;
+  uint64_t snapshot_every_lines;
+  uint64_t max_snapshots_per_lane;
+};
+
+#define DL_ROW(name, type, field, def, lo, hi, help)                                               \
+  { name, type, offsetof(struct dataloader_config, field), def, lo, hi, NULL, help, 0 }
+
+static const struct cfg_option dataloader_options[] = {
+    DAEMON_OPTION_ROWS(struct dataloader_config, daemon, "127.0.0.1:7071",
+                       "stoker-data/dataloader"),
+    DL_ROW("max-batch-size", CFG_SIZE, max_batch_bytes, "16MiB", 4096, (int64_t)1 << 30,
+           "Largest token payload of one batch; larger requests fail (keep it at most half of "
+           "max-message-size)."),
+    DL_ROW("max-prefetch", CFG_UINT64, max_prefetch, "16", 1, 1024,
+           "Largest prefetch depth a StreamBatches call may ask for."),
+    DL_ROW("default-prefetch", CFG_UINT64, default_prefetch, "2", 1, 1024,
+           "Prefetch depth of a StreamBatches call that asks for 0."),
+    DL_ROW("worker-threads", CFG_UINT64, worker_threads, "4", 1, 1024,
+           "Threads generating batches and writing state (the libuv threadpool size)."),
+    DL_ROW("keep-commits", CFG_UINT64, keep_commits, "2", 1, 1000,
+           "Committed states per job kept restorable; older snapshots are deleted."),
+    DL_ROW("max-step", CFG_INT64, max_step, "1099511627776", 1, (int64_t)1 << 62,
+           "Steps above this are refused as invalid."),
+    DL_ROW("max-replay-lines", CFG_UINT64, max_replay_lines, "1048576", 1, (int64_t)1 << 40,
+           "Lines one lane may regenerate for a call; a step further from any saved state is "
+           "refused (OUT_OF_RANGE)."),
+    DL_ROW("snapshot-every-lines", CFG_UINT64, snapshot_every_lines, "32", 1, 1 << 20,
+           "Spacing of the in-memory lane snapshots that bound replay."),
+    DL_ROW("max-snapshots-per-lane", CFG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
+           "In-memory lane snapshots kept per lane."),
+};
+
+static const struct cfg_table dataloader_table = {
+    .program = "stoker-dataloader",
+    .env_prefix = "DATALOADER",
+    .opts = dataloader_options,
+    .n_opts = sizeof(dataloader_options) / sizeof(dataloader_options[0]),
+    .summary = "Serves step-addressed, resumable, rescalable token batches to trainer ranks.",
+};
+
+struct dataloader {
+  struct dataloader_config cfg;
+  struct daemon *daemon;
+  struct dl *dl;
+  struct dl_rpc *adapter;
+};
+
+/* A batch reply carries the tokens and up to one doc start per token. */
+static int check_config(const struct dataloader_config *c, char *err, size_t err_len) {
+  if (c->max_batch_bytes * 2 + 65536 > c->daemon.max_message_bytes) {
+    snprintf(err, err_len, "max-batch-size (%llu) must be under half of max-message-size (%llu)",
+             (unsigned long long)c->max_batch_bytes,
+             (unsigned long long)c->daemon.max_message_bytes);
+    return STK_EINVAL;
+  }
+  if (c->default_prefetch > c->max_prefetch) {
+    snprintf(err, err_len, "default-prefetch (%llu) is over max-prefetch (%llu)",
+             (unsigned long long)c->default_prefetch, (unsigned long long)c->max_prefetch);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
+/* libuv reads UV_THREADPOOL_SIZE once, when the first work is queued. */
+static void size_threadpool(const struct dataloader_config *c) {
+  char n[32];
+  snprintf(n, sizeof(n), "%llu", (unsigned long long)c->worker_threads);
+  setenv("UV_THREADPOOL_SIZE", n, 1);
+}
+
+static int open_core(struct dataloader *d) {
+  struct dl_opts o = {
+      .dir = d->cfg.daemon.data_dir,
+      .max_batch_bytes = d->cfg.max_batch_bytes,
+      .max_step = d->cfg.max_step,
+      .max_replay_lines = d->cfg.max_replay_lines,
+      .snapshot_every_lines = (uint32_t)d->cfg.snapshot_every_lines,
+      .max_snapshots_per_lane = (uint32_t)d->cfg.max_snapshots_per_lane,
+      .keep_commits = (uint32_t)d->cfg.keep_commits,
+  };
+  int rc = dl_open(&o, &d->dl);
+  if (rc)
+    log_error("startup", "cannot open the state in %s: %s%s%s", o.dir, stk_strerror(rc),
+              stk_detail()[0] ? ": " : "", stk_detail());
+  return rc;
+}
+
+static int register_adapter(struct dataloader *d) {
+  struct dl_rpc_opts o = {
+      .max_prefetch = (uint32_t)d->cfg.max_prefetch,
+      .default_prefetch = (uint32_t)d->cfg.default_prefetch,
+      .metrics = daemon_metrics(d->daemon),
+  };
+  return dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
+}
+
+static void drain_service(struct daemon *dm, void *arg) {
+  struct dataloader *d = arg;
+  (void)dm;
+  dl_rpc_drain(d->adapter);
+}
+
+/* Every call has finished, so no work is in flight on the threadpool. */
+static void stop_service(struct daemon *dm, void *arg) {
+  struct dataloader *d = arg;
+  dl_close(d->dl);
+  d->dl = NULL;
+  log_info("shutdown", "state flushed to RocksDB");
+  daemon_service_closed(dm);
+}
+
+static int load_config(struct dataloader *d, int argc, char **argv) {
+  char err[512] = "";
+  int rc = cfg_load(&dataloader_table, &d->cfg, argc, argv, err, sizeof(err));
+  if (rc == 0) rc = check_config(&d->cfg, err, sizeof(err));
+  if (rc < 0) fprintf(stderr, "stoker-dataloader: %s\n", err);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  static struct dataloader d;
+  char err[512] = "";
+  if (argc == 2 && strcmp(argv[1], "--example-config") == 0)
+    return cfg_write_example(&dataloader_table, stdout) == 0 ? 0 : 1;
+  int rc = load_config(&d, argc, argv);
+  if (rc != 0) {
+    cfg_free(&dataloader_table, &d.cfg);
+    return rc < 0 ? 2 : 0;
+  }
+  size_threadpool(&d.cfg);
+  rc = daemon_new("stoker-dataloader", &d.cfg.daemon, err, sizeof(err), &d.daemon);
+  if (rc) {
+    fprintf(stderr, "stoker-dataloader: %s\n", err);
+    cfg_free(&dataloader_table, &d.cfg);
+    return 1;
+  }
+  cfg_log_effective(&dataloader_table, &d.cfg);
+  rc = open_core(&d);
+  if (!rc) rc = register_adapter(&d);
+  if (!rc) {
+    daemon_on_drain(d.daemon, drain_service, &d);
+    rc = daemon_start(d.daemon, stop_service, &d, err, sizeof(err));
+    if (rc) log_error("startup", "%s", err);
+  }
+  if (!rc) daemon_run(d.daemon);
+  daemon_free(d.daemon);
+  dl_rpc_free(d.adapter);
+  dl_close(d.dl);
+  cfg_free(&dataloader_table, &d.cfg);
+  return rc ? 1 : 0;
+}

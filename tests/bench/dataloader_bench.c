@@ -1,0 +1,292 @@
+/*
+ * Dataloader benchmark. Writes a synthetic llm.c corpus (uint32 tokens) of
+ * at least 2 GiB plus a 100 MiB one into WORK, then measures in one run:
+ *   raw       memcpy of batch-sized chunks from an mmap of the page-cached
+ *             files (the ceiling: what serving tokens costs at the least);
+ *   embedded  the core in-process (dl_core.h) serving consecutive steps to
+ *             one rank on one thread;
+ *   grpc      one client streaming the same rank's batches (StreamBatches,
+ *             prefetch) from the daemon at ADDR on loopback;
+ *   first     create loader + first batch on a fresh state directory, for
+ *             the small and the large corpus (must not grow with size);
+ *   bpe       GPT-2 BPE tokenization on one core, when vocab files are given.
+ * Prints one JSON line. Usage:
+ *   dataloader_bench ADDR WORK [SECONDS] [ENCODER_JSON VOCAB_BPE TEXT_FILE]
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dl_core.h"
+#include "dl_synthetic.h"
+#include "dl_tokenizer.h"
+#include "stoker_loader.h"
+
+#define SEQ_LEN      2048
+#define GLOBAL_BATCH 64
+#define LINE_TOKENS  (SEQ_LEN + 1)
+#define BATCH_TOKENS ((size_t)GLOBAL_BATCH * LINE_TOKENS)
+#define MIN_DOC      1024
+#define MAX_DOC      3072
+#define LARGE_FILES  8
+#define LARGE_DOCS   33000 /* Per file: ~2048 tokens each, 8 files > 2 GiB. */
+#define SMALL_DOCS   12900 /* One file, ~100 MiB. */
+#define SEED         11
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void die(const char *what, int err) {
+  fprintf(stderr, "dataloader_bench: %s: %s (%s)\n", what, stk_strerror(err), stk_detail());
+  exit(1);
+}
+
+/* Writes the corpora (once; kept between runs in WORK). */
+static void write_corpora(const char *work, uint64_t *ret_large_tokens) {
+  char path[512];
+  uint64_t tokens = 0;
+  snprintf(path, sizeof(path), "%s/large", work);
+  mkdir(path, 0755);
+  for (int f = 0; f < LARGE_FILES; f++) {
+    snprintf(path, sizeof(path), "%s/large/part_%02d.bin", work, f);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+      fprintf(stderr, "writing %s\n", path);
+      int err = dl_synthetic_write_llmc(path, (uint64_t)f * LARGE_DOCS, LARGE_DOCS, MIN_DOC,
+                                        MAX_DOC, SEED);
+      if (err < 0) die("write corpus", err);
+      stat(path, &st);
+    }
+    tokens += ((uint64_t)st.st_size - 1024) / 4;
+  }
+  snprintf(path, sizeof(path), "%s/small", work);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/small/part_00.bin", work);
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    int err = dl_synthetic_write_llmc(path, 0, SMALL_DOCS, MIN_DOC, MAX_DOC, SEED + 1);
+    if (err < 0) die("write small corpus", err);
+  }
+  *ret_large_tokens = tokens;
+}
+
+/* Maps every large file (reading it once to warm the page cache). */
+struct mapped {
+  const uint8_t *p[LARGE_FILES];
+  size_t len[LARGE_FILES];
+};
+
+static void map_large(const char *work, struct mapped *m) {
+  static uint8_t buf[1 << 20];
+  for (int f = 0; f < LARGE_FILES; f++) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/large/part_%02d.bin", work, f);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) die("open corpus", STK_EIO);
+    while (read(fd, buf, sizeof(buf)) > 0) {
+    }
+    struct stat st;
+    fstat(fd, &st);
+    m->len[f] = (size_t)st.st_size;
+    m->p[f] = mmap(NULL, m->len[f], PROT_READ, MAP_SHARED, fd, 0);
+    if (m->p[f] == MAP_FAILED) die("mmap", STK_EIO);
+    close(fd);
+  }
+}
+
+/* Tokens per second of memcpy in batch-sized chunks over the whole corpus
+ * (best of two passes: the first also faults the mapping in). */
+static double raw_tokens_per_s(const struct mapped *m) {
+  uint32_t *dst = malloc(BATCH_TOKENS * 4);
+  double best = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    uint64_t bytes = 0;
+    double t0 = now_s();
+    for (int f = 0; f < LARGE_FILES; f++) {
+      for (size_t off = 1024; off + BATCH_TOKENS * 4 <= m->len[f]; off += BATCH_TOKENS * 4) {
+        memcpy(dst, m->p[f] + off, BATCH_TOKENS * 4);
+        __asm__ volatile("" : : "r"(dst) : "memory"); /* Keep the copy. */
+        bytes += BATCH_TOKENS * 4;
+      }
+    }
+    double rate = (double)bytes / 4 / (now_s() - t0);
+    if (rate > best) best = rate;
+  }
+  free(dst);
+  return best;
+}
+
+/* A loader spec over one llm.c directory. */
+struct spec_buf {
+  Stoker__V1__LoaderSpec spec;
+  Stoker__V1__DatasetSpec ds, *dsp;
+  Stoker__V1__StorageRef src;
+  char uri[1024];
+};
+
+static void make_spec(struct spec_buf *b, const char *job, const char *dir) {
+  stoker__v1__loader_spec__init(&b->spec);
+  stoker__v1__dataset_spec__init(&b->ds);
+  stoker__v1__storage_ref__init(&b->src);
+  snprintf(b->uri, sizeof(b->uri), "file://%s", dir);
+  b->src.uri = b->uri;
+  b->ds.name = "corpus";
+  b->ds.source = &b->src;
+  b->ds.format = STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC;
+  b->ds.weight = 1;
+  b->dsp = &b->ds;
+  b->spec.job = (char *)job;
+  b->spec.datasets = &b->dsp;
+  b->spec.n_datasets = 1;
+  b->spec.seq_len = SEQ_LEN;
+  b->spec.global_batch = GLOBAL_BATCH;
+  b->spec.seed = SEED;
+}
+
+/* Fresh state dir: open + create + first batch, in seconds. Leaves the
+ * core open in *ret_dl for further use. */
+static double first_batch_s(const char *work, const char *corpus, const char *state,
+                            struct dl **ret_dl) {
+  char dir[512], data[512];
+  snprintf(dir, sizeof(dir), "%s/%s", work, state);
+  snprintf(data, sizeof(data), "%s/%s", work, corpus);
+  char cmd[1100];
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  if (system(cmd) != 0) die("clean state dir", STK_EIO);
+  struct spec_buf b;
+  make_spec(&b, "bench", data);
+  double t0 = now_s();
+  struct dl_opts o = {.dir = dir};
+  struct dl *dl;
+  int err = dl_open(&o, &dl);
+  if (err == 0) err = dl_create_job(dl, &b.spec);
+  struct dl_batch batch;
+  if (err == 0) err = dl_get_batch(dl, "bench", 0, 0, 1, &batch);
+  if (err < 0) die("first batch", err);
+  double t = now_s() - t0;
+  dl_batch_free(&batch);
+  *ret_dl = dl;
+  return t;
+}
+
+/* Consecutive steps for rank 0 of 1 in this thread for `seconds`. */
+static double embedded_tokens_per_s(struct dl *dl, double seconds) {
+  uint64_t tokens = 0;
+  double t0 = now_s(), t;
+  int64_t step = 1;
+  do {
+    struct dl_batch b;
+    int err = dl_get_batch(dl, "bench", step++, 0, 1, &b);
+    if (err < 0) die("embedded batch", err);
+    tokens += (uint64_t)b.lines * b.line_tokens;
+    dl_batch_free(&b);
+    t = now_s() - t0;
+  } while (t < seconds);
+  return (double)tokens / t;
+}
+
+/* One client streaming rank 0 of 1 from the daemon for `seconds`. */
+static double grpc_tokens_per_s(const char *addr, const char *work, double seconds) {
+  struct stk_client_opts o = {.address = addr, .default_timeout_ms = 120000};
+  struct stk_client *c;
+  char data[512];
+  snprintf(data, sizeof(data), "%s/large", work);
+  int err = stk_loader_connect(&o, &c);
+  struct spec_buf b;
+  char job[64];
+  snprintf(job, sizeof(job), "bench-%d-%lld", (int)getpid(), (long long)time(NULL));
+  make_spec(&b, job, data);
+  Stoker__V1__LoaderInfo *info = NULL;
+  if (err == 0) err = stk_loader_create(c, &b.spec, 0, &info);
+  if (err < 0) die(stk_client_last_error(NULL), err);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  struct stk_batch_stream *s;
+  if ((err = stk_batch_stream_open(c, job, 0, 0, 1, 8, &s)) < 0) die("stream", err);
+  struct stk_batch bt;
+  if ((err = stk_batch_stream_next(s, 60000, &bt)) < 0) die(stk_client_last_error(NULL), err);
+  stk_batch_free(&bt); /* The first batch warms the server; time the rest. */
+  uint64_t tokens = 0;
+  double t0 = now_s(), t;
+  do {
+    if ((err = stk_batch_stream_next(s, 60000, &bt)) < 0) die(stk_client_last_error(NULL), err);
+    tokens += (uint64_t)bt.lines * bt.line_tokens;
+    stk_batch_free(&bt);
+    t = now_s() - t0;
+  } while (t < seconds);
+  stk_batch_stream_free(s);
+  stk_client_free(c);
+  return (double)tokens / t;
+}
+
+/* GPT-2 BPE MB/s on one core over text (encoded in 4 KiB pieces, as a
+ * text reader would); negative when it cannot run. */
+static double bpe_mb_per_s(const char *encoder, const char *vocab, const char *text_path) {
+  char spec[1100];
+  snprintf(spec, sizeof(spec), "gpt2:%s,%s", encoder, vocab);
+  struct dl_tokenizer *tok;
+  if (dl_tokenizer_new(spec, &tok) < 0) return -1;
+  FILE *f = fopen(text_path, "rb");
+  if (!f) return -1;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *text = malloc((size_t)len + 1);
+  size_t n = fread(text, 1, (size_t)len, f);
+  fclose(f);
+  struct dl_tokens out = {0};
+  double t0 = now_s();
+  for (size_t off = 0; off < n; off += 4096) {
+    out.n = 0;
+    dl_tokenizer_encode(tok, text + off, n - off < 4096 ? n - off : 4096, &out);
+  }
+  double t = now_s() - t0;
+  dl_tokens_release(&out);
+  free(text);
+  dl_tokenizer_free(tok);
+  return (double)n / 1e6 / t;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: dataloader_bench ADDR WORK [SECONDS] [ENCODER VOCAB TEXT]\n");
+    return 2;
+  }
+  const char *addr = argv[1], *work = argv[2];
+  double seconds = argc > 3 ? atof(argv[3]) : 10;
+  uint64_t corpus_tokens;
+  write_corpora(work, &corpus_tokens);
+  struct mapped m;
+  map_large(work, &m);
+  fprintf(stderr, "raw memcpy...\n");
+  double raw = raw_tokens_per_s(&m);
+  struct dl *small, *large;
+  fprintf(stderr, "first batch...\n");
+  double first_small = first_batch_s(work, "small", "state-small", &small);
+  double first_large = first_batch_s(work, "large", "state-large", &large);
+  dl_close(small);
+  fprintf(stderr, "embedded...\n");
+  double embedded = embedded_tokens_per_s(large, seconds);
+  dl_close(large);
+  fprintf(stderr, "grpc...\n");
+  double grpc = grpc_tokens_per_s(addr, work, seconds);
+  double bpe = argc > 6 ? bpe_mb_per_s(argv[4], argv[5], argv[6]) : -1;
+  char bpe_text[32] = "null";
+  if (bpe >= 0) snprintf(bpe_text, sizeof(bpe_text), "%.2f", bpe);
+  printf("{\"bench\":\"dataloader\",\"seq_len\":%d,\"global_batch\":%d,\"corpus_tokens\":%" PRIu64
+         ",\"corpus_bytes\":%" PRIu64 ",\"raw_tokens_per_s\":%.0f,\"embedded_tokens_per_s\":%.0f,"
+         "\"grpc_tokens_per_s\":%.0f,\"embedded_ratio\":%.3f,\"grpc_ratio\":%.3f,"
+         "\"first_batch_s_small\":%.4f,\"first_batch_s_large\":%.4f,\"bpe_mb_per_s\":%s}\n",
+         SEQ_LEN, GLOBAL_BATCH, corpus_tokens, corpus_tokens * 4, raw, embedded, grpc,
+         embedded / raw, grpc / raw, first_small, first_large, bpe_text);
+  for (int f = 0; f < LARGE_FILES; f++) munmap((void *)m.p[f], m.len[f]);
+  return 0;
+}

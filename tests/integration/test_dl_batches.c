@@ -1,0 +1,266 @@
+/*
+ * The dataloader daemon's guarantees end to end (real daemon on loopback,
+ * real RocksDB, kill -9): a batch is the same bytes on retry, after a crash
+ * and restart, and from the core in-process; after a crash a trainer
+ * resumes from its commit with exactly the stream an uninterrupted run
+ * sees; a rescale from world 4 to 3 at a committed step keeps every global
+ * batch; exported state imported into a second daemon serves the same
+ * batches. Datasets: the synthetic corpus (tokens encode document and
+ * position) and real Megatron and llm.c files written by dl_synthetic.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "dl_synthetic.h"
+#include "test_dl_helpers.h"
+
+#define SYNTH "synthetic:3000:16:300:11"
+
+struct fixture {
+  struct harness_daemon *d;
+  struct rpc_client *rc;
+};
+
+static int setup(void **state) {
+  struct fixture *f = calloc(1, sizeof(*f));
+  f->d = harness_daemon_start(NULL);
+  if (!f->d) return -1;
+  f->rc = harness_rpc(f->d);
+  *state = f;
+  return f->rc ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  struct fixture *f = *state;
+  rpc_client_free(f->rc);
+  harness_daemon_free(f->d);
+  free(f);
+  return 0;
+}
+
+/* Kills the daemon (SIGKILL) and starts it again on its data and port. */
+static void crash_restart(struct fixture *f) {
+  harness_daemon_kill(f->d);
+  assert_int_equal(harness_daemon_restart(f->d), 0);
+}
+
+/* ----------------------------------------------------- same bytes */
+
+struct probe {
+  int64_t step;
+  uint32_t rank, world;
+};
+static const struct probe probes[] = {{0, 0, 1}, {1, 1, 2}, {7, 3, 4}, {40, 2, 4}, {3, 0, 2}};
+#define N_PROBES (sizeof(probes) / sizeof(probes[0]))
+
+/* Every probe through gRPC equals the embedded core's bytes. */
+static void check_probes(struct fixture *f, struct tdl_embedded *e, const char *job) {
+  for (size_t i = 0; i < N_PROBES; i++) {
+    const struct probe *p = &probes[i];
+    size_t len = 0;
+    uint8_t *want = tdl_embedded_slice(e, job, p->step, p->rank, p->world, &len);
+    assert_non_null(want);
+    for (int retry = 0; retry < 2; retry++) {
+      Stoker__V1__Batch *b = NULL;
+      assert_int_equal(tdl_get_batch(f->rc, job, p->step, p->rank, p->world, &b), RPC_OK);
+      assert_int_equal(b->step, p->step);
+      tdl_assert_batch(b, want, len);
+      tdl_batch_free(b);
+    }
+    free(want);
+  }
+}
+
+static void same_bytes_for(struct fixture *f, const struct tdl_spec *t) {
+  char msg[512];
+  assert_int_equal(tdl_create(f->rc, &t->spec, msg, sizeof(msg)), RPC_OK);
+  struct tdl_embedded e;
+  assert_int_equal(tdl_embedded_open(&e, &t->spec), 0);
+  check_probes(f, &e, t->spec.job);
+  crash_restart(f);
+  check_probes(f, &e, t->spec.job);
+  tdl_embedded_close(&e);
+}
+
+static void test_same_bytes_synthetic(void **state) {
+  struct fixture *f = *state;
+  struct tdl_spec t;
+  tdl_spec_init(&t, "synth", SYNTH, 0, 63, 8);
+  same_bytes_for(f, &t);
+}
+
+static void test_same_bytes_megatron(void **state) {
+  struct fixture *f = *state;
+  char prefix[400], uri[420];
+  snprintf(prefix, sizeof(prefix), "%s/mega", f->d->root);
+  assert_int_equal(dl_synthetic_write_megatron(prefix, 800, 16, 300, 5, 4, 128), 0);
+  snprintf(uri, sizeof(uri), "file://%s", prefix);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "mega", uri, STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_MEGATRON, 127, 8);
+  same_bytes_for(f, &t);
+}
+
+static void test_same_bytes_llmc(void **state) {
+  struct fixture *f = *state;
+  char path[400], uri[420];
+  snprintf(path, sizeof(path), "%s/tokens.bin", f->d->root);
+  assert_int_equal(dl_synthetic_write_llmc(path, 0, 800, 16, 300, 5), 0);
+  snprintf(uri, sizeof(uri), "file://%s", path);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "llmc", uri, STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC, 63, 4);
+  same_bytes_for(f, &t);
+}
+
+/* ------------------------------------------------------ exact resume */
+
+static void test_exact_resume_after_kill(void **state) {
+  struct fixture *f = *state;
+  unsigned seed = (unsigned)time(NULL);
+  srand(seed);
+  print_message("resume seed %u\n", seed);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "resume", SYNTH, 0, 63, 8);
+  assert_int_equal(tdl_create(f->rc, &t.spec, NULL, 0), RPC_OK);
+  int64_t commit = 2 + rand() % 20, extra = rand() % 5;
+  for (int64_t s = 0; s <= commit + extra; s++) { /* The trainer runs on past its commit. */
+    Stoker__V1__Batch *b = NULL;
+    assert_int_equal(tdl_get_batch(f->rc, "resume", s, 1, 2, &b), RPC_OK);
+    tdl_batch_free(b);
+    if (s == commit) assert_int_equal(tdl_commit(f->rc, "resume", commit), RPC_OK);
+  }
+  crash_restart(f);
+  assert_int_equal(tdl_committed_step(f->rc, "resume"), commit);
+
+  struct tdl_embedded e; /* The uninterrupted run. */
+  assert_int_equal(tdl_embedded_open(&e, &t.spec), 0);
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = "resume";
+  req.from_step = commit + 1;
+  req.rank = 1;
+  req.world = 2;
+  req.prefetch = 3;
+  req.count = 12;
+  struct tdl_stream s;
+  assert_int_equal(tdl_stream_run(f->rc, &req, 100, &s), 0);
+  assert_int_equal(s.st.code, RPC_OK);
+  assert_int_equal(s.n, 12);
+  for (size_t i = 0; i < s.n; i++) {
+    size_t len;
+    uint8_t *want = tdl_embedded_slice(&e, "resume", commit + 1 + (int64_t)i, 1, 2, &len);
+    assert_int_equal(s.msgs[i]->step, commit + 1 + (int64_t)i);
+    tdl_assert_batch(s.msgs[i], want, len);
+    free(want);
+  }
+  tdl_stream_free(&s);
+  tdl_embedded_close(&e);
+}
+
+/* --------------------------------------------------------- rescale */
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* World 4 for steps 0..5, commit 5, crash, world 3 for 6..11: every global
+ * batch equals the unrescaled run's, and no token is served twice. */
+static void test_rescale_4_to_3(void **state) {
+  struct fixture *f = *state;
+  struct tdl_spec t;
+  tdl_spec_init(&t, "rescale", SYNTH, 0, 63, 12);
+  assert_int_equal(tdl_create(f->rc, &t.spec, NULL, 0), RPC_OK);
+  struct tdl_embedded e;
+  assert_int_equal(tdl_embedded_open(&e, &t.spec), 0);
+  size_t step_bytes = 12 * 64 * 4, total = 0;
+  uint32_t *seen = malloc(12 * step_bytes);
+  assert_non_null(seen);
+  for (int64_t s = 0; s < 12; s++) {
+    if (s == 6) {
+      assert_int_equal(tdl_commit(f->rc, "rescale", 5), RPC_OK);
+      crash_restart(f);
+    }
+    size_t len = 0;
+    uint8_t *got = tdl_global(f->rc, "rescale", s, s < 6 ? 4 : 3, &len);
+    assert_non_null(got);
+    assert_int_equal(len, step_bytes);
+    for (uint32_t r = 0; r < 4; r++) { /* The unrescaled run: world 4 throughout. */
+      size_t n;
+      uint8_t *want = tdl_embedded_slice(&e, "rescale", s, r, 4, &n);
+      assert_memory_equal(got + r * n, want, n);
+      free(want);
+    }
+    memcpy((uint8_t *)seen + total, got, len);
+    total += len;
+    free(got);
+  }
+  size_t n_tok = total / 4;
+  qsort(seen, n_tok, 4, cmp_u32);
+  for (size_t i = 1; i < n_tok; i++) assert_true(seen[i] != seen[i - 1]);
+  free(seen);
+  tdl_embedded_close(&e);
+}
+
+/* ---------------------------------------------------- export/import */
+
+static void test_export_import_second_daemon(void **state) {
+  struct fixture *f = *state;
+  struct tdl_spec t;
+  tdl_spec_init(&t, "moved", SYNTH, 0, 63, 8);
+  assert_int_equal(tdl_create(f->rc, &t.spec, NULL, 0), RPC_OK);
+  Stoker__V1__ExportStateRequest ex = STOKER__V1__EXPORT_STATE_REQUEST__INIT;
+  ex.job = "moved";
+  ex.step = 4;
+  Stoker__V1__LoaderState *st = NULL;
+  assert_int_equal(tdl_call(f->rc, "ExportState", &ex.base, &stoker__v1__loader_state__descriptor,
+                            (ProtobufCMessage **)&st, NULL, 0),
+                   RPC_OK);
+  assert_string_equal(st->job, "moved");
+  assert_int_equal(st->step, 4);
+  assert_true(st->state.len > 0);
+
+  struct harness_daemon *d2 = harness_daemon_start(NULL);
+  assert_non_null(d2);
+  struct rpc_client *rc2 = harness_rpc(d2);
+  Stoker__V1__LoaderInfo *info = NULL;
+  assert_int_equal(tdl_call(rc2, "ImportState", &st->base, &stoker__v1__loader_info__descriptor,
+                            (ProtobufCMessage **)&info, NULL, 0),
+                   RPC_OK);
+  assert_int_equal(info->committed_step, 4);
+  assert_int_equal(info->spec->seq_len, 63);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  protobuf_c_message_free_unpacked(&st->base, NULL);
+  for (int64_t s = 5; s < 10; s++) {
+    size_t n1, n2;
+    uint8_t *a = tdl_global(f->rc, "moved", s, 2, &n1);
+    uint8_t *b = tdl_global(rc2, "moved", s, 2, &n2);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, n1);
+    free(a);
+    free(b);
+  }
+  rpc_client_free(rc2);
+  harness_daemon_free(d2);
+}
+
+int main(int argc, char **argv) {
+  if (harness_init(argc, argv) != 0) return 2;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_same_bytes_synthetic, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_same_bytes_megatron, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_same_bytes_llmc, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_exact_resume_after_kill, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rescale_4_to_3, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_export_import_second_daemon, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,262 @@
+/*
+ * test_dl_helpers: shared plumbing of the dataloader integration tests
+ * (see test_dl_helpers.h).
+ */
+#include "test_dl_helpers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+void tdl_spec_init(struct tdl_spec *t, const char *job, const char *uri, int format,
+                   uint32_t seq_len, uint32_t global_batch) {
+  stoker__v1__loader_spec__init(&t->spec);
+  stoker__v1__dataset_spec__init(&t->ds);
+  stoker__v1__storage_ref__init(&t->ref);
+  snprintf(t->uri, sizeof(t->uri), "%s", uri);
+  t->ref.uri = t->uri;
+  t->ds.name = "corpus";
+  t->ds.source = &t->ref;
+  t->ds.format = format;
+  t->ds.weight = 1.0;
+  t->dsp[0] = &t->ds;
+  t->spec.job = (char *)job;
+  t->spec.datasets = t->dsp;
+  t->spec.n_datasets = 1;
+  t->spec.seq_len = seq_len;
+  t->spec.global_batch = global_batch;
+  t->spec.seed = 7;
+  t->spec.logical_shards = 64;
+  t->spec.lanes = 4;
+}
+
+int tdl_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
+             char *ret_msg, size_t msg_len) {
+  char path[128];
+  snprintf(path, sizeof(path), "/stoker.v1.Dataloader/%s", method);
+  return harness_call(rc, path, req, resp_desc, ret_resp, ret_msg, msg_len);
+}
+
+int tdl_create(struct rpc_client *rc, const Stoker__V1__LoaderSpec *spec, char *ret_msg,
+               size_t msg_len) {
+  Stoker__V1__CreateLoaderRequest req = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
+  req.spec = (Stoker__V1__LoaderSpec *)spec;
+  return tdl_call(rc, "CreateLoader", &req.base, &stoker__v1__loader_info__descriptor, NULL,
+                  ret_msg, msg_len);
+}
+
+int tdl_get_batch(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
+                  uint32_t world, Stoker__V1__Batch **ret_batch) {
+  Stoker__V1__GetBatchRequest req = STOKER__V1__GET_BATCH_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  req.rank = rank;
+  req.world = world;
+  return tdl_call(rc, "GetBatch", &req.base, &stoker__v1__batch__descriptor,
+                  (ProtobufCMessage **)ret_batch, NULL, 0);
+}
+
+void tdl_batch_free(Stoker__V1__Batch *b) {
+  if (b) protobuf_c_message_free_unpacked(&b->base, NULL);
+}
+
+int tdl_commit(struct rpc_client *rc, const char *job, int64_t step) {
+  Stoker__V1__CommitRequest req = STOKER__V1__COMMIT_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  return tdl_call(rc, "Commit", &req.base, &stoker__v1__empty__descriptor, NULL, NULL, 0);
+}
+
+int64_t tdl_committed_step(struct rpc_client *rc, const char *job) {
+  Stoker__V1__GetLoaderRequest req = STOKER__V1__GET_LOADER_REQUEST__INIT;
+  req.job = (char *)job;
+  Stoker__V1__LoaderInfo *info = NULL;
+  if (tdl_call(rc, "GetLoader", &req.base, &stoker__v1__loader_info__descriptor,
+               (ProtobufCMessage **)&info, NULL, 0) != RPC_OK)
+    return INT64_MIN;
+  int64_t step = info->committed_step;
+  protobuf_c_message_free_unpacked(&info->base, NULL);
+  return step;
+}
+
+uint8_t *tdl_global(struct rpc_client *rc, const char *job, int64_t step, uint32_t world,
+                    size_t *ret_len) {
+  uint8_t *all = NULL;
+  size_t len = 0;
+  for (uint32_t r = 0; r < world; r++) {
+    Stoker__V1__Batch *b = NULL;
+    if (tdl_get_batch(rc, job, step, r, world, &b) != RPC_OK) {
+      free(all);
+      return NULL;
+    }
+    uint8_t *grown = realloc(all, len + b->tokens.len + 1);
+    assert_non_null(grown);
+    all = grown;
+    memcpy(all + len, b->tokens.data, b->tokens.len);
+    len += b->tokens.len;
+    tdl_batch_free(b);
+  }
+  *ret_len = len;
+  return all;
+}
+
+int tdl_embedded_open(struct tdl_embedded *e, const Stoker__V1__LoaderSpec *spec) {
+  int rc = harness_tmpdir_new(e->dir, sizeof(e->dir));
+  struct dl_opts o = {.dir = e->dir};
+  if (!rc) rc = dl_open(&o, &e->dl);
+  if (!rc) rc = dl_create_job(e->dl, spec);
+  return rc;
+}
+
+void tdl_embedded_close(struct tdl_embedded *e) {
+  dl_close(e->dl);
+  e->dl = NULL;
+  harness_tmpdir_remove(e->dir);
+}
+
+uint8_t *tdl_embedded_slice(struct tdl_embedded *e, const char *job, int64_t step, uint32_t rank,
+                            uint32_t world, size_t *ret_len) {
+  struct dl_batch b;
+  if (dl_get_batch(e->dl, job, step, rank, world, &b) != 0) return NULL;
+  size_t n = (size_t)b.lines * b.line_tokens;
+  uint8_t *out = malloc(n * 4 + 1);
+  assert_non_null(out);
+  for (size_t i = 0; i < n; i++)
+    for (int k = 0; k < 4; k++) out[4 * i + k] = (uint8_t)(b.tokens[i] >> (8 * k));
+  dl_batch_free(&b);
+  *ret_len = n * 4;
+  return out;
+}
+
+void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t want_len) {
+  assert_non_null(b);
+  assert_int_equal(b->tokens.len, want_len);
+  assert_memory_equal(b->tokens.data, want, want_len);
+}
+
+int tdl_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+/* GET /metrics over HTTP/1.0 (malloc'd response); NULL on failure. */
+static char *scrape(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {.tv_sec = 5};
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  size_t cap = 1 << 20, len = 0;
+  char *buf = malloc(cap);
+  ssize_t got = write(fd, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1 ? 1 : -1;
+  while (buf && got > 0 && (got = read(fd, buf + len, cap - len - 1)) > 0) len += (size_t)got;
+  close(fd);
+  if (buf) buf[len] = 0;
+  return buf;
+}
+
+double tdl_metric(int port, const char *series) {
+  char *text = scrape(port);
+  double v = -1;
+  size_t n = strlen(series);
+  for (char *line = text; line && *line;) {
+    char *eol = strchr(line, '\n');
+    if (strncmp(line, series, n) == 0 && line[n] == ' ') v = strtod(line + n + 1, NULL);
+    line = eol ? eol + 1 : NULL;
+  }
+  free(text);
+  return v;
+}
+
+struct stream_wait {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct tdl_stream *s;
+  size_t max_msgs;
+  bool done;
+};
+
+static void stream_msg(void *arg, ProtobufCMessage *msg) {
+  struct stream_wait *w = arg;
+  pthread_mutex_lock(&w->mu);
+  struct tdl_stream *s = w->s;
+  Stoker__V1__Batch **grown = realloc(s->msgs, (s->n + 1) * sizeof(*grown));
+  if (grown) {
+    s->msgs = grown;
+    s->msgs[s->n++] = (Stoker__V1__Batch *)msg;
+  } else {
+    protobuf_c_message_free_unpacked(msg, NULL);
+  }
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void stream_done(void *arg, const struct rpc_status *st) {
+  struct stream_wait *w = arg;
+  pthread_mutex_lock(&w->mu);
+  w->s->st = *st;
+  w->done = true;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+int tdl_stream_run(struct rpc_client *rc, const Stoker__V1__StreamBatchesRequest *req,
+                   size_t max_msgs, struct tdl_stream *ret) {
+  struct stream_wait w = {.s = ret, .max_msgs = max_msgs};
+  memset(ret, 0, sizeof(*ret));
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  struct rpc_client_call *call = NULL;
+  int rc2 = rpc_client_stream_async(rc, "/stoker.v1.Dataloader/StreamBatches", &req->base,
+                                    &stoker__v1__batch__descriptor, 30000, stream_msg, stream_done,
+                                    &w, &call);
+  if (rc2 == 0) {
+    pthread_mutex_lock(&w.mu);
+    bool cancelled = false;
+    while (!w.done) {
+      if (!cancelled && ret->n >= max_msgs) {
+        cancelled = true;
+        pthread_mutex_unlock(&w.mu);
+        rpc_client_call_cancel(call);
+        pthread_mutex_lock(&w.mu);
+        continue;
+      }
+      pthread_cond_wait(&w.cv, &w.mu);
+    }
+    pthread_mutex_unlock(&w.mu);
+  }
+  pthread_mutex_destroy(&w.mu);
+  pthread_cond_destroy(&w.cv);
+  return rc2;
+}
+
+void tdl_stream_free(struct tdl_stream *s) {
+  for (size_t i = 0; i < s->n; i++) tdl_batch_free(s->msgs[i]);
+  free(s->msgs);
+  s->msgs = NULL;
+  s->n = 0;
+}

@@ -1,0 +1,255 @@
+/*
+ * StreamBatches on the real daemon: the stream carries exactly the bytes
+ * GetBatch returns, in step order, and ends OK after `count`; while the
+ * client does not read, the daemon generates at most `prefetch` batches
+ * ahead of what it sent (seen in its metrics) and then waits; a cancel
+ * stops generation and frees the prefetched batches; bad requests end the
+ * stream with a clear status.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_dl_helpers.h"
+
+#define GEN_COUNT  "stoker_dataloader_batch_generation_seconds_count"
+#define SERVED     "stoker_dataloader_batches_total"
+#define PREFETCHED "stoker_dataloader_prefetched_batches"
+
+struct fixture {
+  struct harness_daemon *d;
+  struct rpc_client *rc;
+  int metrics_port;
+};
+
+static int setup(void **state) {
+  struct fixture *f = calloc(1, sizeof(*f));
+  char listen[64];
+  f->metrics_port = tdl_free_port();
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->metrics_port);
+  const char *args[] = {"--metrics-listen", listen, "--max-prefetch", "8", NULL};
+  f->d = harness_daemon_start(args);
+  if (!f->d) return -1;
+  f->rc = harness_rpc(f->d);
+  *state = f;
+  return f->rc ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  struct fixture *f = *state;
+  rpc_client_free(f->rc);
+  harness_daemon_free(f->d);
+  free(f);
+  return 0;
+}
+
+static void create(struct fixture *f, const char *job, uint32_t seq_len, uint32_t global_batch) {
+  struct tdl_spec t;
+  tdl_spec_init(&t, job, "synthetic:4000:16:4000:3", 0, seq_len, global_batch);
+  char msg[512] = "";
+  assert_int_equal(tdl_create(f->rc, &t.spec, msg, sizeof(msg)), RPC_OK);
+}
+
+static void test_stream_equals_get_batch(void **state) {
+  struct fixture *f = *state;
+  create(f, "s", 63, 8);
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = "s";
+  req.from_step = 3;
+  req.rank = 1;
+  req.world = 2;
+  req.prefetch = 2;
+  req.count = 6;
+  struct tdl_stream s;
+  assert_int_equal(tdl_stream_run(f->rc, &req, 100, &s), 0);
+  assert_int_equal(s.st.code, RPC_OK);
+  assert_int_equal(s.n, 6);
+  for (size_t i = 0; i < s.n; i++) {
+    Stoker__V1__Batch *b = NULL;
+    assert_int_equal(tdl_get_batch(f->rc, "s", 3 + (int64_t)i, 1, 2, &b), RPC_OK);
+    assert_int_equal(s.msgs[i]->step, 3 + (int64_t)i);
+    assert_int_equal(s.msgs[i]->lines, 4);
+    assert_int_equal(s.msgs[i]->line_tokens, 64);
+    tdl_assert_batch(s.msgs[i], b->tokens.data, b->tokens.len);
+    assert_int_equal(s.msgs[i]->n_doc_starts, b->n_doc_starts);
+    if (b->n_doc_starts)
+      assert_memory_equal(s.msgs[i]->doc_starts, b->doc_starts, b->n_doc_starts * 4);
+    tdl_batch_free(b);
+  }
+  tdl_stream_free(&s);
+}
+
+/* A client that stops reading: its completion thread blocks in on_msg. */
+struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open, done;
+  size_t got;
+  int code;
+};
+
+static void gate_msg(void *arg, ProtobufCMessage *msg) {
+  struct gate *g = arg;
+  protobuf_c_message_free_unpacked(msg, NULL);
+  pthread_mutex_lock(&g->mu);
+  g->got++;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_done(void *arg, const struct rpc_status *st) {
+  struct gate *g = arg;
+  pthread_mutex_lock(&g->mu);
+  g->code = st->code;
+  g->done = true;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+/* Polls the generation count until it stays put for 500 ms. */
+static double wait_generation_stalls(struct fixture *f) {
+  double last = -2;
+  int64_t deadline = harness_now_ms() + 15000;
+  for (;;) {
+    double now = tdl_metric(f->metrics_port, GEN_COUNT);
+    if (now == last && now > 0) return now;
+    assert_true(harness_now_ms() < deadline);
+    last = now;
+    harness_sleep_ms(500);
+  }
+}
+
+static void test_prefetch_bound_and_cancel(void **state) {
+  struct fixture *f = *state;
+  create(f, "big", 4095, 256); /* 4 MiB a batch: the transport's windows fill quickly. */
+  struct gate g = {.open = false};
+  pthread_mutex_init(&g.mu, NULL);
+  pthread_cond_init(&g.cv, NULL);
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = "big";
+  req.world = 1;
+  req.prefetch = 3;
+  struct rpc_client_call *call = NULL;
+  assert_int_equal(rpc_client_stream_async(f->rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
+                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
+                                           gate_done, &g, &call),
+                   0);
+  double generated = wait_generation_stalls(f);
+  double served = tdl_metric(f->metrics_port, SERVED);
+  double ahead = tdl_metric(f->metrics_port, PREFETCHED);
+  print_message("stalled: generated %.0f served %.0f prefetched %.0f\n", generated, served, ahead);
+  assert_true(ahead == 3);                  /* Prefetched up to the bound ... */
+  assert_true(generated - served == ahead); /* ... and no further. */
+
+  pthread_mutex_lock(&g.mu);
+  g.open = true;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  rpc_client_call_cancel(call);
+  pthread_mutex_lock(&g.mu);
+  while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  assert_int_equal(g.code, RPC_CANCELLED);
+
+  /* The daemon stopped generating and dropped what it had prefetched. */
+  double after = wait_generation_stalls(f);
+  harness_sleep_ms(300);
+  assert_true(tdl_metric(f->metrics_port, GEN_COUNT) == after);
+  int64_t deadline = harness_now_ms() + 5000;
+  while (tdl_metric(f->metrics_port, PREFETCHED) != 0) {
+    assert_true(harness_now_ms() < deadline);
+    harness_sleep_ms(50);
+  }
+  Stoker__V1__Batch *b = NULL;
+  assert_int_equal(tdl_get_batch(f->rc, "big", 0, 0, 4, &b), RPC_OK);
+  tdl_batch_free(b);
+  pthread_mutex_destroy(&g.mu);
+  pthread_cond_destroy(&g.cv);
+}
+
+static int stream_status(struct fixture *f, Stoker__V1__StreamBatchesRequest *req, size_t *ret_n) {
+  struct tdl_stream s;
+  assert_int_equal(tdl_stream_run(f->rc, req, 100, &s), 0);
+  *ret_n = s.n;
+  tdl_stream_free(&s);
+  return s.st.code;
+}
+
+static void test_bad_streams(void **state) {
+  struct fixture *f = *state;
+  create(f, "bad", 63, 8);
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  size_t n;
+  req.job = "bad";
+  req.world = 1;
+  req.prefetch = 9; /* Over --max-prefetch 8. */
+  assert_int_equal(stream_status(f, &req, &n), RPC_INVALID_ARGUMENT);
+  req.prefetch = 2;
+  req.world = 3; /* 8 lines do not split over 3 ranks. */
+  assert_int_equal(stream_status(f, &req, &n), RPC_INVALID_ARGUMENT);
+  assert_int_equal(n, 0);
+  req.world = 2;
+  req.rank = 2;
+  assert_int_equal(stream_status(f, &req, &n), RPC_INVALID_ARGUMENT);
+  req.rank = 0;
+  req.from_step = -1;
+  assert_int_equal(stream_status(f, &req, &n), RPC_INVALID_ARGUMENT);
+  req.from_step = 0;
+  req.job = "nope";
+  assert_int_equal(stream_status(f, &req, &n), RPC_NOT_FOUND);
+  /* A step too far from any saved state to regenerate. */
+  req.job = "bad";
+  req.from_step = (int64_t)1 << 39;
+  req.count = 5;
+  assert_int_equal(stream_status(f, &req, &n), RPC_OUT_OF_RANGE);
+  assert_int_equal(n, 0);
+}
+
+/* SIGTERM with a stream open: the stream ends UNAVAILABLE naming the step
+ * to resume from, and the daemon exits 0 (with state flushed). */
+static void test_sigterm_ends_streams(void **state) {
+  struct fixture *f = *state;
+  create(f, "term", 4095, 256);
+  struct gate g = {.open = true};
+  pthread_mutex_init(&g.mu, NULL);
+  pthread_cond_init(&g.cv, NULL);
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = "term";
+  req.world = 1;
+  struct rpc_client_call *call = NULL;
+  assert_int_equal(rpc_client_stream_async(f->rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
+                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
+                                           gate_done, &g, &call),
+                   0);
+  pthread_mutex_lock(&g.mu);
+  while (g.got < 2) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  int status = -1;
+  assert_int_equal(harness_daemon_term(f->d, 20000, &status), 0);
+  assert_int_equal(status, 0);
+  pthread_mutex_lock(&g.mu);
+  while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  assert_int_equal(g.code, RPC_UNAVAILABLE);
+  pthread_mutex_destroy(&g.mu);
+  pthread_cond_destroy(&g.cv);
+}
+
+int main(int argc, char **argv) {
+  if (harness_init(argc, argv) != 0) return 2;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_stream_equals_get_batch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_prefetch_bound_and_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_streams, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sigterm_ends_streams, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

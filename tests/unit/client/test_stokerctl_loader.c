@@ -1,0 +1,165 @@
+/*
+ * The stokerctl binary's loader commands against the real dataloader core
+ * served in-process (fake_loader.h): create, show, mixture, explain, commit
+ * as tables and JSON, exit codes from the --help table, and `health`
+ * checking the dataloader when given. The binary's path is argv[1].
+ */
+#include <cjson/cJSON.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fake_loader.h"
+
+static const char *stokerctl;
+static struct fake_loader fake;
+static char out_path[64], err_path[64];
+
+struct run {
+  int rc;
+  char out[16384];
+  char err[2048];
+};
+
+static void slurp(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+/* Runs stokerctl with args (a shell fragment) against the fake. */
+static void run(struct run *r, const char *args) {
+  char cmd[2048];
+  snprintf(cmd, sizeof(cmd),
+           "STOKER_DATALOADER=%s STOKER_COORDINATOR=127.0.0.1:1 '%s' %s >%s 2>%s </dev/null",
+           fake.addr, stokerctl, args, out_path, err_path);
+  int st = system(cmd);
+  assert_true(WIFEXITED(st));
+  r->rc = WEXITSTATUS(st);
+  slurp(out_path, r->out, sizeof(r->out));
+  slurp(err_path, r->err, sizeof(r->err));
+}
+
+static int setup(void **state) {
+  snprintf(out_path, sizeof(out_path), "/tmp/stokerctl-loader-%d.out", (int)getpid());
+  snprintf(err_path, sizeof(err_path), "/tmp/stokerctl-loader-%d.err", (int)getpid());
+  fake_loader_start(&fake);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fake_loader_stop(&fake);
+  unlink(out_path);
+  unlink(err_path);
+  return 0;
+}
+
+static const char create_args[] =
+    "loader create j --dataset web=synthetic:1000:20:300:1@3 --dataset code=synthetic:200:10:50:2 "
+    "--seq-len 127 --global-batch 8 --seed 5 --shards 8 --lanes 2 --eos 7";
+
+static void test_create_show(void **state) {
+  static struct run r;
+  run(&r, create_args);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "seq_len 127, global batch 8 lines"));
+  assert_non_null(strstr(r.out, "bos off, eos 7"));
+  assert_non_null(strstr(r.out, "web      synthetic:1000:20:300:1  -       3"));
+  run(&r, create_args);
+  assert_int_equal(r.rc, 3); /* Already exists. */
+  assert_non_null(strstr(r.err, "stokerctl: loader create: "));
+  assert_non_null(strstr(r.err, "(ALREADY_EXISTS)"));
+  run(&r, "--json loader show j");
+  assert_int_equal(r.rc, 0);
+  cJSON *o = cJSON_Parse(r.out);
+  assert_non_null(o);
+  assert_int_equal(cJSON_GetObjectItem(o, "seq_len")->valuedouble, 127);
+  assert_int_equal(cJSON_GetObjectItem(o, "committed_step")->valuedouble, -1);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "datasets")), 2);
+  cJSON_Delete(o);
+  run(&r, "loader show nope");
+  assert_int_equal(r.rc, 2);
+  run(&r, "loader create k --dataset web=synthetic:x --seq-len 8 --global-batch 2");
+  assert_int_equal(r.rc, 1); /* The dataloader refuses the source: INVALID_ARGUMENT. */
+  assert_non_null(strstr(r.err, "synthetic"));
+  run(&r, "loader create k --seq-len 8 --global-batch 2");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "--dataset"));
+}
+
+static void test_explain_commit_mixture(void **state) {
+  static struct run r;
+  run(&r, create_args);
+  run(&r, "loader explain j 3 --rank 1 --world 2");
+  assert_int_equal(r.rc, 0);
+  assert_true(strncmp(r.out, "LINE  DATASET", 13) == 0);
+  run(&r, "--json loader explain j 3 --rank 1 --world 2");
+  assert_int_equal(r.rc, 0);
+  cJSON *o = cJSON_Parse(r.out);
+  cJSON *src = cJSON_GetObjectItem(o, "sources");
+  uint64_t covered = 0;
+  for (int i = 0; i < cJSON_GetArraySize(src); i++) {
+    cJSON *l = cJSON_GetArrayItem(src, i);
+    assert_true(cJSON_GetObjectItem(l, "line")->valuedouble < 4);
+    covered += (uint64_t)(cJSON_GetObjectItem(l, "token_end")->valuedouble -
+                          cJSON_GetObjectItem(l, "token_begin")->valuedouble);
+  }
+  assert_int_equal(covered, 4 * 128);
+  cJSON_Delete(o);
+  run(&r, "loader explain j 3 --rank 2 --world 2");
+  assert_int_equal(r.rc, 1);
+  run(&r, "loader commit j 5");
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.out, "loader \"j\" committed at step 5\n");
+  run(&r, "--json loader show j");
+  assert_non_null(strstr(r.out, "\"committed_step\":5"));
+  run(&r, "loader mixture j --from-step 3 --dataset web=synthetic:1000:20:300:1");
+  assert_int_equal(r.rc, 1); /* Before the commit: refused by the dataloader. */
+  run(&r, "--json loader mixture j --from-step 9 --dataset web=synthetic:1000:20:300:1@1 "
+          "--global-batch 16");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "\"global_batch\":16"));
+  run(&r, "loader commit nope 1");
+  assert_int_equal(r.rc, 2);
+}
+
+static void test_health_and_missing_address(void **state) {
+  static struct run r;
+  char args[512];
+  snprintf(args, sizeof(args), "--json --coordinator %s health", fake.addr);
+  run(&r, args); /* The fake serves health for both "services". */
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "\"service\":\"dataloader\""));
+  assert_non_null(strstr(r.out, "\"status\":\"SERVING\""));
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "STOKER_DATALOADER= '%s' loader show j >%s 2>%s", stokerctl, out_path,
+           err_path);
+  int st = system(cmd);
+  assert_int_equal(WEXITSTATUS(st), 1);
+  slurp(err_path, r.err, sizeof(r.err));
+  assert_non_null(strstr(r.err, "no dataloader address"));
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s PATH_TO_STOKERCTL\n", argv[0]);
+    return 2;
+  }
+  stokerctl = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_create_show),
+      cmocka_unit_test(test_explain_commit_mixture),
+      cmocka_unit_test(test_health_and_missing_address),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
