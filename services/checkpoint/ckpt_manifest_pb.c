@@ -134,7 +134,8 @@ static int convert_chunk(const Stoker__V1__Manifest *pm, const size_t *idx, size
                            .object_offset = e->object_offset,
                            .length = e->length};
   c->shape.ndim = (uint32_t)e->n_global_shape;
-  memcpy(c->shape.dims, e->global_shape, e->n_global_shape * sizeof(uint64_t));
+  if (e->n_global_shape > 0)
+    memcpy(c->shape.dims, e->global_shape, e->n_global_shape * sizeof(uint64_t));
   c->box.ndim = (uint32_t)nb;
   if (nb > 0) {
     memcpy(c->box.offsets, b->offsets, nb * sizeof(uint64_t));

@@ -1,0 +1,267 @@
+/*
+ * ckpt_calls: the one-shot calls that run a blocking step on the work pool
+ * and answer once (List, GetManifest, Delete, GC), plus loading a committed
+ * checkpoint's manifest, shared with restore and verify.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_journal.h"
+#include "ckpt_manifest.h"
+#include "ckpt_service_int.h"
+#include "stk_error.h"
+
+struct call_job {
+  struct ckpt_task t;
+  struct ckpt_service *s;
+  int (*run)(struct call_job *j);
+  char job[CKPT_JOB_MAX_BYTES + 1];
+  int64_t step;
+  ckpt_done_fn done;
+  void *arg;
+  ProtobufCMessage *resp; /* Built by run; freed with free_resp. */
+  void (*free_resp)(ProtobufCMessage *m);
+  int err;
+  char msg[320];
+};
+
+static void call_work(struct ckpt_task *t) {
+  struct call_job *j = (struct call_job *)t;
+  stk_clear_detail();
+  j->err = j->run(j);
+  if (j->err)
+    snprintf(j->msg, sizeof(j->msg), "%s", stk_detail()[0] ? stk_detail() : stk_strerror(j->err));
+}
+
+static void call_after(struct ckpt_task *t) {
+  struct call_job *j = (struct call_job *)t;
+  if (j->err)
+    j->done(j->arg, j->err, j->msg, NULL);
+  else
+    j->done(j->arg, 0, "", j->resp);
+  if (j->resp && j->free_resp) j->free_resp(j->resp);
+  free(j);
+}
+
+static void call_start(struct ckpt_service *s, const char *job, int64_t step, bool check_step,
+                       int (*run)(struct call_job *), ckpt_done_fn done, void *arg) {
+  if (s->closing) FAIL_LATER(s, done, arg, STK_EUNAVAIL, "closing");
+  int err = ckpt_name_check_job(job);
+  if (!err && check_step) err = ckpt_name_check_step(step);
+  if (err) FAIL_LATER(s, done, arg, err, stk_detail());
+  struct call_job *j = calloc(1, sizeof(*j));
+  if (!j) FAIL_LATER(s, done, arg, STK_ENOMEM, "");
+  j->t.work = call_work;
+  j->t.after = call_after;
+  j->s = s;
+  j->run = run;
+  snprintf(j->job, sizeof(j->job), "%s", job);
+  j->step = step;
+  j->done = done;
+  j->arg = arg;
+  ckpt_pool_submit(s->work, &j->t);
+}
+
+/* ---- Loading a manifest ---- */
+
+int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
+                       struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len) {
+  struct ckpt_jkey k;
+  ckpt_jkey_step(&k, 'C', job, step);
+  Stoker__V1__JournalAttempt *rec;
+  int err = ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
+                             (ProtobufCMessage **)&rec);
+  if (err == STK_ENOENT)
+    stk_set_detail("no checkpoint of job %s at step %lld", job, (long long)step);
+  if (err) return err;
+  uint64_t size = 0;
+  uint8_t *buf = NULL;
+  size_t got = 0;
+  err = storage_head(s->st, rec->manifest_key, &size);
+  if (!err && size > CKPT_MANIFEST_MAX_BYTES) err = STK_ETOOBIG;
+  if (!err && !(buf = malloc(size ? size : 1))) err = STK_ENOMEM;
+  if (!err) err = storage_get(s->st, rec->manifest_key, 0, buf, size, &got);
+  if (!err) err = ckpt_manifest_parse(buf, got, ret_m);
+  if (!err && (strcmp((*ret_m)->job, job) != 0 || (*ret_m)->step != step)) {
+    ckpt_manifest_free(*ret_m);
+    stk_set_detail("manifest %s names another checkpoint", rec->manifest_key);
+    err = STK_ECORRUPT;
+  }
+  stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+  if (!err && ret_raw) {
+    *ret_raw = buf;
+    *ret_len = got;
+  } else {
+    free(buf);
+  }
+  return err;
+}
+
+static void free_manifest_msg(ProtobufCMessage *m) {
+  protobuf_c_message_free_unpacked(m, NULL);
+}
+
+static int run_get_manifest(struct call_job *j) {
+  struct ckpt_manifest *m;
+  uint8_t *raw;
+  size_t len;
+  int err = ckpt_load_manifest(j->s, j->job, j->step, &m, &raw, &len);
+  if (err) return err;
+  ckpt_manifest_free(m);
+  j->resp = (ProtobufCMessage *)stoker__v1__manifest__unpack(NULL, len, raw);
+  j->free_resp = free_manifest_msg;
+  free(raw);
+  return j->resp ? 0 : STK_ENOMEM;
+}
+
+void ckpt_get_manifest(struct ckpt_service *s, const Stoker__V1__GetManifestRequest *req,
+                       ckpt_done_fn done, void *arg) {
+  call_start(s, req->job, req->step, true, run_get_manifest, done, arg);
+}
+
+/* ---- Delete and GC ---- */
+
+static Stoker__V1__Empty empty_msg = STOKER__V1__EMPTY__INIT;
+
+static int run_delete(struct call_job *j) {
+  j->resp = &empty_msg.base;
+  return ckpt_delete_run(j->s, j->job, j->step);
+}
+
+void ckpt_delete(struct ckpt_service *s, const Stoker__V1__DeleteCheckpointRequest *req,
+                 ckpt_done_fn done, void *arg) {
+  call_start(s, req->job, req->step, true, run_delete, done, arg);
+}
+
+static int run_gc(struct call_job *j) {
+  j->resp = &empty_msg.base;
+  return ckpt_gc_run(j->s, j->job);
+}
+
+void ckpt_gc(struct ckpt_service *s, const char *job, ckpt_done_fn done, void *arg) {
+  call_start(s, job, 0, false, run_gc, done, arg);
+}
+
+/* ---- List ---- */
+
+static void free_list(ProtobufCMessage *msg) {
+  Stoker__V1__ListCheckpointsResponse *r = (Stoker__V1__ListCheckpointsResponse *)msg;
+  for (size_t i = 0; i < r->n_checkpoints; i++) {
+    free(r->checkpoints[i]->uri);
+    free(r->checkpoints[i]);
+  }
+  free(r->checkpoints);
+  free(r);
+}
+
+static int list_add(Stoker__V1__ListCheckpointsResponse *r, int64_t step, char *uri,
+                    int64_t at_ms) {
+  Stoker__V1__CheckpointRef **n =
+      realloc(r->checkpoints, (r->n_checkpoints + 1) * sizeof(*r->checkpoints));
+  if (!n) return STK_ENOMEM;
+  r->checkpoints = n;
+  Stoker__V1__CheckpointRef *ref = malloc(sizeof(*ref));
+  if (!ref || !uri) {
+    free(ref);
+    free(uri);
+    return STK_ENOMEM;
+  }
+  stoker__v1__checkpoint_ref__init(ref);
+  ref->step = step;
+  ref->uri = uri;
+  ref->committed_at_ms = at_ms;
+  r->checkpoints[r->n_checkpoints++] = ref;
+  return 0;
+}
+
+/* A manifest found in storage: checked, then journaled as committed. */
+static int import_one(struct ckpt_service *s, const char *job, const char *key) {
+  uint64_t size;
+  int err = storage_head(s->st, key, &size);
+  if (err) return err;
+  if (size > CKPT_MANIFEST_MAX_BYTES) return STK_ETOOBIG;
+  uint8_t *buf = malloc(size ? size : 1);
+  size_t got;
+  struct ckpt_manifest *m = NULL;
+  char *expect = NULL;
+  err = buf ? storage_get(s->st, key, 0, buf, size, &got) : STK_ENOMEM;
+  if (!err) err = ckpt_manifest_parse(buf, got, &m);
+  free(buf);
+  if (!err) err = ckpt_key_manifest(s->prefix, m->job, m->step, m->attempt, &expect);
+  if (!err && (strcmp(m->job, job) != 0 || strcmp(expect, key) != 0)) err = STK_ECORRUPT;
+  if (!err) {
+    Stoker__V1__JournalAttempt rec = STOKER__V1__JOURNAL_ATTEMPT__INIT;
+    rec.job = m->job;
+    rec.step = m->step;
+    rec.world = m->world;
+    rec.attempt = m->attempt;
+    rec.created_at_ms = rec.committed_at_ms = m->created_at_ms;
+    rec.manifest_key = (char *)key;
+    struct ckpt_jkey k;
+    ckpt_jkey_step(&k, 'C', job, m->step);
+    void *v;
+    size_t len;
+    if (kv_get(s->kv, NULL, k.b, k.len, &v, &len) == 0)
+      free(v); /* Two manifests for one step: the first found stays. */
+    else
+      err = ckpt_journal_put(s->kv, &k, &rec.base, true);
+  }
+  free(expect);
+  ckpt_manifest_free(m);
+  return err;
+}
+
+static int keys_cb(void *arg, const char *key, uint64_t size) {
+  (void)size;
+  struct ckpt_service *s = ((void **)arg)[0];
+  const char *job = ((void **)arg)[1];
+  size_t n = strlen(key);
+  if (n > 12 && strcmp(key + n - 12, "/manifest.pb") == 0) import_one(s, job, key);
+  return 0;
+}
+
+static int import_from_storage(struct ckpt_service *s, const char *job) {
+  char *dir;
+  int err = ckpt_key_job_dir(s->prefix, job, &dir);
+  if (err) return err;
+  void *args[2] = {s, (void *)job};
+  err = storage_list(s->st, dir, keys_cb, args);
+  free(dir);
+  return err;
+}
+
+static int run_list(struct call_job *j) {
+  int64_t *steps;
+  size_t n;
+  int err = ckpt_committed_steps(j->s, j->job, &steps, &n);
+  if (!err && n == 0) {
+    err = import_from_storage(j->s, j->job);
+    if (!err) err = ckpt_committed_steps(j->s, j->job, &steps, &n);
+  }
+  if (err) return err;
+  Stoker__V1__ListCheckpointsResponse *r = malloc(sizeof(*r));
+  if (!r) err = STK_ENOMEM;
+  if (r) stoker__v1__list_checkpoints_response__init(r);
+  for (size_t i = 0; !err && i < n; i++) {
+    struct ckpt_jkey k;
+    ckpt_jkey_step(&k, 'C', j->job, steps[i]);
+    Stoker__V1__JournalAttempt *rec;
+    if (ckpt_journal_get(j->s->kv, &k, &stoker__v1__journal_attempt__descriptor,
+                         (ProtobufCMessage **)&rec) != 0)
+      continue; /* Deleted meanwhile. */
+    err = list_add(r, rec->step, ckpt_manifest_uri(j->s, rec->manifest_key), rec->committed_at_ms);
+    stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+  }
+  free(steps);
+  if (err && r) free_list(&r->base);
+  if (err) return err;
+  j->resp = &r->base;
+  j->free_resp = free_list;
+  return 0;
+}
+
+void ckpt_list(struct ckpt_service *s, const Stoker__V1__ListCheckpointsRequest *req,
+               ckpt_done_fn done, void *arg) {
+  call_start(s, req->job, 0, false, run_list, done, arg);
+}

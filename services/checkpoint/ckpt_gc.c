@@ -1,0 +1,178 @@
+/*
+ * ckpt_gc: removing checkpoints and leftovers (blocking, worker threads).
+ *
+ * Deleting a committed checkpoint journals the intent (D/ record, and the
+ * C/ record goes in the same synced batch), deletes the manifest first (the
+ * checkpoint stops existing), then its objects, then the intent; recovery
+ * finishes an interrupted deletion. Orphan GC removes attempt directories
+ * that have no manifest and no journal record (LIST is used only to find
+ * garbage, never for correctness).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_journal.h"
+#include "ckpt_manifest.h"
+#include "ckpt_service_int.h"
+#include "stk_error.h"
+
+struct keylist {
+  char **keys;
+  size_t n, cap;
+};
+
+static int collect(void *arg, const char *key, uint64_t size) {
+  (void)size;
+  struct keylist *l = arg;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 32;
+    char **k = realloc(l->keys, cap * sizeof(*k));
+    if (!k) return STK_ENOMEM;
+    l->keys = k;
+    l->cap = cap;
+  }
+  if (!(l->keys[l->n] = strdup(key))) return STK_ENOMEM;
+  l->n++;
+  return 0;
+}
+
+static void keylist_free(struct keylist *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->keys[i]);
+  free(l->keys);
+}
+
+int ckpt_delete_dir(struct ckpt_service *s, const char *dir_key) {
+  struct keylist l = {0};
+  int err = storage_list(s->st, dir_key, collect, &l);
+  for (size_t i = 0; i < l.n; i++) {
+    int e = storage_delete(s->st, l.keys[i]);
+    if (e && !err) err = e;
+  }
+  keylist_free(&l);
+  return err;
+}
+
+int ckpt_delete_finish(struct ckpt_service *s, const char *job, int64_t step) {
+  Stoker__V1__JournalAttempt *rec;
+  struct ckpt_jkey dk;
+  ckpt_jkey_step(&dk, 'D', job, step);
+  int err = ckpt_journal_get(s->kv, &dk, &stoker__v1__journal_attempt__descriptor,
+                             (ProtobufCMessage **)&rec);
+  if (err) return err == STK_ENOENT ? 0 : err;
+  /* The manifest names the objects (no reliance on LIST); read it first. */
+  struct ckpt_manifest *m = NULL;
+  uint64_t size;
+  if (storage_head(s->st, rec->manifest_key, &size) == 0 && size <= CKPT_MANIFEST_MAX_BYTES) {
+    uint8_t *buf = malloc(size ? size : 1);
+    size_t got;
+    if (buf && storage_get(s->st, rec->manifest_key, 0, buf, size, &got) == 0)
+      ckpt_manifest_parse(buf, got, &m);
+    free(buf);
+  }
+  err = storage_delete(s->st, rec->manifest_key);
+  for (size_t i = 0; !err && m && i < m->n_objects; i++) {
+    char *key;
+    if (ckpt_key_object(s->prefix, rec->job, rec->step, rec->attempt, m->objects[i].key, &key))
+      continue;
+    err = storage_delete(s->st, key);
+    free(key);
+  }
+  ckpt_manifest_free(m);
+  char *dir;
+  if (!err && ckpt_key_attempt_dir(s->prefix, rec->job, rec->step, rec->attempt, &dir) == 0) {
+    ckpt_delete_dir(s, dir);
+    free(dir);
+  }
+  if (!err) err = kv_delete(s->kv, dk.b, dk.len, true);
+  stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+  return err;
+}
+
+int ckpt_delete_run(struct ckpt_service *s, const char *job, int64_t step) {
+  struct ckpt_jkey ck, dk;
+  ckpt_jkey_step(&ck, 'C', job, step);
+  ckpt_jkey_step(&dk, 'D', job, step);
+  void *v;
+  size_t len;
+  int err = kv_get(s->kv, NULL, ck.b, ck.len, &v, &len);
+  if (err) {
+    if (err == STK_ENOENT)
+      stk_set_detail("no checkpoint of job %s at step %lld", job, (long long)step);
+    return err;
+  }
+  struct kv_batch *b = kv_batch_new();
+  if (!b) {
+    free(v);
+    return STK_ENOMEM;
+  }
+  kv_batch_put(b, dk.b, dk.len, v, len);
+  kv_batch_delete(b, ck.b, ck.len);
+  err = kv_write(s->kv, b, true);
+  kv_batch_free(b);
+  free(v);
+  return err ? err : ckpt_delete_finish(s, job, step);
+}
+
+/* ---- Orphans ---- */
+
+/* "step-N/attempt-ID/rest" after the job directory: the attempt directory
+ * (job dir + first two segments) and whether rest is the manifest. */
+static bool split_key(const char *rel, size_t *ret_dir_len, const char **ret_attempt,
+                      size_t *ret_attempt_len, bool *ret_manifest) {
+  const char *s1 = strchr(rel, '/');
+  if (!s1 || strncmp(s1 + 1, "attempt-", 8) != 0) return false;
+  const char *s2 = strchr(s1 + 1, '/');
+  if (!s2) return false;
+  *ret_attempt = s1 + 9;
+  *ret_attempt_len = (size_t)(s2 - (s1 + 9));
+  *ret_dir_len = (size_t)(s2 + 1 - rel);
+  *ret_manifest = strcmp(s2 + 1, "manifest.pb") == 0;
+  return true;
+}
+
+static bool attempt_known(struct ckpt_service *s, const char *attempt, size_t len) {
+  char id[CKPT_ATTEMPT_MAX_BYTES + 1];
+  if (len == 0 || len > CKPT_ATTEMPT_MAX_BYTES) return false;
+  memcpy(id, attempt, len);
+  id[len] = '\0';
+  struct ckpt_jkey k;
+  ckpt_jkey_attempt(&k, id);
+  void *v;
+  size_t n;
+  if (kv_get(s->kv, NULL, k.b, k.len, &v, &n) != 0) return false;
+  free(v);
+  return true;
+}
+
+/* Whether a manifest is listed under the attempt directory dir (of len). */
+static bool has_manifest(const struct keylist *l, size_t skip, const char *dir, size_t len) {
+  for (size_t i = 0; i < l->n; i++) {
+    const char *k = l->keys[i] + skip;
+    if (strncmp(k, dir, len) == 0 && strcmp(k + len, "manifest.pb") == 0) return true;
+  }
+  return false;
+}
+
+int ckpt_gc_run(struct ckpt_service *s, const char *job) {
+  char *jobdir;
+  int err = ckpt_key_job_dir(s->prefix, job, &jobdir);
+  if (err) return err;
+  struct keylist l = {0};
+  err = storage_list(s->st, jobdir, collect, &l);
+  size_t skip = strlen(jobdir);
+  for (size_t i = 0; !err && i < l.n; i++) {
+    const char *rel = l.keys[i] + skip, *att;
+    size_t dir_len, att_len;
+    bool manifest;
+    if (strncmp(l.keys[i], jobdir, skip) != 0 ||
+        !split_key(rel, &dir_len, &att, &att_len, &manifest))
+      continue;
+    if (manifest || has_manifest(&l, skip, rel, dir_len) || attempt_known(s, att, att_len))
+      continue;
+    err = storage_delete(s->st, l.keys[i]);
+  }
+  keylist_free(&l);
+  free(jobdir);
+  return err;
+}

@@ -1,0 +1,40 @@
+/*
+ * ckpt_pool: a fixed set of worker threads for the checkpoint service's
+ * blocking work (storage calls, synced RocksDB writes, CRCs), with
+ * completions delivered on the owning libuv loop. A dedicated pool, not the
+ * libuv threadpool, so that its size is the upload concurrency and uploads
+ * never starve other libuv users.
+ *
+ * Tasks are embedded in the caller's job struct. work runs on a worker
+ * thread; after runs later on the loop thread (never inside submit).
+ */
+#ifndef STK_CKPT_POOL_H
+#define STK_CKPT_POOL_H
+
+#include <stddef.h>
+#include <uv.h>
+
+struct ckpt_task {
+  void (*work)(struct ckpt_task *t);  /* Worker thread. */
+  void (*after)(struct ckpt_task *t); /* Loop thread. */
+  struct ckpt_task *next;             /* Private. */
+};
+
+struct ckpt_pool;
+
+/* 0, STK_EINVAL (threads 0), STK_ENOMEM, STK_EIO (thread or handle). */
+int ckpt_pool_new(uv_loop_t *loop, unsigned threads, struct ckpt_pool **ret_pool);
+
+/* Queues t (FIFO). Loop thread only. */
+void ckpt_pool_submit(struct ckpt_pool *p, struct ckpt_task *t);
+
+/* Tasks submitted whose after has not run yet. */
+size_t ckpt_pool_pending(const struct ckpt_pool *p);
+
+/* Runs every queued task, joins the threads, runs the remaining afters,
+ * closes the handle and frees p; done(arg) is called on the loop once the
+ * handle is closed. Afters that submit more tasks during close are run too.
+ * Accepts NULL (done is then called at once). */
+void ckpt_pool_free(struct ckpt_pool *p, void (*done)(void *arg), void *arg);
+
+#endif

@@ -1,0 +1,377 @@
+/*
+ * ckpt_restore: reading a committed checkpoint back at any world size, and
+ * verifying one. A read is a sequence of pieces: each wanted box is cut into
+ * sub-boxes of at most read_piece_bytes (whole trailing dims, a run of rows
+ * of the first dim that fits), and each piece is planned (ckpt_plan:
+ * coalesced ranged reads widened to CRC blocks), fetched, CRC-checked block
+ * by block and assembled on a worker, then handed to the caller on the loop.
+ * One piece is in flight at a time, so memory stays bounded.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_crc.h"
+#include "ckpt_dtype.h"
+#include "ckpt_manifest.h"
+#include "ckpt_service_int.h"
+#include "stk_error.h"
+
+struct wanted {
+  char *tensor;
+  struct ckpt_box box;
+  uint64_t elem;
+  struct ckpt_stored_chunk *chunks;
+  size_t n_chunks;
+  uint32_t split_dim; /* Pieces are 1 wide in dims before it. */
+  uint64_t rows;      /* Rows of split_dim per piece. */
+  uint64_t n_pieces;
+};
+
+struct ckpt_reader {
+  struct ckpt_task t;
+  struct ckpt_service *s;
+  Stoker__V1__ReadRequest *req; /* Copied. */
+  char job[CKPT_JOB_MAX_BYTES + 1];
+  int64_t step;
+  struct ckpt_manifest *m;
+  struct wanted *w;
+  size_t n_w;
+  size_t wi;   /* Current wanted entry. */
+  uint64_t pi; /* Next piece of it. */
+  struct ckpt_box piece;
+  uint8_t *data; /* The assembled piece. */
+  uint64_t len;
+  bool started, held, in_flight, finished;
+  ckpt_piece_fn on_piece;
+  ckpt_done_fn done;
+  void *arg;
+  int err;
+  char msg[320];
+};
+
+/* ---- Pieces ---- */
+
+static void plan_pieces(struct wanted *w, uint64_t limit) {
+  uint32_t nd = w->box.ndim;
+  w->split_dim = 0;
+  w->rows = 1;
+  w->n_pieces = 1;
+  if (nd == 0 || ckpt_box_numel(&w->box) == 0) return;
+  uint64_t row = w->elem;
+  int d = (int)nd - 1;
+  /* row = bytes of one index of dim d (all later dims whole). */
+  while (d > 0 && row * w->box.sizes[d] <= limit) row *= w->box.sizes[d--];
+  w->split_dim = (uint32_t)d;
+  w->rows = limit / row ? limit / row : 1;
+  uint64_t outer = 1;
+  for (int i = 0; i < d; i++) outer *= w->box.sizes[i];
+  w->n_pieces = outer * ((w->box.sizes[d] + w->rows - 1) / w->rows);
+}
+
+static void piece_box(const struct wanted *w, uint64_t k, struct ckpt_box *ret) {
+  *ret = w->box;
+  if (w->box.ndim == 0 || ckpt_box_numel(&w->box) == 0) return;
+  uint32_t d = w->split_dim;
+  uint64_t per = (w->box.sizes[d] + w->rows - 1) / w->rows;
+  uint64_t q = k / per, r = k % per;
+  for (int i = (int)d - 1; i >= 0; i--) {
+    ret->offsets[i] = w->box.offsets[i] + q % w->box.sizes[i];
+    ret->sizes[i] = 1;
+    q /= w->box.sizes[i];
+  }
+  ret->offsets[d] = w->box.offsets[d] + r * w->rows;
+  uint64_t left = w->box.sizes[d] - r * w->rows;
+  ret->sizes[d] = left < w->rows ? left : w->rows;
+}
+
+/* ---- Worker: fetch, verify, assemble ---- */
+
+static int fetch_read(struct ckpt_reader *rd, const struct ckpt_read *r, uint8_t *buf) {
+  const struct ckpt_object *o = &rd->m->objects[r->object];
+  char *key;
+  int err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
+  if (err) return err;
+  size_t got = 0;
+  err = storage_get(rd->s->st, key, r->offset, buf, r->len, &got);
+  free(key);
+  if (!err && got != r->len) {
+    stk_set_detail("object %s is shorter than its manifest says", o->key);
+    return STK_ECORRUPT;
+  }
+  if (!err)
+    err = ckpt_crc_verify(o->block_crc32c, o->n_blocks, o->size_bytes, r->offset, buf, r->len);
+  if (err == STK_ECORRUPT) {
+    char d[256];
+    snprintf(d, sizeof(d), "%s", stk_detail());
+    stk_set_detail("object %s: %s", o->key, d);
+  }
+  return err;
+}
+
+static int assemble(struct ckpt_reader *rd, struct wanted *w) {
+  struct ckpt_plan plan;
+  struct ckpt_plan_opts po = {
+      .max_gap_bytes = 256 << 10, .max_read_bytes = 64 << 20, .align_bytes = CKPT_CRC_BLOCK_BYTES};
+  int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, &rd->piece, &po, &plan);
+  if (err) return err;
+  rd->len = plan.want_bytes;
+  rd->data = malloc(plan.want_bytes ? plan.want_bytes : 1);
+  if (!rd->data) err = STK_ENOMEM;
+  for (size_t i = 0; !err && i < plan.n_reads; i++) {
+    uint8_t *buf = malloc(plan.reads[i].len ? plan.reads[i].len : 1);
+    err = buf ? fetch_read(rd, &plan.reads[i], buf) : STK_ENOMEM;
+    if (!err) ckpt_plan_apply(&plan, i, buf, rd->data);
+    free(buf);
+  }
+  ckpt_plan_close(&plan);
+  return err;
+}
+
+/* The first job also loads the manifest and checks every wanted box. */
+static int prepare(struct ckpt_reader *rd) {
+  int err = ckpt_load_manifest(rd->s, rd->job, rd->step, &rd->m, NULL, NULL);
+  if (err) return err;
+  rd->w = calloc(rd->req->n_wanted ? rd->req->n_wanted : 1, sizeof(*rd->w));
+  if (!rd->w) return STK_ENOMEM;
+  for (size_t i = 0; i < rd->req->n_wanted; i++, rd->n_w++) {
+    const Stoker__V1__ChunkEntry *c = rd->req->wanted[i];
+    struct wanted *w = &rd->w[i];
+    int dtype;
+    struct ckpt_shape shape;
+    if (!c->tensor || ckpt_name_check_tensor(c->tensor)) return STK_EINVAL;
+    err = ckpt_manifest_tensor(rd->m, c->tensor, &w->chunks, &w->n_chunks, &dtype, &shape);
+    if (err == STK_ENOENT) stk_set_detail("no tensor %s in the checkpoint", c->tensor);
+    if (err) return err;
+    w->tensor = strdup(c->tensor);
+    w->elem = ckpt_dtype_bytes(dtype);
+    if (!c->box || c->box->n_offsets != shape.ndim || c->box->n_sizes != shape.ndim) {
+      stk_set_detail("tensor %s: the wanted box needs %u dims", c->tensor, shape.ndim);
+      return STK_EINVAL;
+    }
+    w->box.ndim = shape.ndim;
+    u64copy(w->box.offsets, c->box->offsets, shape.ndim);
+    u64copy(w->box.sizes, c->box->sizes, shape.ndim);
+    if ((err = ckpt_box_check(&w->box, &shape)) != 0) return err;
+    plan_pieces(w, rd->s->o.read_piece_bytes);
+  }
+  return 0;
+}
+
+static void read_work(struct ckpt_task *t) {
+  struct ckpt_reader *rd = (struct ckpt_reader *)t;
+  stk_clear_detail();
+  rd->err = rd->m ? 0 : prepare(rd);
+  while (!rd->err && rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
+  if (!rd->err && rd->wi < rd->n_w) {
+    piece_box(&rd->w[rd->wi], rd->pi, &rd->piece);
+    rd->err = assemble(rd, &rd->w[rd->wi]);
+  }
+  if (rd->err)
+    snprintf(rd->msg, sizeof(rd->msg), "%s",
+             stk_detail()[0] ? stk_detail() : stk_strerror(rd->err));
+}
+
+/* ---- Loop side ---- */
+
+static void reader_free(struct ckpt_reader *rd) {
+  for (size_t i = 0; i < rd->n_w; i++) {
+    free(rd->w[i].tensor);
+    free(rd->w[i].chunks);
+  }
+  free(rd->w);
+  free(rd->data);
+  ckpt_manifest_free(rd->m);
+  if (rd->req) stoker__v1__read_request__free_unpacked(rd->req, NULL);
+  free(rd);
+}
+
+static void read_next(struct ckpt_reader *rd) {
+  rd->in_flight = true;
+  ckpt_pool_submit(rd->s->work, &rd->t);
+}
+
+static void read_finish(struct ckpt_reader *rd, int err, const char *msg) {
+  rd->finished = true;
+  rd->done(rd->arg, err, msg, NULL);
+  reader_free(rd);
+}
+
+static void read_after(struct ckpt_task *t) {
+  struct ckpt_reader *rd = (struct ckpt_reader *)t;
+  rd->in_flight = false;
+  if (rd->finished) { /* Cancelled while the job ran. */
+    reader_free(rd);
+    return;
+  }
+  if (rd->err) return read_finish(rd, rd->err, rd->msg);
+  if (rd->wi >= rd->n_w) return read_finish(rd, 0, "");
+  struct wanted *w = &rd->w[rd->wi];
+  Stoker__V1__ReadChunk rc = STOKER__V1__READ_CHUNK__INIT;
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = rd->piece.ndim;
+  box.offsets = rd->piece.offsets;
+  box.sizes = rd->piece.sizes;
+  rc.tensor = w->tensor;
+  rc.box = &box;
+  rc.data.data = rd->data;
+  rc.data.len = rd->len;
+  bool more = rd->on_piece(rd->arg, &rc);
+  free(rd->data);
+  rd->data = NULL;
+  rd->pi++;
+  if (more)
+    read_next(rd);
+  else
+    rd->held = true;
+}
+
+struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequest *req,
+                              ckpt_piece_fn on_piece, ckpt_done_fn done, void *arg) {
+  if (s->closing) {
+    svc_fail_later(s, done, arg, STK_EUNAVAIL, "closing");
+    return NULL;
+  }
+  int err = ckpt_name_check_job(req->job);
+  if (!err) err = ckpt_name_check_step(req->step);
+  if (err) {
+    svc_fail_later(s, done, arg, err, stk_detail());
+    return NULL;
+  }
+  struct ckpt_reader *rd = calloc(1, sizeof(*rd));
+  size_t n = protobuf_c_message_get_packed_size(&req->base);
+  uint8_t *buf = malloc(n ? n : 1);
+  if (rd && buf) {
+    protobuf_c_message_pack(&req->base, buf);
+    rd->req = stoker__v1__read_request__unpack(NULL, n, buf);
+  }
+  free(buf);
+  if (!rd || !rd->req) {
+    free(rd);
+    svc_fail_later(s, done, arg, STK_ENOMEM, "");
+    return NULL;
+  }
+  rd->t.work = read_work;
+  rd->t.after = read_after;
+  rd->s = s;
+  snprintf(rd->job, sizeof(rd->job), "%s", req->job);
+  rd->step = req->step;
+  rd->on_piece = on_piece;
+  rd->done = done;
+  rd->arg = arg;
+  read_next(rd);
+  return rd;
+}
+
+void ckpt_read_resume(struct ckpt_reader *rd) {
+  if (!rd->held) return;
+  rd->held = false;
+  read_next(rd);
+}
+
+void ckpt_read_cancel(struct ckpt_reader *rd) {
+  rd->finished = true;
+  rd->done(rd->arg, STK_ECANCELED, "cancelled", NULL);
+  if (!rd->in_flight) reader_free(rd);
+}
+
+/* ---- Verify: every byte of every object ---- */
+
+struct verify_job {
+  struct ckpt_task t;
+  struct ckpt_service *s;
+  char job[CKPT_JOB_MAX_BYTES + 1];
+  int64_t step;
+  ckpt_done_fn done;
+  void *arg;
+  Stoker__V1__VerifyCheckpointResponse resp;
+  int err;
+  char msg[320];
+};
+
+static void problem(struct verify_job *j, const char *fmt, const char *key, const char *detail) {
+  char line[512];
+  snprintf(line, sizeof(line), fmt, key, detail);
+  char **p = realloc(j->resp.problems, (j->resp.n_problems + 1) * sizeof(*p));
+  if (!p) return;
+  j->resp.problems = p;
+  if ((p[j->resp.n_problems] = strdup(line)) != NULL) j->resp.n_problems++;
+}
+
+static void verify_object(struct verify_job *j, const struct ckpt_manifest *m,
+                          const struct ckpt_object *o, uint8_t *buf, uint64_t piece) {
+  char *key;
+  if (ckpt_key_object(j->s->prefix, m->job, m->step, m->attempt, o->key, &key)) return;
+  uint64_t size;
+  int err = storage_head(j->s->st, key, &size);
+  if (err || size != o->size_bytes) {
+    problem(j, "object %s: %s", o->key, err ? stk_strerror(err) : "wrong size");
+    free(key);
+    return;
+  }
+  for (uint64_t at = 0; at < o->size_bytes; at += piece) {
+    uint64_t len = o->size_bytes - at < piece ? o->size_bytes - at : piece;
+    size_t got;
+    err = storage_get(j->s->st, key, at, buf, len, &got);
+    if (!err && got != len) err = STK_ECORRUPT;
+    if (!err) err = ckpt_crc_verify(o->block_crc32c, o->n_blocks, o->size_bytes, at, buf, len);
+    if (err)
+      problem(j, "object %s: %s", o->key, stk_detail()[0] ? stk_detail() : stk_strerror(err));
+    j->resp.bytes += err ? 0 : len;
+  }
+  j->resp.objects++;
+  j->resp.blocks += o->n_blocks;
+  free(key);
+}
+
+static void verify_work(struct ckpt_task *t) {
+  struct verify_job *j = (struct verify_job *)t;
+  struct ckpt_manifest *m;
+  stk_clear_detail();
+  j->err = ckpt_load_manifest(j->s, j->job, j->step, &m, NULL, NULL);
+  if (j->err) {
+    snprintf(j->msg, sizeof(j->msg), "%s", stk_detail());
+    return;
+  }
+  uint64_t piece = 8 * CKPT_CRC_BLOCK_BYTES;
+  uint8_t *buf = malloc(piece);
+  for (size_t i = 0; buf && i < m->n_objects; i++) {
+    stk_clear_detail();
+    verify_object(j, m, &m->objects[i], buf, piece);
+  }
+  if (!buf) j->err = STK_ENOMEM;
+  free(buf);
+  ckpt_manifest_free(m);
+  if (!j->err && j->resp.n_problems > 0) {
+    j->err = STK_ECORRUPT;
+    snprintf(j->msg, sizeof(j->msg), "%s", j->resp.problems[0]);
+  }
+}
+
+static void verify_after(struct ckpt_task *t) {
+  struct verify_job *j = (struct verify_job *)t;
+  bool ran = j->err == 0 || j->err == STK_ECORRUPT;
+  j->done(j->arg, j->err, j->err ? j->msg : "", ran ? &j->resp.base : NULL);
+  for (size_t i = 0; i < j->resp.n_problems; i++) free(j->resp.problems[i]);
+  free(j->resp.problems);
+  free(j);
+}
+
+void ckpt_verify(struct ckpt_service *s, const Stoker__V1__VerifyCheckpointRequest *req,
+                 ckpt_done_fn done, void *arg) {
+  if (s->closing) FAIL_LATER(s, done, arg, STK_EUNAVAIL, "closing");
+  int err = ckpt_name_check_job(req->job);
+  if (!err) err = ckpt_name_check_step(req->step);
+  if (err) FAIL_LATER(s, done, arg, err, stk_detail());
+  struct verify_job *j = calloc(1, sizeof(*j));
+  if (!j) FAIL_LATER(s, done, arg, STK_ENOMEM, "");
+  j->t.work = verify_work;
+  j->t.after = verify_after;
+  j->s = s;
+  snprintf(j->job, sizeof(j->job), "%s", req->job);
+  j->step = req->step;
+  j->done = done;
+  j->arg = arg;
+  stoker__v1__verify_checkpoint_response__init(&j->resp);
+  ckpt_pool_submit(s->work, &j->t);
+}

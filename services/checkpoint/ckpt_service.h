@@ -1,0 +1,196 @@
+/*
+ * ckpt_service: the checkpoint service as a library ("embedded mode"). The
+ * gRPC daemon is a thin adapter over this header: each Checkpoint RPC maps
+ * to one ckpt_* call below, with the unpacked request and a completion
+ * callback; trainers and tests run the same engine in-process. Semantics are
+ * those of proto/stoker/v1/checkpoint.proto; the design is in README.md.
+ *
+ * Threading: a struct ckpt_service lives on ONE libuv loop (given to
+ * ckpt_service_open). Every call below must be made on that loop's thread
+ * and every callback runs on it, never synchronously inside the call that
+ * started it. Storage calls, synced RocksDB writes and CRCs run on the
+ * service's worker threads (upload_concurrency upload threads plus two
+ * more for journal, commit and restore work).
+ *
+ * Completion: ckpt_done_fn is called exactly once; resp is the reply message
+ * named at each call, valid only during the callback; on failure err is a
+ * negative STK_E* code, errmsg a one-line reason and resp NULL.
+ *
+ * Errors common to all calls: STK_EINVAL (bad name, box, shape; nothing is
+ * changed), STK_ENOENT (unknown attempt, checkpoint or tensor), STK_EUNAVAIL
+ * (closing), STK_EIO/STK_EUNAVAIL (the store failed after retries).
+ */
+#ifndef STK_CKPT_SERVICE_H
+#define STK_CKPT_SERVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "stoker/v1/checkpoint.pb-c.h"
+
+struct ckpt_service;
+struct ckpt_writer;
+struct ckpt_reader;
+
+typedef void (*ckpt_done_fn)(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp);
+
+/* Called on the loop after a checkpoint is committed (the daemon reports it
+ * to the coordinator). manifest_uri is storage URL + "/" + manifest key. */
+typedef void (*ckpt_commit_hook_fn)(void *arg, const char *job, int64_t step,
+                                    const char *manifest_uri);
+
+/* Test probe: called on worker threads at named instants of the protocol
+ * ("part_journaled", "rank_finished", "before_manifest", "manifest_written",
+ * "committed"), so a test can crash the process at an exact point. NULL in
+ * production. */
+typedef void (*ckpt_probe_fn)(void *arg, const char *point);
+
+struct ckpt_service_opts {
+  const char *db_dir;            /* RocksDB directory (kv.h); created if missing. Required. */
+  const char *storage_url;       /* file:///dir or s3://bucket/prefix. Required. */
+  struct storage *storage;       /* Or an open store (borrowed; then storage_url is only
+                                    used to render URIs). */
+  const char *key_prefix;        /* Deployment prefix inside the store; "" default. */
+  uint64_t staging_budget_bytes; /* Staging memory, all writers; 1 GiB default. */
+  uint32_t upload_concurrency;   /* Upload threads; 8 default. */
+  uint64_t part_bytes;           /* Multipart part size: a multiple of 1 MiB, >= 5 MiB; 16 MiB. */
+  uint32_t max_parts;            /* Parts per object before rolling; 10000 (tests lower it). */
+  uint32_t keep_last;            /* Retention: keep the newest K committed steps; 0 = all. */
+  uint32_t keep_every;           /* ... and every step divisible by M; 0 = none. */
+  uint32_t attempt_timeout_ms;   /* Abort attempts not finished by then; 600000. */
+  uint32_t read_piece_bytes;     /* Most bytes per ReadChunk; 4 MiB. */
+  ckpt_commit_hook_fn commit_hook;
+  void *commit_hook_arg;
+  ckpt_probe_fn probe;
+  void *probe_arg;
+};
+
+struct ckpt_service_stats {
+  uint64_t staged_bytes;      /* Staging memory held now (buffer capacity). */
+  uint64_t staged_peak_bytes; /* Highest staged_bytes seen. */
+  uint64_t parts_uploaded;
+  uint64_t objects_uploaded;
+  uint64_t commits;
+  uint64_t aborts;
+  uint64_t recovered_commits; /* Attempts completed by recovery at open. */
+  uint64_t recovered_aborts;  /* Attempts aborted by recovery at open. */
+  uint64_t waits;             /* Feeds answered CKPT_WRITE_WAIT. */
+};
+
+/*
+ * Opens the journal and the store, then recovers synchronously (before
+ * returning): each journaled open attempt whose ranks all finished and whose
+ * parts are all journaled is completed and committed; every other one is
+ * aborted (multipart uploads aborted, objects deleted); interrupted deletions
+ * are finished. Errors: STK_EINVAL, STK_EIO, STK_EBUSY (journal locked).
+ */
+int ckpt_service_open(uv_loop_t *loop, const struct ckpt_service_opts *opts,
+                      struct ckpt_service **ret_service);
+
+/* Stops accepting calls (STK_EUNAVAIL), fails writers that wait for staging
+ * memory, lets queued uploads, journal writes and commits finish (attempts
+ * left open are recovered at the next open), closes the store and the
+ * journal, frees s and calls done(arg) on the loop. */
+void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *arg);
+
+void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_stats *ret_stats);
+
+/* resp: Stoker__V1__BeginResponse (attempt: 32 random hex digits, journaled
+ * with a synced write). STK_EEXIST if the step is already committed. */
+void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckpt_done_fn done,
+                void *arg);
+
+/* ---- Writing: one stream per (attempt, rank) ---------------------------- */
+
+enum ckpt_write_event {
+  CKPT_WRITE_RESUME,  /* Staging memory freed: feed the held chunk again. */
+  CKPT_WRITE_STAGED,  /* "last" consumed: every byte of the rank is staged or durable. */
+  CKPT_WRITE_DURABLE, /* Every byte of the rank is uploaded and journaled. */
+  CKPT_WRITE_FAILED,  /* The attempt was aborted (err, errmsg say why); the writer is dead. */
+};
+
+typedef void (*ckpt_write_event_fn)(void *arg, enum ckpt_write_event ev, int err,
+                                    const char *errmsg);
+
+/* A positive answer of ckpt_write_feed: the chunk was NOT consumed. */
+#define CKPT_WRITE_WAIT 1
+
+/* Opens a stream for rank of attempt. Several streams may write one rank
+ * one after another (a reconnecting writer continues); only one at a time
+ * (STK_EBUSY). STK_ESTATE if the rank already sent "last" or the attempt is
+ * no longer open; STK_EINVAL for rank >= world. */
+int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
+                    ckpt_write_event_fn on_event, void *arg, struct ckpt_writer **ret_writer);
+
+/*
+ * Feeds one chunk: a whole box of one tensor (data = box elements x dtype
+ * size, row-major); opaque blobs are DTYPE_BYTES 1-D tensors (give each
+ * rank's blob its own name). A chunk with an empty tensor and last set only
+ * ends the stream. Everything is validated before a byte is buffered.
+ * Returns 0 (consumed: the bytes are copied), CKPT_WRITE_WAIT (staging memory
+ * is full; nothing was consumed: keep the chunk and feed it again after
+ * CKPT_WRITE_RESUME; a gRPC handler stops reading meanwhile), or a negative
+ * error (STK_EINVAL, STK_ETOOBIG for a chunk larger than the budget): the
+ * attempt is then aborted and nothing of it is ever committed.
+ */
+int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *chunk);
+
+/* Bytes this writer has had consumed. */
+uint64_t ckpt_write_bytes(const struct ckpt_writer *w);
+
+/* Detaches and frees the writer (the client went away). Bytes already
+ * consumed are kept: if "last" was consumed the rank is finished and the
+ * attempt commits without the writer. No event is delivered after this. */
+void ckpt_write_close(struct ckpt_writer *w);
+
+/* ---- Commit, list, read, delete, verify -------------------------------- */
+
+/* resp: Stoker__V1__CheckpointRef. Commits happen by themselves once every
+ * rank sent "last" and all data is durable; this call waits for that
+ * outcome: the reference, or the reason the attempt was aborted
+ * (STK_EABORTED, STK_EINVAL for a coverage error, STK_ETIMEDOUT). A
+ * committed attempt answers at once. */
+void ckpt_commit(struct ckpt_service *s, const Stoker__V1__CommitCheckpointRequest *req,
+                 ckpt_done_fn done, void *arg);
+
+/* resp: Stoker__V1__ListCheckpointsResponse, steps ascending, from the
+ * journal; from the manifests in storage when the journal knows none of the
+ * job's checkpoints (they are then journaled). */
+void ckpt_list(struct ckpt_service *s, const Stoker__V1__ListCheckpointsRequest *req,
+               ckpt_done_fn done, void *arg);
+
+/* resp: Stoker__V1__Manifest, as stored (checked). */
+void ckpt_get_manifest(struct ckpt_service *s, const Stoker__V1__GetManifestRequest *req,
+                       ckpt_done_fn done, void *arg);
+
+/* Called per assembled piece (a sub-box of a wanted box, at most
+ * read_piece_bytes of data). Return true for the next piece at once, false
+ * to hold delivery until ckpt_read_resume (flow control). */
+typedef bool (*ckpt_piece_fn)(void *arg, const Stoker__V1__ReadChunk *piece);
+
+/* Streams the wanted boxes (any world size) from a committed checkpoint:
+ * planned with ckpt_plan (coalesced ranged reads), every block read CRC
+ * checked. done: resp NULL; STK_ECORRUPT names the object and block. The
+ * handle is valid until done begins. */
+struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequest *req,
+                              ckpt_piece_fn on_piece, ckpt_done_fn done, void *arg);
+void ckpt_read_resume(struct ckpt_reader *r);
+/* Ends the read now: done is called synchronously with STK_ECANCELED. */
+void ckpt_read_cancel(struct ckpt_reader *r);
+
+/* resp: Stoker__V1__Empty. Journals the deletion, deletes the manifest
+ * first, then the objects. */
+void ckpt_delete(struct ckpt_service *s, const Stoker__V1__DeleteCheckpointRequest *req,
+                 ckpt_done_fn done, void *arg);
+
+/* resp: Stoker__V1__VerifyCheckpointResponse after re-reading every byte of
+ * every object; err STK_ECORRUPT (resp still given) if anything is wrong. */
+void ckpt_verify(struct ckpt_service *s, const Stoker__V1__VerifyCheckpointRequest *req,
+                 ckpt_done_fn done, void *arg);
+
+/* Deletes what no manifest and no journal record claims under the job's
+ * directory (attempts of a lost journal). resp: Stoker__V1__Empty. */
+void ckpt_gc(struct ckpt_service *s, const char *job, ckpt_done_fn done, void *arg);
+
+#endif

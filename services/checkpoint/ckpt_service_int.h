@@ -1,0 +1,231 @@
+/*
+ * ckpt_service_int: the service's private state, shared by its files
+ * (ckpt_service.c: lifecycle and calls; ckpt_staging.c: writers and the
+ * memory budget; ckpt_upload.c: parts, objects and ranks; ckpt_commit.c,
+ * ckpt_recover.c, ckpt_gc.c: the blocking protocol steps; ckpt_restore.c:
+ * reads and verify). Everything here is owned by the loop thread except
+ * what the worker jobs carry.
+ */
+#ifndef STK_CKPT_SERVICE_INT_H
+#define STK_CKPT_SERVICE_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ckpt_box.h"
+#include "ckpt_names.h"
+#include "ckpt_pool.h"
+#include "ckpt_service.h"
+#include "kv.h"
+#include "storage.h"
+
+/* memcpy of n uint64s that accepts NULL when n is 0 (scalars have no dims). */
+static inline void u64copy(uint64_t *dst, const uint64_t *src, size_t n) {
+  if (n) memcpy(dst, src, n * sizeof(*dst));
+}
+
+enum attempt_state {
+  ATT_OPEN,       /* Ranks writing or uploads in flight. */
+  ATT_COMMITTING, /* The commit job runs. */
+  ATT_ABORTING,   /* Waiting for its jobs, then the cleanup job. */
+  ATT_DONE,       /* Committed or aborted; kept for ckpt_commit answers. */
+};
+
+struct chunk_rec {
+  char *tensor;
+  int dtype;
+  struct ckpt_shape shape;
+  struct ckpt_box box;
+  uint64_t offset; /* In the object. */
+  uint64_t length;
+};
+
+/* One part buffer, staged then uploaded. */
+struct part {
+  struct obj *obj;
+  uint32_t number; /* 1-based. */
+  uint8_t *buf;
+  size_t len, cap;
+  struct part *next; /* Parts waiting for the upload id. */
+};
+
+struct obj {
+  struct attempt *att;
+  uint32_t rank, index;
+  char *upload_id;      /* NULL until the multipart upload exists. */
+  bool begin_started;   /* mpu_begin job submitted. */
+  struct part *cur;     /* Being filled (NULL before the first byte). */
+  struct part *waiting; /* Full parts waiting for upload_id (FIFO by number). */
+  uint32_t parts_sent;  /* Parts numbered so far. */
+  uint32_t parts_done;  /* Parts uploaded and journaled. */
+  uint64_t size;        /* Bytes placed. */
+  struct chunk_rec *chunks;
+  size_t n_chunks, cap_chunks;
+  bool sealed;       /* No more chunks. */
+  bool seal_started; /* Seal record (or single PUT) job submitted. */
+  bool seal_journaled;
+  bool complete_started;
+  bool done;        /* Visible in storage and journaled. */
+  struct obj *next; /* In the rank's list. */
+};
+
+struct rank_state {
+  struct ckpt_writer *writer;
+  bool last_fed;       /* "last" consumed. */
+  bool finish_started; /* JournalRank job submitted. */
+  bool finished;       /* JournalRank written. */
+  bool durable_sent;
+  uint32_t n_objects;
+  struct obj *objs, *objs_tail;
+  struct obj *cur; /* Object being filled. */
+};
+
+struct hook_call {
+  char *job;
+  int64_t step;
+  char *uri;
+  struct hook_call *next;
+};
+
+struct commit_wait {
+  ckpt_done_fn done;
+  void *arg;
+  struct commit_wait *next;
+};
+
+struct attempt {
+  struct ckpt_service *svc;
+  char id[CKPT_ATTEMPT_MAX_BYTES + 1];
+  char *job;
+  int64_t step;
+  uint32_t world;
+  int64_t created_at_ms;
+  uint64_t deadline_ms; /* uv_now */
+  enum attempt_state state;
+  int result; /* When DONE: 0 committed, else the abort reason. */
+  char *result_msg;
+  char *manifest_uri;
+  int64_t committed_at_ms;
+  struct rank_state *ranks; /* [world] */
+  uint32_t jobs;            /* Worker jobs in flight that use this attempt. */
+  bool cleanup_started;
+  uint64_t done_at_ms; /* uv_now when DONE (pruned later). */
+  struct commit_wait *waits;
+  struct attempt *next;
+};
+
+struct ckpt_writer {
+  struct ckpt_service *svc;
+  struct attempt *att;
+  uint32_t rank;
+  ckpt_write_event_fn on_event;
+  void *arg;
+  uint64_t bytes;
+  bool waiting; /* On the budget wait list. */
+  bool staged_sent;
+  struct ckpt_writer *next_wait;
+};
+
+/* A deferred writer event (delivered from a loop callback, never inside the
+ * call that caused it). */
+struct wevent {
+  struct ckpt_writer *w;
+  enum ckpt_write_event ev;
+  int err;
+  char *msg;
+  struct wevent *next;
+};
+
+struct ckpt_service {
+  uv_loop_t *loop;
+  struct ckpt_service_opts o;
+  char *url, *prefix;
+  struct kv *kv;
+  struct storage *st;
+  bool own_storage;
+  struct ckpt_pool *up, *work;
+  uv_timer_t sweep;
+  uv_async_t events_async;
+  struct wevent *events, *events_tail;
+  struct attempt *attempts;
+  struct ckpt_writer *wait_head, *wait_tail;
+  uint64_t staged;
+  uint32_t parts_outstanding; /* Parts handed to upload, not yet done. */
+  struct ckpt_service_stats stats;
+  bool closing;
+  bool finishing;
+  uint32_t handles_open;
+  void (*close_done)(void *);
+  void *close_arg;
+  /* Commit hook calls found by recovery, fired from the loop after open. */
+  struct hook_call *pending_hooks;
+};
+
+struct commit_result {
+  int64_t committed_at_ms;
+  char manifest_key[STORAGE_KEY_MAX + 1];
+};
+
+/* ---- ckpt_service.c ---- */
+void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
+                    int err, const char *msg);
+void svc_abort(struct attempt *a, int err, const char *msg);
+void svc_attempt_done(struct attempt *a, int result, const char *msg);
+struct attempt *svc_find_attempt(struct ckpt_service *s, const char *id);
+void svc_maybe_closed(struct ckpt_service *s);
+void svc_probe(struct ckpt_service *s, const char *point);
+void svc_check_abort(struct attempt *a);
+void svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w);
+/* Answers done(arg, err, msg) from a later loop callback. */
+void svc_fail_later(struct ckpt_service *s, ckpt_done_fn done, void *arg, int err, const char *msg);
+#define FAIL_LATER(...)                                                                            \
+  do {                                                                                             \
+    svc_fail_later(__VA_ARGS__);                                                                   \
+    return;                                                                                        \
+  } while (0)
+int64_t svc_now_ms(void);
+
+/* Remembers an outcome found by recovery so that Commit(attempt) can answer
+ * it; a commit also queues the commit hook. */
+void svc_attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec,
+                           int result, const struct commit_result *cr);
+
+/* ---- ckpt_staging.c ---- */
+void staging_release(struct ckpt_service *s, size_t cap_bytes);
+void staging_wake(struct ckpt_service *s);
+void staging_free_part(struct ckpt_service *s, struct part *p);
+void staging_free_attempt(struct attempt *a);
+
+/* ---- ckpt_upload.c ---- */
+void upload_part_ready(struct obj *o, struct part *p);
+void upload_seal(struct obj *o);
+void upload_progress(struct attempt *a);
+
+/* ---- ckpt_commit.c (blocking) ---- */
+int ckpt_commit_run(struct ckpt_service *s, const char *attempt, struct commit_result *ret);
+int ckpt_abort_run(struct ckpt_service *s, const char *attempt);
+int ckpt_retention_run(struct ckpt_service *s, const char *job);
+int ckpt_committed_steps(struct ckpt_service *s, const char *job, int64_t **ret, size_t *ret_n);
+int ckpt_journal_parts(struct kv *kv, const char *attempt, uint32_t rank, uint32_t index,
+                       uint32_t n_parts, Stoker__V1__JournalPart ***ret_parts);
+void ckpt_journal_parts_free(Stoker__V1__JournalPart **parts, uint32_t n_parts);
+char *ckpt_manifest_uri(const struct ckpt_service *s, const char *key);
+
+/* ---- ckpt_gc.c (blocking) ---- */
+int ckpt_delete_run(struct ckpt_service *s, const char *job, int64_t step);
+int ckpt_delete_finish(struct ckpt_service *s, const char *job, int64_t step);
+int ckpt_gc_run(struct ckpt_service *s, const char *job);
+int ckpt_delete_dir(struct ckpt_service *s, const char *dir_key);
+
+/* ---- ckpt_calls.c (blocking) ---- */
+struct ckpt_manifest;
+/* The checked manifest of a committed checkpoint (and its raw bytes if
+ * ret_raw). STK_ENOENT when not committed. */
+int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
+                       struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len);
+
+/* ---- ckpt_recover.c (blocking, at open) ---- */
+int ckpt_recover(struct ckpt_service *s);
+
+#endif

@@ -1,0 +1,383 @@
+/*
+ * ckpt_staging: the write streams. Each chunk is validated completely
+ * (names, dtype, shape, box, byte count) before a byte is buffered, then
+ * copied into its rank's current part buffer within the node-wide staging
+ * budget. When the budget is full the feed answers CKPT_WRITE_WAIT without
+ * consuming the chunk and the writer is resumed when uploads free memory;
+ * if nothing is uploading (all memory sits in partly filled parts), the
+ * open objects are sealed early so that their parts can go, which keeps the
+ * budget deadlock-free at any number of writers.
+ *
+ * Budget accounting is by buffer capacity, so staged bytes never exceed the
+ * budget: buffers grow exactly as needed, doubling only when the headroom
+ * allows it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_dtype.h"
+#include "ckpt_service_int.h"
+#include "stk_error.h"
+
+/* ---- Budget ---- */
+
+void staging_wake(struct ckpt_service *s) {
+  for (struct ckpt_writer *w = s->wait_head; w; w = w->next_wait)
+    svc_post_event(s, w, CKPT_WRITE_RESUME, 0, "");
+}
+
+void staging_free_part(struct ckpt_service *s, struct part *p) {
+  s->staged -= p->cap;
+  free(p->buf);
+  free(p);
+}
+
+static void wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
+  if (!w->waiting) return;
+  struct ckpt_writer **pp = &s->wait_head, *prev = NULL;
+  while (*pp && *pp != w) {
+    prev = *pp;
+    pp = &(*pp)->next_wait;
+  }
+  if (*pp) *pp = w->next_wait;
+  if (s->wait_tail == w) s->wait_tail = prev;
+  w->waiting = false;
+  w->next_wait = NULL;
+}
+
+static void wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
+  if (w->waiting) return;
+  w->waiting = true;
+  w->next_wait = NULL;
+  if (s->wait_tail)
+    s->wait_tail->next_wait = w;
+  else
+    s->wait_head = w;
+  s->wait_tail = w;
+}
+
+/* Nothing is uploading, so nothing will free memory: seal every open object
+ * so that its partial part is uploaded. */
+static void relieve(struct ckpt_service *s) {
+  if (s->parts_outstanding > 0) return;
+  for (struct attempt *a = s->attempts; a; a = a->next) {
+    if (a->state != ATT_OPEN) continue;
+    for (uint32_t r = 0; r < a->world; r++)
+      if (a->ranks[r].cur && a->ranks[r].cur->size > 0) upload_seal(a->ranks[r].cur);
+  }
+}
+
+/* Capacity the placement of bytes into o (NULL: a new object) would add. */
+static uint64_t growth(const struct ckpt_service *s, const struct obj *o, uint64_t bytes) {
+  const struct part *p = o ? o->cur : NULL;
+  if (!p) return bytes;
+  uint64_t room = s->o.part_bytes - p->len, into = bytes < room ? bytes : room;
+  uint64_t grow = p->len + into > p->cap ? p->len + into - p->cap : 0;
+  return grow + (bytes - into);
+}
+
+static int part_reserve(struct ckpt_service *s, struct part *p, size_t need) {
+  if (need <= p->cap) return 0;
+  size_t cap = p->cap * 2 > need ? p->cap * 2 : need;
+  if (cap > s->o.part_bytes) cap = s->o.part_bytes;
+  if (s->staged + (cap - p->cap) > s->o.staging_budget_bytes) cap = need;
+  uint8_t *b = realloc(p->buf, cap);
+  if (!b) return STK_ENOMEM;
+  s->staged += cap - p->cap;
+  if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
+  p->buf = b;
+  p->cap = cap;
+  return 0;
+}
+
+/* ---- Objects and placement ---- */
+
+static struct obj *obj_new(struct attempt *a, uint32_t rank) {
+  struct obj *o = calloc(1, sizeof(*o));
+  if (!o) return NULL;
+  struct rank_state *rs = &a->ranks[rank];
+  o->att = a;
+  o->rank = rank;
+  o->index = rs->n_objects++;
+  if (rs->objs_tail)
+    rs->objs_tail->next = o;
+  else
+    rs->objs = o;
+  rs->objs_tail = o;
+  rs->cur = o;
+  return o;
+}
+
+static int add_chunk_rec(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len) {
+  if (o->n_chunks == o->cap_chunks) {
+    size_t cap = o->cap_chunks ? o->cap_chunks * 2 : 8;
+    struct chunk_rec *n = realloc(o->chunks, cap * sizeof(*n));
+    if (!n) return STK_ENOMEM;
+    o->chunks = n;
+    o->cap_chunks = cap;
+  }
+  struct chunk_rec *r = &o->chunks[o->n_chunks];
+  memset(r, 0, sizeof(*r));
+  r->tensor = strdup(c->tensor);
+  if (!r->tensor) return STK_ENOMEM;
+  r->dtype = (int)c->dtype;
+  r->shape.ndim = (uint32_t)c->n_global_shape;
+  u64copy(r->shape.dims, c->global_shape, c->n_global_shape);
+  r->box.ndim = r->shape.ndim;
+  u64copy(r->box.offsets, c->box->offsets, c->box->n_offsets);
+  u64copy(r->box.sizes, c->box->sizes, c->box->n_sizes);
+  r->offset = o->size;
+  r->length = len;
+  o->n_chunks++;
+  return 0;
+}
+
+static int copy_in(struct ckpt_service *s, struct obj *o, const uint8_t *data, size_t len) {
+  while (len > 0) {
+    struct part *p = o->cur;
+    if (!p) {
+      p = calloc(1, sizeof(*p));
+      if (!p) return STK_ENOMEM;
+      p->obj = o;
+      p->number = ++o->parts_sent;
+      o->cur = p;
+    }
+    size_t room = s->o.part_bytes - p->len, n = len < room ? len : room;
+    int err = part_reserve(s, p, p->len + n);
+    if (err) return err;
+    memcpy(p->buf + p->len, data, n);
+    p->len += n;
+    data += n;
+    len -= n;
+    if (p->len == s->o.part_bytes) {
+      o->cur = NULL;
+      upload_part_ready(o, p);
+    }
+  }
+  return 0;
+}
+
+/* Places a validated chunk (which fits the budget) into the rank's objects,
+ * rolling to a new object before the part limit. */
+static int place(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
+  struct ckpt_service *s = w->svc;
+  struct rank_state *rs = &w->att->ranks[w->rank];
+  uint64_t len = c->data.len;
+  struct obj *o = rs->cur;
+  if (o && o->size > 0 &&
+      (o->size + len + s->o.part_bytes - 1) / s->o.part_bytes > s->o.max_parts) {
+    upload_seal(o);
+    o = NULL;
+  }
+  if (!o && !(o = obj_new(w->att, w->rank))) return STK_ENOMEM;
+  int err = add_chunk_rec(o, c, len);
+  if (!err) err = copy_in(s, o, c->data.data, len);
+  if (!err) o->size += len;
+  return err;
+}
+
+/* ---- Validation (before anything is buffered) ---- */
+
+static int check_header(const struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
+  if (c->attempt && c->attempt[0] && strcmp(c->attempt, w->att->id) != 0) {
+    stk_set_detail("chunk for attempt %.64s on a stream of attempt %s", c->attempt, w->att->id);
+    return STK_EINVAL;
+  }
+  if (c->rank != w->rank) {
+    stk_set_detail("chunk for rank %u on a stream of rank %u", c->rank, w->rank);
+    return STK_EINVAL;
+  }
+  if ((!c->tensor || !c->tensor[0]) && (!c->last || c->data.len > 0 || c->box)) {
+    stk_set_detail("a chunk without a tensor name may only end the stream");
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
+static int check_chunk(const struct ckpt_service *s, const Stoker__V1__WriteChunk *c) {
+  int err = ckpt_name_check_tensor(c->tensor);
+  if (err) return err;
+  uint64_t elem = ckpt_dtype_bytes((int)c->dtype), numel;
+  if (elem == 0) {
+    stk_set_detail("tensor %s: unknown dtype %d", c->tensor, (int)c->dtype);
+    return STK_EINVAL;
+  }
+  if (c->n_global_shape > CKPT_MAX_DIMS || !c->box || c->box->n_offsets != c->n_global_shape ||
+      c->box->n_sizes != c->n_global_shape) {
+    stk_set_detail("tensor %s: shape and box must have the same 0..%d dims", c->tensor,
+                   CKPT_MAX_DIMS);
+    return STK_EINVAL;
+  }
+  if (c->dtype == STOKER__V1__DTYPE__DTYPE_BYTES && c->n_global_shape != 1) {
+    stk_set_detail("blob %s must be a 1-D tensor", c->tensor);
+    return STK_EINVAL;
+  }
+  struct ckpt_shape shape = {.ndim = (uint32_t)c->n_global_shape};
+  struct ckpt_box box = {.ndim = shape.ndim};
+  u64copy(shape.dims, c->global_shape, shape.ndim);
+  u64copy(box.offsets, c->box->offsets, shape.ndim);
+  u64copy(box.sizes, c->box->sizes, shape.ndim);
+  err = ckpt_shape_check(&shape, elem, &numel);
+  if (!err) err = ckpt_box_check(&box, &shape);
+  if (err) {
+    char d[256];
+    snprintf(d, sizeof(d), "%s", stk_detail());
+    stk_set_detail("tensor %s: %s", c->tensor, d);
+    return STK_EINVAL;
+  }
+  if (c->data.len != ckpt_box_numel(&box) * elem) {
+    stk_set_detail("tensor %s: %zu data bytes, but the box holds %llu", c->tensor, c->data.len,
+                   (unsigned long long)(ckpt_box_numel(&box) * elem));
+    return STK_EINVAL;
+  }
+  if (c->data.len > s->o.staging_budget_bytes ||
+      c->data.len > (uint64_t)s->o.max_parts * s->o.part_bytes) {
+    stk_set_detail("tensor %s: a chunk of %zu bytes exceeds the staging budget; split the box",
+                   c->tensor, c->data.len);
+    return STK_ETOOBIG;
+  }
+  return 0;
+}
+
+/* ---- Streams ---- */
+
+int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
+                    ckpt_write_event_fn on_event, void *arg, struct ckpt_writer **ret_writer) {
+  if (s->closing) return STK_EUNAVAIL;
+  struct attempt *a = attempt ? svc_find_attempt(s, attempt) : NULL;
+  if (!a) {
+    stk_set_detail("unknown attempt");
+    return STK_ENOENT;
+  }
+  if (rank >= a->world) {
+    stk_set_detail("rank %u outside a world of %u", rank, a->world);
+    return STK_EINVAL;
+  }
+  if (a->state != ATT_OPEN || a->ranks[rank].last_fed) {
+    stk_set_detail("attempt %s rank %u takes no more data", a->id, rank);
+    return STK_ESTATE;
+  }
+  if (a->ranks[rank].writer) {
+    stk_set_detail("rank %u of attempt %s already has a stream", rank, a->id);
+    return STK_EBUSY;
+  }
+  struct ckpt_writer *w = calloc(1, sizeof(*w));
+  if (!w) return STK_ENOMEM;
+  w->svc = s;
+  w->att = a;
+  w->rank = rank;
+  w->on_event = on_event;
+  w->arg = arg;
+  a->ranks[rank].writer = w;
+  *ret_writer = w;
+  return 0;
+}
+
+static int feed_fail(struct ckpt_writer *w, int err) {
+  char msg[320];
+  snprintf(msg, sizeof(msg), "attempt %s rank %u: %s", w->att->id, w->rank, stk_detail());
+  struct attempt *a = w->att;
+  svc_abort(a, err, msg); /* Detaches w and posts FAILED. */
+  stk_set_detail("%s", msg);
+  return err;
+}
+
+static void finish_stream(struct ckpt_writer *w) {
+  struct rank_state *rs = &w->att->ranks[w->rank];
+  rs->last_fed = true;
+  if (rs->cur) upload_seal(rs->cur);
+  w->staged_sent = true;
+  svc_post_event(w->svc, w, CKPT_WRITE_STAGED, 0, "");
+  upload_progress(w->att);
+}
+
+int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
+  struct ckpt_service *s = w->svc;
+  if (!w->att) {
+    stk_set_detail("the attempt was aborted");
+    return STK_EABORTED;
+  }
+  if (s->closing) {
+    stk_set_detail("the checkpoint service is closing");
+    return STK_EUNAVAIL;
+  }
+  if (w->att->ranks[w->rank].last_fed) {
+    stk_set_detail("data after the last chunk");
+    return feed_fail(w, STK_EINVAL);
+  }
+  int err = check_header(w, c);
+  bool has_data = c->tensor && c->tensor[0];
+  if (!err && has_data) err = check_chunk(s, c);
+  if (err) return feed_fail(w, err);
+  if (has_data) {
+    struct rank_state *rs = &w->att->ranks[w->rank];
+    if (s->staged + growth(s, rs->cur, c->data.len) > s->o.staging_budget_bytes) {
+      wait_add(s, w);
+      s->stats.waits++;
+      relieve(s);
+      return CKPT_WRITE_WAIT;
+    }
+    wait_remove(s, w);
+    err = place(w, c);
+    if (err) return feed_fail(w, err);
+    w->bytes += c->data.len;
+  }
+  if (c->last) finish_stream(w);
+  return 0;
+}
+
+uint64_t ckpt_write_bytes(const struct ckpt_writer *w) {
+  return w->bytes;
+}
+
+void ckpt_write_close(struct ckpt_writer *w) {
+  if (!w) return;
+  struct ckpt_service *s = w->svc;
+  wait_remove(s, w);
+  svc_forget_writer(s, w);
+  if (w->att && w->att->ranks[w->rank].writer == w) w->att->ranks[w->rank].writer = NULL;
+  free(w);
+}
+
+/* ---- Freeing an attempt's staging ---- */
+
+static void drop_unsent(struct ckpt_service *s, struct obj *o) {
+  if (o->cur) {
+    staging_free_part(s, o->cur);
+    o->cur = NULL;
+  }
+  while (o->waiting) {
+    struct part *p = o->waiting;
+    o->waiting = p->next;
+    s->parts_outstanding--;
+    staging_free_part(s, p);
+  }
+}
+
+void staging_free_attempt(struct attempt *a) {
+  struct ckpt_service *s = a->svc;
+  for (uint32_t r = 0; r < a->world; r++) {
+    struct rank_state *rs = &a->ranks[r];
+    if (rs->writer) {
+      wait_remove(s, rs->writer);
+      if (a->state == ATT_DONE) {
+        rs->writer->att = NULL;
+        rs->writer = NULL;
+      }
+    }
+    for (struct obj *o = rs->objs; o; o = o->next) drop_unsent(s, o);
+    if (a->state != ATT_DONE || a->jobs > 0) continue;
+    while (rs->objs) {
+      struct obj *o = rs->objs;
+      rs->objs = o->next;
+      for (size_t i = 0; i < o->n_chunks; i++) free(o->chunks[i].tensor);
+      free(o->chunks);
+      free(o->upload_id);
+      free(o);
+    }
+    rs->objs_tail = rs->cur = NULL;
+  }
+  /* Writers of other attempts may fit now. */
+  staging_wake(s);
+}

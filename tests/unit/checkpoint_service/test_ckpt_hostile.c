@@ -1,0 +1,195 @@
+/*
+ * Hostile and broken input to the checkpoint service: bad names, boxes
+ * outside their shapes, byte counts that do not match, overlapping chunks,
+ * truncated streams, and bytes flipped in storage. Each gets a clear error
+ * and nothing is committed; a flipped byte fails reads with STK_ECORRUPT
+ * naming the object, and verify reports it.
+ */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ckpt_svc_fixture.h"
+#include "stk_error.h"
+
+static void on_ev(void *arg, enum ckpt_write_event ev, int err, const char *msg) {
+  (void)err;
+  (void)msg;
+  if (ev == CKPT_WRITE_FAILED) *(bool *)arg = true;
+}
+
+/* Feeds one chunk of a 1-D f32 tensor [16] to rank 0 of a fresh world-1
+ * attempt; returns feed's answer and checks the attempt then fails. */
+static int feed_bad(struct fx *f, const char *tensor, int dtype, uint64_t dim, uint64_t off,
+                    uint64_t size, size_t data_len, uint32_t rank) {
+  char att[65], msg[256];
+  assert_int_equal(fx_begin(f, "bad", 1, 1, att), 0);
+  struct ckpt_writer *w;
+  bool failed = false;
+  assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, &failed, &w), 0);
+  uint8_t data[256] = {0};
+  uint64_t shape[1] = {dim}, offs[1] = {off}, sizes[1] = {size};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = offs;
+  box.sizes = sizes;
+  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
+  c.attempt = att;
+  c.rank = rank;
+  c.tensor = (char *)tensor;
+  c.dtype = dtype;
+  c.n_global_shape = 1;
+  c.global_shape = shape;
+  c.box = &box;
+  c.data.data = data;
+  c.data.len = data_len;
+  c.last = true;
+  int rc = ckpt_write_feed(w, &c);
+  if (rc < 0) {
+    assert_true(strstr(stk_detail(), att) != NULL); /* The error says which attempt. */
+    assert_int_equal(fx_commit(f, att, msg, sizeof(msg)) < 0, 1);
+    fx_run_until(f, &failed, 5000);
+  } else {
+    assert_int_equal(fx_commit(f, att, msg, sizeof(msg)), 0);
+  }
+  ckpt_write_close(w);
+  return rc;
+}
+
+static void test_bad_chunks(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  const int F32 = STOKER__V1__DTYPE__DTYPE_F32;
+  assert_int_equal(feed_bad(&f, "a/../b", F32, 16, 0, 16, 64, 0), STK_EINVAL);
+  assert_int_equal(feed_bad(&f, "/abs", F32, 16, 0, 16, 64, 0), STK_EINVAL);
+  assert_int_equal(feed_bad(&f, "w", F32, 16, 8, 16, 64, 0), STK_EINVAL); /* Outside. */
+  assert_int_equal(feed_bad(&f, "w", F32, 16, 0, 16, 63, 0), STK_EINVAL); /* Short data. */
+  assert_int_equal(feed_bad(&f, "w", 99, 16, 0, 16, 64, 0), STK_EINVAL);  /* Dtype. */
+  assert_int_equal(feed_bad(&f, "w", F32, 16, 0, 16, 64, 5), STK_EINVAL); /* Rank. */
+  assert_int_equal(feed_bad(&f, "w", F32, UINT64_MAX / 2, 0, 16, 64, 0), STK_EINVAL);
+  /* The good one commits. */
+  assert_int_equal(feed_bad(&f, "w", F32, 16, 0, 16, 64, 0), 0);
+  int64_t steps[4];
+  size_t n;
+  assert_int_equal(fx_list(&f, "bad", steps, 4, &n), 0);
+  assert_int_equal(n, 1);
+  /* Names that could escape the job's directory are refused at Begin. */
+  char att[65];
+  assert_int_equal(fx_begin(&f, "..", 1, 1, att), STK_EINVAL);
+  assert_int_equal(fx_begin(&f, "a/b", 1, 1, att), STK_EINVAL);
+  assert_int_equal(fx_begin(&f, "ok", -1, 1, att), STK_EINVAL);
+  assert_int_equal(fx_begin(&f, "ok", 1, 0, att), STK_EINVAL);
+  struct ckpt_writer *w;
+  assert_int_equal(ckpt_write_open(f.svc, "nope", 0, on_ev, NULL, &w), STK_ENOENT);
+  fx_fini(&f);
+}
+
+/* Rank r of attempt att writes w[off, off+size) of a [16] f32 tensor. */
+static void write_part(struct fx *f, const char *att, uint32_t r, uint64_t off, uint64_t size) {
+  struct ckpt_writer *w;
+  bool failed = false;
+  assert_int_equal(ckpt_write_open(f->svc, att, r, on_ev, &failed, &w), 0);
+  uint8_t data[64] = {0};
+  uint64_t shape[1] = {16}, offs[1] = {off}, sizes[1] = {size};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = offs;
+  box.sizes = sizes;
+  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
+  c.attempt = (char *)att;
+  c.rank = r;
+  c.tensor = "w";
+  c.dtype = STOKER__V1__DTYPE__DTYPE_F32;
+  c.n_global_shape = 1;
+  c.global_shape = shape;
+  c.box = &box;
+  c.data.data = data;
+  c.data.len = size * 4;
+  c.last = true;
+  assert_int_equal(ckpt_write_feed(w, &c), 0);
+  ckpt_write_close(w);
+}
+
+static void test_overlap_and_gap(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  char att[65], msg[256];
+  assert_int_equal(fx_begin(&f, "cov", 1, 2, att), 0);
+  write_part(&f, att, 0, 0, 10);
+  write_part(&f, att, 1, 8, 8); /* Overlaps [8, 10). */
+  assert_int_equal(fx_commit(&f, att, msg, sizeof(msg)), STK_EINVAL);
+  assert_non_null(strstr(msg, "overlap"));
+  assert_int_equal(fx_begin(&f, "cov", 1, 2, att), 0);
+  write_part(&f, att, 0, 0, 7);
+  write_part(&f, att, 1, 8, 8); /* Element 7 missing. */
+  assert_int_equal(fx_commit(&f, att, msg, sizeof(msg)), STK_EINVAL);
+  int64_t steps[4];
+  size_t n = 9;
+  assert_int_equal(fx_list(&f, "cov", steps, 4, &n), 0);
+  assert_int_equal(n, 0);
+  char cmd[256];
+  snprintf(cmd, sizeof(cmd), "test -z \"$(find %s -type f -not -path '*/.stk-*')\"", f.data);
+  assert_int_equal(system(cmd), 0); /* Both attempts cleaned. */
+  fx_fini(&f);
+}
+
+static void flip_byte(const char *path, off_t at) {
+  int fd = open(path, O_RDWR);
+  assert_true(fd >= 0);
+  uint8_t b;
+  assert_int_equal(pread(fd, &b, 1, at), 1);
+  b ^= 0x40;
+  assert_int_equal(pwrite(fd, &b, 1, at), 1);
+  close(fd);
+}
+
+static void test_corrupt_object(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  struct model *m = model_new(1, 1000000, 10);
+  char att[65];
+  assert_int_equal(fx_begin(&f, "crc", 2, 1, att), 0);
+  struct write_opts wo = {.world = 1, .skip_last_rank = -1};
+  assert_int_equal(fx_write_model(&f, att, m, &wo, NULL), 0);
+  assert_int_equal(fx_commit(&f, att, NULL, 0), 0);
+  assert_int_equal(fx_read_all(&f, "crc", 2, m, 1), 0);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/crc/step-000000000002/attempt-%s/rank-00000-0000.bin", f.data,
+           att);
+  flip_byte(path, 3 << 20); /* In the fourth 1 MiB block (model/flat0). */
+  char msg[512];
+  struct ckpt_box whole;
+  ckpt_box_of_shape(&m->t[2].shape, &whole);
+  assert_int_equal(fx_read_check(&f, "crc", 2, &m->t[2], &whole, msg, sizeof(msg)), STK_ECORRUPT);
+  assert_non_null(strstr(msg, "rank-00000-0000.bin"));
+  /* A read that does not touch the bad block still works. */
+  struct ckpt_box small = {.ndim = 1, .offsets = {0}, .sizes = {1000}};
+  assert_int_equal(fx_read_check(&f, "crc", 2, &m->t[2], &small, msg, sizeof(msg)), 0);
+  uint64_t problems = 0;
+  assert_int_equal(fx_verify(&f, "crc", 2, &problems), STK_ECORRUPT);
+  assert_int_equal(problems, 1);
+  model_free(m);
+  fx_fini(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_chunks),
+      cmocka_unit_test(test_overlap_and_gap),
+      cmocka_unit_test(test_corrupt_object),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
