@@ -31,6 +31,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   struct kv_opts ko = {.create_if_missing = true};
   int rc = kv_open(opts->dir, &ko, &dl->kv);
   if (rc == 0) rc = dl_store_load(dl);
+  if (rc == 0 && o->gen_threads > 1) rc = dl_helper_new(&dl->helper);
   if (rc < 0) {
     dl_close(dl);
     return rc;
@@ -41,6 +42,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
 
 void dl_close(struct dl *dl) {
   if (!dl) return;
+  dl_helper_free(dl->helper);
   for (size_t i = 0; i < dl->n_jobs; i++) dl_job_free(dl->jobs[i]);
   free(dl->jobs);
   kv_close(dl->kv);

@@ -47,6 +47,9 @@ struct dl_opts {
   uint32_t keep_commits;           /* Committed states kept restorable; 0: 2. */
   dl_open_source_fn open_source;   /* NULL: the default opener. */
   void *open_source_arg;
+  uint32_t gen_threads; /* Threads generating one batch: 1 (0: the default) or 2, where a
+                           spare thread generates half of a call's lanes. Measured slower on
+                           a 2-vCPU host (memory-bound work, oversubscribed cores), hence off. */
 };
 
 /* Opens the store and reloads every job (reopening its datasets). */

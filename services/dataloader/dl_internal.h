@@ -72,7 +72,8 @@ struct dl_gen {
   uint32_t n_ds;
   /* Current unit as served: BOS/EOS inserted. */
   struct dl_unit unit;
-  uint32_t *xtok; /* [n_xtok] (== unit.tokens when nothing is inserted) */
+  uint32_t *xtok; /* [n_xtok] (== unit.tokens when nothing is inserted; NULL when the
+                     unit is borrowed: read through dl_unit_copy) */
   size_t n_xtok;
   uint32_t *seg_x;   /* [n_seg] served offset where each piece starts */
   uint64_t *seg_doc; /* [n_seg] document number of each piece */
@@ -124,7 +125,8 @@ struct dl_job {
 struct dl {
   struct kv *kv;
   struct dl_opts opts;
-  pthread_mutex_t mu; /* guards the job table */
+  struct dl_helper *helper; /* NULL: batches are generated on the calling thread only */
+  pthread_mutex_t mu;       /* guards the job table */
   struct dl_job **jobs;
   size_t n_jobs;
 };
@@ -197,6 +199,15 @@ int dl_store_commit(struct dl *dl, struct dl_job *j, const struct dl_commit *lis
 /* Replaces every stored key of the job. */
 int dl_store_replace(struct dl *dl, struct dl_job *j, const struct dl_commit *c,
                      uint8_t *const *blobs, const size_t *lens);
+
+/* ---- dl_helper.c: a second thread for batch generation ---- */
+struct dl_helper;
+int dl_helper_new(struct dl_helper **ret_helper);
+void dl_helper_free(struct dl_helper *h); /* accepts NULL; no work may be pending */
+/* Runs fn(arg) on the helper and returns true, or returns false when h is
+ * NULL or serving another call. After true, call dl_helper_wait. */
+bool dl_helper_start(struct dl_helper *h, void (*fn)(void *), void *arg);
+void dl_helper_wait(struct dl_helper *h); /* until fn returned */
 
 /* ---- dl_open_source.c ---- */
 int dl_default_open_source(void *arg, const Stoker__V1__DatasetSpec *spec,

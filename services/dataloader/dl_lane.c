@@ -106,14 +106,18 @@ static int insert_markers(struct dl_job *j, struct dl_gen *g) {
 
 int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit) {
   unit_drop(g);
-  int rc = dl_source_read_unit(j->ds[d].src, unit, &g->unit);
+  /* Without markers the served tokens are the unit's: borrow them from the
+   * reader's map where it can, so a line is filled with one copy. */
+  bool plain = !j->add_bos && !j->add_eos;
+  int rc = plain ? dl_source_read_unit_runs(j->ds[d].src, unit, &g->unit)
+                 : dl_source_read_unit(j->ds[d].src, unit, &g->unit);
   if (rc < 0) {
     memset(&g->unit, 0, sizeof g->unit);
     return rc;
   }
   if ((rc = build_pieces(g)) < 0) return rc;
-  if (!j->add_bos && !j->add_eos) {
-    g->xtok = g->unit.tokens;
+  if (plain) {
+    g->xtok = g->unit.tokens; /* NULL in the borrowed form */
     g->n_xtok = g->unit.n_tokens;
     return 0;
   }
@@ -246,7 +250,10 @@ static int add_run(struct dl_job *j, const struct dl_gen *g, struct dl_line_out 
 /* Copies n tokens of the current unit at line position fill. */
 static int emit(struct dl_job *j, struct dl_gen *g, struct dl_line_out *o, uint32_t fill,
                 size_t n) {
-  if (o->tokens) memcpy(o->tokens + fill, g->xtok + g->off, n * sizeof(uint32_t));
+  if (o->tokens && g->xtok)
+    memcpy(o->tokens + fill, g->xtok + g->off, n * sizeof(uint32_t));
+  else if (o->tokens)
+    dl_unit_copy(&g->unit, g->off, n, o->tokens + fill);
   if (o->starts) {
     size_t i = piece_at(g, g->off);
     if (g->seg_x[i] < g->off) i++;

@@ -6,6 +6,7 @@
  * line n / C of lane n % C. Nothing here depends on R except which slice is
  * returned, so the global batch is the same at any world size.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,13 +92,15 @@ static int push_starts(struct sink *s, uint32_t base, const uint32_t *tmp, size_
   return 0;
 }
 
-static int run_lines(struct dl_job *j, const struct req *q, struct sink *s, uint32_t *tmp) {
+/* Generates the planned items [begin, end) (whole lanes) into s. */
+static int run_lines(struct dl_job *j, const struct req *q, struct sink *s, uint32_t *tmp,
+                     uint32_t begin, uint32_t end) {
   int rc = 0;
-  for (uint32_t i = 0; rc == 0 && i < q->lines;) {
+  for (uint32_t i = begin; rc == 0 && i < end;) {
     uint32_t c = q->items[i].lane;
     struct dl_lane *l = &j->lanes[c];
     pthread_mutex_lock(&l->mu);
-    for (; rc == 0 && i < q->lines && q->items[i].lane == c; i++) {
+    for (; rc == 0 && i < end && q->items[i].lane == c; i++) {
       const struct item *it = &q->items[i];
       s->out.tokens = s->tokens ? s->tokens + (size_t)it->out * q->t : NULL;
       s->out.starts = tmp;
@@ -116,6 +119,64 @@ static int run_lines(struct dl_job *j, const struct req *q, struct sink *s, uint
   return rc;
 }
 
+/* Below this many tokens a call is not split: waking the helper would cost
+ * more than it saves. */
+#define SPLIT_MIN_TOKENS 8192
+
+/* The helper thread's share of a call: items [begin, end) into its own
+ * sink (same token array, own document starts). */
+struct part {
+  struct dl_job *j;
+  const struct req *q;
+  struct sink s;
+  uint32_t *tmp;
+  uint32_t begin, end;
+  int rc;
+  char detail[256];
+};
+
+static void part_main(void *arg) {
+  struct part *w = arg;
+  w->rc = run_lines(w->j, w->q, &w->s, w->tmp, w->begin, w->end);
+  if (w->rc) snprintf(w->detail, sizeof w->detail, "%s", stk_detail());
+}
+
+/* The lane boundary nearest the middle of the items (0: none). */
+static uint32_t split_point(const struct req *q) {
+  uint32_t mid = q->lines / 2;
+  for (uint32_t d = 0; d <= mid; d++) {
+    uint32_t hi = mid + d, lo = mid - d;
+    if (hi < q->lines && hi > 0 && q->items[hi].lane != q->items[hi - 1].lane) return hi;
+    if (lo > 0 && q->items[lo].lane != q->items[lo - 1].lane) return lo;
+  }
+  return 0;
+}
+
+/* Generates every item: half of the lanes on the helper thread when it is
+ * free and the call is worth splitting, the rest (or all) here. */
+static int run_all(struct dl *dl, struct dl_job *j, const struct req *q, struct sink *s,
+                   uint32_t *tmp) {
+  uint32_t mid = s->out.explain || (uint64_t)q->lines * q->t < SPLIT_MIN_TOKENS || !dl->helper
+                     ? 0
+                     : split_point(q);
+  struct part w = {.j = j, .q = q, .s.tokens = s->tokens, .begin = mid, .end = q->lines};
+  if (mid > 0) w.tmp = malloc(((size_t)q->t + 1) * sizeof *w.tmp);
+  if (!w.tmp || !dl_helper_start(dl->helper, part_main, &w)) {
+    free(w.tmp);
+    return run_lines(j, q, s, tmp, 0, q->lines);
+  }
+  int rc = run_lines(j, q, s, tmp, 0, mid);
+  dl_helper_wait(dl->helper);
+  if (rc == 0 && w.rc) {
+    rc = w.rc;
+    stk_set_detail("%s", w.detail);
+  }
+  if (rc == 0) rc = push_starts(s, 0, w.s.starts, w.s.n_starts);
+  free(w.s.starts);
+  free(w.tmp);
+  return rc;
+}
+
 static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                  bool want_tokens, struct sink *s, struct req *q) {
   struct dl_job *j = dl_find_job(dl, job);
@@ -131,7 +192,7 @@ static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
   if (rc == 0 && !(tmp = malloc(((size_t)q->t + 1) * sizeof *tmp))) rc = STK_ENOMEM;
   if (rc == 0 && s->out.explain && !(s->run_begin = calloc(q->lines + 1, sizeof(size_t))))
     rc = STK_ENOMEM;
-  if (rc == 0) rc = run_lines(j, q, s, tmp);
+  if (rc == 0) rc = run_all(dl, j, q, s, tmp);
   pthread_rwlock_unlock(&j->lock);
   free(tmp);
   return rc;

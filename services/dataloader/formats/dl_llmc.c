@@ -90,36 +90,148 @@ static uint64_t llmc_weight(const struct dl_source *s, uint64_t u) {
   return left < l->block_tokens ? left : l->block_tokens;
 }
 
-/* Position i holds a document's first / last token (delimiters excluded). */
-static bool doc_first(const struct llmc *l, const struct lfile *f, uint64_t i) {
-  return i == 0 || tok_at(f, i - 1) == l->eot;
+/* First index in [i, end) holding the delimiter, or end. The scan tests
+ * SCAN tokens at a time with a branch-free OR that the compiler vectorises
+ * (a memchr for token ids), then finds the exact position. Units are
+ * random blocks of a large map, so the scan is bound by memory: it
+ * prefetches AHEAD bytes in front (hardware prefetchers stop at page edges). */
+#define SCAN  32
+#define AHEAD 2048
+#define FIND_EOT(T)                                                                                \
+  static uint64_t find_eot_##T(const T *t, uint64_t i, uint64_t end, uint32_t eot) {               \
+    for (; i + SCAN <= end; i += SCAN) {                                                           \
+      __builtin_prefetch((const char *)(t + i) + AHEAD);                                           \
+      __builtin_prefetch((const char *)(t + i) + AHEAD + 64);                                      \
+      unsigned hit = 0;                                                                            \
+      for (int k = 0; k < SCAN; k++) hit |= t[i + k] == eot;                                       \
+      if (hit) break;                                                                              \
+    }                                                                                              \
+    for (; i < end; i++)                                                                           \
+      if (t[i] == eot) return i;                                                                   \
+    return end;                                                                                    \
+  }
+FIND_EOT(uint16_t)
+FIND_EOT(uint32_t)
+
+static const void *tokens_of(const struct lfile *f) {
+  return f->map.data + HEADER_BYTES; /* page-aligned map + 1024: aligned for any token size */
 }
 
-static bool doc_last(const struct llmc *l, const struct lfile *f, uint64_t i) {
-  return i + 1 == f->n_tokens || tok_at(f, i + 1) == l->eot;
+static uint64_t find_eot(const struct llmc *l, const struct lfile *f, uint64_t i, uint64_t end) {
+  if (f->token_bytes == 4) return find_eot_uint32_t(tokens_of(f), i, end, l->eot);
+  return find_eot_uint16_t(tokens_of(f), i, end, l->eot);
 }
 
-/* Whether token i is dropped: a delimiter, or a strip id at a document's edge. */
-static bool dropped(const struct llmc *l, const struct lfile *f, uint64_t i) {
-  uint32_t t = tok_at(f, i);
-  if (t == l->eot) return true;
-  return dl_source_is_strip_id(&l->base, t) && (doc_first(l, f, i) || doc_last(l, f, i));
+static bool is_strip(const struct llmc *l, const struct lfile *f, uint64_t i) {
+  return dl_source_is_strip_id(&l->base, tok_at(f, i));
+}
+
+/* A run of surviving tokens [b, e) of one document inside a block. */
+struct piece {
+  uint64_t b, e;
+  bool doc_start; /* the document's first surviving token is b */
+};
+
+/* Whether the piece beginning at b (not a delimiter, first = b starts its
+ * document) begins a document once edge strip ids are dropped: b is the
+ * document's first token, or the second after a dropped first (which can
+ * only happen when b is where a block starts). */
+static bool starts_doc(const struct llmc *l, const struct lfile *f, uint64_t b, bool first) {
+  if (first) return true;
+  if (l->base.n_strip_ids == 0) return false;
+  return is_strip(l, f, b - 1) && (b - 1 == 0 || tok_at(f, b - 2) == l->eot);
+}
+
+/* The next non-empty piece at or after *i in [*i, end): the document text
+ * between delimiters, clipped to the block, with a strip id dropped where it
+ * is a document's first or last token (looking past the block's edges, so
+ * that the answer does not depend on where blocks fall). */
+static bool next_piece(const struct llmc *l, const struct lfile *f, uint64_t *i, uint64_t end,
+                       struct piece *p) {
+  while (*i < end) {
+    uint64_t b = *i;
+    while (b < end && tok_at(f, b) == l->eot) b++;
+    if (b == end) break;
+    uint64_t e = find_eot(l, f, b, end);
+    *i = e;
+    bool first = b == 0 || tok_at(f, b - 1) == l->eot;
+    *p = (struct piece){b, e, starts_doc(l, f, b, first)};
+    if (l->base.n_strip_ids) {
+      if (first && is_strip(l, f, b)) p->b++;
+      bool last = e == f->n_tokens || tok_at(f, e) == l->eot;
+      if (last && p->e > p->b && is_strip(l, f, e - 1)) p->e--;
+    }
+    if (p->e > p->b) return true;
+  }
+  *i = end;
+  return false;
+}
+
+/* Copies a piece's tokens to dst, widening uint16 ids. */
+static void copy_piece(const struct lfile *f, const struct piece *p, uint32_t *dst) {
+  size_t n = p->e - p->b;
+  if (f->token_bytes == 4) {
+    memcpy(dst, (const uint32_t *)tokens_of(f) + p->b, n * 4);
+    return;
+  }
+  const uint16_t *src = (const uint16_t *)tokens_of(f) + p->b;
+  for (size_t k = 0; k < n; k++) dst[k] = src[k];
 }
 
 static int llmc_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
   const struct llmc *l = (const struct llmc *)s;
   const struct lfile *f = find_file(l, u);
-  uint64_t start = (u - f->first_unit) * l->block_tokens, end = start + llmc_weight(s, u);
+  uint64_t i = (u - f->first_unit) * l->block_tokens, end = i + llmc_weight(s, u);
   size_t n = 0, cap = 0;
-  ret_unit->tokens = malloc((end - start + 1) * sizeof(uint32_t));
+  ret_unit->tokens = malloc((end - i + 1) * sizeof(uint32_t));
   if (!ret_unit->tokens) return STK_ENOMEM;
-  for (uint64_t i = start; i < end; i++) {
-    if (dropped(l, f, i)) continue;
-    bool first = doc_first(l, f, i) || (doc_first(l, f, i - 1) && dropped(l, f, i - 1));
-    if (first && dl_unit_add_doc(ret_unit, &cap, (uint32_t)n) < 0) return STK_ENOMEM;
-    ret_unit->tokens[n++] = tok_at(f, i);
+  struct piece p;
+  while (next_piece(l, f, &i, end, &p)) {
+    if (p.doc_start && dl_unit_add_doc(ret_unit, &cap, (uint32_t)n) < 0) return STK_ENOMEM;
+    copy_piece(f, &p, ret_unit->tokens + n);
+    n += p.e - p.b;
   }
   ret_unit->n_tokens = n;
+  ret_unit->first_doc = u;
+  return 0;
+}
+
+/* Appends a borrowed run; *cap tracks the arrays' capacity. */
+static int add_run(struct dl_unit *unit, size_t *cap, const uint8_t *src, uint32_t len) {
+  if (unit->n_runs + 1 >= *cap) {
+    size_t c = *cap ? *cap * 2 : 4;
+    const uint8_t **s = realloc(unit->run_src, c * sizeof *s);
+    if (s) unit->run_src = s;
+    uint32_t *a = realloc(unit->run_at, c * sizeof *a);
+    if (a) unit->run_at = a;
+    if (!s || !a) return STK_ENOMEM;
+    *cap = c;
+  }
+  unit->run_src[unit->n_runs] = src;
+  unit->run_at[unit->n_runs + 1] = unit->run_at[unit->n_runs] + len;
+  unit->n_runs++;
+  return 0;
+}
+
+/* The borrowed form: runs point into the map (uint32 files, little-endian
+ * hosts; otherwise a copy). */
+static int llmc_read_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  const struct llmc *l = (const struct llmc *)s;
+  const struct lfile *f = find_file(l, u);
+  if (f->token_bytes != 4 || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+    return llmc_read(s, u, ret_unit);
+  uint64_t i = (u - f->first_unit) * l->block_tokens, end = i + llmc_weight(s, u);
+  size_t doc_cap = 0, run_cap = 0;
+  if (!(ret_unit->run_at = malloc(sizeof *ret_unit->run_at))) return STK_ENOMEM;
+  ret_unit->run_at[0] = 0;
+  struct piece p;
+  while (next_piece(l, f, &i, end, &p)) {
+    uint32_t n = ret_unit->run_at[ret_unit->n_runs];
+    if (p.doc_start && dl_unit_add_doc(ret_unit, &doc_cap, n) < 0) return STK_ENOMEM;
+    const uint8_t *src = (const uint8_t *)tokens_of(f) + p.b * 4;
+    if (add_run(ret_unit, &run_cap, src, (uint32_t)(p.e - p.b)) < 0) return STK_ENOMEM;
+  }
+  ret_unit->n_tokens = ret_unit->run_at[ret_unit->n_runs];
   ret_unit->first_doc = u;
   return 0;
 }
@@ -135,7 +247,7 @@ static void llmc_free(struct dl_source *s) {
   free(l);
 }
 
-static const struct dl_source_ops llmc_ops = {llmc_weight, llmc_read, llmc_free};
+static const struct dl_source_ops llmc_ops = {llmc_weight, llmc_read, llmc_free, llmc_read_runs};
 
 static int list_files(const char *path, char ***ret, size_t *ret_n) {
   if (dl_is_dir(path)) {

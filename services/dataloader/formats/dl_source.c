@@ -92,14 +92,15 @@ uint64_t dl_source_total_weight(const struct dl_source *s) {
   return s->total_weight;
 }
 
-int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+static int read_with(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit, bool runs) {
   if (u >= s->n_units) {
     stk_set_detail("%s: unit %llu out of range (%llu units)", s->name, (unsigned long long)u,
                    (unsigned long long)s->n_units);
     return STK_ERANGE;
   }
   struct dl_unit unit = {0};
-  int rc = s->ops->read_unit(s, u, &unit);
+  int rc =
+      runs && s->ops->read_runs ? s->ops->read_runs(s, u, &unit) : s->ops->read_unit(s, u, &unit);
   if (rc < 0) {
     dl_unit_free(&unit);
     return rc;
@@ -108,12 +109,53 @@ int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_uni
   return 0;
 }
 
+int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  return read_with(s, u, ret_unit, false);
+}
+
+int dl_source_read_unit_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  return read_with(s, u, ret_unit, true);
+}
+
+/* Index of the run holding token off (borrowed form, n_runs > 0). */
+static size_t run_of(const struct dl_unit *unit, size_t off) {
+  size_t lo = 0, hi = unit->n_runs;
+  while (hi - lo > 1) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (unit->run_at[mid] <= off)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+void dl_unit_copy(const struct dl_unit *unit, size_t off, size_t n, uint32_t *dst) {
+  if (unit->tokens || n == 0) {
+    if (n) memcpy(dst, unit->tokens + off, n * sizeof *dst);
+    return;
+  }
+  for (size_t r = run_of(unit, off); n > 0; r++) {
+    size_t in = off - unit->run_at[r], len = unit->run_at[r + 1] - off;
+    if (len > n) len = n;
+    memcpy(dst, unit->run_src[r] + in * 4, len * sizeof *dst);
+    dst += len;
+    off += len;
+    n -= len;
+  }
+}
+
 void dl_unit_free(struct dl_unit *unit) {
   if (!unit) return;
   free(unit->tokens);
   free(unit->doc_starts);
+  free(unit->run_src);
+  free(unit->run_at);
   unit->tokens = NULL;
   unit->doc_starts = NULL;
+  unit->run_src = NULL;
+  unit->run_at = NULL;
   unit->n_tokens = 0;
   unit->n_docs = 0;
+  unit->n_runs = 0;
 }

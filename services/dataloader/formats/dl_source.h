@@ -60,15 +60,31 @@ uint64_t dl_source_total_weight(const struct dl_source *s);
 
 /* A unit's tokens, read. The caller frees with dl_unit_free. */
 struct dl_unit {
-  uint32_t *tokens; /* [n_tokens] */
+  uint32_t *tokens; /* [n_tokens]; NULL in the borrowed form (below) */
   size_t n_tokens;
   uint32_t *doc_starts; /* [n_docs] offsets in tokens where documents start; first is 0 unless
                            the unit begins mid-document (llm.c blocks). */
   size_t n_docs;
   uint64_t first_doc; /* Document number of doc_starts[0] within the dataset where known
                          (Megatron), else the unit number. */
+  /* Borrowed form (dl_source_read_unit_runs only; tokens == NULL): the tokens
+   * are n_runs runs of little-endian uint32 inside the reader's memory map,
+   * valid while the source is open. Run i holds tokens [run_at[i],
+   * run_at[i + 1]) and starts at byte address run_src[i] (4-byte aligned);
+   * run_at[0] == 0 and run_at[n_runs] == n_tokens. dl_unit_free frees the
+   * two arrays, never the map. */
+  const uint8_t **run_src; /* [n_runs] */
+  uint32_t *run_at;        /* [n_runs + 1] */
+  size_t n_runs;
 };
 int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+/* Like dl_source_read_unit, but a reader that can (llm.c files of uint32
+ * tokens on a little-endian host) returns the borrowed form instead of a
+ * copy: the serve path then copies tokens once, from the map into the batch.
+ * Other readers return the copied form. Either form has the same tokens. */
+int dl_source_read_unit_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+/* Copies tokens [off, off + n) of a unit of either form to dst. */
+void dl_unit_copy(const struct dl_unit *unit, size_t off, size_t n, uint32_t *dst);
 void dl_unit_free(struct dl_unit *unit);
 
 #endif

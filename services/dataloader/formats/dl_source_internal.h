@@ -15,6 +15,8 @@ struct dl_source_ops {
   int (*read_unit)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
   /* Frees the reader's own state and the struct itself. */
   void (*free)(struct dl_source *s);
+  /* Optional (NULL: read_unit): may fill the borrowed form of *ret_unit. */
+  int (*read_runs)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
 };
 
 struct dl_source {

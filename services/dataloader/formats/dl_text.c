@@ -221,7 +221,7 @@ static void text_free(struct dl_source *s) {
   free(t);
 }
 
-static const struct dl_source_ops text_ops = {text_weight, text_read, text_free};
+static const struct dl_source_ops text_ops = {text_weight, text_read, text_free, NULL};
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t ls = strlen(s), lx = strlen(suffix);
