@@ -48,5 +48,9 @@ int cli_loader_show(const struct cli_ctx *x);
 int cli_loader_mixture(const struct cli_ctx *x);
 int cli_loader_explain(const struct cli_ctx *x);
 int cli_loader_commit(const struct cli_ctx *x);
+int cli_ckpt_list(const struct cli_ctx *x);
+int cli_ckpt_show(const struct cli_ctx *x);
+int cli_ckpt_verify(const struct cli_ctx *x);
+int cli_ckpt_delete(const struct cli_ctx *x);
 
 #endif

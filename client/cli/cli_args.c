@@ -57,6 +57,7 @@ static const struct {
     {"from-step", FLAG_VALUE, 0},
     {"rank", FLAG_VALUE, 0},
     {"world", FLAG_VALUE, 0},
+    {"progress", FLAG_SWITCH, 0},
 };
 
 static int find_flag(const char *name, size_t len) {

@@ -35,12 +35,19 @@ static const char usage_text[] =
     "             [--global-batch N]   new configuration from step S on\n"
     "  loader explain JOB STEP [--rank R --world W]   where each line came from\n"
     "  loader commit JOB STEP          make the loader state after STEP durable\n"
+    "  checkpoint list JOB             committed checkpoints of a job\n"
+    "  checkpoint show JOB STEP        manifest: tensors, dtype, shape, chunks, objects\n"
+    "                                  (--json: the whole manifest)\n"
+    "  checkpoint verify JOB STEP [--progress]   re-read every byte, check every CRC\n"
+    "                                  (progress bar on a terminal or with --progress)\n"
+    "  checkpoint delete JOB STEP      delete a committed checkpoint\n"
     "\n"
     "Global flags:\n"
     "  --coordinator ADDR   coordinator HOST:PORT (env STOKER_COORDINATOR,\n"
     "                       default " CLI_DEFAULT_COORDINATOR ")\n"
     "  --dataloader ADDR    dataloader HOST:PORT (env STOKER_DATALOADER)\n"
-    "  --checkpoint ADDR    checkpoint service HOST:PORT (env STOKER_CHECKPOINT)\n"
+    "  --checkpoint ADDR    checkpoint service HOST:PORT (env STOKER_CHECKPOINT,\n"
+    "                       default 127.0.0.1:7072)\n"
     "  --json               JSON output, one object per line\n"
     "  --timeout DURATION   per-call deadline (default 10s; e.g. 500ms, 30s, 2m)\n"
     "  --tls-ca FILE        use TLS, verifying servers with this CA (PEM)\n"
@@ -88,6 +95,10 @@ static const struct command commands[] = {
     {{"loader", "mixture"}, 1, "from-step dataset seq-len global-batch", cli_loader_mixture},
     {{"loader", "explain"}, 2, "rank world", cli_loader_explain},
     {{"loader", "commit"}, 2, "", cli_loader_commit},
+    {{"checkpoint", "list"}, 1, "", cli_ckpt_list},
+    {{"checkpoint", "show"}, 2, "", cli_ckpt_show},
+    {{"checkpoint", "verify"}, 2, "progress", cli_ckpt_verify},
+    {{"checkpoint", "delete"}, 2, "", cli_ckpt_delete},
 };
 
 int64_t cli_now_ms(void) {

@@ -1,0 +1,237 @@
+/*
+ * A rank's write path: one client-streaming Write call per (attempt, rank).
+ * Each write blocks until the transport took the message (rpc_client_cstream),
+ * so when the service's staging memory is full and it stops reading, HTTP/2
+ * flow control holds the rank back: no unbounded buffering anywhere. Boxes
+ * larger than one message are cut into runs of whole rows, each sent as a
+ * box of its own (the service checks coverage, so the pieces must tile the
+ * box exactly, which they do by construction). stk_ckpt_save is the
+ * sequence open, write..., finish; its async twin runs it on a thread.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_internal.h"
+#include "client_internal.h"
+
+#define DEFAULT_MAX_CHUNK_BYTES ((size_t)4 << 20)
+
+struct stk_ckpt_writer {
+  struct rpc_client_cstream *s;
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  uint32_t rank;
+  size_t max_chunk_bytes;
+  bool failed; /* A write failed: the call is over, finish tells why. */
+};
+
+int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t rank,
+                         int64_t timeout_ms, struct stk_ckpt_writer **ret_writer) {
+  if (!c || !attempt || !attempt[0] || strlen(attempt) >= STK_CKPT_ATTEMPT_MAX || !ret_writer)
+    return client_fail(STK_EINVAL, "open writer");
+  struct stk_ckpt_writer *w = calloc(1, sizeof(*w));
+  if (!w) return client_fail(STK_ENOMEM, "open writer");
+  snprintf(w->attempt, sizeof(w->attempt), "%s", attempt);
+  w->rank = rank;
+  w->max_chunk_bytes = DEFAULT_MAX_CHUNK_BYTES;
+  int err =
+      rpc_client_cstream_open(c->rpc, CKPT_METHOD("Write"), &stoker__v1__write_response__descriptor,
+                              timeout_ms > 0 ? timeout_ms : 0, &w->s);
+  if (err < 0) {
+    free(w);
+    return client_fail(err, "open writer");
+  }
+  *ret_writer = w;
+  return 0;
+}
+
+void stk_ckpt_writer_set_max_chunk(struct stk_ckpt_writer *w, size_t max_chunk_bytes) {
+  w->max_chunk_bytes = max_chunk_bytes > 0 ? max_chunk_bytes : 1;
+}
+
+/* Sends one message (a box that fits, or the final "last" marker). */
+static int send_chunk(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m) {
+  if (w->failed) return STK_ECANCELED;
+  m->attempt = w->attempt;
+  m->rank = w->rank;
+  int err = rpc_client_cstream_write(w->s, &m->base);
+  if (err < 0) {
+    w->failed = true;
+    client_set_error(1, "the checkpoint service ended the stream (finish tells why)");
+  }
+  return err;
+}
+
+/* The geometry of cutting one box into runs of whole rows along dim d. */
+struct cut {
+  size_t d;           /* Dims before d are taken one index at a time. */
+  uint64_t row_bytes; /* Bytes of one index of dim d (whole trailing dims). */
+  uint64_t rows;      /* Indices of dim d per piece. */
+};
+
+static struct cut plan_cut(const struct stk_ckpt_box *box, size_t elem, size_t max_bytes) {
+  struct cut k = {.d = box->ndim - 1, .row_bytes = elem};
+  uint64_t below = elem;
+  for (size_t d = box->ndim; d-- > 0;) {
+    /* below = bytes of one index of dim d. */
+    if (below > max_bytes) break;
+    k.d = d;
+    k.row_bytes = below;
+    below *= box->sizes[d];
+  }
+  k.rows = max_bytes / k.row_bytes;
+  if (k.rows == 0) k.rows = 1;
+  return k;
+}
+
+/* Sends the pieces of a box too large for one message. */
+static int write_pieces(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m,
+                        const struct stk_ckpt_box *box, const uint8_t *data, struct cut k) {
+  uint64_t idx[STK_CKPT_MAX_DIMS] = {0}, off[STK_CKPT_MAX_DIMS], sz[STK_CKPT_MAX_DIMS];
+  struct stk_ckpt_box piece = {.ndim = box->ndim, .offsets = off, .sizes = sz};
+  Stoker__V1__Box bm;
+  for (;;) {
+    uint64_t lin = 0; /* Linear index of (idx[0..d-1], 0) in units of dim d's rows. */
+    for (size_t i = 0; i < k.d; i++) lin = lin * box->sizes[i] + idx[i];
+    lin *= box->sizes[k.d];
+    for (size_t i = 0; i < box->ndim; i++) {
+      off[i] = box->offsets[i] + (i < k.d ? idx[i] : 0);
+      sz[i] = i < k.d ? 1 : box->sizes[i];
+    }
+    for (uint64_t j = 0; j < box->sizes[k.d]; j += k.rows) {
+      off[k.d] = box->offsets[k.d] + j;
+      sz[k.d] = box->sizes[k.d] - j < k.rows ? box->sizes[k.d] - j : k.rows;
+      ckpt_box_msg(&piece, &bm);
+      m->box = &bm;
+      m->data.data = (uint8_t *)data + (lin + j) * k.row_bytes;
+      m->data.len = sz[k.d] * k.row_bytes;
+      int err = send_chunk(w, m);
+      if (err < 0) return err;
+    }
+    size_t i = k.d; /* Odometer over dims [0, d). */
+    while (i > 0 && ++idx[i - 1] == box->sizes[i - 1]) idx[--i] = 0;
+    if (i == 0) return 0;
+  }
+}
+
+int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__V1__DType dtype,
+                         const uint64_t *global_shape, const struct stk_ckpt_box *box,
+                         const void *data, size_t len) {
+  size_t elem = stk_ckpt_dtype_size(dtype);
+  if (!w || !tensor || !tensor[0] || !elem || !global_shape || !ckpt_box_valid(box, global_shape) ||
+      !data || stk_ckpt_box_elems(box) > UINT64_MAX / elem || len != stk_ckpt_box_elems(box) * elem)
+    return client_fail(STK_EINVAL, "write chunk");
+  Stoker__V1__WriteChunk m = STOKER__V1__WRITE_CHUNK__INIT;
+  m.tensor = (char *)tensor;
+  m.dtype = dtype;
+  m.n_global_shape = box->ndim;
+  m.global_shape = (uint64_t *)global_shape;
+  if (len <= w->max_chunk_bytes) {
+    Stoker__V1__Box bm;
+    ckpt_box_msg(box, &bm);
+    m.box = &bm;
+    m.data.data = (uint8_t *)data;
+    m.data.len = len;
+    return send_chunk(w, &m);
+  }
+  return write_pieces(w, &m, box, data, plan_cut(box, elem, w->max_chunk_bytes));
+}
+
+int stk_ckpt_writer_finish(struct stk_ckpt_writer *w, bool wait_durable, uint64_t *ret_bytes,
+                           bool *ret_durable) {
+  if (!w) return client_fail(STK_EINVAL, "finish writer");
+  Stoker__V1__WriteChunk m = STOKER__V1__WRITE_CHUNK__INIT;
+  m.tensor = "";
+  m.last = true;
+  m.wait_durable = wait_durable;
+  send_chunk(w, &m); /* On failure the status below says why. */
+  ProtobufCMessage *resp = NULL;
+  struct rpc_status st;
+  int err = rpc_client_cstream_finish(w->s, &resp, &st);
+  free(w);
+  if (err < 0) {
+    client_set_error(st.code, "%s", st.message);
+    return err;
+  }
+  const Stoker__V1__WriteResponse *r = (const Stoker__V1__WriteResponse *)resp;
+  if (ret_bytes) *ret_bytes = r->bytes_staged;
+  if (ret_durable) *ret_durable = r->durable;
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
+}
+
+void stk_ckpt_writer_abort(struct stk_ckpt_writer *w) {
+  if (!w) return;
+  rpc_client_cstream_finish(w->s, NULL, NULL);
+  free(w);
+}
+
+int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
+                  const struct stk_ckpt_tensor *tensors, size_t n_tensors, uint64_t *ret_bytes) {
+  if (n_tensors > 0 && !tensors) return client_fail(STK_EINVAL, "save");
+  struct stk_ckpt_writer *w;
+  int err = stk_ckpt_writer_open(c, attempt, rank, 0, &w);
+  if (err < 0) return err;
+  for (size_t i = 0; i < n_tensors && err == 0; i++) {
+    const struct stk_ckpt_tensor *t = &tensors[i];
+    err = stk_ckpt_write_chunk(w, t->name, t->dtype, t->global_shape, &t->box, t->data, t->len);
+  }
+  if (err == STK_EINVAL) { /* Our own check: the server has not failed the call. */
+    stk_ckpt_writer_abort(w);
+    return client_fail(err, "save: bad tensor");
+  }
+  return stk_ckpt_writer_finish(w, false, ret_bytes, NULL);
+}
+
+/* ------------------------------------------------------------ async save */
+
+struct save_job {
+  struct stk_client *c;
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  uint32_t rank;
+  struct stk_ckpt_tensor *tensors;
+  size_t n;
+  stk_ckpt_saved_fn done;
+  void *arg;
+};
+
+static void *save_thread(void *arg) {
+  struct save_job *j = arg;
+  uint64_t bytes = 0;
+  int err = stk_ckpt_save(j->c, j->attempt, j->rank, j->tensors, j->n, &bytes);
+  j->done(j->arg, err, err ? stk_client_last_error(NULL) : "", bytes);
+  free(j->tensors);
+  free(j);
+  return NULL;
+}
+
+int stk_ckpt_save_async(struct stk_client *c, const char *attempt, uint32_t rank,
+                        const struct stk_ckpt_tensor *tensors, size_t n_tensors,
+                        stk_ckpt_saved_fn done, void *arg) {
+  if (!c || !attempt || strlen(attempt) >= STK_CKPT_ATTEMPT_MAX || !done ||
+      (n_tensors > 0 && !tensors))
+    return client_fail(STK_EINVAL, "save");
+  struct save_job *j = calloc(1, sizeof(*j));
+  if (j) j->tensors = malloc((n_tensors ? n_tensors : 1) * sizeof(*tensors));
+  if (!j || !j->tensors) {
+    free(j);
+    return client_fail(STK_ENOMEM, "save");
+  }
+  if (n_tensors) memcpy(j->tensors, tensors, n_tensors * sizeof(*tensors));
+  *j = (struct save_job){
+      .c = c, .rank = rank, .tensors = j->tensors, .n = n_tensors, .done = done, .arg = arg};
+  snprintf(j->attempt, sizeof(j->attempt), "%s", attempt);
+  pthread_attr_t at;
+  pthread_attr_init(&at);
+  pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+  pthread_t t;
+  int rc = pthread_create(&t, &at, save_thread, j);
+  pthread_attr_destroy(&at);
+  if (rc != 0) {
+    free(j->tensors);
+    free(j);
+    return client_fail(STK_ENOMEM, "save: thread");
+  }
+  return 0;
+}

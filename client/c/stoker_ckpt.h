@@ -1,0 +1,158 @@
+/*
+ * libstoker-client, checkpoint part: the calls a trainer rank (and
+ * stokerctl) makes to stoker-checkpoint. A checkpoint client is an ordinary
+ * struct stk_client opened on the checkpoint service's address; everything
+ * in stoker_client.h about threads, errors and stk_client_last_error() holds.
+ *
+ * Saving a checkpoint: one process calls stk_ckpt_begin() for (job, step,
+ * world) and hands the attempt id to every rank; each rank saves its shard
+ * with stk_ckpt_save() (or a writer: open, write_chunk..., finish), which
+ * returns as soon as the service holds the bytes ("staged"): the rank may
+ * change its tensors and go on training while the service uploads. Someone
+ * then calls stk_ckpt_commit(), which waits until every rank's bytes are
+ * durable and the manifest is written. A checkpoint exists iff it committed.
+ *
+ * Restoring: stk_ckpt_read() fetches the boxes a rank needs at its own
+ * world size (any world size: the service reshards) straight into the
+ * caller's buffers.
+ *
+ * Messages returned as protobuf-c objects are freed by the caller with
+ * protobuf_c_message_free_unpacked(&x->base, NULL). timeout_ms 0: the
+ * client's default.
+ */
+#ifndef STOKER_CKPT_H
+#define STOKER_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/v1/checkpoint.pb-c.h"
+#include "stoker_client.h"
+
+#define STK_CKPT_DEFAULT_ADDRESS "127.0.0.1:7072"
+#define STK_CKPT_ENV             "STOKER_CHECKPOINT"
+#define STK_CKPT_ATTEMPT_MAX     64 /* Bytes for an attempt id, NUL included. */
+#define STK_CKPT_MAX_DIMS        8
+
+/* Opens a client to the checkpoint service: opts->address, else
+ * $STOKER_CHECKPOINT, else STK_CKPT_DEFAULT_ADDRESS (opts may be NULL). */
+int stk_ckpt_connect(const struct stk_client_opts *opts, struct stk_client **ret_client);
+
+/* Bytes per element of dtype (1 for DTYPE_BYTES); 0 for unknown ones. */
+size_t stk_ckpt_dtype_size(Stoker__V1__DType dtype);
+
+/* One box of a tensor: ndim dims (1..STK_CKPT_MAX_DIMS), offsets and sizes
+ * inside the global shape. The arrays are the caller's. */
+struct stk_ckpt_box {
+  size_t ndim;
+  const uint64_t *offsets;
+  const uint64_t *sizes;
+};
+
+/* Elements in the box (0 if ndim is 0 or out of range). */
+uint64_t stk_ckpt_box_elems(const struct stk_ckpt_box *box);
+
+/* ------------------------------------------------------------- write path */
+
+/* Starts an attempt; ret_attempt gets its id (STK_CKPT_ATTEMPT_MAX bytes).
+ * Errors: STK_EEXIST (step already committed), STK_EINVAL. */
+int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t world,
+                   int64_t timeout_ms, char ret_attempt[STK_CKPT_ATTEMPT_MAX]);
+
+struct stk_ckpt_writer;
+
+/* Opens rank's Write stream of attempt. The writer belongs to one thread at
+ * a time; the client must outlive it. timeout_ms bounds the whole stream
+ * (0: none, since a shard may take long). */
+int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t rank,
+                         int64_t timeout_ms, struct stk_ckpt_writer **ret_writer);
+
+/* Largest message the writer sends; bigger boxes are cut into runs of
+ * whole rows (each a box of its own). Default 4 MiB; at least one element. */
+void stk_ckpt_writer_set_max_chunk(struct stk_ckpt_writer *w, size_t max_chunk_bytes);
+
+/* Sends the box of tensor (row-major bytes, len = box elements x dtype
+ * size). Blocks while the service holds back (gRPC flow control: the
+ * service's staging memory is full). global_shape has box->ndim dims.
+ * Errors: STK_EINVAL (bad arguments, checked here first), or the call
+ * failed (STK_ECANCELED: stk_ckpt_writer_finish tells the server's reason). */
+int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__V1__DType dtype,
+                         const uint64_t *global_shape, const struct stk_ckpt_box *box,
+                         const void *data, size_t len);
+
+/* Ends the stream ("last") and waits for the reply: once the rank's bytes
+ * are staged, or durable (uploaded) when wait_durable. Frees w in every
+ * case. ret_bytes / ret_durable may be NULL. */
+int stk_ckpt_writer_finish(struct stk_ckpt_writer *w, bool wait_durable, uint64_t *ret_bytes,
+                           bool *ret_durable);
+
+/* Abandons the stream without "last" (the rank does not finish; the
+ * attempt is aborted by its timeout unless another writer completes the
+ * rank). Accepts NULL. */
+void stk_ckpt_writer_abort(struct stk_ckpt_writer *w);
+
+/* A tensor shard to save: the box of tensor with its bytes. */
+struct stk_ckpt_tensor {
+  const char *name;
+  Stoker__V1__DType dtype;
+  const uint64_t *global_shape; /* box.ndim dims. */
+  struct stk_ckpt_box box;
+  const void *data;
+  size_t len;
+};
+
+/* Saves rank's shard: open, every tensor, finish. Returns once staged: the
+ * caller may reuse the buffers. ret_bytes: bytes the service took. */
+int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
+                  const struct stk_ckpt_tensor *tensors, size_t n_tensors, uint64_t *ret_bytes);
+
+/* The same on a thread of its own (a trainer's checkpoint thread goes on at
+ * once); done runs once on that thread when the shard is staged (err 0) or
+ * failed. The tensors and their buffers must stay unchanged until then; the
+ * array itself is copied. If it fails, done never runs. */
+typedef void (*stk_ckpt_saved_fn)(void *arg, int err, const char *msg, uint64_t bytes);
+int stk_ckpt_save_async(struct stk_client *c, const char *attempt, uint32_t rank,
+                        const struct stk_ckpt_tensor *tensors, size_t n_tensors,
+                        stk_ckpt_saved_fn done, void *arg);
+
+/* Waits until every rank's bytes are durable and the manifest written.
+ * *ret_ref (may be NULL) is freed by the caller. Errors: STK_EABORTED,
+ * STK_EINVAL (coverage), STK_ETIMEDOUT, STK_ENOENT. */
+int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
+                    Stoker__V1__CheckpointRef **ret_ref);
+
+/* ------------------------------------------------------- catalogue calls */
+
+int stk_ckpt_list(struct stk_client *c, const char *job, int64_t timeout_ms,
+                  Stoker__V1__ListCheckpointsResponse **ret_resp);
+int stk_ckpt_get_manifest(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
+                          Stoker__V1__Manifest **ret_manifest);
+int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms);
+/* Re-reads every byte on the service. Returns 0 with *ret_resp even when
+ * problems were found (resp->n_problems > 0); STK_ENOTSUP when the service
+ * has no Verify method. */
+int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
+                    Stoker__V1__VerifyCheckpointResponse **ret_resp);
+
+/* ------------------------------------------------------------- restore */
+
+/* A box to fetch and where its row-major bytes go (len = box elements x
+ * dtype size of the stored tensor). */
+struct stk_ckpt_want {
+  const char *tensor;
+  struct stk_ckpt_box box;
+  void *dst;
+  size_t len;
+};
+
+/* Fetches every wanted box of checkpoint (job, step) into its dst. Every
+ * byte arrives CRC-checked by the service; the client checks that the
+ * pieces cover each box exactly once. *ret_bytes (may be NULL): bytes
+ * received. Errors: STK_ENOENT, STK_ECORRUPT (service or a piece outside
+ * the boxes), STK_EINVAL. */
+int stk_ckpt_read(struct stk_client *c, const char *job, int64_t step,
+                  const struct stk_ckpt_want *wanted, size_t n_wanted, int64_t timeout_ms,
+                  uint64_t *ret_bytes);
+
+#endif

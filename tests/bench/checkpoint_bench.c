@@ -1,0 +1,193 @@
+/*
+ * checkpoint_bench: the checkpoint service's write and restore paths
+ * through a real stoker-checkpoint daemon, against baselines measured in
+ * the same run (see README.md).
+ *
+ *   checkpoint_bench --write-file PATH BYTES     the bytes, for curl/the SDK
+ *   checkpoint_bench ADDR BYTES CURL_MBPS SDK_MBPS|null
+ *
+ * One tensor "model" [ROWS x 262144] f32 (1 MiB rows), ROWS = BYTES / 1 MiB,
+ * split by rows over 4 ranks (threads, each with its own client/channel).
+ * Every element's value is a function of its index, so restores are checked.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stoker_ckpt.h"
+
+#define COLS  262144 /* f32 per row: 1 MiB rows. */
+#define RANKS 4
+
+static const char *addr;
+static uint64_t rows;
+static float *arena; /* [rows x COLS] */
+static char attempt[STK_CKPT_ATTEMPT_MAX];
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static float value(uint64_t i) {
+  return (float)(uint32_t)(i * 2654435761u);
+}
+
+static void fill(uint64_t from, uint64_t n) {
+  for (uint64_t i = from; i < from + n; i++) arena[i] = value(i);
+}
+
+static struct stk_client *client(void) {
+  struct stk_client_opts o = {.address = addr, .default_timeout_ms = 3600000};
+  struct stk_client *c;
+  if (stk_ckpt_connect(&o, &c) < 0) {
+    fprintf(stderr, "connect: %s\n", stk_client_last_error(NULL));
+    exit(1);
+  }
+  return c;
+}
+
+/* Rows [lo, hi) of a world-w split. */
+static void split(uint32_t r, uint32_t w, uint64_t *lo, uint64_t *hi) {
+  *lo = rows * r / w;
+  *hi = rows * (r + 1) / w;
+}
+
+struct job {
+  uint32_t rank, world;
+  double secs; /* Save: call -> staged. Read: call -> last byte. */
+  int err;
+};
+
+static void *save_rank(void *arg) {
+  struct job *j = arg;
+  struct stk_client *c = client();
+  uint64_t lo, hi, shape[2] = {rows, COLS};
+  split(j->rank, RANKS, &lo, &hi);
+  uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
+  struct stk_ckpt_tensor t = {"model",           STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off, sz},
+                              arena + lo * COLS, (hi - lo) * COLS * 4};
+  double t0 = now_s();
+  j->err = stk_ckpt_save(c, attempt, j->rank, &t, 1, NULL);
+  j->secs = now_s() - t0;
+  if (j->err) fprintf(stderr, "save rank %u: %s\n", j->rank, stk_client_last_error(NULL));
+  stk_client_free(c);
+  return NULL;
+}
+
+static void *read_rank(void *arg) {
+  struct job *j = arg;
+  struct stk_client *c = client();
+  uint64_t lo, hi;
+  split(j->rank, j->world, &lo, &hi);
+  uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
+  struct stk_ckpt_want w = {"model", {2, off, sz}, arena + lo * COLS, (hi - lo) * COLS * 4};
+  double t0 = now_s();
+  j->err = stk_ckpt_read(c, "bench", 1, &w, 1, 0, NULL);
+  j->secs = now_s() - t0;
+  if (j->err) fprintf(stderr, "read rank %u: %s\n", j->rank, stk_client_last_error(NULL));
+  stk_client_free(c);
+  return NULL;
+}
+
+/* Runs fn on world threads; returns the wall time and the slowest rank. */
+static double run_ranks(void *(*fn)(void *), uint32_t world, double *ret_max) {
+  pthread_t th[RANKS];
+  struct job jobs[RANKS];
+  double t0 = now_s();
+  for (uint32_t r = 0; r < world; r++) {
+    jobs[r] = (struct job){.rank = r, .world = world};
+    pthread_create(&th[r], NULL, fn, &jobs[r]);
+  }
+  *ret_max = 0;
+  for (uint32_t r = 0; r < world; r++) {
+    pthread_join(th[r], NULL);
+    if (jobs[r].err) exit(1);
+    if (jobs[r].secs > *ret_max) *ret_max = jobs[r].secs;
+  }
+  return now_s() - t0;
+}
+
+/* A restore at world ranks, checked element by element. */
+static double restore(uint32_t world) {
+  memset(arena, 0, rows * COLS * 4);
+  double slowest, secs = run_ranks(read_rank, world, &slowest);
+  for (uint64_t i = 0; i < rows * COLS; i++)
+    if (arena[i] != value(i)) {
+      fprintf(stderr, "restore at %u: element %" PRIu64 " differs\n", world, i);
+      exit(1);
+    }
+  return secs;
+}
+
+/* Time of one plain memcpy of a rank's shard (destination pre-faulted). */
+static double memcpy_shard(void) {
+  size_t n = rows / RANKS * COLS * 4;
+  char *dst = malloc(n);
+  memset(dst, 1, n);
+  double t0 = now_s();
+  memcpy(dst, arena, n);
+  double s = now_s() - t0;
+  volatile char sink = dst[n / 2];
+  (void)sink;
+  free(dst);
+  return s;
+}
+
+static int write_file(const char *path, uint64_t bytes) {
+  rows = bytes >> 20;
+  arena = malloc(rows * COLS * 4);
+  fill(0, rows * COLS);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(arena, 4, rows * COLS, f) != rows * COLS || fclose(f) != 0) return 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--write-file") == 0)
+    return write_file(argv[2], strtoull(argv[3], NULL, 10));
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s ADDR BYTES CURL_MBPS SDK_MBPS|null\n", argv[0]);
+    return 2;
+  }
+  addr = argv[1];
+  rows = strtoull(argv[2], NULL, 10) >> 20;
+  if (rows < RANKS) return 2;
+  uint64_t bytes = rows * COLS * 4;
+  double mb = (double)bytes / 1e6, curl = atof(argv[3]);
+  bool sdk_ok = strcmp(argv[4], "null") != 0;
+  double sdk = sdk_ok ? atof(argv[4]) : 0;
+  arena = malloc(bytes);
+  fill(0, rows * COLS);
+  double memcpy_s = memcpy_shard();
+
+  struct stk_client *c = client();
+  double t0 = now_s(), stall;
+  if (stk_ckpt_begin(c, "bench", 1, RANKS, 0, attempt) < 0) return 1;
+  run_ranks(save_rank, RANKS, &stall);
+  if (stk_ckpt_commit(c, attempt, 3600000, NULL) < 0) {
+    fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL));
+    return 1;
+  }
+  double upload_s = now_s() - t0;
+  double restore_s = restore(RANKS), reshard_s = restore(3);
+  stk_client_free(c);
+
+  double service = mb / upload_s, peer = sdk_ok && sdk > curl ? sdk : curl;
+  char sdk_txt[32];
+  snprintf(sdk_txt, sizeof(sdk_txt), sdk_ok ? "%.1f" : "null", sdk);
+  printf("{\"bench\":\"checkpoint\",\"bytes\":%" PRIu64 ",\"ranks\":%d,"
+         "\"service_upload_mb_per_s\":%.1f,\"curl_put_mb_per_s\":%.1f,"
+         "\"sdk_multipart_mb_per_s\":%s,\"upload_ratio\":%.3f,"
+         "\"stall_s\":%.3f,\"memcpy_s\":%.4f,\"stall_ratio\":%.1f,"
+         "\"restore_mb_per_s\":%.1f,\"reshard_restore_mb_per_s\":%.1f,\"reshard_ratio\":%.3f}\n",
+         bytes, RANKS, service, curl, sdk_txt, peer > 0 ? service / peer : 0, stall, memcpy_s,
+         memcpy_s > 0 ? stall / memcpy_s : 0, mb / restore_s, mb / reshard_s,
+         restore_s / reshard_s);
+  free(arena);
+  return 0;
+}

@@ -1,0 +1,179 @@
+/*
+ * The stokerctl binary's checkpoint commands against the real checkpoint
+ * core served in-process (fake_ckpt.h): list, show (table and --json),
+ * verify (clean, with a progress bar, and after a byte of an object was
+ * flipped on storage), delete, and exit codes from the --help table. The
+ * checkpoint is written with libstoker-client. The binary's path is argv[1].
+ */
+#include <cjson/cJSON.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fake_ckpt.h"
+#include "stoker_ckpt.h"
+
+static const char *stokerctl;
+static struct fake_ckpt fake;
+static char out_path[64], err_path[64];
+
+struct run {
+  int rc;
+  char out[65536];
+  char err[4096];
+};
+
+static void slurp(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
+}
+
+static void run(struct run *r, const char *args) {
+  char cmd[2048];
+  snprintf(cmd, sizeof(cmd), "STOKER_CHECKPOINT=%s '%s' %s >%s 2>%s </dev/null", fake.addr,
+           stokerctl, args, out_path, err_path);
+  int st = system(cmd);
+  assert_true(WIFEXITED(st));
+  r->rc = WEXITSTATUS(st);
+  slurp(out_path, r->out, sizeof(r->out));
+  slurp(err_path, r->err, sizeof(r->err));
+}
+
+/* Step 5 of job "m" at world 2: "emb" [64 x 4096] f32 (1 MiB), blob "opt". */
+static void write_checkpoint(void) {
+  struct stk_client_opts o = {.address = fake.addr};
+  struct stk_client *c;
+  assert_int_equal(stk_ckpt_connect(&o, &c), 0);
+  char att[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "m", 5, 2, 0, att), 0);
+  static const uint64_t shape[2] = {64, 4096}, bshape[1] = {100};
+  static const uint64_t bo[1] = {0}, bs[1] = {100};
+  float *buf = malloc(32 * 4096 * 4);
+  static char blob[100];
+  for (uint32_t r = 0; r < 2; r++) {
+    for (size_t i = 0; i < 32 * 4096; i++) buf[i] = (float)(r * 7 + i);
+    uint64_t off[2] = {r * 32, 0}, sz[2] = {32, 4096};
+    struct stk_ckpt_tensor t[2] = {
+        {"emb", STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off, sz}, buf, 32 * 4096 * 4},
+        {"opt", STOKER__V1__DTYPE__DTYPE_U8, bshape, {1, bo, bs}, blob, 100},
+    };
+    assert_int_equal(stk_ckpt_save(c, att, r, t, r == 0 ? 2 : 1, NULL), 0);
+  }
+  assert_int_equal(stk_ckpt_commit(c, att, 0, NULL), 0);
+  free(buf);
+  stk_client_free(c);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(out_path, sizeof(out_path), "/tmp/stokerctl-ckpt-%d.out", (int)getpid());
+  snprintf(err_path, sizeof(err_path), "/tmp/stokerctl-ckpt-%d.err", (int)getpid());
+  fake_ckpt_start(&fake, NULL);
+  write_checkpoint();
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  fake_ckpt_stop(&fake);
+  unlink(out_path);
+  unlink(err_path);
+  return 0;
+}
+
+static void test_list_show(void **state) {
+  (void)state;
+  static struct run r;
+  run(&r, "checkpoint list m");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "STEP  COMMITTED"));
+  assert_non_null(strstr(r.out, "\n5     "));
+  run(&r, "checkpoint list m --json");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "\"checkpoints\":[{\"step\":5,"));
+  run(&r, "checkpoint show m 5");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "checkpoint m step 5"));
+  assert_non_null(strstr(r.out, "emb     F32    [64, 4096]  2       2        1.0 MiB"));
+  assert_non_null(strstr(r.out, "opt     U8     [100]"));
+  run(&r, "checkpoint show m 5 --json");
+  assert_int_equal(r.rc, 0);
+  cJSON *j = cJSON_Parse(r.out);
+  assert_non_null(j);
+  assert_int_equal(cJSON_GetObjectItem(j, "world")->valueint, 2);
+  assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "objects")), 2);
+  cJSON_Delete(j);
+  run(&r, "checkpoint show m 6");
+  assert_int_equal(r.rc, 2); /* Not found. */
+  assert_non_null(strstr(r.err, "stokerctl: checkpoint show: "));
+  run(&r, "checkpoint show m x");
+  assert_int_equal(r.rc, 1);
+  run(&r, "checkpoint list");
+  assert_int_equal(r.rc, 1);
+}
+
+/* Flips one byte in the middle of the first object file on storage. */
+static void corrupt_object(void) {
+  char cmd[512], path[512] = {0};
+  snprintf(cmd, sizeof(cmd), "find '%s' -name 'rank-00001-*.bin' | head -1", fake.store_dir);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  assert_non_null(fgets(path, sizeof(path), p));
+  pclose(p);
+  path[strcspn(path, "\n")] = '\0';
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 300000, SEEK_SET), 0);
+  int ch = fgetc(f);
+  assert_int_equal(fseek(f, 300000, SEEK_SET), 0);
+  fputc(ch ^ 0x5a, f);
+  fclose(f);
+}
+
+static void test_verify_delete(void **state) {
+  (void)state;
+  static struct run r;
+  run(&r, "checkpoint verify m 5");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "checkpoint m step 5: OK, 2 objects"));
+  run(&r, "checkpoint verify m 5 --progress");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.err, "[########################################] 100%"));
+  corrupt_object();
+  run(&r, "checkpoint verify m 5 --json");
+  assert_int_equal(r.rc, 6);
+  assert_non_null(strstr(r.out, "\"ok\":false"));
+  assert_non_null(strstr(r.out, "rank-00001-"));
+  assert_non_null(strstr(r.err, "1 problem found"));
+  run(&r, "checkpoint delete m 5");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "checkpoint m step 5 deleted"));
+  run(&r, "checkpoint list m --json");
+  assert_non_null(strstr(r.out, "\"checkpoints\":[]"));
+  run(&r, "checkpoint verify m 5");
+  assert_int_equal(r.rc, 2);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s STOKERCTL\n", argv[0]);
+    return 2;
+  }
+  stokerctl = argv[1];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_list_show),
+      cmocka_unit_test(test_verify_delete),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

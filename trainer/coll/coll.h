@@ -1,0 +1,72 @@
+/*
+ * coll: the collective-communication interface FSDP runs on, with two
+ * backends behind it: a CPU ring over TCP (ring/) and NCCL (nccl/, built
+ * when CUDA and NCCL are found). Every rank of a group calls the same
+ * collectives in the same order. Counts are in elements, not bytes.
+ *
+ * Semantics (n = group size, rank r):
+ *   all_gather:     recv[n * count] = concat over ranks q of send_q[count]
+ *   reduce_scatter: recv[count] = sum over q of send_q[r*count .. (r+1)*count)
+ *   all_reduce:     buf[count] = sum over q of buf_q[count] (in place)
+ * Buffers are host memory for the ring backend and device memory for NCCL.
+ *
+ * Every collective has a deadline: a peer that dies or stalls makes the
+ * call fail with STK_ETIMEDOUT (or STK_EIO when a connection breaks)
+ * instead of hanging; the group is then unusable and must be aborted and
+ * rebuilt (after a RESTART from the coordinator, say).
+ *
+ * Threading: one thread drives a group at a time. Calls block until the
+ * local part of the collective is complete.
+ */
+#ifndef STK_COLL_H
+#define STK_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum coll_dtype { COLL_F32 = 1, COLL_BF16 = 2 };
+
+struct coll_group;
+
+struct coll_ops {
+  const char *name; /* "ring", "nccl" */
+  int (*all_gather)(struct coll_group *g, const void *send, void *recv, size_t count,
+                    enum coll_dtype dt);
+  int (*reduce_scatter)(struct coll_group *g, const void *send, void *recv, size_t count,
+                        enum coll_dtype dt);
+  int (*all_reduce)(struct coll_group *g, void *buf, size_t count, enum coll_dtype dt);
+  /* Makes pending and future calls fail at once (safe from another thread). */
+  void (*abort)(struct coll_group *g);
+  void (*free)(struct coll_group *g);
+};
+
+/* Every backend's group begins with this header. */
+struct coll_group {
+  const struct coll_ops *ops;
+  int rank;
+  int size;
+  int64_t timeout_ms; /* Per collective. */
+};
+
+size_t coll_dtype_size(enum coll_dtype dt);
+
+static inline int coll_all_gather(struct coll_group *g, const void *send, void *recv, size_t count,
+                                  enum coll_dtype dt) {
+  return g->ops->all_gather(g, send, recv, count, dt);
+}
+static inline int coll_reduce_scatter(struct coll_group *g, const void *send, void *recv,
+                                      size_t count, enum coll_dtype dt) {
+  return g->ops->reduce_scatter(g, send, recv, count, dt);
+}
+static inline int coll_all_reduce(struct coll_group *g, void *buf, size_t count,
+                                  enum coll_dtype dt) {
+  return g->ops->all_reduce(g, buf, count, dt);
+}
+static inline void coll_abort(struct coll_group *g) {
+  g->ops->abort(g);
+}
+static inline void coll_free(struct coll_group *g) {
+  if (g) g->ops->free(g);
+}
+
+#endif
