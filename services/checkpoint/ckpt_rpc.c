@@ -1,0 +1,157 @@
+/*
+ * The checkpoint adapter's unary methods: Begin, Commit, List, GetManifest,
+ * Delete, Verify. Each becomes one core call whose completion answers the
+ * call on the loop. The core may take long (Commit waits until every rank's
+ * bytes are durable), so each call keeps a small record: a cancelled or
+ * drained call is answered at once and the record only waits for the core's
+ * completion to be freed. Write and Read live in ckpt_rpc_write.c and
+ * ckpt_rpc_read.c.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ckpt_rpc_internal.h"
+#include "stk_error.h"
+
+typedef void (*core_call_fn)(struct ckpt_service *s, const ProtobufCMessage *req, ckpt_done_fn done,
+                             void *arg);
+
+struct ckpt_rpc_unary {
+  struct ckpt_rpc *a;
+  struct rpc_call *call; /* NULL once answered early (cancel, drain). */
+  struct ckpt_rpc_unary *prev, *next;
+  bool is_commit;
+  double start_s;
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void unlink_unary(struct ckpt_rpc_unary *u) {
+  if (u->prev)
+    u->prev->next = u->next;
+  else
+    u->a->unary = u->next;
+  if (u->next) u->next->prev = u->prev;
+}
+
+/* Verify answers OK with its findings listed in problems (STK_ECORRUPT
+ * comes with the response): the report is the point of the call. */
+static void core_done(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
+  struct ckpt_rpc_unary *u = arg;
+  if (u->call) {
+    if (err == 0 || (err == STK_ECORRUPT && resp))
+      rpc_reply(u->call, resp);
+    else
+      rpc_fail_err(u->call, err, "%s", errmsg && errmsg[0] ? errmsg : stk_strerror(err));
+    if (err == 0 && u->is_commit && u->a->commit_seconds)
+      metric_histogram_observe(u->a->commit_seconds, now_s() - u->start_s);
+  }
+  unlink_unary(u);
+  free(u);
+}
+
+static void on_cancel(struct rpc_call *call, void *arg) {
+  struct ckpt_rpc_unary *u = arg;
+  if (!u->call) return;
+  u->call = NULL;
+  rpc_fail(call, RPC_CANCELLED, "cancelled");
+}
+
+static void start(struct rpc_call *call, const ProtobufCMessage *req, struct ckpt_rpc *a,
+                  core_call_fn fn, bool is_commit) {
+  if (a->draining) {
+    rpc_fail(call, RPC_UNAVAILABLE, "checkpoint service is shutting down; retry");
+    return;
+  }
+  struct ckpt_rpc_unary *u = calloc(1, sizeof(*u));
+  if (!u) {
+    rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  *u = (struct ckpt_rpc_unary){.a = a, .call = call, .next = a->unary, .is_commit = is_commit};
+  u->start_s = now_s();
+  if (a->unary) a->unary->prev = u;
+  a->unary = u;
+  rpc_on_cancel(call, on_cancel, u);
+  fn(a->svc, req, core_done, u);
+}
+
+#define UNARY(method, core, req_type, is_commit)                                                   \
+  static void core_##method(struct ckpt_service *s, const ProtobufCMessage *req,                   \
+                            ckpt_done_fn done, void *arg) {                                        \
+    core(s, (const req_type *)req, done, arg);                                                     \
+  }                                                                                                \
+  static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
+    start(call, req, svc, core_##method, is_commit);                                               \
+  }
+
+UNARY(begin, ckpt_begin, Stoker__V1__BeginRequest, false)
+UNARY(commit, ckpt_commit, Stoker__V1__CommitCheckpointRequest, true)
+UNARY(list, ckpt_list, Stoker__V1__ListCheckpointsRequest, false)
+UNARY(get_manifest, ckpt_get_manifest, Stoker__V1__GetManifestRequest, false)
+UNARY(delete, ckpt_delete, Stoker__V1__DeleteCheckpointRequest, false)
+UNARY(verify, ckpt_verify, Stoker__V1__VerifyCheckpointRequest, false)
+
+static const struct rpc_method_def checkpoint_methods[] = {
+    {"Begin", RPC_UNARY, handle_begin},
+    {"Write", RPC_CLIENT_STREAM, ckpt_rpc_handle_write},
+    {"Commit", RPC_UNARY, handle_commit},
+    {"List", RPC_UNARY, handle_list},
+    {"GetManifest", RPC_UNARY, handle_get_manifest},
+    {"Read", RPC_SERVER_STREAM, ckpt_rpc_handle_read},
+    {"Delete", RPC_UNARY, handle_delete},
+    {"Verify", RPC_UNARY, handle_verify},
+};
+
+static void register_metrics(struct ckpt_rpc *a, struct metrics *m) {
+  if (!m) return;
+  a->bytes_staged = metrics_counter(m, "stoker_checkpoint_bytes_staged_total",
+                                    "Checkpoint bytes received and staged.", NULL);
+  a->bytes_uploaded = metrics_counter(m, "stoker_checkpoint_bytes_uploaded_total",
+                                      "Bytes of ranks whose data became durable in storage.", NULL);
+  a->commit_seconds = metrics_histogram(m, "stoker_checkpoint_commit_seconds",
+                                        "Latency of successful Commit calls.", NULL);
+}
+
+int ckpt_rpc_register(struct rpc_server *s, struct ckpt_service *svc,
+                      const struct ckpt_rpc_opts *opts, struct ckpt_rpc **ret_adapter) {
+  struct ckpt_rpc *a = calloc(1, sizeof(*a));
+  if (!a) return STK_ENOMEM;
+  a->svc = svc;
+  register_metrics(a, opts ? opts->metrics : NULL);
+  int rc = rpc_server_add_service(s, &stoker__v1__checkpoint__descriptor, checkpoint_methods,
+                                  sizeof(checkpoint_methods) / sizeof(checkpoint_methods[0]), a);
+  if (rc) {
+    free(a);
+    return rc;
+  }
+  *ret_adapter = a;
+  return 0;
+}
+
+void ckpt_rpc_drain(struct ckpt_rpc *a) {
+  a->draining = true;
+  for (struct ckpt_rpc_unary *u = a->unary; u; u = u->next) {
+    if (!u->call || !u->is_commit) continue;
+    struct rpc_call *call = u->call;
+    u->call = NULL;
+    rpc_fail(call, RPC_UNAVAILABLE,
+             "checkpoint service is shutting down; the attempt resumes after the restart");
+  }
+}
+
+void ckpt_rpc_detach(struct ckpt_rpc *a) {
+  if (a) ckpt_rpc_writers_detach(a);
+}
+
+void ckpt_rpc_free(struct ckpt_rpc *a) {
+  if (!a) return;
+  ckpt_rpc_detach(a);
+  free(a);
+}

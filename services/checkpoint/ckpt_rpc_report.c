@@ -1,0 +1,182 @@
+/*
+ * The coordinator reporter (ckpt_rpc_report.h): a FIFO of commits guarded
+ * by a mutex, drained by one thread that calls ReportCheckpoint with the
+ * blocking rpc.h client. Transient failures (UNAVAILABLE, DEADLINE_EXCEEDED,
+ * RESOURCE_EXHAUSTED, INTERNAL, UNKNOWN) are retried with exponential
+ * backoff from 100 ms to 5 s; ReportCheckpoint is idempotent, so a retry of
+ * a report that did land changes nothing.
+ */
+#include "ckpt_rpc_report.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "rpc.h"
+#include "stk_error.h"
+#include "stoker/v1/coordinator.pb-c.h"
+
+struct item {
+  struct item *next;
+  char *job, *uri;
+  int64_t step;
+};
+
+struct ckpt_report {
+  struct rpc_client *client;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct item *head, *tail;
+  bool stopping;
+  struct timespec stop_by; /* CLOCK_REALTIME: give up retrying then. */
+};
+
+static void item_free(struct item *it) {
+  free(it->job);
+  free(it->uri);
+  free(it);
+}
+
+static bool transient(int code) {
+  return code == RPC_UNAVAILABLE || code == RPC_DEADLINE_EXCEEDED ||
+         code == RPC_RESOURCE_EXHAUSTED || code == RPC_INTERNAL || code == RPC_UNKNOWN;
+}
+
+static bool past(const struct timespec *t) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+/* Waits delay_ms unless stopping with its deadline passed; false then. */
+static bool backoff(struct ckpt_report *r, int64_t delay_ms) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += delay_ms / 1000;
+  until.tv_nsec += (delay_ms % 1000) * 1000000;
+  if (until.tv_nsec >= 1000000000) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000;
+  }
+  pthread_mutex_lock(&r->mu);
+  while (!(r->stopping && past(&r->stop_by)) && !past(&until))
+    pthread_cond_timedwait(&r->cv, &r->mu, r->stopping ? &r->stop_by : &until);
+  bool go_on = !(r->stopping && past(&r->stop_by));
+  pthread_mutex_unlock(&r->mu);
+  return go_on;
+}
+
+static void send_one(struct ckpt_report *r, const struct item *it) {
+  Stoker__V1__ReportCheckpointRequest req = STOKER__V1__REPORT_CHECKPOINT_REQUEST__INIT;
+  req.job = it->job;
+  req.step = it->step;
+  req.uri = it->uri;
+  for (int64_t delay_ms = 100;; delay_ms = delay_ms * 2 > 5000 ? 5000 : delay_ms * 2) {
+    struct rpc_status st = {0};
+    ProtobufCMessage *resp = NULL;
+    int rc = rpc_client_unary(r->client, "/stoker.v1.Coordinator/ReportCheckpoint", &req.base,
+                              &stoker__v1__empty__descriptor, 10000, &resp, &st);
+    if (rc == 0) {
+      protobuf_c_message_free_unpacked(resp, NULL);
+      log_info("coordinator.reported", "job=%s step=%lld", it->job, (long long)it->step);
+      return;
+    }
+    if (!transient(st.code)) {
+      log_warn("coordinator.report_refused", "job=%s step=%lld: %s: %s", it->job,
+               (long long)it->step, rpc_code_name(st.code), st.message);
+      return;
+    }
+    if (!backoff(r, delay_ms)) {
+      log_warn("coordinator.report_dropped", "job=%s step=%lld: %s", it->job, (long long)it->step,
+               st.message);
+      return;
+    }
+  }
+}
+
+static void *run(void *arg) {
+  struct ckpt_report *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (!r->head && !r->stopping) pthread_cond_wait(&r->cv, &r->mu);
+    struct item *it = r->head;
+    if (!it) break;
+    r->head = it->next;
+    if (!r->head) r->tail = NULL;
+    pthread_mutex_unlock(&r->mu);
+    send_one(r, it);
+    item_free(it);
+    pthread_mutex_lock(&r->mu);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+int ckpt_report_new(const char *target, const char *token, struct ckpt_report **ret_report) {
+  struct ckpt_report *r = calloc(1, sizeof(*r));
+  if (!r) return STK_ENOMEM;
+  struct rpc_client_opts o = {.target = target, .token = token};
+  int rc = rpc_client_new(&o, &r->client);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  pthread_mutex_init(&r->mu, NULL);
+  pthread_cond_init(&r->cv, NULL);
+  if (pthread_create(&r->thread, NULL, run, r) != 0) {
+    rpc_client_free(r->client);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+    return STK_ENOMEM;
+  }
+  *ret_report = r;
+  return 0;
+}
+
+void ckpt_report_commit(struct ckpt_report *r, const char *job, int64_t step, const char *uri) {
+  struct item *it = calloc(1, sizeof(*it));
+  if (it) {
+    it->job = strdup(job);
+    it->uri = strdup(uri);
+    it->step = step;
+  }
+  if (!it || !it->job || !it->uri) {
+    if (it) item_free(it);
+    log_warn("coordinator.report_dropped", "job=%s step=%lld: out of memory", job, (long long)step);
+    return;
+  }
+  pthread_mutex_lock(&r->mu);
+  if (r->tail)
+    r->tail->next = it;
+  else
+    r->head = it;
+  r->tail = it;
+  pthread_cond_signal(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+}
+
+void ckpt_report_free(struct ckpt_report *r, int64_t timeout_ms) {
+  if (!r) return;
+  pthread_mutex_lock(&r->mu);
+  r->stopping = true;
+  clock_gettime(CLOCK_REALTIME, &r->stop_by);
+  r->stop_by.tv_sec += timeout_ms / 1000;
+  r->stop_by.tv_nsec += (timeout_ms % 1000) * 1000000;
+  if (r->stop_by.tv_nsec >= 1000000000) {
+    r->stop_by.tv_sec++;
+    r->stop_by.tv_nsec -= 1000000000;
+  }
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  pthread_join(r->thread, NULL);
+  rpc_client_free(r->client);
+  pthread_mutex_destroy(&r->mu);
+  pthread_cond_destroy(&r->cv);
+  free(r);
+}

@@ -1,0 +1,324 @@
+/*
+ * stoker-checkpoint: the checkpoint daemon. A list of named steps: load the
+ * config, resolve the storage URL (file://<data-dir>/objects by default;
+ * S3 options exported as the AWS_* environment storage.h reads), open the
+ * core (ckpt_service.h, which recovers interrupted attempts before serving),
+ * register the gRPC adapter, start serving, run until SIGTERM, close the
+ * core (uploads and commits in flight finish or stay journaled), exit.
+ */
+#include "ckpt_rpc.h"
+#include "ckpt_rpc_report.h"
+#include "ckpt_service.h"
+#include "daemon.h"
+#include "log.h"
+#include "stk_error.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+struct checkpoint_config {
+  struct daemon_options daemon;
+  char *storage;
+  char *key_prefix;
+  char *s3_endpoint;
+  char *s3_region;
+  char *s3_access_key;
+  char *s3_secret_key;
+  uint64_t staging_budget_bytes;
+  uint64_t upload_concurrency;
+  uint64_t part_bytes;
+  uint64_t read_piece_bytes;
+  uint64_t keep_last;
+  uint64_t keep_every;
+  int64_t attempt_timeout_ms;
+  char *coordinator;
+  char *coordinator_token_file;
+};
+
+#define CK_ROW(name, type, field, def, lo, hi, help, flags)                                        \
+  { name, type, offsetof(struct checkpoint_config, field), def, lo, hi, NULL, help, flags }
+
+static const struct cfg_option checkpoint_options[] = {
+    DAEMON_OPTION_ROWS(struct checkpoint_config, daemon, "127.0.0.1:7072",
+                       "stoker-data/checkpoint"),
+    CK_ROW(
+        "storage", CFG_STRING, storage, "", 0, 0,
+        "Where checkpoints go: s3://bucket/prefix or file:///dir; empty: file://DATA-DIR/objects.",
+        0),
+    CK_ROW("key-prefix", CFG_STRING, key_prefix, "", 0, 0,
+           "Deployment prefix of every key inside the store.", 0),
+    CK_ROW("s3-endpoint", CFG_STRING, s3_endpoint, "", 0, 0,
+           "S3 endpoint URL (http://host:port); empty: $AWS_ENDPOINT_URL or AWS's.", 0),
+    CK_ROW("s3-region", CFG_STRING, s3_region, "", 0, 0,
+           "S3 region; empty: $AWS_REGION or us-east-1.", 0),
+    CK_ROW("s3-access-key", CFG_STRING, s3_access_key, "", 0, 0,
+           "S3 access key id; empty: $AWS_ACCESS_KEY_ID.", 0),
+    CK_ROW("s3-secret-key", CFG_STRING, s3_secret_key, "", 0, 0,
+           "S3 secret access key; empty: $AWS_SECRET_ACCESS_KEY.", CFG_SECRET),
+    CK_ROW("staging-budget", CFG_SIZE, staging_budget_bytes, "1GiB", 16 << 20, (int64_t)1 << 44,
+           "Memory for staged checkpoint bytes, all writers together (back-pressure when full).",
+           0),
+    CK_ROW("upload-concurrency", CFG_UINT64, upload_concurrency, "8", 1, 256,
+           "Parallel uploads (upload threads).", 0),
+    CK_ROW("part-size", CFG_SIZE, part_bytes, "16MiB", 5 << 20, (int64_t)5 << 30,
+           "Multipart part size: a multiple of 1MiB, at least 5MiB.", 0),
+    CK_ROW("read-piece-size", CFG_SIZE, read_piece_bytes, "4MiB", 4096, 1 << 30,
+           "Most data bytes per ReadChunk (keep it under max-message-size).", 0),
+    CK_ROW("keep-last", CFG_UINT64, keep_last, "0", 0, 1000000,
+           "Retention: keep the newest N committed steps per job; 0 keeps all.", 0),
+    CK_ROW("keep-every", CFG_UINT64, keep_every, "0", 0, (int64_t)1 << 40,
+           "Retention: also keep every step divisible by M; 0: none.", 0),
+    CK_ROW("attempt-timeout", CFG_DURATION, attempt_timeout_ms, "10m", 100, 86400000,
+           "An attempt whose ranks have not all finished by then is aborted.", 0),
+    CK_ROW("coordinator", CFG_STRING, coordinator, "", 0, 0,
+           "Coordinator HOST:PORT told of each commit (ReportCheckpoint); empty: none.", 0),
+    CK_ROW("coordinator-token-file", CFG_STRING, coordinator_token_file, "", 0, 0,
+           "File holding the bearer token for the coordinator; empty: none.", CFG_SECRET),
+};
+
+static const struct cfg_table checkpoint_table = {
+    .program = "stoker-checkpoint",
+    .env_prefix = "CHECKPOINT",
+    .opts = checkpoint_options,
+    .n_opts = sizeof(checkpoint_options) / sizeof(checkpoint_options[0]),
+    .summary = "Stages, uploads, commits and restores sharded training checkpoints.",
+};
+
+struct checkpoint {
+  struct checkpoint_config cfg;
+  char storage_url[PATH_MAX + 16];
+  char *token;
+  struct daemon *daemon;
+  struct ckpt_service *svc;
+  struct ckpt_rpc *adapter;
+  struct ckpt_report *report;
+  uv_timer_t stats_timer;
+  bool timer_on;
+  struct metric_gauge *staged;
+  struct metric_counter *parts, *objects, *commits, *aborts;
+  struct ckpt_service_stats last;
+};
+
+static int check_config(const struct checkpoint_config *c, char *err, size_t err_len) {
+  if (c->part_bytes % (1 << 20) != 0) {
+    snprintf(err, err_len, "part-size (%llu) must be a multiple of 1MiB",
+             (unsigned long long)c->part_bytes);
+    return STK_EINVAL;
+  }
+  if (c->read_piece_bytes + 65536 > c->daemon.max_message_bytes) {
+    snprintf(err, err_len, "read-piece-size (%llu) must be under max-message-size (%llu)",
+             (unsigned long long)c->read_piece_bytes,
+             (unsigned long long)c->daemon.max_message_bytes);
+    return STK_EINVAL;
+  }
+  if (c->staging_budget_bytes < c->part_bytes) {
+    snprintf(err, err_len, "staging-budget must hold at least one part (part-size)");
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
+/* file://<absolute data dir>/objects unless a storage URL is given. */
+static int resolve_storage(struct checkpoint *ck, char *err, size_t err_len) {
+  const char *url = ck->cfg.storage;
+  if (url && url[0]) {
+    snprintf(ck->storage_url, sizeof(ck->storage_url), "%s", url);
+    return 0;
+  }
+  char abs[PATH_MAX];
+  mkdir(ck->cfg.daemon.data_dir, 0755);
+  if (!realpath(ck->cfg.daemon.data_dir, abs)) {
+    snprintf(err, err_len, "data-dir %s: cannot resolve", ck->cfg.daemon.data_dir);
+    return STK_EINVAL;
+  }
+  snprintf(ck->storage_url, sizeof(ck->storage_url), "file://%s/objects", abs);
+  return 0;
+}
+
+/* storage.h reads the S3 settings from the environment; options win. */
+static void export_s3_options(const struct checkpoint_config *c) {
+  const struct {
+    const char *env, *value;
+  } rows[] = {{"AWS_ENDPOINT_URL", c->s3_endpoint},
+              {"AWS_REGION", c->s3_region},
+              {"AWS_ACCESS_KEY_ID", c->s3_access_key},
+              {"AWS_SECRET_ACCESS_KEY", c->s3_secret_key}};
+  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+    if (rows[i].value && rows[i].value[0]) setenv(rows[i].env, rows[i].value, 1);
+}
+
+static char *read_token(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  char buf[4096] = "";
+  char *ok = fgets(buf, sizeof(buf), f);
+  fclose(f);
+  if (!ok) return NULL;
+  buf[strcspn(buf, "\r\n")] = 0;
+  return strdup(buf);
+}
+
+static int start_reporter(struct checkpoint *ck) {
+  if (!ck->cfg.coordinator || !ck->cfg.coordinator[0]) return 0;
+  const char *tf = ck->cfg.coordinator_token_file;
+  if (tf && tf[0] && !(ck->token = read_token(tf))) {
+    log_error("startup", "cannot read coordinator-token-file %s", tf);
+    return STK_EINVAL;
+  }
+  int rc = ckpt_report_new(ck->cfg.coordinator, ck->token, &ck->report);
+  if (rc) log_error("startup", "coordinator %s: %s", ck->cfg.coordinator, stk_strerror(rc));
+  return rc;
+}
+
+static void on_commit(void *arg, const char *job, int64_t step, const char *manifest_uri) {
+  struct checkpoint *ck = arg;
+  log_info("checkpoint.committed", "job=%s step=%lld uri=%s", job, (long long)step, manifest_uri);
+  if (ck->report) ckpt_report_commit(ck->report, job, step, manifest_uri);
+}
+
+static int open_core(struct checkpoint *ck) {
+  char db[PATH_MAX];
+  snprintf(db, sizeof(db), "%s/journal", ck->cfg.daemon.data_dir);
+  struct ckpt_service_opts o = {
+      .db_dir = db,
+      .storage_url = ck->storage_url,
+      .key_prefix = ck->cfg.key_prefix,
+      .staging_budget_bytes = ck->cfg.staging_budget_bytes,
+      .upload_concurrency = (uint32_t)ck->cfg.upload_concurrency,
+      .part_bytes = ck->cfg.part_bytes,
+      .keep_last = (uint32_t)ck->cfg.keep_last,
+      .keep_every = (uint32_t)ck->cfg.keep_every,
+      .attempt_timeout_ms = (uint32_t)ck->cfg.attempt_timeout_ms,
+      .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
+      .commit_hook = on_commit,
+      .commit_hook_arg = ck,
+  };
+  stk_clear_detail();
+  int rc = ckpt_service_open(daemon_loop(ck->daemon), &o, &ck->svc);
+  if (rc)
+    log_error("startup", "cannot open the checkpoint service (%s, %s): %s%s%s", db, ck->storage_url,
+              stk_strerror(rc), stk_detail()[0] ? ": " : "", stk_detail());
+  return rc;
+}
+
+/* Publishes the core's figures as metrics twice a second. */
+static void publish_stats(uv_timer_t *t) {
+  struct checkpoint *ck = t->data;
+  struct ckpt_service_stats s;
+  if (!ck->svc) return;
+  ckpt_service_get_stats(ck->svc, &s);
+  metric_gauge_set(ck->staged, (double)s.staged_bytes);
+  metric_counter_add(ck->parts, s.parts_uploaded - ck->last.parts_uploaded);
+  metric_counter_add(ck->objects, s.objects_uploaded - ck->last.objects_uploaded);
+  metric_counter_add(ck->commits, s.commits - ck->last.commits);
+  metric_counter_add(ck->aborts, s.aborts - ck->last.aborts);
+  ck->last = s;
+}
+
+static int register_adapter(struct checkpoint *ck) {
+  struct metrics *m = daemon_metrics(ck->daemon);
+  ck->staged = metrics_gauge(m, "stoker_checkpoint_staging_bytes",
+                             "Staging memory held now (buffer capacity).", NULL);
+  ck->parts = metrics_counter(m, "stoker_checkpoint_parts_uploaded_total", "Parts uploaded.", NULL);
+  ck->objects =
+      metrics_counter(m, "stoker_checkpoint_objects_uploaded_total", "Objects uploaded.", NULL);
+  ck->commits =
+      metrics_counter(m, "stoker_checkpoint_commits_total", "Checkpoints committed.", NULL);
+  ck->aborts = metrics_counter(m, "stoker_checkpoint_aborts_total", "Attempts aborted.", NULL);
+  uv_timer_init(daemon_loop(ck->daemon), &ck->stats_timer);
+  ck->stats_timer.data = ck;
+  uv_timer_start(&ck->stats_timer, publish_stats, 500, 500);
+  ck->timer_on = true;
+  struct ckpt_rpc_opts o = {.metrics = m};
+  return ckpt_rpc_register(daemon_rpc(ck->daemon), ck->svc, &o, &ck->adapter);
+}
+
+static void drain_service(struct daemon *dm, void *arg) {
+  struct checkpoint *ck = arg;
+  (void)dm;
+  ckpt_rpc_drain(ck->adapter);
+}
+
+static void service_closed(void *arg) {
+  struct checkpoint *ck = arg;
+  log_info("shutdown", "uploads, commits and the journal are flushed");
+  daemon_service_closed(ck->daemon);
+}
+
+/* Every call has finished: detach lingering writers, close the core. */
+static void stop_service(struct daemon *dm, void *arg) {
+  struct checkpoint *ck = arg;
+  (void)dm;
+  uv_close((uv_handle_t *)&ck->stats_timer, NULL);
+  ck->timer_on = false;
+  ckpt_rpc_detach(ck->adapter);
+  struct ckpt_service *svc = ck->svc;
+  ck->svc = NULL;
+  ckpt_service_close(svc, service_closed, ck);
+}
+
+static int load_config(struct checkpoint *ck, int argc, char **argv) {
+  char err[512] = "";
+  int rc = cfg_load(&checkpoint_table, &ck->cfg, argc, argv, err, sizeof(err));
+  if (rc == 0) rc = check_config(&ck->cfg, err, sizeof(err));
+  if (rc == 0) rc = resolve_storage(ck, err, sizeof(err));
+  if (rc < 0) fprintf(stderr, "stoker-checkpoint: %s\n", err);
+  return rc;
+}
+
+static void set_flag(void *arg) {
+  *(bool *)arg = true;
+}
+
+/* After a failed start: close what was opened on the loop and let the
+ * loop run until the core has closed. */
+static void close_after_failure(struct checkpoint *ck) {
+  uv_loop_t *loop = ck->daemon ? daemon_loop(ck->daemon) : NULL;
+  if (!loop) return;
+  if (ck->timer_on) uv_close((uv_handle_t *)&ck->stats_timer, NULL);
+  ck->timer_on = false;
+  bool closed = ck->svc == NULL;
+  if (ck->svc) ckpt_service_close(ck->svc, set_flag, &closed);
+  ck->svc = NULL;
+  while (!closed) uv_run(loop, UV_RUN_ONCE);
+  uv_run(loop, UV_RUN_NOWAIT);
+}
+
+int main(int argc, char **argv) {
+  static struct checkpoint ck;
+  char err[512] = "";
+  if (argc == 2 && strcmp(argv[1], "--example-config") == 0)
+    return cfg_write_example(&checkpoint_table, stdout) == 0 ? 0 : 1;
+  int rc = load_config(&ck, argc, argv);
+  if (rc != 0) {
+    cfg_free(&checkpoint_table, &ck.cfg);
+    return rc < 0 ? 2 : 0;
+  }
+  export_s3_options(&ck.cfg);
+  rc = daemon_new("stoker-checkpoint", &ck.cfg.daemon, err, sizeof(err), &ck.daemon);
+  if (rc) {
+    fprintf(stderr, "stoker-checkpoint: %s\n", err);
+    cfg_free(&checkpoint_table, &ck.cfg);
+    return 1;
+  }
+  cfg_log_effective(&checkpoint_table, &ck.cfg);
+  rc = start_reporter(&ck);
+  if (!rc) rc = open_core(&ck);
+  if (!rc) rc = register_adapter(&ck);
+  if (!rc) {
+    daemon_on_drain(ck.daemon, drain_service, &ck);
+    rc = daemon_start(ck.daemon, stop_service, &ck, err, sizeof(err));
+    if (rc) log_error("startup", "%s", err);
+  }
+  if (!rc) daemon_run(ck.daemon);
+  ckpt_rpc_free(ck.adapter);
+  close_after_failure(&ck);
+  daemon_free(ck.daemon);
+  ckpt_report_free(ck.report, 5000);
+  free(ck.token);
+  cfg_free(&checkpoint_table, &ck.cfg);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,55 @@
+/*
+ * test_ckpt_helpers: what the checkpoint integration tests share on top of
+ * harness.h: a small model (a float matrix, a byte matrix large enough for
+ * multipart uploads, one blob per rank) whose every byte is a function of
+ * its position, written by a rank over the Write stream and read back over
+ * the Read stream at any world size, checked byte for byte.
+ */
+#ifndef STK_TEST_CKPT_HELPERS_H
+#define STK_TEST_CKPT_HELPERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "harness.h"
+#include "stoker/v1/checkpoint.pb-c.h"
+
+/* Sentinel answer of tck_read_rank when the bytes differ. */
+#define TCK_MISMATCH (-1000)
+
+/* A unary Checkpoint method ("Begin") with a 30 s deadline; returns the
+ * gRPC status code as harness_call does. */
+int tck_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *req,
+             const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
+             char *ret_msg, size_t msg_len);
+
+/* Begin; ret_attempt (64 bytes) gets the attempt id on RPC_OK. */
+int tck_begin(struct rpc_client *rc, const char *job, int64_t step, uint32_t world,
+              char *ret_attempt);
+/* Commit; the committed step in *ret_step (may be NULL) on RPC_OK. */
+int tck_commit(struct rpc_client *rc, const char *attempt, int64_t *ret_step, char *msg,
+               size_t msg_len);
+
+/* Writes rank's share of the model (world ranks) in chunks of at most
+ * 1 MiB, then "last". Returns the Write call's status code. */
+int tck_write_rank(struct rpc_client *rc, const char *attempt, uint32_t rank, uint32_t world,
+                   bool wait_durable, char *msg, size_t msg_len);
+
+/* Writes every rank of world from its own thread and rpc client. Returns
+ * RPC_OK or the first failing status. */
+int tck_write_all(const char *addr, const char *attempt, uint32_t world);
+
+/* Reads rank's share at world (rows split evenly, every old rank's blob)
+ * and compares every byte: RPC_OK, the stream's status, or TCK_MISMATCH. */
+int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
+                  uint32_t world, uint32_t write_world, char *msg, size_t msg_len);
+
+/* The model's ranks were written at write_world: every rank of world reads. */
+int tck_read_all(struct rpc_client *rc, const char *job, int64_t step, uint32_t world,
+                 uint32_t write_world);
+
+/* Steps of List(job) into ret_steps (at most max); -1 when the call fails. */
+int tck_list(struct rpc_client *rc, const char *job, int64_t *ret_steps, size_t max);
+
+#endif

@@ -1,0 +1,276 @@
+/*
+ * The real stoker-checkpoint on loopback (file:// store in the test's temp
+ * directory): 4 ranks, each a thread with its own rpc client, write shards
+ * and blobs; the checkpoint commits and reads back bit-exactly at 4, 3 and
+ * 8 ranks. Hostile input gets clear statuses and commits nothing; a byte
+ * flipped in a stored object fails Read with DATA_LOSS and shows in
+ * Verify; with --coordinator, a commit reaches the coordinator's GetJob.
+ * argv: stoker-checkpoint, stoker-coordinator.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_ckpt_helpers.h"
+
+static const char *const ck_args[] = {
+    "--part-size", "5MiB", "--staging-budget", "48MiB", "--attempt-timeout", "3s", NULL};
+
+static struct harness_daemon *start_ck(void) {
+  struct harness_daemon *d = harness_daemon_start(ck_args);
+  assert_non_null(d);
+  return d;
+}
+
+static void test_roundtrip_reshard(void **state) {
+  struct harness_daemon *d = start_ck();
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, "train", 100, 4, attempt), RPC_OK);
+  assert_int_equal(tck_write_all(d->addr, attempt, 4), RPC_OK);
+  int64_t step = -1;
+  assert_int_equal(tck_commit(rc, attempt, &step, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(step, 100);
+  int64_t steps[4];
+  assert_int_equal(tck_list(rc, "train", steps, 4), 1);
+  assert_int_equal(steps[0], 100);
+  assert_int_equal(tck_read_all(rc, "train", 100, 4, 4), RPC_OK);
+  assert_int_equal(tck_read_all(rc, "train", 100, 3, 4), RPC_OK);
+  assert_int_equal(tck_read_all(rc, "train", 100, 8, 4), RPC_OK);
+  /* The same step again is refused; Verify finds nothing wrong. */
+  assert_int_equal(tck_begin(rc, "train", 100, 4, attempt), RPC_ALREADY_EXISTS);
+  Stoker__V1__VerifyCheckpointRequest vr = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
+  vr.job = "train";
+  vr.step = 100;
+  ProtobufCMessage *resp = NULL;
+  assert_int_equal(tck_call(rc, "Verify", &vr.base,
+                            &stoker__v1__verify_checkpoint_response__descriptor, &resp, msg,
+                            sizeof(msg)),
+                   RPC_OK);
+  Stoker__V1__VerifyCheckpointResponse *v = (void *)resp;
+  assert_int_equal(v->n_problems, 0);
+  assert_int_equal(v->objects, 4);
+  assert_true(v->bytes > 24u << 20);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
+/* One chunk on its own stream (no "last"); returns the Write status. */
+static int write_one(struct rpc_client *rc, Stoker__V1__WriteChunk *ch, char *msg, size_t len) {
+  struct rpc_client_cstream *s = NULL;
+  if (rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
+                              &stoker__v1__write_response__descriptor, 10000, &s) != 0)
+    return RPC_UNAVAILABLE;
+  rpc_client_cstream_write(s, &ch->base);
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(s, &resp, &st);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(msg, len, "%s", st.message);
+  return st.code;
+}
+
+static int hostile_chunk(struct rpc_client *rc, const char *attempt, const char *tensor,
+                         uint64_t off, uint64_t n, uint64_t shape, char *msg, size_t len) {
+  uint8_t data[64] = {0};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = &off;
+  box.sizes = &n;
+  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+  ch.attempt = (char *)attempt;
+  ch.tensor = (char *)tensor;
+  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  ch.n_global_shape = 1;
+  ch.global_shape = &shape;
+  ch.box = &box;
+  ch.data.data = data;
+  ch.data.len = n <= sizeof(data) ? n : sizeof(data);
+  ch.last = true;
+  return write_one(rc, &ch, msg, len);
+}
+
+static void test_hostile(void **state) {
+  struct harness_daemon *d = start_ck();
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, "../evil", 1, 1, attempt), RPC_INVALID_ARGUMENT);
+  assert_int_equal(tck_begin(rc, "ok", -5, 1, attempt), RPC_INVALID_ARGUMENT);
+  /* A name escaping its directory: refused, the attempt is aborted. */
+  assert_int_equal(tck_begin(rc, "h", 1, 1, attempt), RPC_OK);
+  assert_int_equal(hostile_chunk(rc, attempt, "a/../../b", 0, 8, 8, msg, sizeof(msg)),
+                   RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, ".."));
+  assert_int_not_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  /* A box outside its shape. */
+  assert_int_equal(tck_begin(rc, "h", 2, 1, attempt), RPC_OK);
+  assert_int_equal(hostile_chunk(rc, attempt, "t", 60, 8, 64, msg, sizeof(msg)),
+                   RPC_INVALID_ARGUMENT);
+  assert_int_not_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  /* Overlapping chunks of two ranks: the commit's coverage check refuses. */
+  assert_int_equal(tck_begin(rc, "h", 3, 2, attempt), RPC_OK);
+  assert_int_equal(hostile_chunk(rc, attempt, "t", 0, 40, 64, msg, sizeof(msg)), RPC_OK);
+  {
+    uint8_t data[40] = {0};
+    uint64_t off = 24, n = 40, shape = 64;
+    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+    box.n_offsets = box.n_sizes = 1;
+    box.offsets = &off;
+    box.sizes = &n;
+    Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+    ch.attempt = attempt;
+    ch.rank = 1;
+    ch.tensor = "t";
+    ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+    ch.n_global_shape = 1;
+    ch.global_shape = &shape;
+    ch.box = &box;
+    ch.data.data = data;
+    ch.data.len = 40;
+    ch.last = true;
+    assert_int_equal(write_one(rc, &ch, msg, sizeof(msg)), RPC_OK);
+  }
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
+  /* A stream that ends before "last": FAILED_PRECONDITION; the attempt
+   * never commits (aborted at the attempt timeout). */
+  assert_int_equal(tck_begin(rc, "h", 4, 1, attempt), RPC_OK);
+  {
+    uint8_t data[8] = {0};
+    uint64_t off = 0, n = 8, shape = 64;
+    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+    box.n_offsets = box.n_sizes = 1;
+    box.offsets = &off;
+    box.sizes = &n;
+    Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+    ch.attempt = attempt;
+    ch.tensor = "t";
+    ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+    ch.n_global_shape = 1;
+    ch.global_shape = &shape;
+    ch.box = &box;
+    ch.data.data = data;
+    ch.data.len = 8;
+    assert_int_equal(write_one(rc, &ch, msg, sizeof(msg)), RPC_FAILED_PRECONDITION);
+  }
+  int code = tck_commit(rc, attempt, NULL, msg, sizeof(msg));
+  assert_true(code == RPC_ABORTED || code == RPC_DEADLINE_EXCEEDED);
+  /* Unknown attempt, rank outside the world. */
+  assert_int_equal(
+      hostile_chunk(rc, "0123456789abcdef0123456789abcdef", "t", 0, 8, 8, msg, sizeof(msg)),
+      RPC_NOT_FOUND);
+  int64_t steps[8];
+  assert_int_equal(tck_list(rc, "h", steps, 8), 0);
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
+/* Flips one byte of the first object file found under dir. */
+static bool flip_object_byte(const char *dir) {
+  char cmd[1024], path[1024] = "";
+  snprintf(cmd, sizeof(cmd), "find '%s' -name 'rank-00000-0000.bin' | head -1", dir);
+  FILE *p = popen(cmd, "r");
+  if (!p) return false;
+  char *ok = fgets(path, sizeof(path), p);
+  pclose(p);
+  path[strcspn(path, "\n")] = 0;
+  FILE *f = ok && path[0] ? fopen(path, "r+b") : NULL;
+  if (!f) return false;
+  fseek(f, 100, SEEK_SET);
+  int c = fgetc(f);
+  fseek(f, 100, SEEK_SET);
+  fputc(c ^ 0x5a, f);
+  fclose(f);
+  return true;
+}
+
+static void test_corrupt_object(void **state) {
+  struct harness_daemon *d = start_ck();
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, "rot", 7, 2, attempt), RPC_OK);
+  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(tck_read_all(rc, "rot", 7, 2, 2), RPC_OK);
+  assert_true(flip_object_byte(d->data_dir));
+  assert_int_equal(tck_read_rank(rc, "rot", 7, 0, 2, 2, msg, sizeof(msg)), RPC_DATA_LOSS);
+  assert_non_null(strstr(msg, "rank-00000-0000.bin"));
+  Stoker__V1__VerifyCheckpointRequest vr = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
+  vr.job = "rot";
+  vr.step = 7;
+  ProtobufCMessage *resp = NULL;
+  assert_int_equal(tck_call(rc, "Verify", &vr.base,
+                            &stoker__v1__verify_checkpoint_response__descriptor, &resp, msg,
+                            sizeof(msg)),
+                   RPC_OK);
+  Stoker__V1__VerifyCheckpointResponse *v = (void *)resp;
+  assert_true(v->n_problems >= 1);
+  assert_non_null(strstr(v->problems[0], "rank-00000-0000.bin"));
+  protobuf_c_message_free_unpacked(resp, NULL);
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
+/* Starts the coordinator: harness_init switched to its binary, then back. */
+static struct harness_daemon *start_coordinator(char **argv) {
+  char *alt[] = {argv[0], argv[2], NULL};
+  harness_init(2, alt);
+  struct harness_daemon *co = harness_daemon_start(NULL);
+  char *back[] = {argv[0], argv[1], argv[2], NULL};
+  harness_init(3, back);
+  return co;
+}
+
+static char **test_argv;
+
+static void test_coordinator_report(void **state) {
+  struct harness_daemon *co = start_coordinator(test_argv);
+  assert_non_null(co);
+  struct stk_client *cc = harness_client(co);
+  assert_int_equal(harness_create_job(cc, "gpt", 1, 4, 1000, 100), 0);
+  char arg[160];
+  snprintf(arg, sizeof(arg), "--coordinator=%s", co->addr);
+  const char *args[] = {"--part-size", "5MiB", arg, NULL};
+  struct harness_daemon *d = harness_daemon_start(args);
+  assert_non_null(d);
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, "gpt", 42, 2, attempt), RPC_OK);
+  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  int64_t seen = 0, deadline = harness_now_ms() + 10000;
+  while (seen != 42 && harness_now_ms() < deadline) {
+    Stoker__V1__Job *job = harness_get_job(cc, "gpt");
+    if (job && job->latest_checkpoint) {
+      seen = job->latest_checkpoint->step;
+      if (seen == 42) assert_non_null(strstr(job->latest_checkpoint->uri, "manifest.pb"));
+    }
+    if (job) protobuf_c_message_free_unpacked(&job->base, NULL);
+    if (seen != 42) harness_sleep_ms(50);
+  }
+  assert_int_equal(seen, 42);
+  rpc_client_free(rc);
+  stk_client_free(cc);
+  harness_daemon_free(d);
+  harness_daemon_free(co);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3 || harness_init(argc, argv) != 0) {
+    fprintf(stderr, "usage: %s STOKER_CHECKPOINT STOKER_COORDINATOR\n", argv[0]);
+    return 1;
+  }
+  test_argv = argv;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_roundtrip_reshard),
+      cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_corrupt_object),
+      cmocka_unit_test(test_coordinator_report),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
