@@ -17,6 +17,8 @@ packages=(
   libcmocka-dev python3 python3-grpcio python3-protobuf openssl procps
   python3-boto3
   nodejs npm
+  # The main job's loss plot (PNG).
+  gnuplot-nox
 )
 
 missing=()

@@ -1,0 +1,82 @@
+/*
+ * fsdp_limiter: the sliding window over unsharded parameters. The
+ * communication thread acquires a unit's bytes before all-gathering it and
+ * the compute side releases them when it frees the buffer, so at most K
+ * units (and optionally a byte budget) are alive at once. Without it the
+ * communication thread would gather every unit ahead of compute, and memory
+ * would grow with the model (the problem PyTorch's limit_all_gathers fixes).
+ */
+#include <time.h>
+
+#include "fsdp_internal.h"
+#include "stk_error.h"
+
+int64_t fsdp_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int fsdp_limiter_init(struct fsdp_limiter *l, int max_units, size_t max_bytes) {
+  *l = (struct fsdp_limiter){.max_units = max_units, .max_bytes = max_bytes};
+  if (pthread_mutex_init(&l->mu, NULL)) return STK_ENOMEM;
+  if (pthread_cond_init(&l->cv, NULL)) {
+    pthread_mutex_destroy(&l->mu);
+    return STK_ENOMEM;
+  }
+  return 0;
+}
+
+void fsdp_limiter_close(struct fsdp_limiter *l) {
+  pthread_cond_destroy(&l->cv);
+  pthread_mutex_destroy(&l->mu);
+}
+
+static int allowed(const struct fsdp_limiter *l, size_t bytes) {
+  if (l->max_units > 0 && l->units >= l->max_units) return 0;
+  if (l->max_bytes > 0 && l->bytes + bytes > l->max_bytes) return 0;
+  return 1;
+}
+
+int fsdp_limiter_acquire(struct fsdp_limiter *l, size_t bytes) {
+  pthread_mutex_lock(&l->mu);
+  int64_t t0 = fsdp_now_ns();
+  int waited = 0;
+  while (!l->aborted && !allowed(l, bytes)) {
+    waited = 1;
+    pthread_cond_wait(&l->cv, &l->mu);
+  }
+  if (waited) l->wait_ns += fsdp_now_ns() - t0;
+  int rc = l->aborted ? STK_ECANCELED : 0;
+  if (!rc) {
+    l->units++;
+    l->bytes += bytes;
+    if (l->units > l->peak_units) l->peak_units = l->units;
+    if (l->bytes > l->peak_bytes) l->peak_bytes = l->bytes;
+  }
+  pthread_mutex_unlock(&l->mu);
+  return rc;
+}
+
+void fsdp_limiter_release(struct fsdp_limiter *l, size_t bytes) {
+  pthread_mutex_lock(&l->mu);
+  l->units--;
+  l->bytes -= bytes;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+void fsdp_limiter_abort(struct fsdp_limiter *l) {
+  pthread_mutex_lock(&l->mu);
+  l->aborted = 1;
+  pthread_cond_broadcast(&l->cv);
+  pthread_mutex_unlock(&l->mu);
+}
+
+void fsdp_limiter_rearm(struct fsdp_limiter *l) {
+  pthread_mutex_lock(&l->mu);
+  l->aborted = 0;
+  l->units = 0;
+  l->bytes = 0;
+  pthread_mutex_unlock(&l->mu);
+}

@@ -1,0 +1,113 @@
+/*
+ * stoker-train: the reference trainer, one process per rank. It joins a
+ * coordinator job, builds a TCP ring with the other ranks through the
+ * generation's KV store, streams its slice of each global batch from the
+ * dataloader, trains the reference GPT with FSDP, checkpoints every N steps
+ * through the checkpoint service (asynchronously: the step goes on once the
+ * shard is staged) and, on RESTART or a failed collective, rejoins at the
+ * new world size and restores the latest committed checkpoint, resharded.
+ *
+ * Steps: trainer step s (1-based, "s steps done") trains on the loader's
+ * step s - 1 (the loader counts from 0), so a checkpoint at step S holds
+ * the loader state after loader step S - 1 and training resumes with loader
+ * step S.
+ *
+ * This header is shared by the program's files only.
+ */
+#ifndef STK_TRAIN_H
+#define STK_TRAIN_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fsdp.h"
+#include "stoker_ckpt.h"
+#include "stoker_client.h"
+#include "stoker_loader.h"
+
+struct train_opts {
+  const char *coordinator, *dataloader, *checkpoint; /* Service addresses. */
+  const char *job;                                   /* Coordinator job. */
+  const char *data_job;                              /* Loader and checkpoint job; default: job. */
+  const char *member;
+  const char *corpus; /* Directory of .txt files (rank 0 creates the loader). */
+  struct model_config cfg;
+  int seq_len;      /* T */
+  int global_batch; /* Lines per step over all ranks. */
+  int64_t steps;
+  int64_t checkpoint_every;
+  int limiter_k;
+  float lr;
+  uint64_t seed;
+  int64_t restore_from;    /* > 0: restore this step instead of the job's latest. */
+  const char *dump_params; /* At the end, rank 0 writes every unit's params here. */
+  int64_t ring_timeout_ms;
+};
+
+/* A checkpoint saved asynchronously and not committed yet. */
+struct train_pending {
+  int64_t step; /* 0: none. */
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  float *buf; /* The snapshot of this rank's shards (param, m, v per unit). */
+  uint8_t *loader_blob;
+  uint64_t *dims;    /* Shapes and boxes of the tensors saved. */
+  char (*names)[32]; /* Their names. */
+  uint64_t state[4];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int err;
+};
+
+struct train {
+  struct train_opts o;
+  struct stk_client *coord, *loader, *ckpt;
+  struct stk_membership m;
+  struct fsdp *fsdp;
+  struct stk_batch_stream *stream;
+  pthread_mutex_t group_mu; /* Guards group against the action callback. */
+  struct coll_group *group;
+  atomic_bool aborted; /* RESTART or STOP seen by the callback. */
+  int64_t step;        /* Last step trained (or restored). */
+  struct train_pending pend;
+  int32_t *inputs, *targets;
+};
+
+/* Flags and environment; prints usage and returns -1 when they are bad. */
+int train_parse_args(int argc, char **argv, struct train_opts *ret_opts);
+
+/* Joins (or rejoins) the job and builds the ring group of the generation. */
+int train_join(struct train *t);
+/* Aborts and frees the ring group (the action callback may race). */
+void train_drop_group(struct train *t);
+
+/* Rank 0 creates the loader if missing. */
+int train_loader_ensure(struct train *t);
+
+/* Restores checkpoint step into the fresh fsdp at this world size; rank 0
+ * imports the dataloader state. */
+int train_restore(struct train *t, int64_t step);
+
+/* Snapshots this rank's shards and saves them asynchronously (step must be
+ * the last step trained). */
+int train_ckpt_start(struct train *t, int64_t step);
+/* Waits for the pending save to be staged, meets the other ranks and
+ * (rank 0) commits it and commits the loader. No-op without one. */
+int train_ckpt_finish(struct train *t);
+void train_ckpt_drop(struct train *t);
+
+/* Trains one generation until the steps are done (0), STOP (1) or a
+ * failure that needs a rejoin (negative). */
+int train_run_generation(struct train *t);
+
+/* Gathers every unit and (rank 0) writes them to path. */
+int train_dump_params(struct train *t, const char *path);
+
+/* Names of a unit's checkpoint tensors: kind is "param", "m" or "v". */
+void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len);
+
+int64_t train_now_ms(void);
+
+#endif

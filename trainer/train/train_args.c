@@ -1,0 +1,90 @@
+/*
+ * Command-line flags of stoker-train, with the service addresses also
+ * taken from the environment (STOKER_COORDINATOR, STOKER_DATALOADER,
+ * STOKER_CHECKPOINT). Defaults give a tiny model that trains in seconds.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+static void usage(const char *prog) {
+  fprintf(stderr,
+          "usage: %s --job NAME --member ID --corpus DIR [--coordinator ADDR]\n"
+          "  [--dataloader ADDR] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
+          "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
+          "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
+          "  [--dump-params FILE] [--ring-timeout-ms MS]\n",
+          prog);
+}
+
+static void defaults(struct train_opts *o) {
+  *o = (struct train_opts){
+      .cfg = {.vocab_size = 256, .channels = 64, .n_layer = 2, .n_head = 4},
+      .seq_len = 64,
+      .global_batch = 12,
+      .steps = 100,
+      .checkpoint_every = 20,
+      .limiter_k = 2,
+      .lr = 2e-3f,
+      .seed = 1234,
+      .ring_timeout_ms = 15000,
+  };
+  o->coordinator = getenv("STOKER_COORDINATOR");
+  o->dataloader = getenv(STK_LOADER_ENV);
+  o->checkpoint = getenv(STK_CKPT_ENV);
+}
+
+/* One "--flag value" pair; -1 when the flag is unknown. */
+static int set_flag(struct train_opts *o, const char *k, const char *v) {
+  const char *const str_keys[] = {"--coordinator", "--dataloader", "--checkpoint", "--job",
+                                  "--data-job",    "--member",     "--corpus",     "--dump-params"};
+  const char **str_vals[] = {&o->coordinator, &o->dataloader, &o->checkpoint, &o->job,
+                             &o->data_job,    &o->member,     &o->corpus,     &o->dump_params};
+  for (size_t i = 0; i < sizeof(str_keys) / sizeof(str_keys[0]); i++)
+    if (!strcmp(k, str_keys[i])) return (*str_vals[i] = v), 0;
+  long long n = strtoll(v, NULL, 10);
+  if (!strcmp(k, "--steps"))
+    o->steps = n;
+  else if (!strcmp(k, "--checkpoint-every"))
+    o->checkpoint_every = n;
+  else if (!strcmp(k, "--limiter"))
+    o->limiter_k = (int)n;
+  else if (!strcmp(k, "--channels"))
+    o->cfg.channels = (int)n;
+  else if (!strcmp(k, "--layers"))
+    o->cfg.n_layer = (int)n;
+  else if (!strcmp(k, "--heads"))
+    o->cfg.n_head = (int)n;
+  else if (!strcmp(k, "--seq-len"))
+    o->seq_len = (int)n;
+  else if (!strcmp(k, "--global-batch"))
+    o->global_batch = (int)n;
+  else if (!strcmp(k, "--lr"))
+    o->lr = strtof(v, NULL);
+  else if (!strcmp(k, "--seed"))
+    o->seed = (uint64_t)n;
+  else if (!strcmp(k, "--restore-from"))
+    o->restore_from = n;
+  else if (!strcmp(k, "--ring-timeout-ms"))
+    o->ring_timeout_ms = n;
+  else
+    return -1;
+  return 0;
+}
+
+int train_parse_args(int argc, char **argv, struct train_opts *ret_opts) {
+  struct train_opts *o = ret_opts;
+  defaults(o);
+  int bad = argc % 2 == 0;
+  for (int i = 1; !bad && i + 1 < argc; i += 2) bad = set_flag(o, argv[i], argv[i + 1]) != 0;
+  if (!o->data_job) o->data_job = o->job;
+  o->cfg.max_seq_len = o->seq_len;
+  if (bad || !o->coordinator || !o->job || !o->member || o->steps < 0 || o->global_batch <= 0 ||
+      o->seq_len <= 0 || model_config_check(&o->cfg) != 0) {
+    usage(argv[0]);
+    return -1;
+  }
+  return 0;
+}

@@ -1,0 +1,176 @@
+/*
+ * Saving checkpoints. At step S rank 0 begins an attempt and hands its id
+ * to the others through the KV store; every rank snapshots its FSDP shards
+ * (param, Adam m and v of every unit: 1-D flat shards of the padded global
+ * size, box [rank*count, (rank+1)*count)) and saves them with
+ * stk_ckpt_save_async, so training goes on once the bytes are staged. Rank
+ * 0 also saves "trainer/state" (step, optimizer steps, seed, loader blob
+ * length) and "loader/state" (the dataloader export). The next step (or
+ * the end) finishes it: wait until staged, barrier, rank 0 commits and
+ * commits the loader at S.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len) {
+  snprintf(ret_name, len, "unit%d/%s", unit, kind);
+}
+
+static void saved(void *arg, int err, const char *msg, uint64_t bytes) {
+  struct train_pending *p = arg;
+  (void)bytes;
+  if (err) fprintf(stderr, "checkpoint save failed: %s (%s)\n", stk_strerror(err), msg);
+  pthread_mutex_lock(&p->mu);
+  p->err = err;
+  p->done = true;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Rank 0 begins the attempt and publishes it; the others read it. */
+static int share_attempt(struct train *t, int64_t step) {
+  char key[48];
+  snprintf(key, sizeof(key), "ckpt/%" PRId64, step);
+  if (t->m.rank == 0) {
+    int err = stk_ckpt_begin(t->ckpt, t->o.data_job, step, t->m.world_size, 30000, t->pend.attempt);
+    if (err == STK_EEXIST)
+      snprintf(t->pend.attempt, sizeof(t->pend.attempt), "-");
+    else if (err)
+      return err;
+    return stk_kv_set(t->coord, key, t->pend.attempt, strlen(t->pend.attempt), 10000);
+  }
+  uint8_t *v = NULL;
+  size_t len = 0;
+  int err = stk_kv_get(t->coord, key, true, 30000, &v, &len);
+  if (err) return err;
+  snprintf(t->pend.attempt, sizeof(t->pend.attempt), "%.*s", (int)len, (const char *)v);
+  free(v);
+  return 0;
+}
+
+/* Fills the shard tensors (3 per unit) into ts, copying the data into buf. */
+static size_t shard_tensors(struct train *t, struct stk_ckpt_tensor *ts, uint64_t *dims,
+                            char (*names)[32]) {
+  int U = fsdp_unit_count(t->fsdp);
+  size_t n = 0, at = 0;
+  for (int u = 0; u < U; u++) {
+    struct fsdp_shard s;
+    fsdp_shard(t->fsdp, u, &s);
+    const float *src[3] = {s.param, s.adam_m, s.adam_v};
+    const char *kinds[3] = {"param", "m", "v"};
+    for (int k = 0; k < 3; k++, n++) {
+      float *dst = t->pend.buf + at;
+      memcpy(dst, src[k], s.count * sizeof(float));
+      at += s.count;
+      uint64_t *d = dims + 3 * n; /* global, offset, size */
+      d[0] = s.padded_numel, d[1] = s.offset, d[2] = s.count;
+      train_tensor_name(u, kinds[k], names[n], sizeof(names[n]));
+      ts[n] = (struct stk_ckpt_tensor){.name = names[n],
+                                       .dtype = STOKER__V1__DTYPE__DTYPE_F32,
+                                       .global_shape = &d[0],
+                                       .box = {1, &d[1], &d[2]},
+                                       .data = dst,
+                                       .len = s.count * sizeof(float)};
+    }
+  }
+  return n;
+}
+
+/* Rank 0's extra tensors: trainer state and the loader export. */
+static size_t state_tensors(struct train *t, int64_t step, struct stk_ckpt_tensor *ts,
+                            uint64_t *dims, size_t len) {
+  struct train_pending *p = &t->pend;
+  p->state[0] = (uint64_t)step, p->state[1] = (uint64_t)fsdp_steps_done(t->fsdp);
+  p->state[2] = t->o.seed, p->state[3] = len;
+  dims[0] = sizeof(p->state), dims[1] = 0, dims[2] = sizeof(p->state);
+  dims[3] = len, dims[4] = 0, dims[5] = len;
+  ts[0] = (struct stk_ckpt_tensor){"trainer/state", STOKER__V1__DTYPE__DTYPE_BYTES,
+                                   &dims[0],        {1, &dims[1], &dims[2]},
+                                   p->state,        sizeof(p->state)};
+  ts[1] = (struct stk_ckpt_tensor){"loader/state", STOKER__V1__DTYPE__DTYPE_BYTES,
+                                   &dims[3],       {1, &dims[4], &dims[5]},
+                                   p->loader_blob, len};
+  return len ? 2 : 1;
+}
+
+static int save_async(struct train *t, int64_t step) {
+  int U = fsdp_unit_count(t->fsdp);
+  size_t total = 0;
+  for (int u = 0; u < U; u++) {
+    struct fsdp_shard s;
+    fsdp_shard(t->fsdp, u, &s);
+    total += 3 * s.count;
+  }
+  size_t nt = 3 * (size_t)U + 2, blob_len = 0;
+  struct stk_ckpt_tensor *ts = calloc(nt, sizeof(*ts));
+  uint64_t *dims = calloc(3 * nt, sizeof(*dims));
+  char(*names)[32] = calloc(nt, 32);
+  t->pend.buf = malloc(total * sizeof(float) + 1);
+  int err = (!ts || !dims || !names || !t->pend.buf) ? STK_ENOMEM : 0;
+  if (!err && t->m.rank == 0)
+    err = stk_loader_export(t->loader, t->o.data_job, step - 1, 30000, &t->pend.loader_blob,
+                            &blob_len);
+  if (!err) {
+    size_t n = shard_tensors(t, ts, dims, names);
+    if (t->m.rank == 0) n += state_tensors(t, step, ts + n, dims + 3 * n, blob_len);
+    t->pend.done = false;
+    err = stk_ckpt_save_async(t->ckpt, t->pend.attempt, t->m.rank, ts, n, saved, &t->pend);
+  }
+  free(ts); /* The array is copied; names and dims live until the save ends. */
+  t->pend.dims = dims;
+  t->pend.names = names;
+  t->pend.step = err ? 0 : step;
+  return err;
+}
+
+void train_ckpt_drop(struct train *t) {
+  struct train_pending *p = &t->pend;
+  if (p->step) { /* Never free buffers a save still reads. */
+    pthread_mutex_lock(&p->mu);
+    while (!p->done) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+  }
+  free(p->buf), free(p->loader_blob), free(p->dims), free(p->names);
+  p->buf = NULL, p->loader_blob = NULL, p->dims = NULL, p->names = NULL;
+  p->step = 0;
+}
+
+int train_ckpt_start(struct train *t, int64_t step) {
+  train_ckpt_drop(t);
+  int err = share_attempt(t, step);
+  if (err) return err;
+  if (!strcmp(t->pend.attempt, "-")) return 0; /* Committed already (before a restart). */
+  err = save_async(t, step);
+  if (err) train_ckpt_drop(t);
+  return err;
+}
+
+/* Rank 0: the commit, then the loader's. */
+static int commit(struct train *t) {
+  Stoker__V1__CheckpointRef *ref = NULL;
+  int err = stk_ckpt_commit(t->ckpt, t->pend.attempt, 60000, &ref);
+  if (err) return err;
+  printf("[%s] checkpoint committed at step %" PRId64 " (%s)\n", t->o.member, t->pend.step,
+         ref && ref->uri ? ref->uri : "");
+  protobuf_c_message_free_unpacked(&ref->base, NULL);
+  return stk_loader_commit(t->loader, t->o.data_job, t->pend.step - 1, 30000);
+}
+
+int train_ckpt_finish(struct train *t) {
+  struct train_pending *p = &t->pend;
+  if (!p->step) return 0;
+  pthread_mutex_lock(&p->mu);
+  while (!p->done) pthread_cond_wait(&p->cv, &p->mu);
+  int err = p->err;
+  pthread_mutex_unlock(&p->mu);
+  char name[48];
+  snprintf(name, sizeof(name), "ckpt-%" PRId64, p->step);
+  if (!err) err = stk_barrier(t->coord, name, 60000);
+  if (!err && t->m.rank == 0) err = commit(t);
+  train_ckpt_drop(t);
+  return err;
+}

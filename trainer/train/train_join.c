@@ -1,0 +1,88 @@
+/*
+ * Joining a generation: stk_join, then the ring rendezvous through the
+ * generation's KV store (each rank listens, publishes "ring/<rank>", reads
+ * everybody's) and ring_group_new. Also dropping the group on a failure or
+ * a RESTART from the coordinator.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "train.h"
+
+int64_t train_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void train_drop_group(struct train *t) {
+  pthread_mutex_lock(&t->group_mu);
+  struct coll_group *g = t->group;
+  t->group = NULL;
+  pthread_mutex_unlock(&t->group_mu);
+  if (g) {
+    coll_abort(g);
+    coll_free(g);
+  }
+}
+
+/* Reads every rank's ring address (waiting for them) into addrs. */
+static int gather_addrs(struct train *t, char (*addrs)[RING_ADDR_MAX]) {
+  for (uint32_t r = 0; r < t->m.world_size; r++) {
+    char key[32];
+    snprintf(key, sizeof(key), "ring/%u", r);
+    uint8_t *v = NULL;
+    size_t len = 0;
+    int err = stk_kv_get(t->coord, key, true, 60000, &v, &len);
+    if (err) return err;
+    snprintf(addrs[r], RING_ADDR_MAX, "%.*s", (int)len, (const char *)v);
+    free(v);
+  }
+  return 0;
+}
+
+static int build_ring(struct train *t) {
+  int listener = -1;
+  char addr[RING_ADDR_MAX];
+  int err = ring_listen("127.0.0.1", &listener, addr);
+  if (err) return err;
+  char key[32];
+  snprintf(key, sizeof(key), "ring/%u", t->m.rank);
+  err = stk_kv_set(t->coord, key, addr, strlen(addr), 10000);
+  char(*addrs)[RING_ADDR_MAX] = calloc(t->m.world_size, RING_ADDR_MAX);
+  const char **ptrs = calloc(t->m.world_size, sizeof(*ptrs));
+  if (!err && (!addrs || !ptrs)) err = STK_ENOMEM;
+  if (!err) err = gather_addrs(t, addrs);
+  struct coll_group *g = NULL;
+  if (!err) {
+    for (uint32_t r = 0; r < t->m.world_size; r++) ptrs[r] = addrs[r];
+    err = ring_group_new((int)t->m.rank, (int)t->m.world_size, ptrs, t->o.ring_timeout_ms, listener,
+                         &g);
+    listener = -1;
+  }
+  if (listener >= 0) close(listener);
+  free(addrs);
+  free(ptrs);
+  if (err) return err;
+  pthread_mutex_lock(&t->group_mu);
+  t->group = g;
+  pthread_mutex_unlock(&t->group_mu);
+  return 0;
+}
+
+int train_join(struct train *t) {
+  train_drop_group(t);
+  atomic_store(&t->aborted, false);
+  (void)stk_poll_action(t->coord); /* A stale RESTART belongs to the old generation. */
+  int err = stk_join(t->coord, t->o.job, t->o.member, "", "localhost", 600000, &t->m);
+  if (err) return err;
+  printf("[%s] joined generation %" PRIu64 " as rank %u of %u (latest checkpoint: step %" PRId64
+         ")\n",
+         t->o.member, t->m.generation, t->m.rank, t->m.world_size, t->m.checkpoint_step);
+  return build_ring(t);
+}

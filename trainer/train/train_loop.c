@@ -1,0 +1,114 @@
+/*
+ * One generation of training: set up (loader, FSDP at this world size,
+ * restore, batch stream), then steps until done, STOP or a failure. Rank 0
+ * logs loss and tokens/s per step; every rank reports them with its
+ * heartbeats.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+int train_loader_ensure(struct train *t) {
+  Stoker__V1__LoaderInfo *info = NULL;
+  int err = stk_loader_get(t->loader, t->o.data_job, 30000, &info);
+  if (err != STK_ENOENT) goto out;
+  if (!t->o.corpus) return STK_EINVAL;
+  char uri[1100];
+  snprintf(uri, sizeof(uri), "file://%s", t->o.corpus);
+  Stoker__V1__StorageRef ref = STOKER__V1__STORAGE_REF__INIT;
+  ref.uri = uri;
+  Stoker__V1__DatasetSpec ds = STOKER__V1__DATASET_SPEC__INIT;
+  ds.name = "corpus", ds.source = &ref, ds.weight = 1.0, ds.tokenizer = "bytes";
+  ds.format = STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_TEXT, ds.block_bytes = 4096;
+  Stoker__V1__DatasetSpec *dss[1] = {&ds};
+  Stoker__V1__LoaderSpec spec = STOKER__V1__LOADER_SPEC__INIT;
+  spec.job = (char *)t->o.data_job, spec.n_datasets = 1, spec.datasets = dss;
+  spec.seq_len = (uint32_t)t->o.seq_len, spec.global_batch = (uint32_t)t->o.global_batch;
+  spec.seed = t->o.seed;
+  err = stk_loader_create(t->loader, &spec, 30000, &info);
+  if (err == STK_EEXIST) err = 0;
+out:
+  if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
+  return err;
+}
+
+/* FSDP at this world size, restored when there is a checkpoint; the stream. */
+static int setup(struct train *t) {
+  int64_t from = t->o.restore_from > 0 ? t->o.restore_from : t->m.checkpoint_step;
+  int err = t->m.rank == 0 ? train_loader_ensure(t) : 0;
+  struct fsdp_opts fo;
+  fsdp_opts_default(&fo);
+  fo.max_inflight_units = t->o.limiter_k, fo.seed = t->o.seed;
+  fo.lr_max = t->o.lr, fo.lr_min = t->o.lr / 10, fo.warmup_steps = 10;
+  fo.total_steps = t->o.steps;
+  fsdp_free(t->fsdp);
+  t->fsdp = NULL;
+  if (!err) err = fsdp_new(&t->o.cfg, t->group, &fo, &t->fsdp);
+  if (!err && from > 0) err = train_restore(t, from);
+  if (!err) err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
+  t->step = from;
+  if (!err && from < t->o.steps)
+    err = stk_batch_stream_open(t->loader, t->o.data_job, from, t->m.rank, t->m.world_size, 4,
+                                &t->stream);
+  return err;
+}
+
+/* Splits the batch's lines of T+1 tokens into inputs and targets. */
+static int take_batch(struct train *t, int *ret_B) {
+  struct stk_batch b;
+  int err = stk_batch_stream_next(t->stream, 120000, &b);
+  if (err) return err;
+  int T = t->o.seq_len, B = (int)b.lines;
+  if (b.step != t->step || b.line_tokens != (uint32_t)T + 1 ||
+      B * (int)t->m.world_size != t->o.global_batch)
+    err = STK_ECORRUPT;
+  for (int l = 0; !err && l < B; l++)
+    for (int i = 0; i < T; i++) {
+      t->inputs[l * T + i] = (int32_t)b.tokens[l * (T + 1) + i];
+      t->targets[l * T + i] = (int32_t)b.tokens[l * (T + 1) + i + 1];
+    }
+  stk_batch_free(&b);
+  *ret_B = B;
+  return err;
+}
+
+static int one_step(struct train *t) {
+  int64_t t0 = train_now_ms();
+  int B = 0;
+  float loss = 0;
+  int err = take_batch(t, &B);
+  if (!err) err = fsdp_step(t->fsdp, t->inputs, t->targets, B, t->o.seq_len, &loss);
+  if (err) return err;
+  t->step++;
+  double dt = (double)(train_now_ms() - t0) / 1000.0;
+  double tps = (double)t->o.global_batch * t->o.seq_len / (dt > 1e-3 ? dt : 1e-3);
+  stk_report(t->coord, (uint64_t)t->step, tps, loss, STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
+  if (t->m.rank == 0)
+    printf("[%s] step %" PRId64 " loss %.4f tokens/s %.0f world %u\n", t->o.member, t->step,
+           (double)loss, tps, t->m.world_size);
+  err = train_ckpt_finish(t); /* The previous step's checkpoint, staged meanwhile. */
+  if (!err && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0)
+    err = train_ckpt_start(t, t->step);
+  return err;
+}
+
+int train_run_generation(struct train *t) {
+  int err = train_join(t);
+  if (!err) err = setup(t);
+  while (!err && t->step < t->o.steps) {
+    err = one_step(t);
+    enum stk_action a = stk_poll_action(t->coord);
+    if (a == STK_ACTION_STOP) err = 1;
+    if (a == STK_ACTION_RESTART) err = STK_EABORTED;
+  }
+  if (!err) err = train_ckpt_finish(t);
+  if (!err && t->o.dump_params) err = train_dump_params(t, t->o.dump_params);
+  if (!err) (void)stk_barrier(t->coord, "done", 30000); /* Nobody leaves mid-collective. */
+  train_ckpt_drop(t);
+  stk_batch_stream_free(t->stream);
+  t->stream = NULL;
+  return err;
+}

@@ -1,0 +1,96 @@
+/*
+ * stoker-train's main: connects to the three services, registers the
+ * action callback (a RESTART or STOP aborts the ring group so a rank stuck
+ * in a collective returns at once) and runs generations until the steps
+ * are done or the job is stopped. A failed generation waits for the
+ * coordinator's RESTART (or STOP), then rejoins.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train.h"
+
+static void on_action(void *arg, enum stk_action a, uint64_t generation, const char *reason) {
+  struct train *t = arg;
+  if (a != STK_ACTION_RESTART && a != STK_ACTION_STOP) return;
+  fprintf(stderr, "[%s] %s (generation %" PRIu64 ": %s)\n", t->o.member,
+          a == STK_ACTION_STOP ? "STOP" : "RESTART", generation, reason ? reason : "");
+  atomic_store(&t->aborted, true);
+  pthread_mutex_lock(&t->group_mu);
+  if (t->group) coll_abort(t->group);
+  pthread_mutex_unlock(&t->group_mu);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* After a failure: RESTART (0), STOP (1); rejoins anyway after 30 s. */
+static int wait_for_verdict(struct train *t) {
+  for (int64_t end = train_now_ms() + 30000; train_now_ms() < end; sleep_ms(50)) {
+    enum stk_action a = stk_poll_action(t->coord);
+    if (a == STK_ACTION_STOP) return 1;
+    if (a == STK_ACTION_RESTART) return 0;
+  }
+  return 0;
+}
+
+static int run(struct train *t) {
+  for (;;) {
+    int err = train_run_generation(t);
+    if (err == 0) break;
+    if (err == 1) {
+      printf("[%s] STOP at step %" PRId64 "\n", t->o.member, t->step);
+      break;
+    }
+    fprintf(stderr, "[%s] generation %" PRIu64 " failed at step %" PRId64 ": %s (%s)\n",
+            t->o.member, t->m.generation, t->step, stk_strerror(err), stk_client_last_error(NULL));
+    train_drop_group(t);
+    if (err != STK_EABORTED && wait_for_verdict(t) == 1) break;
+  }
+  printf("[%s] done at step %" PRId64 "\n", t->o.member, t->step);
+  stk_leave(t->coord);
+  return 0;
+}
+
+static int connect_all(struct train *t) {
+  struct stk_client_opts co = {.address = t->o.coordinator};
+  struct stk_client_opts lo = {.address = t->o.dataloader};
+  struct stk_client_opts ko = {.address = t->o.checkpoint};
+  int err = stk_client_new(&co, &t->coord);
+  if (!err) err = stk_loader_connect(&lo, &t->loader);
+  if (!err) err = stk_ckpt_connect(&ko, &t->ckpt);
+  size_t n = (size_t)t->o.global_batch * (size_t)t->o.seq_len;
+  t->inputs = calloc(n, sizeof(int32_t));
+  t->targets = calloc(n, sizeof(int32_t));
+  if (!err && (!t->inputs || !t->targets)) err = STK_ENOMEM;
+  return err;
+}
+
+int main(int argc, char **argv) {
+  static struct train t;
+  if (train_parse_args(argc, argv, &t.o) != 0) return 2;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  pthread_mutex_init(&t.group_mu, NULL);
+  pthread_mutex_init(&t.pend.mu, NULL);
+  pthread_cond_init(&t.pend.cv, NULL);
+  int err = connect_all(&t);
+  if (!err) {
+    stk_on_action(t.coord, on_action, &t);
+    err = run(&t);
+  }
+  if (err)
+    fprintf(stderr, "stoker-train: %s: %s (%s)\n", t.o.member, stk_strerror(err),
+            stk_client_last_error(NULL));
+  stk_client_free(t.coord); /* Stops the heartbeat thread before the group goes. */
+  train_drop_group(&t);
+  fsdp_free(t.fsdp);
+  stk_client_free(t.loader);
+  stk_client_free(t.ckpt);
+  free(t.inputs), free(t.targets);
+  return err ? 1 : 0;
+}
