@@ -20,7 +20,9 @@ ninja -C "$build"
 
 bin=$root/$build
 work=$(mktemp -d -t stoker-main-job.XXXXXX)
-out=${STOKER_OUT_DIR:-$work}
+# The summary (loss.png, loss.tsv) outlives the temporary state directory.
+out=${STOKER_OUT_DIR:-$root/main-job-out}
+mkdir -p "$out"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
