@@ -17,54 +17,34 @@
 
 #include <cmocka.h>
 
+#include "cli_run.h"
+
 #include "fake_coord.h"
 
 static const char *stokerctl;
 static struct fake_coord fake;
-static char out_path[64], err_path[64];
-
-struct run {
-  int rc;
-  char out[8192];
-  char err[2048];
-};
-
-static void slurp(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
 
 /* Runs stokerctl with args (a shell fragment) against the fake. */
-static void run(struct run *r, const char *args) {
-  char cmd[1024];
-  snprintf(cmd, sizeof(cmd), "STOKER_COORDINATOR=%s '%s' %s >%s 2>%s </dev/null", fake.addr,
-           stokerctl, args, out_path, err_path);
-  int st = system(cmd);
-  assert_true(WIFEXITED(st));
-  r->rc = WEXITSTATUS(st);
-  slurp(out_path, r->out, sizeof(r->out));
-  slurp(err_path, r->err, sizeof(r->err));
+static void run(struct cli_run *r, const char *args) {
+  char env[256];
+  snprintf(env, sizeof(env), "STOKER_COORDINATOR=%s", fake.addr);
+  cli_run(r, env, stokerctl, args);
 }
 
 static int setup(void **state) {
-  snprintf(out_path, sizeof(out_path), "/tmp/stokerctl-test-%d.out", (int)getpid());
-  snprintf(err_path, sizeof(err_path), "/tmp/stokerctl-test-%d.err", (int)getpid());
+  cli_run_init("stokerctl-test");
   fake_start(&fake);
   return 0;
 }
 
 static int teardown(void **state) {
   fake_stop(&fake);
-  unlink(out_path);
-  unlink(err_path);
+  cli_run_cleanup();
   return 0;
 }
 
 static void test_not_found_line(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, "job show nope");
   assert_int_equal(r.rc, 2);
   assert_string_equal(r.err, "stokerctl: job show: no job named \"nope\" (NOT_FOUND)\n");
@@ -72,7 +52,7 @@ static void test_not_found_line(void **state) {
 }
 
 static void test_show_json(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, "--json job show x");
   assert_int_equal(r.rc, 0);
   cJSON *o = cJSON_Parse(r.out);
@@ -87,7 +67,7 @@ static void test_show_json(void **state) {
 }
 
 static void test_watch_until_end(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, "job watch x --after 1");
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "2  -  MEMBER_JOINED"));
@@ -101,7 +81,7 @@ static void test_watch_until_end(void **state) {
 }
 
 static void test_health(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, "health");
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "coordinator"));
@@ -113,7 +93,7 @@ static void test_health(void **state) {
 }
 
 static void test_exit_codes(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, "job frobnicate x");
   assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "unknown command"));
@@ -147,7 +127,7 @@ static void write_file(const char *path, const char *text) {
  * one, from --token-file or STOKER_TOKEN_FILE, works. */
 static void test_token(void **state) {
   static struct fake_coord secure;
-  static struct run r;
+  static struct cli_run r;
   char good[64], bad[64], args[512];
   snprintf(good, sizeof(good), "/tmp/stokerctl-test-%d.tok", (int)getpid());
   snprintf(bad, sizeof(bad), "/tmp/stokerctl-test-%d.bad", (int)getpid());

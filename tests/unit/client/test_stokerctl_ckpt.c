@@ -18,36 +18,19 @@
 
 #include <cmocka.h>
 
+#include "cli_run.h"
+
 #include "fake_ckpt.h"
 #include "stoker_ckpt.h"
 
 static const char *stokerctl;
 static struct fake_ckpt fake;
-static char out_path[64], err_path[64];
 
-struct run {
-  int rc;
-  char out[65536];
-  char err[4096];
-};
-
-static void slurp(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
-
-static void run(struct run *r, const char *args) {
-  char cmd[2048];
-  snprintf(cmd, sizeof(cmd), "STOKER_CHECKPOINT=%s '%s' %s >%s 2>%s </dev/null", fake.addr,
-           stokerctl, args, out_path, err_path);
-  int st = system(cmd);
-  assert_true(WIFEXITED(st));
-  r->rc = WEXITSTATUS(st);
-  slurp(out_path, r->out, sizeof(r->out));
-  slurp(err_path, r->err, sizeof(r->err));
+/* Runs stokerctl with args (a shell fragment) against the fake. */
+static void run(struct cli_run *r, const char *args) {
+  char env[256];
+  snprintf(env, sizeof(env), "STOKER_CHECKPOINT=%s", fake.addr);
+  cli_run(r, env, stokerctl, args);
 }
 
 /* Step 5 of job "m" at world 2: "emb" [64 x 4096] f32 (1 MiB), blob "opt". */
@@ -77,8 +60,7 @@ static void write_checkpoint(void) {
 
 static int setup(void **state) {
   (void)state;
-  snprintf(out_path, sizeof(out_path), "/tmp/stokerctl-ckpt-%d.out", (int)getpid());
-  snprintf(err_path, sizeof(err_path), "/tmp/stokerctl-ckpt-%d.err", (int)getpid());
+  cli_run_init("stokerctl-ckpt");
   fake_ckpt_start(&fake, NULL);
   write_checkpoint();
   return 0;
@@ -87,14 +69,13 @@ static int setup(void **state) {
 static int teardown(void **state) {
   (void)state;
   fake_ckpt_stop(&fake);
-  unlink(out_path);
-  unlink(err_path);
+  cli_run_cleanup();
   return 0;
 }
 
 static void test_list_show(void **state) {
   (void)state;
-  static struct run r;
+  static struct cli_run r;
   run(&r, "checkpoint list m");
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "STEP  COMMITTED"));
@@ -143,7 +124,7 @@ static void corrupt_object(void) {
 
 static void test_verify_delete(void **state) {
   (void)state;
-  static struct run r;
+  static struct cli_run r;
   run(&r, "checkpoint verify m 5");
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "checkpoint m step 5: OK, 2 objects"));

@@ -17,50 +17,29 @@
 
 #include <cmocka.h>
 
+#include "cli_run.h"
+
 #include "fake_loader.h"
 
 static const char *stokerctl;
 static struct fake_loader fake;
-static char out_path[64], err_path[64];
-
-struct run {
-  int rc;
-  char out[16384];
-  char err[2048];
-};
-
-static void slurp(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  size_t n = fread(buf, 1, len - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
 
 /* Runs stokerctl with args (a shell fragment) against the fake. */
-static void run(struct run *r, const char *args) {
-  char cmd[2048];
-  snprintf(cmd, sizeof(cmd),
-           "STOKER_DATALOADER=%s STOKER_COORDINATOR=127.0.0.1:1 '%s' %s >%s 2>%s </dev/null",
-           fake.addr, stokerctl, args, out_path, err_path);
-  int st = system(cmd);
-  assert_true(WIFEXITED(st));
-  r->rc = WEXITSTATUS(st);
-  slurp(out_path, r->out, sizeof(r->out));
-  slurp(err_path, r->err, sizeof(r->err));
+static void run(struct cli_run *r, const char *args) {
+  char env[256];
+  snprintf(env, sizeof(env), "STOKER_DATALOADER=%s STOKER_COORDINATOR=127.0.0.1:1", fake.addr);
+  cli_run(r, env, stokerctl, args);
 }
 
 static int setup(void **state) {
-  snprintf(out_path, sizeof(out_path), "/tmp/stokerctl-loader-%d.out", (int)getpid());
-  snprintf(err_path, sizeof(err_path), "/tmp/stokerctl-loader-%d.err", (int)getpid());
+  cli_run_init("stokerctl-loader");
   fake_loader_start(&fake);
   return 0;
 }
 
 static int teardown(void **state) {
   fake_loader_stop(&fake);
-  unlink(out_path);
-  unlink(err_path);
+  cli_run_cleanup();
   return 0;
 }
 
@@ -69,7 +48,7 @@ static const char create_args[] =
     "--seq-len 127 --global-batch 8 --seed 5 --shards 8 --lanes 2 --eos 7";
 
 static void test_create_show(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, create_args);
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "seq_len 127, global batch 8 lines"));
@@ -98,7 +77,7 @@ static void test_create_show(void **state) {
 }
 
 static void test_explain_commit_mixture(void **state) {
-  static struct run r;
+  static struct cli_run r;
   run(&r, create_args);
   run(&r, "loader explain j 3 --rank 1 --world 2");
   assert_int_equal(r.rc, 0);
@@ -134,19 +113,15 @@ static void test_explain_commit_mixture(void **state) {
 }
 
 static void test_health_and_missing_address(void **state) {
-  static struct run r;
+  static struct cli_run r;
   char args[512];
   snprintf(args, sizeof(args), "--json --coordinator %s health", fake.addr);
   run(&r, args); /* The fake serves health for both "services". */
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "\"service\":\"dataloader\""));
   assert_non_null(strstr(r.out, "\"status\":\"SERVING\""));
-  char cmd[1024];
-  snprintf(cmd, sizeof(cmd), "STOKER_DATALOADER= '%s' loader show j >%s 2>%s", stokerctl, out_path,
-           err_path);
-  int st = system(cmd);
-  assert_int_equal(WEXITSTATUS(st), 1);
-  slurp(err_path, r.err, sizeof(r.err));
+  cli_run(&r, "STOKER_DATALOADER=", stokerctl, "loader show j");
+  assert_int_equal(r.rc, 1);
   assert_non_null(strstr(r.err, "no dataloader address"));
 }
 
