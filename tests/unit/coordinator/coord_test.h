@@ -13,9 +13,11 @@
 
 #include <cmocka.h>
 #include <ftw.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "coord.h"
@@ -64,6 +66,29 @@ static UNUSED void res_free(struct res *r) {
   if (!r) return;
   if (r->resp) protobuf_c_message_free_unpacked(r->resp, NULL);
   free(r);
+}
+
+/* Runs child(dir, fd) in a forked process, waits until it writes one byte
+ * to fd (its change was acknowledged), then SIGKILLs it: a crash right
+ * after an acknowledgement. */
+static UNUSED void kill_after_ack(const char *dir, void (*child)(const char *dir, int fd)) {
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    child(dir, fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  char ok = 0;
+  assert_int_equal(read(fds[0], &ok, 1), 1);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  assert_true(WIFSIGNALED(status));
+  close(fds[0]);
 }
 
 static UNUSED void run_until(struct fx *f, const bool *flag) {

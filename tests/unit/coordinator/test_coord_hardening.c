@@ -334,22 +334,7 @@ static void health_child(const char *dir, int fd) {
 static void test_health_change_crash(void **state) {
   struct fx *f = *state;
   fx_close(f);
-  int fds[2];
-  assert_int_equal(pipe(fds), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    health_child(f->dir, fds[1]);
-  }
-  close(fds[1]);
-  char ok = 0;
-  assert_int_equal(read(fds[0], &ok, 1), 1);
-  kill(pid, SIGKILL);
-  int status;
-  waitpid(pid, &status, 0);
-  assert_true(WIFSIGNALED(status));
-  close(fds[0]);
+  kill_after_ack(f->dir, health_child);
   fx_open(f);
   check_member(f, STOKER__V1__RANK_HEALTH__RANK_HEALTH_FAILING, "nic down");
 }

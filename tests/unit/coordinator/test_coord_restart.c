@@ -167,22 +167,7 @@ static void scale_child(const char *dir, int fd) {
 static void test_scale_pending_crash(void **state) {
   struct fx *f = *state;
   fx_close(f);
-  int fds[2];
-  assert_int_equal(pipe(fds), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    close(fds[0]);
-    scale_child(f->dir, fds[1]);
-  }
-  close(fds[1]);
-  char ok = 0;
-  assert_int_equal(read(fds[0], &ok, 1), 1);
-  kill(pid, SIGKILL);
-  int status;
-  waitpid(pid, &status, 0);
-  assert_true(WIFSIGNALED(status));
-  close(fds[0]);
+  kill_after_ack(f->dir, scale_child);
   fx_open(f);
   assert_int_equal(heartbeat(f, "k", "m1", 1), ACT(CHECKPOINT_NOW));
   assert_int_equal(report_ckpt(f, "k", 3, 1), 0);
