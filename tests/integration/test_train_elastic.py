@@ -82,7 +82,7 @@ def wait_all(procs, timeout):
 def elastic_run(bins, env, work, data):
     coord, dl, ck, train, ctl = bins
     subprocess.run([ctl, "job", "create", "el", "--min", "2", "--max", "4", "--heartbeat",
-                    "200ms", "--misses", "3", "--last-call", "1s"], env=env, check=True,
+                    "500ms", "--misses", "6", "--last-call", "1s"], env=env, check=True,
                    stdout=subprocess.DEVNULL)
     final = os.path.join(work, "final.bin")
     procs = launch(train, env, work, "el", [f"r{i}" for i in range(4)],

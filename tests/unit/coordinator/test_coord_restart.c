@@ -111,6 +111,9 @@ static void test_scale_deadline_rearmed(void **state) {
 
 static void test_pause_pending_restart(void **state) {
   struct fx *f = *state;
+  fx_close(f);
+  f->opts.scale_timeout_beats = 200; /* No forced pause while a slow run restarts. */
+  fx_open(f);
   running_pair(f, "p", 2, 2);
   assert_int_equal(report_ckpt(f, "p", 5, 1), 0);
   assert_int_equal(job_action(f, coord_pause_job, "p", false), 0);
