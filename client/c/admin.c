@@ -165,16 +165,9 @@ int stk_job_watch(struct stk_client *c, const char *job, uint64_t after_seq, stk
   return 0;
 }
 
-static void deadline_after(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
-  ts->tv_sec += ms / 1000 + ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
-}
-
 int stk_watch_wait(struct stk_watch *w, int64_t timeout_ms) {
   struct timespec ts;
-  if (timeout_ms >= 0) deadline_after(&ts, timeout_ms);
+  if (timeout_ms >= 0) client_deadline_after(&ts, timeout_ms);
   pthread_mutex_lock(&w->mu);
   while (!w->done) {
     if (timeout_ms < 0) {

@@ -192,6 +192,13 @@ int waiter_wait(struct waiter *w) {
   return stk_error_from_grpc(w->st.code);
 }
 
+void client_deadline_after(struct timespec *ts, int64_t ms) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
+  ts->tv_sec += ms / 1000 + ns / 1000000000;
+  ts->tv_nsec = ns % 1000000000;
+}
+
 void waiter_cancel(struct waiter *w) {
   pthread_mutex_lock(&w->mu);
   if (!w->done && w->call) {

@@ -7,6 +7,7 @@
 #define STK_CLIENT_INTERNAL_H
 
 #include <pthread.h>
+#include <time.h>
 
 #include "rpc.h"
 #include "stoker_client.h"
@@ -68,6 +69,9 @@ int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
  * as this thread's last error. */
 int waiter_wait(struct waiter *w);
 /* Asks the call to stop if still open. Any thread. */
+/* An absolute CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
+void client_deadline_after(struct timespec *ts, int64_t ms);
+
 void waiter_cancel(struct waiter *w);
 
 /* Blocking unary call: *ret_resp owned by the caller on success. */

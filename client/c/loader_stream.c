@@ -174,13 +174,6 @@ int stk_batch_stream_open(struct stk_client *c, const char *job, int64_t from_st
   return 0;
 }
 
-static void deadline_after(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
-  ts->tv_sec += ms / 1000 + ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
-}
-
 /* The error an ended, drained stream reports (call with s->mu held). */
 static int end_error(const struct stk_batch_stream *s) {
   if (s->local_err) return client_fail(s->local_err, "stream batches");
@@ -195,7 +188,7 @@ static int end_error(const struct stk_batch_stream *s) {
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch) {
   struct timespec ts;
-  if (timeout_ms >= 0) deadline_after(&ts, timeout_ms);
+  if (timeout_ms >= 0) client_deadline_after(&ts, timeout_ms);
   int err = 0;
   pthread_mutex_lock(&s->mu);
   while (s->n == 0 && !s->done && err == 0) {
