@@ -16,7 +16,6 @@ packages=(
   # Tests: an independent gRPC client, certificates, sanitizers' runtime.
   libcmocka-dev python3 python3-grpcio python3-protobuf openssl procps
   python3-boto3
-  nodejs npm
   # The main job's loss plot (PNG).
   gnuplot-nox
 )
@@ -25,6 +24,13 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+
+# Node.js and npm run the S3 test server and the reference GPT-2 tokenizer. Any
+# working node + npm will do: a machine with NodeSource's nodejs (which bundles
+# npm) must not get Debian's npm, whose dependencies conflict with it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
 
 if ((${#missing[@]})); then
   if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
