@@ -16,4 +16,37 @@ bool ckpt_box_valid(const struct stk_ckpt_box *box, const uint64_t *shape);
 /* Points msg at box's arrays (no copy; msg lives no longer than box). */
 void ckpt_box_msg(const struct stk_ckpt_box *box, Stoker__V1__Box *msg);
 
+/* ---- ckpt_seg.c: zero-copy staging segments of one write stream ---- */
+
+struct ckpt_seg;
+
+/* Sends one chunk message on the stream (0 or a negative error). */
+typedef int (*ckpt_seg_send_fn)(void *arg, Stoker__V1__WriteChunk *msg);
+
+/* STK_CKPT_SHM_* from $STOKER_CKPT_SHM (auto when unset). */
+int ckpt_seg_mode_from_env(void);
+
+/* Asks the service (GetStagingInfo) whether rank can stage through shared
+ * memory. 0 with *ret_shm NULL when it cannot and mode is AUTO (or OFF);
+ * STK_ENOTSUP (or the call's error) when it cannot and mode is ON. */
+int ckpt_seg_open(struct stk_client *c, const char *attempt, uint32_t rank, int mode,
+                  struct ckpt_seg **ret_shm);
+
+/* Most bytes of one chunk (a segment's capacity). */
+uint64_t ckpt_seg_segment_bytes(const struct ckpt_seg *m);
+
+/* Copies a chunk's len bytes (len <= the segment size) into the current
+ * segment and holds msg's metadata (copied) for it; a full segment is
+ * first completed and its messages sent with send. STK_EIO: the segment
+ * could not be written (the caller may send the bytes instead). */
+int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const void *data,
+                    size_t len, ckpt_seg_send_fn send, void *arg);
+
+/* Completes the current segment and sends its held messages. */
+int ckpt_seg_flush(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg);
+
+/* Frees m; a segment whose messages were never sent is removed. Accepts
+ * NULL. */
+void ckpt_seg_free(struct ckpt_seg *m);
+
 #endif

@@ -7,6 +7,11 @@
  * box of its own (the service checks coverage, so the pieces must tile the
  * box exactly, which they do by construction). stk_ckpt_save is the
  * sequence open, write..., finish; its async twin runs it on a thread.
+ *
+ * When the service is on this host the bytes go through shared memory
+ * instead (ckpt_seg.c): pieces are cut at the segment size and only their
+ * metadata is sent; if a segment cannot be written the writer falls back
+ * to bytes for the rest of the stream.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -19,12 +24,20 @@
 #define DEFAULT_MAX_CHUNK_BYTES ((size_t)4 << 20)
 
 struct stk_ckpt_writer {
+  struct stk_client *c;
   struct rpc_client_cstream *s;
   char attempt[STK_CKPT_ATTEMPT_MAX];
   uint32_t rank;
   size_t max_chunk_bytes;
   bool failed; /* A write failed: the call is over, finish tells why. */
+  int shm_mode;
+  bool shm_decided;     /* GetStagingInfo asked (at the first write). */
+  struct ckpt_seg *shm; /* NULL: bytes over gRPC. */
 };
+
+/* Emits one piece (a box that fits) on w's current path. */
+typedef int (*emit_fn)(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
+                       size_t len);
 
 int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t rank,
                          int64_t timeout_ms, struct stk_ckpt_writer **ret_writer) {
@@ -33,8 +46,10 @@ int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t ran
   struct stk_ckpt_writer *w = calloc(1, sizeof(*w));
   if (!w) return client_fail(STK_ENOMEM, "open writer");
   snprintf(w->attempt, sizeof(w->attempt), "%s", attempt);
+  w->c = c;
   w->rank = rank;
   w->max_chunk_bytes = DEFAULT_MAX_CHUNK_BYTES;
+  w->shm_mode = ckpt_seg_mode_from_env();
   int err =
       rpc_client_cstream_open(c->rpc, CKPT_METHOD("Write"), &stoker__v1__write_response__descriptor,
                               timeout_ms > 0 ? timeout_ms : 0, &w->s);
@@ -48,6 +63,14 @@ int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t ran
 
 void stk_ckpt_writer_set_max_chunk(struct stk_ckpt_writer *w, size_t max_chunk_bytes) {
   w->max_chunk_bytes = max_chunk_bytes > 0 ? max_chunk_bytes : 1;
+}
+
+void stk_ckpt_writer_set_shm(struct stk_ckpt_writer *w, enum stk_ckpt_shm_mode mode) {
+  if (w && !w->shm_decided) w->shm_mode = (int)mode;
+}
+
+bool stk_ckpt_writer_shm_active(const struct stk_ckpt_writer *w) {
+  return w && w->shm;
 }
 
 /* Sends one message (a box that fits, or the final "last" marker). */
@@ -85,9 +108,10 @@ static struct cut plan_cut(const struct stk_ckpt_box *box, size_t elem, size_t m
   return k;
 }
 
-/* Sends the pieces of a box too large for one message. */
+/* Emits the pieces of a box too large for one message (or segment). */
 static int write_pieces(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m,
-                        const struct stk_ckpt_box *box, const uint8_t *data, struct cut k) {
+                        const struct stk_ckpt_box *box, const uint8_t *data, struct cut k,
+                        emit_fn emit) {
   uint64_t idx[STK_CKPT_MAX_DIMS] = {0}, off[STK_CKPT_MAX_DIMS], sz[STK_CKPT_MAX_DIMS];
   struct stk_ckpt_box piece = {.ndim = box->ndim, .offsets = off, .sizes = sz};
   Stoker__V1__Box bm;
@@ -104,15 +128,56 @@ static int write_pieces(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m,
       sz[k.d] = box->sizes[k.d] - j < k.rows ? box->sizes[k.d] - j : k.rows;
       ckpt_box_msg(&piece, &bm);
       m->box = &bm;
-      m->data.data = (uint8_t *)data + (lin + j) * k.row_bytes;
-      m->data.len = sz[k.d] * k.row_bytes;
-      int err = send_chunk(w, m);
+      int err = emit(w, m, data + (lin + j) * k.row_bytes, sz[k.d] * k.row_bytes);
       if (err < 0) return err;
     }
     size_t i = k.d; /* Odometer over dims [0, d). */
     while (i > 0 && ++idx[i - 1] == box->sizes[i - 1]) idx[--i] = 0;
     if (i == 0) return 0;
   }
+}
+
+static int emit_grpc(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
+                     size_t len) {
+  m->data.data = (uint8_t *)data;
+  m->data.len = len;
+  return send_chunk(w, m);
+}
+
+static int send_cb(void *arg, Stoker__V1__WriteChunk *m) {
+  return send_chunk(arg, m);
+}
+
+/* Sends the box in m (its bytes at data) over gRPC, cut to fit messages. */
+static int emit_bytes(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
+                      size_t len) {
+  if (len <= w->max_chunk_bytes) return emit_grpc(w, m, data, len);
+  const Stoker__V1__Box *b = m->box;
+  uint64_t off[STK_CKPT_MAX_DIMS], sz[STK_CKPT_MAX_DIMS];
+  memcpy(off, b->offsets, b->n_offsets * sizeof(*off));
+  memcpy(sz, b->sizes, b->n_sizes * sizeof(*sz));
+  struct stk_ckpt_box box = {.ndim = b->n_offsets, .offsets = off, .sizes = sz};
+  struct cut k = plan_cut(&box, stk_ckpt_dtype_size(m->dtype), w->max_chunk_bytes);
+  return write_pieces(w, m, &box, data, k, emit_grpc);
+}
+
+/* Through the segment; if it cannot be written, the segment so far is
+ * sent and the rest of the stream goes as bytes. */
+static int emit_shm(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
+                    size_t len) {
+  int err = ckpt_seg_append(w->shm, m, data, len, send_cb, w);
+  if (err != STK_EIO) return err;
+  err = ckpt_seg_flush(w->shm, send_cb, w);
+  ckpt_seg_free(w->shm);
+  w->shm = NULL;
+  return err < 0 ? err : emit_bytes(w, m, data, len);
+}
+
+/* At the first write: which path the stream takes. */
+static int decide_path(struct stk_ckpt_writer *w) {
+  if (w->shm_decided) return 0;
+  w->shm_decided = true;
+  return ckpt_seg_open(w->c, w->attempt, w->rank, w->shm_mode, &w->shm);
 }
 
 int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__V1__DType dtype,
@@ -122,25 +187,33 @@ int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__
   if (!w || !tensor || !tensor[0] || !elem || !global_shape || !ckpt_box_valid(box, global_shape) ||
       !data || stk_ckpt_box_elems(box) > UINT64_MAX / elem || len != stk_ckpt_box_elems(box) * elem)
     return client_fail(STK_EINVAL, "write chunk");
+  int err = decide_path(w);
+  if (err < 0) return err;
   Stoker__V1__WriteChunk m = STOKER__V1__WRITE_CHUNK__INIT;
   m.tensor = (char *)tensor;
   m.dtype = dtype;
   m.n_global_shape = box->ndim;
   m.global_shape = (uint64_t *)global_shape;
-  if (len <= w->max_chunk_bytes) {
+  size_t max = w->shm ? (size_t)ckpt_seg_segment_bytes(w->shm) : w->max_chunk_bytes;
+  emit_fn emit = w->shm ? emit_shm : emit_grpc;
+  if (len <= max) {
     Stoker__V1__Box bm;
     ckpt_box_msg(box, &bm);
     m.box = &bm;
-    m.data.data = (uint8_t *)data;
-    m.data.len = len;
-    return send_chunk(w, &m);
+    return emit(w, &m, data, len);
   }
-  return write_pieces(w, &m, box, data, plan_cut(box, elem, w->max_chunk_bytes));
+  return write_pieces(w, &m, box, data, plan_cut(box, elem, max), emit);
 }
 
 int stk_ckpt_writer_finish(struct stk_ckpt_writer *w, bool wait_durable, uint64_t *ret_bytes,
                            bool *ret_durable) {
   if (!w) return client_fail(STK_EINVAL, "finish writer");
+  int err = w->shm ? ckpt_seg_flush(w->shm, send_cb, w) : 0;
+  if (err < 0 && !w->failed) { /* Chunks not sent: "last" would commit without them. */
+    stk_ckpt_writer_abort(w);
+    return client_fail(err, "finish writer: shm segment");
+  }
+  ckpt_seg_free(w->shm);
   Stoker__V1__WriteChunk m = STOKER__V1__WRITE_CHUNK__INIT;
   m.tensor = "";
   m.last = true;
@@ -148,7 +221,7 @@ int stk_ckpt_writer_finish(struct stk_ckpt_writer *w, bool wait_durable, uint64_
   send_chunk(w, &m); /* On failure the status below says why. */
   ProtobufCMessage *resp = NULL;
   struct rpc_status st;
-  int err = rpc_client_cstream_finish(w->s, &resp, &st);
+  err = rpc_client_cstream_finish(w->s, &resp, &st);
   free(w);
   if (err < 0) {
     client_set_error(st.code, "%s", st.message);
@@ -163,6 +236,7 @@ int stk_ckpt_writer_finish(struct stk_ckpt_writer *w, bool wait_durable, uint64_
 
 void stk_ckpt_writer_abort(struct stk_ckpt_writer *w) {
   if (!w) return;
+  ckpt_seg_free(w->shm);
   rpc_client_cstream_finish(w->s, NULL, NULL);
   free(w);
 }
@@ -177,9 +251,9 @@ int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
     const struct stk_ckpt_tensor *t = &tensors[i];
     err = stk_ckpt_write_chunk(w, t->name, t->dtype, t->global_shape, &t->box, t->data, t->len);
   }
-  if (err == STK_EINVAL) { /* Our own check: the server has not failed the call. */
+  if (err < 0 && !w->failed) { /* Our own failure: the server has not failed the call. */
     stk_ckpt_writer_abort(w);
-    return client_fail(err, "save: bad tensor");
+    return client_fail(err, err == STK_EINVAL ? "save: bad tensor" : "save");
   }
   return stk_ckpt_writer_finish(w, false, ret_bytes, NULL);
 }

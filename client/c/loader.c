@@ -20,10 +20,12 @@ int stk_loader_connect(const struct stk_client_opts *opts, struct stk_client **r
 }
 
 /* What a batch owns: the reply and, when its bytes could not be viewed in
- * place, an aligned host-order copy of the tokens. */
+ * place, an aligned host-order copy of the tokens; or (an assembled batch)
+ * no reply, the tokens and the document starts. */
 struct batch_owner {
   Stoker__V1__Batch *msg;
   uint32_t *copy;
+  uint32_t *starts;
 };
 
 static bool host_little_endian(void) {
@@ -57,12 +59,20 @@ static bool batch_consistent(const Stoker__V1__Batch *m) {
   return true;
 }
 
-int loader_batch_from_msg(ProtobufCMessage *msg, struct stk_batch *ret_batch) {
+int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch) {
   Stoker__V1__Batch *m = (Stoker__V1__Batch *)msg;
   if (!batch_consistent(m)) {
     protobuf_c_message_free_unpacked(msg, NULL);
     client_set_error(15, "malformed batch from the dataloader");
     return STK_ECORRUPT;
+  }
+  if (m->parts > 1 && !partial_ok) {
+    client_set_error(9,
+                     "this dataloader serves part %u of %u of the job: open the loader with "
+                     "every part's address (stk_loader_open)",
+                     m->part, m->parts);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return STK_EINVAL;
   }
   struct batch_owner *o = calloc(1, sizeof(*o));
   const uint32_t *tokens = NULL;
@@ -84,12 +94,38 @@ int loader_batch_from_msg(ProtobufCMessage *msg, struct stk_batch *ret_batch) {
   return 0;
 }
 
+const Stoker__V1__Batch *loader_batch_msg(const struct stk_batch *b) {
+  const struct batch_owner *o = b->priv_;
+  return o ? o->msg : NULL;
+}
+
+int loader_batch_own(int64_t step, uint32_t lines, uint32_t line_tokens, uint32_t *tokens,
+                     uint32_t *doc_starts, size_t n_doc_starts, struct stk_batch *ret_batch) {
+  struct batch_owner *o = calloc(1, sizeof(*o));
+  if (!o) {
+    free(tokens);
+    free(doc_starts);
+    return client_fail(STK_ENOMEM, "batch");
+  }
+  o->copy = tokens;
+  o->starts = doc_starts;
+  *ret_batch = (struct stk_batch){.step = step,
+                                  .lines = lines,
+                                  .line_tokens = line_tokens,
+                                  .tokens = tokens,
+                                  .doc_starts = doc_starts,
+                                  .n_doc_starts = n_doc_starts,
+                                  .priv_ = o};
+  return 0;
+}
+
 void stk_batch_free(struct stk_batch *b) {
   if (!b) return;
   struct batch_owner *o = b->priv_;
   if (o) {
     free(o->copy);
-    protobuf_c_message_free_unpacked(&o->msg->base, NULL);
+    free(o->starts);
+    if (o->msg) protobuf_c_message_free_unpacked(&o->msg->base, NULL);
     free(o);
   }
   memset(b, 0, sizeof(*b));
@@ -126,7 +162,7 @@ int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, ui
   ProtobufCMessage *resp = NULL;
   int err = client_call(c, DL_METHOD("GetBatch"), &req.base, &stoker__v1__batch__descriptor,
                         timeout_ms, &resp);
-  return err < 0 ? err : loader_batch_from_msg(resp, ret_batch);
+  return err < 0 ? err : loader_batch_from_msg(resp, false, ret_batch);
 }
 
 int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
@@ -169,14 +205,30 @@ int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64
 
 int stk_loader_import(struct stk_client *c, const char *job, int64_t step, const uint8_t *blob,
                       size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
-  if (!blob || !len) return client_fail(STK_EINVAL, "import state");
+  return loader_import_blobs(c, job, step, &blob, &len, 1, timeout_ms, ret_info);
+}
+
+int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
+                        const uint8_t *const *blobs, const size_t *lens, size_t n,
+                        int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  for (size_t i = 0; i < n; i++)
+    if (!blobs[i] || !lens[i]) return client_fail(STK_EINVAL, "import state");
+  if (n == 0) return client_fail(STK_EINVAL, "import state");
+  ProtobufCBinaryData *more = calloc(n, sizeof(*more));
+  if (!more) return client_fail(STK_ENOMEM, "import state");
+  for (size_t i = 1; i < n; i++) more[i - 1] = (ProtobufCBinaryData){lens[i], (uint8_t *)blobs[i]};
   Stoker__V1__LoaderState req = STOKER__V1__LOADER_STATE__INIT;
   req.job = (char *)(job ? job : "");
   req.step = step;
-  req.state.data = (uint8_t *)blob;
-  req.state.len = len;
-  return client_call(c, DL_METHOD("ImportState"), &req.base, &stoker__v1__loader_info__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_info);
+  req.state.data = (uint8_t *)blobs[0];
+  req.state.len = lens[0];
+  req.more_states = more;
+  req.n_more_states = n - 1;
+  int err =
+      client_call(c, DL_METHOD("ImportState"), &req.base, &stoker__v1__loader_info__descriptor,
+                  timeout_ms, (ProtobufCMessage **)ret_info);
+  free(more);
+  return err;
 }
 
 int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,

@@ -1,17 +1,71 @@
 /*
- * What the dataloader parts of libstoker-client share: the method names
- * and the Batch reply to struct stk_batch conversion.
+ * What the dataloader parts of libstoker-client share: the method names,
+ * the Batch reply to struct stk_batch conversion, the assembly of the
+ * partial batches of a scaled-out job, and the single-part calls the
+ * scaled-out loader (stk_loader) builds on.
  */
 #ifndef STK_LOADER_INTERNAL_H
 #define STK_LOADER_INTERNAL_H
+
+#include <stdbool.h>
 
 #include "stoker_loader.h"
 
 #define DL_METHOD(name) "/stoker.v1.Dataloader/" name
 
 /* Takes msg (a Stoker__V1__Batch) in every case: on success it belongs to
- * *ret_batch; on failure (STK_ECORRUPT: sizes disagree; STK_ENOMEM) it is
- * freed and this thread's last error set. */
-int loader_batch_from_msg(ProtobufCMessage *msg, struct stk_batch *ret_batch);
+ * *ret_batch; on failure (STK_ECORRUPT: sizes disagree; STK_EINVAL: a
+ * partial batch and !partial_ok; STK_ENOMEM) it is freed and this thread's
+ * last error set. */
+int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch);
+
+/* The reply a batch views (NULL for an assembled batch). */
+const Stoker__V1__Batch *loader_batch_msg(const struct stk_batch *b);
+
+/* A batch owning host-order arrays (malloc'd; taken in every case). */
+int loader_batch_own(int64_t step, uint32_t lines, uint32_t line_tokens, uint32_t *tokens,
+                     uint32_t *doc_starts, size_t n_doc_starts, struct stk_batch *ret_batch);
+
+/* The whole slice from the partial batches parts[0..n) of one step, parts[i]
+ * from part i of n (freed in every case). STK_ECORRUPT (with the last
+ * error) when they do not fit together. */
+int loader_assemble(struct stk_batch *parts, uint32_t n, struct stk_batch *ret_batch);
+
+/* stk_loader_get_batch_async, accepting partial batches when partial_ok. */
+int loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                           uint32_t world, int64_t timeout_ms, bool partial_ok,
+                           stk_batch_done_fn done, void *arg);
+
+/* stk_batch_stream_open, accepting partial batches when partial_ok. */
+int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
+                       uint32_t world, uint32_t prefetch, bool partial_ok,
+                       struct stk_batch_stream **ret_stream);
+
+/* The stream of a scaled-out job: one partial stream per part, assembled
+ * step by step (loader_parts_stream.c). */
+struct parts_stream;
+int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const char *job,
+                             int64_t from_step, uint32_t rank, uint32_t world, uint32_t prefetch,
+                             struct parts_stream **ret);
+int loader_parts_stream_next(struct parts_stream *ps, int64_t timeout_ms,
+                             struct stk_batch *ret_batch);
+void loader_parts_stream_free(struct parts_stream *ps); /* Accepts NULL. */
+/* A struct stk_batch_stream over ps (taken in every case). */
+int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_stream);
+
+/* The loader of a scaled-out job (loader_parts.c). */
+struct stk_loader {
+  uint32_t n;
+  struct stk_client **parts; /* [n] part i's client */
+};
+
+/* Prefixes this thread's last error with "dataloader part i of n" (n > 1);
+ * returns err. */
+int loader_part_failed(uint32_t n, uint32_t i, int err);
+
+/* ImportState of blobs[0..n) together (LoaderState.state and more_states). */
+int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
+                        const uint8_t *const *blobs, const size_t *lens, size_t n,
+                        int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
 
 #endif

@@ -22,6 +22,7 @@
 struct batch_call {
   stk_batch_done_fn done;
   void *arg;
+  bool partial_ok;
 };
 
 static void batch_call_done(void *arg, const struct rpc_status *st, ProtobufCMessage *resp) {
@@ -31,12 +32,12 @@ static void batch_call_done(void *arg, const struct rpc_status *st, ProtobufCMes
   const char *msg = st->message;
   if (err == 0) {
     b = calloc(1, sizeof(*b));
-    err = b ? loader_batch_from_msg(resp, b) : STK_ENOMEM;
+    err = b ? loader_batch_from_msg(resp, bc->partial_ok, b) : STK_ENOMEM;
     if (!b) protobuf_c_message_free_unpacked(resp, NULL);
     if (err < 0) {
+      msg = b ? stk_client_last_error(NULL) : stk_strerror(err);
       free(b);
       b = NULL;
-      msg = stk_strerror(err);
     }
   }
   bc->done(bc->arg, err, msg, b);
@@ -46,11 +47,18 @@ static void batch_call_done(void *arg, const struct rpc_status *st, ProtobufCMes
 int stk_loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
                                uint32_t world, int64_t timeout_ms, stk_batch_done_fn done,
                                void *arg) {
+  return loader_get_batch_async(c, job, step, rank, world, timeout_ms, false, done, arg);
+}
+
+int loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                           uint32_t world, int64_t timeout_ms, bool partial_ok,
+                           stk_batch_done_fn done, void *arg) {
   if (!job || !done) return client_fail(STK_EINVAL, "get batch");
   struct batch_call *bc = malloc(sizeof(*bc));
   if (!bc) return client_fail(STK_ENOMEM, "get batch");
   bc->done = done;
   bc->arg = arg;
+  bc->partial_ok = partial_ok;
   Stoker__V1__GetBatchRequest req = STOKER__V1__GET_BATCH_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
@@ -69,7 +77,9 @@ int stk_loader_get_batch_async(struct stk_client *c, const char *job, int64_t st
 /* ----------------------------------------------------- batch iterator */
 
 struct stk_batch_stream {
-  struct rpc_client *rpc; /* This stream's own channel. */
+  struct parts_stream *assembled; /* Set: a scaled-out job's stream; nothing below is used. */
+  bool partial_ok;                /* Part of an assembled stream: partial batches expected. */
+  struct rpc_client *rpc;         /* This stream's own channel. */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* Queue changes, end of the stream, cancellers leaving. */
   struct stk_batch *q;
@@ -87,7 +97,7 @@ struct stk_batch_stream {
 static void stream_msg(void *arg, ProtobufCMessage *msg) {
   struct stk_batch_stream *s = arg;
   struct stk_batch b;
-  int err = loader_batch_from_msg(msg, &b);
+  int err = loader_batch_from_msg(msg, s->partial_ok, &b);
   pthread_mutex_lock(&s->mu);
   if (err == 0 && b.step != s->next_step) {
     stk_batch_free(&b);
@@ -146,6 +156,23 @@ static int stream_new(struct stk_client *c, uint32_t prefetch, struct stk_batch_
 
 int stk_batch_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
                           uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream) {
+  return loader_stream_open(c, job, from_step, rank, world, prefetch, false, ret_stream);
+}
+
+int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_stream) {
+  struct stk_batch_stream *s = calloc(1, sizeof(*s));
+  if (!s) {
+    loader_parts_stream_free(ps);
+    return client_fail(STK_ENOMEM, "stream batches");
+  }
+  s->assembled = ps;
+  *ret_stream = s;
+  return 0;
+}
+
+int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
+                       uint32_t world, uint32_t prefetch, bool partial_ok,
+                       struct stk_batch_stream **ret_stream) {
   if (!c || !job || !ret_stream || world == 0 || rank >= world || from_step < 0)
     return client_fail(STK_EINVAL, "stream batches");
   if (prefetch == 0) prefetch = DEFAULT_PREFETCH;
@@ -153,6 +180,7 @@ int stk_batch_stream_open(struct stk_client *c, const char *job, int64_t from_st
   int err = stream_new(c, prefetch, &s);
   if (err < 0) return client_fail(err, "stream batches");
   s->next_step = from_step;
+  s->partial_ok = partial_ok;
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
   req.job = (char *)job;
   req.from_step = from_step;
@@ -187,6 +215,7 @@ static int end_error(const struct stk_batch_stream *s) {
 
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch) {
+  if (s->assembled) return loader_parts_stream_next(s->assembled, timeout_ms, ret_batch);
   struct timespec ts;
   if (timeout_ms >= 0) client_deadline_after(&ts, timeout_ms);
   int err = 0;
@@ -215,6 +244,11 @@ int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
 
 void stk_batch_stream_free(struct stk_batch_stream *s) {
   if (!s) return;
+  if (s->assembled) {
+    loader_parts_stream_free(s->assembled);
+    free(s);
+    return;
+  }
   pthread_mutex_lock(&s->mu);
   s->closing = true;
   pthread_cond_broadcast(&s->cv);

@@ -72,6 +72,30 @@ int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t ran
  * whole rows (each a box of its own). Default 4 MiB; at least one element. */
 void stk_ckpt_writer_set_max_chunk(struct stk_ckpt_writer *w, size_t max_chunk_bytes);
 
+/*
+ * Zero-copy staging: when the service runs on this host (it announces a
+ * shared-memory directory and proves it is the same instance), a writer
+ * copies each chunk's bytes once into a segment file there (tmpfs) and
+ * sends only the chunk's metadata; the service maps the file and owns it
+ * from then on, so the rank is blocked for about one memcpy of its shard.
+ * Otherwise the bytes go over gRPC. The default mode comes from
+ * $STOKER_CKPT_SHM: "auto" (or unset), "off" (or "0"): always gRPC, "on"
+ * (anything else): shared memory or fail with STK_ENOTSUP.
+ */
+enum stk_ckpt_shm_mode {
+  STK_CKPT_SHM_AUTO = 0, /* Shared memory when the service is on this host. */
+  STK_CKPT_SHM_OFF = 1,  /* Always bytes over gRPC. */
+  STK_CKPT_SHM_ON = 2,   /* Shared memory, else the first write fails STK_ENOTSUP. */
+};
+#define STK_CKPT_SHM_ENV "STOKER_CKPT_SHM"
+
+/* Sets w's mode; before the first write only (later calls are ignored). */
+void stk_ckpt_writer_set_shm(struct stk_ckpt_writer *w, enum stk_ckpt_shm_mode mode);
+
+/* True once w's writes go through shared memory (known after the first
+ * write_chunk). */
+bool stk_ckpt_writer_shm_active(const struct stk_ckpt_writer *w);
+
 /* Sends the box of tensor (row-major bytes, len = box elements x dtype
  * size). Blocks while the service holds back (gRPC flow control: the
  * service's staging memory is full). global_shape has box->ndim dims.
@@ -102,8 +126,9 @@ struct stk_ckpt_tensor {
   size_t len;
 };
 
-/* Saves rank's shard: open, every tensor, finish. Returns once staged: the
- * caller may reuse the buffers. ret_bytes: bytes the service took. */
+/* Saves rank's shard: open, every tensor, finish (through shared memory
+ * per $STOKER_CKPT_SHM, see above). Returns once staged: the caller may
+ * reuse the buffers. ret_bytes: bytes the service took. */
 int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
                   const struct stk_ckpt_tensor *tensors, size_t n_tensors, uint64_t *ret_bytes);
 

@@ -121,4 +121,59 @@ int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
  * Accepts NULL. Any thread but the client's. */
 void stk_batch_stream_free(struct stk_batch_stream *s);
 
+/* ------------------------------------------------- scaled-out dataloader */
+
+/* A job can be served by P dataloader processes, process i started with
+ * --part i/P generating only its lanes and answering with partial batches
+ * (services/dataloader/README.md, "Scale-out"). The single-client calls
+ * above refuse partial batches (STK_EINVAL); a struct stk_loader talks to
+ * every part and gives the trainer exactly the bytes one process serving
+ * the whole job would. With one address it is that one process. */
+struct stk_loader;
+
+/* Opens a client per address of opts->address (else $STOKER_DATALOADER,
+ * else STK_LOADER_DEFAULT_ADDRESS): a comma-separated list whose i-th
+ * address is part i of P (P = the number of addresses). The other options
+ * apply to every part. Free with stk_loader_close(). */
+int stk_loader_open(const struct stk_client_opts *opts, struct stk_loader **ret_loader);
+void stk_loader_close(struct stk_loader *l); /* Accepts NULL. */
+uint32_t stk_loader_n_parts(const struct stk_loader *l);
+/* Part i's client (owned by l), NULL when i >= P: for per-process calls. */
+struct stk_client *stk_loader_part(struct stk_loader *l, uint32_t part);
+
+/* Creates the job on every part, in part order, stopping at the first
+ * failure (the message names the part). ret_info (may be NULL) is part 0's. */
+int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
+                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+/* Part 0's info, with committed_step the oldest over the parts (the step
+ * every part can resume from). */
+int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_ms,
+                        Stoker__V1__LoaderInfo **ret_info);
+/* A new configuration version on every part (as create). */
+int stk_loader_update_all(struct stk_loader *l, const Stoker__V1__UpdateMixtureRequest *req,
+                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+/* Commits step on every part (as create). */
+int stk_loader_commit_all(struct stk_loader *l, const char *job, int64_t step, int64_t timeout_ms);
+
+/* The rank's whole slice: every part's partial batch fetched at once and
+ * assembled. STK_EINVAL when an address does not serve the part its place
+ * in the list says; STK_ECORRUPT when the parts do not fit together. */
+int stk_loader_batch_all(struct stk_loader *l, const char *job, int64_t step, uint32_t rank,
+                         uint32_t world, int64_t timeout_ms, struct stk_batch *ret_batch);
+/* A batch stream of whole slices (use stk_batch_stream_next/free): one
+ * StreamBatches per part over its own channel, each prefetching `prefetch`
+ * batches, assembled step by step. */
+int stk_loader_stream_all(struct stk_loader *l, const char *job, int64_t from_step, uint32_t rank,
+                          uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream);
+
+/* Every part's state after step as one blob (malloc'ed) for the model
+ * checkpoint; with one part, exactly stk_loader_export's blob. */
+int stk_loader_export_all(struct stk_loader *l, const char *job, int64_t step, int64_t timeout_ms,
+                          uint8_t **ret_blob, size_t *ret_len);
+/* Imports a blob of stk_loader_export_all (from any number of parts) or of
+ * stk_loader_export into every part: each takes the lanes it serves, so
+ * this is how a job moves to a different number of processes. */
+int stk_loader_import_all(struct stk_loader *l, const char *job, int64_t step, const uint8_t *blob,
+                          size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+
 #endif

@@ -305,8 +305,10 @@ int ckpt_abort_run(struct ckpt_service *s, const char *attempt) {
   free(key);
   if (!err) {
     abort_objects(s, rec);
-    if (ckpt_key_attempt_dir(s->prefix, rec->job, rec->step, rec->attempt, &key) == 0)
-      ckpt_delete_dir(s, key); /* Objects the journal never heard of (best effort). */
+    if (ckpt_key_attempt_dir(s->prefix, rec->job, rec->step, rec->attempt, &key) == 0) {
+      ckpt_abort_uploads_under(s, key); /* Uploads and objects the journal never */
+      ckpt_delete_dir(s, key);          /* heard of (best effort). */
+    }
     free(key);
     struct kv_batch *b = kv_batch_new();
     if (!b) err = STK_ENOMEM;

@@ -6,7 +6,11 @@
  * checkpoint stops existing), then its objects, then the intent; recovery
  * finishes an interrupted deletion. Orphan GC removes attempt directories
  * that have no manifest and no journal record (LIST is used only to find
- * garbage, never for correctness).
+ * garbage, never for correctness), and aborts the multipart uploads under
+ * the service's prefix that no open attempt owns once they are older than
+ * a grace period: an upload begun just before a crash, before its upload
+ * id reached the journal, is otherwise never aborted and its parts are
+ * kept (and billed) forever.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,5 +178,108 @@ int ckpt_gc_run(struct ckpt_service *s, const char *job) {
   }
   keylist_free(&l);
   free(jobdir);
+  return err;
+}
+
+/* ---- Orphaned multipart uploads ---- */
+
+struct upload_ref {
+  char *key, *id;
+};
+
+struct uploadlist {
+  struct upload_ref *v;
+  size_t n, cap;
+  size_t skip;       /* Bytes of the listing prefix ("PREFIX/" or ""). */
+  int64_t cutoff_ms; /* Uploads begun at or before this are old enough. */
+};
+
+static int abort_listed(void *arg, const struct storage_upload *u) {
+  int e = storage_mpu_abort(arg, u->key, u->upload_id);
+  return e == STK_ENOENT ? 0 : e; /* Completed or aborted meanwhile. */
+}
+
+int ckpt_abort_uploads_under(struct ckpt_service *s, const char *dir_key) {
+  int err = storage_mpu_list(s->st, dir_key, abort_listed, s->st);
+  return err == STK_ENOTSUP ? 0 : err;
+}
+
+/* The attempt id of "JOB/step-N/attempt-ID/OBJECT" (a key relative to the
+ * service's prefix); false for any key the service does not write. */
+static bool attempt_of_key(const char *rel, char ret_id[CKPT_ATTEMPT_MAX_BYTES + 1]) {
+  const char *s1 = strchr(rel, '/'), *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
+  const char *s3 = s2 ? strchr(s2 + 1, '/') : NULL;
+  if (!s3 || !s3[1] || (size_t)(s1 - rel) > CKPT_JOB_MAX_BYTES || (size_t)(s2 - s1 - 1) != 17)
+    return false;
+  char seg[CKPT_JOB_MAX_BYTES + 1];
+  int64_t step;
+  memcpy(seg, s1 + 1, 17);
+  seg[17] = '\0';
+  if (ckpt_key_parse_step(seg, &step) != 0) return false;
+  memcpy(seg, rel, (size_t)(s1 - rel));
+  seg[s1 - rel] = '\0';
+  size_t alen = (size_t)(s3 - s2 - 1);
+  if (ckpt_name_check_job(seg) != 0 || alen <= 8 || alen - 8 > CKPT_ATTEMPT_MAX_BYTES ||
+      strncmp(s2 + 1, "attempt-", 8) != 0)
+    return false;
+  memcpy(ret_id, s2 + 9, alen - 8);
+  ret_id[alen - 8] = '\0';
+  return ckpt_name_check_attempt(ret_id) == 0;
+}
+
+/* Keeps the uploads old enough whose keys are the service's. */
+static int collect_upload(void *arg, const struct storage_upload *u) {
+  struct uploadlist *l = arg;
+  char id[CKPT_ATTEMPT_MAX_BYTES + 1];
+  if (u->initiated_ms == 0 || u->initiated_ms > l->cutoff_ms ||
+      !attempt_of_key(u->key + l->skip, id))
+    return 0;
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    struct upload_ref *v = realloc(l->v, cap * sizeof(*v));
+    if (!v) return STK_ENOMEM;
+    l->v = v;
+    l->cap = cap;
+  }
+  struct upload_ref *r = &l->v[l->n];
+  r->key = strdup(u->key);
+  r->id = strdup(u->upload_id);
+  if (!r->key || !r->id) {
+    free(r->key);
+    free(r->id);
+    return STK_ENOMEM;
+  }
+  l->n++;
+  return 0;
+}
+
+static void uploadlist_free(struct uploadlist *l) {
+  for (size_t i = 0; i < l->n; i++) {
+    free(l->v[i].key);
+    free(l->v[i].id);
+  }
+  free(l->v);
+}
+
+int ckpt_gc_orphan_uploads(struct ckpt_service *s, int64_t now_ms, uint64_t grace_ms,
+                           uint64_t *ret_aborted) {
+  char prefix[CKPT_PREFIX_MAX_BYTES + 2];
+  snprintf(prefix, sizeof(prefix), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
+  struct uploadlist l = {.skip = strlen(prefix), .cutoff_ms = now_ms - (int64_t)grace_ms};
+  int err = storage_mpu_list(s->st, prefix, collect_upload, &l);
+  uint64_t aborted = 0;
+  /* The journal is read after the listing: an attempt's A/ record is
+   * written before any of its uploads begins and dropped only once they are
+   * completed or aborted, so an upload listed without one is nobody's. */
+  for (size_t i = 0; i < l.n; i++) {
+    char id[CKPT_ATTEMPT_MAX_BYTES + 1];
+    attempt_of_key(l.v[i].key + l.skip, id);
+    if (attempt_known(s, id, strlen(id))) continue;
+    int e = storage_mpu_abort(s->st, l.v[i].key, l.v[i].id);
+    if (e == 0) aborted++;
+    if (e && e != STK_ENOENT && !err) err = e; /* ENOENT: completed or aborted meanwhile. */
+  }
+  uploadlist_free(&l);
+  *ret_aborted = aborted;
   return err;
 }

@@ -1,7 +1,7 @@
 /*
  * The checkpoint adapter's unary methods: Begin, Commit, List, GetManifest,
- * Delete, Verify. Each becomes one core call whose completion answers the
- * call on the loop. The core may take long (Commit waits until every rank's
+ * Delete, Verify, and GetStagingInfo (answered at once). Each becomes one core call whose
+ * completion answers the call on the loop. The core may take long (Commit waits until every rank's
  * bytes are durable), so each call keeps a small record: a cancelled or
  * drained call is answered at once and the record only waits for the core's
  * completion to be freed. Write and Read live in ckpt_rpc_write.c and
@@ -98,6 +98,15 @@ UNARY(get_manifest, ckpt_get_manifest, Stoker__V1__GetManifestRequest, false)
 UNARY(delete, ckpt_delete, Stoker__V1__DeleteCheckpointRequest, false)
 UNARY(verify, ckpt_verify, Stoker__V1__VerifyCheckpointRequest, false)
 
+static void handle_staging_info(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
+  struct ckpt_rpc *a = svc;
+  (void)req;
+  Stoker__V1__StagingInfo info;
+  ckpt_staging_info(a->svc, &info);
+  if (a->draining) info.shm_dir = info.shm_token = "";
+  rpc_reply(call, &info.base);
+}
+
 static const struct rpc_method_def checkpoint_methods[] = {
     {"Begin", RPC_UNARY, handle_begin},
     {"Write", RPC_CLIENT_STREAM, ckpt_rpc_handle_write},
@@ -107,6 +116,7 @@ static const struct rpc_method_def checkpoint_methods[] = {
     {"Read", RPC_SERVER_STREAM, ckpt_rpc_handle_read},
     {"Delete", RPC_UNARY, handle_delete},
     {"Verify", RPC_UNARY, handle_verify},
+    {"GetStagingInfo", RPC_UNARY, handle_staging_info},
 };
 
 static void register_metrics(struct ckpt_rpc *a, struct metrics *m) {

@@ -2,7 +2,8 @@
  * ckpt_service: lifecycle of the service (open, recovery, close), the
  * attempt table and its state machine (open -> committing -> done, or
  * aborting -> done), deferred writer events, the sweep timer that aborts
- * attempts whose ranks never finish, and Begin/Commit.
+ * attempts whose ranks never finish (and removes shm segments nobody
+ * will send), and Begin/Commit.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -130,6 +131,7 @@ void svc_attempt_done(struct attempt *a, int result, const char *msg) {
   else
     s->stats.aborts++;
   staging_free_attempt(a);
+  staging_sweep_segments(s); /* Segments a rank wrote but never sent. */
   answer_waits(a);
 }
 
@@ -226,6 +228,7 @@ static void free_attempt(struct attempt *a) {
     w = n;
   }
   staging_free_attempt(a);
+  if (a->ranks) staging_drop_segments(a);
   free(a->ranks);
   free(a->job);
   free(a->result_msg);
@@ -235,6 +238,10 @@ static void free_attempt(struct attempt *a) {
 
 static void sweep(struct ckpt_service *s) {
   uint64_t now = uv_now(s->loop);
+  if (now >= s->shm_swept_ms + 10000) {
+    s->shm_swept_ms = now;
+    staging_sweep_segments(s);
+  }
   for (struct attempt **pp = &s->attempts; *pp;) {
     struct attempt *a = *pp;
     if (a->state == ATT_OPEN && now >= a->deadline_ms) {
@@ -254,6 +261,7 @@ static void sweep(struct ckpt_service *s) {
     }
     pp = &a->next;
   }
+  ckpt_orphans_tick(s);
 }
 
 static void closed_one(struct ckpt_service *s) {
@@ -270,6 +278,7 @@ static void closed_one(struct ckpt_service *s) {
     free(e);
   }
   free_hooks(s->pending_hooks);
+  ckpt_shm_close(s->shm);
   kv_close(s->kv);
   if (s->own_storage) storage_free(s->st);
   void (*done)(void *) = s->close_done;
@@ -330,6 +339,7 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
     stk_set_detail("upload concurrency above 256");
     return STK_EINVAL;
   }
+  if (o->shm_pool_bytes > o->staging_budget_bytes) o->shm_pool_bytes = o->staging_budget_bytes;
   return ckpt_name_check_prefix(o->key_prefix);
 }
 
@@ -346,10 +356,16 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   }
   err = ckpt_pool_new(loop, s->o.upload_concurrency, &s->up);
   if (!err) err = ckpt_pool_new(loop, 2, &s->work);
+  if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
+    uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
+    if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
+    err = ckpt_shm_open(s->o.shm_dir, max, s->o.shm_pool_bytes, &s->shm);
+  }
   return err;
 }
 
 static void open_fail(struct ckpt_service *s) {
+  ckpt_shm_close(s->shm);
   ckpt_pool_free(s->up, NULL, NULL);
   ckpt_pool_free(s->work, NULL, NULL);
   if (s->own_storage) storage_free(s->st);
@@ -379,6 +395,7 @@ int ckpt_service_open(uv_loop_t *loop, const struct ckpt_service_opts *opts,
     open_fail(s);
     return err;
   }
+  ckpt_orphans_open(s);
   uv_timer_init(loop, &s->sweep);
   s->sweep.data = s;
   uv_async_init(loop, &s->events_async, on_events);
@@ -409,6 +426,14 @@ void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *a
 void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_stats *ret_stats) {
   *ret_stats = s->stats;
   ret_stats->staged_bytes = s->staged;
+}
+
+void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret) {
+  stoker__v1__staging_info__init(ret);
+  if (!s->shm || s->closing) return;
+  ret->shm_dir = (char *)ckpt_shm_dir(s->shm);
+  ret->shm_token = (char *)ckpt_shm_token(s->shm);
+  ret->shm_max_bytes = ckpt_shm_max_bytes(s->shm);
 }
 
 /* Fails a call that takes a ckpt_done_fn from a later loop callback. */

@@ -60,6 +60,13 @@ struct ckpt_service_opts {
   uint32_t keep_every;           /* ... and every step divisible by M; 0 = none. */
   uint32_t attempt_timeout_ms;   /* Abort attempts not finished by then; 600000. */
   uint32_t read_piece_bytes;     /* Most bytes per ReadChunk; 4 MiB. */
+  const char *shm_dir;           /* Zero-copy staging directory (ckpt_shm.h), absolute, on
+                                    tmpfs; NULL or "": off. Unique to this service on the host. */
+  uint64_t shm_pool_bytes;       /* Released segments kept for reuse, at most this many bytes
+                                    (capped at the budget); 0: none. */
+  /* Multipart uploads under the prefix that no open attempt owns are aborted
+   * once this old (at open, then periodically); 1 h default. */
+  uint32_t orphan_upload_grace_ms;
   ckpt_commit_hook_fn commit_hook;
   void *commit_hook_arg;
   ckpt_probe_fn probe;
@@ -76,6 +83,8 @@ struct ckpt_service_stats {
   uint64_t recovered_commits; /* Attempts completed by recovery at open. */
   uint64_t recovered_aborts;  /* Attempts aborted by recovery at open. */
   uint64_t waits;             /* Feeds answered CKPT_WRITE_WAIT. */
+  /* Multipart uploads no open attempt owned, aborted by orphan GC. */
+  uint64_t orphan_uploads_aborted;
 };
 
 /*
@@ -95,6 +104,10 @@ int ckpt_service_open(uv_loop_t *loop, const struct ckpt_service_opts *opts,
 void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *arg);
 
 void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_stats *ret_stats);
+
+/* Fills ret with how ranks may stage through shared memory (strings owned
+ * by s; an empty shm_dir when off). Synchronous. */
+void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret);
 
 /* resp: Stoker__V1__BeginResponse (attempt: 32 random hex digits, journaled
  * with a synced write). STK_EEXIST if the step is already committed. */
@@ -128,6 +141,10 @@ int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
  * size, row-major); opaque blobs are DTYPE_BYTES 1-D tensors (give each
  * rank's blob its own name). A chunk with an empty tensor and last set only
  * ends the stream. Everything is validated before a byte is buffered.
+ * A chunk with shm_name has no data: its bytes are in that segment at
+ * shm_offset; the segment is checked and mapped, not copied, and the
+ * service owns it from then on (see ckpt_shm.h; STK_EINVAL for a bad
+ * name or segment).
  * Returns 0 (consumed: the bytes are copied), CKPT_WRITE_WAIT (staging memory
  * is full; nothing was consumed: keep the chunk and feed it again after
  * CKPT_WRITE_RESUME; a gRPC handler stops reading meanwhile), or a negative

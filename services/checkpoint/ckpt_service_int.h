@@ -17,6 +17,7 @@
 #include "ckpt_names.h"
 #include "ckpt_pool.h"
 #include "ckpt_service.h"
+#include "ckpt_shm.h"
 #include "kv.h"
 #include "storage.h"
 
@@ -47,6 +48,7 @@ struct part {
   uint32_t number; /* 1-based. */
   uint8_t *buf;
   size_t len, cap;
+  bool borrowed;     /* buf points into the object's shm segment (cap 0). */
   struct part *next; /* Parts waiting for the upload id. */
 };
 
@@ -66,7 +68,10 @@ struct obj {
   bool seal_started; /* Seal record (or single PUT) job submitted. */
   bool seal_journaled;
   bool complete_started;
-  bool done;        /* Visible in storage and journaled. */
+  bool done; /* Visible in storage and journaled. */
+  /* Zero-copy staging: the object's bytes are its segment's bytes (object
+   * offset x = segment offset x); held until the object is done. */
+  struct ckpt_shm_seg *seg;
   struct obj *next; /* In the rank's list. */
 };
 
@@ -153,6 +158,10 @@ struct ckpt_service {
   uint64_t staged;
   uint32_t parts_outstanding; /* Parts handed to upload, not yet done. */
   struct ckpt_service_stats stats;
+  /* Orphaned-upload GC (ckpt_orphans.c). */
+  uint64_t orphans_next_ms; /* uv_now of the next run. */
+  bool orphans_running;
+  bool orphans_off; /* The store cannot list uploads. */
   bool closing;
   bool finishing;
   uint32_t handles_open;
@@ -160,6 +169,8 @@ struct ckpt_service {
   void *close_arg;
   /* Commit hook calls found by recovery, fired from the loop after open. */
   struct hook_call *pending_hooks;
+  struct ckpt_shm *shm;  /* NULL: shared-memory staging is off. */
+  uint64_t shm_swept_ms; /* uv_now of the last periodic segment sweep. */
 };
 
 struct commit_result {
@@ -196,6 +207,23 @@ void staging_release(struct ckpt_service *s, size_t cap_bytes);
 void staging_wake(struct ckpt_service *s);
 void staging_free_part(struct ckpt_service *s, struct part *p);
 void staging_free_attempt(struct attempt *a);
+/* Gives up o's segment (object done or freed) and its budget share. */
+void staging_release_segment(struct ckpt_service *s, struct obj *o);
+/* At close: gives up every segment of a (its jobs have all finished). */
+void staging_drop_segments(struct attempt *a);
+
+/* ---- ckpt_staging_shm.c ---- */
+/* Feeds a validated chunk whose bytes are in shm segment c->shm_name
+ * (len bytes at c->shm_offset): 0, CKPT_WRITE_WAIT or a negative error. */
+int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len);
+/* Removes segment files of attempts that are over or unknown. */
+void staging_sweep_segments(struct ckpt_service *s);
+/* ckpt_staging.c helpers shared with ckpt_staging_shm.c. */
+struct obj *staging_obj_new(struct attempt *a, uint32_t rank);
+int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
+void staging_wait_add(struct ckpt_service *s, struct ckpt_writer *w);
+void staging_wait_remove(struct ckpt_service *s, struct ckpt_writer *w);
+void staging_relieve(struct ckpt_service *s);
 
 /* ---- ckpt_upload.c ---- */
 void upload_part_ready(struct obj *o, struct part *p);
@@ -217,6 +245,19 @@ int ckpt_delete_run(struct ckpt_service *s, const char *job, int64_t step);
 int ckpt_delete_finish(struct ckpt_service *s, const char *job, int64_t step);
 int ckpt_gc_run(struct ckpt_service *s, const char *job);
 int ckpt_delete_dir(struct ckpt_service *s, const char *dir_key);
+/* Aborts every multipart upload under dir_key (an aborted attempt's
+ * directory), journaled or not: an upload created just before a crash and
+ * never journaled is found this way. Best effort; 0 where the store cannot
+ * list uploads (the orphan GC's grace period covers those). */
+int ckpt_abort_uploads_under(struct ckpt_service *s, const char *dir_key);
+/* Aborts the multipart uploads under the service's prefix that began at
+ * least grace_ms before now_ms (wall clock) and whose key names an attempt
+ * with no A/ record; keys the service does not write and uploads whose
+ * begin time the store does not give are left alone. *ret_aborted counts
+ * the uploads aborted, also on failure (the first error is returned;
+ * STK_ENOTSUP when the store cannot list uploads). */
+int ckpt_gc_orphan_uploads(struct ckpt_service *s, int64_t now_ms, uint64_t grace_ms,
+                           uint64_t *ret_aborted);
 
 /* ---- ckpt_calls.c (blocking) ---- */
 struct ckpt_manifest;
@@ -227,5 +268,11 @@ int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
 
 /* ---- ckpt_recover.c (blocking, at open) ---- */
 int ckpt_recover(struct ckpt_service *s);
+
+/* ---- ckpt_orphans.c (loop thread) ---- */
+/* Runs orphan-upload GC once, blocking (at open, after recovery). */
+void ckpt_orphans_open(struct ckpt_service *s);
+/* From the sweep timer: starts a run on the work pool when one is due. */
+void ckpt_orphans_tick(struct ckpt_service *s);
 
 #endif

@@ -10,7 +10,8 @@
  *
  * Budget accounting is by buffer capacity, so staged bytes never exceed the
  * budget: buffers grow exactly as needed, doubling only when the headroom
- * allows it.
+ * allows it. Chunks staged zero-copy in shared memory (ckpt_staging_shm.c)
+ * count their whole segment instead and get objects of their own.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,11 +30,19 @@ void staging_wake(struct ckpt_service *s) {
 
 void staging_free_part(struct ckpt_service *s, struct part *p) {
   s->staged -= p->cap;
-  free(p->buf);
+  if (!p->borrowed) free(p->buf);
   free(p);
 }
 
-static void wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
+void staging_release_segment(struct ckpt_service *s, struct obj *o) {
+  if (!o->seg) return;
+  s->staged -= o->seg->size;
+  ckpt_shm_release(s->shm, o->seg);
+  o->seg = NULL;
+  staging_wake(s);
+}
+
+void staging_wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
   if (!w->waiting) return;
   struct ckpt_writer **pp = &s->wait_head, *prev = NULL;
   while (*pp && *pp != w) {
@@ -46,7 +55,7 @@ static void wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
   w->next_wait = NULL;
 }
 
-static void wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
+void staging_wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
   if (w->waiting) return;
   w->waiting = true;
   w->next_wait = NULL;
@@ -59,7 +68,7 @@ static void wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
 
 /* Nothing is uploading, so nothing will free memory: seal every open object
  * so that its partial part is uploaded. */
-static void relieve(struct ckpt_service *s) {
+void staging_relieve(struct ckpt_service *s) {
   if (s->parts_outstanding > 0) return;
   for (struct attempt *a = s->attempts; a; a = a->next) {
     if (a->state != ATT_OPEN) continue;
@@ -68,9 +77,10 @@ static void relieve(struct ckpt_service *s) {
   }
 }
 
-/* Capacity the placement of bytes into o (NULL: a new object) would add. */
+/* Capacity the placement of bytes into o (NULL or a segment's object: a new
+ * object) would add. */
 static uint64_t growth(const struct ckpt_service *s, const struct obj *o, uint64_t bytes) {
-  const struct part *p = o ? o->cur : NULL;
+  const struct part *p = o && !o->seg ? o->cur : NULL;
   if (!p) return bytes;
   uint64_t room = s->o.part_bytes - p->len, into = bytes < room ? bytes : room;
   uint64_t grow = p->len + into > p->cap ? p->len + into - p->cap : 0;
@@ -93,7 +103,7 @@ static int part_reserve(struct ckpt_service *s, struct part *p, size_t need) {
 
 /* ---- Objects and placement ---- */
 
-static struct obj *obj_new(struct attempt *a, uint32_t rank) {
+struct obj *staging_obj_new(struct attempt *a, uint32_t rank) {
   struct obj *o = calloc(1, sizeof(*o));
   if (!o) return NULL;
   struct rank_state *rs = &a->ranks[rank];
@@ -109,7 +119,7 @@ static struct obj *obj_new(struct attempt *a, uint32_t rank) {
   return o;
 }
 
-static int add_chunk_rec(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len) {
+int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len) {
   if (o->n_chunks == o->cap_chunks) {
     size_t cap = o->cap_chunks ? o->cap_chunks * 2 : 8;
     struct chunk_rec *n = realloc(o->chunks, cap * sizeof(*n));
@@ -166,12 +176,12 @@ static int place(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
   uint64_t len = c->data.len;
   struct obj *o = rs->cur;
   if (o && o->size > 0 &&
-      (o->size + len + s->o.part_bytes - 1) / s->o.part_bytes > s->o.max_parts) {
+      (o->seg || (o->size + len + s->o.part_bytes - 1) / s->o.part_bytes > s->o.max_parts)) {
     upload_seal(o);
     o = NULL;
   }
-  if (!o && !(o = obj_new(w->att, w->rank))) return STK_ENOMEM;
-  int err = add_chunk_rec(o, c, len);
+  if (!o && !(o = staging_obj_new(w->att, w->rank))) return STK_ENOMEM;
+  int err = staging_add_chunk(o, c, len);
   if (!err) err = copy_in(s, o, c->data.data, len);
   if (!err) o->size += len;
   return err;
@@ -188,14 +198,21 @@ static int check_header(const struct ckpt_writer *w, const Stoker__V1__WriteChun
     stk_set_detail("chunk for rank %u on a stream of rank %u", c->rank, w->rank);
     return STK_EINVAL;
   }
-  if ((!c->tensor || !c->tensor[0]) && (!c->last || c->data.len > 0 || c->box)) {
+  if ((!c->tensor || !c->tensor[0]) &&
+      (!c->last || c->data.len > 0 || c->box || (c->shm_name && c->shm_name[0]))) {
     stk_set_detail("a chunk without a tensor name may only end the stream");
     return STK_EINVAL;
   }
   return 0;
 }
 
-static int check_chunk(const struct ckpt_service *s, const Stoker__V1__WriteChunk *c) {
+/* The chunk's byte count: its data, or (staged in shm) what its box holds. */
+static uint64_t chunk_len(const Stoker__V1__WriteChunk *c, uint64_t box_bytes) {
+  return c->shm_name && c->shm_name[0] ? box_bytes : c->data.len;
+}
+
+static int check_chunk(const struct ckpt_service *s, const Stoker__V1__WriteChunk *c,
+                       uint64_t *ret_len) {
   int err = ckpt_name_check_tensor(c->tensor);
   if (err) return err;
   uint64_t elem = ckpt_dtype_bytes((int)c->dtype), numel;
@@ -226,17 +243,19 @@ static int check_chunk(const struct ckpt_service *s, const Stoker__V1__WriteChun
     stk_set_detail("tensor %s: %s", c->tensor, d);
     return STK_EINVAL;
   }
-  if (c->data.len != ckpt_box_numel(&box) * elem) {
-    stk_set_detail("tensor %s: %zu data bytes, but the box holds %llu", c->tensor, c->data.len,
-                   (unsigned long long)(ckpt_box_numel(&box) * elem));
+  uint64_t box_bytes = ckpt_box_numel(&box) * elem, len = chunk_len(c, box_bytes);
+  if (len != box_bytes || (c->shm_name && c->shm_name[0] && c->data.len > 0)) {
+    stk_set_detail("tensor %s: %zu data bytes%s, but the box holds %llu", c->tensor, c->data.len,
+                   c->shm_name && c->shm_name[0] ? " beside a shm segment" : "",
+                   (unsigned long long)box_bytes);
     return STK_EINVAL;
   }
-  if (c->data.len > s->o.staging_budget_bytes ||
-      c->data.len > (uint64_t)s->o.max_parts * s->o.part_bytes) {
-    stk_set_detail("tensor %s: a chunk of %zu bytes exceeds the staging budget; split the box",
-                   c->tensor, c->data.len);
+  if (len > s->o.staging_budget_bytes || len > (uint64_t)s->o.max_parts * s->o.part_bytes) {
+    stk_set_detail("tensor %s: a chunk of %llu bytes exceeds the staging budget; split the box",
+                   c->tensor, (unsigned long long)len);
     return STK_ETOOBIG;
   }
+  *ret_len = len;
   return 0;
 }
 
@@ -308,17 +327,23 @@ int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
   }
   int err = check_header(w, c);
   bool has_data = c->tensor && c->tensor[0];
-  if (!err && has_data) err = check_chunk(s, c);
+  uint64_t len = 0;
+  if (!err && has_data) err = check_chunk(s, c, &len);
   if (err) return feed_fail(w, err);
-  if (has_data) {
+  if (has_data && c->shm_name && c->shm_name[0]) {
+    err = staging_feed_shm(w, c, len);
+    if (err == CKPT_WRITE_WAIT) return err;
+    if (err) return feed_fail(w, err);
+    w->bytes += len;
+  } else if (has_data) {
     struct rank_state *rs = &w->att->ranks[w->rank];
     if (s->staged + growth(s, rs->cur, c->data.len) > s->o.staging_budget_bytes) {
-      wait_add(s, w);
+      staging_wait_add(s, w);
       s->stats.waits++;
-      relieve(s);
+      staging_relieve(s);
       return CKPT_WRITE_WAIT;
     }
-    wait_remove(s, w);
+    staging_wait_remove(s, w);
     err = place(w, c);
     if (err) return feed_fail(w, err);
     w->bytes += c->data.len;
@@ -334,7 +359,7 @@ uint64_t ckpt_write_bytes(const struct ckpt_writer *w) {
 void ckpt_write_close(struct ckpt_writer *w) {
   if (!w) return;
   struct ckpt_service *s = w->svc;
-  wait_remove(s, w);
+  staging_wait_remove(s, w);
   svc_forget_writer(s, w);
   if (w->att && w->att->ranks[w->rank].writer == w) w->att->ranks[w->rank].writer = NULL;
   free(w);
@@ -360,7 +385,7 @@ void staging_free_attempt(struct attempt *a) {
   for (uint32_t r = 0; r < a->world; r++) {
     struct rank_state *rs = &a->ranks[r];
     if (rs->writer) {
-      wait_remove(s, rs->writer);
+      staging_wait_remove(s, rs->writer);
       if (a->state == ATT_DONE) {
         rs->writer->att = NULL;
         rs->writer = NULL;
@@ -372,6 +397,7 @@ void staging_free_attempt(struct attempt *a) {
       struct obj *o = rs->objs;
       rs->objs = o->next;
       for (size_t i = 0; i < o->n_chunks; i++) free(o->chunks[i].tensor);
+      staging_release_segment(s, o);
       free(o->chunks);
       free(o->upload_id);
       free(o);
@@ -380,4 +406,12 @@ void staging_free_attempt(struct attempt *a) {
   }
   /* Writers of other attempts may fit now. */
   staging_wake(s);
+}
+
+void staging_drop_segments(struct attempt *a) {
+  for (uint32_t r = 0; r < a->world; r++)
+    for (struct obj *o = a->ranks[r].objs; o; o = o->next) {
+      drop_unsent(a->svc, o);
+      staging_release_segment(a->svc, o);
+    }
 }

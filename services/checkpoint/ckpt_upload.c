@@ -10,7 +10,8 @@
  * part filled is sent with one PUT instead. Per rank: once "last" arrived and
  * every object's seal is journaled, the rank is journaled finished. Per
  * attempt: once every rank is finished and every object done, the commit job
- * runs (ckpt_commit.c).
+ * runs (ckpt_commit.c). A part staged in shared memory is uploaded from the
+ * segment's mapping; the segment is released once its object is done.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,6 +330,7 @@ static void after_ok(struct up_job *j) {
   case J_PUT:
     o->seal_journaled = o->done = true;
     s->stats.objects_uploaded++;
+    staging_release_segment(s, o);
     break;
   case J_SEAL:
     o->seal_journaled = true;
@@ -336,6 +338,7 @@ static void after_ok(struct up_job *j) {
   case J_COMPLETE:
     o->done = true;
     s->stats.objects_uploaded++;
+    staging_release_segment(s, o);
     break;
   case J_FINISH:
     j->a->ranks[j->rank].finished = true;

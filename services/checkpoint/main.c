@@ -1,7 +1,8 @@
 /*
  * stoker-checkpoint: the checkpoint daemon. A list of named steps: load the
  * config, resolve the storage URL (file://<data-dir>/objects by default;
- * S3 options exported as the AWS_* environment storage.h reads), open the
+ * S3 options exported as the AWS_* environment storage.h reads; the shm
+ * staging directory, by default one per data dir under /dev/shm), open the
  * core (ckpt_service.h, which recovers interrupted attempts before serving),
  * register the gRPC adapter, start serving, run until SIGTERM, close the
  * core (uploads and commits in flight finish or stay journaled), exit.
@@ -13,11 +14,14 @@
 #include "log.h"
 #include "stk_error.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 struct checkpoint_config {
   struct daemon_options daemon;
@@ -34,8 +38,11 @@ struct checkpoint_config {
   uint64_t keep_last;
   uint64_t keep_every;
   int64_t attempt_timeout_ms;
+  int64_t orphan_upload_grace_ms;
   char *coordinator;
   char *coordinator_token_file;
+  char *shm_dir;
+  uint64_t shm_pool_bytes;
 };
 
 #define CK_ROW(name, type, field, def, lo, hi, help, flags)                                        \
@@ -73,10 +80,20 @@ static const struct cfg_option checkpoint_options[] = {
            "Retention: also keep every step divisible by M; 0: none.", 0),
     CK_ROW("attempt-timeout", CFG_DURATION, attempt_timeout_ms, "10m", 100, 86400000,
            "An attempt whose ranks have not all finished by then is aborted.", 0),
+    CK_ROW("orphan-upload-grace", CFG_DURATION, orphan_upload_grace_ms, "1h", 1000, 2592000000,
+           "Multipart uploads that no open attempt owns are aborted once this old.", 0),
     CK_ROW("coordinator", CFG_STRING, coordinator, "", 0, 0,
            "Coordinator HOST:PORT told of each commit (ReportCheckpoint); empty: none.", 0),
     CK_ROW("coordinator-token-file", CFG_STRING, coordinator_token_file, "", 0, 0,
            "File holding the bearer token for the coordinator; empty: none.", CFG_SECRET),
+    CK_ROW("shm-dir", CFG_STRING, shm_dir, "auto", 0, 0,
+           "Directory (tmpfs) where ranks on this host stage zero-copy; auto: "
+           "/dev/shm/stoker-ckpt-HASH of data-dir; empty: off (bytes over gRPC only).",
+           0),
+    CK_ROW("shm-pool", CFG_SIZE, shm_pool_bytes, "1GiB", 0, (int64_t)1 << 44,
+           "Released shm segments kept for reuse by the next checkpoint (capped at "
+           "staging-budget); 0: none.",
+           0),
 };
 
 static const struct cfg_table checkpoint_table = {
@@ -90,6 +107,8 @@ static const struct cfg_table checkpoint_table = {
 struct checkpoint {
   struct checkpoint_config cfg;
   char storage_url[PATH_MAX + 16];
+  char shm_dir[PATH_MAX];
+  char shm_owner[PATH_MAX]; /* Data dir recorded in an auto shm dir; "" otherwise. */
   char *token;
   struct daemon *daemon;
   struct ckpt_service *svc;
@@ -99,6 +118,7 @@ struct checkpoint {
   bool timer_on;
   struct metric_gauge *staged;
   struct metric_counter *parts, *objects, *commits, *aborts;
+  struct metric_counter *orphan_uploads;
   struct ckpt_service_stats last;
 };
 
@@ -135,6 +155,82 @@ static int resolve_storage(struct checkpoint *ck, char *err, size_t err_len) {
     return STK_EINVAL;
   }
   snprintf(ck->storage_url, sizeof(ck->storage_url), "file://%s/objects", abs);
+  return 0;
+}
+
+/* Empties and removes an auto shm dir of ours whose data dir (recorded in
+ * its "data-dir" file) is gone: no service can restart on it to clean it
+ * (kill -9, then the data dir deleted, as tests do). */
+static void remove_orphan_shm_dir(const char *path) {
+  char rec[PATH_MAX + 16], owner[PATH_MAX] = "";
+  snprintf(rec, sizeof(rec), "%s/data-dir", path);
+  FILE *f = fopen(rec, "r");
+  if (!f) return;
+  char *ok = fgets(owner, sizeof(owner), f);
+  fclose(f);
+  struct stat st;
+  if (!ok || owner[0] != '/' || stat(owner, &st) == 0) return;
+  DIR *d = opendir(path);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char p[PATH_MAX + 300];
+    snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(path);
+}
+
+static void sweep_orphan_shm_dirs(void) {
+  DIR *d = opendir("/dev/shm");
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof(p), "/dev/shm/%s", e->d_name);
+    if (strncmp(e->d_name, "stoker-ckpt-", 12) == 0 && lstat(p, &st) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_uid == geteuid())
+      remove_orphan_shm_dir(p);
+  }
+  if (d) closedir(d);
+}
+
+/* Records the data dir in an auto shm dir (after the core created it). */
+static void record_shm_owner(const struct checkpoint *ck, const char *abs_data_dir) {
+  char rec[PATH_MAX + 16];
+  snprintf(rec, sizeof(rec), "%s/data-dir", ck->shm_dir);
+  int fd = open(rec, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  if (write(fd, abs_data_dir, strlen(abs_data_dir)) < 0) log_debug("startup", "shm owner record");
+  close(fd);
+}
+
+/* shm-dir "auto": /dev/shm/stoker-ckpt-<FNV-1a of the absolute data dir>,
+ * unique per service on the host (two services cannot share a data dir);
+ * off where /dev/shm is missing. */
+static int resolve_shm(struct checkpoint *ck, char *err, size_t err_len) {
+  const char *dir = ck->cfg.shm_dir ? ck->cfg.shm_dir : "";
+  struct stat st;
+  if (strcmp(dir, "auto") != 0) {
+    snprintf(ck->shm_dir, sizeof(ck->shm_dir), "%s", dir);
+    return 0;
+  }
+  char abs[PATH_MAX];
+  mkdir(ck->cfg.daemon.data_dir, 0755);
+  if (!realpath(ck->cfg.daemon.data_dir, abs)) {
+    snprintf(err, err_len, "data-dir %s: cannot resolve", ck->cfg.daemon.data_dir);
+    return STK_EINVAL;
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = abs; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  ck->shm_dir[0] = '\0';
+  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(ck->shm_dir, sizeof(ck->shm_dir), "/dev/shm/stoker-ckpt-%016llx",
+             (unsigned long long)h);
+    snprintf(ck->shm_owner, sizeof(ck->shm_owner), "%s", abs);
+    sweep_orphan_shm_dirs();
+  }
   return 0;
 }
 
@@ -193,6 +289,9 @@ static int open_core(struct checkpoint *ck) {
       .keep_every = (uint32_t)ck->cfg.keep_every,
       .attempt_timeout_ms = (uint32_t)ck->cfg.attempt_timeout_ms,
       .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
+      .shm_dir = ck->shm_dir,
+      .shm_pool_bytes = ck->cfg.shm_pool_bytes,
+      .orphan_upload_grace_ms = (uint32_t)ck->cfg.orphan_upload_grace_ms,
       .commit_hook = on_commit,
       .commit_hook_arg = ck,
   };
@@ -201,6 +300,10 @@ static int open_core(struct checkpoint *ck) {
   if (rc)
     log_error("startup", "cannot open the checkpoint service (%s, %s): %s%s%s", db, ck->storage_url,
               stk_strerror(rc), stk_detail()[0] ? ": " : "", stk_detail());
+  else
+    log_info("startup", "shm staging %s%s", ck->shm_dir[0] ? "in " : "off",
+             ck->shm_dir[0] ? ck->shm_dir : "");
+  if (rc == 0 && ck->shm_owner[0]) record_shm_owner(ck, ck->shm_owner);
   return rc;
 }
 
@@ -215,6 +318,8 @@ static void publish_stats(uv_timer_t *t) {
   metric_counter_add(ck->objects, s.objects_uploaded - ck->last.objects_uploaded);
   metric_counter_add(ck->commits, s.commits - ck->last.commits);
   metric_counter_add(ck->aborts, s.aborts - ck->last.aborts);
+  metric_counter_add(ck->orphan_uploads,
+                     s.orphan_uploads_aborted - ck->last.orphan_uploads_aborted);
   ck->last = s;
 }
 
@@ -228,6 +333,9 @@ static int register_adapter(struct checkpoint *ck) {
   ck->commits =
       metrics_counter(m, "stoker_checkpoint_commits_total", "Checkpoints committed.", NULL);
   ck->aborts = metrics_counter(m, "stoker_checkpoint_aborts_total", "Attempts aborted.", NULL);
+  ck->orphan_uploads =
+      metrics_counter(m, "stoker_checkpoint_orphan_uploads_aborted_total",
+                      "Multipart uploads no open attempt owned, aborted by GC.", NULL);
   uv_timer_init(daemon_loop(ck->daemon), &ck->stats_timer);
   ck->stats_timer.data = ck;
   uv_timer_start(&ck->stats_timer, publish_stats, 500, 500);
@@ -265,6 +373,7 @@ static int load_config(struct checkpoint *ck, int argc, char **argv) {
   int rc = cfg_load(&checkpoint_table, &ck->cfg, argc, argv, err, sizeof(err));
   if (rc == 0) rc = check_config(&ck->cfg, err, sizeof(err));
   if (rc == 0) rc = resolve_storage(ck, err, sizeof(err));
+  if (rc == 0) rc = resolve_shm(ck, err, sizeof(err));
   if (rc < 0) fprintf(stderr, "stoker-checkpoint: %s\n", err);
   return rc;
 }

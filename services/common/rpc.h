@@ -129,6 +129,17 @@ void rpc_finish(struct rpc_call *c, int code, const char *fmt, ...)
 typedef void (*rpc_sent_fn)(struct rpc_call *c, int err, void *arg);
 int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg);
 
+/* The same without copying a large bytes field: sends msg (packed, with
+ * field `field` left empty) followed by that field holding the len bytes
+ * at data, which gRPC reads in place until it is done with them and then
+ * calls release(release_arg) (on any thread, exactly once, also when the
+ * send fails). Protobuf allows fields in any order, so the peer decodes
+ * the usual message. For bulk payloads (token batches, tensor bytes). */
+typedef void (*rpc_release_fn)(void *release_arg);
+int rpc_send_borrowed(struct rpc_call *c, const ProtobufCMessage *msg, uint32_t field,
+                      const void *data, size_t len, rpc_release_fn release, void *release_arg,
+                      rpc_sent_fn sent, void *arg);
+
 /* Client streams: asks for the next message. got runs on the loop with
  * the message (owned by the callee: protobuf_c_message_free_unpacked), or
  * msg NULL and err 0 at the end of the stream, or err < 0 on failure

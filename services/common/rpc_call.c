@@ -61,15 +61,29 @@ grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg) {
   return bb;
 }
 
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
-  grpc_byte_buffer_reader reader;
-  if (!bb || !grpc_byte_buffer_reader_init(&reader, bb)) return NULL;
-  grpc_slice all = grpc_byte_buffer_reader_readall(&reader);
-  grpc_byte_buffer_reader_destroy(&reader);
-  ProtobufCMessage *msg =
-      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
-  grpc_slice_unref(all);
-  return msg;
+static size_t put_varint(uint8_t *out, uint64_t v) {
+  size_t n = 0;
+  for (; v >= 0x80; v >>= 7) out[n++] = (uint8_t)(v | 0x80);
+  out[n++] = (uint8_t)v;
+  return n;
+}
+
+grpc_byte_buffer *rpc_pack_borrowed(const ProtobufCMessage *msg, uint32_t field, const void *data,
+                                    size_t len, rpc_release_fn release, void *release_arg) {
+  if (field == 0 || field > 536870911u || !release) return NULL;
+  size_t head_len = protobuf_c_message_get_packed_size(msg);
+  grpc_slice head = grpc_slice_malloc(head_len + 20);
+  uint8_t *p = GRPC_SLICE_START_PTR(head);
+  protobuf_c_message_pack(msg, p);
+  size_t n = head_len + put_varint(p + head_len, (uint64_t)field << 3 | 2); /* Length-delimited. */
+  n += put_varint(p + n, len);
+  head = grpc_slice_sub_no_ref(head, 0, n);
+  grpc_slice slices[2] = {head,
+                          grpc_slice_new_with_user_data((void *)data, len, release, release_arg)};
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, 2);
+  grpc_slice_unref(slices[0]);
+  grpc_slice_unref(slices[1]); /* The buffer holds the last reference: release runs with it. */
+  return bb;
 }
 
 void rpc_slice_copy(grpc_slice slice, char *buf, size_t len) {
@@ -236,6 +250,8 @@ bool rpc_cancelled(const struct rpc_call *c) {
 
 /* ------------------------------------------------------------- streams */
 
+static int send_buffer(struct rpc_call *c, grpc_byte_buffer *bb, rpc_sent_fn sent, void *arg);
+
 static void on_sent(struct rpc_tag *tag, bool ok) {
   struct rpc_call *c = RPC_CONTAINER(tag, struct rpc_call, send_tag);
   grpc_byte_buffer_destroy(c->send_buf);
@@ -245,13 +261,37 @@ static void on_sent(struct rpc_tag *tag, bool ok) {
   unref(c);
 }
 
-int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg) {
+static int check_send(const struct rpc_call *c, const ProtobufCMessage *msg) {
   if (c->finished) return STK_EINVAL;
   if (c->cancelled) return STK_ECANCELED;
   if (c->sending) return STK_EBUSY;
   if (!msg || msg->descriptor != c->m->out_desc) return STK_EINVAL;
+  return 0;
+}
+
+int rpc_send(struct rpc_call *c, const ProtobufCMessage *msg, rpc_sent_fn sent, void *arg) {
+  int err = check_send(c, msg);
+  if (err) return err;
   grpc_byte_buffer *bb = rpc_pack(msg);
   if (!bb) return STK_ENOMEM;
+  return send_buffer(c, bb, sent, arg);
+}
+
+int rpc_send_borrowed(struct rpc_call *c, const ProtobufCMessage *msg, uint32_t field,
+                      const void *data, size_t len, rpc_release_fn release, void *release_arg,
+                      rpc_sent_fn sent, void *arg) {
+  int err = check_send(c, msg);
+  grpc_byte_buffer *bb =
+      err ? NULL : rpc_pack_borrowed(msg, field, data, len, release, release_arg);
+  if (!bb) {
+    if (release) release(release_arg);
+    return err ? err : STK_EINVAL;
+  }
+  return send_buffer(c, bb, sent, arg); /* Destroying bb releases the bytes. */
+}
+
+/* Sends bb (owned from here on) as the next message of a server stream. */
+static int send_buffer(struct rpc_call *c, grpc_byte_buffer *bb, rpc_sent_fn sent, void *arg) {
   grpc_op ops[2];
   size_t n = 0;
   memset(ops, 0, sizeof(ops));

@@ -115,6 +115,10 @@ void rpc_call_start(struct rpc_method *m, grpc_call *call, gpr_timespec deadline
 
 /* Packs msg into a byte buffer; NULL when out of memory. */
 grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg);
+/* msg packed, then field `field` (length-delimited) borrowing data: see
+ * rpc_send_borrowed. NULL (nothing released) for a bad field number. */
+grpc_byte_buffer *rpc_pack_borrowed(const ProtobufCMessage *msg, uint32_t field, const void *data,
+                                    size_t len, rpc_release_fn release, void *release_arg);
 /* Unpacks a byte buffer; NULL when malformed. */
 ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc);
 /* Copies a grpc slice into a C string buffer, truncating. */

@@ -149,6 +149,12 @@ struct job {
    * which a restart re-arms). */
   bool scale_pending, pause_force, pause_ckpt_seen;
   int64_t scale_step, pause_step, scale_deadline, pause_deadline;
+  /* Members of the previous generation left without a seat when the last
+   * round closed full at an operator's target (a scale-down): their Join
+   * and heartbeat are told they are not needed. In memory only; replaced
+   * at every close. */
+  char **surplus;
+  uint32_t n_surplus;
   bool dirty;
   struct list dirty_link;
 };
@@ -294,6 +300,10 @@ void coord_round_close(struct job *j);
  * order of the next round (their records stay). No-op while none runs. */
 void coord_members_clear(struct job *j);
 void coord_member_remove(struct job *j, struct member *m);
+/* Whether id was left out by the last close at the cap (see job.surplus)
+ * and has no seat now: such a member is not needed. */
+bool coord_surplus_has(const struct job *j, const char *id);
+void coord_surplus_clear(struct job *j);
 
 /* ---- coord_lease.c ------------------------------------------------------ */
 void coord_lease_sweep(struct coord *c);

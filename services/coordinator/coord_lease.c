@@ -119,6 +119,8 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   if (j->state == S(STOPPED) || j->state == S(PAUSED))
     return answer_hb(w, j, A(STOP), j->state == S(STOPPED) ? "job stopped" : "job paused");
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
+  if (j->state == S(RUNNING) && coord_surplus_has(j, req->member_id))
+    return answer_hb(w, j, A(STOP), "job scaled down: this member is not needed");
   if (!n || req->generation < j->generation || j->state == S(WAITING))
     return answer_hb(w, j, A(RESTART), "rejoin: a new round is open");
   struct member *m = container_of(n, struct member, hn);

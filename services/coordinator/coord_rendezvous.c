@@ -149,14 +149,50 @@ static void answer_joins(struct job *j, struct ranked *r, uint32_t k) {
   }
 }
 
+void coord_surplus_clear(struct job *j) {
+  for (uint32_t i = 0; i < j->n_surplus; i++) free(j->surplus[i]);
+  free(j->surplus);
+  j->surplus = NULL;
+  j->n_surplus = 0;
+}
+
+bool coord_surplus_has(const struct job *j, const char *id) {
+  if (coord_tab_get(&j->members, id)) return false;
+  for (uint32_t i = 0; i < j->n_surplus; i++)
+    if (!strcmp(j->surplus[i], id)) return true;
+  return false;
+}
+
+/* After seating k of cap: previous members without a seat are surplus
+ * when the round closed full at an operator's target (a scale-down);
+ * otherwise they are merely late, and their Join will open the next round
+ * (or, at max_ranks, wait as a spare as before). */
+static void note_surplus(struct job *j, uint32_t k, uint32_t cap) {
+  coord_surplus_clear(j);
+  if (k < cap || !j->target) return;
+  j->surplus = coord_xcalloc(j->prev.n ? j->prev.n : 1, sizeof(char *));
+  size_t pos;
+  for (struct hnode *n = coord_tab_first(&j->prev, &pos); n; n = coord_tab_next(&j->prev, n, &pos))
+    if (!coord_tab_get(&j->members, n->key)) j->surplus[j->n_surplus++] = coord_xstrdup(n->key);
+}
+
+/* Surplus members still parked in the round learn it at once. */
+static void refuse_surplus(struct job *j, struct ranked *r, uint32_t from, uint32_t n) {
+  for (uint32_t i = from; i < n; i++)
+    if (coord_surplus_has(j, r[i].w->u.join.member_id))
+      coord_fail(r[i].w, STK_ESTATE, "job %s was scaled to %u ranks: member %s is not needed",
+                 j->name, coord_job_cap(j), r[i].w->u.join.member_id);
+}
+
 void coord_round_close(struct job *j) {
   uint32_t cap = coord_job_cap(j);
-  uint32_t k = j->n_joiners < cap ? j->n_joiners : cap;
+  uint32_t n = j->n_joiners, k = n < cap ? n : cap;
   struct ranked *r = order_joiners(j);
   free(j->by_rank);
   j->by_rank = coord_xcalloc(k ? k : 1, sizeof(*j->by_rank));
   int64_t deadline = coord_now(j->c) + coord_job_lease_ms(j);
   for (uint32_t i = 0; i < k; i++) seat(j, r[i].w, i, deadline);
+  note_surplus(j, k, cap);
   clear_prev(j);
   j->world = k;
   j->n_members = k;
@@ -167,6 +203,7 @@ void coord_round_close(struct job *j) {
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_CLOSED, NULL, 0,
               "generation %llu: %u ranks", (unsigned long long)j->generation, k);
   answer_joins(j, r, k);
+  refuse_surplus(j, r, k, n);
   free(r);
 }
 
@@ -208,6 +245,12 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
   if (!j || join_check(w, req)) return w;
   if (j->state == S(STOPPED)) {
     coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+    return w;
+  }
+  if (j->state == S(RUNNING) && j->world >= coord_job_cap(j) &&
+      coord_surplus_has(j, req->member_id)) {
+    coord_fail(w, STK_ESTATE, "job %s was scaled to %u ranks: member %s is not needed", j->name,
+               coord_job_cap(j), req->member_id);
     return w;
   }
   park(j, w, req);

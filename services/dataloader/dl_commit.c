@@ -3,7 +3,9 @@
  * where step S+1 begins — made durable (Commit), exported into a model
  * checkpoint (ExportState) and imported on another instance (ImportState).
  * The blob is the job configuration plus C lane snapshots: O(C x shards),
- * independent of the corpus and of S.
+ * independent of the corpus and of S. A scaled-out instance (part I of P)
+ * snapshots, stores and exports only its own lanes; its export names them
+ * (format DLX2), so blobs of every part can be imported together anywhere.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,11 +14,12 @@
 #include "dl_internal.h"
 #include "stk_error.h"
 
-#define EXPORT_MAGIC 0x31584C44u /* "DLX1" */
+#define EXPORT_MAGIC      0x31584C44u /* "DLX1": every lane, in order */
+#define EXPORT_PART_MAGIC 0x32584C44u /* "DLX2": C, then (lane, snapshot) pairs */
 
 struct state {
   struct dl_commit pos;
-  uint8_t **blobs; /* [C] */
+  uint8_t **blobs; /* [C]; NULL for lanes another part serves */
   size_t *lens;    /* [C] */
   uint32_t n;
 };
@@ -28,7 +31,8 @@ static void state_free(struct state *s) {
   dl_commit_clear(&s->pos);
 }
 
-/* Snapshots every lane at the start of step+1. Job read lock held. */
+/* Snapshots every lane this instance serves at the start of step+1 (the
+ * position of every lane is recorded). Job read lock held. */
 static int capture(struct dl_job *j, int64_t step, struct state *s) {
   if (step < 0 || step >= j->dl->opts.max_step) {
     stk_set_detail("step must be in [0, %lld)", (long long)j->dl->opts.max_step);
@@ -47,6 +51,7 @@ static int capture(struct dl_job *j, int64_t step, struct state *s) {
     struct dl_gen g = {.cur_ds = -1};
     s->pos.ver_id[c] = j->ver[vi].id;
     s->pos.k[c] = dl_lane_lines(j, vi, c, step + 1);
+    if (!dl_owns_lane(j->dl, c)) continue;
     pthread_mutex_lock(&j->lanes[c].mu);
     rc = dl_seek(j, c, &g, false, vi, s->pos.k[c]);
     pthread_mutex_unlock(&j->lanes[c].mu);
@@ -60,7 +65,7 @@ static int capture(struct dl_job *j, int64_t step, struct state *s) {
 static void pin(struct dl_job *j, const struct state *s, bool pinned) {
   for (uint32_t c = 0; c < j->C; c++) {
     uint32_t vi;
-    if (dl_version_index(j, s->pos.ver_id[c], &vi) < 0) continue;
+    if (!s->blobs[c] || dl_version_index(j, s->pos.ver_id[c], &vi) < 0) continue;
     pthread_mutex_lock(&j->lanes[c].mu);
     dl_snap_add(j, c, vi, s->pos.k[c], pinned, s->blobs[c], s->lens[c]);
     pthread_mutex_unlock(&j->lanes[c].mu);
@@ -134,6 +139,24 @@ int dl_commit(struct dl *dl, const char *job, int64_t step) {
   return rc;
 }
 
+/* DLX1 (a whole job: every lane, in order) or DLX2 (a part: the lanes held,
+ * each named). */
+static void write_blob(struct dl_wbuf *w, bool partial, int64_t step, const uint8_t *cfg,
+                       size_t cfg_len, const struct state *s) {
+  uint32_t held = 0;
+  for (uint32_t c = 0; c < s->n; c++) held += s->blobs[c] != NULL;
+  dl_w_u32(w, partial ? EXPORT_PART_MAGIC : EXPORT_MAGIC);
+  dl_w_u64(w, (uint64_t)step);
+  dl_w_blob(w, cfg, cfg_len);
+  dl_w_u32(w, s->n);
+  if (partial) dl_w_u32(w, held);
+  for (uint32_t c = 0; c < s->n; c++) {
+    if (!s->blobs[c]) continue;
+    if (partial) dl_w_u32(w, c);
+    dl_w_blob(w, s->blobs[c], s->lens[c]);
+  }
+}
+
 int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_blob,
                     size_t *ret_len) {
   struct dl_job *j = dl_find_job(dl, job);
@@ -150,11 +173,7 @@ int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_
   if (rc == 0) rc = dl_config_encode(j, &cfg, &cfg_len);
   pthread_rwlock_unlock(&j->lock);
   if (rc == 0) {
-    dl_w_u32(&w, EXPORT_MAGIC);
-    dl_w_u64(&w, (uint64_t)step);
-    dl_w_blob(&w, cfg, cfg_len);
-    dl_w_u32(&w, s.n);
-    for (uint32_t c = 0; c < s.n; c++) dl_w_blob(&w, s.blobs[c], s.lens[c]);
+    write_blob(&w, dl->opts.parts > 1, step, cfg, cfg_len, &s);
     if (w.failed) rc = STK_ENOMEM;
   }
   free(cfg);

@@ -26,6 +26,12 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   if (!o->max_snapshots_per_lane) o->max_snapshots_per_lane = 256;
   if (!o->keep_commits) o->keep_commits = 2;
   if (!o->open_source) o->open_source = dl_default_open_source;
+  if (!o->parts) o->parts = 1;
+  if (o->part >= o->parts) {
+    stk_set_detail("dl_open: part %u of %u: need part < parts", o->part, o->parts);
+    free(dl);
+    return STK_EINVAL;
+  }
   o->dir = NULL;
   pthread_mutex_init(&dl->mu, NULL);
   struct kv_opts ko = {.create_if_missing = true};
@@ -85,6 +91,12 @@ int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec) {
   struct dl_job *j = NULL;
   int rc = dl_job_new(dl, spec, &j);
   if (rc < 0) return rc;
+  if (j->C < dl->opts.parts) {
+    stk_set_detail("%u lanes cannot be split over %u processes (lanes >= parts)", j->C,
+                   dl->opts.parts);
+    dl_job_free(j);
+    return STK_EINVAL;
+  }
   /* Registered first so a racing create of the same name fails; removed
    * again if the write fails (nothing stored then). */
   if ((rc = dl_add_job(dl, j)) < 0) {
@@ -124,7 +136,16 @@ static int fill_info(const struct dl_job *j, Stoker__V1__LoaderInfo *info) {
   s->datasets = ds;
   info->spec = s;
   info->committed_step = j->n_commits ? j->commits[j->n_commits - 1].step : -1;
-  return s->n_datasets == j->n_ds ? 0 : STK_ENOMEM;
+  if (j->dl->opts.parts > 1) {
+    info->part = j->dl->opts.part;
+    info->parts = j->dl->opts.parts;
+  }
+  if ((info->lane_lines_generated = calloc(j->C, sizeof(uint64_t)))) {
+    info->n_lane_lines_generated = j->C;
+    for (uint32_t c = 0; c < j->C; c++)
+      info->lane_lines_generated[c] = __atomic_load_n(&j->lanes[c].generated, __ATOMIC_RELAXED);
+  }
+  return s->n_datasets == j->n_ds && info->lane_lines_generated ? 0 : STK_ENOMEM;
 }
 
 int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info) {
@@ -158,9 +179,24 @@ int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_inf
     free(info->spec->datasets);
     free(info->spec);
   }
+  free(info->lane_lines_generated);
   free(info);
   if (rc == 0) *ret_info = own;
   return rc;
+}
+
+int dl_lane_lines_generated(struct dl *dl, const char *job, uint32_t lane, uint64_t *ret_lines) {
+  struct dl_job *j = dl_find_job(dl, job);
+  if (!j) {
+    stk_set_detail("no dataloader job '%s'", job ? job : "");
+    return STK_ENOENT;
+  }
+  if (lane >= j->C) {
+    stk_set_detail("job %s has %u lanes", j->name, j->C);
+    return STK_EINVAL;
+  }
+  *ret_lines = __atomic_load_n(&j->lanes[lane].generated, __ATOMIC_RELAXED);
+  return 0;
 }
 
 void dl_info_free(Stoker__V1__LoaderInfo *info) {

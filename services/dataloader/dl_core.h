@@ -50,6 +50,11 @@ struct dl_opts {
   uint32_t gen_threads; /* Threads generating one batch: 1 (0: the default) or 2, where a
                            spare thread generates half of a call's lanes. Measured slower on
                            a 2-vCPU host (memory-bound work, oversubscribed cores), hence off. */
+  /* Scale-out (README "Scale-out"): this instance is part `part` of `parts`
+   * processes serving the same jobs and generates only the lanes c with
+   * c mod parts == part; batches and Explain hold only those lanes' lines,
+   * commits and exports only their snapshots. parts 0 means 1: the whole job. */
+  uint32_t part, parts;
 };
 
 /* Opens the store and reloads every job (reopening its datasets). */
@@ -64,25 +69,33 @@ void dl_close(struct dl *dl);
 int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec);
 
 /* The job's creation spec with the current (latest version's) seq_len,
- * global_batch and datasets/weights, and the latest committed step (-1:
- * none). Free with dl_info_free. */
+ * global_batch and datasets/weights, the latest committed step (-1: none),
+ * this instance's part/parts (0/0 when it serves the whole job) and the
+ * lines each lane generated here. Free with dl_info_free. */
 int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info);
 void dl_info_free(Stoker__V1__LoaderInfo *info);
 
-/* One rank's slice of a global batch. */
+/* One rank's slice of a global batch, or on a scaled-out instance (parts >
+ * 1) the part of it this instance's lanes hold. */
 struct dl_batch {
   int64_t step;
-  uint32_t lines;       /* global_batch / world */
+  uint32_t lines;       /* global_batch / world; partial: the lines held */
   uint32_t line_tokens; /* seq_len + 1 */
   uint32_t *tokens;     /* [lines x line_tokens] */
   uint32_t *doc_starts; /* [n_doc_starts] flat indices into tokens, ascending */
   size_t n_doc_starts;
+  /* Partial batches only (parts > 1; else NULL, 0, 0, 1): line i is line
+   * positions[i] of the slice of slice_lines lines; ascending. */
+  uint32_t *positions; /* [lines] */
+  uint32_t slice_lines;
+  uint32_t part, parts;
 };
 
 /* Fills *ret_batch (free with dl_batch_free). Lines [rank*B/world,
- * (rank+1)*B/world) of step's global batch of B lines. Errors: STK_EINVAL
- * for step < 0 or > max_step, world 0, rank >= world, B % world != 0, a
- * reply over max_batch_bytes; STK_ENOENT; STK_ERANGE. */
+ * (rank+1)*B/world) of step's global batch of B lines (on a scaled-out
+ * instance, those of them its lanes hold). Errors: STK_EINVAL for step < 0
+ * or > max_step, world 0, rank >= world, B % world != 0, a slice over
+ * max_batch_bytes; STK_ENOENT; STK_ERANGE. */
 int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                  struct dl_batch *ret_batch);
 void dl_batch_free(struct dl_batch *b);
@@ -107,11 +120,23 @@ int dl_update_mixture(struct dl *dl, const Stoker__V1__UpdateMixtureRequest *req
 int dl_commit(struct dl *dl, const char *job, int64_t step);
 
 /* The job's configuration and its lane states after `step`, as one blob for
- * the model checkpoint (free() it). */
+ * the model checkpoint (free() it). A scaled-out instance exports only its
+ * own lanes. */
 int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_blob,
                     size_t *ret_len);
 /* Creates (or replaces) the job the blob describes, reopening its datasets,
  * committed at the blob's step. *ret_step, if not NULL, gets that step. */
 int dl_import_state(struct dl *dl, const uint8_t *blob, size_t len, int64_t *ret_step);
+/* The same from the n blobs the processes of a scaled-out job exported at
+ * one step (any number of processes): they must agree on the step and the
+ * configuration and together hold every lane this instance serves (STK_EINVAL
+ * naming a missing lane otherwise; nothing changes). Lanes it does not
+ * serve are ignored. */
+int dl_import_states(struct dl *dl, const uint8_t *const *blobs, const size_t *lens, size_t n,
+                     int64_t *ret_step);
+
+/* Lines lane `lane` of job generated in this instance since it opened
+ * the job (replays included; lanes of other parts stay 0). */
+int dl_lane_lines_generated(struct dl *dl, const char *job, uint32_t lane, uint64_t *ret_lines);
 
 #endif

@@ -1,9 +1,13 @@
 /*
- * dl_import: ImportState — a job recreated (or replaced in place) from an
- * exported blob, committed at the blob's step. Each lane snapshot is checked
- * against the position the configuration says step+1 starts at before
- * anything is stored, so a blob from another job or a corrupted one changes
- * nothing.
+ * dl_import: ImportState — a job recreated (or replaced in place) from
+ * exported blobs, committed at their step. A blob holds every lane (DLX1,
+ * from an instance serving the whole job) or the lanes of one part (DLX2);
+ * the blobs of every part of a scaled-out job, taken at one step, are
+ * imported together, so an operator can move a job to any number of
+ * processes. Each lane snapshot this instance serves is checked against the
+ * position the configuration says step+1 starts at before anything is
+ * stored, so a blob from another job, a corrupted one or a missing part
+ * changes nothing.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -12,20 +16,40 @@
 #include "dl_internal.h"
 #include "stk_error.h"
 
-#define EXPORT_MAGIC 0x31584C44u /* "DLX1" */
+#define EXPORT_MAGIC      0x31584C44u /* "DLX1" */
+#define EXPORT_PART_MAGIC 0x32584C44u /* "DLX2" */
 
 struct blob {
   int64_t step;
   const uint8_t *cfg;
   size_t cfg_len;
-  uint32_t n;
-  const uint8_t **lanes;
+  uint32_t n;            /* C */
+  const uint8_t **lanes; /* [n] NULL: not in the blob */
   size_t *lens;
 };
 
+static void blob_clear(struct blob *b) {
+  free(b->lanes);
+  free(b->lens);
+  memset(b, 0, sizeof *b);
+}
+
+/* DLX2's (lane, snapshot) pairs: lanes in range, none twice. */
+static int parse_pairs(struct dl_rbuf *r, struct blob *b) {
+  uint32_t held = dl_r_u32(r);
+  if (r->failed || held > b->n) return STK_ECORRUPT;
+  for (uint32_t i = 0; i < held; i++) {
+    uint32_t c = dl_r_u32(r);
+    if (r->failed || c >= b->n || b->lanes[c]) return STK_ECORRUPT;
+    b->lanes[c] = dl_r_blob(r, &b->lens[c]);
+  }
+  return 0;
+}
+
 static int parse(const uint8_t *p, size_t len, struct blob *b) {
   struct dl_rbuf r = {.p = p, .left = len};
-  if (dl_r_u32(&r) != EXPORT_MAGIC) return STK_ECORRUPT;
+  uint32_t magic = dl_r_u32(&r);
+  if (magic != EXPORT_MAGIC && magic != EXPORT_PART_MAGIC) return STK_ECORRUPT;
   b->step = (int64_t)dl_r_u64(&r);
   b->cfg = dl_r_blob(&r, &b->cfg_len);
   b->n = dl_r_u32(&r);
@@ -33,8 +57,28 @@ static int parse(const uint8_t *p, size_t len, struct blob *b) {
   b->lanes = calloc(b->n, sizeof *b->lanes);
   b->lens = calloc(b->n, sizeof *b->lens);
   if (!b->lanes || !b->lens) return STK_ENOMEM;
-  for (uint32_t c = 0; c < b->n; c++) b->lanes[c] = dl_r_blob(&r, &b->lens[c]);
+  if (magic == EXPORT_PART_MAGIC) {
+    if (parse_pairs(&r, b) < 0) return STK_ECORRUPT;
+  } else {
+    for (uint32_t c = 0; c < b->n; c++) b->lanes[c] = dl_r_blob(&r, &b->lens[c]);
+  }
   return r.failed || r.left ? STK_ECORRUPT : 0;
+}
+
+/* Adds b's lanes that all lacks; all and b must agree on step and config. */
+static int merge(struct blob *all, const struct blob *b) {
+  if (b->step != all->step || b->n != all->n || b->cfg_len != all->cfg_len ||
+      memcmp(b->cfg, all->cfg, b->cfg_len) != 0) {
+    stk_set_detail("state blobs disagree on the step or the job configuration (export every "
+                   "process of one job at the same committed step)");
+    return STK_EINVAL;
+  }
+  for (uint32_t c = 0; c < all->n; c++)
+    if (!all->lanes[c] && b->lanes[c]) {
+      all->lanes[c] = b->lanes[c];
+      all->lens[c] = b->lens[c];
+    }
+  return 0;
 }
 
 /* Decodes every lane snapshot and checks its position. */
@@ -48,13 +92,30 @@ static int check_lanes(struct dl_job *j, const struct blob *b, struct dl_commit 
   int rc = 0;
   for (uint32_t c = 0; rc == 0 && c < j->C; c++) {
     struct dl_gen g = {.cur_ds = -1};
-    rc = dl_gen_decode(j, c, b->lanes[c], b->lens[c], &g);
-    if (rc == 0 && (g.vi != vi || g.k != dl_lane_lines(j, vi, c, b->step + 1))) rc = STK_ECORRUPT;
     pos->ver_id[c] = j->ver[vi].id;
     pos->k[c] = dl_lane_lines(j, vi, c, b->step + 1);
+    if (!b->lanes[c]) continue; /* not served here (see only_served) */
+    rc = dl_gen_decode(j, c, b->lanes[c], b->lens[c], &g);
+    if (rc == 0 && (g.vi != vi || g.k != pos->k[c])) rc = STK_ECORRUPT;
     dl_gen_free(&g);
   }
   return rc;
+}
+
+/* Drops the lanes another part serves; every lane served here must be there. */
+static int only_served(const struct dl *dl, struct blob *b) {
+  for (uint32_t c = 0; c < b->n; c++) {
+    if (!dl_owns_lane(dl, c)) {
+      b->lanes[c] = NULL;
+      b->lens[c] = 0;
+    } else if (!b->lanes[c]) {
+      stk_set_detail("lane %u is in none of the state blobs: import the blobs of every process "
+                     "that served the job, exported at one step",
+                     c);
+      return STK_EINVAL;
+    }
+  }
+  return 0;
 }
 
 #define SWAP(f)                                                                                    \
@@ -93,6 +154,7 @@ static void install(struct dl_job *j, const struct blob *b, struct dl_commit *po
   }
   for (uint32_t c = 0; c < j->C; c++) {
     uint32_t vi;
+    if (!b->lanes[c]) continue;
     if (dl_version_index(j, j->commits ? j->commits[0].ver_id[c] : UINT64_MAX, &vi) == 0)
       dl_snap_add(j, c, vi, j->commits[0].k[c], true, b->lanes[c], b->lens[c]);
   }
@@ -117,6 +179,12 @@ static int import_job(struct dl *dl, const struct blob *b, int64_t *ret_step) {
   struct dl_commit pos = {0};
   int rc = dl_config_decode(dl, b->cfg, b->cfg_len, &nj);
   if (rc < 0) return rc;
+  if (nj->C < dl->opts.parts) {
+    stk_set_detail("%u lanes cannot be split over %u processes (lanes >= parts)", nj->C,
+                   dl->opts.parts);
+    dl_job_free(nj);
+    return STK_EINVAL;
+  }
   if ((rc = check_lanes(nj, b, &pos)) < 0) {
     if (rc == STK_ECORRUPT) stk_set_detail("state blob: lane snapshots do not match the step");
     dl_commit_clear(&pos);
@@ -138,13 +206,27 @@ static int import_job(struct dl *dl, const struct blob *b, int64_t *ret_step) {
 }
 
 int dl_import_state(struct dl *dl, const uint8_t *blob, size_t len, int64_t *ret_step) {
-  struct blob b = {0};
-  int rc = blob && dl ? parse(blob, len, &b) : STK_EINVAL;
-  if (rc == 0)
-    rc = import_job(dl, &b, ret_step);
-  else if (rc == STK_ECORRUPT)
-    stk_set_detail("state blob is corrupt or truncated");
-  free(b.lanes);
-  free(b.lens);
+  return dl_import_states(dl, &blob, &len, 1, ret_step);
+}
+
+int dl_import_states(struct dl *dl, const uint8_t *const *blobs, const size_t *lens, size_t n,
+                     int64_t *ret_step) {
+  struct blob all = {0};
+  int rc = dl && blobs && lens && n ? 0 : STK_EINVAL;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    struct blob b = {0};
+    rc = blobs[i] ? parse(blobs[i], lens[i], &b) : STK_EINVAL;
+    if (rc == STK_ECORRUPT && n == 1) stk_set_detail("state blob is corrupt or truncated");
+    if (rc == STK_ECORRUPT && n > 1) stk_set_detail("state blob %zu is corrupt or truncated", i);
+    if (rc == 0 && i == 0) {
+      all = b;
+      continue;
+    }
+    if (rc == 0) rc = merge(&all, &b);
+    blob_clear(&b);
+  }
+  if (rc == 0) rc = only_served(dl, &all);
+  if (rc == 0) rc = import_job(dl, &all, ret_step);
+  blob_clear(&all);
   return rc;
 }

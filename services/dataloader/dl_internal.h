@@ -91,6 +91,7 @@ struct dl_snap {
 
 struct dl_lane {
   pthread_mutex_t mu;
+  uint64_t generated; /* lines generated (atomic: read without mu) */
   struct dl_gen live;
   bool live_ok;
   struct dl_snap *snaps; /* sorted by (vi, k) */
@@ -214,6 +215,10 @@ int dl_default_open_source(void *arg, const Stoker__V1__DatasetSpec *spec,
                            struct dl_source **ret_source);
 
 /* ---- dl_core.c ---- */
+/* Scale-out: whether this instance serves lane c (dl_opts.part/parts). */
+static inline bool dl_owns_lane(const struct dl *dl, uint32_t c) {
+  return c % dl->opts.parts == dl->opts.part;
+}
 struct dl_job *dl_find_job(struct dl *dl, const char *name);
 int dl_add_job(struct dl *dl, struct dl_job *j);
 void dl_commit_clear(struct dl_commit *c);

@@ -279,7 +279,10 @@ int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_o
     g->off += n;
     fill += (uint32_t)n;
   }
-  if (rc == 0) g->k++;
+  if (rc == 0) {
+    g->k++;
+    __atomic_fetch_add(&j->lanes[c].generated, 1, __ATOMIC_RELAXED);
+  }
   return rc;
 }
 

@@ -64,14 +64,25 @@ void dl_rpc_batch_encode(struct dl_batch *b, Stoker__V1__Batch *msg) {
     bytes[4 * i + 2] = (uint8_t)(v >> 16);
     bytes[4 * i + 3] = (uint8_t)(v >> 24);
   }
+  dl_rpc_batch_msg(b, msg);
+}
+
+void dl_rpc_batch_msg(struct dl_batch *b, Stoker__V1__Batch *msg) {
   stoker__v1__batch__init(msg);
   msg->step = b->step;
   msg->lines = b->lines;
   msg->line_tokens = b->line_tokens;
-  msg->tokens.data = bytes;
-  msg->tokens.len = n * 4;
+  msg->tokens.data = (uint8_t *)b->tokens;
+  msg->tokens.len = (size_t)b->lines * b->line_tokens * 4;
   msg->doc_starts = b->doc_starts;
   msg->n_doc_starts = b->n_doc_starts;
+  if (b->parts > 1) { /* A partial batch; a whole one stays byte for byte as before. */
+    msg->positions = b->positions;
+    msg->n_positions = b->lines;
+    msg->slice_lines = b->slice_lines;
+    msg->part = b->part;
+    msg->parts = b->parts;
+  }
 }
 
 void dl_rpc_count_served(struct dl_rpc *a, const struct dl_batch *b) {
@@ -158,7 +169,18 @@ static int run_import(struct task *t) {
     stk_set_detail("job is required (the job the state belongs to)");
     return STK_EINVAL;
   }
-  int rc = dl_import_state(t->a->dl, r->state.data, r->state.len, NULL);
+  size_t n = 1 + r->n_more_states;
+  const uint8_t **blobs = malloc(n * sizeof *blobs);
+  size_t *lens = malloc(n * sizeof *lens);
+  int rc = blobs && lens ? 0 : STK_ENOMEM;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    const ProtobufCBinaryData *d = i == 0 ? &r->state : &r->more_states[i - 1];
+    blobs[i] = d->data;
+    lens[i] = d->len;
+  }
+  if (rc == 0) rc = dl_import_states(t->a->dl, blobs, lens, n, NULL);
+  free(blobs);
+  free(lens);
   return rc ? rc : dl_get_info(t->a->dl, r->job, &t->info);
 }
 

@@ -35,6 +35,9 @@ double dl_rpc_now(void);
 /* Encodes b's tokens in place as little-endian uint32 bytes (on the worker
  * thread) and fills msg to point into b; b must outlive msg's use. */
 void dl_rpc_batch_encode(struct dl_batch *b, Stoker__V1__Batch *msg);
+/* Fills msg to point into b (tokens taken as already encoded), with the
+ * scale-out fields of a partial batch. */
+void dl_rpc_batch_msg(struct dl_batch *b, Stoker__V1__Batch *msg);
 
 /* Counts one served batch in the metrics. */
 void dl_rpc_count_served(struct dl_rpc *a, const struct dl_batch *b);

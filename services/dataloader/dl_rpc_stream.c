@@ -126,18 +126,25 @@ static void sent(struct rpc_call *call, int err, void *arg) {
   pump(s);
 }
 
+/* The token bytes go to gRPC in place (no copy): gRPC frees them when it
+ * has written them to the socket, on whichever thread that happens. */
+static void release_tokens(void *tokens) {
+  free(tokens);
+}
+
 static void send_front(struct dl_stream *s) {
   struct dl_batch *b = &s->ready[s->head];
   Stoker__V1__Batch msg;
-  stoker__v1__batch__init(&msg);
-  msg.step = b->step;
-  msg.lines = b->lines;
-  msg.line_tokens = b->line_tokens;
-  msg.tokens.data = (uint8_t *)b->tokens; /* Encoded by gen_work. */
-  msg.tokens.len = (size_t)b->lines * b->line_tokens * 4;
-  msg.doc_starts = b->doc_starts;
-  msg.n_doc_starts = b->n_doc_starts;
-  int rc = rpc_send(s->call, &msg.base, sent, s); /* Packs a copy now. */
+  dl_rpc_batch_msg(b, &msg); /* Tokens encoded by gen_work. */
+  const void *tokens = msg.tokens.data;
+  size_t tokens_len = msg.tokens.len;
+  msg.tokens.data = NULL;
+  msg.tokens.len = 0;
+  b->tokens = NULL; /* Owned by the send from here on. */
+  const ProtobufCFieldDescriptor *field =
+      protobuf_c_message_descriptor_get_field_by_name(&stoker__v1__batch__descriptor, "tokens");
+  int rc = rpc_send_borrowed(s->call, &msg.base, field->id, tokens, tokens_len, release_tokens,
+                             (void *)tokens, sent, s);
   if (rc == 0) {
     s->sending = true;
     s->next_send++;

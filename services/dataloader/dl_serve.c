@@ -5,6 +5,10 @@
  * and rank r of world R takes positions [r*B/R, (r+1)*B/R). Global line n is
  * line n / C of lane n % C. Nothing here depends on R except which slice is
  * returned, so the global batch is the same at any world size.
+ *
+ * A scaled-out instance (part I of P) plans the same slice and keeps only the
+ * positions whose lane it serves (lane mod P == I): a partial batch, its lines
+ * in slice order with their positions, which the client assembles.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +28,9 @@ struct item {
 
 struct req {
   uint32_t vi, lines, t;
-  struct item *items; /* [lines] sorted by (lane, k) */
+  uint32_t slice;      /* lines of the rank's slice (== lines unless partial) */
+  uint32_t *positions; /* [lines] slice position of each line; partial only */
+  struct item *items;  /* [lines] sorted by (lane, k) */
 };
 
 static int item_cmp(const void *a, const void *b) {
@@ -52,18 +58,25 @@ static int plan(struct dl *dl, struct dl_job *j, int64_t step, uint32_t rank, ui
     stk_set_detail("global_batch %u is not a multiple of world %u", v->global_batch, world);
     return STK_EINVAL;
   }
-  q->lines = v->global_batch / world;
+  q->slice = v->global_batch / world;
   q->t = v->seq_len + 1;
-  if ((uint64_t)q->lines * q->t * 4 > dl->opts.max_batch_bytes) {
-    stk_set_detail("a batch of %u x %u tokens exceeds max_batch_bytes", q->lines, q->t);
+  if ((uint64_t)q->slice * q->t * 4 > dl->opts.max_batch_bytes) {
+    stk_set_detail("a batch of %u x %u tokens exceeds max_batch_bytes", q->slice, q->t);
     return STK_EINVAL;
   }
-  if (!(q->items = malloc(q->lines * sizeof *q->items))) return STK_ENOMEM;
+  if (!(q->items = malloc(((size_t)q->slice + 1) * sizeof *q->items))) return STK_ENOMEM;
+  if (dl->opts.parts > 1 && !(q->positions = malloc(((size_t)q->slice + 1) * sizeof(uint32_t))))
+    return STK_ENOMEM;
   uint64_t key = dl_key(dl_key(j->seed, STEP_TAG), (uint64_t)step);
   uint64_t base = (uint64_t)(step - v->from_step) * v->global_batch;
-  for (uint32_t i = 0; i < q->lines; i++) {
-    uint64_t n = base + dl_perm(key, v->global_batch, (uint64_t)rank * q->lines + i);
-    q->items[i] = (struct item){.lane = (uint32_t)(n % j->C), .k = n / j->C, .out = i};
+  q->lines = 0;
+  for (uint32_t i = 0; i < q->slice; i++) {
+    uint64_t n = base + dl_perm(key, v->global_batch, (uint64_t)rank * q->slice + i);
+    uint32_t lane = (uint32_t)(n % j->C);
+    if (!dl_owns_lane(dl, lane)) continue;
+    if (q->positions) q->positions[q->lines] = i;
+    q->items[q->lines] = (struct item){.lane = lane, .k = n / j->C, .out = q->lines};
+    q->lines++;
   }
   qsort(q->items, q->lines, sizeof *q->items, item_cmp);
   return 0;
@@ -216,6 +229,7 @@ int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
   int rc = serve(dl, job, step, rank, world, true, &s, &q);
   free(q.items);
   if (rc < 0) {
+    free(q.positions);
     sink_free(&s);
     return rc;
   }
@@ -225,7 +239,11 @@ int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
                                  .line_tokens = q.t,
                                  .tokens = s.tokens,
                                  .doc_starts = s.starts,
-                                 .n_doc_starts = s.n_starts};
+                                 .n_doc_starts = s.n_starts,
+                                 .positions = q.positions,
+                                 .slice_lines = q.positions ? q.slice : 0,
+                                 .part = dl->opts.part,
+                                 .parts = dl->opts.parts};
   return 0;
 }
 
@@ -233,11 +251,14 @@ void dl_batch_free(struct dl_batch *b) {
   if (!b) return;
   free(b->tokens);
   free(b->doc_starts);
+  free(b->positions);
   memset(b, 0, sizeof *b);
 }
 
-/* Reorders runs by reply line (they were produced in lane order). */
-static int explain_reply(struct sink *s, uint32_t lines, Stoker__V1__ExplainResponse **ret) {
+/* Reorders runs by reply line (they were produced in lane order); a
+ * partial reply names each line by its position in the slice. */
+static int explain_reply(struct sink *s, const struct req *q, Stoker__V1__ExplainResponse **ret) {
+  uint32_t lines = q->lines;
   Stoker__V1__ExplainResponse *r = malloc(sizeof *r);
   Stoker__V1__LineSource **v = malloc((s->out.n_runs + 1) * sizeof *v);
   uint32_t *order = malloc(((size_t)lines + 1) * sizeof *order);
@@ -257,6 +278,7 @@ static int explain_reply(struct sink *s, uint32_t lines, Stoker__V1__ExplainResp
   for (uint32_t line = 0; line < lines; line++)
     for (size_t i = order[line]; i < s->out.n_runs && s->out.runs[i]->line == line; i++)
       v[n++] = s->out.runs[i];
+  for (size_t i = 0; q->positions && i < n; i++) v[i]->line = q->positions[v[i]->line];
   free(order);
   free(s->out.runs);
   s->out.runs = NULL;
@@ -273,7 +295,8 @@ int dl_explain(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint
   struct req q = {0};
   int rc = serve(dl, job, step, rank, world, false, &s, &q);
   free(q.items);
-  if (rc == 0) rc = explain_reply(&s, q.lines, ret_resp);
+  if (rc == 0) rc = explain_reply(&s, &q, ret_resp);
+  free(q.positions);
   sink_free(&s);
   return rc;
 }

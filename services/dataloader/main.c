@@ -11,9 +11,12 @@
 #include "log.h"
 #include "stk_error.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_PARTS 4096 /* a job has at most 4096 lanes (dl_config.c) */
 
 struct dataloader_config {
   struct daemon_options daemon;
@@ -26,6 +29,8 @@ struct dataloader_config {
   uint64_t max_replay_lines;
   uint64_t snapshot_every_lines;
   uint64_t max_snapshots_per_lane;
+  char *part;                 /* "I/P" as given */
+  uint32_t part_index, parts; /* parsed from part by check_config */
 };
 
 #define DL_ROW(name, type, field, def, lo, hi, help)                                               \
@@ -54,6 +59,9 @@ static const struct cfg_option dataloader_options[] = {
            "Spacing of the in-memory lane snapshots that bound replay."),
     DL_ROW("max-snapshots-per-lane", CFG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
            "In-memory lane snapshots kept per lane."),
+    DL_ROW("part", CFG_STRING, part, "0/1", 0, 0,
+           "Scale-out: I/P makes this process part I of P serving each job, generating only "
+           "the lanes c with c mod P == I (0/1: the whole job)."),
 };
 
 static const struct cfg_table dataloader_table = {
@@ -71,8 +79,31 @@ struct dataloader {
   struct dl_rpc *adapter;
 };
 
+/* "I/P" with P >= 1 and I < P into c->part_index and c->parts. */
+static int parse_part(struct dataloader_config *c, char *err, size_t err_len) {
+  const char *s = c->part ? c->part : "";
+  char *end = NULL;
+  unsigned long i = 0, p = 0;
+  bool ok = *s >= '0' && *s <= '9';
+  if (ok) i = strtoul(s, &end, 10);
+  ok = ok && *end == '/' && end[1] >= '0' && end[1] <= '9';
+  if (ok) p = strtoul(end + 1, &end, 10);
+  ok = ok && *end == 0 && p >= 1 && p <= MAX_PARTS && i < p;
+  if (!ok) {
+    snprintf(err, err_len,
+             "--part: expected I/P with 1 <= P <= %u and 0 <= I < P (this process is part I of "
+             "P), got '%s'",
+             MAX_PARTS, s);
+    return STK_EINVAL;
+  }
+  c->part_index = (uint32_t)i;
+  c->parts = (uint32_t)p;
+  return 0;
+}
+
 /* A batch reply carries the tokens and up to one doc start per token. */
-static int check_config(const struct dataloader_config *c, char *err, size_t err_len) {
+static int check_config(struct dataloader_config *c, char *err, size_t err_len) {
+  if (parse_part(c, err, err_len) < 0) return STK_EINVAL;
   if (c->max_batch_bytes * 2 + 65536 > c->daemon.max_message_bytes) {
     snprintf(err, err_len, "max-batch-size (%llu) must be under half of max-message-size (%llu)",
              (unsigned long long)c->max_batch_bytes,
@@ -103,6 +134,8 @@ static int open_core(struct dataloader *d) {
       .snapshot_every_lines = (uint32_t)d->cfg.snapshot_every_lines,
       .max_snapshots_per_lane = (uint32_t)d->cfg.max_snapshots_per_lane,
       .keep_commits = (uint32_t)d->cfg.keep_commits,
+      .part = d->cfg.part_index,
+      .parts = d->cfg.parts,
   };
   int rc = dl_open(&o, &d->dl);
   if (rc)

@@ -9,6 +9,13 @@
  * One tensor "model" [ROWS x 262144] f32 (1 MiB rows), ROWS = BYTES / 1 MiB,
  * split by rows over 4 ranks (threads, each with its own client/channel).
  * Every element's value is a function of its index, so restores are checked.
+ *
+ * Saves: step 1 over gRPC (STOKER_CKPT_SHM=off: the stall of bytes over
+ * the wire), then steps 2 and 3 through shared memory (the default when the
+ * service is on this host): step 2 is the first shm checkpoint (fresh
+ * tmpfs pages), step 3 the steady state a training job sees from its
+ * second checkpoint on (segments recycled from the service's pool).
+ * stall_s is step 3's; restores read step 3.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -79,6 +86,8 @@ static void *save_rank(void *arg) {
   return NULL;
 }
 
+static int64_t save_step = 1;
+
 static void *read_rank(void *arg) {
   struct job *j = arg;
   struct stk_client *c = client();
@@ -87,7 +96,7 @@ static void *read_rank(void *arg) {
   uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
   struct stk_ckpt_want w = {"model", {2, off, sz}, arena + lo * COLS, (hi - lo) * COLS * 4};
   double t0 = now_s();
-  j->err = stk_ckpt_read(c, "bench", 1, &w, 1, 0, NULL);
+  j->err = stk_ckpt_read(c, "bench", save_step, &w, 1, 0, NULL);
   j->secs = now_s() - t0;
   if (j->err) fprintf(stderr, "read rank %u: %s\n", j->rank, stk_client_last_error(NULL));
   stk_client_free(c);
@@ -138,6 +147,54 @@ static double memcpy_shard(void) {
   return s;
 }
 
+struct mc {
+  char *dst;
+  const char *src;
+  size_t n;
+  double secs;
+};
+
+static void *memcpy_thread(void *arg) {
+  struct mc *m = arg;
+  double t0 = now_s();
+  memcpy(m->dst, m->src, m->n);
+  m->secs = now_s() - t0;
+  return NULL;
+}
+
+/* The ranks' shards memcpy'd at once, as the ranks stage at once: the
+ * slowest (on fewer cores than ranks they share the cores). */
+static double memcpy_all(void) {
+  pthread_t th[RANKS];
+  struct mc m[RANKS];
+  size_t n = rows / RANKS * COLS * 4;
+  for (int r = 0; r < RANKS; r++) {
+    m[r] = (struct mc){.dst = malloc(n), .src = (const char *)arena + r * n, .n = n};
+    memset(m[r].dst, 1, n);
+  }
+  for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, memcpy_thread, &m[r]);
+  double slowest = 0;
+  for (int r = 0; r < RANKS; r++) {
+    pthread_join(th[r], NULL);
+    if (m[r].secs > slowest) slowest = m[r].secs;
+    free(m[r].dst);
+  }
+  return slowest;
+}
+
+/* One checkpoint (Begin, 4 ranks save, Commit): the slowest rank's save
+ * call until staged in *ret_stall; returns the whole time. */
+static double checkpoint(struct stk_client *c, int64_t step, double *ret_stall) {
+  double t0 = now_s();
+  if (stk_ckpt_begin(c, "bench", step, RANKS, 0, attempt) < 0) exit(1);
+  run_ranks(save_rank, RANKS, ret_stall);
+  if (stk_ckpt_commit(c, attempt, 3600000, NULL) < 0) {
+    fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL));
+    exit(1);
+  }
+  return now_s() - t0;
+}
+
 static int write_file(const char *path, uint64_t bytes) {
   rows = bytes >> 20;
   arena = malloc(rows * COLS * 4);
@@ -163,17 +220,22 @@ int main(int argc, char **argv) {
   double sdk = sdk_ok ? atof(argv[4]) : 0;
   arena = malloc(bytes);
   fill(0, rows * COLS);
-  double memcpy_s = memcpy_shard();
+  double memcpy_s = memcpy_shard(), memcpy_par_s = memcpy_all();
 
   struct stk_client *c = client();
-  double t0 = now_s(), stall;
-  if (stk_ckpt_begin(c, "bench", 1, RANKS, 0, attempt) < 0) return 1;
-  run_ranks(save_rank, RANKS, &stall);
-  if (stk_ckpt_commit(c, attempt, 3600000, NULL) < 0) {
-    fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL));
-    return 1;
-  }
-  double upload_s = now_s() - t0;
+  const char *mode = getenv(STK_CKPT_SHM_ENV);
+  char *saved = mode ? strdup(mode) : NULL;
+  double stall_grpc, stall_first, stall;
+  setenv(STK_CKPT_SHM_ENV, "off", 1);
+  double upload_s = checkpoint(c, 1, &stall_grpc);
+  if (saved)
+    setenv(STK_CKPT_SHM_ENV, saved, 1);
+  else
+    unsetenv(STK_CKPT_SHM_ENV);
+  free(saved);
+  checkpoint(c, 2, &stall_first);
+  checkpoint(c, 3, &stall);
+  save_step = 3;
   double restore_s = restore(RANKS), reshard_s = restore(3);
   stk_client_free(c);
 
@@ -183,10 +245,14 @@ int main(int argc, char **argv) {
   printf("{\"bench\":\"checkpoint\",\"bytes\":%" PRIu64 ",\"ranks\":%d,"
          "\"service_upload_mb_per_s\":%.1f,\"curl_put_mb_per_s\":%.1f,"
          "\"sdk_multipart_mb_per_s\":%s,\"upload_ratio\":%.3f,"
-         "\"stall_s\":%.3f,\"memcpy_s\":%.4f,\"stall_ratio\":%.1f,"
+         "\"stall_s\":%.3f,\"memcpy_s\":%.4f,\"stall_ratio\":%.2f,"
+         "\"stall_first_shm_s\":%.3f,\"stall_grpc_s\":%.3f,\"stall_grpc_ratio\":%.1f,"
+         "\"memcpy_parallel_s\":%.4f,\"stall_parallel_ratio\":%.2f,"
          "\"restore_mb_per_s\":%.1f,\"reshard_restore_mb_per_s\":%.1f,\"reshard_ratio\":%.3f}\n",
          bytes, RANKS, service, curl, sdk_txt, peer > 0 ? service / peer : 0, stall, memcpy_s,
-         memcpy_s > 0 ? stall / memcpy_s : 0, mb / restore_s, mb / reshard_s,
+         memcpy_s > 0 ? stall / memcpy_s : 0, stall_first, stall_grpc,
+         memcpy_s > 0 ? stall_grpc / memcpy_s : 0, memcpy_par_s,
+         memcpy_par_s > 0 ? stall / memcpy_par_s : 0, mb / restore_s, mb / reshard_s,
          restore_s / reshard_s);
   free(arena);
   return 0;

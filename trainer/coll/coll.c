@@ -1,9 +1,12 @@
 /*
- * coll.c: the backend-independent part of the collective interface. Today
- * only the element sizes, which both backends and the FSDP layer need to turn
- * element counts into byte counts.
+ * coll.c: the backend-independent part of the collective interface: the
+ * element sizes, which both backends and the FSDP layer need to turn
+ * element counts into byte counts, and the bf16 conversions FSDP's mixed
+ * precision uses around bf16 collectives.
  */
 #include "coll.h"
+
+#include <string.h>
 
 size_t coll_dtype_size(enum coll_dtype dt) {
   switch (dt) {
@@ -13,4 +16,24 @@ size_t coll_dtype_size(enum coll_dtype dt) {
     return 2;
   }
   return 0;
+}
+
+void coll_bf16_from_f32(uint16_t *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+      dst[i] = (uint16_t)((u >> 16) | 0x40); /* Quiet NaN. */
+      continue;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    dst[i] = (uint16_t)(u >> 16);
+  }
+}
+
+void coll_f32_from_bf16(float *dst, const uint16_t *src, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)src[i] << 16;
+    memcpy(&dst[i], &u, sizeof(u));
+  }
 }

@@ -50,6 +50,12 @@ struct coll_group {
 
 size_t coll_dtype_size(enum coll_dtype dt);
 
+/* bf16 conversions for callers that keep f32 and communicate in bf16:
+ * narrowing rounds to nearest, ties to even (NaN stays NaN); widening is
+ * exact. bf16 values are the upper 16 bits of the f32 pattern. */
+void coll_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
+void coll_f32_from_bf16(float *dst, const uint16_t *src, size_t n);
+
 static inline int coll_all_gather(struct coll_group *g, const void *send, void *recv, size_t count,
                                   enum coll_dtype dt) {
   return g->ops->all_gather(g, send, recv, count, dt);

@@ -36,6 +36,8 @@ static int check_args(const struct model_config *cfg, struct coll_group *group,
                       const struct fsdp_opts *opts) {
   if (!cfg || !opts || model_config_check(cfg)) return STK_EINVAL;
   if (opts->max_inflight_units < 0 || opts->max_inflight_units == 1) return STK_EINVAL;
+  if (opts->precision != FSDP_PRECISION_FP32 && opts->precision != FSDP_PRECISION_BF16)
+    return STK_EINVAL;
   if (group && (group->size < 1 || group->rank < 0 || group->rank >= group->size))
     return STK_EINVAL;
   return 0;
@@ -108,6 +110,7 @@ void fsdp_get_stats(const struct fsdp *f, struct fsdp_stats *ret_stats) {
                                    .limiter_wait_ns = l->wait_ns,
                                    .coll_wait_ns = f->coll_wait_ns,
                                    .bytes_moved = f->bytes_moved,
+                                   .gather_bytes = f->gather_bytes,
                                    .steps = f->nsteps_stat};
   pthread_mutex_unlock(&l->mu);
 }
@@ -120,5 +123,6 @@ void fsdp_reset_stats(struct fsdp *f) {
   pthread_mutex_unlock(&f->lim.mu);
   f->coll_wait_ns = 0;
   f->bytes_moved = 0;
+  f->gather_bytes = 0;
   f->nsteps_stat = 0;
 }

@@ -22,18 +22,38 @@
  * reports is the mean over ranks, so W ranks match 1 rank on the whole
  * batch up to floating-point rounding.
  *
+ * Mixed precision (opts.precision = FSDP_PRECISION_BF16): the master
+ * shards, gradients shards and AdamW state stay f32; each rank narrows its
+ * parameter shard to bf16 for the all-gather (half the bytes), the model
+ * computes on the gathered bf16 values widened to f32 (the CPU model stays
+ * f32 inside), and gradients are narrowed to bf16 for the reduce-scatter
+ * (summed by the ring in f32, rounded to bf16 per hop) and widened into the
+ * f32 gradient shard AdamW reads. One rank (no group) rounds the same way.
+ *
+ * Votes: a rank may set a vote before a step; the step's all-reduce (the
+ * one that already carries the gradient norm and the loss) also sums the
+ * votes, so after the step every rank knows how many ranks voted, at the
+ * same step, with no extra collective (stoker-train uses it to agree on
+ * the step of a checkpoint an operator asked some rank for).
+ *
  * Threading: one thread drives an fsdp object; fsdp_step starts and joins
  * its communication thread inside the call.
  */
 #ifndef STK_FSDP_H
 #define STK_FSDP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "coll.h"
 #include "model.h"
 #include "optim.h"
+
+enum fsdp_precision {
+  FSDP_PRECISION_FP32 = 0, /* Everything f32 (the default). */
+  FSDP_PRECISION_BF16 = 1, /* bf16 all-gather and reduce-scatter, f32 master state. */
+};
 
 struct fsdp_opts {
   int max_inflight_units;    /* K: unsharded units alive at once; 0 = no limit. */
@@ -43,9 +63,11 @@ struct fsdp_opts {
   int64_t warmup_steps, total_steps;
   struct optim_adamw adamw; /* lr is taken from the schedule. */
   float clip_norm;          /* Global gradient-norm clip; 0 = none. */
+  enum fsdp_precision precision;
 };
 
-/* K = 2, no byte budget, seed 0, lr 3e-4 constant, AdamW (0.9, 0.95, 1e-8, 0.1), clip 1. */
+/* K = 2, no byte budget, seed 0, lr 3e-4 constant, AdamW (0.9, 0.95, 1e-8, 0.1), clip 1,
+ * fp32. */
 void fsdp_opts_default(struct fsdp_opts *ret_opts);
 
 struct fsdp;
@@ -73,6 +95,12 @@ void fsdp_free(struct fsdp *f);
  */
 int fsdp_step(struct fsdp *f, const int32_t *tokens, const int32_t *targets, int B, int T,
               float *ret_loss);
+
+/* This rank's vote for the next fsdp_step (cleared by a successful step). */
+void fsdp_set_vote(struct fsdp *f, bool vote);
+/* How many ranks voted in the last successful step (the same on every
+ * rank); 0 after a failed step. */
+int fsdp_votes(const struct fsdp *f);
 
 /* One unit's shard on this rank, for checkpointing. */
 struct fsdp_shard {
@@ -115,6 +143,7 @@ struct fsdp_stats {
   int64_t limiter_wait_ns;     /* The communication thread waiting on the limiter. */
   int64_t coll_wait_ns;        /* The compute side waiting on collectives. */
   uint64_t bytes_moved;        /* Bytes this rank sends in ring schedules: (W-1) * chunk. */
+  uint64_t gather_bytes;       /* The all-gathers' part of bytes_moved. */
   int64_t steps;
 };
 

@@ -37,7 +37,7 @@ struct fsdp_gather {
 enum fsdp_op_kind {
   FSDP_OP_GATHER = 0,         /* All-gather of gather event `index`. */
   FSDP_OP_REDUCE_SCATTER = 1, /* Reduce-scatter of unit `index`'s gradient. */
-  FSDP_OP_ALL_REDUCE = 2,     /* The squared norm and loss. */
+  FSDP_OP_ALL_REDUCE = 2,     /* The squared norm, loss and votes. */
 };
 
 struct fsdp_op {
@@ -103,8 +103,10 @@ struct fsdp {
   int B, T;
   int64_t steps_done;
   int64_t coll_wait_ns;
-  uint64_t bytes_moved;
+  uint64_t bytes_moved, gather_bytes;
   int64_t nsteps_stat;
+  float vote; /* This rank's, for the next step. */
+  int votes;  /* Summed over ranks by the last step. */
 
   /* One step's rendezvous, under mu. */
   pthread_mutex_t mu;
@@ -117,7 +119,7 @@ struct fsdp {
   char *ready;    /* Per gather event. */
   float **grads;  /* Per unit: the unsharded gradient during backward. */
   float **params; /* Per unit: what the model reads (compute side only). */
-  float red[2];   /* Squared gradient norm and loss, all-reduced. */
+  float red[3];   /* Squared gradient norm, loss and votes, all-reduced. */
 };
 
 /* fsdp_shard.c: the shards. */

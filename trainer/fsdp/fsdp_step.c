@@ -2,8 +2,9 @@
  * fsdp_step: one training step, read top-down like the architecture:
  * start the communication thread on the plan, walk the compute steps
  * (wait for the unit's gathers, run it, free what it no longer needs),
- * hand over the squared gradient norm and the loss, then clip and apply
- * AdamW to this rank's shards once every collective has succeeded.
+ * hand over the squared gradient norm, the loss and this rank's vote, then
+ * clip and apply AdamW to this rank's shards once every collective has
+ * succeeded.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,7 @@ static int norm_and_loss(struct fsdp *f) {
   pthread_mutex_lock(&f->mu);
   f->red[0] = (float)sq;
   f->red[1] = model_loss(f->model);
+  f->red[2] = f->vote;
   f->done_steps = f->plan.nsteps + 1;
   pthread_cond_broadcast(&f->cv);
   pthread_mutex_unlock(&f->mu);
@@ -152,9 +154,21 @@ int fsdp_step(struct fsdp *f, const int32_t *tokens, const int32_t *targets, int
   pthread_join(comm, NULL);
   rc = f->error;
   step_cleanup(f);
+  f->votes = 0;
   if (rc) return rc;
   float loss = f->red[1] / (float)f->world;
   rc = apply_optimizer(f);
-  if (!rc && ret_loss) *ret_loss = loss;
-  return rc;
+  if (rc) return rc;
+  f->votes = (int)(f->red[2] + 0.5f); /* A small integer sum: exact in f32. */
+  f->vote = 0.0f;
+  if (ret_loss) *ret_loss = loss;
+  return 0;
+}
+
+void fsdp_set_vote(struct fsdp *f, bool vote) {
+  f->vote = vote ? 1.0f : 0.0f;
+}
+
+int fsdp_votes(const struct fsdp *f) {
+  return f->votes;
 }

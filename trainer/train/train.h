@@ -12,6 +12,11 @@
  * the loader state after loader step S - 1 and training resumes with loader
  * step S.
  *
+ * Checkpoints happen every N steps and when the coordinator says
+ * CHECKPOINT_NOW to any rank: the rank votes in the next step's all-reduce
+ * (fsdp_set_vote) and every rank sees the sum after that step, so all of
+ * them checkpoint at the same step without an extra collective.
+ *
  * This header is shared by the program's files only.
  */
 #ifndef STK_TRAIN_H
@@ -44,6 +49,7 @@ struct train_opts {
   int64_t restore_from;    /* > 0: restore this step instead of the job's latest. */
   const char *dump_params; /* At the end, rank 0 writes every unit's params here. */
   int64_t ring_timeout_ms;
+  enum fsdp_precision precision; /* --mixed-precision bf16|fp32 */
 };
 
 /* A checkpoint saved asynchronously and not committed yet. */
@@ -69,8 +75,11 @@ struct train {
   struct stk_batch_stream *stream;
   pthread_mutex_t group_mu; /* Guards group against the action callback. */
   struct coll_group *group;
-  atomic_bool aborted; /* RESTART or STOP seen by the callback. */
-  int64_t step;        /* Last step trained (or restored). */
+  atomic_bool aborted;     /* RESTART or STOP seen by the callback. */
+  atomic_bool ckpt_wanted; /* CHECKPOINT_NOW heard; voted on at the next step. */
+  bool not_needed;         /* The coordinator refused the join (job stopped or scaled down). */
+  char not_needed_why[256];
+  int64_t step; /* Last step trained (or restored). */
   struct train_pending pend;
   int32_t *inputs, *targets;
 };
@@ -78,7 +87,9 @@ struct train {
 /* Flags and environment; prints usage and returns -1 when they are bad. */
 int train_parse_args(int argc, char **argv, struct train_opts *ret_opts);
 
-/* Joins (or rejoins) the job and builds the ring group of the generation. */
+/* Joins (or rejoins) the job and builds the ring group of the generation.
+ * A Join refused with STK_ESTATE (the job is stopped, or was scaled down
+ * and has no seat for this member) sets not_needed and its reason. */
 int train_join(struct train *t);
 /* Aborts and frees the ring group (the action callback may race). */
 void train_drop_group(struct train *t);

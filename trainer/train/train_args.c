@@ -15,7 +15,7 @@ static void usage(const char *prog) {
           "  [--dataloader ADDR] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
           "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
           "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
-          "  [--dump-params FILE] [--ring-timeout-ms MS]\n",
+          "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n",
           prog);
 }
 
@@ -44,6 +44,11 @@ static int set_flag(struct train_opts *o, const char *k, const char *v) {
                              &o->data_job,    &o->member,     &o->corpus,     &o->dump_params};
   for (size_t i = 0; i < sizeof(str_keys) / sizeof(str_keys[0]); i++)
     if (!strcmp(k, str_keys[i])) return (*str_vals[i] = v), 0;
+  if (!strcmp(k, "--mixed-precision")) {
+    if (strcmp(v, "bf16") && strcmp(v, "fp32")) return -1;
+    o->precision = !strcmp(v, "bf16") ? FSDP_PRECISION_BF16 : FSDP_PRECISION_FP32;
+    return 0;
+  }
   long long n = strtoll(v, NULL, 10);
   if (!strcmp(k, "--steps"))
     o->steps = n;

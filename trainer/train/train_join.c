@@ -2,7 +2,9 @@
  * Joining a generation: stk_join, then the ring rendezvous through the
  * generation's KV store (each rank listens, publishes "ring/<rank>", reads
  * everybody's) and ring_group_new. Also dropping the group on a failure or
- * a RESTART from the coordinator.
+ * a RESTART from the coordinator. A refused Join (FAILED_PRECONDITION: the
+ * job is stopped, or a scale-down left no seat for this member) means this
+ * rank is not needed any more.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -78,8 +80,13 @@ static int build_ring(struct train *t) {
 int train_join(struct train *t) {
   train_drop_group(t);
   atomic_store(&t->aborted, false);
-  (void)stk_poll_action(t->coord); /* A stale RESTART belongs to the old generation. */
+  atomic_store(&t->ckpt_wanted, false); /* The restore point is the latest checkpoint. */
+  (void)stk_poll_action(t->coord);      /* A stale RESTART belongs to the old generation. */
   int err = stk_join(t->coord, t->o.job, t->o.member, "", "localhost", 600000, &t->m);
+  if (err == STK_ESTATE) {
+    t->not_needed = true;
+    snprintf(t->not_needed_why, sizeof(t->not_needed_why), "%s", stk_client_last_error(NULL));
+  }
   if (err) return err;
   printf("[%s] joined generation %" PRIu64 " as rank %u of %u (latest checkpoint: step %" PRId64
          ")\n",

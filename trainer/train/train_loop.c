@@ -2,7 +2,8 @@
  * One generation of training: set up (loader, FSDP at this world size,
  * restore, batch stream), then steps until done, STOP or a failure. Rank 0
  * logs loss and tokens/s per step; every rank reports them with its
- * heartbeats.
+ * heartbeats. A step checkpoints every N steps, or when any rank voted
+ * (CHECKPOINT_NOW) in it.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -44,6 +45,7 @@ static int setup(struct train *t) {
   fo.max_inflight_units = t->o.limiter_k, fo.seed = t->o.seed;
   fo.lr_max = t->o.lr, fo.lr_min = t->o.lr / 10, fo.warmup_steps = 10;
   fo.total_steps = t->o.steps;
+  fo.precision = t->o.precision;
   fsdp_free(t->fsdp);
   t->fsdp = NULL;
   if (!err) err = fsdp_new(&t->o.cfg, t->group, &fo, &t->fsdp);
@@ -80,9 +82,12 @@ static int one_step(struct train *t) {
   int B = 0;
   float loss = 0;
   int err = take_batch(t, &B);
+  fsdp_set_vote(t->fsdp, atomic_load(&t->ckpt_wanted));
   if (!err) err = fsdp_step(t->fsdp, t->inputs, t->targets, B, t->o.seq_len, &loss);
   if (err) return err;
   t->step++;
+  int votes = fsdp_votes(t->fsdp); /* The same on every rank. */
+  if (votes > 0) atomic_store(&t->ckpt_wanted, false);
   double dt = (double)(train_now_ms() - t0) / 1000.0;
   double tps = (double)t->o.global_batch * t->o.seq_len / (dt > 1e-3 ? dt : 1e-3);
   stk_report(t->coord, (uint64_t)t->step, tps, loss, STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
@@ -90,8 +95,11 @@ static int one_step(struct train *t) {
     printf("[%s] step %" PRId64 " loss %.4f tokens/s %.0f world %u\n", t->o.member, t->step,
            (double)loss, tps, t->m.world_size);
   err = train_ckpt_finish(t); /* The previous step's checkpoint, staged meanwhile. */
-  if (!err && t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0)
-    err = train_ckpt_start(t, t->step);
+  bool periodic = t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0;
+  if (votes > 0)
+    printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)\n", t->o.member, t->step,
+           votes, votes > 1 ? "s" : "");
+  if (!err && (periodic || votes > 0)) err = train_ckpt_start(t, t->step);
   return err;
 }
 
@@ -101,6 +109,7 @@ int train_run_generation(struct train *t) {
   while (!err && t->step < t->o.steps) {
     err = one_step(t);
     enum stk_action a = stk_poll_action(t->coord);
+    if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
     if (a == STK_ACTION_STOP) err = 1;
     if (a == STK_ACTION_RESTART) err = STK_EABORTED;
   }

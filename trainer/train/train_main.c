@@ -3,7 +3,9 @@
  * action callback (a RESTART or STOP aborts the ring group so a rank stuck
  * in a collective returns at once) and runs generations until the steps
  * are done or the job is stopped. A failed generation waits for the
- * coordinator's RESTART (or STOP), then rejoins.
+ * coordinator's RESTART (or STOP), then rejoins. CHECKPOINT_NOW sets a
+ * flag the loop votes with. A rank the coordinator no longer needs (its
+ * Join refused after a scale-down, or STOP) exits 0 with a message.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 
 static void on_action(void *arg, enum stk_action a, uint64_t generation, const char *reason) {
   struct train *t = arg;
+  if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
   if (a != STK_ACTION_RESTART && a != STK_ACTION_STOP) return;
   fprintf(stderr, "[%s] %s (generation %" PRIu64 ": %s)\n", t->o.member,
           a == STK_ACTION_STOP ? "STOP" : "RESTART", generation, reason ? reason : "");
@@ -47,13 +50,18 @@ static int run(struct train *t) {
       printf("[%s] STOP at step %" PRId64 "\n", t->o.member, t->step);
       break;
     }
+    if (t->not_needed) {
+      printf("[%s] not needed any more, leaving at step %" PRId64 ": %s\n", t->o.member, t->step,
+             t->not_needed_why);
+      break;
+    }
     fprintf(stderr, "[%s] generation %" PRIu64 " failed at step %" PRId64 ": %s (%s)\n",
             t->o.member, t->m.generation, t->step, stk_strerror(err), stk_client_last_error(NULL));
     train_drop_group(t);
     if (err != STK_EABORTED && wait_for_verdict(t) == 1) break;
   }
   printf("[%s] done at step %" PRId64 "\n", t->o.member, t->step);
-  stk_leave(t->coord);
+  if (!t->not_needed) stk_leave(t->coord);
   return 0;
 }
 

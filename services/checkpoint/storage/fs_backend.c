@@ -5,8 +5,10 @@
  * Layout under the root:
  *   <key>                         objects, as plain files (key '/' = directories)
  *   .stk-tmp/<random>             files being written; renamed or linked into place
- *   .stk-uploads/<id>/key         the key a multipart upload targets
+ *   .stk-uploads/<id>/key         the key a multipart upload targets (written
+ *                                 last at begin; its mtime is the begin time)
  *   .stk-uploads/<id>/<number>    its parts
+ * The uploads in progress are listed from .stk-uploads (storage_mpu_list).
  * Writes are durable before they are visible: data is written to a temp
  * file and fsync'ed, then renamed (or link()ed, which refuses an existing
  * name: the conditional put) into place, and the directory is fsync'ed.
@@ -409,6 +411,57 @@ static int fs_mpu_abort(void *impl, const char *key, const char *upload_id) {
   return err ? err : remove_upload(fs, dir);
 }
 
+/* Reads an upload's key and begin time (its key file's mtime). STK_ENOENT
+ * when the upload is gone or not fully begun. */
+static int upload_read(struct fs *fs, const char *id, char key[STORAGE_KEY_MAX + 1],
+                       int64_t *ret_initiated_ms) {
+  char dir[96], path[128];
+  int err = upload_dir(id, dir);
+  if (err) return err;
+  snprintf(path, sizeof(path), "%s/key", dir);
+  int fd = openat(fs->root_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? STK_ENOENT : fail("open", path);
+  struct stat st;
+  ssize_t n = fstat(fd, &st) == 0 ? read(fd, key, STORAGE_KEY_MAX) : -1;
+  err = n < 0 ? fail("read", path) : 0;
+  close(fd);
+  if (err) return err;
+  key[n] = '\0';
+  *ret_initiated_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+  return 0;
+}
+
+/* The uploads in progress are the directories of .stk-uploads whose key
+ * file is in place (begin writes it last). */
+static int fs_mpu_list(void *impl, const char *prefix, storage_upload_cb cb, void *arg) {
+  struct fs *fs = impl;
+  int fd = openat(fs->root_fd, UPLOADS_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return fail("open", UPLOADS_DIR);
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return fail("opendir", UPLOADS_DIR);
+  }
+  size_t plen = strlen(prefix);
+  int rc = 0;
+  struct dirent *e;
+  while (rc == 0 && (e = readdir(d)) != NULL) {
+    char key[STORAGE_KEY_MAX + 1];
+    int64_t initiated_ms = 0;
+    int err = e->d_name[0] == '.' ? STK_ENOENT : upload_read(fs, e->d_name, key, &initiated_ms);
+    if (err == STK_ENOENT) continue;
+    if (err) {
+      rc = err;
+      break;
+    }
+    if (strncmp(key, prefix, plen) != 0 || storage_key_check(key) != 0) continue;
+    struct storage_upload u = {key, e->d_name, initiated_ms};
+    rc = cb(arg, &u);
+  }
+  closedir(d);
+  return rc;
+}
+
 static void fs_free(void *impl) {
   struct fs *fs = impl;
   if (!fs) return;
@@ -426,6 +479,7 @@ static const struct storage_backend fs_backend = {
     .mpu_part = fs_mpu_part,
     .mpu_complete = fs_mpu_complete,
     .mpu_abort = fs_mpu_abort,
+    .mpu_list = fs_mpu_list,
     .free = fs_free,
 };
 
@@ -460,8 +514,10 @@ int fs_backend_open(const char *root_dir, struct storage **ret) {
     fs_free(fs);
     return err;
   }
-  struct storage_caps caps = {
-      .conditional_put = true, .multipart_abort = true, .multipart_list = false};
+  struct storage_caps caps = {.conditional_put = true,
+                              .multipart_abort = true,
+                              .multipart_list = false,
+                              .multipart_list_uploads = true};
   struct storage *st = storage_wrap(&fs_backend, fs, &caps);
   if (!st) {
     fs_free(fs);

@@ -23,6 +23,7 @@ void s3_result_clear(struct s3_result *res) {
   }
   free(res->entries);
   free(res->next_marker);
+  free(res->next_upload_id_marker);
   memset(res, 0, sizeof(*res));
 }
 

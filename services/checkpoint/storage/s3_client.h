@@ -34,7 +34,7 @@ enum s3_op_kind {
   S3_OP_MPU_COMPLETE,     /* CompleteMultipartUpload (optionally If-None-Match: *) */
   S3_OP_MPU_ABORT,        /* AbortMultipartUpload */
   S3_OP_MPU_LIST_PARTS,   /* ListParts -> entries (number, etag, size) */
-  S3_OP_MPU_LIST_UPLOADS, /* ListMultipartUploads -> entries (key, upload_id) */
+  S3_OP_MPU_LIST_UPLOADS, /* ListMultipartUploads -> entries (key, upload_id, initiated) */
   S3_OP_LIST,             /* ListObjectsV2 -> entries (key, size, etag) */
 };
 
@@ -62,11 +62,12 @@ struct s3_op {
   uint64_t range_len;          /* GET: byte count; 0 = to the end. */
   const struct s3_part *parts; /* COMPLETE: ascending part numbers. */
   size_t n_parts;
-  const char *prefix; /* LIST, LIST_UPLOADS. */
-  const char *marker; /* LIST: continuation token; LIST_PARTS: part-number marker;
-                         LIST_UPLOADS: key marker. NULL for the first page. */
-  int max_keys;       /* LIST*: page size; 0 = the store's default. */
-  s3_sink_fn sink;    /* GET: stream the body here instead of buffering it. */
+  const char *prefix;           /* LIST, LIST_UPLOADS. */
+  const char *marker;           /* LIST: continuation token; LIST_PARTS: part-number marker;
+                                   LIST_UPLOADS: key marker. NULL for the first page. */
+  const char *upload_id_marker; /* LIST_UPLOADS: with marker, the last upload id seen. */
+  int max_keys;                 /* LIST*: page size; 0 = the store's default. */
+  s3_sink_fn sink;              /* GET: stream the body here instead of buffering it. */
   void *sink_arg;
 };
 
@@ -77,6 +78,7 @@ struct s3_entry {
   char *etag;
   uint64_t size;
   int part_number;
+  int64_t initiated_ms; /* LIST_UPLOADS: <Initiated>, ms since the epoch; 0 if absent. */
 };
 
 struct s3_result {
@@ -91,8 +93,9 @@ struct s3_result {
   size_t body_len;
   struct s3_entry *entries; /* LIST*: this page. */
   size_t n_entries;
-  bool truncated;    /* LIST*: more pages follow... */
-  char *next_marker; /* ...starting at this marker. */
+  bool truncated;              /* LIST*: more pages follow... */
+  char *next_marker;           /* ...starting at this marker... */
+  char *next_upload_id_marker; /* ...and (LIST_UPLOADS) this upload id marker. */
 };
 
 /* Frees what a result owns and zeroes it. */

@@ -4,7 +4,9 @@
  *  - conditional PUT: If-None-Match: * twice on a fresh probe key; the
  *    second answer must be 412 (S3 since 2024; test servers ignore it);
  *  - multipart ListParts and Abort: a one-part upload is listed, aborted,
- *    and must then be gone.
+ *    and must then be gone;
+ *  - ListMultipartUploads answers at all (s3rver: 501 NotImplemented); the
+ *    orphan-upload GC needs it.
  */
 #ifndef STK_S3_PROBE_H
 #define STK_S3_PROBE_H

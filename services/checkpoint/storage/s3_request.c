@@ -63,6 +63,8 @@ static size_t query_of(const struct s3_op *op, struct s3_kv *q, char nbuf[2][24]
     q[n++] = (struct s3_kv){"uploads", ""};
     if (op->prefix) q[n++] = (struct s3_kv){"prefix", op->prefix};
     if (op->marker) q[n++] = (struct s3_kv){"key-marker", op->marker};
+    if (op->marker && op->upload_id_marker)
+      q[n++] = (struct s3_kv){"upload-id-marker", op->upload_id_marker};
     if (op->max_keys > 0) q[n++] = (struct s3_kv){"max-uploads", nbuf[1]};
     break;
   case S3_OP_LIST:
@@ -344,6 +346,15 @@ static uint64_t parse_u64(struct s3_xml_span doc, const char *tag) {
   return v;
 }
 
+/* Milliseconds since the epoch of an ISO 8601 element; 0 if absent or bad. */
+static int64_t parse_time(struct s3_xml_span doc, const char *tag) {
+  char *t = s3_xml_text(doc, tag);
+  int64_t ms = 0;
+  if (t && s3_xml_time_ms(t, &ms) != 0) ms = 0;
+  free(t);
+  return ms;
+}
+
 /* Fills res->entries from every <item> element of the body. */
 static int parse_entries(struct s3_req *r, const char *item) {
   struct s3_xml_span doc = body_span(r), inner;
@@ -357,9 +368,9 @@ static int parse_entries(struct s3_req *r, const char *item) {
       res->entries = grown;
     }
     struct s3_entry *e = &res->entries[res->n_entries++];
-    *e = (struct s3_entry){s3_xml_text(inner, "Key"), s3_xml_text(inner, "UploadId"),
-                           s3_xml_text(inner, "ETag"), parse_u64(inner, "Size"),
-                           (int)parse_u64(inner, "PartNumber")};
+    *e = (struct s3_entry){s3_xml_text(inner, "Key"),           s3_xml_text(inner, "UploadId"),
+                           s3_xml_text(inner, "ETag"),          parse_u64(inner, "Size"),
+                           (int)parse_u64(inner, "PartNumber"), parse_time(inner, "Initiated")};
   }
   char *trunc = s3_xml_text(doc, "IsTruncated");
   res->truncated = trunc && strcmp(trunc, "true") == 0;
@@ -382,6 +393,7 @@ static int parse_list(struct s3_req *r) {
   default:
     err = parse_entries(r, "Upload");
     r->res.next_marker = s3_xml_text(doc, "NextKeyMarker");
+    r->res.next_upload_id_marker = s3_xml_text(doc, "NextUploadIdMarker");
     return err;
   }
 }

@@ -3,10 +3,12 @@
  */
 #include "s3_xml.h"
 
+#include "stk_error.h"
 #include "strbuf.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* True if doc[i..] starts with "<tag" followed by '>', '/' or whitespace. */
 static bool start_tag_at(struct s3_xml_span doc, size_t i, const char *tag, size_t tlen) {
@@ -147,4 +149,66 @@ void s3_xml_escape(struct strbuf *sb, const char *s) {
       strbuf_putc(sb, *s);
     }
   }
+}
+
+/* Reads exactly n decimal digits at *p. */
+static bool digits(const char **p, int n, int *ret) {
+  int v = 0;
+  for (int i = 0; i < n; i++) {
+    char c = (*p)[i];
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + (c - '0');
+  }
+  *p += n;
+  *ret = v;
+  return true;
+}
+
+static bool expect(const char **p, char c) {
+  if (**p != c) return false;
+  (*p)++;
+  return true;
+}
+
+/* "Z", "+hh:mm" or "-hh:mm" at the end of the text: the offset in seconds. */
+static bool zone(const char *p, long *ret_offset_s) {
+  if (p[0] == 'Z' && p[1] == '\0') {
+    *ret_offset_s = 0;
+    return true;
+  }
+  int hh, mm;
+  char sign = *p++;
+  if ((sign != '+' && sign != '-') || !digits(&p, 2, &hh) || !expect(&p, ':') ||
+      !digits(&p, 2, &mm) || *p || hh > 23 || mm > 59)
+    return false;
+  *ret_offset_s = (sign == '-' ? -1 : 1) * (long)(hh * 3600 + mm * 60);
+  return true;
+}
+
+int s3_xml_time_ms(const char *text, int64_t *ret_ms) {
+  const char *p = text;
+  struct tm tm = {0};
+  int ms = 0;
+  bool ok = digits(&p, 4, &tm.tm_year) && expect(&p, '-') && digits(&p, 2, &tm.tm_mon) &&
+            expect(&p, '-') && digits(&p, 2, &tm.tm_mday) && expect(&p, 'T') &&
+            digits(&p, 2, &tm.tm_hour) && expect(&p, ':') && digits(&p, 2, &tm.tm_min) &&
+            expect(&p, ':') && digits(&p, 2, &tm.tm_sec);
+  if (ok && *p == '.') { /* Fraction: milliseconds from the first three digits. */
+    p++;
+    int n = 0;
+    for (; *p >= '0' && *p <= '9'; p++, n++)
+      if (n < 3) ms = ms * 10 + (*p - '0');
+    ok = n > 0;
+    for (; n < 3; n++) ms *= 10;
+  }
+  long offset_s = 0;
+  ok = ok && zone(p, &offset_s) && tm.tm_mon >= 1 && tm.tm_mon <= 12 && tm.tm_mday >= 1 &&
+       tm.tm_mday <= 31 && tm.tm_hour <= 23 && tm.tm_min <= 59 && tm.tm_sec <= 60;
+  if (!ok) return STK_EINVAL;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  time_t t = timegm(&tm);
+  if (t == (time_t)-1) return STK_EINVAL;
+  *ret_ms = ((int64_t)t - offset_s) * 1000 + ms;
+  return 0;
 }

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct strbuf;
 
@@ -34,6 +35,11 @@ char *s3_xml_text(struct s3_xml_span doc, const char *tag);
 
 /* Decodes entities of a text span; NULL on a bad entity or out of memory. */
 char *s3_xml_decode(struct s3_xml_span text);
+
+/* Parses an ISO 8601 UTC time as S3 writes it ("2010-11-10T20:48:33.000Z";
+ * fraction optional, "Z" or "+hh:mm"/"-hh:mm") into milliseconds since the
+ * epoch. 0 or STK_EINVAL. */
+int s3_xml_time_ms(const char *text, int64_t *ret_ms);
 
 /* Appends s with & < > " ' escaped. */
 void s3_xml_escape(struct strbuf *sb, const char *s);

@@ -180,3 +180,14 @@ int storage_mpu_abort(struct storage *st, const char *key, const char *upload_id
   if (!err) err = upload_id_check(upload_id);
   return err ? err : st->be->mpu_abort(st->impl, key, upload_id);
 }
+
+int storage_mpu_list(struct storage *st, const char *prefix, storage_upload_cb cb, void *arg) {
+  int err = prefix_check(prefix);
+  if (err) return err;
+  if (!cb) return STK_EINVAL;
+  if (!st->caps.multipart_list_uploads || !st->be->mpu_list) {
+    stk_set_detail("this store cannot list multipart uploads");
+    return STK_ENOTSUP;
+  }
+  return st->be->mpu_list(st->impl, prefix ? prefix : "", cb, arg);
+}

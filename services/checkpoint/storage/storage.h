@@ -34,9 +34,10 @@ enum storage_flags {
 
 /* What the store can do; filled at open (the S3 backend probes). */
 struct storage_caps {
-  bool conditional_put; /* STORAGE_IF_ABSENT is enforced atomically by the store. */
-  bool multipart_abort; /* Abort frees the parts. */
-  bool multipart_list;  /* ListParts / ListMultipartUploads answer. */
+  bool conditional_put;        /* STORAGE_IF_ABSENT is enforced atomically by the store. */
+  bool multipart_abort;        /* Abort frees the parts. */
+  bool multipart_list;         /* ListParts / ListMultipartUploads answer. */
+  bool multipart_list_uploads; /* storage_mpu_list works (else it fails STK_ENOTSUP). */
 };
 
 /* One uploaded part, for storage_mpu_complete: numbers ascending from 1. */
@@ -88,5 +89,28 @@ int storage_mpu_part(struct storage *st, const char *key, const char *upload_id,
 int storage_mpu_complete(struct storage *st, const char *key, const char *upload_id,
                          const struct storage_part *parts, size_t n_parts, unsigned flags);
 int storage_mpu_abort(struct storage *st, const char *key, const char *upload_id);
+
+/* One multipart upload in progress; the strings live during the callback. */
+struct storage_upload {
+  const char *key; /* Relative to the backend's root, as storage_mpu_begin took it. */
+  const char *upload_id;
+  int64_t initiated_ms; /* Wall clock (ms since the epoch) at begin, by the store's
+                           clock; 0 when the store does not say. */
+};
+
+/* Called once per upload; a non-zero return stops the listing and is
+ * returned by storage_mpu_list. The callback may call into st (abort the
+ * upload it was given, for instance). */
+typedef int (*storage_upload_cb)(void *arg, const struct storage_upload *u);
+
+/* Lists the multipart uploads begun and neither completed nor aborted whose
+ * key starts with prefix ("" or ending in '/', as storage_list), in no
+ * guaranteed order (S3 pages through them by key, then upload id). An upload
+ * may be reported although it is being completed or aborted meanwhile.
+ * Keys the store holds that storage_key_check refuses (the S3 capability
+ * probe's, say) are not reported. STK_ENOTSUP where the store cannot list
+ * uploads (caps.multipart_list_uploads false); STK_EIO for a listing that
+ * does not advance. */
+int storage_mpu_list(struct storage *st, const char *prefix, storage_upload_cb cb, void *arg);
 
 #endif

@@ -19,6 +19,7 @@ struct storage_backend {
   int (*mpu_complete)(void *impl, const char *key, const char *upload_id,
                       const struct storage_part *parts, size_t n_parts, unsigned flags);
   int (*mpu_abort)(void *impl, const char *key, const char *upload_id);
+  int (*mpu_list)(void *impl, const char *prefix, storage_upload_cb cb, void *arg);
   void (*free)(void *impl);
 };
 

@@ -205,6 +205,73 @@ static int s3b_mpu_abort(void *impl, const char *key, const char *upload_id) {
   return run(b, &op);
 }
 
+/* ListMultipartUploads paging: key-marker and upload-id-marker, both taken
+ * from the page before (several uploads may share a key). */
+struct upload_pager {
+  char *key_marker, *id_marker;
+};
+
+/* Moves the next markers out of res; STK_EIO if they do not advance (a
+ * store that would make us loop forever). */
+static int pager_advance(struct upload_pager *pg, struct s3_result *res, bool *ret_more) {
+  *ret_more = res->truncated;
+  if (!*ret_more) return 0;
+  if (!res->next_marker || !res->next_marker[0]) {
+    stk_set_detail("ListMultipartUploads is truncated without a NextKeyMarker");
+    return STK_EIO;
+  }
+  bool same = pg->key_marker && strcmp(pg->key_marker, res->next_marker) == 0 &&
+              (pg->id_marker && res->next_upload_id_marker
+                   ? strcmp(pg->id_marker, res->next_upload_id_marker) == 0
+                   : !pg->id_marker && !res->next_upload_id_marker);
+  if (same) {
+    stk_set_detail("ListMultipartUploads does not advance past key %.64s", pg->key_marker);
+    return STK_EIO;
+  }
+  free(pg->key_marker);
+  free(pg->id_marker);
+  pg->key_marker = res->next_marker;
+  pg->id_marker = res->next_upload_id_marker;
+  res->next_marker = res->next_upload_id_marker = NULL;
+  return 0;
+}
+
+static int uploads_page(struct s3b *b, const char *full_prefix, struct upload_pager *pg,
+                        storage_upload_cb cb, void *arg, bool *ret_more) {
+  struct s3_op op = {.kind = S3_OP_MPU_LIST_UPLOADS,
+                     .prefix = full_prefix,
+                     .marker = pg->key_marker,
+                     .upload_id_marker = pg->id_marker};
+  struct s3_result res;
+  int err = s3_sync_do(b->sync, &op, &res);
+  if (err && res.error_code) stk_set_detail("S3 %ld %s", res.status, res.error_code);
+  size_t plen = strlen(b->prefix);
+  for (size_t i = 0; !err && i < res.n_entries; i++) {
+    const struct s3_entry *e = &res.entries[i];
+    if (!e->key || !e->upload_id || strncmp(e->key, full_prefix, strlen(full_prefix)) != 0 ||
+        storage_key_check(e->key + plen) != 0)
+      continue;
+    struct storage_upload u = {e->key + plen, e->upload_id, e->initiated_ms};
+    err = cb(arg, &u);
+  }
+  if (!err) err = pager_advance(pg, &res, ret_more);
+  s3_result_clear(&res);
+  return err;
+}
+
+static int s3b_mpu_list(void *impl, const char *prefix, storage_upload_cb cb, void *arg) {
+  struct s3b *b = impl;
+  char p[2 * STORAGE_KEY_MAX + 2];
+  full_key(b, prefix, p);
+  struct upload_pager pg = {0};
+  bool more = true;
+  int err = 0;
+  while (!err && more) err = uploads_page(b, p, &pg, cb, arg, &more);
+  free(pg.key_marker);
+  free(pg.id_marker);
+  return err;
+}
+
 static void s3b_free(void *impl) {
   struct s3b *b = impl;
   if (!b) return;
@@ -223,6 +290,7 @@ static const struct storage_backend s3_backend = {
     .mpu_part = s3b_mpu_part,
     .mpu_complete = s3b_mpu_complete,
     .mpu_abort = s3b_mpu_abort,
+    .mpu_list = s3b_mpu_list,
     .free = s3b_free,
 };
 
@@ -247,7 +315,8 @@ int storage_open_s3(const struct s3_config *cfg, const char *prefix, struct stor
   if (!err) {
     b->conditional_put = caps.conditional_put;
     struct storage_caps sc = {caps.conditional_put, caps.multipart_abort,
-                              caps.multipart_list_parts && caps.multipart_list_uploads};
+                              caps.multipart_list_parts && caps.multipart_list_uploads,
+                              caps.multipart_list_uploads};
     st = storage_wrap(&s3_backend, b, &sc);
     if (!st) err = STK_ENOMEM;
   }

@@ -21,6 +21,7 @@
 
 #include "ckpt_svc_fixture.h"
 #include "stk_error.h"
+#include "storage.h"
 
 static int notify_fd = -1;
 static const char *kill_point;
@@ -48,7 +49,12 @@ static void child(struct fx *parent, const struct model *m) {
       fx_commit(&f, att, NULL, 0))
     _exit(4);
   armed = true;
-  if (fx_begin(&f, "job", 2, 4, att) || fx_write_model(&f, att, m, &wo, NULL)) _exit(5);
+  if (fx_begin(&f, "job", 2, 4, att)) _exit(5);
+  char path[160];
+  snprintf(path, sizeof(path), "%s/attempt2", f.dir);
+  FILE *a = fopen(path, "w");
+  if (!a || fputs(att, a) < 0 || fclose(a) != 0) _exit(5);
+  if (fx_write_model(&f, att, m, &wo, NULL)) _exit(5);
   fx_commit(&f, att, NULL, 0);
   _exit(6); /* The probe never fired. */
 }
@@ -101,12 +107,32 @@ static int count(const char *dir, const char *type) {
   return n;
 }
 
+/* A multipart upload begun in step 2's attempt directory that no journal
+ * record names, as when the service dies between CreateMultipartUpload's
+ * reply and the journal write. Recovery must abort it with the attempt. */
+static void plant_unjournaled_upload(struct fx *f) {
+  char path[160], att[80] = "";
+  snprintf(path, sizeof(path), "%s/attempt2", f->dir);
+  FILE *a = fopen(path, "r");
+  assert_non_null(a);
+  assert_non_null(fgets(att, sizeof(att), a)); /* The child began step 2. */
+  fclose(a);
+  struct storage *st;
+  assert_int_equal(storage_open(f->url, &st), 0);
+  char key[340], *upload_id = NULL;
+  snprintf(key, sizeof(key), "job/step-000000000002/attempt-%s/rank-00009-0000.bin", att);
+  assert_int_equal(storage_mpu_begin(st, key, &upload_id), 0);
+  free(upload_id);
+  storage_free(st);
+}
+
 /* Killed at `point` (the count-th time): step 2 committed or not. */
 static void crash_case(const char *point, int nth, bool expect_commit) {
   struct fx f;
   fx_init(&f);
   struct model *m = model_new(4, 6000000, 21); /* 9 MB a rank: multipart. */
   run_and_kill(&f, m, point, nth);
+  if (!expect_commit) plant_unjournaled_upload(&f);
   assert_int_equal(fx_open(&f), 0);
   struct ckpt_service_stats st;
   ckpt_service_get_stats(f.svc, &st);

@@ -1,0 +1,128 @@
+/*
+ * ckpt_staging_shm: zero-copy staging. A chunk that names a shared-memory
+ * segment instead of carrying bytes is placed without copying: the segment
+ * is checked and mapped (ckpt_shm.h), counted whole against the staging
+ * budget, and becomes an object of its own whose byte x is the segment's
+ * byte x, so its parts are slices of the mapping and are CRC'd and uploaded
+ * from it exactly as staged buffers are. Later chunks of the same segment
+ * must follow on contiguously; a chunk naming another segment (or carrying
+ * bytes) seals the object. The segment is released (recycled or removed)
+ * when its object is done, or when the attempt ends.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_service_int.h"
+#include "stk_error.h"
+
+/* Grows the object by len bytes already in place in its segment, handing
+ * each full part to the uploader. */
+static int extend(struct ckpt_service *s, struct obj *o, uint64_t len) {
+  while (len > 0) {
+    struct part *p = o->cur;
+    if (!p) {
+      p = calloc(1, sizeof(*p));
+      if (!p) return STK_ENOMEM;
+      p->obj = o;
+      p->number = ++o->parts_sent;
+      p->borrowed = true;
+      p->buf = (uint8_t *)o->seg->map + (uint64_t)(p->number - 1) * s->o.part_bytes;
+      o->cur = p;
+    }
+    uint64_t room = s->o.part_bytes - p->len, n = len < room ? len : room;
+    p->len += n;
+    o->size += n;
+    len -= n;
+    if (p->len == s->o.part_bytes) {
+      o->cur = NULL;
+      upload_part_ready(o, p);
+    }
+  }
+  return 0;
+}
+
+static int follow_on(struct ckpt_service *s, struct obj *o, const Stoker__V1__WriteChunk *c,
+                     uint64_t len) {
+  if (c->shm_offset != o->size || len > o->seg->size - o->size) {
+    stk_set_detail("shm segment %s: chunk at offset %" PRIu64 " (%" PRIu64
+                   " bytes) must follow on at %" PRIu64 " within %" PRIu64 " bytes",
+                   o->seg->name, c->shm_offset, len, o->size, o->seg->size);
+    return STK_EINVAL;
+  }
+  int err = staging_add_chunk(o, c, len);
+  return err ? err : extend(s, o, len);
+}
+
+static bool used_before(const struct rank_state *rs, const char *name) {
+  for (const struct obj *o = rs->objs; o; o = o->next)
+    if (o->seg && strcmp(o->seg->name, name) == 0) return true;
+  return false;
+}
+
+/* Maps a segment not seen before; CKPT_WRITE_WAIT when it does not fit the
+ * budget now (the file is left as it is). */
+static int take(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len,
+                struct ckpt_shm_seg **ret_seg) {
+  struct ckpt_service *s = w->svc;
+  struct rank_state *rs = &w->att->ranks[w->rank];
+  int err = ckpt_shm_check_name(c->shm_name, w->att->id, w->rank);
+  if (err) return err;
+  if (used_before(rs, c->shm_name) || c->shm_offset != 0) {
+    stk_set_detail("shm segment %s: a new segment starts at offset 0 and is used once",
+                   c->shm_name);
+    return STK_EINVAL;
+  }
+  struct ckpt_shm_seg *seg;
+  err = ckpt_shm_map(s->shm, c->shm_name, &seg);
+  if (err) return err;
+  if (len > seg->size) {
+    stk_set_detail("shm segment %s: %" PRIu64 " bytes, too short for a chunk of %" PRIu64,
+                   seg->name, seg->size, len);
+    ckpt_shm_unmap(seg);
+    return STK_EINVAL;
+  }
+  if (s->staged + seg->size > s->o.staging_budget_bytes) {
+    ckpt_shm_unmap(seg);
+    staging_wait_add(s, w);
+    s->stats.waits++;
+    staging_relieve(s);
+    return CKPT_WRITE_WAIT;
+  }
+  *ret_seg = seg;
+  return 0;
+}
+
+int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len) {
+  struct ckpt_service *s = w->svc;
+  struct rank_state *rs = &w->att->ranks[w->rank];
+  if (!s->shm) {
+    stk_set_detail("shared-memory staging is off on this service; send the bytes");
+    return STK_EINVAL;
+  }
+  if (rs->cur && rs->cur->seg && strcmp(rs->cur->seg->name, c->shm_name) == 0)
+    return follow_on(s, rs->cur, c, len);
+  struct ckpt_shm_seg *seg = NULL;
+  int err = take(w, c, len, &seg);
+  if (err) return err;
+  staging_wait_remove(s, w);
+  if (rs->cur) upload_seal(rs->cur);
+  struct obj *o = staging_obj_new(w->att, w->rank);
+  if (!o) {
+    ckpt_shm_unmap(seg);
+    return STK_ENOMEM;
+  }
+  o->seg = seg;
+  s->staged += seg->size;
+  if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
+  return follow_on(s, o, c, len);
+}
+
+static bool attempt_live(void *arg, const char *attempt) {
+  struct attempt *a = svc_find_attempt(arg, attempt);
+  return a && a->state != ATT_DONE;
+}
+
+void staging_sweep_segments(struct ckpt_service *s) {
+  if (s->shm) ckpt_shm_sweep(s->shm, attempt_live, s);
+}

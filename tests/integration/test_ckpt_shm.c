@@ -1,0 +1,477 @@
+/*
+ * Zero-copy staging through shared memory against the real
+ * stoker-checkpoint daemon (file:// storage, loopback): bytes saved through
+ * segments restore bit-exactly at another world size, segments are gone
+ * after commit and recycled (the next checkpoint reuses the same files),
+ * hostile segment references are refused with INVALID_ARGUMENT and commit
+ * nothing, an abort releases mapped segments, a daemon without shm (or a
+ * client told "off") sends bytes over gRPC, and kill -9 of the daemon with
+ * staged segments leaves no segment and no corrupt checkpoint after the
+ * restart. argv: stoker-checkpoint.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "stoker_ckpt.h"
+
+#define COLS      262144 /* f32: 1 MiB rows. */
+#define ROWS      12     /* Per rank: 12 MiB, multipart at 5 MiB parts. */
+#define BLOB      1000
+#define MAX_WORLD 4
+
+static char shm_root[256], shm_dir[300];
+
+/* ---- The model: every byte a function of (step, tensor, index) ---- */
+
+static uint8_t byte_at(int64_t step, int tensor, uint64_t i) {
+  uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(step * 131 + tensor);
+  return (uint8_t)(x >> 29);
+}
+
+struct shard {
+  uint8_t *w;    /* Rows of "w" [ROWS x COLS] f32 of this rank. */
+  uint8_t *blob; /* "blob/rank-R". */
+  uint64_t shape[2], off[2], sz[2], bshape[1], boff[1], bsz[1];
+  struct stk_ckpt_tensor t[2];
+  char bname[32];
+};
+
+static void shard_init(struct shard *s, int64_t step, uint32_t rank, uint32_t world) {
+  size_t wlen = (size_t)ROWS * COLS * 4, base = (size_t)rank * wlen;
+  s->w = malloc(wlen);
+  s->blob = malloc(BLOB + rank);
+  for (size_t i = 0; i < wlen; i++) s->w[i] = byte_at(step, 0, base + i);
+  for (size_t i = 0; i < BLOB + rank; i++) s->blob[i] = byte_at(step, 1 + (int)rank, i);
+  s->shape[0] = (uint64_t)ROWS * world;
+  s->shape[1] = COLS;
+  s->off[0] = (uint64_t)ROWS * rank;
+  s->off[1] = 0;
+  s->sz[0] = ROWS;
+  s->sz[1] = COLS;
+  s->bshape[0] = s->bsz[0] = BLOB + rank;
+  s->boff[0] = 0;
+  snprintf(s->bname, sizeof(s->bname), "blob/rank-%u", rank);
+  s->t[0] = (struct stk_ckpt_tensor){
+      "w", STOKER__V1__DTYPE__DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
+  s->t[1] = (struct stk_ckpt_tensor){s->bname,  STOKER__V1__DTYPE__DTYPE_BYTES,
+                                     s->bshape, {1, s->boff, s->bsz},
+                                     s->blob,   BLOB + rank};
+}
+
+static void shard_free(struct shard *s) {
+  free(s->w);
+  free(s->blob);
+}
+
+static struct stk_client *ckpt_client(const struct harness_daemon *d) {
+  struct stk_client_opts o = {.address = d->addr, .default_timeout_ms = 60000};
+  struct stk_client *c = NULL;
+  assert_int_equal(stk_ckpt_connect(&o, &c), 0);
+  return c;
+}
+
+/* ---- Saving through the writer (asserting the path taken) ---- */
+
+struct saver {
+  const char *addr, *attempt;
+  int64_t step;
+  uint32_t rank, world;
+  enum stk_ckpt_shm_mode mode;
+  int err;
+  bool shm;
+  pthread_t th;
+};
+
+static void *save_main(void *p) {
+  struct saver *v = p;
+  struct stk_client_opts o = {.address = v->addr, .default_timeout_ms = 60000};
+  struct stk_client *c = NULL;
+  struct shard s;
+  shard_init(&s, v->step, v->rank, v->world);
+  struct stk_ckpt_writer *w = NULL;
+  v->err = stk_ckpt_connect(&o, &c);
+  if (!v->err) v->err = stk_ckpt_writer_open(c, v->attempt, v->rank, 0, &w);
+  if (!v->err) stk_ckpt_writer_set_shm(w, v->mode);
+  for (int i = 0; i < 2 && !v->err; i++)
+    v->err = stk_ckpt_write_chunk(w, s.t[i].name, s.t[i].dtype, s.t[i].global_shape, &s.t[i].box,
+                                  s.t[i].data, s.t[i].len);
+  v->shm = stk_ckpt_writer_shm_active(w);
+  if (w && v->err) stk_ckpt_writer_abort(w);
+  if (w && !v->err) v->err = stk_ckpt_writer_finish(w, false, NULL, NULL);
+  stk_client_free(c);
+  shard_free(&s); /* Staged: the rank's buffers are free again. */
+  return NULL;
+}
+
+/* Saves every rank from its own thread; asserts each took path shm. */
+static void save_all(const struct harness_daemon *d, const char *attempt, int64_t step,
+                     uint32_t world, enum stk_ckpt_shm_mode mode, bool want_shm) {
+  struct saver v[MAX_WORLD];
+  for (uint32_t r = 0; r < world; r++) {
+    v[r] = (struct saver){
+        .addr = d->addr, .attempt = attempt, .step = step, .rank = r, .world = world, .mode = mode};
+    pthread_create(&v[r].th, NULL, save_main, &v[r]);
+  }
+  for (uint32_t r = 0; r < world; r++) {
+    pthread_join(v[r].th, NULL);
+    if (v[r].err) fail_msg("rank %u: %s", r, stk_client_last_error(NULL));
+    assert_int_equal(v[r].shm, want_shm);
+  }
+}
+
+/* ---- Reading back at another world size ---- */
+
+static void check_restore(struct stk_client *c, const char *job, int64_t step, uint32_t wrote,
+                          uint32_t world) {
+  uint64_t rows = (uint64_t)ROWS * wrote, row_bytes = COLS * 4;
+  for (uint32_t r = 0; r < world; r++) {
+    uint64_t lo = rows * r / world, hi = rows * (r + 1) / world;
+    uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
+    struct stk_ckpt_want want[1 + MAX_WORLD];
+    size_t len = (size_t)((hi - lo) * row_bytes);
+    uint8_t *buf = malloc(len), *blobs[MAX_WORLD];
+    want[0] = (struct stk_ckpt_want){"w", {2, off, sz}, buf, len};
+    uint64_t boff[MAX_WORLD], bsz[MAX_WORLD];
+    char names[MAX_WORLD][32];
+    for (uint32_t k = 0; k < wrote; k++) {
+      boff[k] = 0;
+      bsz[k] = BLOB + k;
+      blobs[k] = malloc(BLOB + k);
+      snprintf(names[k], sizeof(names[k]), "blob/rank-%u", k);
+      want[1 + k] = (struct stk_ckpt_want){names[k], {1, &boff[k], &bsz[k]}, blobs[k], BLOB + k};
+    }
+    if (stk_ckpt_read(c, job, step, want, 1 + wrote, 60000, NULL) != 0)
+      fail_msg("read: %s", stk_client_last_error(NULL));
+    for (size_t i = 0; i < len; i++)
+      if (buf[i] != byte_at(step, 0, lo * row_bytes + i)) fail_msg("w byte %zu differs", i);
+    for (uint32_t k = 0; k < wrote; k++) {
+      for (size_t i = 0; i < BLOB + k; i++)
+        if (blobs[k][i] != byte_at(step, 1 + (int)k, i)) fail_msg("blob %u differs", k);
+      free(blobs[k]);
+    }
+    free(buf);
+  }
+}
+
+/* ---- The segment directory ---- */
+
+static int count_entries(const char *prefix, ino_t *ret_inodes, int max) {
+  DIR *d = opendir(shm_dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+      if (ret_inodes && n < max) ret_inodes[n] = e->d_ino;
+      n++;
+    }
+  closedir(d);
+  return n;
+}
+
+static void put_file(const char *name, size_t len) {
+  char path[700];
+  snprintf(path, sizeof(path), "%s/%s", shm_dir, name);
+  int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, (off_t)len), 0);
+  close(fd);
+}
+
+static struct harness_daemon *start(const char *shm, const char *timeout) {
+  const char *args[] = {
+      "--part-size",          "5MiB", "--staging-budget",  "64MiB", "--shm-dir", shm,
+      "--upload-concurrency", "2",    "--attempt-timeout", timeout, NULL};
+  struct harness_daemon *d = harness_daemon_start(args);
+  assert_non_null(d);
+  return d;
+}
+
+static int setup(void **state) {
+  snprintf(shm_root, sizeof(shm_root), "/dev/shm/stoker-it-XXXXXX");
+  if (!mkdtemp(shm_root)) {
+    snprintf(shm_root, sizeof(shm_root), "/tmp/stoker-it-shm-XXXXXX");
+    if (!mkdtemp(shm_root)) return -1;
+  }
+  snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
+  return 0;
+}
+
+static int teardown(void **state) {
+  harness_tmpdir_remove(shm_root);
+  return 0;
+}
+
+/* ---- Tests ---- */
+
+static void commit_ok(struct stk_client *c, const char *attempt) {
+  if (stk_ckpt_commit(c, attempt, 60000, NULL) != 0)
+    fail_msg("commit: %s", stk_client_last_error(NULL));
+}
+
+static void test_roundtrip_and_recycling(void **state) {
+  struct harness_daemon *d = start(shm_dir, "60s");
+  struct stk_client *c = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  ino_t first[16], second[16];
+  int n_first = 0;
+  for (int64_t step = 1; step <= 2; step++) {
+    assert_int_equal(stk_ckpt_begin(c, "shm", step, 2, 0, attempt), 0);
+    save_all(d, attempt, step, 2, STK_CKPT_SHM_ON, true);
+    commit_ok(c, attempt);
+    assert_int_equal(count_entries("seg-", NULL, 0), 0);
+    check_restore(c, "shm", step, 2, 3);
+    int n = count_entries("free-", step == 1 ? first : second, 16);
+    assert_true(n > 0 && n <= 16);
+    if (step == 1) n_first = n;
+  }
+  /* The second checkpoint claimed the first one's files (same inodes), so
+   * its copies allocated no pages: without reuse the pool (room for five
+   * segments) would hold n_first + 2 files. (Within one checkpoint a rank
+   * may already reuse a file another rank released.) */
+  int n_second = count_entries("free-", second, 16);
+  assert_true(n_second <= 2);
+  for (int i = 0; i < n_first; i++) {
+    bool found = false;
+    for (int k = 0; k < n_second; k++) found |= first[i] == second[k];
+    assert_true(found);
+  }
+  /* "off" forces bytes over gRPC even here. */
+  assert_int_equal(stk_ckpt_begin(c, "shm", 3, 1, 0, attempt), 0);
+  save_all(d, attempt, 3, 1, STK_CKPT_SHM_OFF, false);
+  commit_ok(c, attempt);
+  check_restore(c, "shm", 3, 1, 2);
+  stk_client_free(c);
+  int status = -1;
+  assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
+  assert_int_equal(status, 0);
+  struct stat st;
+  assert_int_not_equal(stat(shm_dir, &st), 0); /* Pool and instance file removed. */
+  harness_daemon_free(d);
+}
+
+static void test_fallback_when_off(void **state) {
+  struct harness_daemon *d = start("", "60s");
+  struct stk_client *c = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "grpc", 1, 2, 0, attempt), 0);
+  save_all(d, attempt, 1, 2, STK_CKPT_SHM_AUTO, false);
+  commit_ok(c, attempt);
+  check_restore(c, "grpc", 1, 2, 3);
+  /* "on" where the service has none: the first write fails. */
+  struct stk_ckpt_writer *w;
+  assert_int_equal(stk_ckpt_begin(c, "grpc", 2, 1, 0, attempt), 0);
+  assert_int_equal(stk_ckpt_writer_open(c, attempt, 0, 0, &w), 0);
+  stk_ckpt_writer_set_shm(w, STK_CKPT_SHM_ON);
+  uint64_t shape = 4, off = 0, sz = 4;
+  struct stk_ckpt_box box = {1, &off, &sz};
+  assert_int_equal(
+      stk_ckpt_write_chunk(w, "x", STOKER__V1__DTYPE__DTYPE_U8, &shape, &box, "abcd", 4),
+      STK_ENOTSUP);
+  stk_ckpt_writer_abort(w);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+/* ---- Hostile references, over a raw stream ---- */
+
+struct hostile {
+  const char *what;
+  char name[720];
+  uint64_t bytes; /* Box bytes claimed. */
+  bool with_data;
+  bool valid_first; /* A valid segment chunk goes before it. */
+};
+
+static int send_raw(struct rpc_client *rc, const char *attempt, const struct hostile *h, char *msg,
+                    size_t msg_len) {
+  struct rpc_client_cstream *s = NULL;
+  assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
+                                           &stoker__v1__write_response__descriptor, 30000, &s),
+                   0);
+  uint64_t shape = 1 << 20, off = 0, sz = h->bytes;
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = &off;
+  box.sizes = &sz;
+  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+  ch.attempt = (char *)attempt;
+  ch.tensor = "t";
+  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  ch.n_global_shape = 1;
+  ch.global_shape = &shape;
+  ch.box = &box;
+  char good[128];
+  if (h->valid_first) {
+    snprintf(good, sizeof(good), "seg-%s-0-aa", attempt);
+    put_file(good, 8192);
+    ch.shm_name = good;
+    sz = 8192;
+    rpc_client_cstream_write(s, &ch.base);
+    off = 8192;
+    sz = h->bytes;
+  }
+  uint8_t data[16] = {0};
+  ch.shm_name = (char *)h->name;
+  if (h->with_data) {
+    ch.data.data = data;
+    ch.data.len = sz = sizeof(data);
+  }
+  rpc_client_cstream_write(s, &ch.base);
+  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
+  last.attempt = (char *)attempt;
+  last.last = true;
+  rpc_client_cstream_write(s, &last.base);
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(s, &resp, &st);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(msg, msg_len, "%s", st.message);
+  return st.code;
+}
+
+static void test_hostile_names(void **state) {
+  struct harness_daemon *d = start(shm_dir, "60s");
+  struct stk_client *c = ckpt_client(d);
+  struct rpc_client *rc = harness_rpc(d);
+  char outside[700];
+  snprintf(outside, sizeof(outside), "%s/outside", shm_root);
+  FILE *f = fopen(outside, "w");
+  fputs("precious", f);
+  fclose(f);
+  for (int i = 0; i < 9; i++) {
+    char attempt[STK_CKPT_ATTEMPT_MAX], msg[512], target[700], link_path[1500];
+    assert_int_equal(stk_ckpt_begin(c, "hostile", 10 + i, 1, 0, attempt), 0);
+    struct hostile h = {.bytes = 4096};
+    switch (i) {
+    case 0:
+      h.what = "../outside";
+      snprintf(h.name, sizeof(h.name), "../outside");
+      break;
+    case 1:
+      h.what = "an absolute path";
+      snprintf(h.name, sizeof(h.name), "%s", outside);
+      break;
+    case 2:
+      h.what = "another attempt's segment";
+      snprintf(h.name, sizeof(h.name), "seg-ffffffffffffffffffffffffffffffff-0-1");
+      put_file(h.name, 4096);
+      break;
+    case 3:
+      h.what = "a name outside the prefix";
+      snprintf(h.name, sizeof(h.name), "free-0000000000000001");
+      put_file(h.name, 4096);
+      break;
+    case 4:
+      h.what = "a segment too short";
+      snprintf(h.name, sizeof(h.name), "seg-%s-0-1", attempt);
+      put_file(h.name, 100);
+      break;
+    case 5:
+      h.what = "a symlink";
+      snprintf(h.name, sizeof(h.name), "seg-%s-0-2", attempt);
+      snprintf(target, sizeof(target), "%s/seg-%s-0-3", shm_dir, attempt);
+      put_file(target + strlen(shm_dir) + 1, 4096);
+      snprintf(link_path, sizeof(link_path), "%s/%s", shm_dir, h.name);
+      assert_int_equal(symlink(target, link_path), 0);
+      break;
+    case 6:
+      h.what = "another rank's segment";
+      snprintf(h.name, sizeof(h.name), "seg-%s-1-1", attempt);
+      put_file(h.name, 4096);
+      break;
+    case 7:
+      h.what = "bytes beside a segment";
+      snprintf(h.name, sizeof(h.name), "seg-%s-0-4", attempt);
+      put_file(h.name, 4096);
+      h.with_data = true;
+      break;
+    case 8:
+      h.what = "a chunk that does not follow on (after a valid one, mapped)";
+      snprintf(h.name, sizeof(h.name), "seg-%s-0-aa", attempt);
+      h.valid_first = true;
+      h.bytes = 100;
+      break;
+    }
+    int code = send_raw(rc, attempt, &h, msg, sizeof(msg));
+    if (code != RPC_INVALID_ARGUMENT) fail_msg("%s: status %d (%s)", h.what, code, msg);
+    assert_int_not_equal(stk_ckpt_commit(c, attempt, 30000, NULL), 0);
+    /* The aborted attempt's segments are removed with it. */
+    char prefix[128];
+    snprintf(prefix, sizeof(prefix), "seg-%s", attempt);
+    int64_t t0 = harness_now_ms();
+    while (count_entries(prefix, NULL, 0) > 0 && harness_now_ms() - t0 < 5000) harness_sleep_ms(20);
+    if (count_entries(prefix, NULL, 0) != 0) fail_msg("%s: segments left", h.what);
+  }
+  Stoker__V1__ListCheckpointsResponse *list = NULL;
+  assert_int_equal(stk_ckpt_list(c, "hostile", 0, &list), 0);
+  assert_int_equal(list->n_checkpoints, 0);
+  protobuf_c_message_free_unpacked(&list->base, NULL);
+  char buf[16] = "";
+  f = fopen(outside, "r");
+  assert_non_null(fgets(buf, sizeof(buf), f));
+  fclose(f);
+  assert_string_equal(buf, "precious");
+  rpc_client_free(rc);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+/* kill -9 with segments staged (and one written but never sent): after
+ * the restart no segment is left and every listed checkpoint reads back. */
+static void test_kill_with_staged_segments(void **state) {
+  struct harness_daemon *d = start(shm_dir, "60s");
+  for (int64_t step = 1; step <= 3; step++) {
+    struct stk_client *c = ckpt_client(d);
+    char attempt[STK_CKPT_ATTEMPT_MAX], stray[128];
+    assert_int_equal(stk_ckpt_begin(c, "kill", step, 2, 0, attempt), 0);
+    snprintf(stray, sizeof(stray), "seg-%s-1-ff", attempt);
+    put_file(stray, 4096);
+    save_all(d, attempt, step, 2, STK_CKPT_SHM_ON, true);
+    stk_client_free(c);
+    harness_sleep_ms(step == 1 ? 0 : 30 * step);
+    harness_daemon_kill(d);
+    assert_int_equal(harness_daemon_restart(d), 0);
+    assert_int_equal(count_entries("seg-", NULL, 0), 0);
+    c = ckpt_client(d);
+    Stoker__V1__ListCheckpointsResponse *list = NULL;
+    assert_int_equal(stk_ckpt_list(c, "kill", 0, &list), 0);
+    for (size_t i = 0; i < list->n_checkpoints; i++)
+      check_restore(c, "kill", list->checkpoints[i]->step, 2, 1);
+    fprintf(stderr, "kill %lld: %zu committed\n", (long long)step, list->n_checkpoints);
+    protobuf_c_message_free_unpacked(&list->base, NULL);
+    stk_client_free(c);
+  }
+  /* The restarted instance serves shm again (a new token). */
+  struct stk_client *c = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "kill", 10, 2, 0, attempt), 0);
+  save_all(d, attempt, 10, 2, STK_CKPT_SHM_ON, true);
+  commit_ok(c, attempt);
+  check_restore(c, "kill", 10, 2, 2);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+int main(int argc, char **argv) {
+  if (harness_init(argc, argv) != 0) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_roundtrip_and_recycling, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fallback_when_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

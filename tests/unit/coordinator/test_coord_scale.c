@@ -1,0 +1,148 @@
+/*
+ * Scaling a job down must let the members it no longer needs go: after an
+ * operator scale to fewer ranks the round closes with the cap, and a member
+ * of the previous generation left without a seat is told it is not needed
+ * (its heartbeat answers STOP, its Join fails FAILED_PRECONDITION at once)
+ * instead of parking in Join until the join timeout. A newcomer beyond the
+ * cap is a spare and still parks for the next round.
+ */
+#include "coord_test.h"
+
+#define ACT(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
+
+static int scale_to(struct fx *f, const char *job, uint32_t ranks) {
+  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.ranks = ranks;
+  struct res *r = res_new();
+  coord_scale_job(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  res_free(r);
+  return err;
+}
+
+static void assert_job(struct fx *f, const char *name, Stoker__V1__JobState state, uint32_t world) {
+  struct res *g = get_job(f, name);
+  assert_int_equal(g->err, 0);
+  assert_int_equal(JOB(g)->state, state);
+  assert_int_equal(JOB(g)->world_size, world);
+  res_free(g);
+}
+
+static void assert_not_needed(const struct res *r) {
+  assert_true(r->done);
+  assert_int_equal(r->err, STK_ESTATE);
+  if (!strstr(r->msg, "not needed")) fail_msg("unexpected message: %s", r->msg);
+}
+
+/* 3 -> 2 while running: checkpoint, new round, two rejoin and close it; the
+ * third hears STOP from its heartbeat and is refused if it joins anyway. */
+static void test_scale_down_running(void **state) {
+  struct fx *f = *state;
+  create(f, "sd", 1, 3);
+  struct res *r[3];
+  join_all(f, "sd", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  assert_int_equal(scale_to(f, "sd", 2), 0);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof(id), "m%d", i);
+    assert_int_equal(heartbeat(f, "sd", id, 1), ACT(CHECKPOINT_NOW));
+  }
+  assert_int_equal(report_ckpt(f, "sd", 7, 1), 0);
+  assert_int_equal(heartbeat(f, "sd", "m2", 1), ACT(RESTART)); /* Round open: rejoin. */
+  join_all(f, "sd", 2, r);                                     /* Cap 2: closes at once. */
+  assert_int_equal(JOINR(r[0])->world_size, 2);
+  assert_int_equal(JOINR(r[0])->latest_checkpoint->step, 7);
+  res_free(r[0]);
+  res_free(r[1]);
+  assert_int_equal(heartbeat(f, "sd", "m2", 1), ACT(STOP));
+  struct res *late = wait_res(f, join(f, "sd", "m2"));
+  assert_not_needed(late);
+  res_free(late);
+  assert_job(f, "sd", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_int_equal(heartbeat(f, "sd", "m0", 2), ACT(CONTINUE)); /* The others go on. */
+  /* A newcomer is a spare, not surplus: it waits for the next round. */
+  struct res *spare = join(f, "sd", "x9");
+  run_for(f, 60);
+  assert_false(spare->done);
+  assert_int_equal(heartbeat(f, "sd", "x9", 2), ACT(RESTART));
+  fx_close(f); /* Fails the parked spare. */
+  assert_true(spare->done);
+  res_free(spare);
+}
+
+/* Paused at 3, every member parked again, scaled to 2, resumed: the round
+ * closes with two and the third, still parked, is refused at once. */
+static void test_scale_down_parked(void **state) {
+  struct fx *f = *state;
+  create(f, "pz", 1, 3);
+  struct res *r[3];
+  join_all(f, "pz", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  assert_int_equal(job_action(f, coord_pause_job, "pz", true), 0);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof(id), "m%d", i);
+    assert_int_equal(heartbeat(f, "pz", id, 1), ACT(STOP));
+  }
+  assert_job(f, "pz", STOKER__V1__JOB_STATE__JOB_STATE_PAUSED, 0);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof(id), "m%d", i);
+    r[i] = join(f, "pz", id);
+  }
+  run_for(f, 30);
+  assert_false(r[2]->done);
+  assert_int_equal(scale_to(f, "pz", 2), 0);
+  assert_int_equal(job_action(f, coord_resume_job, "pz", false), 0);
+  run_until(f, &r[0]->done);
+  run_until(f, &r[1]->done);
+  run_until(f, &r[2]->done);
+  assert_int_equal(r[0]->err, 0);
+  assert_int_equal(JOINR(r[0])->rank, 0);
+  assert_int_equal(JOINR(r[1])->rank, 1);
+  assert_int_equal(JOINR(r[1])->world_size, 2);
+  assert_not_needed(r[2]);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  assert_job(f, "pz", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+}
+
+/* A member merely late (the round closed below the cap) is not surplus:
+ * its Join opens the next round as before. */
+static void test_late_member_not_surplus(void **state) {
+  struct fx *f = *state;
+  create(f, "lt", 1, 3);
+  struct res *r[3];
+  join_all(f, "lt", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  Stoker__V1__LeaveRequest lr = STOKER__V1__LEAVE_REQUEST__INIT;
+  lr.job = "lt", lr.member_id = "m2", lr.generation = 1;
+  struct res *lv = res_new();
+  coord_leave(f->c, &lr, on_done, lv);
+  assert_int_equal(wait_res(f, lv)->err, 0);
+  res_free(lv);
+  join_all(f, "lt", 2, r);
+  run_until(f, &r[0]->done); /* Closes after the last call with two. */
+  res_free(r[0]);
+  res_free(r[1]);
+  assert_int_equal(heartbeat(f, "lt", "m2", 1), ACT(RESTART));
+  struct res *back = join(f, "lt", "m2"); /* Opens generation 3. */
+  assert_job(f, "lt", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  join_all(f, "lt", 2, r);
+  run_until(f, &back->done);
+  assert_int_equal(back->err, 0);
+  assert_int_equal(JOINR(back)->world_size, 3);
+  res_free(back);
+  res_free(r[0]);
+  res_free(r[1]);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_scale_down_running, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_scale_down_parked, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_late_member_not_surplus, fx_setup, fx_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,214 @@
+/*
+ * rpc_unpack copies large bytes fields once, straight from the received
+ * slices (services/common/rpc_unpack.c). These tests feed it messages cut
+ * into slices at awkward places and check it returns exactly what
+ * protobuf-c's own unpack returns, and refuses what protobuf-c refuses.
+ */
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "rpc_internal.h"
+#include "stoker/v1/checkpoint.pb-c.h"
+#include "stoker/v1/dataloader.pb-c.h"
+
+/* bytes cut into slices of `piece` bytes (the last one shorter). */
+static grpc_byte_buffer *sliced(const uint8_t *bytes, size_t len, size_t piece) {
+  size_t n = len ? (len + piece - 1) / piece : 1;
+  grpc_slice *s = calloc(n, sizeof(*s));
+  for (size_t i = 0; i < n; i++) {
+    size_t at = i * piece, k = len - at < piece ? len - at : piece;
+    s[i] = grpc_slice_from_copied_buffer((const char *)bytes + at, len ? k : 0);
+  }
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(s, n);
+  for (size_t i = 0; i < n; i++) grpc_slice_unref(s[i]);
+  free(s);
+  return bb;
+}
+
+static uint8_t *packed(const ProtobufCMessage *m, size_t *ret_len) {
+  *ret_len = protobuf_c_message_get_packed_size(m);
+  uint8_t *b = malloc(*ret_len + 1);
+  protobuf_c_message_pack(m, b);
+  return b;
+}
+
+/* rpc_unpack over every slicing gives the message protobuf-c gives. */
+static void expect_same(const uint8_t *wire, size_t len, const ProtobufCMessageDescriptor *d) {
+  ProtobufCMessage *want = protobuf_c_message_unpack(d, NULL, len, wire);
+  assert_non_null(want);
+  size_t want_len;
+  uint8_t *want_wire = packed(want, &want_len);
+  const size_t pieces[] = {1, 3, 7, 4096, 16384, 65537, len ? len : 1};
+  for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+    if (pieces[i] < 4096 && len > (1u << 20)) continue; /* Too many slices to be quick. */
+    grpc_byte_buffer *bb = sliced(wire, len, pieces[i]);
+    ProtobufCMessage *got = rpc_unpack(bb, d);
+    grpc_byte_buffer_destroy(bb);
+    assert_non_null(got);
+    size_t got_len;
+    uint8_t *got_wire = packed(got, &got_len);
+    assert_int_equal(got_len, want_len);
+    assert_memory_equal(got_wire, want_wire, want_len);
+    free(got_wire);
+    protobuf_c_message_free_unpacked(got, NULL);
+  }
+  free(want_wire);
+  protobuf_c_message_free_unpacked(want, NULL);
+}
+
+static void fill(uint8_t *b, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; i++) b[i] = (uint8_t)((i * 2654435761u + seed) >> 13);
+}
+
+static void test_batch_large_tokens(void **state) {
+  (void)state;
+  Stoker__V1__Batch m = STOKER__V1__BATCH__INIT;
+  uint32_t starts[] = {0, 5, 700, 70000};
+  size_t n = 3u << 20;
+  uint8_t *tokens = malloc(n);
+  fill(tokens, n, 1);
+  m.step = 123456789;
+  m.lines = 3;
+  m.line_tokens = (uint32_t)(n / 12);
+  m.tokens.data = tokens;
+  m.tokens.len = n;
+  m.doc_starts = starts;
+  m.n_doc_starts = 4;
+  size_t len;
+  uint8_t *wire = packed(&m.base, &len);
+  expect_same(wire, len, &stoker__v1__batch__descriptor);
+  /* The bulk field is its own aligned buffer, so tokens can be viewed in place. */
+  grpc_byte_buffer *bb = sliced(wire, len, 16384);
+  Stoker__V1__Batch *got = (Stoker__V1__Batch *)rpc_unpack(bb, &stoker__v1__batch__descriptor);
+  grpc_byte_buffer_destroy(bb);
+  assert_non_null(got);
+  assert_int_equal((uintptr_t)got->tokens.data % 8, 0);
+  assert_memory_equal(got->tokens.data, tokens, n);
+  protobuf_c_message_free_unpacked(&got->base, NULL);
+  free(wire);
+  free(tokens);
+}
+
+static void test_small_and_empty(void **state) {
+  (void)state;
+  Stoker__V1__Batch m = STOKER__V1__BATCH__INIT;
+  uint8_t small[100];
+  fill(small, sizeof(small), 2);
+  m.tokens.data = small;
+  m.tokens.len = sizeof(small);
+  m.step = -5;
+  size_t len;
+  uint8_t *wire = packed(&m.base, &len);
+  expect_same(wire, len, &stoker__v1__batch__descriptor);
+  free(wire);
+  Stoker__V1__Batch empty = STOKER__V1__BATCH__INIT;
+  wire = packed(&empty.base, &len);
+  assert_int_equal(len, 0);
+  expect_same(wire, len, &stoker__v1__batch__descriptor);
+  free(wire);
+}
+
+/* A chunk with strings around a 1 MiB payload, fields in an unusual order. */
+static void test_write_chunk_fields_any_order(void **state) {
+  (void)state;
+  Stoker__V1__WriteChunk m = STOKER__V1__WRITE_CHUNK__INIT;
+  uint64_t shape[] = {1024, 256};
+  size_t n = 1u << 20;
+  uint8_t *data = malloc(n);
+  fill(data, n, 3);
+  m.attempt = "att";
+  m.tensor = "layers.0.w";
+  m.global_shape = shape;
+  m.n_global_shape = 2;
+  m.data.data = data;
+  m.data.len = n;
+  m.last = true;
+  size_t len;
+  uint8_t *wire = packed(&m.base, &len);
+  expect_same(wire, len, &stoker__v1__write_chunk__descriptor);
+  /* The same fields with the payload first and the scalars after it. */
+  Stoker__V1__WriteChunk payload_only = STOKER__V1__WRITE_CHUNK__INIT, rest = m;
+  payload_only.data = m.data;
+  rest.data.data = NULL;
+  rest.data.len = 0;
+  size_t a_len, b_len;
+  uint8_t *a = packed(&payload_only.base, &a_len), *b = packed(&rest.base, &b_len);
+  uint8_t *both = malloc(a_len + b_len);
+  memcpy(both, a, a_len);
+  memcpy(both + a_len, b, b_len);
+  expect_same(both, a_len + b_len, &stoker__v1__write_chunk__descriptor);
+  free(both);
+  free(a);
+  free(b);
+  free(wire);
+  free(data);
+}
+
+/* A bytes field given twice: the last value wins, large or small. */
+static void test_repeated_occurrence_last_wins(void **state) {
+  (void)state;
+  size_t big = 200000;
+  uint8_t *x = malloc(big);
+  fill(x, big, 4);
+  Stoker__V1__Batch a = STOKER__V1__BATCH__INIT, b = STOKER__V1__BATCH__INIT;
+  a.tokens.data = x;
+  a.tokens.len = big;
+  uint8_t small[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  b.tokens.data = small;
+  b.tokens.len = sizeof(small);
+  size_t al, bl;
+  uint8_t *aw = packed(&a.base, &al), *bw = packed(&b.base, &bl);
+  uint8_t *ab = malloc(al + bl), *ba = malloc(al + bl);
+  memcpy(ab, aw, al);
+  memcpy(ab + al, bw, bl);
+  memcpy(ba, bw, bl);
+  memcpy(ba + bl, aw, al);
+  expect_same(ab, al + bl, &stoker__v1__batch__descriptor); /* Small wins. */
+  expect_same(ba, al + bl, &stoker__v1__batch__descriptor); /* Large wins. */
+  free(ab);
+  free(ba);
+  free(aw);
+  free(bw);
+  free(x);
+}
+
+/* Lengths past the end, truncated varints, bad wire types: NULL, and no
+ * allocation of the claimed size (ASan would abort on a huge one). */
+static void test_malformed_refused(void **state) {
+  (void)state;
+  const uint8_t huge_len[] = {0x22, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2, 3};
+  const uint8_t past_end[] = {0x22, 0x80, 0x80, 0x04, 1, 2, 3}; /* 64 KiB claimed. */
+  const uint8_t cut_varint[] = {0x08, 0x80};
+  const uint8_t group[] = {0x0b, 0x0c};
+  const uint8_t *cases[] = {huge_len, past_end, cut_varint, group};
+  const size_t lens[] = {sizeof(huge_len), sizeof(past_end), sizeof(cut_varint), sizeof(group)};
+  for (size_t i = 0; i < 4; i++) {
+    assert_null(protobuf_c_message_unpack(&stoker__v1__batch__descriptor, NULL, lens[i], cases[i]));
+    grpc_byte_buffer *bb = sliced(cases[i], lens[i], 1);
+    assert_null(rpc_unpack(bb, &stoker__v1__batch__descriptor));
+    grpc_byte_buffer_destroy(bb);
+  }
+}
+
+int main(void) {
+  grpc_init();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_batch_large_tokens),
+      cmocka_unit_test(test_small_and_empty),
+      cmocka_unit_test(test_write_chunk_fields_any_order),
+      cmocka_unit_test(test_repeated_occurrence_last_wins),
+      cmocka_unit_test(test_malformed_refused),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  grpc_shutdown();
+  return rc;
+}
