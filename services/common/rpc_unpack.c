@@ -54,7 +54,7 @@ static bool cursor_take(struct cursor *c, uint8_t *out, size_t n) {
   return true;
 }
 
-/* A varint, also appended raw to the head buffer when head is not NULL. */
+/* A varint; its raw bytes (for copying it into the head) in raw. */
 static bool cursor_varint(struct cursor *c, uint64_t *ret, uint8_t raw[10], size_t *ret_raw_len) {
   uint64_t v = 0;
   for (size_t i = 0; i < 10; i++) {
