@@ -21,11 +21,14 @@ int stk_loader_connect(const struct stk_client_opts *opts, struct stk_client **r
 
 /* What a batch owns: the reply and, when its bytes could not be viewed in
  * place, an aligned host-order copy of the tokens; or (an assembled batch)
- * no reply, the tokens and the document starts. */
+ * no reply, the tokens and the document starts. A batch delivered through
+ * shared memory also holds its ring slot (released when freed). */
 struct batch_owner {
   Stoker__V1__Batch *msg;
   uint32_t *copy;
   uint32_t *starts;
+  struct loader_ring *ring;
+  uint64_t seq;
 };
 
 static bool host_little_endian(void) {
@@ -33,9 +36,10 @@ static bool host_little_endian(void) {
   return *(const uint8_t *)&one == 1;
 }
 
-/* Host-order tokens of m: in place when possible, else a copy. */
-static int view_tokens(struct batch_owner *o, size_t n, const uint32_t **ret_tokens) {
-  const uint8_t *p = o->msg->tokens.data;
+/* Host-order tokens of the little-endian bytes p: in place when possible,
+ * else a copy. */
+static int view_tokens(struct batch_owner *o, const uint8_t *p, size_t n,
+                       const uint32_t **ret_tokens) {
   if (host_little_endian() && ((uintptr_t)p % sizeof(uint32_t)) == 0) {
     *ret_tokens = (const uint32_t *)(const void *)p;
     return 0;
@@ -49,10 +53,14 @@ static int view_tokens(struct batch_owner *o, size_t n, const uint32_t **ret_tok
   return 0;
 }
 
-/* True when the reply's sizes agree with each other. */
-static bool batch_consistent(const Stoker__V1__Batch *m) {
+/* True when the reply's sizes agree with each other (and, for a batch in
+ * shared memory, with the ring's slots). */
+static bool batch_consistent(const Stoker__V1__Batch *m, const struct loader_ring *ring) {
   uint64_t n = (uint64_t)m->lines * m->line_tokens;
-  if (m->tokens.len != n * sizeof(uint32_t)) return false;
+  if (m->shm_seq == 0 && m->tokens.len != n * sizeof(uint32_t)) return false;
+  if (m->shm_seq != 0 && (!ring || m->tokens.len != 0 || m->lines > UINT32_MAX / 4 ||
+                          n * sizeof(uint32_t) > loader_ring_slot_bytes(ring)))
+    return false;
   for (size_t i = 0; i < m->n_doc_starts; i++) {
     if (m->doc_starts[i] >= n || (i > 0 && m->doc_starts[i] <= m->doc_starts[i - 1])) return false;
   }
@@ -60,8 +68,13 @@ static bool batch_consistent(const Stoker__V1__Batch *m) {
 }
 
 int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch) {
+  return loader_batch_from_ring(msg, partial_ok, NULL, ret_batch);
+}
+
+int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader_ring *ring,
+                           struct stk_batch *ret_batch) {
   Stoker__V1__Batch *m = (Stoker__V1__Batch *)msg;
-  if (!batch_consistent(m)) {
+  if (!batch_consistent(m, ring)) {
     protobuf_c_message_free_unpacked(msg, NULL);
     client_set_error(15, "malformed batch from the dataloader");
     return STK_ECORRUPT;
@@ -76,11 +89,17 @@ int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_bat
   }
   struct batch_owner *o = calloc(1, sizeof(*o));
   const uint32_t *tokens = NULL;
+  const uint8_t *bytes = m->shm_seq ? loader_ring_slot(ring, m->shm_seq) : m->tokens.data;
   if (o) o->msg = m;
-  if (!o || view_tokens(o, (size_t)m->lines * m->line_tokens, &tokens) < 0) {
+  if (!o || view_tokens(o, bytes, (size_t)m->lines * m->line_tokens, &tokens) < 0) {
     free(o);
     protobuf_c_message_free_unpacked(msg, NULL);
     return client_fail(STK_ENOMEM, "batch");
+  }
+  if (m->shm_seq) {
+    o->ring = loader_ring_ref(ring);
+    o->seq = m->shm_seq;
+    if (o->copy) loader_ring_release(o->ring, o->seq), o->seq = 0; /* Copied out already. */
   }
   *ret_batch = (struct stk_batch){
       .step = m->step,
@@ -123,6 +142,8 @@ void stk_batch_free(struct stk_batch *b) {
   if (!b) return;
   struct batch_owner *o = b->priv_;
   if (o) {
+    if (o->ring && o->seq) loader_ring_release(o->ring, o->seq);
+    loader_ring_unref(o->ring);
     free(o->copy);
     free(o->starts);
     if (o->msg) protobuf_c_message_free_unpacked(&o->msg->base, NULL);

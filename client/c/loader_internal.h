@@ -19,6 +19,24 @@
  * last error set. */
 int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch);
 
+/* A shared-memory ring a stream's batches are delivered in (loader_ring.c):
+ * counted references, one per stream and per batch viewing a slot. */
+struct loader_ring;
+/* Maps path (the daemon's ring, checked against nonce). STK_ENOENT: no such
+ * file here (the daemon is on another host); others: see shm_ring_attach. */
+int loader_ring_attach(const char *path, const uint8_t nonce[16], struct loader_ring **ret);
+struct loader_ring *loader_ring_ref(struct loader_ring *r);
+void loader_ring_unref(struct loader_ring *r); /* Accepts NULL. */
+uint64_t loader_ring_slot_bytes(const struct loader_ring *r);
+const uint8_t *loader_ring_slot(const struct loader_ring *r, uint64_t seq);
+/* The client no longer reads seq: the daemon may reuse its slot. */
+void loader_ring_release(struct loader_ring *r, uint64_t seq);
+
+/* As loader_batch_from_msg, for a stream with a ring (may be NULL): a
+ * batch with shm_seq views its slot until freed. */
+int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader_ring *ring,
+                           struct stk_batch *ret_batch);
+
 /* The reply a batch views (NULL for an assembled batch). */
 const Stoker__V1__Batch *loader_batch_msg(const struct stk_batch *b);
 

@@ -6,10 +6,18 @@
  * message is read, and HTTP/2 flow control holds the server back. Blocking
  * the shared client thread instead would stall (or deadlock) the rank's
  * other calls, such as a Commit issued while the queue is full.
+ *
+ * Shared memory: unless STOKER_DL_SHM=off, the iterator asks for delivery
+ * through the daemon's ring (a random nonce in the request). Once a batch
+ * names the ring, the iterator maps it (loader_ring.c) and later batches
+ * view their slots in place. Where the ring cannot be opened (the daemon
+ * is on another host, or another user's), the iterator ends that call and
+ * reopens it from the next step without shared memory, once.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "client_internal.h"
@@ -91,14 +99,53 @@ struct stk_batch_stream {
   int cancelling;      /* Threads inside rpc_client_call_cancel. */
   struct rpc_client_call *call;
   struct rpc_status st;
+  /* What reopening needs. */
+  char *job;
+  uint32_t rank, world, prefetch;
+  /* Shared-memory delivery. */
+  bool shm;          /* Asked for on the current call. */
+  bool reopen;       /* The call ended to fall back to gRPC bytes. */
+  uint8_t nonce[16]; /* This call's. */
+  struct loader_ring *ring;
+  uint64_t next_seq; /* shm_seq the next ring batch must carry. */
 };
+
+/* Maps the ring a batch names (s->mu held). 0, or an error that makes the
+ * stream fall back to bytes over gRPC. */
+static int take_ring(struct stk_batch_stream *s, const Stoker__V1__Batch *m) {
+  if (!m->shm_path || !m->shm_path[0]) return 0;
+  if (!s->shm || s->ring) return STK_ECORRUPT; /* Unasked, or a second ring. */
+  int err = loader_ring_attach(m->shm_path, s->nonce, &s->ring);
+  if (err == 0) s->next_seq = 1;
+  return err;
+}
+
+/* Converts one message (s->mu held): its ring is mapped first, and ring
+ * batches must come in sequence. */
+static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, struct stk_batch *b) {
+  const Stoker__V1__Batch *m = (const void *)msg;
+  int err = take_ring(s, m);
+  if (err < 0 && err != STK_ECORRUPT) {
+    s->reopen = true; /* Not this host's ring: fall back, from this step. */
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return err;
+  }
+  if (err == 0 && m->shm_seq && m->shm_seq != s->next_seq) err = STK_ECORRUPT;
+  if (err < 0) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    client_set_error(15, "malformed shared-memory batch from the dataloader");
+    return err;
+  }
+  if (m->shm_seq) s->next_seq++;
+  return loader_batch_from_ring(msg, s->partial_ok, s->ring, b);
+}
 
 /* Completion thread: queue one batch, waiting for room. */
 static void stream_msg(void *arg, ProtobufCMessage *msg) {
   struct stk_batch_stream *s = arg;
   struct stk_batch b;
-  int err = loader_batch_from_msg(msg, s->partial_ok, &b);
   pthread_mutex_lock(&s->mu);
+  int err = take_batch(s, msg, &b);
   if (err == 0 && b.step != s->next_step) {
     stk_batch_free(&b);
     err = STK_ECORRUPT;
@@ -106,7 +153,7 @@ static void stream_msg(void *arg, ProtobufCMessage *msg) {
   while (err == 0 && s->n == s->cap && !s->closing) pthread_cond_wait(&s->cv, &s->mu);
   if (err < 0 || s->closing) {
     if (err == 0) stk_batch_free(&b);
-    if (err < 0 && !s->local_err) s->local_err = err;
+    if (err < 0 && !s->local_err && !s->reopen) s->local_err = err;
     if (s->call) rpc_client_call_cancel(s->call); /* The handle is alive: we run on it. */
   } else {
     s->q[(s->head + s->n) % s->cap] = b;
@@ -122,7 +169,7 @@ static void stream_done(void *arg, const struct rpc_status *st) {
   pthread_mutex_lock(&s->mu);
   while (s->cancelling > 0) pthread_cond_wait(&s->cv, &s->mu);
   s->st = *st;
-  s->done = true;
+  s->done = !s->reopen || s->closing; /* Else stk_batch_stream_next reopens. */
   s->call = NULL;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
@@ -131,6 +178,8 @@ static void stream_done(void *arg, const struct rpc_status *st) {
 static void stream_destroy(struct stk_batch_stream *s) {
   rpc_client_free(s->rpc);
   for (size_t i = 0; i < s->n; i++) stk_batch_free(&s->q[(s->head + i) % s->cap]);
+  loader_ring_unref(s->ring);
+  free(s->job);
   free(s->q);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
@@ -170,6 +219,34 @@ int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_st
   return 0;
 }
 
+/* Asks for shared-memory delivery unless STOKER_DL_SHM=off. */
+static bool want_shm(struct stk_batch_stream *s) {
+  const char *env = getenv("STOKER_DL_SHM");
+  if (env && strcmp(env, "off") == 0) return false;
+  return getrandom(s->nonce, sizeof(s->nonce), 0) == (ssize_t)sizeof(s->nonce);
+}
+
+/* Starts the call from s->next_step (s->mu held, so that callbacks wait). */
+static int start_call(struct stk_batch_stream *s) {
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = s->job;
+  req.from_step = s->next_step;
+  req.rank = s->rank;
+  req.world = s->world;
+  req.prefetch = s->prefetch;
+  if (s->shm) {
+    req.shm_nonce.data = s->nonce;
+    req.shm_nonce.len = sizeof(s->nonce);
+  }
+  struct rpc_client_call *call = NULL;
+  s->done = false;
+  int err =
+      rpc_client_stream_async(s->rpc, DL_METHOD("StreamBatches"), &req.base,
+                              &stoker__v1__batch__descriptor, 0, stream_msg, stream_done, s, &call);
+  if (err == 0 && !s->done) s->call = call;
+  return err;
+}
+
 int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
                        uint32_t world, uint32_t prefetch, bool partial_ok,
                        struct stk_batch_stream **ret_stream) {
@@ -181,18 +258,16 @@ int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step,
   if (err < 0) return client_fail(err, "stream batches");
   s->next_step = from_step;
   s->partial_ok = partial_ok;
-  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
-  req.job = (char *)job;
-  req.from_step = from_step;
-  req.rank = rank;
-  req.world = world;
-  req.prefetch = prefetch;
-  struct rpc_client_call *call = NULL;
+  s->rank = rank;
+  s->world = world;
+  s->prefetch = prefetch;
+  s->shm = want_shm(s);
+  if (!(s->job = strdup(job))) {
+    stream_destroy(s);
+    return client_fail(STK_ENOMEM, "stream batches");
+  }
   pthread_mutex_lock(&s->mu);
-  err =
-      rpc_client_stream_async(s->rpc, DL_METHOD("StreamBatches"), &req.base,
-                              &stoker__v1__batch__descriptor, 0, stream_msg, stream_done, s, &call);
-  if (err == 0 && !s->done) s->call = call;
+  err = start_call(s);
   pthread_mutex_unlock(&s->mu);
   if (err < 0) {
     stream_destroy(s);
@@ -213,6 +288,17 @@ static int end_error(const struct stk_batch_stream *s) {
   return stk_error_from_grpc(s->st.code);
 }
 
+/* The call ended to fall back from shared memory: the same stream again
+ * from the next step, with the bytes in the messages (s->mu held). */
+static int reopen(struct stk_batch_stream *s) {
+  s->reopen = false;
+  s->shm = false;
+  s->local_err = 0;
+  int err = start_call(s);
+  if (err < 0) client_fail(err, "stream batches");
+  return err;
+}
+
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch) {
   if (s->assembled) return loader_parts_stream_next(s->assembled, timeout_ms, ret_batch);
@@ -221,7 +307,9 @@ int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
   int err = 0;
   pthread_mutex_lock(&s->mu);
   while (s->n == 0 && !s->done && err == 0) {
-    if (timeout_ms < 0) {
+    if (s->reopen && s->call == NULL && !s->closing) {
+      err = reopen(s);
+    } else if (timeout_ms < 0) {
       pthread_cond_wait(&s->cv, &s->mu);
     } else if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {
       err = STK_ETIMEDOUT;
@@ -235,7 +323,7 @@ int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
     pthread_cond_broadcast(&s->cv);
   } else if (s->done) {
     err = end_error(s);
-  } else {
+  } else if (err == STK_ETIMEDOUT) {
     client_set_error(4, "no batch within %lld ms", (long long)timeout_ms);
   }
   pthread_mutex_unlock(&s->mu);
@@ -261,7 +349,7 @@ void stk_batch_stream_free(struct stk_batch_stream *s) {
     s->cancelling--;
     pthread_cond_broadcast(&s->cv);
   }
-  while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+  while (!s->done && s->call) pthread_cond_wait(&s->cv, &s->mu);
   pthread_mutex_unlock(&s->mu);
   stream_destroy(s);
 }

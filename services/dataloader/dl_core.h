@@ -23,6 +23,7 @@
 #ifndef STK_DL_CORE_H
 #define STK_DL_CORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,7 @@ struct dl_batch {
   uint32_t *positions; /* [lines] */
   uint32_t slice_lines;
   uint32_t part, parts;
+  bool tokens_borrowed; /* tokens is the caller's dest (dl_get_batch_into) */
 };
 
 /* Fills *ret_batch (free with dl_batch_free). Lines [rank*B/world,
@@ -98,7 +100,12 @@ struct dl_batch {
  * max_batch_bytes; STK_ENOENT; STK_ERANGE. */
 int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                  struct dl_batch *ret_batch);
-void dl_batch_free(struct dl_batch *b);
+/* The same, writing the tokens into dest when they fit in dest_bytes (4
+ * bytes of slack are needed: dest_bytes >= lines x line_tokens x 4 + 4);
+ * ret_batch->tokens_borrowed says whether they went there. */
+int dl_get_batch_into(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+                      uint32_t *dest, size_t dest_bytes, struct dl_batch *ret_batch);
+void dl_batch_free(struct dl_batch *b); /* Leaves borrowed tokens alone. */
 
 /* Provenance of the same slice: one LineSource per run of tokens taken from
  * one unit (line = index in the slice). Free with dl_explain_free. */

@@ -11,8 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dl_rpc_internal.h"
+#include "shm_ring.h"
 #include "stk_error.h"
 
 struct task;
@@ -278,6 +280,24 @@ static void register_metrics(struct dl_rpc *a, struct metrics *m) {
                                      "Time to generate one batch on a worker thread.", NULL);
   a->prefetched = metrics_gauge(m, "stoker_dataloader_prefetched_batches",
                                 "Batches generated for streams and not yet sent.", NULL);
+  a->shm_batches =
+      metrics_counter(m, "stoker_dataloader_shm_batches_total",
+                      "Stream batches delivered through a shared-memory ring (tokens not "
+                      "in the message).",
+                      NULL);
+}
+
+/* The directory of shared-memory rings, when the options name one. */
+static int open_shm_dir(struct dl_rpc *a, const struct dl_rpc_opts *opts) {
+  if (!opts || !opts->shm_dir || !opts->shm_dir[0]) return 0;
+  a->shm_ring_bytes = opts->shm_ring_bytes ? opts->shm_ring_bytes : (uint64_t)256 << 20;
+  if (!(a->shm_dir = strdup(opts->shm_dir))) return STK_ENOMEM;
+  int rc = shm_ring_dir_open(a->shm_dir, opts->shm_owner, &a->shm_dirfd);
+  if (rc) {
+    free(a->shm_dir);
+    a->shm_dir = NULL;
+  }
+  return rc;
 }
 
 int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
@@ -286,14 +306,20 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
   if (!a) return STK_ENOMEM;
   a->dl = dl;
   a->loop = loop;
+  a->shm_dirfd = -1;
+  int rc = open_shm_dir(a, opts);
+  if (rc) {
+    free(a);
+    return rc;
+  }
   a->max_prefetch = opts && opts->max_prefetch ? opts->max_prefetch : 16;
   a->default_prefetch = opts && opts->default_prefetch ? opts->default_prefetch : 2;
   if (a->default_prefetch > a->max_prefetch) a->default_prefetch = a->max_prefetch;
   register_metrics(a, opts ? opts->metrics : NULL);
-  int rc = rpc_server_add_service(s, &stoker__v1__dataloader__descriptor, dataloader_methods,
-                                  sizeof(dataloader_methods) / sizeof(dataloader_methods[0]), a);
+  rc = rpc_server_add_service(s, &stoker__v1__dataloader__descriptor, dataloader_methods,
+                              sizeof(dataloader_methods) / sizeof(dataloader_methods[0]), a);
   if (rc) {
-    free(a);
+    dl_rpc_free(a);
     return rc;
   }
   *ret_adapter = a;
@@ -306,5 +332,8 @@ void dl_rpc_drain(struct dl_rpc *a) {
 }
 
 void dl_rpc_free(struct dl_rpc *a) {
+  if (!a) return;
+  if (a->shm_dirfd >= 0) shm_ring_dir_close(a->shm_dir, a->shm_dirfd);
+  free(a->shm_dir);
   free(a);
 }

@@ -21,11 +21,18 @@ struct dl_rpc_opts {
   uint32_t max_prefetch;     /* Largest prefetch a stream may ask for; 0: 16. */
   uint32_t default_prefetch; /* Prefetch of a request that gives 0; 0: 2. */
   struct metrics *metrics;   /* Batches, tokens, generation latency; may be NULL. */
+  /* Shared-memory delivery to clients on this host: the directory rings
+   * are made in (created 0700; NULL or "": off) and the largest ring of
+   * one stream (0: 256 MiB). */
+  const char *shm_dir;
+  const char *shm_owner; /* Recorded in the dir (auto dirs): see shm_ring.h. */
+  uint64_t shm_ring_bytes;
 };
 
 /* Registers stoker.v1.Dataloader on s, served by dl on loop (the server's
- * loop). The adapter lives until dl_rpc_free, after the server shut down;
- * dl must outlive every call (close it only once the server drained). */
+ * loop). Fails (STK_EINVAL with a detail) when the shm dir is unsafe. The adapter lives until
+ * dl_rpc_free, after the server shut down; dl must outlive every call (close it only once the
+ * server drained). */
 int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
                     const struct dl_rpc_opts *opts, struct dl_rpc **ret_adapter);
 

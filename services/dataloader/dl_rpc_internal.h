@@ -17,12 +17,39 @@ struct dl_rpc {
   struct dl *dl;
   uv_loop_t *loop;
   uint32_t max_prefetch, default_prefetch;
-  struct metric_counter *batches, *tokens;
+  struct metric_counter *batches, *tokens, *shm_batches;
   struct metric_histogram *gen_seconds;
   struct metric_gauge *prefetched; /* Generated, not yet sent, over all streams. */
   struct dl_stream *streams;       /* Open streams (doubly linked). */
   bool draining;
+  int shm_dirfd;           /* Directory of shared-memory rings; -1: off. */
+  char *shm_dir;           /* Its path. */
+  uint64_t shm_ring_bytes; /* Largest ring of one stream. */
 };
+
+/* Shared-memory delivery of one stream (dl_rpc_ring.c): after the first
+ * batch, which goes inline and sizes the slots, batches are generated
+ * straight into ring slots and sent as metadata. */
+struct dl_stream_ring {
+  bool wanted;       /* The client asked (nonce given) and the daemon has a dir. */
+  bool off;          /* Given up for this stream: everything inline from here. */
+  uint8_t nonce[16]; /* SHM_RING_NONCE_BYTES */
+  struct shm_ring *ring;
+  uint64_t next_seq; /* Next sequence to write. */
+  bool path_sent;
+};
+
+/* Creates the ring sized for batches like b (prefetch ahead of the client);
+ * on failure (logged) the stream goes on inline. */
+void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint32_t prefetch,
+                          const struct dl_batch *b);
+/* Where the next generation may write: its slot, or NULL when the ring is
+ * not in use (dest NULL, generate inline) or full (*ret_full). */
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, size_t *ret_bytes, bool *ret_full);
+/* Fills msg's shm fields for a batch generated into the slot of seq. */
+void dl_stream_ring_msg(struct dl_stream_ring *r, uint64_t seq, Stoker__V1__Batch *msg);
+/* Removes the ring file (if the client never took it) and unmaps. */
+void dl_stream_ring_close(struct dl_stream_ring *r);
 
 /* Error text of a failed core call, taken on the thread that failed (the
  * detail is thread-local): one line, never empty. */

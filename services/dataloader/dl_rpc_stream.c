@@ -11,6 +11,9 @@
  *   sending     one rpc_send outstanding (gRPC flow control holds it while
  *               the client does not read).
  *
+ * With shared-memory delivery (dl_rpc_ring.c) a generation also needs a
+ * free ring slot: while the client holds them all, a 1 ms timer retries.
+ *
  * The stream ends once nothing is in flight: after `count` batches (OK), on
  * a core error once the ready batches were sent (the error's status), on
  * cancel (nothing more is sent), or on drain (UNAVAILABLE naming the step
@@ -20,7 +23,16 @@
 #include <string.h>
 
 #include "dl_rpc_internal.h"
+#include "shm_ring.h"
 #include "stk_error.h"
+
+#define RING_POLL_MS 1
+
+/* A generated batch and its ring sequence (0: its tokens are inline). */
+struct ready {
+  struct dl_batch b;
+  uint64_t seq;
+};
 
 struct dl_stream {
   struct dl_rpc *a;
@@ -31,10 +43,15 @@ struct dl_stream {
   uint64_t left;     /* Batches still to generate (UINT64_MAX: unbounded). */
   int64_t next_gen;  /* Step of the next generation. */
   int64_t next_send; /* Step the client gets next. */
-  struct dl_batch *ready;
+  struct ready *ready;
   uint32_t head, n_ready; /* FIFO in ready[prefetch]. */
   uv_work_t work;
   bool generating, sending, stopping;
+  struct dl_stream_ring shm;
+  uv_timer_t poll;    /* Retries a generation while the ring is full. */
+  bool poll_open;     /* poll initialized (closed before s is freed). */
+  uint32_t *gen_dest; /* Ring slot the generation writes, or NULL. */
+  size_t gen_dest_bytes;
   struct dl_batch gen_out; /* Worker output. */
   int gen_err;
   char gen_msg[DL_RPC_MSG_LEN]; /* Worker's error text. */
@@ -61,14 +78,25 @@ static void unlink_stream(struct dl_stream *s) {
   if (s->next) s->next->prev = s->prev;
 }
 
+static void free_stream(uv_handle_t *h) {
+  struct dl_stream *s = h->data;
+  free(s->ready);
+  free(s);
+}
+
 /* Finishes the call and frees everything; nothing may be in flight. */
 static void end(struct dl_stream *s) {
   unlink_stream(s);
-  for (uint32_t i = 0; i < s->n_ready; i++) dl_batch_free(&s->ready[(s->head + i) % s->prefetch]);
+  for (uint32_t i = 0; i < s->n_ready; i++) dl_batch_free(&s->ready[(s->head + i) % s->prefetch].b);
   if (s->a->prefetched) metric_gauge_add(s->a->prefetched, -(double)s->n_ready);
   rpc_finish(s->call, s->end_code, "%s", s->end_msg);
-  free(s->ready);
-  free(s);
+  dl_stream_ring_close(&s->shm); /* After the batches that point into it. */
+  if (s->poll_open) {
+    uv_close((uv_handle_t *)&s->poll, free_stream);
+  } else {
+    free(s->ready);
+    free(s);
+  }
 }
 
 /* ------------------------------------------------------------ generate */
@@ -78,7 +106,8 @@ static void gen_work(uv_work_t *w) {
   const Stoker__V1__StreamBatchesRequest *r = s->req;
   stk_clear_detail();
   double t0 = dl_rpc_now();
-  s->gen_err = dl_get_batch(s->a->dl, r->job, s->next_gen, r->rank, r->world, &s->gen_out);
+  s->gen_err = dl_get_batch_into(s->a->dl, r->job, s->next_gen, r->rank, r->world, s->gen_dest,
+                                 s->gen_dest_bytes, &s->gen_out);
   s->gen_seconds = dl_rpc_now() - t0;
   if (s->gen_err) {
     dl_rpc_capture_error(s->gen_err, s->gen_msg, sizeof(s->gen_msg));
@@ -97,7 +126,9 @@ static void gen_done(uv_work_t *w, int status) {
   } else if (s->stopping) {
     dl_batch_free(&s->gen_out);
   } else {
-    s->ready[(s->head + s->n_ready) % s->prefetch] = s->gen_out;
+    uint64_t seq = s->gen_out.tokens_borrowed ? s->shm.next_seq++ : 0;
+    if (!seq) dl_stream_ring_setup(&s->shm, s->a, s->prefetch, &s->gen_out);
+    s->ready[(s->head + s->n_ready) % s->prefetch] = (struct ready){.b = s->gen_out, .seq = seq};
     s->n_ready++;
     s->next_gen++;
     s->left--;
@@ -107,7 +138,31 @@ static void gen_done(uv_work_t *w, int status) {
   pump(s);
 }
 
+static void poll_fired(uv_timer_t *t) {
+  pump(t->data);
+}
+
+/* The ring is full: try again shortly (the client releases slots through
+ * shared memory, which raises no event here). */
+static void wait_for_slot(struct dl_stream *s) {
+  if (!s->poll_open) {
+    if (uv_timer_init(s->a->loop, &s->poll) != 0) {
+      stop(s, RPC_INTERNAL, "cannot start a timer");
+      return;
+    }
+    s->poll.data = s;
+    s->poll_open = true;
+  }
+  if (!uv_is_active((uv_handle_t *)&s->poll)) uv_timer_start(&s->poll, poll_fired, RING_POLL_MS, 0);
+}
+
 static void start_generation(struct dl_stream *s) {
+  bool full = false;
+  s->gen_dest = dl_stream_ring_dest(&s->shm, &s->gen_dest_bytes, &full);
+  if (full) {
+    wait_for_slot(s);
+    return;
+  }
   s->work.data = s;
   int rc = uv_queue_work(s->a->loop, &s->work, gen_work, gen_done);
   if (rc)
@@ -132,8 +187,16 @@ static void release_tokens(void *tokens) {
   free(tokens);
 }
 
-static void send_front(struct dl_stream *s) {
-  struct dl_batch *b = &s->ready[s->head];
+/* A batch in a ring slot: only metadata goes over gRPC. */
+static int send_shm(struct dl_stream *s, struct ready *e) {
+  Stoker__V1__Batch msg;
+  dl_rpc_batch_msg(&e->b, &msg); /* Tokens encoded in the slot by gen_work. */
+  dl_stream_ring_msg(&s->shm, e->seq, &msg);
+  return rpc_send(s->call, &msg.base, sent, s);
+}
+
+/* A batch with its tokens in the message: gRPC takes the buffer. */
+static int send_inline(struct dl_stream *s, struct dl_batch *b) {
   Stoker__V1__Batch msg;
   dl_rpc_batch_msg(b, &msg); /* Tokens encoded by gen_work. */
   const void *tokens = msg.tokens.data;
@@ -143,16 +206,22 @@ static void send_front(struct dl_stream *s) {
   b->tokens = NULL; /* Owned by the send from here on. */
   const ProtobufCFieldDescriptor *field =
       protobuf_c_message_descriptor_get_field_by_name(&stoker__v1__batch__descriptor, "tokens");
-  int rc = rpc_send_borrowed(s->call, &msg.base, field->id, tokens, tokens_len, release_tokens,
-                             (void *)tokens, sent, s);
+  return rpc_send_borrowed(s->call, &msg.base, field->id, tokens, tokens_len, release_tokens,
+                           (void *)tokens, sent, s);
+}
+
+static void send_front(struct dl_stream *s) {
+  struct ready *e = &s->ready[s->head];
+  int rc = e->seq ? send_shm(s, e) : send_inline(s, &e->b);
   if (rc == 0) {
     s->sending = true;
     s->next_send++;
-    dl_rpc_count_served(s->a, b);
+    dl_rpc_count_served(s->a, &e->b);
+    if (e->seq && s->a->shm_batches) metric_counter_add(s->a->shm_batches, 1);
   } else {
     stop(s, RPC_CANCELLED, "cancelled");
   }
-  dl_batch_free(b);
+  dl_batch_free(&e->b);
   s->head = (s->head + 1) % s->prefetch;
   s->n_ready--;
   if (s->a->prefetched) metric_gauge_add(s->a->prefetched, -1);
@@ -201,6 +270,11 @@ void dl_rpc_stream_drain(struct dl_rpc *a) {
 void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
   struct dl_rpc *a = svc;
   const Stoker__V1__StreamBatchesRequest *r = (const void *)req;
+  if (r->shm_nonce.len != 0 && r->shm_nonce.len != SHM_RING_NONCE_BYTES) {
+    rpc_finish(call, RPC_INVALID_ARGUMENT, "shm_nonce must be %d bytes, got %zu",
+               SHM_RING_NONCE_BYTES, r->shm_nonce.len);
+    return;
+  }
   if (r->prefetch > a->max_prefetch) {
     rpc_finish(call, RPC_INVALID_ARGUMENT, "prefetch %u is over the daemon's limit %u", r->prefetch,
                a->max_prefetch);
@@ -226,6 +300,10 @@ void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, vo
                           .next_gen = r->from_step,
                           .next_send = r->from_step,
                           .ready = s->ready};
+  if (r->shm_nonce.len == SHM_RING_NONCE_BYTES && a->shm_dirfd >= 0) {
+    s->shm.wanted = true;
+    memcpy(s->shm.nonce, r->shm_nonce.data, SHM_RING_NONCE_BYTES);
+  }
   s->next = a->streams;
   if (a->streams) a->streams->prev = s;
   a->streams = s;

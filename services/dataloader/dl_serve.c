@@ -190,8 +190,10 @@ static int run_all(struct dl *dl, struct dl_job *j, const struct req *q, struct 
   return rc;
 }
 
+/* Tokens go to dest when they fit in dest_bytes, else to a fresh buffer. */
 static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
-                 bool want_tokens, struct sink *s, struct req *q) {
+                 bool want_tokens, uint32_t *dest, size_t dest_bytes, struct sink *s,
+                 struct req *q) {
   struct dl_job *j = dl_find_job(dl, job);
   if (!j) {
     stk_set_detail("no dataloader job '%s'", job ? job : "");
@@ -200,8 +202,9 @@ static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
   pthread_rwlock_rdlock(&j->lock);
   int rc = plan(dl, j, step, rank, world, q);
   uint32_t *tmp = NULL;
-  if (rc == 0 && want_tokens && !(s->tokens = malloc((size_t)q->lines * q->t * 4 + 4)))
-    rc = STK_ENOMEM;
+  size_t bytes = (size_t)q->lines * q->t * 4 + 4;
+  if (rc == 0 && want_tokens) s->tokens = dest && bytes <= dest_bytes ? dest : malloc(bytes);
+  if (rc == 0 && want_tokens && !s->tokens) rc = STK_ENOMEM;
   if (rc == 0 && !(tmp = malloc(((size_t)q->t + 1) * sizeof *tmp))) rc = STK_ENOMEM;
   if (rc == 0 && s->out.explain && !(s->run_begin = calloc(q->lines + 1, sizeof(size_t))))
     rc = STK_ENOMEM;
@@ -224,12 +227,18 @@ static void sink_free(struct sink *s) {
 
 int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                  struct dl_batch *ret_batch) {
+  return dl_get_batch_into(dl, job, step, rank, world, NULL, 0, ret_batch);
+}
+
+int dl_get_batch_into(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
+                      uint32_t *dest, size_t dest_bytes, struct dl_batch *ret_batch) {
   struct sink s = {0};
   struct req q = {0};
-  int rc = serve(dl, job, step, rank, world, true, &s, &q);
+  int rc = serve(dl, job, step, rank, world, true, dest, dest_bytes, &s, &q);
   free(q.items);
   if (rc < 0) {
     free(q.positions);
+    if (s.tokens == dest) s.tokens = NULL;
     sink_free(&s);
     return rc;
   }
@@ -243,13 +252,14 @@ int dl_get_batch(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
                                  .positions = q.positions,
                                  .slice_lines = q.positions ? q.slice : 0,
                                  .part = dl->opts.part,
-                                 .parts = dl->opts.parts};
+                                 .parts = dl->opts.parts,
+                                 .tokens_borrowed = s.tokens == dest};
   return 0;
 }
 
 void dl_batch_free(struct dl_batch *b) {
   if (!b) return;
-  free(b->tokens);
+  if (!b->tokens_borrowed) free(b->tokens);
   free(b->doc_starts);
   free(b->positions);
   memset(b, 0, sizeof *b);
@@ -293,7 +303,7 @@ int dl_explain(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint
                Stoker__V1__ExplainResponse **ret_resp) {
   struct sink s = {.out.explain = true};
   struct req q = {0};
-  int rc = serve(dl, job, step, rank, world, false, &s, &q);
+  int rc = serve(dl, job, step, rank, world, false, NULL, 0, &s, &q);
   free(q.items);
   if (rc == 0) rc = explain_reply(&s, &q, ret_resp);
   free(q.positions);

@@ -9,8 +9,10 @@
 #include "dl_core.h"
 #include "dl_rpc.h"
 #include "log.h"
+#include "shm_ring.h"
 #include "stk_error.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,8 @@ struct dataloader_config {
   uint64_t max_replay_lines;
   uint64_t snapshot_every_lines;
   uint64_t max_snapshots_per_lane;
+  char *shm_dir; /* "auto", "" (off) or a path */
+  uint64_t shm_ring_bytes;
   char *part;                 /* "I/P" as given */
   uint32_t part_index, parts; /* parsed from part by check_config */
 };
@@ -59,6 +63,13 @@ static const struct cfg_option dataloader_options[] = {
            "Spacing of the in-memory lane snapshots that bound replay."),
     DL_ROW("max-snapshots-per-lane", CFG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
            "In-memory lane snapshots kept per lane."),
+    DL_ROW("shm-dir", CFG_STRING, shm_dir, "auto", 0, 0,
+           "Shared-memory delivery of streamed batches to clients on this host: the directory "
+           "of ring files (made 0700); auto: /dev/shm/stoker-dl-HASH of data-dir; empty: off "
+           "(tokens over gRPC only)."),
+    DL_ROW("shm-ring-max", CFG_SIZE, shm_ring_bytes, "256MiB", 1 << 20, (int64_t)1 << 40,
+           "Largest shared-memory ring of one stream; batches too big for two slots go over "
+           "gRPC."),
     DL_ROW("part", CFG_STRING, part, "0/1", 0, 0,
            "Scale-out: I/P makes this process part I of P serving each job, generating only "
            "the lanes c with c mod P == I (0/1: the whole job)."),
@@ -74,6 +85,8 @@ static const struct cfg_table dataloader_table = {
 
 struct dataloader {
   struct dataloader_config cfg;
+  char shm_dir[PATH_MAX];
+  char shm_owner[PATH_MAX]; /* The data dir, for an auto shm dir. */
   struct daemon *daemon;
   struct dl *dl;
   struct dl_rpc *adapter;
@@ -144,13 +157,33 @@ static int open_core(struct dataloader *d) {
   return rc;
 }
 
+/* shm-dir "auto" becomes this daemon's directory under /dev/shm. */
+static int resolve_shm_dir(struct dataloader *d) {
+  const char *dir = d->cfg.shm_dir ? d->cfg.shm_dir : "";
+  if (strcmp(dir, "auto") != 0) {
+    snprintf(d->shm_dir, sizeof(d->shm_dir), "%s", dir);
+    return 0;
+  }
+  int rc = shm_ring_auto_dir("dl", d->cfg.daemon.data_dir, d->shm_dir, sizeof(d->shm_dir),
+                             d->shm_owner, sizeof(d->shm_owner));
+  if (rc) log_error("startup", "shm-dir: %s", stk_detail());
+  return rc;
+}
+
 static int register_adapter(struct dataloader *d) {
+  int rc = resolve_shm_dir(d);
+  if (rc) return rc;
   struct dl_rpc_opts o = {
       .max_prefetch = (uint32_t)d->cfg.max_prefetch,
       .default_prefetch = (uint32_t)d->cfg.default_prefetch,
       .metrics = daemon_metrics(d->daemon),
+      .shm_dir = d->shm_dir,
+      .shm_owner = d->shm_owner,
+      .shm_ring_bytes = d->cfg.shm_ring_bytes,
   };
-  return dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
+  rc = dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
+  if (rc) log_error("startup", "%s: %s", stk_strerror(rc), stk_detail());
+  return rc;
 }
 
 static void drain_service(struct daemon *dm, void *arg) {

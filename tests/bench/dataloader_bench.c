@@ -6,7 +6,10 @@
  *   embedded  the core in-process (dl_core.h) serving consecutive steps to
  *             one rank on one thread;
  *   grpc      one client streaming the same rank's batches (StreamBatches,
- *             prefetch) from the daemon at ADDR on loopback;
+ *             prefetch) from the daemon at ADDR on loopback, as a trainer on
+ *             the daemon's host does: tokens through the shared-memory ring;
+ *   wire      the same with STOKER_DL_SHM=off: tokens in the gRPC messages
+ *             (a trainer on another host);
  *   first     create loader + first batch on a fresh state directory, for
  *             the small and the large corpus (must not grow with size);
  *   bpe       GPT-2 BPE tokenization on one core, when vocab files are given.
@@ -15,6 +18,7 @@
  */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,8 +198,10 @@ static double embedded_tokens_per_s(struct dl *dl, double seconds) {
   return (double)tokens / t;
 }
 
-/* One client streaming rank 0 of 1 from the daemon for `seconds`. */
-static double grpc_tokens_per_s(const char *addr, const char *work, double seconds) {
+/* One client streaming rank 0 of 1 from the daemon for `seconds`; wire:
+ * without the shared-memory ring. */
+static double grpc_tokens_per_s(const char *addr, const char *work, double seconds, bool wire) {
+  if (wire) setenv("STOKER_DL_SHM", "off", 1);
   struct stk_client_opts o = {.address = addr, .default_timeout_ms = 120000};
   struct stk_client *c;
   char data[512];
@@ -203,7 +209,7 @@ static double grpc_tokens_per_s(const char *addr, const char *work, double secon
   int err = stk_loader_connect(&o, &c);
   struct spec_buf b;
   char job[64];
-  snprintf(job, sizeof(job), "bench-%d-%lld", (int)getpid(), (long long)time(NULL));
+  snprintf(job, sizeof(job), "bench-%d-%lld-%d", (int)getpid(), (long long)time(NULL), wire);
   make_spec(&b, job, data);
   Stoker__V1__LoaderInfo *info = NULL;
   if (err == 0) err = stk_loader_create(c, &b.spec, 0, &info);
@@ -224,6 +230,7 @@ static double grpc_tokens_per_s(const char *addr, const char *work, double secon
   } while (t < seconds);
   stk_batch_stream_free(s);
   stk_client_free(c);
+  unsetenv("STOKER_DL_SHM");
   return (double)tokens / t;
 }
 
@@ -277,16 +284,19 @@ int main(int argc, char **argv) {
   double embedded = embedded_tokens_per_s(large, seconds);
   dl_close(large);
   fprintf(stderr, "grpc...\n");
-  double grpc = grpc_tokens_per_s(addr, work, seconds);
+  double grpc = grpc_tokens_per_s(addr, work, seconds, false);
+  fprintf(stderr, "grpc wire...\n");
+  double wire = grpc_tokens_per_s(addr, work, seconds, true);
   double bpe = argc > 6 ? bpe_mb_per_s(argv[4], argv[5], argv[6]) : -1;
   char bpe_text[32] = "null";
   if (bpe >= 0) snprintf(bpe_text, sizeof(bpe_text), "%.2f", bpe);
   printf("{\"bench\":\"dataloader\",\"seq_len\":%d,\"global_batch\":%d,\"corpus_tokens\":%" PRIu64
          ",\"corpus_bytes\":%" PRIu64 ",\"raw_tokens_per_s\":%.0f,\"embedded_tokens_per_s\":%.0f,"
-         "\"grpc_tokens_per_s\":%.0f,\"embedded_ratio\":%.3f,\"grpc_ratio\":%.3f,"
+         "\"grpc_tokens_per_s\":%.0f,\"grpc_wire_tokens_per_s\":%.0f,\"embedded_ratio\":%.3f,"
+         "\"grpc_ratio\":%.3f,\"grpc_wire_ratio\":%.3f,"
          "\"first_batch_s_small\":%.4f,\"first_batch_s_large\":%.4f,\"bpe_mb_per_s\":%s}\n",
-         SEQ_LEN, GLOBAL_BATCH, corpus_tokens, corpus_tokens * 4, raw, embedded, grpc,
-         embedded / raw, grpc / raw, first_small, first_large, bpe_text);
+         SEQ_LEN, GLOBAL_BATCH, corpus_tokens, corpus_tokens * 4, raw, embedded, grpc, wire,
+         embedded / raw, grpc / raw, wire / raw, first_small, first_large, bpe_text);
   for (int f = 0; f < LARGE_FILES; f++) munmap((void *)m.p[f], m.len[f]);
   return 0;
 }

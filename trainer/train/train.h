@@ -17,6 +17,12 @@
  * (fsdp_set_vote) and every rank sees the sum after that step, so all of
  * them checkpoint at the same step without an extra collective.
  *
+ * The dataloader may be several processes (--dataloader a,b,c: part i of
+ * P at place i): the trainer talks to them through one struct stk_loader,
+ * which assembles every part's lines into the rank's slice and carries
+ * every part's state as one blob, so the trainer does the same with one
+ * address or many.
+ *
  * This header is shared by the program's files only.
  */
 #ifndef STK_TRAIN_H
@@ -33,9 +39,10 @@
 #include "stoker_loader.h"
 
 struct train_opts {
-  const char *coordinator, *dataloader, *checkpoint; /* Service addresses. */
-  const char *job;                                   /* Coordinator job. */
-  const char *data_job;                              /* Loader and checkpoint job; default: job. */
+  const char *coordinator, *checkpoint; /* Service addresses. */
+  const char *dataloader; /* One address, or part i's at place i of a comma-separated list. */
+  const char *job;        /* Coordinator job. */
+  const char *data_job;   /* Loader and checkpoint job; default: job. */
   const char *member;
   const char *corpus; /* Directory of .txt files (rank 0 creates the loader). */
   struct model_config cfg;
@@ -69,7 +76,8 @@ struct train_pending {
 
 struct train {
   struct train_opts o;
-  struct stk_client *coord, *loader, *ckpt;
+  struct stk_client *coord, *ckpt;
+  struct stk_loader *loader; /* Every dataloader part (one for a single process). */
   struct stk_membership m;
   struct fsdp *fsdp;
   struct stk_batch_stream *stream;
@@ -94,7 +102,7 @@ int train_join(struct train *t);
 /* Aborts and frees the ring group (the action callback may race). */
 void train_drop_group(struct train *t);
 
-/* Rank 0 creates the loader if missing. */
+/* Rank 0 creates the loader on every part that lacks it. */
 int train_loader_ensure(struct train *t);
 
 /* Restores checkpoint step into the fresh fsdp at this world size; rank 0

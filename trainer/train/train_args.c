@@ -12,7 +12,7 @@
 static void usage(const char *prog) {
   fprintf(stderr,
           "usage: %s --job NAME --member ID --corpus DIR [--coordinator ADDR]\n"
-          "  [--dataloader ADDR] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
+          "  [--dataloader ADDR[,ADDR...]] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
           "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
           "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
           "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n",

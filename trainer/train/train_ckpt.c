@@ -5,9 +5,10 @@
  * size, box [rank*count, (rank+1)*count)) and saves them with
  * stk_ckpt_save_async, so training goes on once the bytes are staged. Rank
  * 0 also saves "trainer/state" (step, optimizer steps, seed, loader blob
- * length) and "loader/state" (the dataloader export). The next step (or
- * the end) finishes it: wait until staged, barrier, rank 0 commits and
- * commits the loader at S.
+ * length) and "loader/state" (the dataloader export: with several
+ * dataloader parts, every part's state in the client library's envelope).
+ * The next step (or the end) finishes it: wait until staged, barrier, rank
+ * 0 commits and commits the loader at S on every part.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -112,8 +113,8 @@ static int save_async(struct train *t, int64_t step) {
   t->pend.buf = malloc(total * sizeof(float) + 1);
   int err = (!ts || !dims || !names || !t->pend.buf) ? STK_ENOMEM : 0;
   if (!err && t->m.rank == 0)
-    err = stk_loader_export(t->loader, t->o.data_job, step - 1, 30000, &t->pend.loader_blob,
-                            &blob_len);
+    err = stk_loader_export_all(t->loader, t->o.data_job, step - 1, 30000, &t->pend.loader_blob,
+                                &blob_len);
   if (!err) {
     size_t n = shard_tensors(t, ts, dims, names);
     if (t->m.rank == 0) n += state_tensors(t, step, ts + n, dims + 3 * n, blob_len);
@@ -157,7 +158,7 @@ static int commit(struct train *t) {
   printf("[%s] checkpoint committed at step %" PRId64 " (%s)\n", t->o.member, t->pend.step,
          ref && ref->uri ? ref->uri : "");
   protobuf_c_message_free_unpacked(&ref->base, NULL);
-  return stk_loader_commit(t->loader, t->o.data_job, t->pend.step - 1, 30000);
+  return stk_loader_commit_all(t->loader, t->o.data_job, t->pend.step - 1, 30000);
 }
 
 int train_ckpt_finish(struct train *t) {

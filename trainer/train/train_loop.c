@@ -12,13 +12,24 @@
 
 #include "train.h"
 
-int train_loader_ensure(struct train *t) {
+/* Creates the loader on part c unless it has it already. */
+static int ensure_on_part(struct train *t, struct stk_client *c,
+                          const Stoker__V1__LoaderSpec *spec) {
   Stoker__V1__LoaderInfo *info = NULL;
-  int err = stk_loader_get(t->loader, t->o.data_job, 30000, &info);
-  if (err != STK_ENOENT) goto out;
-  if (!t->o.corpus) return STK_EINVAL;
+  int err = stk_loader_get(c, t->o.data_job, 30000, &info);
+  if (err == STK_ENOENT) {
+    err = t->o.corpus ? stk_loader_create(c, spec, 30000, &info) : STK_EINVAL;
+    if (err == STK_EEXIST) err = 0;
+  }
+  if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
+  return err;
+}
+
+/* Part by part, so that a part left without the job (a process replaced,
+ * or a create that failed half way) gets it while the others keep theirs. */
+int train_loader_ensure(struct train *t) {
   char uri[1100];
-  snprintf(uri, sizeof(uri), "file://%s", t->o.corpus);
+  snprintf(uri, sizeof(uri), "file://%s", t->o.corpus ? t->o.corpus : "");
   Stoker__V1__StorageRef ref = STOKER__V1__STORAGE_REF__INIT;
   ref.uri = uri;
   Stoker__V1__DatasetSpec ds = STOKER__V1__DATASET_SPEC__INIT;
@@ -29,11 +40,17 @@ int train_loader_ensure(struct train *t) {
   spec.job = (char *)t->o.data_job, spec.n_datasets = 1, spec.datasets = dss;
   spec.seq_len = (uint32_t)t->o.seq_len, spec.global_batch = (uint32_t)t->o.global_batch;
   spec.seed = t->o.seed;
-  err = stk_loader_create(t->loader, &spec, 30000, &info);
-  if (err == STK_EEXIST) err = 0;
-out:
-  if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
-  return err;
+  uint32_t n = stk_loader_n_parts(t->loader);
+  for (uint32_t i = 0; i < n; i++) {
+    int err = ensure_on_part(t, stk_loader_part(t->loader, i), &spec);
+    if (err) {
+      if (n > 1)
+        fprintf(stderr, "[%s] loader %s on dataloader part %u of %u: %s\n", t->o.member,
+                t->o.data_job, i, n, stk_client_last_error(NULL));
+      return err;
+    }
+  }
+  return 0;
 }
 
 /* FSDP at this world size, restored when there is a checkpoint; the stream. */
@@ -53,7 +70,7 @@ static int setup(struct train *t) {
   if (!err) err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
   t->step = from;
   if (!err && from < t->o.steps)
-    err = stk_batch_stream_open(t->loader, t->o.data_job, from, t->m.rank, t->m.world_size, 4,
+    err = stk_loader_stream_all(t->loader, t->o.data_job, from, t->m.rank, t->m.world_size, 4,
                                 &t->stream);
   return err;
 }

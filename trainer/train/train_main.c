@@ -70,7 +70,7 @@ static int connect_all(struct train *t) {
   struct stk_client_opts lo = {.address = t->o.dataloader};
   struct stk_client_opts ko = {.address = t->o.checkpoint};
   int err = stk_client_new(&co, &t->coord);
-  if (!err) err = stk_loader_connect(&lo, &t->loader);
+  if (!err) err = stk_loader_open(&lo, &t->loader);
   if (!err) err = stk_ckpt_connect(&ko, &t->ckpt);
   size_t n = (size_t)t->o.global_batch * (size_t)t->o.seq_len;
   t->inputs = calloc(n, sizeof(int32_t));
@@ -97,7 +97,7 @@ int main(int argc, char **argv) {
   stk_client_free(t.coord); /* Stops the heartbeat thread before the group goes. */
   train_drop_group(&t);
   fsdp_free(t.fsdp);
-  stk_client_free(t.loader);
+  stk_loader_close(t.loader);
   stk_client_free(t.ckpt);
   free(t.inputs), free(t.targets);
   return err ? 1 : 0;

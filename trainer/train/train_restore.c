@@ -4,7 +4,9 @@
  * padding depends on the world size that saved them, so each rank reads
  * the unpadded part of its new box ([offset, min(offset+count, numel)))
  * and zero-fills the rest (the new padding). Rank 0 also imports the
- * dataloader state saved with the checkpoint.
+ * dataloader state saved with the checkpoint into every dataloader part;
+ * the blob may come from any number of parts (one process's export, or an
+ * envelope of several): each part takes the lanes it serves.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -25,7 +27,8 @@ static int import_loader(struct train *t, int64_t step, uint64_t len) {
   if (!blob) return STK_ENOMEM;
   int err = read_blob(t, step, "loader/state", blob, len);
   Stoker__V1__LoaderInfo *info = NULL;
-  if (!err) err = stk_loader_import(t->loader, t->o.data_job, step - 1, blob, len, 30000, &info);
+  if (!err)
+    err = stk_loader_import_all(t->loader, t->o.data_job, step - 1, blob, len, 30000, &info);
   if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
   free(blob);
   return err;

@@ -1,0 +1,218 @@
+/*
+ * Shared-memory delivery of StreamBatches on the real daemon, through the
+ * client library (issue 3): batches from the ring carry exactly GetBatch's
+ * bytes, and the daemon counts them as delivered through shared memory;
+ * the ring's name is gone once the client mapped it; a client that holds
+ * every slot stops the daemon (a held batch is never overwritten) until it
+ * frees one; STOKER_DL_SHM=off and a ring the client cannot open (as from
+ * another host) both give the same bytes over gRPC; a nonce of the wrong
+ * size is INVALID_ARGUMENT; rings a killed daemon left are removed when it
+ * starts again.
+ */
+#include <dirent.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "stoker_loader.h"
+#include "test_dl_helpers.h"
+
+#define SHM_BATCHES "stoker_dataloader_shm_batches_total"
+
+struct fixture {
+  struct harness_daemon *d;
+  struct rpc_client *rc;
+  struct stk_client *c;
+  int metrics_port;
+  char tmp[256];
+  char shm[300];
+};
+
+static int setup(void **state) {
+  struct fixture *f = calloc(1, sizeof(*f));
+  char listen[64];
+  f->metrics_port = tdl_free_port();
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->metrics_port);
+  if (harness_tmpdir_new(f->tmp, sizeof(f->tmp)) != 0) return -1;
+  snprintf(f->shm, sizeof(f->shm), "%s/shm", f->tmp);
+  const char *args[] = {"--metrics-listen", listen, "--shm-dir", f->shm, NULL};
+  f->d = harness_daemon_start(args);
+  if (!f->d) return -1;
+  f->rc = harness_rpc(f->d);
+  f->c = harness_client(f->d);
+  *state = f;
+  struct tdl_spec t;
+  tdl_spec_init(&t, "s", "synthetic:4000:16:4000:3", 0, 255, 8);
+  char msg[512] = "";
+  return f->rc && f->c && tdl_create(f->rc, &t.spec, msg, sizeof(msg)) == RPC_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  struct fixture *f = *state;
+  stk_client_free(f->c);
+  rpc_client_free(f->rc);
+  harness_daemon_free(f->d);
+  harness_tmpdir_remove(f->tmp);
+  free(f);
+  return 0;
+}
+
+/* ring-* entries in dir (-1 when it cannot be read). */
+static int rings_in(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) n += strncmp(e->d_name, "ring-", 5) == 0;
+  closedir(d);
+  return n;
+}
+
+/* b holds exactly GetBatch's tokens and document starts for its step. */
+static void assert_same_as_get(struct fixture *f, const struct stk_batch *b, uint32_t rank,
+                               uint32_t world) {
+  Stoker__V1__Batch *want = NULL;
+  assert_int_equal(tdl_get_batch(f->rc, "s", b->step, rank, world, &want), RPC_OK);
+  assert_int_equal(b->lines, want->lines);
+  assert_int_equal(b->line_tokens, want->line_tokens);
+  assert_int_equal((size_t)b->lines * b->line_tokens * 4, want->tokens.len);
+  assert_memory_equal(b->tokens, want->tokens.data, want->tokens.len);
+  assert_int_equal(b->n_doc_starts, want->n_doc_starts);
+  if (want->n_doc_starts)
+    assert_memory_equal(b->doc_starts, want->doc_starts, want->n_doc_starts * 4);
+  tdl_batch_free(want);
+}
+
+/* Reads n batches from s, checking each against GetBatch. */
+static void read_checked(struct fixture *f, struct stk_batch_stream *s, int64_t first, int n,
+                         uint32_t rank, uint32_t world) {
+  for (int i = 0; i < n; i++) {
+    struct stk_batch b;
+    assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+    assert_int_equal(b.step, first + i);
+    assert_same_as_get(f, &b, rank, world);
+    stk_batch_free(&b);
+  }
+}
+
+static void test_ring_same_bytes(void **state) {
+  struct fixture *f = *state;
+  double before = tdl_metric(f->metrics_port, SHM_BATCHES);
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open(f->c, "s", 5, 1, 2, 2, &s), 0);
+  read_checked(f, s, 5, 12, 1, 2);
+  /* The first batch sizes the ring and goes inline; the rest used it. */
+  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) >= before + 11);
+  assert_int_equal(rings_in(f->shm), 0); /* Mapped, name removed. */
+  stk_batch_stream_free(s);
+}
+
+static void test_held_slots_stop_the_daemon(void **state) {
+  struct fixture *f = *state;
+  /* Prefetch 1: a ring of 2 x 1 + 2 = 4 slots. */
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open(f->c, "s", 0, 0, 1, 1, &s), 0);
+  struct stk_batch held[5];
+  for (int i = 0; i < 5; i++) { /* Step 0 inline, steps 1..4 in every slot. */
+    assert_int_equal(stk_batch_stream_next(s, 20000, &held[i]), 0);
+    assert_int_equal(held[i].step, i);
+  }
+  struct stk_batch b;
+  assert_int_equal(stk_batch_stream_next(s, 1500, &b), STK_ETIMEDOUT);
+  for (int i = 0; i < 5; i++) assert_same_as_get(f, &held[i], 0, 1); /* Nothing overwritten. */
+  stk_batch_free(&held[1]); /* Frees the slot step 5 goes to. */
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+  assert_int_equal(b.step, 5);
+  assert_same_as_get(f, &b, 0, 1);
+  for (int i = 2; i < 5; i++) assert_same_as_get(f, &held[i], 0, 1);
+  stk_batch_free(&b);
+  for (int i = 0; i < 5; i++) stk_batch_free(&held[i]);
+  read_checked(f, s, 6, 6, 0, 1);
+  /* A batch kept after its stream is gone stays readable. */
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+  stk_batch_stream_free(s);
+  assert_same_as_get(f, &b, 0, 1);
+  stk_batch_free(&b);
+}
+
+static void test_off_by_environment(void **state) {
+  struct fixture *f = *state;
+  setenv("STOKER_DL_SHM", "off", 1);
+  double before = tdl_metric(f->metrics_port, SHM_BATCHES);
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open(f->c, "s", 0, 0, 2, 2, &s), 0);
+  read_checked(f, s, 0, 8, 0, 2);
+  stk_batch_stream_free(s);
+  unsetenv("STOKER_DL_SHM");
+  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) == before);
+}
+
+static void test_unreachable_ring_falls_back(void **state) {
+  struct fixture *f = *state;
+  /* The daemon keeps its directory open, so renaming it makes every path
+   * it announces wrong here, as on another host. */
+  char moved[320];
+  snprintf(moved, sizeof(moved), "%s/elsewhere", f->tmp);
+  assert_int_equal(rename(f->shm, moved), 0);
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open(f->c, "s", 2, 0, 1, 2, &s), 0);
+  read_checked(f, s, 2, 6, 0, 1);
+  double after_fallback = tdl_metric(f->metrics_port, SHM_BATCHES);
+  read_checked(f, s, 8, 6, 0, 1);
+  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) == after_fallback);
+  stk_batch_stream_free(s);
+  assert_int_equal(rename(moved, f->shm), 0);
+}
+
+static void test_bad_nonce(void **state) {
+  struct fixture *f = *state;
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  uint8_t nonce[5] = {1, 2, 3, 4, 5};
+  req.job = "s";
+  req.world = 1;
+  req.shm_nonce.data = nonce;
+  req.shm_nonce.len = sizeof(nonce);
+  struct tdl_stream st;
+  assert_int_equal(tdl_stream_run(f->rc, &req, 10, &st), 0);
+  assert_int_equal(st.st.code, RPC_INVALID_ARGUMENT);
+  assert_int_equal(st.n, 0);
+  assert_non_null(strstr(st.st.message, "shm_nonce"));
+  tdl_stream_free(&st);
+}
+
+static void test_restart_removes_stale_rings(void **state) {
+  struct fixture *f = *state;
+  harness_daemon_kill(f->d);
+  char stale[400];
+  snprintf(stale, sizeof(stale), "%s/ring-0000feed", f->shm);
+  FILE *fp = fopen(stale, "w");
+  assert_non_null(fp);
+  fclose(fp);
+  assert_int_equal(rings_in(f->shm), 1);
+  assert_int_equal(harness_daemon_restart(f->d), 0);
+  assert_int_equal(rings_in(f->shm), 0);
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open(f->c, "s", 0, 0, 1, 2, &s), 0);
+  read_checked(f, s, 0, 4, 0, 1);
+  stk_batch_stream_free(s);
+}
+
+int main(int argc, char **argv) {
+  if (harness_init(argc, argv) != 0) return 1;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_ring_same_bytes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_slots_stop_the_daemon, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_off_by_environment, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unreachable_ring_falls_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_nonce, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_restart_removes_stale_rings, setup, teardown),
+  };
+  return cmocka_run_group_tests_name("dl_shm", tests, NULL, NULL);
+}
