@@ -49,4 +49,38 @@ int ckpt_seg_flush(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg);
  * NULL. */
 void ckpt_seg_free(struct ckpt_seg *m);
 
+/* ---- ckpt_segmap.c: segment files this process keeps mapped ---- */
+
+/* A segment file claimed or created by one writer, mapped for cap bytes. */
+struct ckpt_segfile {
+  int fd;
+  uint8_t *map;
+  uint64_t cap;   /* Bytes mapped: the most the segment may hold. */
+  uint64_t alloc; /* Leading bytes known allocated (stores there cannot fault). */
+  bool cached;    /* The mapping stays in the process cache after hand-over. */
+};
+
+/* Names a segment `name` in dirfd (the service's shm directory): claims a
+ * recycled free-* file (preferring one already mapped here) by renaming
+ * it, else creates the file; maps it for cap bytes. STK_EIO: neither. */
+int ckpt_segmap_acquire(int dirfd, const char *name, uint64_t cap, struct ckpt_segfile *ret);
+
+/* Copies len bytes to offset off (off + len <= cap), reserving pages the
+ * file does not have yet first. STK_EIO: no room (tmpfs full). */
+int ckpt_segmap_write(struct ckpt_segfile *f, uint64_t off, const void *data, size_t len);
+
+/* Sets the file's size to used before it is handed over to the service
+ * (the mapping stays cached for the next claim). STK_EIO on failure. */
+int ckpt_segmap_complete(struct ckpt_segfile *f, uint64_t used);
+
+/* Removes a segment never handed over and forgets its mapping. */
+void ckpt_segmap_discard(struct ckpt_segfile *f, int dirfd, const char *name);
+
+/* Unmaps cached files that no longer have a link (the service removed
+ * them). Called at each writer's first segment. */
+void ckpt_segmap_prune(void);
+
+/* Mappings cached (tests). */
+size_t ckpt_segmap_cached(void);
+
 #endif

@@ -12,11 +12,10 @@
  * complete (the service maps a segment once, at its first message), then
  * sent in order. Segments start from a recycled free-* file when the pool
  * has one (claimed by an atomic rename; its pages already exist, so the
- * copy allocates nothing), else from a new file. Bytes are written with
- * pwrite, which on tmpfs neither faults nor zeroes pages.
+ * copy allocates nothing), else from a new file; the files stay mapped in
+ * this process across checkpoints (ckpt_segmap.c), so in the steady state
+ * a chunk's copy is one memcpy into mapped pages.
  */
-#include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,10 +44,10 @@ struct ckpt_seg {
   int dirfd;
   char attempt[STK_CKPT_ATTEMPT_MAX];
   uint32_t rank;
-  uint64_t cap;     /* Bytes per segment. */
-  uint32_t tag_hi;  /* Random: segment names of two writers never collide. */
-  uint32_t counter; /* Segments started. */
-  int fd;           /* Current segment, -1 if none. */
+  uint64_t cap;          /* Bytes per segment. */
+  uint32_t tag_hi;       /* Random: segment names of two writers never collide. */
+  uint32_t counter;      /* Segments started. */
+  struct ckpt_segfile f; /* Current segment (f.fd -1 if none). */
   char name[NAME_MAX_LEN];
   uint64_t used;
   struct pending *pend;
@@ -118,7 +117,7 @@ int ckpt_seg_open(struct stk_client *c, const char *attempt, uint32_t rank, int 
     return client_fail(STK_ENOMEM, "shm staging");
   }
   m->dirfd = dirfd;
-  m->fd = -1;
+  m->f.fd = -1;
   snprintf(m->attempt, sizeof(m->attempt), "%s", attempt);
   m->rank = rank;
   m->cap = max < SEGMENT_BYTES ? max : SEGMENT_BYTES;
@@ -134,47 +133,12 @@ uint64_t ckpt_seg_segment_bytes(const struct ckpt_seg *m) {
 
 /* ---- Segments ---- */
 
-/* Claims a recycled free-* file by renaming it to name (atomic: one
- * claimant wins); -1 when the pool is empty. */
-static int claim(struct ckpt_seg *m, const char *name) {
-  int dfd = openat(m->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-  if (!d) {
-    if (dfd >= 0) close(dfd);
-    return -1;
-  }
-  int fd = -1;
-  struct dirent *e;
-  while (fd < 0 && (e = readdir(d)) != NULL) {
-    if (strncmp(e->d_name, "free-", 5) != 0) continue;
-    if (renameat(m->dirfd, e->d_name, m->dirfd, name) != 0) continue;
-    fd = openat(m->dirfd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-  }
-  closedir(d);
-  return fd;
-}
-
 static int segment_start(struct ckpt_seg *m) {
   snprintf(m->name, sizeof(m->name), "seg-%s-%" PRIu32 "-%08" PRIx32 "%08" PRIx32, m->attempt,
            m->rank, m->tag_hi, m->counter++);
-  m->fd = claim(m, m->name);
-  if (m->fd < 0)
-    m->fd = openat(m->dirfd, m->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (m->fd < 0) return STK_EIO;
+  if (m->counter == 1) ckpt_segmap_prune();
   m->used = 0;
-  return 0;
-}
-
-static int write_all(int fd, const uint8_t *p, size_t len, uint64_t off) {
-  while (len > 0) {
-    ssize_t n = pwrite(fd, p, len, (off_t)off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return STK_EIO;
-    p += n;
-    len -= (size_t)n;
-    off += (uint64_t)n;
-  }
-  return 0;
+  return ckpt_segmap_acquire(m->dirfd, m->name, m->cap, &m->f);
 }
 
 static void pending_clear(struct ckpt_seg *m) {
@@ -203,10 +167,8 @@ static int pending_add(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, ui
 }
 
 int ckpt_seg_flush(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg) {
-  if (m->fd < 0) return 0;
-  int err = ftruncate(m->fd, (off_t)m->used) == 0 ? 0 : STK_EIO;
-  close(m->fd);
-  m->fd = -1;
+  if (m->f.fd < 0) return 0;
+  int err = ckpt_segmap_complete(&m->f, m->used);
   for (size_t i = 0; !err && i < m->n_pend; i++) {
     struct pending *p = &m->pend[i];
     Stoker__V1__WriteChunk msg = STOKER__V1__WRITE_CHUNK__INIT;
@@ -232,9 +194,9 @@ int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const
                     size_t len, ckpt_seg_send_fn send, void *arg) {
   if (len > m->cap) return STK_EINVAL;
   int err = 0;
-  if (m->fd >= 0 && m->used + len > m->cap) err = ckpt_seg_flush(m, send, arg);
-  if (!err && m->fd < 0) err = segment_start(m);
-  if (!err) err = write_all(m->fd, data, len, m->used);
+  if (m->f.fd >= 0 && m->used + len > m->cap) err = ckpt_seg_flush(m, send, arg);
+  if (!err && m->f.fd < 0) err = segment_start(m);
+  if (!err) err = ckpt_segmap_write(&m->f, m->used, data, len);
   if (!err) err = pending_add(m, msg, m->used);
   if (!err) m->used += len;
   return err;
@@ -242,10 +204,7 @@ int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const
 
 void ckpt_seg_free(struct ckpt_seg *m) {
   if (!m) return;
-  if (m->fd >= 0) { /* Never announced: nobody else will remove it. */
-    close(m->fd);
-    unlinkat(m->dirfd, m->name, 0);
-  }
+  ckpt_segmap_discard(&m->f, m->dirfd, m->name); /* Never announced: ours to remove. */
   pending_clear(m);
   free(m->pend);
   close(m->dirfd);

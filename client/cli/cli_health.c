@@ -1,7 +1,8 @@
 /*
  * `stokerctl health`: the standard gRPC health check against every service
- * address stokerctl was given (the coordinator always; the dataloader and
- * checkpoint service when set). Exits non-zero unless all are SERVING.
+ * address stokerctl was given (the coordinator always; the dataloader, each
+ * part of a scaled-out one, and the checkpoint service when set). Exits
+ * non-zero unless all are SERVING.
  */
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +34,25 @@ static int check(const struct cli_ctx *x, const char *address, char *status, siz
              : CLI_EXIT_UNAVAILABLE;
 }
 
+/* Checks one address and adds its row (table) or prints its JSON line. */
+static void report(const struct cli_ctx *x, struct table *t, const char *name, const char *address,
+                   int *worst) {
+  char status[600];
+  int rc = check(x, address, status, sizeof(status));
+  if (rc && !*worst) *worst = rc;
+  if (x->args->json) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "service", name);
+    cJSON_AddStringToObject(o, "address", address);
+    cJSON_AddStringToObject(o, rc && strcmp(status, "NOT_SERVING") ? "error" : "status", status);
+    fmt_print_json(o, stdout);
+    cJSON_Delete(o);
+  } else if (t) {
+    const char *row[] = {name, address, status};
+    table_add(t, row);
+  }
+}
+
 int cli_health(const struct cli_ctx *x) {
   const char *names[] = {"coordinator", "dataloader", "checkpoint"};
   const char *addrs[] = {x->args->coordinator, x->args->dataloader, x->args->checkpoint};
@@ -41,19 +61,14 @@ int cli_health(const struct cli_ctx *x) {
   int worst = 0;
   for (int i = 0; i < 3; i++) {
     if (!addrs[i]) continue;
-    char status[600];
-    int rc = check(x, addrs[i], status, sizeof(status));
-    if (rc && !worst) worst = rc;
-    if (x->args->json) {
-      cJSON *o = cJSON_CreateObject();
-      cJSON_AddStringToObject(o, "service", names[i]);
-      cJSON_AddStringToObject(o, "address", addrs[i]);
-      cJSON_AddStringToObject(o, rc && strcmp(status, "NOT_SERVING") ? "error" : "status", status);
-      fmt_print_json(o, stdout);
-      cJSON_Delete(o);
-    } else if (t) {
-      const char *row[] = {names[i], addrs[i], status};
-      table_add(t, row);
+    /* A scaled-out dataloader is a comma-separated list: one row per part. */
+    for (const char *p = addrs[i]; *p;) {
+      size_t n = strcspn(p, ",");
+      char address[512];
+      snprintf(address, sizeof(address), "%.*s", (int)(n < sizeof(address) ? n : 0), p);
+      if (address[0]) report(x, t, names[i], address, &worst);
+      p += n;
+      if (*p == ',') p++;
     }
   }
   if (t && !x->args->json) table_print(t, stdout);

@@ -72,12 +72,14 @@ struct obj {
   /* Zero-copy staging: the object's bytes are its segment's bytes (object
    * offset x = segment offset x); held until the object is done. */
   struct ckpt_shm_seg *seg;
+  bool put_held;    /* Sealed segment object whose PUT waits (upload_seal). */
   struct obj *next; /* In the rank's list. */
 };
 
 struct rank_state {
   struct ckpt_writer *writer;
   bool last_fed;       /* "last" consumed. */
+  bool shm;            /* Staged through a shm segment. */
   bool finish_started; /* JournalRank job submitted. */
   bool finished;       /* JournalRank written. */
   bool durable_sent;
@@ -229,6 +231,9 @@ void staging_relieve(struct ckpt_service *s);
 void upload_part_ready(struct obj *o, struct part *p);
 void upload_seal(struct obj *o);
 void upload_progress(struct attempt *a);
+/* Starts every held segment PUT of a once no rank of it is copying into
+ * segments any more, or at once when force (memory is needed). */
+void upload_release_held(struct attempt *a, bool force);
 
 /* ---- ckpt_commit.c (blocking) ---- */
 int ckpt_commit_run(struct ckpt_service *s, const char *attempt, struct commit_result *ret);

@@ -69,6 +69,8 @@ void staging_wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
 /* Nothing is uploading, so nothing will free memory: seal every open object
  * so that its partial part is uploaded. */
 void staging_relieve(struct ckpt_service *s) {
+  for (struct attempt *a = s->attempts; a; a = a->next)
+    if (a->state == ATT_OPEN) upload_release_held(a, true);
   if (s->parts_outstanding > 0) return;
   for (struct attempt *a = s->attempts; a; a = a->next) {
     if (a->state != ATT_OPEN) continue;
@@ -306,6 +308,7 @@ static void finish_stream(struct ckpt_writer *w) {
   struct rank_state *rs = &w->att->ranks[w->rank];
   rs->last_fed = true;
   if (rs->cur) upload_seal(rs->cur);
+  upload_release_held(w->att, false);
   w->staged_sent = true;
   svc_post_event(w->svc, w, CKPT_WRITE_STAGED, 0, "");
   upload_progress(w->att);

@@ -4,7 +4,8 @@
  * is checked and mapped (ckpt_shm.h), counted whole against the staging
  * budget, and becomes an object of its own whose byte x is the segment's
  * byte x, so its parts are slices of the mapping and are CRC'd and uploaded
- * from it exactly as staged buffers are. Later chunks of the same segment
+ * from it exactly as staged buffers are (a segment of up to ONE_PUT_PARTS
+ * parts: one PUT of the whole object once it is sealed). Later chunks of the same segment
  * must follow on contiguously; a chunk naming another segment (or carrying
  * bytes) seals the object. The segment is released (recycled or removed)
  * when its object is done, or when the attempt ends.
@@ -16,9 +17,27 @@
 #include "ckpt_service_int.h"
 #include "stk_error.h"
 
-/* Grows the object by len bytes already in place in its segment, handing
- * each full part to the uploader. */
+/* A segment of at most this many parts goes as one PUT when its object is
+ * sealed: a multipart upload of a few parts buys no parallelism (a rank's
+ * segments upload side by side), costs a begin and a complete, and stores
+ * that join parts on complete copy every byte twice. */
+#define ONE_PUT_PARTS 4
+
+/* Grows the object by len bytes already in place in its segment: one
+ * part spanning a small segment, sent at seal; else each full part is
+ * handed to the uploader. */
 static int extend(struct ckpt_service *s, struct obj *o, uint64_t len) {
+  if (o->seg->size <= ONE_PUT_PARTS * s->o.part_bytes) {
+    if (!o->cur && !(o->cur = calloc(1, sizeof(*o->cur)))) return STK_ENOMEM;
+    struct part *p = o->cur;
+    p->obj = o;
+    p->number = o->parts_sent = 1;
+    p->borrowed = true;
+    p->buf = (uint8_t *)o->seg->map;
+    p->len += len;
+    o->size += len;
+    return 0;
+  }
   while (len > 0) {
     struct part *p = o->cur;
     if (!p) {
@@ -113,6 +132,7 @@ int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uin
     return STK_ENOMEM;
   }
   o->seg = seg;
+  rs->shm = true;
   s->staged += seg->size;
   if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
   return follow_on(s, o, c, len);

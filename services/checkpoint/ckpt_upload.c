@@ -7,11 +7,13 @@
  * uploaded and journaled with its ETag and CRCs; sealing journals the
  * object's chunks and part count; when every part is in, the upload is
  * completed and the object marked done. An object sealed before its first
- * part filled is sent with one PUT instead. Per rank: once "last" arrived and
- * every object's seal is journaled, the rank is journaled finished. Per
- * attempt: once every rank is finished and every object done, the commit job
- * runs (ckpt_commit.c). A part staged in shared memory is uploaded from the
- * segment's mapping; the segment is released once its object is done.
+ * part filled is sent with one PUT instead (so is a shm segment of a few
+ * parts, its PUT held while ranks of the attempt still copy into
+ * segments). Per rank: once "last" arrived and every object's seal is
+ * journaled, the rank is journaled finished. Per attempt: once every rank
+ * is finished and every object done, the commit job runs (ckpt_commit.c).
+ * A part staged in shared memory is uploaded from the segment's mapping;
+ * the segment is released once its object is done.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,18 +288,48 @@ void upload_part_ready(struct obj *o, struct part *p) {
   *pp = p;
 }
 
+/* True while a rank of a is copying into shm segments: its bytes are
+ * staged in memory-bandwidth time (milliseconds per 100 MiB), and uploads
+ * started now would take cores and memory bandwidth from those copies,
+ * which the ranks wait on. */
+static bool shm_staging(const struct attempt *a) {
+  for (uint32_t r = 0; r < a->world; r++)
+    if (a->ranks[r].shm && !a->ranks[r].last_fed) return true;
+  return false;
+}
+
+static void put_start(struct obj *o) {
+  struct attempt *a = o->att;
+  struct part *p = o->cur;
+  o->cur = NULL;
+  o->put_held = false;
+  o->seal_started = true;
+  if (!p) o->parts_sent = 0;
+  a->svc->parts_outstanding++;
+  submit(J_PUT, a, o, p);
+}
+
+void upload_release_held(struct attempt *a, bool force) {
+  if (!force && shm_staging(a)) return;
+  for (uint32_t r = 0; r < a->world; r++)
+    for (struct obj *o = a->ranks[r].objs; o; o = o->next)
+      if (o->put_held) put_start(o);
+}
+
 void upload_seal(struct obj *o) {
   struct attempt *a = o->att;
   struct rank_state *rs = &a->ranks[o->rank];
   o->sealed = true;
   if (rs->cur == o) rs->cur = NULL;
+  if (!o->begin_started && o->seg && shm_staging(a) && !a->svc->wait_head) {
+    o->put_held = true; /* Its part stays in o->cur (freed with it on abort). */
+    return;
+  }
   struct part *p = o->cur;
   o->cur = NULL;
   if (!o->begin_started) {
-    o->seal_started = true;
-    if (!p) o->parts_sent = 0;
-    a->svc->parts_outstanding++;
-    submit(J_PUT, a, o, p);
+    o->cur = p;
+    put_start(o);
   } else if (p) {
     upload_part_ready(o, p);
   }

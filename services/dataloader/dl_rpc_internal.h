@@ -43,9 +43,11 @@ struct dl_stream_ring {
  * on failure (logged) the stream goes on inline. */
 void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint32_t prefetch,
                           const struct dl_batch *b);
-/* Where the next generation may write: its slot, or NULL when the ring is
- * not in use (dest NULL, generate inline) or full (*ret_full). */
-uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, size_t *ret_bytes, bool *ret_full);
+/* Where the batch `ahead` places after the next one to be queued may be
+ * written: its slot, or NULL when the ring is not in use (generate inline)
+ * or that slot is still the client's (*ret_full). */
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, size_t *ret_bytes,
+                              bool *ret_full);
 /* Fills msg's shm fields for a batch generated into the slot of seq. */
 void dl_stream_ring_msg(struct dl_stream_ring *r, uint64_t seq, Stoker__V1__Batch *msg);
 /* Removes the ring file (if the client never took it) and unmaps. */

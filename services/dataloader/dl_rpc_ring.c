@@ -45,16 +45,18 @@ void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint
   r->next_seq = 1;
 }
 
-uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, size_t *ret_bytes, bool *ret_full) {
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, size_t *ret_bytes,
+                              bool *ret_full) {
   *ret_full = false;
   *ret_bytes = 0;
   if (!r->ring || r->off) return NULL;
-  if (!shm_ring_writable(r->ring, r->next_seq)) {
+  uint64_t seq = r->next_seq + ahead;
+  if (ahead >= shm_ring_slots(r->ring) || !shm_ring_writable(r->ring, seq)) {
     *ret_full = true;
     return NULL;
   }
   *ret_bytes = shm_ring_slot_bytes(r->ring);
-  return (uint32_t *)(void *)shm_ring_slot(r->ring, r->next_seq);
+  return (uint32_t *)(void *)shm_ring_slot(r->ring, seq);
 }
 
 void dl_stream_ring_msg(struct dl_stream_ring *r, uint64_t seq, Stoker__V1__Batch *msg) {

@@ -4,8 +4,11 @@
  * machine driven by pump() on the loop after every event (generation done,
  * send done, cancel, drain):
  *
- *   generating  one core call in flight for step next_gen (at most one, so
- *               steps come out in order and lanes keep their live state);
+ *   generating  one threadpool job in flight generating steps next_gen, ...
+ *               in order (at most one job, so lanes keep their live state);
+ *               a job makes up to GEN_GROUP batches, as many as there is
+ *               room for, so that the hand-offs between the loop and the
+ *               worker are paid per group rather than per batch;
  *   ready       generated, not yet sent: a FIFO of at most `prefetch`
  *               (ready + generating <= prefetch: the bound on work ahead);
  *   sending     one rpc_send outstanding (gRPC flow control holds it while
@@ -27,6 +30,7 @@
 #include "stk_error.h"
 
 #define RING_POLL_MS 1
+#define GEN_GROUP    8
 
 /* A generated batch and its ring sequence (0: its tokens are inline). */
 struct ready {
@@ -48,15 +52,18 @@ struct dl_stream {
   uv_work_t work;
   bool generating, sending, stopping;
   struct dl_stream_ring shm;
-  uv_timer_t poll;    /* Retries a generation while the ring is full. */
-  bool poll_open;     /* poll initialized (closed before s is freed). */
-  uint32_t *gen_dest; /* Ring slot the generation writes, or NULL. */
+  uv_timer_t poll; /* Retries a generation while the ring is full. */
+  bool poll_open;  /* poll initialized (closed before s is freed). */
+  /* The job in flight: gen_want steps from next_gen, batch j into ring
+   * slot gen_dest[j] (NULL: a fresh buffer); the worker made gen_n. */
+  uint32_t gen_want, gen_n;
+  uint32_t *gen_dest[GEN_GROUP];
   size_t gen_dest_bytes;
-  struct dl_batch gen_out; /* Worker output. */
+  struct dl_batch gen_out[GEN_GROUP];
+  double gen_seconds[GEN_GROUP];
   int gen_err;
   char gen_msg[DL_RPC_MSG_LEN]; /* Worker's error text. */
-  double gen_seconds;
-  int end_code; /* Status once stopping. */
+  int end_code;                 /* Status once stopping. */
   char end_msg[DL_RPC_MSG_LEN];
 };
 
@@ -105,35 +112,52 @@ static void gen_work(uv_work_t *w) {
   struct dl_stream *s = w->data;
   const Stoker__V1__StreamBatchesRequest *r = s->req;
   stk_clear_detail();
-  double t0 = dl_rpc_now();
-  s->gen_err = dl_get_batch_into(s->a->dl, r->job, s->next_gen, r->rank, r->world, s->gen_dest,
-                                 s->gen_dest_bytes, &s->gen_out);
-  s->gen_seconds = dl_rpc_now() - t0;
-  if (s->gen_err) {
-    dl_rpc_capture_error(s->gen_err, s->gen_msg, sizeof(s->gen_msg));
-    return;
+  s->gen_n = 0;
+  s->gen_err = 0;
+  for (uint32_t j = 0; j < s->gen_want; j++) {
+    double t0 = dl_rpc_now();
+    struct dl_batch *b = &s->gen_out[j];
+    s->gen_err = dl_get_batch_into(s->a->dl, r->job, s->next_gen + j, r->rank, r->world,
+                                   s->gen_dest[j], s->gen_dest_bytes, b);
+    s->gen_seconds[j] = dl_rpc_now() - t0;
+    if (s->gen_err) {
+      dl_rpc_capture_error(s->gen_err, s->gen_msg, sizeof(s->gen_msg));
+      return;
+    }
+    Stoker__V1__Batch unused;
+    dl_rpc_batch_encode(b, &unused); /* Little-endian bytes, off the loop. */
+    s->gen_n++;
+    /* Too big for its slot: it goes inline, and the later slots assumed
+     * this one's sequence was used. */
+    if (s->gen_dest[j] && !b->tokens_borrowed) return;
   }
-  Stoker__V1__Batch unused;
-  dl_rpc_batch_encode(&s->gen_out, &unused); /* Little-endian bytes, off the loop. */
+}
+
+/* Queues batch j of the finished job. */
+static void take_generated(struct dl_stream *s, uint32_t j) {
+  struct dl_batch *b = &s->gen_out[j];
+  uint64_t seq = b->tokens_borrowed ? s->shm.next_seq++ : 0;
+  if (!seq) dl_stream_ring_setup(&s->shm, s->a, s->prefetch, b);
+  s->ready[(s->head + s->n_ready) % s->prefetch] = (struct ready){.b = *b, .seq = seq};
+  s->n_ready++;
+  s->next_gen++;
+  s->left--;
+  if (s->a->gen_seconds) metric_histogram_observe(s->a->gen_seconds, s->gen_seconds[j]);
+  if (s->a->prefetched) metric_gauge_add(s->a->prefetched, 1);
 }
 
 static void gen_done(uv_work_t *w, int status) {
   struct dl_stream *s = w->data;
   s->generating = false;
+  for (uint32_t j = 0; j < s->gen_n; j++) {
+    if (s->stopping || status < 0)
+      dl_batch_free(&s->gen_out[j]);
+    else
+      take_generated(s, j);
+  }
   if (status < 0 || s->gen_err) {
     int err = status < 0 ? STK_ECANCELED : s->gen_err;
     stop(s, stk_error_to_grpc(err), s->gen_err ? s->gen_msg : "cancelled"); /* pump() flushes. */
-  } else if (s->stopping) {
-    dl_batch_free(&s->gen_out);
-  } else {
-    uint64_t seq = s->gen_out.tokens_borrowed ? s->shm.next_seq++ : 0;
-    if (!seq) dl_stream_ring_setup(&s->shm, s->a, s->prefetch, &s->gen_out);
-    s->ready[(s->head + s->n_ready) % s->prefetch] = (struct ready){.b = s->gen_out, .seq = seq};
-    s->n_ready++;
-    s->next_gen++;
-    s->left--;
-    if (s->a->gen_seconds) metric_histogram_observe(s->a->gen_seconds, s->gen_seconds);
-    if (s->a->prefetched) metric_gauge_add(s->a->prefetched, 1);
   }
   pump(s);
 }
@@ -157,12 +181,21 @@ static void wait_for_slot(struct dl_stream *s) {
 }
 
 static void start_generation(struct dl_stream *s) {
+  uint64_t room = s->prefetch - s->n_ready;
+  if (room > s->left) room = s->left;
+  if (room > GEN_GROUP) room = GEN_GROUP;
+  uint32_t want = 0;
   bool full = false;
-  s->gen_dest = dl_stream_ring_dest(&s->shm, &s->gen_dest_bytes, &full);
-  if (full) {
+  while (want < room) {
+    s->gen_dest[want] = dl_stream_ring_dest(&s->shm, want, &s->gen_dest_bytes, &full);
+    if (full) break;
+    want++;
+  }
+  if (want == 0) {
     wait_for_slot(s);
     return;
   }
+  s->gen_want = want;
   s->work.data = s;
   int rc = uv_queue_work(s->a->loop, &s->work, gen_work, gen_done);
   if (rc)

@@ -7,15 +7,22 @@
  *   checkpoint_bench ADDR BYTES CURL_MBPS SDK_MBPS|null
  *
  * One tensor "model" [ROWS x 262144] f32 (1 MiB rows), ROWS = BYTES / 1 MiB,
- * split by rows over 4 ranks (threads, each with its own client/channel).
- * Every element's value is a function of its index, so restores are checked.
+ * split by rows over 4 ranks (threads, each with its own client/channel,
+ * kept for the whole run as a trainer rank keeps its client). Every
+ * element's value is a function of its index, so restores are checked.
  *
  * Saves: step 1 over gRPC (STOKER_CKPT_SHM=off: the stall of bytes over
- * the wire), then steps 2 and 3 through shared memory (the default when the
- * service is on this host): step 2 is the first shm checkpoint (fresh
- * tmpfs pages), step 3 the steady state a training job sees from its
- * second checkpoint on (segments recycled from the service's pool).
- * stall_s is step 3's; restores read step 3.
+ * the wire), then steps 2..2+STEADY through shared memory (the default when
+ * the service is on this host): step 2 is the first shm checkpoint (fresh
+ * tmpfs pages), the later ones the steady state a training job sees from
+ * its second checkpoint on (segments recycled, still mapped by the
+ * client). stall_s and the upload rate are the medians of the steady
+ * state; restores read the last step.
+ *
+ * The stall baseline copies the same bytes with the same parallelism: the
+ * 4 shards memcpy'd by 4 threads at once into ordinary buffers touched
+ * beforehand (the slowest thread, median of 3), as the 4 ranks stage at
+ * once; the single-thread copy of one shard is printed as well.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -26,13 +33,16 @@
 
 #include "stoker_ckpt.h"
 
-#define COLS  262144 /* f32 per row: 1 MiB rows. */
-#define RANKS 4
+#define COLS   262144 /* f32 per row: 1 MiB rows. */
+#define RANKS  4
+#define STEADY 3 /* Steady-state shm checkpoints timed. */
+#define REPS   3 /* memcpy baseline repetitions. */
 
 static const char *addr;
 static uint64_t rows;
 static float *arena; /* [rows x COLS] */
 static char attempt[STK_CKPT_ATTEMPT_MAX];
+static struct stk_client *rank_client[RANKS]; /* One per saving rank, kept. */
 
 static double now_s(void) {
   struct timespec ts;
@@ -64,6 +74,16 @@ static void split(uint32_t r, uint32_t w, uint64_t *lo, uint64_t *hi) {
   *hi = rows * (r + 1) / w;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+  qsort(v, n, sizeof(*v), cmp_double);
+  return v[n / 2];
+}
+
 struct job {
   uint32_t rank, world;
   double secs; /* Save: call -> staged. Read: call -> last byte. */
@@ -72,17 +92,15 @@ struct job {
 
 static void *save_rank(void *arg) {
   struct job *j = arg;
-  struct stk_client *c = client();
   uint64_t lo, hi, shape[2] = {rows, COLS};
   split(j->rank, RANKS, &lo, &hi);
   uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
   struct stk_ckpt_tensor t = {"model",           STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off, sz},
                               arena + lo * COLS, (hi - lo) * COLS * 4};
   double t0 = now_s();
-  j->err = stk_ckpt_save(c, attempt, j->rank, &t, 1, NULL);
+  j->err = stk_ckpt_save(rank_client[j->rank], attempt, j->rank, &t, 1, NULL);
   j->secs = now_s() - t0;
   if (j->err) fprintf(stderr, "save rank %u: %s\n", j->rank, stk_client_last_error(NULL));
-  stk_client_free(c);
   return NULL;
 }
 
@@ -133,19 +151,7 @@ static double restore(uint32_t world) {
   return secs;
 }
 
-/* Time of one plain memcpy of a rank's shard (destination pre-faulted). */
-static double memcpy_shard(void) {
-  size_t n = rows / RANKS * COLS * 4;
-  char *dst = malloc(n);
-  memset(dst, 1, n);
-  double t0 = now_s();
-  memcpy(dst, arena, n);
-  double s = now_s() - t0;
-  volatile char sink = dst[n / 2];
-  (void)sink;
-  free(dst);
-  return s;
-}
+/* ---- memcpy baselines ---- */
 
 struct mc {
   char *dst;
@@ -162,24 +168,31 @@ static void *memcpy_thread(void *arg) {
   return NULL;
 }
 
-/* The ranks' shards memcpy'd at once, as the ranks stage at once: the
- * slowest (on fewer cores than ranks they share the cores). */
-static double memcpy_all(void) {
+/* Each rank's shard (the same bytes as save_rank's) memcpy'd by `threads`
+ * threads at once into buffers touched beforehand; the slowest thread's
+ * time, median of REPS runs. */
+static double memcpy_shards(int threads) {
   pthread_t th[RANKS];
   struct mc m[RANKS];
-  size_t n = rows / RANKS * COLS * 4;
-  for (int r = 0; r < RANKS; r++) {
-    m[r] = (struct mc){.dst = malloc(n), .src = (const char *)arena + r * n, .n = n};
+  double best[REPS];
+  for (int r = 0; r < threads; r++) {
+    uint64_t lo, hi;
+    split((uint32_t)r, RANKS, &lo, &hi);
+    size_t n = (hi - lo) * COLS * 4;
+    m[r] = (struct mc){.dst = malloc(n), .src = (const char *)(arena + lo * COLS), .n = n};
+    if (!m[r].dst) exit(1);
     memset(m[r].dst, 1, n);
   }
-  for (int r = 0; r < RANKS; r++) pthread_create(&th[r], NULL, memcpy_thread, &m[r]);
-  double slowest = 0;
-  for (int r = 0; r < RANKS; r++) {
-    pthread_join(th[r], NULL);
-    if (m[r].secs > slowest) slowest = m[r].secs;
-    free(m[r].dst);
+  for (int k = 0; k < REPS; k++) {
+    for (int r = 0; r < threads; r++) pthread_create(&th[r], NULL, memcpy_thread, &m[r]);
+    best[k] = 0;
+    for (int r = 0; r < threads; r++) {
+      pthread_join(th[r], NULL);
+      if (m[r].secs > best[k]) best[k] = m[r].secs;
+    }
   }
-  return slowest;
+  for (int r = 0; r < threads; r++) free(m[r].dst);
+  return median(best, REPS);
 }
 
 /* One checkpoint (Begin, 4 ranks save, Commit): the slowest rank's save
@@ -192,7 +205,9 @@ static double checkpoint(struct stk_client *c, int64_t step, double *ret_stall) 
     fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL));
     exit(1);
   }
-  return now_s() - t0;
+  double secs = now_s() - t0;
+  fprintf(stderr, "checkpoint step %" PRId64 ": %.3f s, stall %.3f s\n", step, secs, *ret_stall);
+  return secs;
 }
 
 static int write_file(const char *path, uint64_t bytes) {
@@ -202,6 +217,33 @@ static int write_file(const char *path, uint64_t bytes) {
   FILE *f = fopen(path, "wb");
   if (!f || fwrite(arena, 4, rows * COLS, f) != rows * COLS || fclose(f) != 0) return 1;
   return 0;
+}
+
+struct figures {
+  double upload_grpc_s, upload_s, stall_grpc, stall_first, stall;
+};
+
+/* Step 1 over gRPC, step 2 the first shm checkpoint, then STEADY more. */
+static void checkpoints(struct figures *f) {
+  struct stk_client *c = client();
+  for (int r = 0; r < RANKS; r++) rank_client[r] = client();
+  const char *mode = getenv(STK_CKPT_SHM_ENV);
+  char *saved = mode ? strdup(mode) : NULL;
+  setenv(STK_CKPT_SHM_ENV, "off", 1);
+  f->upload_grpc_s = checkpoint(c, 1, &f->stall_grpc);
+  if (saved)
+    setenv(STK_CKPT_SHM_ENV, saved, 1);
+  else
+    unsetenv(STK_CKPT_SHM_ENV);
+  free(saved);
+  checkpoint(c, 2, &f->stall_first);
+  double up[STEADY], st[STEADY];
+  for (int k = 0; k < STEADY; k++) up[k] = checkpoint(c, 3 + k, &st[k]);
+  save_step = 2 + STEADY;
+  f->upload_s = median(up, STEADY);
+  f->stall = median(st, STEADY);
+  for (int r = 0; r < RANKS; r++) stk_client_free(rank_client[r]);
+  stk_client_free(c);
 }
 
 int main(int argc, char **argv) {
@@ -220,39 +262,25 @@ int main(int argc, char **argv) {
   double sdk = sdk_ok ? atof(argv[4]) : 0;
   arena = malloc(bytes);
   fill(0, rows * COLS);
-  double memcpy_s = memcpy_shard(), memcpy_par_s = memcpy_all();
+  double memcpy_s = memcpy_shards(RANKS), memcpy_single_s = memcpy_shards(1);
 
-  struct stk_client *c = client();
-  const char *mode = getenv(STK_CKPT_SHM_ENV);
-  char *saved = mode ? strdup(mode) : NULL;
-  double stall_grpc, stall_first, stall;
-  setenv(STK_CKPT_SHM_ENV, "off", 1);
-  double upload_s = checkpoint(c, 1, &stall_grpc);
-  if (saved)
-    setenv(STK_CKPT_SHM_ENV, saved, 1);
-  else
-    unsetenv(STK_CKPT_SHM_ENV);
-  free(saved);
-  checkpoint(c, 2, &stall_first);
-  checkpoint(c, 3, &stall);
-  save_step = 3;
+  struct figures f;
+  checkpoints(&f);
   double restore_s = restore(RANKS), reshard_s = restore(3);
-  stk_client_free(c);
 
-  double service = mb / upload_s, peer = sdk_ok && sdk > curl ? sdk : curl;
+  double service = mb / f.upload_s, peer = sdk_ok && sdk > curl ? sdk : curl;
   char sdk_txt[32];
   snprintf(sdk_txt, sizeof(sdk_txt), sdk_ok ? "%.1f" : "null", sdk);
   printf("{\"bench\":\"checkpoint\",\"bytes\":%" PRIu64 ",\"ranks\":%d,"
-         "\"service_upload_mb_per_s\":%.1f,\"curl_put_mb_per_s\":%.1f,"
-         "\"sdk_multipart_mb_per_s\":%s,\"upload_ratio\":%.3f,"
+         "\"service_upload_mb_per_s\":%.1f,\"service_upload_grpc_mb_per_s\":%.1f,"
+         "\"curl_put_mb_per_s\":%.1f,\"sdk_multipart_mb_per_s\":%s,\"upload_ratio\":%.3f,"
          "\"stall_s\":%.3f,\"memcpy_s\":%.4f,\"stall_ratio\":%.2f,"
+         "\"memcpy_single_s\":%.4f,\"stall_single_ratio\":%.2f,"
          "\"stall_first_shm_s\":%.3f,\"stall_grpc_s\":%.3f,\"stall_grpc_ratio\":%.1f,"
-         "\"memcpy_parallel_s\":%.4f,\"stall_parallel_ratio\":%.2f,"
          "\"restore_mb_per_s\":%.1f,\"reshard_restore_mb_per_s\":%.1f,\"reshard_ratio\":%.3f}\n",
-         bytes, RANKS, service, curl, sdk_txt, peer > 0 ? service / peer : 0, stall, memcpy_s,
-         memcpy_s > 0 ? stall / memcpy_s : 0, stall_first, stall_grpc,
-         memcpy_s > 0 ? stall_grpc / memcpy_s : 0, memcpy_par_s,
-         memcpy_par_s > 0 ? stall / memcpy_par_s : 0, mb / restore_s, mb / reshard_s,
+         bytes, RANKS, service, mb / f.upload_grpc_s, curl, sdk_txt, peer > 0 ? service / peer : 0,
+         f.stall, memcpy_s, f.stall / memcpy_s, memcpy_single_s, f.stall / memcpy_single_s,
+         f.stall_first, f.stall_grpc, f.stall_grpc / memcpy_s, mb / restore_s, mb / reshard_s,
          restore_s / reshard_s);
   free(arena);
   return 0;

@@ -7,7 +7,13 @@
  * nothing, an abort releases mapped segments, a daemon without shm (or a
  * client told "off") sends bytes over gRPC, and kill -9 of the daemon with
  * staged segments leaves no segment and no corrupt checkpoint after the
- * restart. argv: stoker-checkpoint.
+ * restart. The client keeps its segments mapped across checkpoints: a
+ * checkpoint saved while the previous one is still uploading corrupts
+ * neither (a mapping is written only after the service recycled its
+ * file), and once the daemon removed its pool no mapping is left. A
+ * segment larger than a few parts goes as a multipart upload, a smaller
+ * one as one PUT (held while other ranks still copy, but started when a
+ * rank waits for memory); all restore bit-exactly. argv: stoker-checkpoint.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -23,6 +29,7 @@
 
 #include <cmocka.h>
 
+#include "ckpt_internal.h"
 #include "harness.h"
 #include "stoker_ckpt.h"
 
@@ -190,13 +197,18 @@ static void put_file(const char *name, size_t len) {
   close(fd);
 }
 
-static struct harness_daemon *start(const char *shm, const char *timeout) {
+static struct harness_daemon *start_budget(const char *shm, const char *timeout,
+                                           const char *budget) {
   const char *args[] = {
-      "--part-size",          "5MiB", "--staging-budget",  "64MiB", "--shm-dir", shm,
+      "--part-size",          "5MiB", "--staging-budget",  budget,  "--shm-dir", shm,
       "--upload-concurrency", "2",    "--attempt-timeout", timeout, NULL};
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   return d;
+}
+
+static struct harness_daemon *start(const char *shm, const char *timeout) {
+  return start_budget(shm, timeout, "64MiB");
 }
 
 static int setup(void **state) {
@@ -465,6 +477,129 @@ static void test_kill_with_staged_segments(void **state) {
   harness_daemon_free(d);
 }
 
+/* Step 2 is saved while step 1 may still be uploading from its segments
+ * (its files are not in the pool yet, so no rank may write them): both
+ * restore bit-exactly. Mappings kept by this process go when the daemon
+ * removes its pool. */
+static void test_overlapping_checkpoints(void **state) {
+  struct harness_daemon *d = start(shm_dir, "60s");
+  struct stk_client *c = ckpt_client(d);
+  char a0[STK_CKPT_ATTEMPT_MAX], a1[STK_CKPT_ATTEMPT_MAX], a2[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "ovl", 1, 2, 0, a0), 0);
+  save_all(d, a0, 1, 2, STK_CKPT_SHM_ON, true);
+  commit_ok(c, a0); /* The pool now holds files this process has mapped. */
+  assert_true(ckpt_segmap_cached() > 0);
+  for (int round = 0; round < 3; round++) {
+    int64_t s1 = 2 + 2 * round, s2 = s1 + 1;
+    assert_int_equal(stk_ckpt_begin(c, "ovl", s1, 2, 0, a1), 0);
+    save_all(d, a1, s1, 2, STK_CKPT_SHM_ON, true);
+    assert_int_equal(stk_ckpt_begin(c, "ovl", s2, 2, 0, a2), 0);
+    save_all(d, a2, s2, 2, STK_CKPT_SHM_ON, true);
+    commit_ok(c, a1);
+    commit_ok(c, a2);
+    check_restore(c, "ovl", s1, 2, 3);
+    check_restore(c, "ovl", s2, 2, 1);
+  }
+  stk_client_free(c);
+  int status = -1;
+  assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
+  assert_int_equal(status, 0);
+  harness_daemon_free(d);
+  ckpt_segmap_prune();
+  assert_int_equal(ckpt_segmap_cached(), 0);
+}
+
+/* One rank's 26 MiB tensor: a segment of more than four 5 MiB parts goes
+ * as a multipart upload straight from the mapping. */
+static void test_large_segment_multipart(void **state) {
+  struct harness_daemon *d = start(shm_dir, "60s");
+  struct stk_client *c = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  uint64_t n = (uint64_t)26 << 20, shape = n, off = 0;
+  uint8_t *buf = malloc(n);
+  for (uint64_t i = 0; i < n; i++) buf[i] = byte_at(7, 0, i);
+  struct stk_ckpt_tensor t = {"big", STOKER__V1__DTYPE__DTYPE_BYTES, &shape, {1, &off, &shape}, buf,
+                              n};
+  assert_int_equal(stk_ckpt_begin(c, "big", 1, 1, 0, attempt), 0);
+  if (stk_ckpt_save(c, attempt, 0, &t, 1, NULL) != 0)
+    fail_msg("save: %s", stk_client_last_error(NULL));
+  commit_ok(c, attempt);
+  memset(buf, 0, n);
+  struct stk_ckpt_want w = {"big", {1, &off, &shape}, buf, n};
+  assert_int_equal(stk_ckpt_read(c, "big", 1, &w, 1, 60000, NULL), 0);
+  for (uint64_t i = 0; i < n; i++)
+    if (buf[i] != byte_at(7, 0, i)) fail_msg("byte %llu differs", (unsigned long long)i);
+  free(buf);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+/* Four ranks of 12 MiB segments against a 40 MiB budget: PUTs held while
+ * other ranks copy must be started when a rank waits for memory, or the
+ * last rank would wait forever. */
+static void test_held_puts_under_pressure(void **state) {
+  struct harness_daemon *d = start_budget(shm_dir, "60s", "40MiB");
+  struct stk_client *c = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  for (int64_t step = 1; step <= 3; step++) {
+    assert_int_equal(stk_ckpt_begin(c, "held", step, 4, 0, attempt), 0);
+    save_all(d, attempt, step, 4, STK_CKPT_SHM_ON, true);
+    commit_ok(c, attempt);
+    check_restore(c, "held", step, 4, 3);
+  }
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+static void write_bytes(struct stk_ckpt_writer *w, const char *name, uint64_t n, int64_t step) {
+  uint64_t shape = n, off = 0;
+  struct stk_ckpt_box box = {1, &off, &shape};
+  uint8_t *buf = malloc(n);
+  for (uint64_t i = 0; i < n; i++) buf[i] = byte_at(step, name[0], i);
+  if (stk_ckpt_write_chunk(w, name, STOKER__V1__DTYPE__DTYPE_BYTES, &shape, &box, buf, n) != 0)
+    fail_msg("write %s: %s", name, stk_client_last_error(NULL));
+  free(buf);
+}
+
+/* Budget 20 MiB (segments of at most 20 MiB, each one PUT). Rank 1 hands
+ * over a 4 MiB segment and pauses mid-stream; rank 0 saves two 12 MiB
+ * segments, so its second one's PUT is held (rank 1 is still copying).
+ * Rank 1's 17 MiB segment then fits only once that held PUT has run: it
+ * must be started when rank 1 waits for memory. */
+static void test_held_put_started_for_a_waiting_rank(void **state) {
+  struct harness_daemon *d = start_budget(shm_dir, "60s", "20MiB");
+  struct stk_client *c = ckpt_client(d), *c1 = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "held1", 1, 2, 0, attempt), 0);
+  struct stk_ckpt_writer *w1 = NULL, *w0 = NULL;
+  assert_int_equal(stk_ckpt_writer_open(c1, attempt, 1, 20000, &w1), 0);
+  write_bytes(w1, "a/1", 4 << 20, 1);
+  write_bytes(w1, "b/1", 17 << 20, 1); /* Sends a/1's segment. */
+  assert_true(stk_ckpt_writer_shm_active(w1));
+  harness_sleep_ms(200);
+  assert_int_equal(stk_ckpt_writer_open(c, attempt, 0, 20000, &w0), 0);
+  write_bytes(w0, "c/0", 12 << 20, 1);
+  write_bytes(w0, "d/0", 12 << 20, 1);
+  assert_int_equal(stk_ckpt_writer_finish(w0, false, NULL, NULL), 0);
+  if (stk_ckpt_writer_finish(w1, false, NULL, NULL) != 0)
+    fail_msg("rank 1: %s", stk_client_last_error(NULL));
+  commit_ok(c, attempt);
+  const char *names[] = {"a/1", "b/1", "c/0", "d/0"};
+  uint64_t sizes[] = {4 << 20, 17 << 20, 12 << 20, 12 << 20};
+  for (int k = 0; k < 4; k++) {
+    uint64_t off = 0, n = sizes[k];
+    uint8_t *buf = malloc(n);
+    struct stk_ckpt_want want = {names[k], {1, &off, &sizes[k]}, buf, n};
+    assert_int_equal(stk_ckpt_read(c, "held1", 1, &want, 1, 60000, NULL), 0);
+    for (uint64_t i = 0; i < n; i++)
+      if (buf[i] != byte_at(1, names[k][0], i)) fail_msg("%s byte differs", names[k]);
+    free(buf);
+  }
+  stk_client_free(c1);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
@@ -472,6 +607,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_fallback_when_off, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_overlapping_checkpoints, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_large_segment_multipart, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,7 +76,10 @@ def check_ctl(bins, env, whole, parts):
     args = ["loader", "explain", "cx", "10", "--rank", "1", "--world", "2"]
     assert ctl(bins, env, parts, *args) == ctl(bins, env, whole, *args)
     ctl(bins, env, parts, "loader", "show", "nope", rc=2)
-    print("stokerctl: two parts show, explain and commit as one process")
+    rows = [json.loads(line) for line in ctl(bins, env, parts, "--json", "health").splitlines()]
+    assert [r["address"] for r in rows if r["service"] == "dataloader"] == parts.split(","), rows
+    assert all(r.get("status") == "SERVING" for r in rows), rows
+    print("stokerctl: two parts show, explain, commit and check health as one process")
 
 
 def train(bins, env, work, job, loader, data, *extra):

@@ -15,6 +15,17 @@ static const char *pick(const char *set, const char *env_name, const char *fallb
   return env && env[0] ? env : fallback;
 }
 
+/* STOKER_S3_UNSIGNED_PAYLOAD=1/0 forces it; unset: unsigned over https
+ * (TLS protects the body, as AWS's SDKs assume), hashed over plain http.
+ * Either way every 1 MiB block's CRC32C is in the manifest and checked on
+ * every read. */
+static bool pick_unsigned_payload(bool set, const char *endpoint) {
+  const char *env = getenv("STOKER_S3_UNSIGNED_PAYLOAD");
+  if (set) return true;
+  if (env && env[0]) return strcmp(env, "0") != 0;
+  return strncmp(endpoint, "https://", 8) == 0;
+}
+
 static int pick_int(int set, int fallback) {
   return set > 0 ? set : fallback;
 }
@@ -47,6 +58,7 @@ int s3_config_resolve(const struct s3_config *cfg, struct s3_config *ret, char *
   c.access_key = pick(cfg->access_key, "AWS_ACCESS_KEY_ID", NULL);
   c.secret_key = pick(cfg->secret_key, "AWS_SECRET_ACCESS_KEY", NULL);
   c.session_token = pick(cfg->session_token, "AWS_SESSION_TOKEN", NULL);
+  c.unsigned_payload = pick_unsigned_payload(cfg->unsigned_payload, c.endpoint);
   c.max_concurrency = pick_int(cfg->max_concurrency, 16);
   c.recover_every = pick_int(cfg->recover_every, 8);
   c.max_attempts = pick_int(cfg->max_attempts, 8);

@@ -1,8 +1,8 @@
 /*
  * s3_config: where and how the S3 client connects. Fields left NULL or 0
  * are taken from the environment (AWS_ENDPOINT_URL, AWS_REGION,
- * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN) or defaults
- * by s3_config_resolve.
+ * AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+ * STOKER_S3_UNSIGNED_PAYLOAD) or defaults by s3_config_resolve.
  */
 #ifndef STK_S3_CONFIG_H
 #define STK_S3_CONFIG_H
@@ -17,7 +17,8 @@ struct s3_config {
   const char *secret_key;
   const char *session_token; /* optional */
   bool virtual_host;         /* bucket.host/key instead of host/bucket/key */
-  bool unsigned_payload;     /* send UNSIGNED-PAYLOAD instead of hashing bodies */
+  bool unsigned_payload;     /* send UNSIGNED-PAYLOAD instead of hashing bodies;
+                                default: over https only */
   int max_concurrency;       /* default 16 */
   int recover_every;         /* successes per +1 of the limit after SlowDown; default 8 */
   int max_attempts;          /* tries per operation; default 8 */

@@ -18,6 +18,7 @@
 #define MAX_QUERY        6
 #define MAX_XML_BYTES    (8u << 20) /* Listings and errors are far smaller. */
 #define MAX_GET_BUFFERED (2ull << 30)
+#define UPLOAD_BUFFER    (1L << 20) /* curl's default 64 KiB: 16x the callbacks. */
 
 static const char *method_of(enum s3_op_kind k) {
   switch (k) {
@@ -223,6 +224,8 @@ static void set_method(struct s3_req *r, CURL *e) {
   if (strcmp(m, "PUT") == 0) {
     curl_easy_setopt(e, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, (curl_off_t)r->send_len);
+    if (r->send_len >= (size_t)UPLOAD_BUFFER)
+      curl_easy_setopt(e, CURLOPT_UPLOAD_BUFFERSIZE, UPLOAD_BUFFER);
   } else if (strcmp(m, "POST") == 0) {
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->send_len);
