@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "shm_ring.h"
 #include "stk_error.h"
 
 struct pooled {
@@ -71,38 +72,10 @@ static bool entry_attempt(const char *name, char ret[CKPT_ATTEMPT_MAX_BYTES + 1]
 
 /* ---- Directory ---- */
 
-static int dir_check(const char *dir, int fd) {
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
-      (st.st_mode & 077) != 0) {
-    stk_set_detail("shm dir %s must be a directory of uid %u without group or other access", dir,
-                   (unsigned)geteuid());
-    return STK_EINVAL;
-  }
-  return 0;
-}
-
+/* The private-directory rules of shm_ring.h: absolute, created 0700, a
+ * real directory of this user without group or other access. */
 static int dir_open(const char *dir, int *ret_fd) {
-  if (!dir || dir[0] != '/') {
-    stk_set_detail("shm dir %s must be an absolute path", dir ? dir : "(null)");
-    return STK_EINVAL;
-  }
-  if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-    stk_set_detail("shm dir %s: %s", dir, strerror(errno));
-    return STK_EIO;
-  }
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    stk_set_detail("shm dir %s: %s", dir, strerror(errno));
-    return errno == ELOOP || errno == ENOTDIR ? STK_EINVAL : STK_EIO;
-  }
-  int err = dir_check(dir, fd);
-  if (err) {
-    close(fd);
-    return err;
-  }
-  *ret_fd = fd;
-  return 0;
+  return shm_ring_dir_open(dir, NULL, ret_fd);
 }
 
 /* Calls fn for each entry name of the directory (a snapshot). */

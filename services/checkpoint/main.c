@@ -12,9 +12,9 @@
 #include "ckpt_service.h"
 #include "daemon.h"
 #include "log.h"
+#include "shm_ring.h"
 #include "stk_error.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -158,79 +158,21 @@ static int resolve_storage(struct checkpoint *ck, char *err, size_t err_len) {
   return 0;
 }
 
-/* Empties and removes an auto shm dir of ours whose data dir (recorded in
- * its "data-dir" file) is gone: no service can restart on it to clean it
- * (kill -9, then the data dir deleted, as tests do). */
-static void remove_orphan_shm_dir(const char *path) {
-  char rec[PATH_MAX + 16], owner[PATH_MAX] = "";
-  snprintf(rec, sizeof(rec), "%s/data-dir", path);
-  FILE *f = fopen(rec, "r");
-  if (!f) return;
-  char *ok = fgets(owner, sizeof(owner), f);
-  fclose(f);
-  struct stat st;
-  if (!ok || owner[0] != '/' || stat(owner, &st) == 0) return;
-  DIR *d = opendir(path);
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char p[PATH_MAX + 300];
-    snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-    unlink(p);
-  }
-  if (d) closedir(d);
-  rmdir(path);
-}
-
-static void sweep_orphan_shm_dirs(void) {
-  DIR *d = opendir("/dev/shm");
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    char p[PATH_MAX];
-    struct stat st;
-    snprintf(p, sizeof(p), "/dev/shm/%s", e->d_name);
-    if (strncmp(e->d_name, "stoker-ckpt-", 12) == 0 && lstat(p, &st) == 0 && S_ISDIR(st.st_mode) &&
-        st.st_uid == geteuid())
-      remove_orphan_shm_dir(p);
-  }
-  if (d) closedir(d);
-}
-
-/* Records the data dir in an auto shm dir (after the core created it). */
-static void record_shm_owner(const struct checkpoint *ck, const char *abs_data_dir) {
-  char rec[PATH_MAX + 16];
-  snprintf(rec, sizeof(rec), "%s/data-dir", ck->shm_dir);
-  int fd = open(rec, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return;
-  if (write(fd, abs_data_dir, strlen(abs_data_dir)) < 0) log_debug("startup", "shm owner record");
-  close(fd);
-}
-
-/* shm-dir "auto": /dev/shm/stoker-ckpt-<FNV-1a of the absolute data dir>,
- * unique per service on the host (two services cannot share a data dir);
- * off where /dev/shm is missing. */
+/* shm-dir "auto": /dev/shm/stoker-ckpt-<hash of the absolute data dir>
+ * (shm_ring.h: one per service on the host; the dirs of deleted data dirs
+ * are swept), off where /dev/shm is missing. */
 static int resolve_shm(struct checkpoint *ck, char *err, size_t err_len) {
   const char *dir = ck->cfg.shm_dir ? ck->cfg.shm_dir : "";
-  struct stat st;
   if (strcmp(dir, "auto") != 0) {
     snprintf(ck->shm_dir, sizeof(ck->shm_dir), "%s", dir);
     return 0;
   }
-  char abs[PATH_MAX];
-  mkdir(ck->cfg.daemon.data_dir, 0755);
-  if (!realpath(ck->cfg.daemon.data_dir, abs)) {
-    snprintf(err, err_len, "data-dir %s: cannot resolve", ck->cfg.daemon.data_dir);
+  if (shm_ring_auto_dir("ckpt", ck->cfg.daemon.data_dir, ck->shm_dir, sizeof(ck->shm_dir),
+                        ck->shm_owner, sizeof(ck->shm_owner)) != 0) {
+    snprintf(err, err_len, "%s", stk_detail());
     return STK_EINVAL;
   }
-  uint64_t h = 1469598103934665603ull;
-  for (const char *p = abs; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  ck->shm_dir[0] = '\0';
-  if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode)) {
-    snprintf(ck->shm_dir, sizeof(ck->shm_dir), "/dev/shm/stoker-ckpt-%016llx",
-             (unsigned long long)h);
-    snprintf(ck->shm_owner, sizeof(ck->shm_owner), "%s", abs);
-    sweep_orphan_shm_dirs();
-  }
+  if (!ck->shm_dir[0]) ck->shm_owner[0] = '\0';
   return 0;
 }
 
@@ -303,7 +245,7 @@ static int open_core(struct checkpoint *ck) {
   else
     log_info("startup", "shm staging %s%s", ck->shm_dir[0] ? "in " : "off",
              ck->shm_dir[0] ? ck->shm_dir : "");
-  if (rc == 0 && ck->shm_owner[0]) record_shm_owner(ck, ck->shm_owner);
+  if (rc == 0 && ck->shm_owner[0]) shm_ring_record_owner(ck->shm_dir, ck->shm_owner);
   return rc;
 }
 

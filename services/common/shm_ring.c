@@ -57,14 +57,20 @@ static void remove_rings(int dirfd) {
   closedir(d);
 }
 
-/* Empties (of our entries only) and removes a ring directory. */
+/* Empties and removes an orphaned private directory: everything in it is
+ * a daemon's (it is 0700 and ours), links are removed, never followed. */
 static void remove_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return;
-  if (dir_check(dir, fd) == 0) {
-    remove_rings(fd);
-    unlinkat(fd, "owner", 0);
-  }
+  int fd2 = dir_check(dir, fd) == 0 ? dup(fd) : -1;
+  DIR *d = fd2 >= 0 ? fdopendir(fd2) : NULL;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') unlinkat(fd, e->d_name, 0);
+  if (d)
+    closedir(d);
+  else if (fd2 >= 0)
+    close(fd2);
   close(fd);
   rmdir(dir);
 }
@@ -119,7 +125,7 @@ int shm_ring_auto_dir(const char *kind, const char *data_dir, char *ret_dir, siz
 }
 
 /* Writes owner into dir/owner (replacing an older record). */
-static void record_owner(int dirfd, const char *owner) {
+static void record_owner_at(int dirfd, const char *owner) {
   int fd = openat(dirfd, "owner.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return;
   bool ok = write(fd, owner, strlen(owner)) == (ssize_t)strlen(owner);
@@ -147,9 +153,16 @@ int shm_ring_dir_open(const char *dir, const char *owner, int *ret_dirfd) {
     return err;
   }
   remove_rings(fd);
-  if (owner && owner[0]) record_owner(fd, owner);
+  if (owner && owner[0]) record_owner_at(fd, owner);
   *ret_dirfd = fd;
   return 0;
+}
+
+void shm_ring_record_owner(const char *dir, const char *owner) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (dir_check(dir, fd) == 0) record_owner_at(fd, owner);
+  close(fd);
 }
 
 void shm_ring_dir_close(const char *dir, int dirfd) {

@@ -45,8 +45,9 @@ struct shm_ring;
  * of the absolute data dir> (one per daemon on the host, as two daemons
  * cannot share a data dir), or "" where /dev/shm is missing; ret_owner
  * gets the absolute data dir, to be recorded by shm_ring_dir_open. Also
- * removes the directories of this kind whose recorded data dir no longer
- * exists (left by killed daemons of deleted data dirs, tests' above all).
+ * empties and removes the directories of this kind whose recorded data dir
+ * no longer exists (left by killed daemons of deleted data dirs, tests'
+ * above all).
  * Creates data_dir if needed. Errors: STK_EINVAL (data_dir cannot be
  * resolved). */
 int shm_ring_auto_dir(const char *kind, const char *data_dir, char *ret_dir, size_t dir_len,
@@ -58,6 +59,10 @@ int shm_ring_auto_dir(const char *kind, const char *data_dir, char *ret_dir, siz
  * an owner (may be NULL), records it in the file "owner". Errors:
  * STK_EINVAL (unsafe or relative path, with a detail), STK_EIO. */
 int shm_ring_dir_open(const char *dir, const char *owner, int *ret_dirfd);
+
+/* Records owner in a private directory another module opened (the
+ * checkpoint service's segment directory), as shm_ring_dir_open does. */
+void shm_ring_record_owner(const char *dir, const char *owner);
 
 /* Removes the ring entries, the owner record and the directory itself;
  * closes dirfd. For a daemon shutting down once its streams ended. */
