@@ -120,10 +120,17 @@ static int take_ring(struct stk_batch_stream *s, const Stoker__V1__Batch *m) {
   return err;
 }
 
-/* Converts one message (s->mu held): its ring is mapped first, and ring
- * batches must come in sequence. */
-static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, struct stk_batch *b) {
+/* Converts one batch (s->mu held): its ring is mapped first, and ring
+ * batches must come in sequence; a coalesced one (from `more`) must be a
+ * plain ring batch. */
+static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool coalesced,
+                      struct stk_batch *b) {
   const Stoker__V1__Batch *m = (const void *)msg;
+  if (m->n_more || (coalesced && (!m->shm_seq || (m->shm_path && m->shm_path[0])))) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    client_set_error(15, "malformed coalesced batch from the dataloader");
+    return STK_ECORRUPT;
+  }
   int err = take_ring(s, m);
   if (err < 0 && err != STK_ECORRUPT) {
     s->reopen = true; /* Not this host's ring: fall back, from this step. */
@@ -140,12 +147,11 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, struct 
   return loader_batch_from_ring(msg, s->partial_ok, s->ring, b);
 }
 
-/* Completion thread: queue one batch, waiting for room. */
-static void stream_msg(void *arg, ProtobufCMessage *msg) {
-  struct stk_batch_stream *s = arg;
+/* Queues one batch, waiting for room (s->mu held); false once the stream
+ * stops taking batches (msg is freed in every case). */
+static bool queue_one(struct stk_batch_stream *s, ProtobufCMessage *msg, bool coalesced) {
   struct stk_batch b;
-  pthread_mutex_lock(&s->mu);
-  int err = take_batch(s, msg, &b);
+  int err = take_batch(s, msg, coalesced, &b);
   if (err == 0 && b.step != s->next_step) {
     stk_batch_free(&b);
     err = STK_ECORRUPT;
@@ -155,13 +161,34 @@ static void stream_msg(void *arg, ProtobufCMessage *msg) {
     if (err == 0) stk_batch_free(&b);
     if (err < 0 && !s->local_err && !s->reopen) s->local_err = err;
     if (s->call) rpc_client_call_cancel(s->call); /* The handle is alive: we run on it. */
-  } else {
-    s->q[(s->head + s->n) % s->cap] = b;
-    s->n++;
-    s->next_step++;
-    pthread_cond_broadcast(&s->cv);
+    return false;
+  }
+  s->q[(s->head + s->n) % s->cap] = b;
+  s->n++;
+  s->next_step++;
+  pthread_cond_broadcast(&s->cv);
+  return true;
+}
+
+/* Completion thread: queue the message's batch and those coalesced with
+ * it; each coalesced batch becomes a message of its own (its owner). */
+static void stream_msg(void *arg, ProtobufCMessage *msg) {
+  struct stk_batch_stream *s = arg;
+  Stoker__V1__Batch *m = (Stoker__V1__Batch *)msg;
+  Stoker__V1__Batch **more = m->more;
+  size_t n_more = m->n_more;
+  m->more = NULL;
+  m->n_more = 0;
+  pthread_mutex_lock(&s->mu);
+  bool taking = queue_one(s, msg, false);
+  for (size_t i = 0; i < n_more; i++) {
+    if (taking)
+      taking = queue_one(s, &more[i]->base, true);
+    else
+      protobuf_c_message_free_unpacked(&more[i]->base, NULL);
   }
   pthread_mutex_unlock(&s->mu);
+  free(more);
 }
 
 static void stream_done(void *arg, const struct rpc_status *st) {

@@ -31,6 +31,7 @@
 
 #define RING_POLL_MS 1
 #define GEN_GROUP    8
+#define SEND_GROUP   16 /* Ring batches coalesced into one message at most. */
 
 /* A generated batch and its ring sequence (0: its tokens are inline). */
 struct ready {
@@ -220,12 +221,24 @@ static void release_tokens(void *tokens) {
   free(tokens);
 }
 
-/* A batch in a ring slot: only metadata goes over gRPC. */
-static int send_shm(struct dl_stream *s, struct ready *e) {
-  Stoker__V1__Batch msg;
-  dl_rpc_batch_msg(&e->b, &msg); /* Tokens encoded in the slot by gen_work. */
-  dl_stream_ring_msg(&s->shm, e->seq, &msg);
-  return rpc_send(s->call, &msg.base, sent, s);
+/* Ring batches: only metadata goes over gRPC, for the front batch and up
+ * to SEND_GROUP - 1 ring batches after it in one message; *ret_n gets how
+ * many it carries. */
+static int send_shm(struct dl_stream *s, uint32_t *ret_n) {
+  Stoker__V1__Batch msgs[SEND_GROUP], *more[SEND_GROUP];
+  uint32_t n = 0;
+  while (n < SEND_GROUP && n < s->n_ready) {
+    struct ready *e = &s->ready[(s->head + n) % s->prefetch];
+    if (!e->seq) break;
+    dl_rpc_batch_msg(&e->b, &msgs[n]); /* Tokens encoded in the slot by gen_work. */
+    dl_stream_ring_msg(&s->shm, e->seq, &msgs[n]);
+    more[n] = &msgs[n];
+    n++;
+  }
+  msgs[0].more = more + 1;
+  msgs[0].n_more = n - 1;
+  *ret_n = n;
+  return rpc_send(s->call, &msgs[0].base, sent, s);
 }
 
 /* A batch with its tokens in the message: gRPC takes the buffer. */
@@ -243,21 +256,27 @@ static int send_inline(struct dl_stream *s, struct dl_batch *b) {
                            (void *)tokens, sent, s);
 }
 
+/* Sends the front batch (and, from the ring, those ready after it). */
 static void send_front(struct dl_stream *s) {
-  struct ready *e = &s->ready[s->head];
-  int rc = e->seq ? send_shm(s, e) : send_inline(s, &e->b);
-  if (rc == 0) {
+  uint32_t n = 1;
+  bool shm = s->ready[s->head].seq != 0;
+  int rc = shm ? send_shm(s, &n) : send_inline(s, &s->ready[s->head].b);
+  if (rc == 0)
     s->sending = true;
-    s->next_send++;
-    dl_rpc_count_served(s->a, &e->b);
-    if (e->seq && s->a->shm_batches) metric_counter_add(s->a->shm_batches, 1);
-  } else {
+  else
     stop(s, RPC_CANCELLED, "cancelled");
+  for (uint32_t i = 0; i < n; i++) {
+    struct ready *e = &s->ready[s->head];
+    if (rc == 0) {
+      s->next_send++;
+      dl_rpc_count_served(s->a, &e->b);
+      if (shm && s->a->shm_batches) metric_counter_add(s->a->shm_batches, 1);
+    }
+    dl_batch_free(&e->b);
+    s->head = (s->head + 1) % s->prefetch;
+    s->n_ready--;
+    if (s->a->prefetched) metric_gauge_add(s->a->prefetched, -1);
   }
-  dl_batch_free(&e->b);
-  s->head = (s->head + 1) % s->prefetch;
-  s->n_ready--;
-  if (s->a->prefetched) metric_gauge_add(s->a->prefetched, -1);
 }
 
 /* ---------------------------------------------------------------- pump */
