@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dl_files.h"
+#include "dl_scan.h"
 #include "dl_source_internal.h"
 #include "stk_error.h"
 
@@ -90,36 +91,14 @@ static uint64_t llmc_weight(const struct dl_source *s, uint64_t u) {
   return left < l->block_tokens ? left : l->block_tokens;
 }
 
-/* First index in [i, end) holding the delimiter, or end. The scan tests
- * SCAN tokens at a time with a branch-free OR that the compiler vectorises
- * (a memchr for token ids), then finds the exact position. Units are
- * random blocks of a large map, so the scan is bound by memory: it
- * prefetches AHEAD bytes in front (hardware prefetchers stop at page edges). */
-#define SCAN  32
-#define AHEAD 2048
-#define FIND_EOT(T)                                                                                \
-  static uint64_t find_eot_##T(const T *t, uint64_t i, uint64_t end, uint32_t eot) {               \
-    for (; i + SCAN <= end; i += SCAN) {                                                           \
-      __builtin_prefetch((const char *)(t + i) + AHEAD);                                           \
-      __builtin_prefetch((const char *)(t + i) + AHEAD + 64);                                      \
-      unsigned hit = 0;                                                                            \
-      for (int k = 0; k < SCAN; k++) hit |= t[i + k] == eot;                                       \
-      if (hit) break;                                                                              \
-    }                                                                                              \
-    for (; i < end; i++)                                                                           \
-      if (t[i] == eot) return i;                                                                   \
-    return end;                                                                                    \
-  }
-FIND_EOT(uint16_t)
-FIND_EOT(uint32_t)
-
 static const void *tokens_of(const struct lfile *f) {
   return f->map.data + HEADER_BYTES; /* page-aligned map + 1024: aligned for any token size */
 }
 
 static uint64_t find_eot(const struct llmc *l, const struct lfile *f, uint64_t i, uint64_t end) {
-  if (f->token_bytes == 4) return find_eot_uint32_t(tokens_of(f), i, end, l->eot);
-  return find_eot_uint16_t(tokens_of(f), i, end, l->eot);
+  if (f->token_bytes == 4) return dl_scan_u32(tokens_of(f), i, end, l->eot);
+  if (l->eot > UINT16_MAX) return end; /* No uint16 token can be it. */
+  return dl_scan_u16(tokens_of(f), i, end, (uint16_t)l->eot);
 }
 
 static bool is_strip(const struct llmc *l, const struct lfile *f, uint64_t i) {

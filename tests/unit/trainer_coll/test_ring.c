@@ -3,6 +3,10 @@
  * reference for n = 2..5 ranks and sizes that do and do not divide by n
  * (including 0, 1 and a vector over 1 MiB), for f32 and bf16, with the
  * default segment size and a tiny one (many segments in flight per step).
+ * All-gather also runs in place and with its send buffer elsewhere inside the
+ * output (the next rank's slot, our slot shifted by one element), and must
+ * leave an out-of-place send buffer untouched. The segment size may change
+ * between calls (from 1 MiB down to a few bytes).
  * Reductions use integer-valued data, so every summation order is exact;
  * one test uses random floats and compares within a tolerance.
  */
@@ -92,7 +96,30 @@ static int check_all_gather(struct coll_group *g, const struct job *j, size_t co
   for (size_t q = 0; q < n; q++) fill(j, (int)q, want + q * count * es, 0, count);
   int rc = coll_all_gather(g, send, recv, count, j->dt);
   int ok = rc == 0 && memcmp(recv, want, n * count * es) == 0;
+  fill(j, g->rank, want, 0, count); /* The send buffer is read, never written. */
+  ok = ok && memcmp(send, want, count * es) == 0;
   free(send), free(recv), free(want);
+  return ok;
+}
+
+/* Where an aliased all-gather's send buffer lies inside its output. */
+enum alias {
+  ALIAS_OWN,   /* In place: our own slot (sent from there, no copy). */
+  ALIAS_NEXT,  /* The next rank's slot: overwritten by a receive, copied first. */
+  ALIAS_SHIFT, /* Our slot shifted by one element: overlaps it partly. */
+};
+
+static int check_all_gather_aliased(struct coll_group *g, const struct job *j, size_t count,
+                                    enum alias a) {
+  size_t es = coll_dtype_size(j->dt), n = (size_t)g->size, r = (size_t)g->rank;
+  uint8_t *buf = malloc((n + 1) * count * es + es), *want = malloc(n * count * es + 1);
+  size_t at = a == ALIAS_OWN ? r * count : a == ALIAS_NEXT ? (r + 1) % n * count : r * count + 1;
+  memset(buf, 0x5a, (n + 1) * count * es + es);
+  fill(j, g->rank, buf + at * es, 0, count);
+  for (size_t q = 0; q < n; q++) fill(j, (int)q, want + q * count * es, 0, count);
+  int rc = coll_all_gather(g, buf + at * es, buf, count, j->dt);
+  int ok = rc == 0 && memcmp(buf, want, n * count * es) == 0;
+  free(buf), free(want);
   return ok;
 }
 
@@ -129,6 +156,12 @@ static int body(struct coll_group *g, void *arg) {
     size_t count = k == 3 ? (size_t)g->size - 1 : k == 4 ? (size_t)g->size + 1 : sizes[k];
     int ag = check_all_gather(g, j, count), rs = check_reduce_scatter(g, j, count);
     int ar = check_all_reduce(g, j, count);
+    for (enum alias a = ALIAS_OWN; a <= ALIAS_SHIFT; a++)
+      if (!check_all_gather_aliased(g, j, count, a)) {
+        print_error("n=%d rank=%d count=%zu: aliased all-gather %d BAD\n", g->size, g->rank, count,
+                    (int)a);
+        bad++;
+      }
     if (!ag || !rs || !ar)
       print_error("n=%d rank=%d count=%zu: all-gather %s, reduce-scatter %s, all-reduce %s\n",
                   g->size, g->rank, count, ag ? "ok" : "BAD", rs ? "ok" : "BAD", ar ? "ok" : "BAD");
@@ -178,6 +211,27 @@ static void test_random_floats(void **state) {
   run_job(&j);
 }
 
+/* The segment size may change between collectives on one group. */
+static int segment_change_body(struct coll_group *g, void *arg) {
+  static const size_t segs[] = {4096, 1u << 20, 1000, 12};
+  struct job j = {.dt = COLL_F32};
+  int bad = 0;
+  for (size_t k = 0; k < sizeof segs / sizeof *segs; k++) {
+    ring_set_segment_bytes(g, segs[k]);
+    size_t count = (1u << 14) + 5 + k;
+    bad += !check_reduce_scatter(g, &j, count) + !check_all_reduce(g, &j, count);
+  }
+  return bad ? 1000 : 0;
+}
+
+static void test_segment_change(void **state) {
+  for (int n = 2; n <= 3; n++) {
+    struct harness_result res;
+    harness_run(n, TIMEOUT_MS, segment_change_body, NULL, &res);
+    for (int r = 0; r < n; r++) assert_int_equal(res.body_rc[r], 0);
+  }
+}
+
 /* A group of one is legal: copies, no sockets. */
 static void test_single_rank(void **state) {
   struct coll_group *g;
@@ -220,6 +274,7 @@ int main(void) {
       cmocka_unit_test(test_small_segments_bf16),
       cmocka_unit_test(test_random_floats),
       cmocka_unit_test(test_all_gather_in_place),
+      cmocka_unit_test(test_segment_change),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
