@@ -10,6 +10,7 @@ ranks gives bit-identical parameters (every unit gathered and compared).
 
 Usage: test_train_elastic.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
+import contextlib
 import json
 import os
 import random
@@ -130,11 +131,31 @@ def verify_at_two(bins, env, work, data):
     print(f"restored at 2 ranks: {len(a) // 4} parameters bit-identical")
 
 
+@contextlib.contextmanager
+def workspace(prefix):
+    """A temporary directory and a list for the processes started in it: on
+    failure the tail of every *.log there is printed; in every case the
+    processes still running are killed and the directory is removed."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    procs = []
+    try:
+        yield work, procs
+    except BaseException:
+        for f in sorted(os.listdir(work)):
+            if f.endswith(".log"):
+                sys.stderr.write(f"--- {f}\n" + open(os.path.join(work, f)).read()[-3000:])
+        raise
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
     bins = sys.argv[1:6]
-    work = tempfile.mkdtemp(prefix="stoker-train-elastic.")
-    daemons = []
-    try:
+    with workspace("stoker-train-elastic.") as (work, daemons):
         p, caddr = start(bins[0], work, "coordinator")
         daemons.append(p)
         p, daddr = start(bins[1], work, "dataloader")
@@ -149,18 +170,7 @@ def main():
         check_logs(work)
         assert summary.check_no_repeats(bins[4], "el", STEPS), "data repeated or skipped"
         verify_at_two(bins, env, work, data)
-    except BaseException:
-        for f in sorted(os.listdir(work)):
-            if f.endswith(".log"):
-                sys.stderr.write(f"--- {f}\n" + open(os.path.join(work, f)).read()[-3000:])
-        raise
-    finally:
-        for p in daemons:
-            p.kill()
-            p.wait()
-        shutil.rmtree(work, ignore_errors=True)
     print("ok")
-
 
 if __name__ == "__main__":
     main()

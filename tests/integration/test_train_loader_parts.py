@@ -27,7 +27,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 "..", "..", "deploy", "local"))
-from test_train_elastic import corpus, launch, start, wait_all  # noqa: E402
+from test_train_elastic import corpus, launch, start, wait_all, workspace  # noqa: E402
 import summary  # noqa: E402  (the trainer's log parser)
 
 STEPS, EVERY = 8, 4
@@ -126,9 +126,7 @@ def check_training(bins, env, work, whole, parts, data):
 
 def main():
     bins = sys.argv[1:6]
-    work = tempfile.mkdtemp(prefix="stoker-train-parts.")
-    daemons = []
-    try:
+    with workspace("stoker-train-parts.") as (work, daemons):
         p, caddr = start(bins[0], work, "coordinator")
         daemons.append(p)
         p, whole = start(bins[1], work, "dataloader")
@@ -146,18 +144,7 @@ def main():
         env.pop("STOKER_DATALOADER", None)
         check_ctl(bins, env, whole, parts)
         check_training(bins, env, work, whole, parts, corpus(work))
-    except BaseException:
-        for f in sorted(os.listdir(work)):
-            if f.endswith(".log"):
-                sys.stderr.write(f"--- {f}\n" + open(os.path.join(work, f)).read()[-3000:])
-        raise
-    finally:
-        for p in daemons:
-            p.kill()
-            p.wait()
-        shutil.rmtree(work, ignore_errors=True)
     print("ok")
-
 
 if __name__ == "__main__":
     main()

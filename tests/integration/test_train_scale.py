@@ -22,7 +22,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_elastic import corpus, job_json, launch, start  # noqa: E402
+from test_train_elastic import corpus, job_json, launch, start, workspace  # noqa: E402
 
 EVERY = 50000  # The periodic interval: never reached here.
 MEMBERS = ["s0", "s1", "s2"]
@@ -102,34 +102,21 @@ def stop_all(ctl, env, work, procs, survivors):
 
 def main():
     bins = sys.argv[1:6]
-    work = tempfile.mkdtemp(prefix="stoker-train-scale.")
-    daemons, procs = [], {}
-    try:
+    with workspace("stoker-train-scale.") as (work, running):
         p, caddr = start(bins[0], work, "coordinator", "--scale-timeout-beats", "1000")
-        daemons.append(p)
+        running.append(p)
         p, daddr = start(bins[1], work, "dataloader")
-        daemons.append(p)
+        running.append(p)
         p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
-        daemons.append(p)
+        running.append(p)
         env = dict(os.environ, STOKER_COORDINATOR=caddr, STOKER_DATALOADER=daddr,
                    STOKER_CHECKPOINT=kaddr, OMP_NUM_THREADS="1")
         data = corpus(work)
         procs, surplus = scale_down(bins, env, work, data)
+        running.extend(procs.values())
         survivors = check_checkpoint(bins[4], env, work, procs, surplus)
         stop_all(bins[4], env, work, procs, survivors)
-    except BaseException:
-        for f in sorted(os.listdir(work)):
-            if f.endswith(".log"):
-                sys.stderr.write(f"--- {f}\n" + open(os.path.join(work, f)).read()[-3000:])
-        raise
-    finally:
-        for p in list(procs.values()) + daemons:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        shutil.rmtree(work, ignore_errors=True)
     print("ok")
-
 
 if __name__ == "__main__":
     main()
