@@ -15,6 +15,7 @@
  * reopens it from the next step without shared memory, once.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -96,6 +97,7 @@ struct stk_batch_stream {
   bool closing;        /* stk_batch_stream_free: stop waiting for room. */
   bool done;           /* The call ended; st holds its status. */
   int local_err;       /* A bad batch ended the stream. */
+  char local_msg[256]; /* Why (the completion thread's last error). */
   int cancelling;      /* Threads inside rpc_client_call_cancel. */
   struct rpc_client_call *call;
   struct rpc_status st;
@@ -114,7 +116,12 @@ struct stk_batch_stream {
  * stream fall back to bytes over gRPC. */
 static int take_ring(struct stk_batch_stream *s, const Stoker__V1__Batch *m) {
   if (!m->shm_path || !m->shm_path[0]) return 0;
-  if (!s->shm || s->ring) return STK_ECORRUPT; /* Unasked, or a second ring. */
+  if (!s->shm || s->ring) {
+    client_set_error(15, "dataloader sent %s",
+                     s->ring ? "a second shared-memory ring"
+                             : "a shared-memory ring not asked for");
+    return STK_ECORRUPT;
+  }
   int err = loader_ring_attach(m->shm_path, s->nonce, &s->ring);
   if (err == 0) s->next_seq = 1;
   return err;
@@ -137,10 +144,16 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
     protobuf_c_message_free_unpacked(msg, NULL);
     return err;
   }
-  if (err == 0 && m->shm_seq && m->shm_seq != s->next_seq) err = STK_ECORRUPT;
+  if (err == 0 && m->shm_seq && m->shm_seq != s->next_seq) {
+    if (s->ring)
+      client_set_error(15, "dataloader sent shared-memory sequence %llu, expected %llu",
+                       (unsigned long long)m->shm_seq, (unsigned long long)s->next_seq);
+    else
+      client_set_error(15, "dataloader sent a shared-memory batch before any ring");
+    err = STK_ECORRUPT;
+  }
   if (err < 0) {
     protobuf_c_message_free_unpacked(msg, NULL);
-    client_set_error(15, "malformed shared-memory batch from the dataloader");
     return err;
   }
   if (m->shm_seq) s->next_seq++;
@@ -153,13 +166,18 @@ static bool queue_one(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
   struct stk_batch b;
   int err = take_batch(s, msg, coalesced, &b);
   if (err == 0 && b.step != s->next_step) {
+    client_set_error(15, "dataloader sent step %lld, expected step %lld", (long long)b.step,
+                     (long long)s->next_step);
     stk_batch_free(&b);
     err = STK_ECORRUPT;
   }
   while (err == 0 && s->n == s->cap && !s->closing) pthread_cond_wait(&s->cv, &s->mu);
   if (err < 0 || s->closing) {
     if (err == 0) stk_batch_free(&b);
-    if (err < 0 && !s->local_err && !s->reopen) s->local_err = err;
+    if (err < 0 && !s->local_err && !s->reopen) {
+      s->local_err = err; /* The last error is this thread's: keep it for the trainer's. */
+      snprintf(s->local_msg, sizeof(s->local_msg), "%s", stk_client_last_error(NULL));
+    }
     if (s->call) rpc_client_call_cancel(s->call); /* The handle is alive: we run on it. */
     return false;
   }
@@ -306,7 +324,10 @@ int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step,
 
 /* The error an ended, drained stream reports (call with s->mu held). */
 static int end_error(const struct stk_batch_stream *s) {
-  if (s->local_err) return client_fail(s->local_err, "stream batches");
+  if (s->local_err) {
+    client_set_error(stk_error_to_grpc(s->local_err), "stream batches: %s", s->local_msg);
+    return s->local_err;
+  }
   if (s->st.code == RPC_OK) {
     client_set_error(11, "the dataloader ended the stream");
     return STK_ERANGE;

@@ -91,6 +91,16 @@ int harness_tmpdir_new(char *ret_path, size_t len) {
   return 0;
 }
 
+int harness_shm_tmpdir_new(char *ret_path, size_t len) {
+  char tmpl[256];
+  snprintf(tmpl, sizeof(tmpl), "/dev/shm/stoker-it-XXXXXX");
+  if (mkdtemp(tmpl)) {
+    snprintf(ret_path, len, "%s", tmpl);
+    return 0;
+  }
+  return harness_tmpdir_new(ret_path, len);
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   return remove(path);
 }

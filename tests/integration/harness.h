@@ -45,6 +45,9 @@ const char *harness_arg(int i);
 
 /* mkdtemp under $TMPDIR (or /tmp); ret gets the path. */
 int harness_tmpdir_new(char *ret_path, size_t len);
+/* The same under /dev/shm (tmpfs, as shared-memory staging wants), or
+ * under $TMPDIR where /dev/shm is missing. */
+int harness_shm_tmpdir_new(char *ret_path, size_t len);
 /* rm -rf of a directory tree; accepts a missing one. */
 void harness_tmpdir_remove(const char *path);
 

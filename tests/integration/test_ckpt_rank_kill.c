@@ -419,11 +419,7 @@ static struct harness_daemon *start(const char *budget) {
 
 static int setup(void **state) {
   (void)state;
-  snprintf(shm_root, sizeof(shm_root), "/dev/shm/stoker-it-kill-XXXXXX");
-  if (!mkdtemp(shm_root)) {
-    snprintf(shm_root, sizeof(shm_root), "/tmp/stoker-it-kill-XXXXXX");
-    if (!mkdtemp(shm_root)) return -1;
-  }
+  if (harness_shm_tmpdir_new(shm_root, sizeof(shm_root)) != 0) return -1;
   snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
   return 0;
 }
