@@ -227,9 +227,12 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
     return fd;
   }
   snprintf(r->path, sizeof(r->path), "%s/%s", dir, name);
-  int err = 0;
-  if (ftruncate(fd, (off_t)r->map_bytes) != 0) {
-    stk_set_detail("shm ring %s: %s", r->path, strerror(errno));
+  /* Every page reserved now: a full tmpfs is an error here, never a
+   * SIGBUS when a slot is first written. */
+  int err = 0, rc = posix_fallocate(fd, 0, (off_t)r->map_bytes);
+  if (rc != 0) {
+    stk_set_detail("shm ring %s: cannot reserve %llu bytes: %s", r->path,
+                   (unsigned long long)r->map_bytes, strerror(rc));
     err = STK_ENOMEM;
   }
   void *p = err ? MAP_FAILED : mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

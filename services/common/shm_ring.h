@@ -69,7 +69,8 @@ void shm_ring_record_owner(const char *dir, const char *owner);
 void shm_ring_dir_close(const char *dir, int dirfd);
 
 /* Daemon: creates dir/ring-<random hex> (0600) with slots x slot_bytes
- * (rounded up to pages) and maps it. dir is the path of dirfd. */
+ * (rounded up to pages), every page reserved (STK_ENOMEM when the file
+ * system is full), and maps it. dir is the path of dirfd. */
 int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NONCE_BYTES],
                     uint32_t slots, uint64_t slot_bytes, struct shm_ring **ret_ring);
 
