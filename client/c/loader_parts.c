@@ -82,11 +82,17 @@ int loader_part_failed(uint32_t n, uint32_t i, int err) {
   return err;
 }
 
-int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
-                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+/* One part's call answering a LoaderInfo (create, update mixture). */
+typedef int (*part_info_fn)(struct stk_client *c, const void *req, int64_t timeout_ms,
+                            Stoker__V1__LoaderInfo **ret_info);
+
+/* Calls fn on every part in part order, stopping at the first failure (the
+ * message names the part); ret_info (may be NULL) gets part 0's answer. */
+static int on_every_part(struct stk_loader *l, part_info_fn fn, const void *req, int64_t timeout_ms,
+                         Stoker__V1__LoaderInfo **ret_info) {
   Stoker__V1__LoaderInfo *info = NULL;
   for (uint32_t i = 0; i < l->n; i++) {
-    int err = stk_loader_create(l->parts[i], spec, timeout_ms, i == 0 ? &info : NULL);
+    int err = fn(l->parts[i], req, timeout_ms, i == 0 ? &info : NULL);
     if (err < 0) {
       if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
       return loader_part_failed(l->n, i, err);
@@ -94,9 +100,24 @@ int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *sp
   }
   if (ret_info)
     *ret_info = info;
-  else
+  else if (info)
     protobuf_c_message_free_unpacked(&info->base, NULL);
   return 0;
+}
+
+static int create_part(struct stk_client *c, const void *spec, int64_t timeout_ms,
+                       Stoker__V1__LoaderInfo **ret_info) {
+  return stk_loader_create(c, spec, timeout_ms, ret_info);
+}
+
+static int update_part(struct stk_client *c, const void *req, int64_t timeout_ms,
+                       Stoker__V1__LoaderInfo **ret_info) {
+  return stk_loader_update_mixture(c, req, timeout_ms, ret_info);
+}
+
+int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
+                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  return on_every_part(l, create_part, spec, timeout_ms, ret_info);
 }
 
 int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_ms,
@@ -122,19 +143,7 @@ int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_m
 
 int stk_loader_update_all(struct stk_loader *l, const Stoker__V1__UpdateMixtureRequest *req,
                           int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
-  Stoker__V1__LoaderInfo *info = NULL;
-  for (uint32_t i = 0; i < l->n; i++) {
-    int err = stk_loader_update_mixture(l->parts[i], req, timeout_ms, i == 0 ? &info : NULL);
-    if (err < 0) {
-      if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
-      return loader_part_failed(l->n, i, err);
-    }
-  }
-  if (ret_info)
-    *ret_info = info;
-  else
-    protobuf_c_message_free_unpacked(&info->base, NULL);
-  return 0;
+  return on_every_part(l, update_part, req, timeout_ms, ret_info);
 }
 
 int stk_loader_commit_all(struct stk_loader *l, const char *job, int64_t step, int64_t timeout_ms) {

@@ -223,6 +223,11 @@ void staging_sweep_segments(struct ckpt_service *s);
 /* ckpt_staging.c helpers shared with ckpt_staging_shm.c. */
 struct obj *staging_obj_new(struct attempt *a, uint32_t rank);
 int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
+/* The object's part being filled; a new one (the next number) when none.
+ * NULL when out of memory. */
+struct part *staging_open_part(struct obj *o);
+/* p took n more bytes; once full it goes to the uploader. */
+void staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n);
 void staging_wait_add(struct ckpt_service *s, struct ckpt_writer *w);
 void staging_wait_remove(struct ckpt_service *s, struct ckpt_writer *w);
 void staging_relieve(struct ckpt_service *s);

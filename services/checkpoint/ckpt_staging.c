@@ -145,27 +145,35 @@ int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t l
   return 0;
 }
 
+struct part *staging_open_part(struct obj *o) {
+  if (o->cur) return o->cur;
+  struct part *p = calloc(1, sizeof(*p));
+  if (!p) return NULL;
+  p->obj = o;
+  p->number = ++o->parts_sent;
+  o->cur = p;
+  return p;
+}
+
+void staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n) {
+  p->len += n;
+  if (p->len == s->o.part_bytes) {
+    o->cur = NULL;
+    upload_part_ready(o, p);
+  }
+}
+
 static int copy_in(struct ckpt_service *s, struct obj *o, const uint8_t *data, size_t len) {
   while (len > 0) {
-    struct part *p = o->cur;
-    if (!p) {
-      p = calloc(1, sizeof(*p));
-      if (!p) return STK_ENOMEM;
-      p->obj = o;
-      p->number = ++o->parts_sent;
-      o->cur = p;
-    }
+    struct part *p = staging_open_part(o);
+    if (!p) return STK_ENOMEM;
     size_t room = s->o.part_bytes - p->len, n = len < room ? len : room;
     int err = part_reserve(s, p, p->len + n);
     if (err) return err;
     memcpy(p->buf + p->len, data, n);
-    p->len += n;
     data += n;
     len -= n;
-    if (p->len == s->o.part_bytes) {
-      o->cur = NULL;
-      upload_part_ready(o, p);
-    }
+    staging_part_took(s, o, p, n);
   }
   return 0;
 }

@@ -39,24 +39,16 @@ static int extend(struct ckpt_service *s, struct obj *o, uint64_t len) {
     return 0;
   }
   while (len > 0) {
-    struct part *p = o->cur;
-    if (!p) {
-      p = calloc(1, sizeof(*p));
-      if (!p) return STK_ENOMEM;
-      p->obj = o;
-      p->number = ++o->parts_sent;
+    struct part *p = staging_open_part(o);
+    if (!p) return STK_ENOMEM;
+    if (!p->buf) { /* Fresh: it views its slice of the segment. */
       p->borrowed = true;
       p->buf = (uint8_t *)o->seg->map + (uint64_t)(p->number - 1) * s->o.part_bytes;
-      o->cur = p;
     }
     uint64_t room = s->o.part_bytes - p->len, n = len < room ? len : room;
-    p->len += n;
     o->size += n;
     len -= n;
-    if (p->len == s->o.part_bytes) {
-      o->cur = NULL;
-      upload_part_ready(o, p);
-    }
+    staging_part_took(s, o, p, n);
   }
   return 0;
 }
