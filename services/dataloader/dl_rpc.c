@@ -307,6 +307,8 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
   a->dl = dl;
   a->loop = loop;
   a->shm_dirfd = -1;
+  a->tokens_field =
+      protobuf_c_message_descriptor_get_field_by_name(&stoker__v1__batch__descriptor, "tokens")->id;
   int rc = open_shm_dir(a, opts);
   if (rc) {
     free(a);

@@ -25,6 +25,7 @@ struct dl_rpc {
   int shm_dirfd;           /* Directory of shared-memory rings; -1: off. */
   char *shm_dir;           /* Its path. */
   uint64_t shm_ring_bytes; /* Largest ring of one stream. */
+  uint32_t tokens_field;   /* Batch.tokens' field number (sent borrowed). */
 };
 
 /* Shared-memory delivery of one stream (dl_rpc_ring.c): after the first

@@ -250,10 +250,8 @@ static int send_inline(struct dl_stream *s, struct dl_batch *b) {
   msg.tokens.data = NULL;
   msg.tokens.len = 0;
   b->tokens = NULL; /* Owned by the send from here on. */
-  const ProtobufCFieldDescriptor *field =
-      protobuf_c_message_descriptor_get_field_by_name(&stoker__v1__batch__descriptor, "tokens");
-  return rpc_send_borrowed(s->call, &msg.base, field->id, tokens, tokens_len, release_tokens,
-                           (void *)tokens, sent, s);
+  return rpc_send_borrowed(s->call, &msg.base, s->a->tokens_field, tokens, tokens_len,
+                           release_tokens, (void *)tokens, sent, s);
 }
 
 /* Sends the front batch (and, from the ring, those ready after it). */
