@@ -20,31 +20,7 @@
 
 #include <cmocka.h>
 
-struct fixture {
-  char dir[64];
-  struct storage *st;
-};
-
-static int setup(void **state) {
-  struct fixture *f = calloc(1, sizeof(*f));
-  snprintf(f->dir, sizeof(f->dir), "/tmp/stk-fs-XXXXXX");
-  if (!mkdtemp(f->dir)) return -1;
-  char url[96];
-  snprintf(url, sizeof(url), "file://%s/root", f->dir);
-  if (storage_open(url, &f->st) != 0) return -1;
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  struct fixture *f = *state;
-  storage_free(f->st);
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-  if (system(cmd) != 0) return -1;
-  free(f);
-  return 0;
-}
+#include "fs_fixture.h"
 
 static int count_entries(const char *path) {
   DIR *d = opendir(path);
@@ -56,7 +32,7 @@ static int count_entries(const char *path) {
   return n - (int)0;
 }
 
-static void assert_no_temp_files(struct fixture *f) {
+static void assert_no_temp_files(struct fs_fixture *f) {
   char path[128];
   snprintf(path, sizeof(path), "%s/root/.stk-tmp", f->dir);
   DIR *d = opendir(path);
@@ -68,7 +44,7 @@ static void assert_no_temp_files(struct fixture *f) {
 }
 
 static void test_put_get_head_delete(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   const char *data = "0123456789abcdef";
   assert_int_equal(storage_put(f->st, "ckpt/step-1/rank-0.bin", data, 16, 0), 0);
   uint64_t size = 0;
@@ -95,7 +71,7 @@ static void test_put_get_head_delete(void **state) {
 }
 
 static void test_conditional_put(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   assert_int_equal(storage_put(f->st, "m/manifest", "first", 5, STORAGE_IF_ABSENT), 0);
   assert_int_equal(storage_put(f->st, "m/manifest", "second", 6, STORAGE_IF_ABSENT), STK_EEXIST);
   char buf[16];
@@ -113,7 +89,7 @@ static void test_conditional_put(void **state) {
 }
 
 static void test_key_validation(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   const char *bad[] = {"",   "/abs",  "a/../b", "..",         "a/./b",         "a//b",
                        "a/", "a\x01", "x\x7f",  ".stk-tmp/x", "a/.stk-uploads"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -160,7 +136,7 @@ static int find_key(const struct listed *l, const char *key) {
 }
 
 static void test_list_prefix(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   assert_int_equal(storage_put(f->st, "job/step-10/a", "1", 1, 0), 0);
   assert_int_equal(storage_put(f->st, "job/step-10/b/c", "22", 2, 0), 0);
   assert_int_equal(storage_put(f->st, "job/step-11/a", "333", 3, 0), 0);
@@ -188,7 +164,7 @@ static void test_list_prefix(void **state) {
 }
 
 static void test_multipart(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   char *id = NULL, *e1 = NULL, *e2 = NULL, *e3 = NULL, *e2b = NULL;
   assert_int_equal(storage_mpu_begin(f->st, "big/object", &id), 0);
   /* Parts arrive out of order; part 2 is sent twice and the second wins. */
@@ -234,7 +210,7 @@ static void test_multipart(void **state) {
 }
 
 static void test_multipart_abort(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   char *id, *e1;
   assert_int_equal(storage_mpu_begin(f->st, "x/y", &id), 0);
   assert_int_equal(storage_mpu_part(f->st, "x/y", id, 1, "data", 4, &e1), 0);
@@ -251,7 +227,7 @@ static void test_multipart_abort(void **state) {
 
 /* A second handle on the same root sees what the first wrote (durable files). */
 static void test_reopen(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   assert_int_equal(storage_put(f->st, "persist", "yes", 3, 0), 0);
   char url[96];
   snprintf(url, sizeof(url), "file://%s/root", f->dir);
@@ -265,13 +241,13 @@ static void test_reopen(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_put_get_head_delete, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_conditional_put, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_key_validation, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_list_prefix, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_multipart, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_multipart_abort, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_reopen, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_put_get_head_delete, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_conditional_put, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_key_validation, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_list_prefix, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_multipart, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_multipart_abort, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_reopen, fs_setup, fs_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

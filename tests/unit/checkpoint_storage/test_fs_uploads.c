@@ -20,31 +20,7 @@
 
 #include <cmocka.h>
 
-struct fixture {
-  char dir[64];
-  struct storage *st;
-};
-
-static int setup(void **state) {
-  struct fixture *f = calloc(1, sizeof(*f));
-  snprintf(f->dir, sizeof(f->dir), "/tmp/stk-fsu-XXXXXX");
-  if (!mkdtemp(f->dir)) return -1;
-  char url[96];
-  snprintf(url, sizeof(url), "file://%s/root", f->dir);
-  if (storage_open(url, &f->st) != 0) return -1;
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  struct fixture *f = *state;
-  storage_free(f->st);
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-  if (system(cmd) != 0) return -1;
-  free(f);
-  return 0;
-}
+#include "fs_fixture.h"
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -76,7 +52,7 @@ static int find(const struct seen *s, const char *id) {
 }
 
 static void test_list_in_progress(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   assert_true(storage_caps(f->st)->multipart_list_uploads);
   int64_t before = now_ms();
   char *a, *b, *c, *d, *etag;
@@ -121,7 +97,7 @@ static void test_list_in_progress(void **state) {
 /* A directory left by a begin that died before its key file is not an
  * upload anyone can name; nor is a stray entry. Neither is listed. */
 static void test_half_begun_ignored(void **state) {
-  struct fixture *f = *state;
+  struct fs_fixture *f = *state;
   char path[160];
   snprintf(path, sizeof(path), "%s/root/.stk-uploads/0123456789abcdef0123456789abcdef", f->dir);
   assert_int_equal(mkdir(path, 0755), 0);
@@ -142,8 +118,8 @@ static void test_half_begun_ignored(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_list_in_progress, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_half_begun_ignored, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_list_in_progress, fs_setup, fs_teardown),
+      cmocka_unit_test_setup_teardown(test_half_begun_ignored, fs_setup, fs_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
