@@ -30,6 +30,13 @@ void train_opts(struct fsdp_opts *ret_opts) {
   ret_opts->clip_norm = 1.0f;
 }
 
+void train_opts_scale_visible(struct fsdp_opts *ret_opts) {
+  train_opts(ret_opts);
+  ret_opts->adamw.eps = 1.0f;
+  ret_opts->clip_norm = 0.0f;
+  ret_opts->lr_max = ret_opts->lr_min = 1.0f;
+}
+
 int train_steps(struct fsdp *f, int V, int rank, int W, int first_step, int steps,
                 float *ret_losses) {
   int32_t tokens[TRAIN_GB * TRAIN_T], targets[TRAIN_GB * TRAIN_T];

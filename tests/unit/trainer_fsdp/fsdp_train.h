@@ -27,6 +27,11 @@ void train_batch(int step, int V, int32_t *ret_tokens, int32_t *ret_targets);
 /* Default options with a warmup + cosine schedule, clipping and a fixed seed. */
 void train_opts(struct fsdp_opts *ret_opts);
 
+/* AdamW and clipping hide a wrong gradient scale (both normalise it); with
+ * eps = 1, no clipping and lr 1 an update is about lr * gradient, so a
+ * gradient summed instead of averaged over ranks shows. */
+void train_opts_scale_visible(struct fsdp_opts *ret_opts);
+
 struct train_run {
   const struct model_config *cfg;
   struct fsdp_opts opts;

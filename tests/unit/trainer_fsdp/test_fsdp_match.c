@@ -107,16 +107,11 @@ static void check_world(int W) {
   check_world_opts(W, &o);
 }
 
-/* AdamW and clipping hide a wrong gradient scale (both normalise it); with
- * eps = 1 and no clipping an update is about lr * gradient, so a gradient
- * summed instead of averaged over ranks would show. */
+/* Options under which a gradient summed instead of averaged over ranks shows. */
 static void test_two_ranks_gradient_scale(void **state) {
   (void)state;
   struct fsdp_opts o;
-  train_opts(&o);
-  o.adamw.eps = 1.0f;
-  o.clip_norm = 0.0f;
-  o.lr_max = o.lr_min = 1.0f;
+  train_opts_scale_visible(&o);
   check_world_opts(2, &o);
 }
 
