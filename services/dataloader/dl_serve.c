@@ -33,15 +33,50 @@ struct req {
   struct item *items;  /* [lines] sorted by (lane, k) */
 };
 
-static int item_cmp(const void *a, const void *b) {
-  const struct item *x = a, *y = b;
-  if (x->lane != y->lane) return x->lane < y->lane ? -1 : 1;
-  return (x->k > y->k) - (x->k < y->k);
+/* Orders items by (lane, k) with a counting sort on the lane and an
+ * insertion sort of each lane's few lines (qsort cost more than generating
+ * small batches' metadata). tmp holds lines items. */
+static int sort_items(struct item *items, uint32_t lines, uint32_t lanes) {
+  uint32_t *at = calloc((size_t)lanes + 1, sizeof *at);
+  struct item *tmp = malloc(((size_t)lines + 1) * sizeof *tmp);
+  if (!at || !tmp) {
+    free(at);
+    free(tmp);
+    return STK_ENOMEM;
+  }
+  for (uint32_t i = 0; i < lines; i++) at[items[i].lane + 1]++;
+  for (uint32_t c = 0; c < lanes; c++) at[c + 1] += at[c];
+  for (uint32_t i = 0; i < lines; i++) tmp[at[items[i].lane]++] = items[i];
+  for (uint32_t i = 1; i < lines; i++) {
+    struct item x = tmp[i];
+    uint32_t k = i;
+    for (; k > 0 && tmp[k - 1].lane == x.lane && tmp[k - 1].k > x.k; k--) tmp[k] = tmp[k - 1];
+    tmp[k] = x;
+  }
+  memcpy(items, tmp, (size_t)lines * sizeof *items);
+  free(at);
+  free(tmp);
+  return 0;
 }
 
-static int u32_cmp(const void *a, const void *b) {
-  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  return (x > y) - (x < y);
+/* Orders a batch's document starts (offsets into lines of t tokens): each
+ * line's starts were pushed in order, lines in generation (lane) order, so
+ * a stable counting sort on the line puts them in order. */
+static int sort_starts(uint32_t *starts, size_t n, uint32_t t, uint32_t lines) {
+  uint32_t *at = calloc((size_t)lines + 1, sizeof *at);
+  uint32_t *tmp = malloc((n + 1) * sizeof *tmp);
+  if (!at || !tmp) {
+    free(at);
+    free(tmp);
+    return STK_ENOMEM;
+  }
+  for (size_t i = 0; i < n; i++) at[starts[i] / t + 1]++;
+  for (uint32_t l = 0; l < lines; l++) at[l + 1] += at[l];
+  for (size_t i = 0; i < n; i++) tmp[at[starts[i] / t]++] = starts[i];
+  memcpy(starts, tmp, n * sizeof *starts);
+  free(at);
+  free(tmp);
+  return 0;
 }
 
 /* Validates a request against the job (read lock held) and plans it. */
@@ -78,8 +113,7 @@ static int plan(struct dl *dl, struct dl_job *j, int64_t step, uint32_t rank, ui
     q->items[q->lines] = (struct item){.lane = lane, .k = n / j->C, .out = q->lines};
     q->lines++;
   }
-  qsort(q->items, q->lines, sizeof *q->items, item_cmp);
-  return 0;
+  return sort_items(q->items, q->lines, j->C);
 }
 
 /* Generates every planned line; per line, out->tokens/starts are set by
@@ -236,13 +270,13 @@ int dl_get_batch_into(struct dl *dl, const char *job, int64_t step, uint32_t ran
   struct req q = {0};
   int rc = serve(dl, job, step, rank, world, true, dest, dest_bytes, &s, &q);
   free(q.items);
+  if (rc == 0 && s.n_starts > 1) rc = sort_starts(s.starts, s.n_starts, q.t, q.lines);
   if (rc < 0) {
     free(q.positions);
     if (s.tokens == dest) s.tokens = NULL;
     sink_free(&s);
     return rc;
   }
-  if (s.n_starts > 1) qsort(s.starts, s.n_starts, sizeof *s.starts, u32_cmp);
   *ret_batch = (struct dl_batch){.step = step,
                                  .lines = q.lines,
                                  .line_tokens = q.t,

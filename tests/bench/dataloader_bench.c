@@ -13,6 +13,11 @@
  *   first     create loader + first batch on a fresh state directory, for
  *             the small and the large corpus (must not grow with size);
  *   bpe       GPT-2 BPE tokenization on one core, when vocab files are given.
+ * The machine's speed drifts (a shared VM), so raw, embedded, grpc and wire
+ * are measured in ROUNDS interleaved rounds (BENCH_ROUNDS, default 3), each
+ * phase SECONDS / ROUNDS per round; a ratio is the median of the rounds'
+ * ratios (each against the raw rate of its own round), a rate the median of
+ * the rounds' rates. Per-round figures go to stderr.
  * Prints one JSON line. Usage:
  *   dataloader_bench ADDR WORK [SECONDS] [ENCODER_JSON VOCAB_BPE TEXT_FILE]
  */
@@ -182,11 +187,12 @@ static double first_batch_s(const char *work, const char *corpus, const char *st
   return t;
 }
 
-/* Consecutive steps for rank 0 of 1 in this thread for `seconds`. */
-static double embedded_tokens_per_s(struct dl *dl, double seconds) {
+/* Consecutive steps for rank 0 of 1 in this thread for `seconds`, from
+ * *step on (advanced, so the next round continues the stream). */
+static double embedded_tokens_per_s(struct dl *dl, int64_t *step_io, double seconds) {
   uint64_t tokens = 0;
   double t0 = now_s(), t;
-  int64_t step = 1;
+  int64_t step = *step_io;
   do {
     struct dl_batch b;
     int err = dl_get_batch(dl, "bench", step++, 0, 1, &b);
@@ -195,43 +201,56 @@ static double embedded_tokens_per_s(struct dl *dl, double seconds) {
     dl_batch_free(&b);
     t = now_s() - t0;
   } while (t < seconds);
+  *step_io = step;
   return (double)tokens / t;
 }
 
-/* One client streaming rank 0 of 1 from the daemon for `seconds`; wire:
- * without the shared-memory ring. */
-static double grpc_tokens_per_s(const char *addr, const char *work, double seconds, bool wire) {
+/* One client streaming rank 0 of 1 from the daemon, kept open across
+ * rounds; wire: without the shared-memory ring. */
+struct grpc_stream {
+  struct stk_client *client;
+  struct stk_batch_stream *stream;
+};
+
+static void grpc_open(const char *addr, const char *work, bool wire, struct grpc_stream *g) {
   if (wire) setenv("STOKER_DL_SHM", "off", 1);
   struct stk_client_opts o = {.address = addr, .default_timeout_ms = 120000};
-  struct stk_client *c;
   char data[512];
   snprintf(data, sizeof(data), "%s/large", work);
-  int err = stk_loader_connect(&o, &c);
+  int err = stk_loader_connect(&o, &g->client);
   struct spec_buf b;
   char job[64];
   snprintf(job, sizeof(job), "bench-%d-%lld-%d", (int)getpid(), (long long)time(NULL), wire);
   make_spec(&b, job, data);
   Stoker__V1__LoaderInfo *info = NULL;
-  if (err == 0) err = stk_loader_create(c, &b.spec, 0, &info);
+  if (err == 0) err = stk_loader_create(g->client, &b.spec, 0, &info);
   if (err < 0) die(stk_client_last_error(NULL), err);
   protobuf_c_message_free_unpacked(&info->base, NULL);
-  struct stk_batch_stream *s;
-  if ((err = stk_batch_stream_open(c, job, 0, 0, 1, 8, &s)) < 0) die("stream", err);
+  if ((err = stk_batch_stream_open(g->client, job, 0, 0, 1, 8, &g->stream)) < 0) die("stream", err);
   struct stk_batch bt;
-  if ((err = stk_batch_stream_next(s, 60000, &bt)) < 0) die(stk_client_last_error(NULL), err);
-  stk_batch_free(&bt); /* The first batch warms the server; time the rest. */
+  if ((err = stk_batch_stream_next(g->stream, 60000, &bt)) < 0)
+    die(stk_client_last_error(NULL), err);
+  stk_batch_free(&bt); /* The first batch warms the server; rounds time the rest. */
+  unsetenv("STOKER_DL_SHM");
+}
+
+static double grpc_tokens_per_s(struct grpc_stream *g, double seconds) {
   uint64_t tokens = 0;
   double t0 = now_s(), t;
   do {
-    if ((err = stk_batch_stream_next(s, 60000, &bt)) < 0) die(stk_client_last_error(NULL), err);
+    struct stk_batch bt;
+    int err = stk_batch_stream_next(g->stream, 60000, &bt);
+    if (err < 0) die(stk_client_last_error(NULL), err);
     tokens += (uint64_t)bt.lines * bt.line_tokens;
     stk_batch_free(&bt);
     t = now_s() - t0;
   } while (t < seconds);
-  stk_batch_stream_free(s);
-  stk_client_free(c);
-  unsetenv("STOKER_DL_SHM");
   return (double)tokens / t;
+}
+
+static void grpc_close(struct grpc_stream *g) {
+  stk_batch_stream_free(g->stream);
+  stk_client_free(g->client);
 }
 
 /* GPT-2 BPE MB/s on one core over text (encoded in 4 KiB pieces, as a
@@ -262,6 +281,46 @@ static double bpe_mb_per_s(const char *encoder, const char *vocab, const char *t
   return (double)n / 1e6 / t;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+  double s[16];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  qsort(s, (size_t)n, sizeof *s, cmp_double);
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+#define MAX_ROUNDS 16
+enum { RAW, EMBEDDED, GRPC, WIRE, PHASES };
+static const char *const phase_name[PHASES] = {"raw", "embedded", "grpc", "wire"};
+
+/* The interleaved rounds: rate[phase][round]. */
+static void rounds(const struct mapped *m, struct dl *large, struct grpc_stream *shm,
+                   struct grpc_stream *wire, int n, double seconds,
+                   double rate[PHASES][MAX_ROUNDS]) {
+  int64_t step = 1;
+  for (int r = 0; r < n; r++) {
+    rate[RAW][r] = raw_tokens_per_s(m);
+    rate[EMBEDDED][r] = embedded_tokens_per_s(large, &step, seconds / n);
+    rate[GRPC][r] = grpc_tokens_per_s(shm, seconds / n);
+    rate[WIRE][r] = grpc_tokens_per_s(wire, seconds / n);
+    fprintf(stderr, "round %d:", r + 1);
+    for (int p = 0; p < PHASES; p++)
+      fprintf(stderr, " %s %.0f M/s%s", phase_name[p], rate[p][r] / 1e6, p ? "" : ";");
+    fprintf(stderr, "\n");
+  }
+}
+
+/* Median over rounds of phase p's ratio to the raw rate of the same round. */
+static double ratio_median(double rate[PHASES][MAX_ROUNDS], int p, int n) {
+  double ratio[MAX_ROUNDS];
+  for (int r = 0; r < n; r++) ratio[r] = rate[p][r] / rate[RAW][r];
+  return median(ratio, n);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: dataloader_bench ADDR WORK [SECONDS] [ENCODER VOCAB TEXT]\n");
@@ -269,34 +328,39 @@ int main(int argc, char **argv) {
   }
   const char *addr = argv[1], *work = argv[2];
   double seconds = argc > 3 ? atof(argv[3]) : 10;
+  int n_rounds = getenv("BENCH_ROUNDS") ? atoi(getenv("BENCH_ROUNDS")) : 3;
+  if (n_rounds < 1 || n_rounds > MAX_ROUNDS) n_rounds = 3;
   uint64_t corpus_tokens;
   write_corpora(work, &corpus_tokens);
   struct mapped m;
   map_large(work, &m);
-  fprintf(stderr, "raw memcpy...\n");
-  double raw = raw_tokens_per_s(&m);
   struct dl *small, *large;
   fprintf(stderr, "first batch...\n");
   double first_small = first_batch_s(work, "small", "state-small", &small);
   double first_large = first_batch_s(work, "large", "state-large", &large);
   dl_close(small);
-  fprintf(stderr, "embedded...\n");
-  double embedded = embedded_tokens_per_s(large, seconds);
+  struct grpc_stream shm, wire;
+  grpc_open(addr, work, false, &shm);
+  grpc_open(addr, work, true, &wire);
+  double rate[PHASES][MAX_ROUNDS];
+  rounds(&m, large, &shm, &wire, n_rounds, seconds, rate);
+  grpc_close(&shm);
+  grpc_close(&wire);
   dl_close(large);
-  fprintf(stderr, "grpc...\n");
-  double grpc = grpc_tokens_per_s(addr, work, seconds, false);
-  fprintf(stderr, "grpc wire...\n");
-  double wire = grpc_tokens_per_s(addr, work, seconds, true);
   double bpe = argc > 6 ? bpe_mb_per_s(argv[4], argv[5], argv[6]) : -1;
   char bpe_text[32] = "null";
   if (bpe >= 0) snprintf(bpe_text, sizeof(bpe_text), "%.2f", bpe);
-  printf("{\"bench\":\"dataloader\",\"seq_len\":%d,\"global_batch\":%d,\"corpus_tokens\":%" PRIu64
-         ",\"corpus_bytes\":%" PRIu64 ",\"raw_tokens_per_s\":%.0f,\"embedded_tokens_per_s\":%.0f,"
+  printf("{\"bench\":\"dataloader\",\"seq_len\":%d,\"global_batch\":%d,\"rounds\":%d,"
+         "\"corpus_tokens\":%" PRIu64 ",\"corpus_bytes\":%" PRIu64
+         ",\"raw_tokens_per_s\":%.0f,\"embedded_tokens_per_s\":%.0f,"
          "\"grpc_tokens_per_s\":%.0f,\"grpc_wire_tokens_per_s\":%.0f,\"embedded_ratio\":%.3f,"
          "\"grpc_ratio\":%.3f,\"grpc_wire_ratio\":%.3f,"
          "\"first_batch_s_small\":%.4f,\"first_batch_s_large\":%.4f,\"bpe_mb_per_s\":%s}\n",
-         SEQ_LEN, GLOBAL_BATCH, corpus_tokens, corpus_tokens * 4, raw, embedded, grpc, wire,
-         embedded / raw, grpc / raw, wire / raw, first_small, first_large, bpe_text);
+         SEQ_LEN, GLOBAL_BATCH, n_rounds, corpus_tokens, corpus_tokens * 4,
+         median(rate[RAW], n_rounds), median(rate[EMBEDDED], n_rounds),
+         median(rate[GRPC], n_rounds), median(rate[WIRE], n_rounds),
+         ratio_median(rate, EMBEDDED, n_rounds), ratio_median(rate, GRPC, n_rounds),
+         ratio_median(rate, WIRE, n_rounds), first_small, first_large, bpe_text);
   for (int f = 0; f < LARGE_FILES; f++) munmap((void *)m.p[f], m.len[f]);
   return 0;
 }
