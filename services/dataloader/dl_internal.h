@@ -79,6 +79,12 @@ struct dl_gen {
   uint64_t *seg_doc; /* [n_seg] document number of each piece */
   uint8_t *seg_new;  /* [n_seg] 1: the piece starts a document */
   size_t n_seg;
+  /* A delimited unit (unit.raw != NULL, dl_lane_take.c) is read as lines
+   * are filled: raw_pos is the raw index matching served offset `off`, and
+   * the unit is charged to its dataset's mixing counter, from served
+   * offset charge_from on, when it is used up. */
+  uint64_t raw_pos;
+  uint64_t charge_from;
 };
 
 struct dl_snap {
@@ -179,6 +185,23 @@ int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t un
 int dl_gen_next_version(struct dl_job *j, struct dl_gen *g);
 int dl_gen_encode(const struct dl_job *j, const struct dl_gen *g, uint8_t **ret, size_t *ret_len);
 int dl_gen_decode(struct dl_job *j, uint32_t c, const uint8_t *p, size_t len, struct dl_gen *g);
+
+/* ---- dl_lane_take.c: delimited units (read while lines fill) ---- */
+bool dl_gen_delimited(const struct dl_gen *g);
+/* Whether the current delimited unit has no token left (skips delimiters). */
+bool dl_gen_take_done(struct dl_gen *g);
+/* Takes up to `want` tokens of the current delimited unit into the line at
+ * `fill` (out NULL: skips them); returns how many. */
+size_t dl_gen_take(struct dl_gen *g, struct dl_line_out *out, uint32_t fill, size_t want);
+/* Tokens of the current delimited unit not yet charged to its dataset's
+ * mixing counter (0 for other units, which are charged when loaded). */
+uint64_t dl_gen_charge_due(const struct dl_job *j, const struct dl_gen *g);
+/* A delimited unit used up: charges it. */
+void dl_gen_charge_used_up(const struct dl_job *j, struct dl_gen *g);
+/* After a snapshot was decoded and its unit loaded: places a delimited
+ * unit at served offset g->off and takes what is still due off the
+ * snapshot's counter (snapshots hold units charged in full). */
+int dl_gen_resume_unit(const struct dl_job *j, struct dl_gen *g);
 
 /* ---- dl_seek.c: snapshots and random access ---- */
 /* Moves g (the lane's live generator when g == &lane->live) to (vi, k).

@@ -104,16 +104,25 @@ static int insert_markers(struct dl_job *j, struct dl_gen *g) {
   return 0;
 }
 
-int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit) {
+/* Reads a unit. Without markers the served tokens are the unit's: where the
+ * reader can, the unit is delimited (read while lines fill, dl_lane_take.c)
+ * or, when `whole` (Explain needs pieces), borrowed from the reader's map,
+ * so a line is filled with one copy. */
+static int load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit, bool whole) {
   unit_drop(g);
-  /* Without markers the served tokens are the unit's: borrow them from the
-   * reader's map where it can, so a line is filled with one copy. */
   bool plain = !j->add_bos && !j->add_eos;
-  int rc = plain ? dl_source_read_unit_runs(j->ds[d].src, unit, &g->unit)
-                 : dl_source_read_unit(j->ds[d].src, unit, &g->unit);
+  struct dl_source *src = j->ds[d].src;
+  int rc = !plain  ? dl_source_read_unit(src, unit, &g->unit)
+           : whole ? dl_source_read_unit_runs(src, unit, &g->unit)
+                   : dl_source_read_unit_delimited(src, unit, &g->unit);
   if (rc < 0) {
     memset(&g->unit, 0, sizeof g->unit);
     return rc;
+  }
+  if (dl_gen_delimited(g)) {
+    g->raw_pos = g->unit.raw_begin;
+    g->charge_from = 0;
+    return 0;
   }
   if ((rc = build_pieces(g)) < 0) return rc;
   if (plain) {
@@ -122,6 +131,26 @@ int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t un
     return 0;
   }
   return insert_markers(j, g);
+}
+
+int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit) {
+  return load_unit(j, g, d, unit, false);
+}
+
+/* Re-reads the current delimited unit whole, at the same served offset,
+ * charging what was still due (whole units are charged when loaded). */
+static int read_whole(struct dl_job *j, struct dl_gen *g) {
+  uint64_t due = dl_gen_charge_due(j, g), off = g->off;
+  int rc = load_unit(j, g, (uint32_t)g->cur_ds, g->cur_unit, true);
+  if (rc < 0) return rc;
+  g->off = off;
+  g->ds[g->cur_ds].taken += due;
+  return 0;
+}
+
+/* Whether the current unit has nothing left to serve. */
+static bool unit_done(struct dl_gen *g) {
+  return dl_gen_delimited(g) ? dl_gen_take_done(g) : g->off >= g->n_xtok;
 }
 
 static int pick_dataset(const struct dl_job *j, const struct dl_gen *g) {
@@ -196,9 +225,10 @@ static int next_unit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
     if (dl_version_blocked(v, (uint32_t)d, unit)) continue;
     int rc = dl_gen_load_unit(j, g, (uint32_t)d, unit);
     if (rc < 0) return rc;
-    if (g->n_xtok == 0) continue;
+    g->off = 0;
+    if (unit_done(g)) continue;
     s->flags |= DL_LDS_TOOK;
-    s->taken += g->n_xtok;
+    if (!dl_gen_delimited(g)) s->taken += g->n_xtok;
     g->cur_ds = d;
     g->cur_unit = unit;
     g->cur_epoch = s->epoch;
@@ -268,14 +298,21 @@ int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_o
   uint32_t t = j->ver[g->vi].seq_len + 1;
   int rc = dl_gen_fit(j, c, g);
   for (uint32_t fill = 0; rc == 0 && fill < t;) {
-    if (g->cur_ds < 0 || g->off >= g->n_xtok) {
+    if (g->cur_ds < 0 || unit_done(g)) {
+      dl_gen_charge_used_up(j, g);
       unit_drop(g);
       g->cur_ds = -1;
       if ((rc = next_unit(j, c, g)) < 0) break;
     }
-    size_t n = g->n_xtok - g->off;
-    if (n > t - fill) n = t - fill;
-    if (out) rc = emit(j, g, out, fill, n);
+    if (dl_gen_delimited(g) && out && out->explain && (rc = read_whole(j, g)) < 0) break;
+    size_t n;
+    if (dl_gen_delimited(g)) {
+      n = dl_gen_take(g, out, fill, t - fill);
+    } else {
+      n = g->n_xtok - g->off;
+      if (n > t - fill) n = t - fill;
+      if (out) rc = emit(j, g, out, fill, n);
+    }
     g->off += n;
     fill += (uint32_t)n;
   }
@@ -290,13 +327,14 @@ int dl_gen_next_version(struct dl_job *j, struct dl_gen *g) {
   g->vi++;
   g->k = 0;
   for (uint32_t d = 0; d < g->n_ds; d++) g->ds[d].taken = 0;
-  if (g->cur_ds < 0 || g->off >= g->n_xtok) return 0;
+  g->charge_from = g->off; /* a delimited unit counts in the new version from here */
+  if (g->cur_ds < 0 || unit_done(g)) return 0;
   const struct dl_version *v = &j->ver[g->vi];
   if (dl_version_blocked(v, (uint32_t)g->cur_ds, g->cur_unit)) {
     unit_drop(g);
     g->cur_ds = -1;
     g->off = 0;
-  } else if (dl_version_weight(v, (uint32_t)g->cur_ds) > 0) {
+  } else if (!dl_gen_delimited(g) && dl_version_weight(v, (uint32_t)g->cur_ds) > 0) {
     g->ds[g->cur_ds].taken += g->n_xtok - g->off;
   }
   return 0;

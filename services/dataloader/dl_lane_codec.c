@@ -27,7 +27,7 @@ int dl_gen_encode(const struct dl_job *j, const struct dl_gen *g, uint8_t **ret,
     dl_w_u32(&w, s->epoch);
     dl_w_u32(&w, s->rr);
     dl_w_u64(&w, s->left);
-    dl_w_u64(&w, s->taken);
+    dl_w_u64(&w, s->taken + ((int32_t)d == g->cur_ds ? dl_gen_charge_due(j, g) : 0));
     dl_w_u8(&w, s->flags);
     dl_w_u32(&w, s->n_pos);
     for (uint32_t i = 0; i < s->n_pos; i++) dl_w_u64(&w, s->pos[i]);
@@ -70,7 +70,7 @@ static int decode_body(struct dl_job *j, uint32_t c, struct dl_rbuf *r, struct d
   if (g->cur_ds < 0) return 0;
   if ((uint32_t)g->cur_ds >= j->n_ds || g->cur_unit >= j->ds[cur].units) return STK_ECORRUPT;
   if ((rc = dl_gen_load_unit(j, g, cur, g->cur_unit)) < 0) return rc;
-  return g->off <= g->n_xtok ? 0 : STK_ECORRUPT;
+  return dl_gen_resume_unit(j, g);
 }
 
 int dl_gen_decode(struct dl_job *j, uint32_t c, const uint8_t *p, size_t len, struct dl_gen *g) {

@@ -18,6 +18,7 @@
  * phase SECONDS / ROUNDS per round; a ratio is the median of the rounds'
  * ratios (each against the raw rate of its own round), a rate the median of
  * the rounds' rates. Per-round figures go to stderr.
+ * ADDR "-" skips the daemon (grpc and wire print 0), to profile the rest.
  * Prints one JSON line. Usage:
  *   dataloader_bench ADDR WORK [SECONDS] [ENCODER_JSON VOCAB_BPE TEXT_FILE]
  */
@@ -235,6 +236,7 @@ static void grpc_open(const char *addr, const char *work, bool wire, struct grpc
 }
 
 static double grpc_tokens_per_s(struct grpc_stream *g, double seconds) {
+  if (!g->stream) return 0;
   uint64_t tokens = 0;
   double t0 = now_s(), t;
   do {
@@ -249,6 +251,7 @@ static double grpc_tokens_per_s(struct grpc_stream *g, double seconds) {
 }
 
 static void grpc_close(struct grpc_stream *g) {
+  if (!g->stream) return;
   stk_batch_stream_free(g->stream);
   stk_client_free(g->client);
 }
@@ -339,9 +342,11 @@ int main(int argc, char **argv) {
   double first_small = first_batch_s(work, "small", "state-small", &small);
   double first_large = first_batch_s(work, "large", "state-large", &large);
   dl_close(small);
-  struct grpc_stream shm, wire;
-  grpc_open(addr, work, false, &shm);
-  grpc_open(addr, work, true, &wire);
+  struct grpc_stream shm = {0}, wire = {0};
+  if (strcmp(addr, "-") != 0) {
+    grpc_open(addr, work, false, &shm);
+    grpc_open(addr, work, true, &wire);
+  }
   double rate[PHASES][MAX_ROUNDS];
   rounds(&m, large, &shm, &wire, n_rounds, seconds, rate);
   grpc_close(&shm);

@@ -215,6 +215,21 @@ static int llmc_read_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_u
   return 0;
 }
 
+/* The delimited form: the block's place in the map, nothing read (uint32
+ * files on little-endian hosts without strip ids; otherwise runs). */
+static int llmc_read_delimited(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  const struct llmc *l = (const struct llmc *)s;
+  const struct lfile *f = find_file(l, u);
+  if (f->token_bytes != 4 || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__ || l->base.n_strip_ids)
+    return llmc_read_runs(s, u, ret_unit);
+  ret_unit->raw = tokens_of(f);
+  ret_unit->raw_begin = (u - f->first_unit) * l->block_tokens;
+  ret_unit->raw_end = ret_unit->raw_begin + llmc_weight(s, u);
+  ret_unit->delim = l->eot;
+  ret_unit->first_doc = u;
+  return 0;
+}
+
 static void llmc_free(struct dl_source *s) {
   struct llmc *l = (struct llmc *)s;
   for (size_t i = 0; i < l->n_files; i++) {
@@ -226,7 +241,11 @@ static void llmc_free(struct dl_source *s) {
   free(l);
 }
 
-static const struct dl_source_ops llmc_ops = {llmc_weight, llmc_read, llmc_free, llmc_read_runs};
+static const struct dl_source_ops llmc_ops = {.unit_weight = llmc_weight,
+                                              .read_unit = llmc_read,
+                                              .free = llmc_free,
+                                              .read_runs = llmc_read_runs,
+                                              .read_delimited = llmc_read_delimited};
 
 static int list_files(const char *path, char ***ret, size_t *ret_n) {
   if (dl_is_dir(path)) {

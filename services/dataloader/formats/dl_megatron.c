@@ -212,8 +212,8 @@ static void megatron_free(struct dl_source *s) {
   free(m);
 }
 
-static const struct dl_source_ops megatron_ops = {megatron_weight, megatron_read, megatron_free,
-                                                  NULL};
+static const struct dl_source_ops megatron_ops = {
+    .unit_weight = megatron_weight, .read_unit = megatron_read, .free = megatron_free};
 
 /* The dataset prefixes named by path: a directory's *.idx files, or one
  * prefix (a trailing .bin or .idx is dropped). */

@@ -92,15 +92,25 @@ uint64_t dl_source_total_weight(const struct dl_source *s) {
   return s->total_weight;
 }
 
-static int read_with(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit, bool runs) {
+enum read_form { COPIED, BORROWED, DELIMITED };
+
+/* The reader's op for a form, falling back to the next simpler form. */
+static int (*read_op(const struct dl_source *s, enum read_form form))(struct dl_source *, uint64_t,
+                                                                      struct dl_unit *) {
+  if (form == DELIMITED && s->ops->read_delimited) return s->ops->read_delimited;
+  if (form != COPIED && s->ops->read_runs) return s->ops->read_runs;
+  return s->ops->read_unit;
+}
+
+static int read_with(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit,
+                     enum read_form form) {
   if (u >= s->n_units) {
     stk_set_detail("%s: unit %llu out of range (%llu units)", s->name, (unsigned long long)u,
                    (unsigned long long)s->n_units);
     return STK_ERANGE;
   }
   struct dl_unit unit = {0};
-  int rc =
-      runs && s->ops->read_runs ? s->ops->read_runs(s, u, &unit) : s->ops->read_unit(s, u, &unit);
+  int rc = read_op(s, form)(s, u, &unit);
   if (rc < 0) {
     dl_unit_free(&unit);
     return rc;
@@ -110,11 +120,15 @@ static int read_with(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit, 
 }
 
 int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
-  return read_with(s, u, ret_unit, false);
+  return read_with(s, u, ret_unit, COPIED);
 }
 
 int dl_source_read_unit_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
-  return read_with(s, u, ret_unit, true);
+  return read_with(s, u, ret_unit, BORROWED);
+}
+
+int dl_source_read_unit_delimited(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
+  return read_with(s, u, ret_unit, DELIMITED);
 }
 
 /* Index of the run holding token off (borrowed form, n_runs > 0). */
@@ -158,4 +172,5 @@ void dl_unit_free(struct dl_unit *unit) {
   unit->n_tokens = 0;
   unit->n_docs = 0;
   unit->n_runs = 0;
+  unit->raw = NULL;
 }

@@ -76,6 +76,15 @@ struct dl_unit {
   const uint8_t **run_src; /* [n_runs] */
   uint32_t *run_at;        /* [n_runs + 1] */
   size_t n_runs;
+  /* Delimited form (dl_source_read_unit_delimited only; raw != NULL): nothing
+   * has been read yet. The unit's tokens are raw[raw_begin, raw_end) with
+   * every `delim` token dropped, and a document starts at each kept token
+   * that is raw[0] or follows a delim (dl_take.h reads it that way). raw is
+   * the file's first token in the reader's map, valid while the source is
+   * open; n_tokens, doc_starts and the runs are unset (0 / NULL). */
+  const uint32_t *raw;
+  uint64_t raw_begin, raw_end;
+  uint32_t delim;
 };
 int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
 /* Like dl_source_read_unit, but a reader that can (llm.c files of uint32
@@ -83,7 +92,11 @@ int dl_source_read_unit(struct dl_source *s, uint64_t u, struct dl_unit *ret_uni
  * copy: the serve path then copies tokens once, from the map into the batch.
  * Other readers return the copied form. Either form has the same tokens. */
 int dl_source_read_unit_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
-/* Copies tokens [off, off + n) of a unit of either form to dst. */
+/* Like dl_source_read_unit_runs, but a reader that can (llm.c uint32 files,
+ * little-endian host, no strip ids) returns the delimited form: no token is
+ * read until the caller takes them (dl_take.h), once, into a batch. */
+int dl_source_read_unit_delimited(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+/* Copies tokens [off, off + n) of a unit of the copied or borrowed form to dst. */
 void dl_unit_copy(const struct dl_unit *unit, size_t off, size_t n, uint32_t *dst);
 void dl_unit_free(struct dl_unit *unit);
 

@@ -17,6 +17,8 @@ struct dl_source_ops {
   void (*free)(struct dl_source *s);
   /* Optional (NULL: read_unit): may fill the borrowed form of *ret_unit. */
   int (*read_runs)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+  /* Optional (NULL: read_runs): may fill the delimited form of *ret_unit. */
+  int (*read_delimited)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
 };
 
 struct dl_source {

@@ -64,8 +64,8 @@ static void synthetic_free(struct dl_source *s) {
   free(s);
 }
 
-static const struct dl_source_ops synthetic_ops = {synthetic_weight, synthetic_read, synthetic_free,
-                                                   NULL};
+static const struct dl_source_ops synthetic_ops = {
+    .unit_weight = synthetic_weight, .read_unit = synthetic_read, .free = synthetic_free};
 
 int dl_source_open_synthetic(const char *name, uint64_t n_docs, uint32_t min_len, uint32_t max_len,
                              uint64_t seed, struct dl_source **ret) {

@@ -221,7 +221,8 @@ static void text_free(struct dl_source *s) {
   free(t);
 }
 
-static const struct dl_source_ops text_ops = {text_weight, text_read, text_free, NULL};
+static const struct dl_source_ops text_ops = {
+    .unit_weight = text_weight, .read_unit = text_read, .free = text_free};
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t ls = strlen(s), lx = strlen(suffix);
