@@ -14,6 +14,20 @@
 #include "dl_synthetic.h"
 #include "stk_error.h"
 
+void t_write_llmc(const char *path, const void *tokens, uint32_t n, int token_bytes) {
+  int32_t h[256] = {token_bytes == 2 ? 20240520 : 20240801, token_bytes == 2 ? 1 : 7, (int32_t)n};
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(h, sizeof h, 1, f), 1);
+  assert_int_equal(fwrite(tokens, (size_t)token_bytes, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+uint32_t t_lcg(uint64_t *state) {
+  *state = *state * 6364136223846793005u + 1442695040888963407u;
+  return (uint32_t)(*state >> 33);
+}
+
 char *t_tmpdir(void) {
   char *p = strdup("/tmp/dl-core-XXXXXX");
   assert_non_null(mkdtemp(p));

@@ -22,6 +22,11 @@ struct tspec {
   double weights[4];
 };
 
+/* Writes an llm.c token file of n tokens of token_bytes (2 or 4) each. */
+void t_write_llmc(const char *path, const void *tokens, uint32_t n, int token_bytes);
+/* The next pseudo-random value of an LCG state (test data). */
+uint32_t t_lcg(uint64_t *state);
+
 /* A new temporary directory (malloc'd path). */
 char *t_tmpdir(void);
 struct dl *t_open(const char *dir, uint64_t max_batch_bytes);

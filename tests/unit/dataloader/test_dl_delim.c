@@ -48,21 +48,15 @@ static int open_llmc(void *arg, const Stoker__V1__DatasetSpec *spec, struct dl_s
 /* A uint32 llm.c file with short documents, adjacent delimiters and runs
  * of delimiters longer than a block (units with nothing to serve). */
 static void write_file(const char *path, uint32_t n, uint64_t seed) {
-  int32_t h[256] = {20240801, 7, (int32_t)n};
   uint32_t *t = malloc(n * sizeof *t);
   uint64_t x = seed;
   for (uint32_t i = 0; i < n; i++) {
-    x = x * 6364136223846793005u + 1442695040888963407u;
-    uint32_t r = (uint32_t)(x >> 33);
+    uint32_t r = t_lcg(&x);
     t[i] = r % 23 == 0 ? EOT : (uint32_t)(seed * 100000 + i);
     if (r % 997 == 0)
       for (uint32_t k = 0; k < 2 * BLOCK_TOKENS && i + 1 < n; k++) t[++i] = EOT;
   }
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(h, sizeof h, 1, f), 1);
-  assert_int_equal(fwrite(t, sizeof *t, n, f), n);
-  fclose(f);
+  t_write_llmc(path, t, n, 4);
   free(t);
 }
 

@@ -58,19 +58,13 @@ static int open_test_source(void *arg, const Stoker__V1__DatasetSpec *spec,
 /* A uint16 llm.c file of small token ids (so strip ids are frequent at
  * document edges) with delimiters at pseudo-random gaps, some adjacent. */
 static void write_u16(const char *path) {
-  int32_t h[256] = {20240520, 1, (int32_t)U16_TOKS};
   uint16_t *t = malloc(U16_TOKS * sizeof *t);
   uint64_t x = 12345;
   for (uint32_t i = 0; i < U16_TOKS; i++) {
-    x = x * 6364136223846793005u + 1442695040888963407u;
-    uint32_t r = (uint32_t)(x >> 33);
+    uint32_t r = t_lcg(&x);
     t[i] = r % 97 == 0 ? U16_EOT : (uint16_t)(r % 12);
   }
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  assert_int_equal(fwrite(h, sizeof h, 1, f), 1);
-  assert_int_equal(fwrite(t, sizeof *t, U16_TOKS, f), U16_TOKS);
-  fclose(f);
+  t_write_llmc(path, t, U16_TOKS, 2);
   free(t);
 }
 
