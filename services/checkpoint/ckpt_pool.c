@@ -7,6 +7,8 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "stk_error.h"
 
@@ -19,6 +21,7 @@ struct ckpt_pool {
   struct ckpt_task *done;        /* Finished, after not run (LIFO, reversed when drained). */
   bool stopping;
   unsigned n_threads;
+  int nice; /* Added to each worker's nice value. */
   uv_thread_t *threads;
   size_t pending; /* Loop thread only. */
   void (*closed)(void *arg);
@@ -27,6 +30,7 @@ struct ckpt_pool {
 
 static void worker(void *arg) {
   struct ckpt_pool *p = arg;
+  if (p->nice) setpriority(PRIO_PROCESS, (id_t)gettid(), getpriority(PRIO_PROCESS, 0) + p->nice);
   for (;;) {
     uv_mutex_lock(&p->mu);
     while (!p->head && !p->stopping) uv_cond_wait(&p->cv, &p->mu);
@@ -74,7 +78,7 @@ static void on_async(uv_async_t *a) {
   drain(a->data);
 }
 
-int ckpt_pool_new(uv_loop_t *loop, unsigned threads, struct ckpt_pool **ret_pool) {
+int ckpt_pool_new(uv_loop_t *loop, unsigned threads, int nice, struct ckpt_pool **ret_pool) {
   if (threads == 0) return STK_EINVAL;
   struct ckpt_pool *p = calloc(1, sizeof(*p));
   if (!p) return STK_ENOMEM;
@@ -86,6 +90,7 @@ int ckpt_pool_new(uv_loop_t *loop, unsigned threads, struct ckpt_pool **ret_pool
   }
   uv_cond_init(&p->cv);
   p->loop = loop;
+  p->nice = nice;
   if (uv_async_init(loop, &p->async, on_async) != 0) {
     uv_cond_destroy(&p->cv);
     uv_mutex_destroy(&p->mu);

@@ -22,8 +22,10 @@ struct ckpt_task {
 
 struct ckpt_pool;
 
-/* 0, STK_EINVAL (threads 0), STK_ENOMEM, STK_EIO (thread or handle). */
-int ckpt_pool_new(uv_loop_t *loop, unsigned threads, struct ckpt_pool **ret_pool);
+/* Workers run at nice value nice (0: the process's; best effort, Linux
+ * sets it per thread). 0, STK_EINVAL (threads 0), STK_ENOMEM, STK_EIO
+ * (thread or handle). */
+int ckpt_pool_new(uv_loop_t *loop, unsigned threads, int nice, struct ckpt_pool **ret_pool);
 
 /* Queues t (FIFO). Loop thread only. */
 void ckpt_pool_submit(struct ckpt_pool *p, struct ckpt_task *t);

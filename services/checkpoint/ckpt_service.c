@@ -17,6 +17,14 @@
 
 #define MIB ((uint64_t)1 << 20)
 
+/* Upload workers are background work: at this nice value the loop, the
+ * gRPC threads answering ranks and the ranks themselves (the trainer's
+ * threads on the same host) run first when the cores are short, e.g. the
+ * moment held segment PUTs start while the last ranks still wait for
+ * "staged". A worker still gets its share whenever the cores are busy
+ * with anything else, and all of an idle machine. */
+#define UPLOAD_NICE 10
+
 int64_t svc_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
@@ -301,8 +309,9 @@ void svc_maybe_closed(struct ckpt_service *s) {
   if (ckpt_pool_pending(s->up) > 0 || ckpt_pool_pending(s->work) > 0) return;
   s->finishing = true;
   uv_timer_stop(&s->sweep);
-  s->handles_open = 4;
+  s->handles_open = 5;
   uv_close((uv_handle_t *)&s->sweep, on_handle_closed);
+  uv_close((uv_handle_t *)&s->hold_timer, on_handle_closed);
   uv_close((uv_handle_t *)&s->events_async, on_handle_closed);
   ckpt_pool_free(s->up, pool_freed, s);
   ckpt_pool_free(s->work, pool_freed, s);
@@ -354,8 +363,8 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
     if (err) return err;
     s->own_storage = true;
   }
-  err = ckpt_pool_new(loop, s->o.upload_concurrency, &s->up);
-  if (!err) err = ckpt_pool_new(loop, 2, &s->work);
+  err = ckpt_pool_new(loop, s->o.upload_concurrency, UPLOAD_NICE, &s->up);
+  if (!err) err = ckpt_pool_new(loop, 2, 0, &s->work);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -398,6 +407,8 @@ int ckpt_service_open(uv_loop_t *loop, const struct ckpt_service_opts *opts,
   ckpt_orphans_open(s);
   uv_timer_init(loop, &s->sweep);
   s->sweep.data = s;
+  uv_timer_init(loop, &s->hold_timer);
+  s->hold_timer.data = s;
   uv_async_init(loop, &s->events_async, on_events);
   s->events_async.data = s;
   uint64_t period = s->o.attempt_timeout_ms / 4;

@@ -118,6 +118,8 @@ struct attempt {
   uint32_t jobs;            /* Worker jobs in flight that use this attempt. */
   bool cleanup_started;
   uint64_t done_at_ms; /* uv_now when DONE (pruned later). */
+  uint64_t held_at_ms; /* uv_now when a segment's PUT was first held (held_any). */
+  bool held_any;
   struct commit_wait *waits;
   struct attempt *next;
 };
@@ -153,6 +155,7 @@ struct ckpt_service {
   bool own_storage;
   struct ckpt_pool *up, *work;
   uv_timer_t sweep;
+  uv_timer_t hold_timer; /* Ends holds for ranks not heard from (upload_release_held). */
   uv_async_t events_async;
   struct wevent *events, *events_tail;
   struct attempt *attempts;

@@ -288,14 +288,35 @@ void upload_part_ready(struct obj *o, struct part *p) {
   *pp = p;
 }
 
+/* A rank not heard from yet (no stream, no data) of an attempt staging
+ * through shm is held for at most this long after the first held PUT: it is
+ * most likely copying into its first segment (whose message comes once the
+ * segment is full), but a straggler must not hold the others' uploads. */
+#define HOLD_UNHEARD_MS 200
+
+static void on_hold_timer(uv_timer_t *t) {
+  struct ckpt_service *s = t->data;
+  for (struct attempt *a = s->attempts; a; a = a->next)
+    if (a->state == ATT_OPEN) upload_release_held(a, false);
+}
+
 /* True while a rank of a is copying into shm segments: its bytes are
  * staged in memory-bandwidth time (milliseconds per 100 MiB), and uploads
  * started now would take cores and memory bandwidth from those copies,
- * which the ranks wait on. */
-static bool shm_staging(const struct attempt *a) {
-  for (uint32_t r = 0; r < a->world; r++)
-    if (a->ranks[r].shm && !a->ranks[r].last_fed) return true;
-  return false;
+ * which the ranks wait on. Ranks not heard from count for HOLD_UNHEARD_MS
+ * (the timer then releases what they held). */
+static bool shm_staging(struct attempt *a) {
+  bool unheard = false;
+  for (uint32_t r = 0; r < a->world; r++) {
+    const struct rank_state *rs = &a->ranks[r];
+    if (rs->shm && !rs->last_fed) return true;
+    if (!rs->last_fed && !rs->writer && !rs->objs) unheard = true;
+  }
+  if (!unheard || !a->held_any) return false;
+  uint64_t now = uv_now(a->svc->loop), end = a->held_at_ms + HOLD_UNHEARD_MS;
+  if (now >= end) return false;
+  uv_timer_start(&a->svc->hold_timer, on_hold_timer, end - now, 0);
+  return true;
 }
 
 static void put_start(struct obj *o) {
@@ -321,6 +342,10 @@ void upload_seal(struct obj *o) {
   struct rank_state *rs = &a->ranks[o->rank];
   o->sealed = true;
   if (rs->cur == o) rs->cur = NULL;
+  if (!o->begin_started && o->seg && !a->held_any) {
+    a->held_any = true; /* From now, ranks not heard from hold for a while. */
+    a->held_at_ms = uv_now(a->svc->loop);
+  }
   if (!o->begin_started && o->seg && shm_staging(a) && !a->svc->wait_head) {
     o->put_held = true; /* Its part stays in o->cur (freed with it on abort). */
     return;

@@ -1,23 +1,30 @@
 /*
  * checkpoint_bench: the checkpoint service's write and restore paths
  * through a real stoker-checkpoint daemon, against baselines measured in
- * the same run (see README.md).
+ * the same run, in rounds that interleave baseline and subject (see
+ * README.md).
  *
  *   checkpoint_bench --write-file PATH BYTES     the bytes, for curl/the SDK
- *   checkpoint_bench ADDR BYTES CURL_MBPS SDK_MBPS|null
+ *   checkpoint_bench ADDR BYTES BLOB ENDPOINT [SDK_JS MODULES]
  *
  * One tensor "model" [ROWS x 262144] f32 (1 MiB rows), ROWS = BYTES / 1 MiB,
  * split by rows over 4 ranks (threads, each with its own client/channel,
  * kept for the whole run as a trainer rank keeps its client). Every
  * element's value is a function of its index, so restores are checked.
+ * BLOB holds the same bytes (--write-file) for the peer clients: `curl -T`
+ * and the AWS SDK's multipart Upload (node SDK_JS MODULES ENDPOINT ...).
  *
  * Saves: step 1 over gRPC (STOKER_CKPT_SHM=off: the stall of bytes over
- * the wire), then steps 2..2+STEADY through shared memory (the default when
- * the service is on this host): step 2 is the first shm checkpoint (fresh
- * tmpfs pages), the later ones the steady state a training job sees from
- * its second checkpoint on (segments recycled, still mapped by the
- * client). stall_s and the upload rate are the medians of the steady
- * state; restores read the last step.
+ * the wire), step 2 the first through shared memory (fresh tmpfs pages),
+ * then BENCH_ROUNDS (default 3) rounds of the steady state a training job
+ * sees from its second checkpoint on (segments recycled, still mapped by
+ * the client). Each round runs the curl PUT, the SDK upload and one
+ * service checkpoint close together (odd rounds in reverse order), and the
+ * memcpy baseline right before the checkpoint; restores alternate the same
+ * world and the resharded one the same way. Every ratio is taken within
+ * its round and the JSON holds the medians, so a drift of the machine's
+ * speed (other processes on the cores) lands on both sides of a ratio.
+ * Per-round figures go to stderr.
  *
  * The stall baseline copies the same bytes with the same parallelism: the
  * 4 shards memcpy'd by 4 threads at once into ordinary buffers touched
@@ -29,14 +36,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stoker_ckpt.h"
 
-#define COLS   262144 /* f32 per row: 1 MiB rows. */
-#define RANKS  4
-#define STEADY 3 /* Steady-state shm checkpoints timed. */
-#define REPS   3 /* memcpy baseline repetitions. */
+#define COLS       262144 /* f32 per row: 1 MiB rows. */
+#define RANKS      4
+#define MAX_ROUNDS 9
+#define REPS       3 /* memcpy baseline repetitions per round. */
 
 static const char *addr;
 static uint64_t rows;
@@ -79,9 +88,10 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The median of v[0..n) (v is left sorted). */
 static double median(double *v, size_t n) {
   qsort(v, n, sizeof(*v), cmp_double);
-  return v[n / 2];
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 struct job {
@@ -160,6 +170,8 @@ struct mc {
   double secs;
 };
 
+static struct mc mcs[RANKS]; /* Destinations allocated and touched once. */
+
 static void *memcpy_thread(void *arg) {
   struct mc *m = arg;
   double t0 = now_s();
@@ -168,31 +180,32 @@ static void *memcpy_thread(void *arg) {
   return NULL;
 }
 
-/* Each rank's shard (the same bytes as save_rank's) memcpy'd by `threads`
- * threads at once into buffers touched beforehand; the slowest thread's
- * time, median of REPS runs. */
-static double memcpy_shards(int threads) {
-  pthread_t th[RANKS];
-  struct mc m[RANKS];
-  double best[REPS];
-  for (int r = 0; r < threads; r++) {
+static void memcpy_init(void) {
+  for (int r = 0; r < RANKS; r++) {
     uint64_t lo, hi;
     split((uint32_t)r, RANKS, &lo, &hi);
     size_t n = (hi - lo) * COLS * 4;
-    m[r] = (struct mc){.dst = malloc(n), .src = (const char *)(arena + lo * COLS), .n = n};
-    if (!m[r].dst) exit(1);
-    memset(m[r].dst, 1, n);
+    mcs[r] = (struct mc){.dst = malloc(n), .src = (const char *)(arena + lo * COLS), .n = n};
+    if (!mcs[r].dst) exit(1);
+    memset(mcs[r].dst, 1, n);
   }
+}
+
+/* The first `threads` ranks' shards (the same bytes as save_rank's)
+ * memcpy'd by that many threads at once; the slowest thread's time,
+ * median of REPS runs. */
+static double memcpy_shards(int threads) {
+  pthread_t th[RANKS];
+  double slowest[REPS];
   for (int k = 0; k < REPS; k++) {
-    for (int r = 0; r < threads; r++) pthread_create(&th[r], NULL, memcpy_thread, &m[r]);
-    best[k] = 0;
+    for (int r = 0; r < threads; r++) pthread_create(&th[r], NULL, memcpy_thread, &mcs[r]);
+    slowest[k] = 0;
     for (int r = 0; r < threads; r++) {
       pthread_join(th[r], NULL);
-      if (m[r].secs > best[k]) best[k] = m[r].secs;
+      if (mcs[r].secs > slowest[k]) slowest[k] = mcs[r].secs;
     }
   }
-  for (int r = 0; r < threads; r++) free(m[r].dst);
-  return median(best, REPS);
+  return median(slowest, REPS);
 }
 
 /* One checkpoint (Begin, 4 ranks save, Commit): the slowest rank's save
@@ -205,26 +218,121 @@ static double checkpoint(struct stk_client *c, int64_t step, double *ret_stall) 
     fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL));
     exit(1);
   }
-  double secs = now_s() - t0;
-  fprintf(stderr, "checkpoint step %" PRId64 ": %.3f s, stall %.3f s\n", step, secs, *ret_stall);
-  return secs;
+  save_step = step;
+  return now_s() - t0;
 }
 
-static int write_file(const char *path, uint64_t bytes) {
-  rows = bytes >> 20;
-  arena = malloc(rows * COLS * 4);
-  fill(0, rows * COLS);
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(arena, 4, rows * COLS, f) != rows * COLS || fclose(f) != 0) return 1;
-  return 0;
-}
+/* ---- peer clients (child processes) ---- */
 
-struct figures {
-  double upload_grpc_s, upload_s, stall_grpc, stall_first, stall;
+struct peers {
+  const char *blob, *endpoint, *sdk_js, *modules; /* sdk_js NULL: no SDK. */
 };
 
-/* Step 1 over gRPC, step 2 the first shm checkpoint, then STEADY more. */
-static void checkpoints(struct figures *f) {
+/* Runs argv to its end; its stdout (first line) into out. Returns the
+ * wall time, or a negative value if it failed. */
+static double run_child(char *const argv[], char *out, size_t out_len) {
+  int fd[2];
+  if (pipe(fd) != 0) return -1;
+  double t0 = now_s();
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    execvp(argv[0], argv);
+    _exit(127);
+  }
+  close(fd[1]);
+  size_t n = 0;
+  ssize_t k;
+  while (pid > 0 && (k = read(fd[0], out + n, out_len - 1 - n)) > 0 && n + (size_t)k < out_len - 1)
+    n += (size_t)k;
+  out[n] = 0;
+  close(fd[0]);
+  int st = 0;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
+  return now_s() - t0;
+}
+
+/* One `curl -T` PUT of the blob (unsigned payload, as the service signs). */
+static double curl_put(const struct peers *p, double mb) {
+  char url[512], out[256];
+  snprintf(url, sizeof(url), "%s/bench/curl-put.bin", p->endpoint);
+  char *argv[] = {"curl",        "-sf",
+                  "-o",          "/dev/null",
+                  "-T",          (char *)p->blob,
+                  "--aws-sigv4", "aws:amz:us-east-1:s3",
+                  "--user",      "S3RVER:S3RVER",
+                  "-H",          "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                  url,           NULL};
+  double s = run_child(argv, out, sizeof(out));
+  if (s <= 0) {
+    fprintf(stderr, "curl PUT failed\n");
+    exit(1);
+  }
+  return mb / s;
+}
+
+/* The SDK's multipart Upload; its own MB/s (node's start-up excluded),
+ * or 0 if it failed. */
+static double sdk_upload(const struct peers *p) {
+  if (!p->sdk_js) return 0;
+  char out[256];
+  char *argv[] = {"node",
+                  "--no-warnings",
+                  (char *)p->sdk_js,
+                  (char *)p->modules,
+                  (char *)p->endpoint,
+                  "bench",
+                  "sdk.bin",
+                  (char *)p->blob,
+                  NULL};
+  if (run_child(argv, out, sizeof(out)) < 0) {
+    fprintf(stderr, "SDK upload failed\n");
+    return 0;
+  }
+  return atof(out);
+}
+
+/* ---- rounds ---- */
+
+struct round {
+  double curl, sdk, service;      /* MB/s */
+  double stall, memcpy_s, single; /* s */
+  double restore, reshard;        /* s */
+};
+
+struct figures {
+  double upload_grpc_s, stall_grpc, stall_first;
+  int n;
+  struct round r[MAX_ROUNDS];
+};
+
+/* The service's part of a round: the memcpy baselines right before one
+ * steady-state checkpoint. */
+static void service_round(struct stk_client *c, int64_t step, double mb, struct round *r) {
+  r->memcpy_s = memcpy_shards(RANKS);
+  r->single = memcpy_shards(1);
+  r->service = mb / checkpoint(c, step, &r->stall);
+}
+
+/* Round k: curl, SDK, service; odd rounds the other way round. */
+static void upload_round(struct stk_client *c, const struct peers *p, int k, double mb,
+                         struct round *r) {
+  if (k % 2) service_round(c, 3 + k, mb, r);
+  r->curl = curl_put(p, mb);
+  r->sdk = sdk_upload(p);
+  if (k % 2 == 0) service_round(c, 3 + k, mb, r);
+  double peer = r->sdk > r->curl ? r->sdk : r->curl;
+  fprintf(stderr,
+          "round %d: service %.1f MB/s, curl %.1f, sdk %.1f (ratio %.3f); stall %.3f s, "
+          "memcpy %.4f s (ratio %.2f), one thread %.4f s\n",
+          k, r->service, r->curl, r->sdk, r->service / peer, r->stall, r->memcpy_s,
+          r->stall / r->memcpy_s, r->single);
+}
+
+/* Step 1 over gRPC, step 2 the first shm checkpoint, then the rounds. */
+static void checkpoints(const struct peers *p, double mb, struct figures *f) {
   struct stk_client *c = client();
   for (int r = 0; r < RANKS; r++) rank_client[r] = client();
   const char *mode = getenv(STK_CKPT_SHM_ENV);
@@ -236,52 +344,87 @@ static void checkpoints(struct figures *f) {
   else
     unsetenv(STK_CKPT_SHM_ENV);
   free(saved);
-  checkpoint(c, 2, &f->stall_first);
-  double up[STEADY], st[STEADY];
-  for (int k = 0; k < STEADY; k++) up[k] = checkpoint(c, 3 + k, &st[k]);
-  save_step = 2 + STEADY;
-  f->upload_s = median(up, STEADY);
-  f->stall = median(st, STEADY);
+  double first = checkpoint(c, 2, &f->stall_first);
+  fprintf(stderr, "gRPC checkpoint %.1f MB/s, stall %.3f s; first shm %.1f MB/s, stall %.3f s\n",
+          mb / f->upload_grpc_s, f->stall_grpc, mb / first, f->stall_first);
+  for (int k = 0; k < f->n; k++) upload_round(c, p, k, mb, &f->r[k]);
   for (int r = 0; r < RANKS; r++) stk_client_free(rank_client[r]);
   stk_client_free(c);
 }
 
-int main(int argc, char **argv) {
-  if (argc == 4 && strcmp(argv[1], "--write-file") == 0)
-    return write_file(argv[2], strtoull(argv[3], NULL, 10));
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s ADDR BYTES CURL_MBPS SDK_MBPS|null\n", argv[0]);
-    return 2;
+/* Same-world and resharded restores of the last step, alternating. */
+static void restores(double mb, struct figures *f) {
+  for (int k = 0; k < f->n; k++) {
+    struct round *r = &f->r[k];
+    if (k % 2) r->reshard = restore(3);
+    r->restore = restore(RANKS);
+    if (k % 2 == 0) r->reshard = restore(3);
+    fprintf(stderr, "restore round %d: 4 ranks %.1f MB/s, 3 ranks %.1f MB/s (ratio %.3f)\n", k,
+            mb / r->restore, mb / r->reshard, r->restore / r->reshard);
   }
-  addr = argv[1];
-  rows = strtoull(argv[2], NULL, 10) >> 20;
-  if (rows < RANKS) return 2;
-  uint64_t bytes = rows * COLS * 4;
-  double mb = (double)bytes / 1e6, curl = atof(argv[3]);
-  bool sdk_ok = strcmp(argv[4], "null") != 0;
-  double sdk = sdk_ok ? atof(argv[4]) : 0;
-  arena = malloc(bytes);
+}
+
+static int write_file(const char *path, uint64_t bytes) {
+  rows = bytes >> 20;
+  arena = malloc(rows * COLS * 4);
   fill(0, rows * COLS);
-  double memcpy_s = memcpy_shards(RANKS), memcpy_single_s = memcpy_shards(1);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(arena, 4, rows * COLS, f) != rows * COLS || fclose(f) != 0) return 1;
+  return 0;
+}
 
-  struct figures f;
-  checkpoints(&f);
-  double restore_s = restore(RANKS), reshard_s = restore(3);
+/* The median over rounds of one figure. */
+#define MEDIAN_OF(f, expr)                                                                         \
+  ({                                                                                               \
+    double v_[MAX_ROUNDS];                                                                         \
+    for (int k_ = 0; k_ < (f)->n; k_++) {                                                          \
+      const struct round *r = &(f)->r[k_];                                                         \
+      v_[k_] = (expr);                                                                             \
+    }                                                                                              \
+    median(v_, (size_t)(f)->n);                                                                    \
+  })
 
-  double service = mb / f.upload_s, peer = sdk_ok && sdk > curl ? sdk : curl;
+static void print_json(uint64_t bytes, double mb, bool sdk_ok, const struct figures *f) {
+  double service = MEDIAN_OF(f, r->service), curl = MEDIAN_OF(f, r->curl);
+  double sdk = MEDIAN_OF(f, r->sdk), stall = MEDIAN_OF(f, r->stall);
+  double mc = MEDIAN_OF(f, r->memcpy_s), single = MEDIAN_OF(f, r->single);
   char sdk_txt[32];
   snprintf(sdk_txt, sizeof(sdk_txt), sdk_ok ? "%.1f" : "null", sdk);
-  printf("{\"bench\":\"checkpoint\",\"bytes\":%" PRIu64 ",\"ranks\":%d,"
+  printf("{\"bench\":\"checkpoint\",\"bytes\":%" PRIu64 ",\"ranks\":%d,\"rounds\":%d,"
          "\"service_upload_mb_per_s\":%.1f,\"service_upload_grpc_mb_per_s\":%.1f,"
          "\"curl_put_mb_per_s\":%.1f,\"sdk_multipart_mb_per_s\":%s,\"upload_ratio\":%.3f,"
          "\"stall_s\":%.3f,\"memcpy_s\":%.4f,\"stall_ratio\":%.2f,"
          "\"memcpy_single_s\":%.4f,\"stall_single_ratio\":%.2f,"
          "\"stall_first_shm_s\":%.3f,\"stall_grpc_s\":%.3f,\"stall_grpc_ratio\":%.1f,"
          "\"restore_mb_per_s\":%.1f,\"reshard_restore_mb_per_s\":%.1f,\"reshard_ratio\":%.3f}\n",
-         bytes, RANKS, service, mb / f.upload_grpc_s, curl, sdk_txt, peer > 0 ? service / peer : 0,
-         f.stall, memcpy_s, f.stall / memcpy_s, memcpy_single_s, f.stall / memcpy_single_s,
-         f.stall_first, f.stall_grpc, f.stall_grpc / memcpy_s, mb / restore_s, mb / reshard_s,
-         restore_s / reshard_s);
-  free(arena);
+         bytes, RANKS, f->n, service, mb / f->upload_grpc_s, curl, sdk_txt,
+         MEDIAN_OF(f, r->service / (r->sdk > r->curl ? r->sdk : r->curl)), stall, mc,
+         MEDIAN_OF(f, r->stall / r->memcpy_s), single, MEDIAN_OF(f, r->stall / r->single),
+         f->stall_first, f->stall_grpc, f->stall_grpc / mc, mb / MEDIAN_OF(f, r->restore),
+         mb / MEDIAN_OF(f, r->reshard), MEDIAN_OF(f, r->restore / r->reshard));
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--write-file") == 0)
+    return write_file(argv[2], strtoull(argv[3], NULL, 10));
+  if (argc != 5 && argc != 7) {
+    fprintf(stderr, "usage: %s ADDR BYTES BLOB ENDPOINT [SDK_JS MODULES]\n", argv[0]);
+    return 2;
+  }
+  addr = argv[1];
+  rows = strtoull(argv[2], NULL, 10) >> 20;
+  if (rows < RANKS) return 2;
+  struct peers p = {argv[3], argv[4], argc == 7 ? argv[5] : NULL, argc == 7 ? argv[6] : NULL};
+  struct figures f = {.n = getenv("BENCH_ROUNDS") ? atoi(getenv("BENCH_ROUNDS")) : 3};
+  if (f.n < 1 || f.n > MAX_ROUNDS) return 2;
+  uint64_t bytes = rows * COLS * 4;
+  double mb = (double)bytes / 1e6;
+  arena = malloc(bytes);
+  fill(0, rows * COLS);
+  memcpy_init();
+
+  checkpoints(&p, mb, &f);
+  restores(mb, &f);
+  print_json(bytes, mb, p.sdk_js != NULL, &f);
   return 0;
 }

@@ -25,7 +25,7 @@ static const char *module_dir(char *buf, size_t size) {
   for (size_t i = 0; i < 2; i++) {
     char probe[512];
     snprintf(buf, size, "%s/%s", cache_dir(), names[i]);
-    snprintf(probe, sizeof(probe), "%s/lib/s3rver.js", buf);
+    if (snprintf(probe, sizeof(probe), "%s/lib/s3rver.js", buf) >= (int)sizeof(probe)) continue;
     if (access(probe, R_OK) == 0) return buf;
   }
   return NULL;
