@@ -14,10 +14,11 @@
  *             the small and the large corpus (must not grow with size);
  *   bpe       GPT-2 BPE tokenization on one core, when vocab files are given.
  * The machine's speed drifts (a shared VM), so raw, embedded, grpc and wire
- * are measured in ROUNDS interleaved rounds (BENCH_ROUNDS, default 3), each
- * phase SECONDS / ROUNDS per round; a ratio is the median of the rounds'
- * ratios (each against the raw rate of its own round), a rate the median of
- * the rounds' rates. Per-round figures go to stderr.
+ * are measured in ROUNDS interleaved rounds (BENCH_ROUNDS, default 8), each
+ * phase SECONDS / ROUNDS per round with a raw pass between any two phases;
+ * a ratio is the median over rounds of the phase's rate over the mean of
+ * the raw passes just before and after it, a rate the median of the
+ * rounds' rates. Per-round figures go to stderr.
  * ADDR "-" skips the daemon (grpc and wire print 0), to profile the rest.
  * Prints one JSON line. Usage:
  *   dataloader_bench ADDR WORK [SECONDS] [ENCODER_JSON VOCAB_BPE TEXT_FILE]
@@ -113,26 +114,21 @@ static void map_large(const char *work, struct mapped *m) {
   }
 }
 
-/* Tokens per second of memcpy in batch-sized chunks over the whole corpus
- * (best of two passes: the first also faults the mapping in). */
+/* Tokens per second of memcpy in batch-sized chunks over the whole corpus,
+ * one pass (main makes an untimed one first, which faults the mapping in). */
 static double raw_tokens_per_s(const struct mapped *m) {
-  uint32_t *dst = malloc(BATCH_TOKENS * 4);
-  double best = 0;
-  for (int pass = 0; pass < 2; pass++) {
-    uint64_t bytes = 0;
-    double t0 = now_s();
-    for (int f = 0; f < LARGE_FILES; f++) {
-      for (size_t off = 1024; off + BATCH_TOKENS * 4 <= m->len[f]; off += BATCH_TOKENS * 4) {
-        memcpy(dst, m->p[f] + off, BATCH_TOKENS * 4);
-        __asm__ volatile("" : : "r"(dst) : "memory"); /* Keep the copy. */
-        bytes += BATCH_TOKENS * 4;
-      }
+  static uint32_t *dst;
+  if (!dst && !(dst = malloc(BATCH_TOKENS * 4))) die("malloc", STK_ENOMEM);
+  uint64_t bytes = 0;
+  double t0 = now_s();
+  for (int f = 0; f < LARGE_FILES; f++) {
+    for (size_t off = 1024; off + BATCH_TOKENS * 4 <= m->len[f]; off += BATCH_TOKENS * 4) {
+      memcpy(dst, m->p[f] + off, BATCH_TOKENS * 4);
+      __asm__ volatile("" : : "r"(dst) : "memory"); /* Keep the copy. */
+      bytes += BATCH_TOKENS * 4;
     }
-    double rate = (double)bytes / 4 / (now_s() - t0);
-    if (rate > best) best = rate;
   }
-  free(dst);
-  return best;
+  return (double)bytes / 4 / (now_s() - t0);
 }
 
 /* A loader spec over one llm.c directory. */
@@ -300,27 +296,36 @@ static double median(const double *v, int n) {
 enum { RAW, EMBEDDED, GRPC, WIRE, PHASES };
 static const char *const phase_name[PHASES] = {"raw", "embedded", "grpc", "wire"};
 
-/* The interleaved rounds: rate[phase][round]. */
+/* The interleaved rounds: rate[phase][round], and base[phase][round] the
+ * raw rate around that phase (the mean of the raw passes just before and
+ * just after it), which its ratio is taken against. */
 static void rounds(const struct mapped *m, struct dl *large, struct grpc_stream *shm,
-                   struct grpc_stream *wire, int n, double seconds,
-                   double rate[PHASES][MAX_ROUNDS]) {
+                   struct grpc_stream *wire, int n, double seconds, double rate[PHASES][MAX_ROUNDS],
+                   double base[PHASES][MAX_ROUNDS]) {
   int64_t step = 1;
+  double before = raw_tokens_per_s(m);
   for (int r = 0; r < n; r++) {
-    rate[RAW][r] = raw_tokens_per_s(m);
-    rate[EMBEDDED][r] = embedded_tokens_per_s(large, &step, seconds / n);
-    rate[GRPC][r] = grpc_tokens_per_s(shm, seconds / n);
-    rate[WIRE][r] = grpc_tokens_per_s(wire, seconds / n);
+    rate[RAW][r] = base[RAW][r] = before;
+    for (int p = EMBEDDED; p < PHASES; p++) {
+      rate[p][r] = p == EMBEDDED ? embedded_tokens_per_s(large, &step, seconds / n)
+                                 : grpc_tokens_per_s(p == GRPC ? shm : wire, seconds / n);
+      double after = raw_tokens_per_s(m);
+      base[p][r] = (before + after) / 2;
+      before = after;
+    }
     fprintf(stderr, "round %d:", r + 1);
     for (int p = 0; p < PHASES; p++)
-      fprintf(stderr, " %s %.0f M/s%s", phase_name[p], rate[p][r] / 1e6, p ? "" : ";");
+      fprintf(stderr, " %s %.0f M/s (%.3f)", phase_name[p], rate[p][r] / 1e6,
+              rate[p][r] / base[p][r]);
     fprintf(stderr, "\n");
   }
 }
 
-/* Median over rounds of phase p's ratio to the raw rate of the same round. */
-static double ratio_median(double rate[PHASES][MAX_ROUNDS], int p, int n) {
+/* Median over rounds of phase p's ratio to the raw rate around it. */
+static double ratio_median(double rate[PHASES][MAX_ROUNDS], double base[PHASES][MAX_ROUNDS], int p,
+                           int n) {
   double ratio[MAX_ROUNDS];
-  for (int r = 0; r < n; r++) ratio[r] = rate[p][r] / rate[RAW][r];
+  for (int r = 0; r < n; r++) ratio[r] = rate[p][r] / base[p][r];
   return median(ratio, n);
 }
 
@@ -331,8 +336,8 @@ int main(int argc, char **argv) {
   }
   const char *addr = argv[1], *work = argv[2];
   double seconds = argc > 3 ? atof(argv[3]) : 10;
-  int n_rounds = getenv("BENCH_ROUNDS") ? atoi(getenv("BENCH_ROUNDS")) : 3;
-  if (n_rounds < 1 || n_rounds > MAX_ROUNDS) n_rounds = 3;
+  int n_rounds = getenv("BENCH_ROUNDS") ? atoi(getenv("BENCH_ROUNDS")) : 8;
+  if (n_rounds < 1 || n_rounds > MAX_ROUNDS) n_rounds = 8;
   uint64_t corpus_tokens;
   write_corpora(work, &corpus_tokens);
   struct mapped m;
@@ -347,8 +352,9 @@ int main(int argc, char **argv) {
     grpc_open(addr, work, false, &shm);
     grpc_open(addr, work, true, &wire);
   }
-  double rate[PHASES][MAX_ROUNDS];
-  rounds(&m, large, &shm, &wire, n_rounds, seconds, rate);
+  double rate[PHASES][MAX_ROUNDS], base[PHASES][MAX_ROUNDS];
+  raw_tokens_per_s(&m); /* Faults the baseline's mapping in. */
+  rounds(&m, large, &shm, &wire, n_rounds, seconds, rate, base);
   grpc_close(&shm);
   grpc_close(&wire);
   dl_close(large);
@@ -364,8 +370,8 @@ int main(int argc, char **argv) {
          SEQ_LEN, GLOBAL_BATCH, n_rounds, corpus_tokens, corpus_tokens * 4,
          median(rate[RAW], n_rounds), median(rate[EMBEDDED], n_rounds),
          median(rate[GRPC], n_rounds), median(rate[WIRE], n_rounds),
-         ratio_median(rate, EMBEDDED, n_rounds), ratio_median(rate, GRPC, n_rounds),
-         ratio_median(rate, WIRE, n_rounds), first_small, first_large, bpe_text);
+         ratio_median(rate, base, EMBEDDED, n_rounds), ratio_median(rate, base, GRPC, n_rounds),
+         ratio_median(rate, base, WIRE, n_rounds), first_small, first_large, bpe_text);
   for (int f = 0; f < LARGE_FILES; f++) munmap((void *)m.p[f], m.len[f]);
   return 0;
 }
