@@ -7,13 +7,16 @@
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -179,6 +182,41 @@ struct harness_daemon *harness_daemon_start(const char *const *extra_args) {
     return NULL;
   }
   return d;
+}
+
+/* A TCP port free on 127.0.0.1 now (0 on failure). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+struct harness_daemon *harness_daemon_start_metrics(const char *const *extra_args, int *ret_port) {
+  const char *args[HARNESS_MAX_ARGS + 1] = {"--metrics-listen"};
+  char listen[64];
+  size_t n = 2;
+  for (size_t i = 0; extra_args && extra_args[i] && n < HARNESS_MAX_ARGS; i++)
+    args[n++] = extra_args[i];
+  args[n] = NULL;
+  for (int attempt = 0; attempt < 5; attempt++) {
+    int port = free_port();
+    if (!port) continue;
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    args[1] = listen;
+    struct harness_daemon *d = harness_daemon_start(args);
+    if (d) {
+      *ret_port = port;
+      return d;
+    }
+    fprintf(stderr, "harness: retrying with another metrics port\n");
+  }
+  return NULL;
 }
 
 int harness_daemon_restart(struct harness_daemon *d) {

@@ -57,6 +57,11 @@ void harness_tmpdir_remove(const char *path);
  * the process exits. Returns NULL on failure (with a message on stderr). */
 struct harness_daemon *harness_daemon_start(const char *const *extra_args);
 
+/* The same with "--metrics-listen 127.0.0.1:PORT" first, PORT free on
+ * loopback when picked (*ret_port). Another process may take the port
+ * before the daemon binds it: the start is then retried on a new one. */
+struct harness_daemon *harness_daemon_start_metrics(const char *const *extra_args, int *ret_port);
+
 /* Starts the daemon again on the same data dir and the same address. */
 int harness_daemon_restart(struct harness_daemon *d);
 

@@ -145,18 +145,6 @@ void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t wa
   assert_memory_equal(b->tokens.data, want, want_len);
 }
 
-int tdl_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 /* GET /metrics over HTTP/1.0 (malloc'd response); NULL on failure. */
 static char *scrape(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

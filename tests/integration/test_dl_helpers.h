@@ -76,9 +76,8 @@ void tdl_stream_free(struct tdl_stream *s);
 /* Asserts a reply equals the bytes expected. */
 void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t want_len);
 
-/* A TCP port free on 127.0.0.1 now; the value of a metric series in the
- * daemon's /metrics on that port (-1 when absent). */
-int tdl_free_port(void);
+/* The value of a metric series in the daemon's /metrics on that port (-1
+ * when absent). */
 double tdl_metric(int port, const char *series);
 
 #endif

@@ -37,13 +37,10 @@ struct fixture {
 
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
-  char listen[64];
-  f->metrics_port = tdl_free_port();
-  snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->metrics_port);
   if (harness_tmpdir_new(f->tmp, sizeof(f->tmp)) != 0) return -1;
   snprintf(f->shm, sizeof(f->shm), "%s/shm", f->tmp);
-  const char *args[] = {"--metrics-listen", listen, "--shm-dir", f->shm, NULL};
-  f->d = harness_daemon_start(args);
+  const char *args[] = {"--shm-dir", f->shm, NULL};
+  f->d = harness_daemon_start_metrics(args, &f->metrics_port);
   if (!f->d) return -1;
   f->rc = harness_rpc(f->d);
   f->c = harness_client(f->d);

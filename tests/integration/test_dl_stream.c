@@ -31,11 +31,8 @@ struct fixture {
 
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
-  char listen[64];
-  f->metrics_port = tdl_free_port();
-  snprintf(listen, sizeof(listen), "127.0.0.1:%d", f->metrics_port);
-  const char *args[] = {"--metrics-listen", listen, "--max-prefetch", "8", NULL};
-  f->d = harness_daemon_start(args);
+  const char *args[] = {"--max-prefetch", "8", NULL};
+  f->d = harness_daemon_start_metrics(args, &f->metrics_port);
   if (!f->d) return -1;
   f->rc = harness_rpc(f->d);
   *state = f;

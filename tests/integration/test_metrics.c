@@ -1,7 +1,7 @@
 /*
  * The real daemon's Prometheus endpoint: with --metrics-listen on a port
- * picked here (bind port 0, read it, close: the daemon only logs the port
- * it bound), GET /metrics counts the calls made, by method and code.
+ * the harness picks (the daemon only logs the port it bound), GET /metrics
+ * counts the calls made, by method and code.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,18 +22,6 @@
 #include <sys/time.h>
 
 /* A TCP port free on 127.0.0.1 right now; 0 on failure. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  if (fd >= 0) close(fd);
-  return port;
-}
-
 /* GET /metrics over plain HTTP/1.0; returns the malloc'ed response. */
 static char *http_get(int port, const char *path) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -41,7 +29,7 @@ static char *http_get(int port, const char *path) {
                           .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   /* Never hang on a peer that does not answer (a port reused by another
-   * process between free_port and the daemon's bind, say). */
+   * process between picking it and the daemon's bind, say). */
   struct timeval tv = {.tv_sec = 5};
   if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
@@ -85,11 +73,8 @@ static void expect_metrics(int port, const char *const *want, size_t n) {
 }
 
 static int setup(void **state) {
-  int port = free_port();
-  char listen[64];
-  snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-  const char *args[] = {"--metrics-listen", listen, NULL};
-  struct harness_daemon *d = port ? harness_daemon_start(args) : NULL;
+  int port;
+  struct harness_daemon *d = harness_daemon_start_metrics(NULL, &port);
   *state = d;
   return d ? 0 : -1;
 }
