@@ -308,9 +308,19 @@ struct figures {
   struct round r[MAX_ROUNDS];
 };
 
+/* Every timed phase starts with the disk quiet: s3rver keeps objects in
+ * files, and the kernel's write-back of the gigabytes the previous upload
+ * left dirty would otherwise take cores and memory bandwidth from the next
+ * phase (the memcpy baselines and a stall of a fraction of a second
+ * included). */
+static void quiesce(void) {
+  sync();
+}
+
 /* The service's part of a round: the memcpy baselines right before one
  * steady-state checkpoint. */
 static void service_round(struct stk_client *c, int64_t step, double mb, struct round *r) {
+  quiesce();
   r->memcpy_s = memcpy_shards(RANKS);
   r->single = memcpy_shards(1);
   r->service = mb / checkpoint(c, step, &r->stall);
@@ -320,7 +330,9 @@ static void service_round(struct stk_client *c, int64_t step, double mb, struct 
 static void upload_round(struct stk_client *c, const struct peers *p, int k, double mb,
                          struct round *r) {
   if (k % 2) service_round(c, 3 + k, mb, r);
+  quiesce();
   r->curl = curl_put(p, mb);
+  quiesce();
   r->sdk = sdk_upload(p);
   if (k % 2 == 0) service_round(c, 3 + k, mb, r);
   double peer = r->sdk > r->curl ? r->sdk : r->curl;
@@ -354,6 +366,7 @@ static void checkpoints(const struct peers *p, double mb, struct figures *f) {
 
 /* Same-world and resharded restores of the last step, alternating. */
 static void restores(double mb, struct figures *f) {
+  quiesce();
   for (int k = 0; k < f->n; k++) {
     struct round *r = &f->r[k];
     if (k % 2) r->reshard = restore(3);
