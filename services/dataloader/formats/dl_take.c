@@ -1,11 +1,10 @@
 /*
  * dl_take: the fused drop-delimiter copy (see dl_take.h). The portable
- * version moves one token at a time; on x86-64 CPUs with AVX2 runs of 8
- * tokens without a delimiter move with one compare and one store, and only
- * the 8 around a delimiter (one per document, thousands of tokens apart)
- * take the token-at-a-time path. Blocks are random in a large map, so the
- * loop prefetches AHEAD bytes in front (hardware prefetchers stop at page
- * edges).
+ * version moves one token at a time; on x86-64 CPUs with AVX2 runs of 32
+ * tokens without a delimiter move with four compares and one test, then
+ * runs of 8, and only the 8 around a delimiter (one per document,
+ * thousands of tokens apart) take the token-at-a-time path. Blocks are random in a large map, so
+ * the loop prefetches AHEAD bytes in front (hardware prefetchers stop at page edges).
  */
 #include "dl_take.h"
 
@@ -56,6 +55,27 @@ __attribute__((target("avx2"))) static size_t take_avx2(const uint32_t *t, uint6
   bool after_delim = i == 0 || t[i - 1] == delim;
   size_t w = 0;
   while (i < end && w < want) {
+    /* 32 tokens (two cache lines) per step: four compares, one test. */
+    while (!after_delim && end - i >= 32 && want - w >= 32) {
+      __builtin_prefetch((const char *)(t + i) + AHEAD);
+      __builtin_prefetch((const char *)(t + i) + AHEAD + 64);
+      const __m256i *p = (const __m256i *)(const void *)(t + i);
+      __m256i x0 = _mm256_loadu_si256(p), x1 = _mm256_loadu_si256(p + 1);
+      __m256i x2 = _mm256_loadu_si256(p + 2), x3 = _mm256_loadu_si256(p + 3);
+      __m256i hit =
+          _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi32(x0, d), _mm256_cmpeq_epi32(x1, d)),
+                          _mm256_or_si256(_mm256_cmpeq_epi32(x2, d), _mm256_cmpeq_epi32(x3, d)));
+      if (!_mm256_testz_si256(hit, hit)) break;
+      if (dst) {
+        __m256i *q = (__m256i *)(void *)(dst + w);
+        _mm256_storeu_si256(q, x0);
+        _mm256_storeu_si256(q + 1, x1);
+        _mm256_storeu_si256(q + 2, x2);
+        _mm256_storeu_si256(q + 3, x3);
+      }
+      i += 32;
+      w += 32;
+    }
     while (!after_delim && end - i >= 8 && want - w >= 8) {
       __builtin_prefetch((const char *)(t + i) + AHEAD);
       __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(t + i));
