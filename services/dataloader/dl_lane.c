@@ -232,7 +232,6 @@ static int next_unit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
     g->cur_ds = d;
     g->cur_unit = unit;
     g->cur_epoch = s->epoch;
-    g->off = 0;
     return 0;
   }
 }
