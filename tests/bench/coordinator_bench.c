@@ -5,9 +5,12 @@
  * second (each rank once per interval, evenly spread) and records the
  * latency of every heartbeat. The baseline, measured in the same run on the
  * same server, is a grpc.health.v1 Check round trip: a call that touches no
- * job state. Prints one JSON line per rank count.
+ * job state. The heartbeat phase runs ROUNDS windows of SECONDS after a
+ * settling second; p50 and p99 are the medians of the windows' figures
+ * (this VM's speed drifts within a minute), p99_all_ms pools every window.
+ * Prints one JSON line per rank count.
  *
- * Usage: coordinator_bench ADDR RANKS [HEARTBEAT_INTERVAL_MS] [SECONDS]
+ * Usage: coordinator_bench ADDR RANKS [HEARTBEAT_INTERVAL_MS] [SECONDS] [ROUNDS]
  */
 #include "rpc.h"
 #include "stk_error.h"
@@ -23,7 +26,8 @@
 #include <string.h>
 #include <time.h>
 
-#define CHANNELS 8
+#define CHANNELS  8
+#define SETTLE_MS 1000.0 /* Heartbeats sent right after the rendezvous: not counted. */
 
 struct latencies {
   pthread_mutex_t lock;
@@ -110,6 +114,37 @@ static void sleep_until(double t_ms) {
   nanosleep(&ts, NULL);
 }
 
+/* Median of n values (sorts them). */
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The machine's CPU time from /proc/stat: the share stolen by the
+ * hypervisor shows how noisy a window was (zero where unknown). */
+struct cpu_times {
+  unsigned long long total, steal;
+};
+
+static struct cpu_times read_cpu_times(void) {
+  struct cpu_times t = {0};
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return t;
+  unsigned long long v[8] = {0};
+  if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+             &v[5], &v[6], &v[7]) == 8) {
+    for (int i = 0; i < 8; i++) t.total += v[i];
+    t.steal = v[7];
+  }
+  fclose(f);
+  return t;
+}
+
+static double steal_pct(const struct cpu_times *a, const struct cpu_times *b) {
+  unsigned long long total = b->total - a->total;
+  return total ? 100.0 * (double)(b->steal - a->steal) / (double)total : 0;
+}
+
 static int create_job(struct rpc_client *c, const char *name, uint32_t ranks, uint32_t hb_ms) {
   Stoker__V1__JobSpec spec = STOKER__V1__JOB_SPEC__INIT;
   spec.name = (char *)name;
@@ -142,13 +177,18 @@ static void measure_baseline(struct rpc_client *c, struct latencies *lat, int ca
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s ADDR RANKS [HEARTBEAT_INTERVAL_MS] [SECONDS]\n", argv[0]);
+    fprintf(stderr, "usage: %s ADDR RANKS [HEARTBEAT_INTERVAL_MS] [SECONDS] [ROUNDS]\n", argv[0]);
     return 1;
   }
   const char *addr = argv[1];
   uint32_t ranks = (uint32_t)strtoul(argv[2], NULL, 10);
   uint32_t hb_ms = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 5000;
-  double seconds = argc > 4 ? strtod(argv[4], NULL) : 15;
+  double seconds = argc > 4 ? strtod(argv[4], NULL) : 10;
+  int rounds = argc > 5 ? atoi(argv[5]) : 3;
+  if (rounds < 1 || seconds <= 0) {
+    fprintf(stderr, "bench: SECONDS and ROUNDS must be positive\n");
+    return 1;
+  }
 
   struct rpc_client *clients[CHANNELS];
   for (int i = 0; i < CHANNELS; i++) {
@@ -182,28 +222,60 @@ int main(int argc, char **argv) {
   double rendezvous_s = (now_ms() - t0) / 1e3;
   if (atomic_load(&join_lat.errors) > 0) return 1;
 
-  /* Heartbeats, open loop: rank r at offsets r * interval / N in each interval. */
-  struct latencies hb_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  /* Heartbeats, open loop: rank r at offsets r * interval / N in each
+   * interval, without pause, for a settling second and then `rounds`
+   * windows of `seconds`. Each call counts in the window it was sent in. */
+  struct latencies warm_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  struct latencies *round_lat = calloc(rounds, sizeof(*round_lat));
+  double *round_steal = calloc(rounds, sizeof(double));
+  for (int i = 0; i < rounds; i++) pthread_mutex_init(&round_lat[i].lock, NULL);
   Stoker__V1__HeartbeatRequest hr = STOKER__V1__HEARTBEAT_REQUEST__INIT;
   hr.job = job;
   hr.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
   double start = now_ms(), gap_ms = (double)hb_ms / ranks;
+  double window_ms = seconds * 1e3, end_ms = SETTLE_MS + rounds * window_ms;
+  struct cpu_times window_cpu = {0};
+  int window = -1;
   uint64_t sent = 0;
   for (;;) {
-    double due = start + (double)sent * gap_ms;
-    if (due - start >= seconds * 1e3) break;
-    sleep_until(due);
+    double due = (double)sent * gap_ms;
+    if (due >= end_ms) break;
+    sleep_until(start + due);
+    int w = due < SETTLE_MS ? -1 : (int)((due - SETTLE_MS) / window_ms);
+    if (w != window) { /* A window begins: close the steal figure of the last. */
+      struct cpu_times now = read_cpu_times();
+      if (window >= 0) round_steal[window] = steal_pct(&window_cpu, &now);
+      window_cpu = now;
+      window = w;
+    }
     uint32_t r = (uint32_t)(sent % ranks);
     hr.member_id = members[r];
     hr.generation = generation[r];
     hr.step = sent / ranks;
     hr.tokens_per_s = 1000;
-    start_call(clients[r % CHANNELS], &hb_lat, "/stoker.v1.Coordinator/Heartbeat", &hr.base,
+    start_call(clients[r % CHANNELS], w < 0 ? &warm_lat : &round_lat[w],
+               "/stoker.v1.Coordinator/Heartbeat", &hr.base,
                &stoker__v1__heartbeat_response__descriptor, NULL);
     sent++;
   }
-  wait_outstanding(&hb_lat);
-  double elapsed_s = (now_ms() - start) / 1e3;
+  struct cpu_times end_cpu = read_cpu_times();
+  round_steal[rounds - 1] = steal_pct(&window_cpu, &end_cpu);
+  wait_outstanding(&warm_lat);
+  struct latencies all_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  long hb_errors = atomic_load(&warm_lat.errors);
+  double *round_p50 = calloc(rounds, sizeof(double)), *round_p99 = calloc(rounds, sizeof(double));
+  for (int i = 0; i < rounds; i++) {
+    wait_outstanding(&round_lat[i]);
+    hb_errors += atomic_load(&round_lat[i].errors);
+    for (size_t k = 0; k < round_lat[i].n; k++) record(&all_lat, round_lat[i].ms[k]);
+    round_p50[i] = percentile(&round_lat[i], 0.50);
+    round_p99[i] = percentile(&round_lat[i], 0.99);
+    fprintf(stderr,
+            "bench: %" PRIu32 " ranks, window %d: %zu heartbeats, p50 %.3f ms, p99 %.3f ms, "
+            "steal %.1f%%\n",
+            ranks, i + 1, round_lat[i].n, round_p50[i], round_p99[i], round_steal[i]);
+  }
+  double elapsed_s = (now_ms() - start - SETTLE_MS) / 1e3;
 
   /* Saturation: keep 256 heartbeats in flight for a while; the rate the
    * coordinator sustains with no pacing is its headroom over the target. */
@@ -223,22 +295,30 @@ int main(int argc, char **argv) {
   struct latencies base_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
   measure_baseline(clients[0], &base_lat, 2000);
 
-  double p50 = percentile(&hb_lat, 0.50), p99 = percentile(&hb_lat, 0.99);
+  double p50 = median(round_p50, rounds), p99 = median(round_p99, rounds);
+  double p99_all = percentile(&all_lat, 0.99), steal = median(round_steal, rounds);
   double b50 = percentile(&base_lat, 0.50), b99 = percentile(&base_lat, 0.99);
   printf("{\"bench\":\"coordinator\",\"ranks\":%" PRIu32 ",\"heartbeat_interval_ms\":%" PRIu32
          ",\"heartbeats\":%zu,\"errors\":%ld,\"heartbeats_per_s\":%.1f,\"target_per_s\":%.1f,\"max_"
          "heartbeats_per_s\":%.1f,"
          "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"rendezvous_s\":%.3f,\"baseline_health_p50_ms\":%.3f,"
-         "\"baseline_health_p99_ms\":%.3f,\"p50_ratio\":%.2f,\"p99_ratio\":%.2f}\n",
-         ranks, hb_ms, hb_lat.n, atomic_load(&hb_lat.errors) + atomic_load(&join_lat.errors),
-         (double)hb_lat.n / elapsed_s, ranks * 1000.0 / hb_ms, max_per_s, p50, p99, rendezvous_s,
-         b50, b99, b50 > 0 ? p50 / b50 : 0, b99 > 0 ? p99 / b99 : 0);
+         "\"baseline_health_p99_ms\":%.3f,\"p50_ratio\":%.2f,\"p99_ratio\":%.2f,\"rounds\":%d,"
+         "\"p99_all_ms\":%.3f,\"steal_pct\":%.1f}\n",
+         ranks, hb_ms, all_lat.n, hb_errors + atomic_load(&join_lat.errors),
+         (double)all_lat.n / elapsed_s, ranks * 1000.0 / hb_ms, max_per_s, p50, p99, rendezvous_s,
+         b50, b99, b50 > 0 ? p50 / b50 : 0, b99 > 0 ? p99 / b99 : 0, rounds, p99_all, steal);
 
   for (uint32_t r = 0; r < ranks; r++) free(members[r]);
   free(members);
   free(generation);
   free(join_lat.ms);
-  free(hb_lat.ms);
+  for (int i = 0; i < rounds; i++) free(round_lat[i].ms);
+  free(round_lat);
+  free(all_lat.ms);
+  free(warm_lat.ms);
+  free(round_steal);
+  free(round_p50);
+  free(round_p99);
   free(base_lat.ms);
   free(sat_lat.ms);
   for (int i = 0; i < CHANNELS; i++) rpc_client_free(clients[i]);
