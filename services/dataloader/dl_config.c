@@ -76,19 +76,26 @@ int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *sp
     return STK_EINVAL;
   }
   struct dl_ds ds = {0};
-  if ((rc = dl->opts.open_source(dl->opts.open_source_arg, spec, &ds.src)) < 0) return rc;
+  if (!(ds.spec = copy_msg(&spec->base))) return STK_ENOMEM;
+  /* The job keeps the unit size it was created with, whatever later
+   * versions take as their default. */
+  if (ds.spec->format == STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC && !ds.spec->block_tokens)
+    ds.spec->block_tokens = DL_LLMC_BLOCK_TOKENS;
+  if ((rc = dl->opts.open_source(dl->opts.open_source_arg, ds.spec, &ds.src)) < 0) {
+    stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
+    return rc;
+  }
   ds.units = dl_source_units(ds.src);
   if (ds.units < j->C) {
     stk_set_detail("dataset %s has %llu units, fewer than the %u lanes", spec->name,
                    (unsigned long long)ds.units, j->C);
+    stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
     dl_source_free(ds.src);
     return STK_EINVAL;
   }
   struct dl_ds *arr = realloc(j->ds, (j->n_ds + 1) * sizeof *arr);
-  ds.spec = copy_msg(&spec->base);
-  if (!arr || !ds.spec) {
-    if (arr) j->ds = arr;
-    if (ds.spec) stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
+  if (!arr) {
+    stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
     dl_source_free(ds.src);
     return STK_ENOMEM;
   }

@@ -149,6 +149,8 @@ static void make_spec(struct spec_buf *b, const char *job, const char *dir) {
   b->ds.source = &b->src;
   b->ds.format = STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC;
   b->ds.weight = 1;
+  const char *block = getenv("BENCH_BLOCK_TOKENS"); /* llm.c unit size; unset: the default. */
+  if (block) b->ds.block_tokens = (uint32_t)strtoul(block, NULL, 10);
   b->dsp = &b->ds;
   b->spec.job = (char *)job;
   b->spec.datasets = &b->dsp;

@@ -295,7 +295,7 @@ int dl_llmc_open(const struct dl_source_opts *opts, struct dl_source **ret_sourc
     return STK_ENOMEM;
   }
   l->n_files = n;
-  l->block_tokens = opts->block_tokens ? opts->block_tokens : 8192;
+  l->block_tokens = opts->block_tokens ? opts->block_tokens : DL_LLMC_BLOCK_TOKENS;
   l->eot = opts->eot_id < 0 ? 50256u : (uint32_t)opts->eot_id;
   rc = dl_source_base_init(&l->base, &llmc_ops, opts);
   if (rc == 0) rc = open_files(l, paths);
