@@ -5,8 +5,8 @@
  * and a fresh mapping costs a page fault per 4 KiB. So a segment file
  * stays mapped here after its messages are sent, and when the service has
  * uploaded it and recycled it into its pool (free-*), the next checkpoint
- * of any rank of this process claims it again and copies with a plain
- * memcpy into pages that are allocated and already mapped.
+ * of any rank of this process claims it again and copies into pages that
+ * are allocated and already mapped (non-temporal stores, ckpt_copy.h).
  *
  * Hand-over stays the one the service checks (ckpt_shm.h): a file is
  * written only between claiming it (an atomic rename of free-* to our
@@ -38,6 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_copy.h"
 #include "ckpt_internal.h"
 #include "stk_error.h"
 
@@ -196,7 +197,7 @@ int ckpt_segmap_write(struct ckpt_segfile *f, uint64_t off, const void *data, si
     if (rc != 0) return STK_EIO;
     f->alloc = off + len;
   }
-  memcpy(f->map + off, data, len);
+  ckpt_copy_stream(f->map + off, data, len);
   return 0;
 }
 

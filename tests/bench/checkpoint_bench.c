@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -100,6 +101,10 @@ struct job {
   int err;
 };
 
+/* The last save's page faults and stall per rank (stderr only). */
+static long save_faults[RANKS];
+static double save_secs[RANKS];
+
 static void *save_rank(void *arg) {
   struct job *j = arg;
   uint64_t lo, hi, shape[2] = {rows, COLS};
@@ -107,9 +112,14 @@ static void *save_rank(void *arg) {
   uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
   struct stk_ckpt_tensor t = {"model",           STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off, sz},
                               arena + lo * COLS, (hi - lo) * COLS * 4};
+  struct rusage ru0, ru1;
+  getrusage(RUSAGE_THREAD, &ru0);
   double t0 = now_s();
   j->err = stk_ckpt_save(rank_client[j->rank], attempt, j->rank, &t, 1, NULL);
   j->secs = now_s() - t0;
+  getrusage(RUSAGE_THREAD, &ru1);
+  save_faults[j->rank] = ru1.ru_minflt - ru0.ru_minflt + ru1.ru_majflt - ru0.ru_majflt;
+  save_secs[j->rank] = j->secs;
   if (j->err) fprintf(stderr, "save rank %u: %s\n", j->rank, stk_client_last_error(NULL));
   return NULL;
 }
@@ -338,9 +348,11 @@ static void upload_round(struct stk_client *c, const struct peers *p, int k, dou
   double peer = r->sdk > r->curl ? r->sdk : r->curl;
   fprintf(stderr,
           "round %d: service %.1f MB/s, curl %.1f, sdk %.1f (ratio %.3f); stall %.3f s, "
-          "memcpy %.4f s (ratio %.2f), one thread %.4f s\n",
+          "memcpy %.4f s (ratio %.2f), one thread %.4f s; ranks %.3f %.3f %.3f %.3f s, "
+          "faults %ld %ld %ld %ld\n",
           k, r->service, r->curl, r->sdk, r->service / peer, r->stall, r->memcpy_s,
-          r->stall / r->memcpy_s, r->single);
+          r->stall / r->memcpy_s, r->single, save_secs[0], save_secs[1], save_secs[2], save_secs[3],
+          save_faults[0], save_faults[1], save_faults[2], save_faults[3]);
 }
 
 /* Step 1 over gRPC, step 2 the first shm checkpoint, then the rounds. */
