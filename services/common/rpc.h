@@ -213,8 +213,10 @@ int rpc_client_unary(struct rpc_client *c, const char *method, const ProtobufCMe
                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                      ProtobufCMessage **ret_resp, struct rpc_status *ret_st);
 
-/* Client streaming, blocking: open, write messages (each waits for flow
- * control), then finish to half-close and receive the reply. */
+/* Client streaming, blocking: open, write messages, then finish to
+ * half-close and receive the reply. A write packs its message (the caller
+ * may free it on return), waits until the transport took the previous one
+ * (flow control) and sends; STK_ECANCELED once the call has ended. */
 struct rpc_client_cstream;
 int rpc_client_cstream_open(struct rpc_client *c, const char *method,
                             const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,

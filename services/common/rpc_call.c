@@ -169,7 +169,10 @@ static void finish(struct rpc_call *c, int code, const char *msg, grpc_byte_buff
   ops[n].data.send_status_from_server.status = (grpc_status_code)code;
   ops[n++].data.send_status_from_server.status_details = &c->details;
   c->reply_buf = reply;
-  if (!start_batch(c, ops, n, &c->finish_tag)) on_finished(&c->finish_tag, false);
+  if (!start_batch(c, ops, n, &c->finish_tag)) { /* No batch: its reference is not held. */
+    if (c->reply_buf) grpc_byte_buffer_destroy(c->reply_buf);
+    c->reply_buf = NULL;
+  }
   unref(c); /* The handler's reference. */
 }
 

@@ -1,10 +1,14 @@
 /*
  * rpc_client_cstream: blocking client streams (a checkpoint rank streaming
- * its chunks). Each write is one SEND_MESSAGE batch waited for, which is
- * what makes gRPC's flow control reach the writer: a write returns only
- * when the transport took the message. The final status is asked for at
- * open, so a call the server ends early is seen by the next write.
- * Completions arrive on the client's thread and only set flags here.
+ * its chunks). Each write is one SEND_MESSAGE batch; one may be in flight:
+ * a write first waits until the transport took the previous message, which
+ * is what makes gRPC's flow control reach the writer, and then starts its
+ * own and returns. So the writer prepares its next message (a rank copies
+ * its next 64 MiB segment) while the last one goes out, instead of waiting
+ * for the client's completion thread to be scheduled after every message.
+ * The final status is asked for at open, so a call the server ends early
+ * is seen by the next write or by finish. Completions arrive on the
+ * client's thread and only set flags here.
  */
 #include "rpc_internal.h"
 
@@ -100,6 +104,7 @@ int rpc_client_cstream_open(struct rpc_client *c, const char *method,
   grpc_metadata_array_init(&s->trailing_md);
   flag_init(s, &s->start, false);
   flag_init(s, &s->write, true);
+  s->write.ok = true; /* No write in flight yet. */
   flag_init(s, &s->finish, true);
   flag_init(s, &s->status, false);
   start_batches(c, s);
@@ -107,23 +112,38 @@ int rpc_client_cstream_open(struct rpc_client *c, const char *method,
   return 0;
 }
 
+/* Waits until the message in flight (if any) was taken; false if its
+ * write failed. */
+static bool wait_write(struct rpc_client_cstream *s) {
+  wait_flag(s, &s->write);
+  if (s->send_buf) {
+    grpc_byte_buffer_destroy(s->send_buf);
+    s->send_buf = NULL;
+  }
+  return s->write.ok;
+}
+
 int rpc_client_cstream_write(struct rpc_client_cstream *s, const ProtobufCMessage *msg) {
   if (!msg) return STK_EINVAL;
+  /* A failed write means the call ended; finish tells why. */
+  if (!wait_write(s)) return STK_ECANCELED;
   grpc_byte_buffer *bb = rpc_pack(msg);
   if (!bb) return STK_ENOMEM;
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_MESSAGE;
   op.data.send_message.send_message = bb;
-  bool started = start(s, &op, 1, &s->write);
-  if (started) wait_flag(s, &s->write);
-  grpc_byte_buffer_destroy(bb);
-  /* A failed write means the call ended; finish tells why. */
-  return started && s->write.ok ? 0 : STK_ECANCELED;
+  s->send_buf = bb; /* gRPC reads it until the batch completes. */
+  if (!start(s, &op, 1, &s->write)) {
+    wait_write(s);
+    return STK_ECANCELED;
+  }
+  return 0;
 }
 
 static void stream_free(struct rpc_client_cstream *s) {
   grpc_call_unref(s->call);
+  if (s->send_buf) grpc_byte_buffer_destroy(s->send_buf);
   if (s->recv_buf) grpc_byte_buffer_destroy(s->recv_buf);
   grpc_metadata_array_destroy(&s->initial_md);
   grpc_metadata_array_destroy(&s->trailing_md);
@@ -146,6 +166,7 @@ static void half_close(struct rpc_client_cstream *s) {
 
 int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
                               struct rpc_status *ret_st) {
+  wait_write(s); /* The close goes after the last message. */
   half_close(s);
   wait_flag(s, &s->finish);
   wait_flag(s, &s->status);

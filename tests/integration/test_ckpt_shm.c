@@ -189,7 +189,7 @@ static int count_entries(const char *prefix, ino_t *ret_inodes, int max) {
 }
 
 static void put_file(const char *name, size_t len) {
-  char path[700];
+  char path[1100];
   snprintf(path, sizeof(path), "%s/%s", shm_dir, name);
   int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
   assert_true(fd >= 0);
