@@ -208,30 +208,17 @@ static const struct rpc_method_def defs[] = {
     {"Delete", RPC_UNARY, handle_delete},        {"Verify", RPC_UNARY, handle_verify},
 };
 
-static void run_loop(void *arg) {
+static void service_closed(void *arg) {
   struct fake_ckpt *f = arg;
-  uv_run(&f->loop, UV_RUN_DEFAULT);
+  uv_close((uv_handle_t *)&f->stats_req, NULL);
+  f->server_done(&f->server);
 }
 
-static void one_closed(void *arg) {
-  struct fake_ckpt *f = arg;
-  if (--f->closing == 0) {
-    uv_close((uv_handle_t *)&f->stop, NULL);
-    uv_close((uv_handle_t *)&f->stats_req, NULL);
-  }
-}
-
-static void on_shutdown_done(void *arg) {
-  struct fake_ckpt *f = arg;
-  rpc_server_free(f->srv);
-  f->srv = NULL;
-  ckpt_service_close(f->svc, one_closed, f);
-}
-
-static void on_stop(uv_async_t *a) {
-  struct fake_ckpt *f = a->data;
-  f->closing = 1;
-  rpc_server_shutdown(f->srv, 100, on_shutdown_done, f);
+/* After the server: the core, then the stats handle. */
+static void after_shutdown(struct fake_server *s, void (*done)(struct fake_server *s)) {
+  struct fake_ckpt *f = s->owner;
+  f->server_done = done;
+  ckpt_service_close(f->svc, service_closed, f);
 }
 
 static void on_stats(uv_async_t *a) {
@@ -264,7 +251,7 @@ static void open_core(struct fake_ckpt *f, const struct fake_ckpt_opts *opts) {
       .read_piece_bytes = opts ? opts->read_piece_bytes : 0,
       .upload_concurrency = 4,
   };
-  assert_int_equal(ckpt_service_open(&f->loop, &o, &f->svc), 0);
+  assert_int_equal(ckpt_service_open(&f->server.loop, &o, &f->svc), 0);
 }
 
 void fake_ckpt_start(struct fake_ckpt *f, const struct fake_ckpt_opts *opts) {
@@ -273,30 +260,21 @@ void fake_ckpt_start(struct fake_ckpt *f, const struct fake_ckpt_opts *opts) {
   pthread_cond_init(&f->cv, NULL);
   snprintf(f->dir, sizeof(f->dir), "/tmp/fake-ckpt-XXXXXX");
   assert_non_null(mkdtemp(f->dir));
-  assert_int_equal(uv_loop_init(&f->loop), 0);
-  assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
-  assert_int_equal(uv_async_init(&f->loop, &f->stats_req, on_stats), 0);
-  f->stop.data = f;
+  fake_server_init(&f->server, f);
+  f->server.after_shutdown = after_shutdown;
+  assert_int_equal(uv_async_init(&f->server.loop, &f->stats_req, on_stats), 0);
   f->stats_req.data = f;
   open_core(f, opts);
-  struct rpc_server_opts so = {.listen = "127.0.0.1:0"};
-  assert_int_equal(rpc_server_new(&f->loop, &so, &f->srv), 0);
   /* Verify only where the service descriptor has it (and not switched off). */
   size_t n = sizeof(defs) / sizeof(defs[0]);
   if ((opts && opts->no_verify) || !protobuf_c_service_descriptor_get_method_by_name(
                                        &stoker__v1__checkpoint__descriptor, "Verify"))
     n--;
-  assert_int_equal(rpc_server_add_service(f->srv, &stoker__v1__checkpoint__descriptor, defs, n, f),
-                   0);
-  assert_int_equal(rpc_server_start(f->srv, f->addr, sizeof(f->addr)), 0);
-  assert_int_equal(uv_thread_create(&f->thread, run_loop, f), 0);
+  fake_server_start(&f->server, NULL, &stoker__v1__checkpoint__descriptor, defs, n, f);
 }
 
 void fake_ckpt_stop(struct fake_ckpt *f) {
-  uv_async_send(&f->stop);
-  assert_int_equal(uv_thread_join(&f->thread), 0);
-  assert_null(f->srv);
-  assert_int_equal(uv_loop_close(&f->loop), 0);
+  fake_server_stop(&f->server);
   char cmd[128];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);
   assert_int_equal(system(cmd), 0);

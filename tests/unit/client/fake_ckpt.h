@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "ckpt_service.h"
+#include "fake_server.h"
 #include "rpc.h"
 
 struct fake_ckpt_opts {
@@ -25,15 +26,11 @@ struct fake_ckpt_opts {
 };
 
 struct fake_ckpt {
-  uv_loop_t loop;
-  uv_thread_t thread;
-  uv_async_t stop;
-  struct rpc_server *srv;
+  struct fake_server server; /* server.addr: where it listens. */
   struct ckpt_service *svc;
-  char dir[64];        /* Everything lives under here. */
-  char store_dir[128]; /* The file:// store's root. */
-  char addr[128];
-  int closing; /* Server and core still closing. */
+  char dir[64];                               /* Everything lives under here. */
+  char store_dir[128];                        /* The file:// store's root. */
+  void (*server_done)(struct fake_server *s); /* Called once the core has closed. */
   uv_async_t stats_req;
   pthread_mutex_t mu;
   pthread_cond_t cv;

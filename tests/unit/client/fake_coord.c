@@ -210,23 +210,6 @@ static const struct rpc_method_def defs[] = {
     {"WatchJob", RPC_SERVER_STREAM, handle_watch},
 };
 
-static void run_loop(void *arg) {
-  struct fake_coord *f = arg;
-  uv_run(&f->loop, UV_RUN_DEFAULT);
-}
-
-static void on_shutdown_done(void *arg) {
-  struct fake_coord *f = arg;
-  rpc_server_free(f->srv);
-  f->srv = NULL;
-}
-
-static void on_stop(uv_async_t *a) {
-  struct fake_coord *f = a->data;
-  rpc_server_shutdown(f->srv, 100, on_shutdown_done, f);
-  uv_close((uv_handle_t *)&f->stop, NULL);
-}
-
 void fake_start(struct fake_coord *f) {
   fake_start_auth(f, NULL);
 }
@@ -234,23 +217,14 @@ void fake_start(struct fake_coord *f) {
 void fake_start_auth(struct fake_coord *f, const char *token_file) {
   memset(f, 0, sizeof(*f));
   pthread_mutex_init(&f->mu, NULL);
-  assert_int_equal(uv_loop_init(&f->loop), 0);
-  assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
-  f->stop.data = f;
-  struct rpc_server_opts o = {.listen = "127.0.0.1:0", .token_file = token_file};
-  assert_int_equal(rpc_server_new(&f->loop, &o, &f->srv), 0);
-  assert_int_equal(rpc_server_add_service(f->srv, &stoker__v1__coordinator__descriptor, defs,
-                                          sizeof(defs) / sizeof(defs[0]), f),
-                   0);
-  assert_int_equal(rpc_server_start(f->srv, f->addr, sizeof(f->addr)), 0);
-  assert_int_equal(uv_thread_create(&f->thread, run_loop, f), 0);
+  fake_server_init(&f->server, f);
+  struct rpc_server_opts o = {.token_file = token_file};
+  fake_server_start(&f->server, &o, &stoker__v1__coordinator__descriptor, defs,
+                    sizeof(defs) / sizeof(defs[0]), f);
 }
 
 void fake_stop(struct fake_coord *f) {
-  uv_async_send(&f->stop);
-  assert_int_equal(uv_thread_join(&f->thread), 0);
-  assert_null(f->srv);
-  assert_int_equal(uv_loop_close(&f->loop), 0);
+  fake_server_stop(&f->server);
   pthread_mutex_destroy(&f->mu);
 }
 

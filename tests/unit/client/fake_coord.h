@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "fake_server.h"
 #include "rpc.h"
 #include "stoker/v1/coordinator.pb-c.h"
 
@@ -20,11 +21,7 @@
 #define FAKE_MAX_PARKED  8
 
 struct fake_coord {
-  uv_loop_t loop;
-  uv_thread_t thread;
-  uv_async_t stop;
-  struct rpc_server *srv;
-  char addr[128];
+  struct fake_server server; /* server.addr: where it listens. */
 
   pthread_mutex_t mu;
   int join_unavailable; /* Answer Join UNAVAILABLE this many more times. */

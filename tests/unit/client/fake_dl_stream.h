@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "fake_server.h"
 #include "rpc.h"
 #include "shm_ring.h"
 #include "stoker/v1/dataloader.pb-c.h"
@@ -40,12 +41,8 @@ struct fake_dl_call {
 };
 
 struct fake_dl_stream {
-  uv_loop_t loop;
-  uv_thread_t thread;
-  uv_async_t stop;
-  struct rpc_server *srv;
-  char addr[128];
-  char dir[64]; /* Private ring directory (0700). */
+  struct fake_server server; /* server.addr: where it listens. */
+  char dir[64];              /* Private ring directory (0700). */
   int dirfd;
   fake_dl_script_fn script;
 

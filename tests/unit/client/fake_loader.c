@@ -219,23 +219,6 @@ static const struct rpc_method_def defs[] = {
     {"Explain", RPC_UNARY, handle_explain},
 };
 
-static void run_loop(void *arg) {
-  struct fake_loader *f = arg;
-  uv_run(&f->loop, UV_RUN_DEFAULT);
-}
-
-static void on_shutdown_done(void *arg) {
-  struct fake_loader *f = arg;
-  rpc_server_free(f->srv);
-  f->srv = NULL;
-}
-
-static void on_stop(uv_async_t *a) {
-  struct fake_loader *f = a->data;
-  rpc_server_shutdown(f->srv, 100, on_shutdown_done, f);
-  uv_close((uv_handle_t *)&f->stop, NULL);
-}
-
 void fake_loader_start(struct fake_loader *f) {
   memset(f, 0, sizeof(*f));
   pthread_mutex_init(&f->mu, NULL);
@@ -243,23 +226,13 @@ void fake_loader_start(struct fake_loader *f) {
   assert_non_null(mkdtemp(f->dir));
   struct dl_opts o = {.dir = f->dir};
   assert_int_equal(dl_open(&o, &f->dl), 0);
-  assert_int_equal(uv_loop_init(&f->loop), 0);
-  assert_int_equal(uv_async_init(&f->loop, &f->stop, on_stop), 0);
-  f->stop.data = f;
-  struct rpc_server_opts so = {.listen = "127.0.0.1:0"};
-  assert_int_equal(rpc_server_new(&f->loop, &so, &f->srv), 0);
-  assert_int_equal(rpc_server_add_service(f->srv, &stoker__v1__dataloader__descriptor, defs,
-                                          sizeof(defs) / sizeof(defs[0]), f),
-                   0);
-  assert_int_equal(rpc_server_start(f->srv, f->addr, sizeof(f->addr)), 0);
-  assert_int_equal(uv_thread_create(&f->thread, run_loop, f), 0);
+  fake_server_init(&f->server, f);
+  fake_server_start(&f->server, NULL, &stoker__v1__dataloader__descriptor, defs,
+                    sizeof(defs) / sizeof(defs[0]), f);
 }
 
 void fake_loader_stop(struct fake_loader *f) {
-  uv_async_send(&f->stop);
-  assert_int_equal(uv_thread_join(&f->thread), 0);
-  assert_null(f->srv);
-  assert_int_equal(uv_loop_close(&f->loop), 0);
+  fake_server_stop(&f->server);
   dl_close(f->dl);
   char cmd[128];
   snprintf(cmd, sizeof(cmd), "rm -rf '%s'", f->dir);

@@ -13,16 +13,13 @@
 #include <uv.h>
 
 #include "dl_core.h"
+#include "fake_server.h"
 #include "rpc.h"
 
 struct fake_loader {
-  uv_loop_t loop;
-  uv_thread_t thread;
-  uv_async_t stop;
-  struct rpc_server *srv;
+  struct fake_server server; /* server.addr: where it listens. */
   struct dl *dl;
   char dir[64];
-  char addr[128];
 
   pthread_mutex_t mu;
   int stream_sends;  /* Batches handed to the transport by StreamBatches. */

@@ -23,7 +23,7 @@ static float val(int t, uint64_t i) {
 }
 
 static struct stk_client *connect_to(struct fake_ckpt *f) {
-  struct stk_client_opts o = {.address = f->addr, .default_timeout_ms = 30000};
+  struct stk_client_opts o = {.address = f->server.addr, .default_timeout_ms = 30000};
   struct stk_client *c = NULL;
   assert_int_equal(stk_ckpt_connect(&o, &c), 0);
   return c;

@@ -28,7 +28,7 @@ struct env {
 static int setup(void **state) {
   struct env *e = calloc(1, sizeof(*e));
   fake_start(&e->f);
-  struct stk_client_opts o = {.address = e->f.addr, .default_timeout_ms = 5000};
+  struct stk_client_opts o = {.address = e->f.server.addr, .default_timeout_ms = 5000};
   assert_int_equal(stk_client_new(&o, &e->c), 0);
   *state = e;
   return 0;

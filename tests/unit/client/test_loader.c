@@ -58,7 +58,7 @@ static void make_spec(struct spec_buf *b, const char *job, uint32_t seq_len, uin
 }
 
 static struct stk_client *connect_fake(void) {
-  struct stk_client_opts o = {.address = fake.addr};
+  struct stk_client_opts o = {.address = fake.server.addr};
   struct stk_client *c = NULL;
   assert_int_equal(stk_loader_connect(&o, &c), 0);
   return c;
@@ -308,7 +308,7 @@ static void test_update_mixture(void **state) {
 }
 
 static void test_connect_from_env(void **state) {
-  setenv(STK_LOADER_ENV, fake.addr, 1);
+  setenv(STK_LOADER_ENV, fake.server.addr, 1);
   struct stk_client *c = NULL;
   assert_int_equal(stk_loader_connect(NULL, &c), 0);
   create_job(c, "env", SEQ_LEN, GLOBAL);

@@ -69,7 +69,7 @@ static Stoker__V1__Batch *bare(const char *path, int64_t step, uint64_t seq) {
 }
 
 static struct stk_client *open_stream(struct stk_batch_stream **ret_s) {
-  struct stk_client_opts o = {.address = fake.addr};
+  struct stk_client_opts o = {.address = fake.server.addr};
   struct stk_client *c = NULL;
   assert_int_equal(stk_loader_connect(&o, &c), 0);
   assert_int_equal(stk_batch_stream_open(c, "job", FROM, 0, 1, 4, ret_s), 0);

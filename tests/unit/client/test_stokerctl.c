@@ -27,7 +27,7 @@ static struct fake_coord fake;
 /* Runs stokerctl with args (a shell fragment) against the fake. */
 static void run(struct cli_run *r, const char *args) {
   char env[256];
-  snprintf(env, sizeof(env), "STOKER_COORDINATOR=%s", fake.addr);
+  snprintf(env, sizeof(env), "STOKER_COORDINATOR=%s", fake.server.addr);
   cli_run(r, env, stokerctl, args);
 }
 
@@ -134,17 +134,19 @@ static void test_token(void **state) {
   write_file(good, "s3cret\n");
   write_file(bad, "guess\n");
   fake_start_auth(&secure, good);
-  snprintf(args, sizeof(args), "--coordinator %s job show x", secure.addr);
+  snprintf(args, sizeof(args), "--coordinator %s job show x", secure.server.addr);
   run(&r, args);
   assert_int_equal(r.rc, 5);
   assert_non_null(strstr(r.err, "(UNAUTHENTICATED)"));
-  snprintf(args, sizeof(args), "--coordinator %s --token-file %s job show x", secure.addr, bad);
+  snprintf(args, sizeof(args), "--coordinator %s --token-file %s job show x", secure.server.addr,
+           bad);
   run(&r, args);
   assert_int_equal(r.rc, 5);
-  snprintf(args, sizeof(args), "--coordinator %s --token-file %s job show x", secure.addr, good);
+  snprintf(args, sizeof(args), "--coordinator %s --token-file %s job show x", secure.server.addr,
+           good);
   run(&r, args);
   assert_int_equal(r.rc, 0);
-  snprintf(args, sizeof(args), "--coordinator %s job show x", secure.addr);
+  snprintf(args, sizeof(args), "--coordinator %s job show x", secure.server.addr);
   setenv("STOKER_TOKEN_FILE", good, 1);
   run(&r, args);
   unsetenv("STOKER_TOKEN_FILE");

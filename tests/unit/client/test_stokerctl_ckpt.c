@@ -29,13 +29,13 @@ static struct fake_ckpt fake;
 /* Runs stokerctl with args (a shell fragment) against the fake. */
 static void run(struct cli_run *r, const char *args) {
   char env[256];
-  snprintf(env, sizeof(env), "STOKER_CHECKPOINT=%s", fake.addr);
+  snprintf(env, sizeof(env), "STOKER_CHECKPOINT=%s", fake.server.addr);
   cli_run(r, env, stokerctl, args);
 }
 
 /* Step 5 of job "m" at world 2: "emb" [64 x 4096] f32 (1 MiB), blob "opt". */
 static void write_checkpoint(void) {
-  struct stk_client_opts o = {.address = fake.addr};
+  struct stk_client_opts o = {.address = fake.server.addr};
   struct stk_client *c;
   assert_int_equal(stk_ckpt_connect(&o, &c), 0);
   char att[STK_CKPT_ATTEMPT_MAX];

@@ -27,7 +27,8 @@ static struct fake_loader fake;
 /* Runs stokerctl with args (a shell fragment) against the fake. */
 static void run(struct cli_run *r, const char *args) {
   char env[256];
-  snprintf(env, sizeof(env), "STOKER_DATALOADER=%s STOKER_COORDINATOR=127.0.0.1:1", fake.addr);
+  snprintf(env, sizeof(env), "STOKER_DATALOADER=%s STOKER_COORDINATOR=127.0.0.1:1",
+           fake.server.addr);
   cli_run(r, env, stokerctl, args);
 }
 
@@ -115,7 +116,7 @@ static void test_explain_commit_mixture(void **state) {
 static void test_health_and_missing_address(void **state) {
   static struct cli_run r;
   char args[512];
-  snprintf(args, sizeof(args), "--json --coordinator %s health", fake.addr);
+  snprintf(args, sizeof(args), "--json --coordinator %s health", fake.server.addr);
   run(&r, args); /* The fake serves health for both "services". */
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "\"service\":\"dataloader\""));
