@@ -74,8 +74,12 @@ void staging_relieve(struct ckpt_service *s) {
   if (s->parts_outstanding > 0) return;
   for (struct attempt *a = s->attempts; a; a = a->next) {
     if (a->state != ATT_OPEN) continue;
-    for (uint32_t r = 0; r < a->world; r++)
-      if (a->ranks[r].cur && a->ranks[r].cur->size > 0) upload_seal(a->ranks[r].cur);
+    for (uint32_t r = 0; r < a->world; r++) {
+      struct obj *o = a->ranks[r].cur;
+      /* A shm segment whose chunk messages have not all come yet must stay
+       * open: sealing it would refuse the rest ("used once"). */
+      if (o && o->size > 0 && (!o->seg || o->size == o->seg->size)) upload_seal(o);
+    }
   }
 }
 

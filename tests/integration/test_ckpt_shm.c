@@ -97,6 +97,7 @@ struct saver {
   uint32_t rank, world;
   enum stk_ckpt_shm_mode mode;
   int err;
+  char why[512]; /* The rank's error, when err. */
   bool shm;
   pthread_t th;
 };
@@ -117,6 +118,8 @@ static void *save_main(void *p) {
   v->shm = stk_ckpt_writer_shm_active(w);
   if (w && v->err) stk_ckpt_writer_abort(w);
   if (w && !v->err) v->err = stk_ckpt_writer_finish(w, false, NULL, NULL);
+  /* The last error is per thread: keep this rank's for the report. */
+  if (v->err) snprintf(v->why, sizeof(v->why), "%s", stk_client_last_error(NULL));
   stk_client_free(c);
   shard_free(&s); /* Staged: the rank's buffers are free again. */
   return NULL;
@@ -133,7 +136,7 @@ static void save_all(const struct harness_daemon *d, const char *attempt, int64_
   }
   for (uint32_t r = 0; r < world; r++) {
     pthread_join(v[r].th, NULL);
-    if (v[r].err) fail_msg("rank %u: %s", r, stk_client_last_error(NULL));
+    if (v[r].err) fail_msg("rank %u: %s", r, v[r].why);
     assert_int_equal(v[r].shm, want_shm);
   }
 }
@@ -596,6 +599,82 @@ static void test_held_put_started_for_a_waiting_rank(void **state) {
   harness_daemon_free(d);
 }
 
+/* One chunk of tensor `tensor` (U8, `shape` bytes) at [off, off + len),
+ * staged in segment `seg` at seg_off, written on a raw stream. */
+static void raw_shm_chunk(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
+                          const char *tensor, uint64_t shape, uint64_t off, uint64_t len,
+                          const char *seg, uint64_t seg_off) {
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = &off;
+  box.sizes = &len;
+  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+  ch.attempt = (char *)attempt;
+  ch.rank = rank;
+  ch.tensor = (char *)tensor;
+  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  ch.n_global_shape = 1;
+  ch.global_shape = &shape;
+  ch.box = &box;
+  ch.shm_name = (char *)seg;
+  ch.shm_offset = seg_off;
+  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
+}
+
+/* Ends a raw stream with the chunk marked last; the stream's status code. */
+static int raw_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank, char *msg,
+                      size_t msg_len) {
+  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
+  last.attempt = (char *)attempt;
+  last.rank = rank;
+  last.last = true;
+  rpc_client_cstream_write(s, &last.base);
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(s, &resp, &st);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(msg, msg_len, "%s", st.message);
+  return st.code;
+}
+
+/* Budget 16 MiB. Rank 0 sends the first of its 10 MiB segment's two chunks;
+ * rank 1's 12 MiB segment does not fit, so rank 1 waits and the service relieves the
+ * budget by sealing what it can. Rank 0's segment is not complete yet: it
+ * must stay open, and its second chunk must be taken (once a race in
+ * test_held_puts_under_pressure, when every segment was sealed). */
+static void test_relief_keeps_a_partial_segment_open(void **state) {
+  (void)state;
+  struct harness_daemon *d = start_budget(shm_dir, "60s", "16MiB");
+  struct stk_client *c = ckpt_client(d);
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX], seg0[160], seg1[160], msg[512];
+  assert_int_equal(stk_ckpt_begin(c, "relief", 1, 2, 0, attempt), 0);
+  const uint64_t half = 5 << 20, big = 12 << 20;
+  snprintf(seg0, sizeof(seg0), "seg-%s-0-a1", attempt);
+  snprintf(seg1, sizeof(seg1), "seg-%s-1-b1", attempt);
+  put_file(seg0, 2 * half);
+  put_file(seg1, big);
+  struct rpc_client_cstream *s0 = NULL, *s1 = NULL;
+  const char *method = "/stoker.v1.Checkpoint/Write";
+  assert_int_equal(
+      rpc_client_cstream_open(rc, method, &stoker__v1__write_response__descriptor, 30000, &s0), 0);
+  assert_int_equal(
+      rpc_client_cstream_open(rc, method, &stoker__v1__write_response__descriptor, 30000, &s1), 0);
+  raw_shm_chunk(s0, attempt, 0, "t0", 2 * half, 0, half, seg0, 0);
+  harness_sleep_ms(300); /* Rank 0's segment is staged, half full. */
+  raw_shm_chunk(s1, attempt, 1, "t1", big, 0, big, seg1, 0);
+  harness_sleep_ms(300); /* Rank 1 waits for the budget. */
+  raw_shm_chunk(s0, attempt, 0, "t0", 2 * half, half, half, seg0, half);
+  int code = raw_finish(s0, attempt, 0, msg, sizeof(msg));
+  if (code != RPC_OK) fail_msg("rank 0: status %d (%s)", code, msg);
+  code = raw_finish(s1, attempt, 1, msg, sizeof(msg));
+  if (code != RPC_OK) fail_msg("rank 1: status %d (%s)", code, msg);
+  commit_ok(c, attempt);
+  rpc_client_free(rc);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
@@ -607,6 +686,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_large_segment_multipart, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, setup, teardown),
       cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_relief_keeps_a_partial_segment_open, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
