@@ -306,6 +306,44 @@ struct hostile {
   bool valid_first; /* A valid segment chunk goes before it. */
 };
 
+/* One chunk of tensor `tensor` (U8, `shape` bytes) at [off, off + len),
+ * staged in segment `seg` at seg_off, written on a raw stream. */
+static void raw_shm_chunk(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
+                          const char *tensor, uint64_t shape, uint64_t off, uint64_t len,
+                          const char *seg, uint64_t seg_off) {
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = &off;
+  box.sizes = &len;
+  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+  ch.attempt = (char *)attempt;
+  ch.rank = rank;
+  ch.tensor = (char *)tensor;
+  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  ch.n_global_shape = 1;
+  ch.global_shape = &shape;
+  ch.box = &box;
+  ch.shm_name = (char *)seg;
+  ch.shm_offset = seg_off;
+  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
+}
+
+/* Ends a raw stream with the chunk marked last; the stream's status code. */
+static int raw_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank, char *msg,
+                      size_t msg_len) {
+  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
+  last.attempt = (char *)attempt;
+  last.rank = rank;
+  last.last = true;
+  rpc_client_cstream_write(s, &last.base);
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(s, &resp, &st);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(msg, msg_len, "%s", st.message);
+  return st.code;
+}
+
 static int send_raw(struct rpc_client *rc, const char *attempt, const struct hostile *h, char *msg,
                     size_t msg_len) {
   struct rpc_client_cstream *s = NULL;
@@ -341,16 +379,7 @@ static int send_raw(struct rpc_client *rc, const char *attempt, const struct hos
     ch.data.len = sz = sizeof(data);
   }
   rpc_client_cstream_write(s, &ch.base);
-  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
-  last.attempt = (char *)attempt;
-  last.last = true;
-  rpc_client_cstream_write(s, &last.base);
-  struct rpc_status st = {0};
-  ProtobufCMessage *resp = NULL;
-  rpc_client_cstream_finish(s, &resp, &st);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-  snprintf(msg, msg_len, "%s", st.message);
-  return st.code;
+  return raw_finish(s, attempt, 0, msg, msg_len);
 }
 
 static void test_hostile_names(void **state) {
@@ -597,44 +626,6 @@ static void test_held_put_started_for_a_waiting_rank(void **state) {
   stk_client_free(c1);
   stk_client_free(c);
   harness_daemon_free(d);
-}
-
-/* One chunk of tensor `tensor` (U8, `shape` bytes) at [off, off + len),
- * staged in segment `seg` at seg_off, written on a raw stream. */
-static void raw_shm_chunk(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
-                          const char *tensor, uint64_t shape, uint64_t off, uint64_t len,
-                          const char *seg, uint64_t seg_off) {
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &len;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.rank = rank;
-  ch.tensor = (char *)tensor;
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
-  ch.shm_name = (char *)seg;
-  ch.shm_offset = seg_off;
-  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
-}
-
-/* Ends a raw stream with the chunk marked last; the stream's status code. */
-static int raw_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank, char *msg,
-                      size_t msg_len) {
-  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
-  last.attempt = (char *)attempt;
-  last.rank = rank;
-  last.last = true;
-  rpc_client_cstream_write(s, &last.base);
-  struct rpc_status st = {0};
-  ProtobufCMessage *resp = NULL;
-  rpc_client_cstream_finish(s, &resp, &st);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-  snprintf(msg, msg_len, "%s", st.message);
-  return st.code;
 }
 
 /* Budget 16 MiB. Rank 0 sends the first of its 10 MiB segment's two chunks;

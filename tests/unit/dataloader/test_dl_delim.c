@@ -88,20 +88,27 @@ static void dataset(Stoker__V1__DatasetSpec *ds, Stoker__V1__StorageRef *src, co
   ds->block_tokens = BLOCK_TOKENS;
 }
 
-static void create(struct dl *dl, const char *a) {
+/* Job "j" over dataset "a" (block_tokens 0: the default unit size). */
+static void create_shaped(struct dl *dl, const char *a, uint32_t block_tokens, uint32_t seq_len,
+                          uint32_t global_batch) {
   Stoker__V1__StorageRef src;
   Stoker__V1__DatasetSpec ds, *dsp = &ds;
   Stoker__V1__LoaderSpec s = STOKER__V1__LOADER_SPEC__INIT;
   dataset(&ds, &src, "a", a, 1);
+  ds.block_tokens = block_tokens;
   s.job = "j";
   s.datasets = &dsp;
   s.n_datasets = 1;
-  s.seq_len = 50;
-  s.global_batch = 8;
+  s.seq_len = seq_len;
+  s.global_batch = global_batch;
   s.seed = 17;
   s.logical_shards = 8;
   s.lanes = 4;
   assert_int_equal(dl_create_job(dl, &s), 0);
+}
+
+static void create(struct dl *dl, const char *a) {
+  create_shaped(dl, a, BLOCK_TOKENS, 50, 8);
 }
 
 static void mix(struct dl *dl, int64_t from, const struct fixture *fx, double wa, double wb) {
@@ -222,19 +229,7 @@ static void test_default_block_stored(void **state) {
   const uint32_t units = 9;
   write_file(fx.a, (units - 1) * DL_LLMC_BLOCK_TOKENS + 500, 3);
   struct dl *dl = open_core(&fx, 0, "default");
-  Stoker__V1__StorageRef src;
-  Stoker__V1__DatasetSpec ds, *dsp = &ds;
-  Stoker__V1__LoaderSpec s = STOKER__V1__LOADER_SPEC__INIT;
-  dataset(&ds, &src, "a", fx.a, 1);
-  ds.block_tokens = 0;
-  s.job = "j";
-  s.datasets = &dsp;
-  s.n_datasets = 1;
-  s.seq_len = 4096;
-  s.global_batch = 4;
-  s.logical_shards = 8;
-  s.lanes = 4;
-  assert_int_equal(dl_create_job(dl, &s), 0);
+  create_shaped(dl, fx.a, 0, 4096, 4);
   for (int pass = 0; pass < 2; pass++) {
     Stoker__V1__LoaderInfo *info;
     assert_int_equal(dl_get_info(dl, "j", &info), 0);
