@@ -21,13 +21,21 @@ int stk_ckpt_connect(const struct stk_client_opts *opts, struct stk_client **ret
 size_t stk_ckpt_dtype_size(Stoker__V1__DType dtype) {
   switch (dtype) {
   case STOKER__V1__DTYPE__DTYPE_F32:
+  case STOKER__V1__DTYPE__DTYPE_I32:
+  case STOKER__V1__DTYPE__DTYPE_U32:
     return 4;
   case STOKER__V1__DTYPE__DTYPE_BF16:
   case STOKER__V1__DTYPE__DTYPE_F16:
+  case STOKER__V1__DTYPE__DTYPE_I16:
+  case STOKER__V1__DTYPE__DTYPE_U16:
     return 2;
   case STOKER__V1__DTYPE__DTYPE_I64:
+  case STOKER__V1__DTYPE__DTYPE_F64:
+  case STOKER__V1__DTYPE__DTYPE_U64:
     return 8;
   case STOKER__V1__DTYPE__DTYPE_U8:
+  case STOKER__V1__DTYPE__DTYPE_I8:
+  case STOKER__V1__DTYPE__DTYPE_BOOL:
   case STOKER__V1__DTYPE__DTYPE_BYTES:
     return 1;
   default:

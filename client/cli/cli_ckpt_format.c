@@ -12,10 +12,12 @@
 
 #include "cli_format.h"
 
+/* The enum's own names (DTYPE_F32 -> "F32"), from the generated descriptor. */
 const char *fmt_dtype(int dtype, char *buf, size_t len) {
-  static const char *const names[] = {"UNSPECIFIED", "F32", "BF16", "F16", "I64", "U8", "BYTES"};
-  if (dtype >= 0 && dtype < (int)(sizeof(names) / sizeof(names[0])))
-    snprintf(buf, len, "%s", names[dtype]);
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&stoker__v1__dtype__descriptor, dtype);
+  if (v)
+    snprintf(buf, len, "%s", v->name + strlen("DTYPE_"));
   else
     snprintf(buf, len, "UNKNOWN(%d)", dtype);
   return buf;

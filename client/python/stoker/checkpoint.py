@@ -1,0 +1,629 @@
+"""``stoker.checkpoint``: the Stoker checkpoint service as
+``torch.distributed.checkpoint`` (DCP) storage.
+
+``dcp.save(state_dict, storage_writer=StokerWriter(job), checkpoint_id=step)``
+and ``dcp.load(state_dict, storage_reader=StokerReader(job), checkpoint_id=step)``
+(``dcp.async_save`` too). Every DCP write item becomes a Stoker chunk: the
+item's fully qualified name is the tensor name, its chunk offsets and sizes
+are the box, so the service checks coverage at commit and serves any box at
+load: a checkpoint saved by N ranks loads at any other world size, and the
+service, not this process, intersects the boxes. Byte items (RNG state, the
+dataset's ``state_dict``, step counters: whatever DCP pickles) are 1-D
+``DTYPE_BYTES`` tensors.
+
+How a save maps onto the service:
+1. the coordinator rank calls ``Begin(job, step, world)`` in
+   ``prepare_global_plan`` and hands the attempt to every rank's plan, with
+   a JSON description of the state dict for rank 0 to store beside it
+   (``__dcp__/metadata.json``: each name's torch dtype and shape, and DCP's
+   flattening of nested state dicts; plain JSON, never a pickle);
+2. each rank streams its items with one ``Write`` call (boxes larger than a
+   message are cut into runs of rows);
+3. the coordinator's ``finish`` calls ``Commit``, which answers once every
+   rank's bytes are durable and the manifest is written.
+
+A checkpoint without that JSON (the C trainer's) is described from its
+manifest alone: its tensors load like any DCP checkpoint's, its blobs as
+``uint8`` tensors.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import zlib
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import grpc
+import torch
+from torch.distributed.checkpoint.metadata import (
+    BytesStorageMetadata,
+    ChunkStorageMetadata,
+    Metadata,
+    StorageMeta,
+    TensorProperties,
+    TensorStorageMetadata,
+)
+from torch.distributed.checkpoint.planner import (
+    LoadItemType,
+    LoadPlan,
+    LoadPlanner,
+    ReadItem,
+    SavePlan,
+    SavePlanner,
+    WriteItem,
+    WriteItemType,
+)
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+from stoker.connection import Connection, Security, address_from_env
+from stoker.errors import StokerError, invalid_argument
+from stoker.v1 import checkpoint_pb2 as pb
+from stoker.v1 import common_pb2
+
+SERVICE = "/stoker.v1.Checkpoint/"
+METADATA_TENSOR = "__dcp__/metadata.json"
+METADATA_VERSION = 1
+# Largest chunk per message; the daemons accept 64 MiB messages.
+DEFAULT_CHUNK_BYTES = 4 << 20
+
+# torch dtype <-> the service's DType (element sizes agree).
+_TO_PB = {
+    torch.float32: pb.DTYPE_F32,
+    torch.bfloat16: pb.DTYPE_BF16,
+    torch.float16: pb.DTYPE_F16,
+    torch.int64: pb.DTYPE_I64,
+    torch.uint8: pb.DTYPE_U8,
+    torch.float64: pb.DTYPE_F64,
+    torch.int32: pb.DTYPE_I32,
+    torch.int16: pb.DTYPE_I16,
+    torch.int8: pb.DTYPE_I8,
+    torch.bool: pb.DTYPE_BOOL,
+    torch.uint16: pb.DTYPE_U16,
+    torch.uint32: pb.DTYPE_U32,
+    torch.uint64: pb.DTYPE_U64,
+}
+_FROM_PB = {v: k for k, v in _TO_PB.items()} | {pb.DTYPE_BYTES: torch.uint8}
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._/-]")
+
+
+def parse_step(checkpoint_id: str | os.PathLike[str] | int | None, default: int | None) -> int:
+    """The step a DCP checkpoint_id names: ``120``, ``"120"`` or ``"step-120"``."""
+    if checkpoint_id is None:
+        if default is None:
+            raise invalid_argument("no checkpoint step: pass checkpoint_id= or step=")
+        return default
+    text = os.fspath(checkpoint_id) if not isinstance(checkpoint_id, int) else str(checkpoint_id)
+    m = re.fullmatch(r"(?:step-)?(\d{1,12})", text.rsplit("/", 1)[-1])
+    if not m:
+        raise invalid_argument(f"checkpoint_id {text!r} is not a step (120 or step-120)")
+    return int(m.group(1))
+
+
+def storage_name(fqn: str) -> str:
+    """The service's tensor name for a DCP name: the same where it is a valid
+    name ([A-Za-z0-9._/-], no empty, '.' or '..' segment), else a cleaned name
+    with a checksum of the original (the JSON records the mapping)."""
+    segments = fqn.split("/")
+    if (
+        fqn
+        and not _NAME_CHARS.search(fqn)
+        and len(fqn) <= 400
+        and all(s not in ("", ".", "..") and ".." not in s for s in segments)
+    ):
+        return fqn
+    clean = _NAME_CHARS.sub("_", fqn).replace("/", "_").replace("..", "_.")[:360].strip(".")
+    return f"x/{clean or 'name'}-{zlib.crc32(fqn.encode()):08x}"
+
+
+def _world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+# ---- writing -----------------------------------------------------------------
+
+
+@dataclass
+class _RankPlan:
+    """What the coordinator hands each rank in SavePlan.storage_data."""
+
+    attempt: str
+    rank: int
+    metadata_json: bytes | None  # rank 0 only
+
+
+class StokerWriter(StorageWriter):
+    """DCP ``StorageWriter`` onto the checkpoint service.
+
+    Args:
+        job: the checkpoint job name ([a-z0-9._-]).
+        address: ``HOST:PORT`` of the service; default ``STOKER_CHECKPOINT``.
+        step: the step when ``dcp.save`` gets no ``checkpoint_id``.
+        chunk_bytes: largest chunk per message.
+        timeout: seconds for each call (Begin, Commit; Write as a whole).
+    """
+
+    def __init__(
+        self,
+        job: str,
+        address: str | None = None,
+        *,
+        step: int | None = None,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        timeout: float = 600.0,
+        security: Security | None = None,
+    ) -> None:
+        super().__init__()
+        if chunk_bytes < 1:
+            raise invalid_argument("chunk_bytes must be positive")
+        self.job = job
+        self.conn = Connection(address_from_env("STOKER_CHECKPOINT", address), security, timeout)
+        self.default_step = step
+        self.step: int | None = step
+        self.chunk_bytes = chunk_bytes
+        self.is_coordinator = False
+        self._attempt = ""  # Of the save in progress (coordinator only).
+        self.last_commit: Any = None  # CheckpointRef of the last finish()
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        self.step = parse_step(checkpoint_id, self.default_step)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        try:
+            parse_step(checkpoint_id, None)
+        except StokerError:
+            return False
+        return True
+
+    def storage_meta(self) -> StorageMeta | None:
+        return StorageMeta(checkpoint_id=f"stoker:{self.job}/{self.step}")
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self.is_coordinator = is_coordinator
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        step = parse_step(None, self.step)
+        begun = self.conn.unary(
+            SERVICE + "Begin",
+            pb.BeginRequest(job=self.job, step=step, world=len(plans)),
+            pb.BeginResponse,
+        )
+        self._attempt = begun.attempt
+        doc = describe_plans(plans)
+        return [
+            replace(p, storage_data=_RankPlan(begun.attempt, i, doc if i == 0 else None))
+            for i, p in enumerate(plans)
+        ]
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        rp: _RankPlan = plan.storage_data
+        results: list[WriteResult] = []
+        messages = self._messages(rp, plan.items, planner, results)
+        self.conn.client_stream(SERVICE + "Write", messages, pb.WriteResponse)
+        fut: Future[list[WriteResult]] = Future()
+        fut.set_result(results)
+        return fut
+
+    def _messages(
+        self,
+        rp: _RankPlan,
+        items: list[WriteItem],
+        planner: SavePlanner,
+        results: list[WriteResult],
+    ) -> Iterator[pb.WriteChunk]:
+        for item in items:
+            fqn = item.index.fqn
+            if item.type == WriteItemType.BYTE_IO:
+                blob = planner.resolve_data(item)
+                data = blob.getvalue() if isinstance(blob, io.BytesIO) else bytes(blob)
+                yield from self._blob(rp, storage_name(fqn), data)
+                results.append(WriteResult(item.index, len(data), None))
+                continue
+            td = item.tensor_data
+            assert td is not None
+            resolved = planner.resolve_data(item)
+            assert isinstance(resolved, torch.Tensor)
+            tensor = resolved.detach()
+            if tensor.dtype not in _TO_PB:
+                raise invalid_argument(f"{fqn}: dtype {tensor.dtype} has no checkpoint type")
+            tensor = tensor.to("cpu").contiguous()
+            for offsets, piece in _pieces(tensor, list(td.chunk.offsets), self.chunk_bytes):
+                yield pb.WriteChunk(
+                    attempt=rp.attempt,
+                    rank=rp.rank,
+                    tensor=storage_name(fqn),
+                    dtype=_TO_PB[tensor.dtype],
+                    global_shape=list(td.size),
+                    box=pb.Box(offsets=offsets, sizes=list(piece.shape)),
+                    data=_bytes(piece),
+                )
+            results.append(WriteResult(item.index, tensor.numel() * tensor.element_size(), None))
+        if rp.metadata_json is not None:
+            yield from self._blob(rp, METADATA_TENSOR, rp.metadata_json)
+        yield pb.WriteChunk(attempt=rp.attempt, rank=rp.rank, last=True)
+
+    def _blob(self, rp: _RankPlan, name: str, data: bytes) -> Iterator[pb.WriteChunk]:
+        if not data:
+            return  # An empty blob has no box; the JSON still names it.
+        for off in range(0, len(data), self.chunk_bytes):
+            piece = data[off : off + self.chunk_bytes]
+            yield pb.WriteChunk(
+                attempt=rp.attempt,
+                rank=rp.rank,
+                tensor=name,
+                dtype=pb.DTYPE_BYTES,
+                global_shape=[len(data)],
+                box=pb.Box(offsets=[off], sizes=[len(piece)]),
+                data=piece,
+            )
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        """Commits: answers once every rank's bytes are durable and the
+        manifest is written (or raises why the attempt failed)."""
+        self.last_commit = self.conn.unary(
+            SERVICE + "Commit",
+            pb.CommitCheckpointRequest(attempt=self._attempt),
+            common_pb2.CheckpointRef,
+        )
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    flat = t.reshape(-1) if t.dim() else t.reshape(1)
+    return flat.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def _pieces(
+    t: torch.Tensor, offsets: list[int], max_bytes: int
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """Cuts a box into sub-boxes of at most max_bytes (runs of whole rows,
+    recursing into a dimension only when one of its rows is too large);
+    zero-element boxes are skipped (nothing to store)."""
+    nbytes = t.numel() * t.element_size()
+    if nbytes == 0:
+        return
+    if nbytes <= max_bytes or t.dim() == 0:
+        yield offsets, t
+        return
+    d = next(i for i, n in enumerate(t.shape) if n > 1)
+    row = nbytes // t.shape[d]
+    step = max(1, max_bytes // row)
+    for start in range(0, t.shape[d], step):
+        n = min(step, t.shape[d] - start)
+        sub_off = list(offsets)
+        sub_off[d] += start
+        yield from _pieces(t.narrow(d, start, n), sub_off, max_bytes)
+
+
+def describe_plans(plans: list[SavePlan]) -> bytes:
+    """The JSON stored as __dcp__/metadata.json: per DCP name its storage
+    name and kind; for tensors the torch dtype, global shape and the
+    chunks as DCP planned them; DCP's flattening (planner_data) when plain."""
+    entries: dict[str, dict[str, Any]] = {}
+    for plan in plans:
+        for item in plan.items:
+            fqn = item.index.fqn
+            e = entries.setdefault(fqn, {"name": storage_name(fqn)})
+            if item.type == WriteItemType.BYTE_IO:
+                e["kind"] = "bytes"
+                continue
+            td = item.tensor_data
+            assert td is not None
+            e["kind"] = "tensor"
+            e["dtype"] = str(td.properties.dtype).removeprefix("torch.")
+            e["shape"] = list(td.size)
+            e.setdefault("chunks", []).append(
+                {"offsets": list(td.chunk.offsets), "sizes": list(td.chunk.sizes)}
+            )
+    mappings: dict[str, Any] = {}
+    for plan in plans:
+        if isinstance(plan.planner_data, dict):
+            mappings.update(plan.planner_data)
+    try:
+        planner_data = json.loads(json.dumps({k: list(v) for k, v in mappings.items()}))
+    except (TypeError, ValueError):
+        planner_data = None
+    doc = {"version": METADATA_VERSION, "entries": entries, "planner_data": planner_data}
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+# ---- reading -----------------------------------------------------------------
+
+
+def _box_contains(
+    outer_off: list[int], outer_size: list[int], off: list[int], size: list[int]
+) -> bool:
+    return all(
+        o <= a and a + n <= o + m
+        for o, m, a, n in zip(outer_off, outer_size, off, size, strict=True)
+    )
+
+
+class StokerReader(StorageReader):
+    """DCP ``StorageReader`` onto the checkpoint service.
+
+    Args:
+        job: the checkpoint job name.
+        address: ``HOST:PORT`` of the service; default ``STOKER_CHECKPOINT``.
+        step: the step when ``dcp.load`` gets no ``checkpoint_id``; None and
+            no checkpoint_id: the newest committed checkpoint of the job.
+    """
+
+    def __init__(
+        self,
+        job: str,
+        address: str | None = None,
+        *,
+        step: int | None = None,
+        timeout: float = 600.0,
+        security: Security | None = None,
+    ) -> None:
+        super().__init__()
+        self.job = job
+        self.conn = Connection(address_from_env("STOKER_CHECKPOINT", address), security, timeout)
+        self.default_step = step
+        self.step: int | None = step
+        self.names: dict[str, str] = {}  # DCP name -> storage name
+        self.dtypes: dict[str, torch.dtype] = {}  # storage name -> element type
+        self.blob_sizes: dict[str, int] = {}  # storage name -> bytes
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        self.step = (
+            None
+            if checkpoint_id is None and self.default_step is None
+            else parse_step(checkpoint_id, self.default_step)
+        )
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return StokerWriter.validate_checkpoint_id(checkpoint_id)
+
+    def latest_step(self) -> int:
+        """The newest committed step of the job (NOT_FOUND when there is none)."""
+        listed = self.conn.unary(
+            SERVICE + "List",
+            pb.ListCheckpointsRequest(job=self.job),
+            pb.ListCheckpointsResponse,
+            retry=True,
+        )
+        if not listed.checkpoints:
+            raise StokerError(
+                grpc.StatusCode.NOT_FOUND, f"job {self.job!r} has no committed checkpoint"
+            )
+        return int(max(c.step for c in listed.checkpoints))
+
+    def manifest(self) -> pb.Manifest:
+        """The stored manifest of the checkpoint being read."""
+        if self.step is None:
+            self.step = self.latest_step()
+        m: pb.Manifest = self.conn.unary(
+            SERVICE + "GetManifest",
+            pb.GetManifestRequest(job=self.job, step=self.step),
+            pb.Manifest,
+            retry=True,
+        )
+        return m
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        manifest = self.manifest()
+        chunks: dict[str, list[pb.ChunkEntry]] = defaultdict(list)
+        for c in manifest.chunks:
+            chunks[c.tensor].append(c)
+        for name, cs in chunks.items():
+            self.dtypes[name] = _FROM_PB.get(cs[0].dtype, torch.uint8)
+            if cs[0].dtype == pb.DTYPE_BYTES:
+                self.blob_sizes[name] = int(cs[0].global_shape[0])
+        if METADATA_TENSOR in chunks:
+            doc = json.loads(self.read_blob(METADATA_TENSOR, chunks[METADATA_TENSOR]))
+            return self._from_json(doc)
+        return self._from_manifest(chunks)
+
+    def _from_json(self, doc: dict[str, Any]) -> Metadata:
+        if doc.get("version") != METADATA_VERSION:
+            raise StokerError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"checkpoint metadata version {doc.get('version')!r} is not {METADATA_VERSION}",
+            )
+        md: dict[str, Any] = {}
+        for fqn, e in doc["entries"].items():
+            self.names[fqn] = e["name"]
+            if e["kind"] == "bytes":
+                md[fqn] = BytesStorageMetadata()
+                continue
+            dtype = getattr(torch, e["dtype"])
+            self.dtypes[e["name"]] = dtype
+            md[fqn] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=dtype),
+                size=torch.Size(e["shape"]),
+                chunks=[
+                    ChunkStorageMetadata(
+                        offsets=torch.Size(c["offsets"]), sizes=torch.Size(c["sizes"])
+                    )
+                    for c in e["chunks"]
+                ],
+            )
+        pd = doc.get("planner_data")
+        planner_data = {k: tuple(v) for k, v in pd.items()} if isinstance(pd, dict) else None
+        return Metadata(
+            state_dict_metadata=md,
+            planner_data=planner_data,
+            storage_meta=StorageMeta(checkpoint_id=f"stoker:{self.job}/{self.step}"),
+        )
+
+    def _from_manifest(self, chunks: dict[str, list[pb.ChunkEntry]]) -> Metadata:
+        """A checkpoint written without DCP (the C trainer): every stored
+        tensor as it is, blobs as uint8 tensors."""
+        md: dict[str, Any] = {}
+        for name, cs in chunks.items():
+            self.names[name] = name
+            md[name] = TensorStorageMetadata(
+                properties=TensorProperties(dtype=self.dtypes[name]),
+                size=torch.Size(cs[0].global_shape),
+                chunks=[
+                    ChunkStorageMetadata(
+                        offsets=torch.Size(c.box.offsets), sizes=torch.Size(c.box.sizes)
+                    )
+                    for c in cs
+                ],
+            )
+        return Metadata(
+            state_dict_metadata=md,
+            storage_meta=StorageMeta(checkpoint_id=f"stoker:{self.job}/{self.step}"),
+        )
+
+    def read_blob(self, name: str, chunks: list[pb.ChunkEntry] | None = None) -> bytes:
+        """The whole of a 1-D tensor or blob, as bytes."""
+        if chunks is None:
+            chunks = [c for c in self.manifest().chunks if c.tensor == name]
+        if not chunks:
+            raise StokerError(grpc.StatusCode.NOT_FOUND, f"no tensor {name!r} in the checkpoint")
+        size = int(chunks[0].global_shape[0])
+        out = bytearray(size)
+        want = pb.ChunkEntry(tensor=name, box=pb.Box(offsets=[0], sizes=[size]))
+        for piece in self._read([want]):
+            off = piece.box.offsets[0]
+            out[off : off + len(piece.data)] = piece.data
+        return bytes(out)
+
+    def _blob_size(self, name: str) -> int:
+        if not self.blob_sizes:
+            for c in self.manifest().chunks:
+                if c.dtype == pb.DTYPE_BYTES:
+                    self.blob_sizes[c.tensor] = int(c.global_shape[0])
+        return self.blob_sizes.get(name, 0)
+
+    def set_up_storage_reader(
+        self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
+    ) -> None:
+        if not self.names:  # metadata read on another rank and broadcast
+            for fqn, m in metadata.state_dict_metadata.items():
+                self.names[fqn] = storage_name(fqn)
+                if isinstance(m, TensorStorageMetadata):
+                    self.dtypes[self.names[fqn]] = m.properties.dtype
+        if self.step is None and metadata.storage_meta is not None:
+            self.step = parse_step(str(metadata.storage_meta.checkpoint_id), None)
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        return plans
+
+    def _read(self, wanted: list[pb.ChunkEntry]) -> Iterator[pb.ReadChunk]:
+        assert self.step is not None
+        req = pb.ReadRequest(job=self.job, step=self.step, wanted=wanted)
+        return iter(
+            self.conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=self.conn.timeout)
+        )
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """One Read call for every item of the plan: the service coalesces
+        the ranged reads and streams sub-boxes, which land in place."""
+        pending: dict[str, list[_Want]] = defaultdict(list)
+        wanted = []
+        for item in plan.items:
+            name = self.names.get(item.storage_index.fqn, storage_name(item.storage_index.fqn))
+            w = _Want.of(item, name)
+            if item.type == LoadItemType.BYTE_IO:
+                # DCP asks for a blob with length 0: "all of it".
+                w.sizes = [self._blob_size(name)]
+            else:
+                w.target = planner.resolve_tensor(item).detach()
+            if w.nbytes(self.dtypes.get(name, torch.uint8)) == 0:
+                self._complete(w, planner)
+                continue
+            pending[name].append(w)
+            wanted.append(pb.ChunkEntry(tensor=name, box=pb.Box(offsets=w.offsets, sizes=w.sizes)))
+        if wanted:
+            for piece in self._read(wanted):
+                self._place(piece, pending, planner)
+        left = [w.item.storage_index.fqn for ws in pending.values() for w in ws]
+        if left:
+            raise StokerError(
+                grpc.StatusCode.DATA_LOSS, f"the service sent no bytes for {sorted(set(left))[:5]}"
+            )
+        fut: Future[None] = Future()
+        fut.set_result(None)
+        return fut
+
+    def _place(
+        self, piece: pb.ReadChunk, pending: dict[str, list[_Want]], planner: LoadPlanner
+    ) -> None:
+        off, size = list(piece.box.offsets), list(piece.box.sizes)
+        dtype = self.dtypes.get(piece.tensor, torch.uint8)
+        for w in [
+            w for w in pending.get(piece.tensor, []) if _box_contains(w.offsets, w.sizes, off, size)
+        ]:
+            w.place(off, size, piece.data, dtype)
+            if w.done:
+                pending[piece.tensor].remove(w)
+                self._complete(w, planner)
+
+    @staticmethod
+    def _complete(w: _Want, planner: LoadPlanner) -> None:
+        if w.item.type == LoadItemType.BYTE_IO:
+            planner.load_bytes(w.item, io.BytesIO(bytes(w.blob)))
+        else:
+            assert w.target is not None
+            planner.commit_tensor(w.item, w.target)
+
+
+class _Want:
+    """One read item: a box of a stored tensor (global coordinates) and where
+    its bytes go: a blob buffer or the planner's destination tensor."""
+
+    def __init__(self, item: ReadItem, name: str, offsets: list[int], sizes: list[int]) -> None:
+        self.item = item
+        self.name = name
+        self.offsets = offsets
+        self.sizes = sizes
+        self.blob = bytearray()
+        self.target: torch.Tensor | None = None
+        self.placed = 0
+        self.total = 0
+
+    @classmethod
+    def of(cls, item: ReadItem, name: str) -> _Want:
+        base = list(item.storage_index.offset or [0] * len(item.storage_offsets))
+        offsets = [b + o for b, o in zip(base, item.storage_offsets, strict=True)]
+        return cls(item, name, offsets, list(item.lengths))
+
+    def nbytes(self, dtype: torch.dtype) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        self.total = n * (1 if self.item.type == LoadItemType.BYTE_IO else dtype.itemsize)
+        return self.total
+
+    @property
+    def done(self) -> bool:
+        return self.placed >= self.total
+
+    def place(self, off: list[int], size: list[int], data: bytes, dtype: torch.dtype) -> None:
+        if self.item.type == LoadItemType.BYTE_IO:
+            if not self.blob:
+                self.blob = bytearray(self.total)
+            start = off[0] - self.offsets[0]
+            self.blob[start : start + len(data)] = data
+        else:
+            assert self.target is not None
+            src = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype)
+            region = self.target
+            for d, (o, n) in enumerate(zip(off, size, strict=True)):
+                region = region.narrow(d, o - self.offsets[d], n)
+            if region.dim() == 0:
+                region.copy_(src.reshape(()))
+            else:
+                region.copy_(src.reshape(size))
+        self.placed += len(data)

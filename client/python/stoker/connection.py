@@ -1,0 +1,262 @@
+"""Connections to the Stoker services: one gRPC channel per address, with the
+same options as stokerctl and the C client (TLS with a CA, client
+certificates for mutual TLS, a bearer token from a file), per-call deadlines
+and errors translated to :class:`~stoker.errors.StokerError`.
+
+Addresses default to the environment, as for the C client:
+``STOKER_COORDINATOR``, ``STOKER_DATALOADER`` (a comma-separated list for a
+scaled-out loader), ``STOKER_CHECKPOINT``; ``STOKER_TOKEN_FILE`` and
+``STOKER_TLS_CA`` likewise."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from stoker.errors import StokerError
+
+T = TypeVar("T")
+
+# Largest message either way: the daemons' default --max-message-size.
+MAX_MESSAGE_BYTES = 64 << 20
+
+# Codes after which retrying the same idempotent call can succeed.
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE})
+
+
+@dataclass(frozen=True)
+class Security:
+    """TLS and bearer-token options (all optional; plaintext without a CA).
+
+    tls_ca: PEM file of the CA that signed the services' certificates.
+    tls_cert, tls_key: PEM client certificate and key (mutual TLS).
+    token: the bearer token; token_file: read it from here (whitespace trimmed).
+    """
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    token: str | None = None
+    token_file: str | None = None
+
+    @classmethod
+    def from_env(cls) -> Security:
+        return cls(
+            tls_ca=os.environ.get("STOKER_TLS_CA") or None,
+            token_file=os.environ.get("STOKER_TOKEN_FILE") or None,
+        )
+
+    def bearer(self) -> str | None:
+        if self.token:
+            return self.token
+        if self.token_file:
+            with open(self.token_file, encoding="utf-8") as f:
+                return f.read().strip()
+        return None
+
+
+def _read(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def address_from_env(name: str, address: str | None) -> str:
+    """The address given, else the environment variable ``name``; a clear
+    error when neither is set."""
+    addr = address or os.environ.get(name, "")
+    if not addr:
+        raise StokerError(
+            grpc.StatusCode.INVALID_ARGUMENT, f"no service address: pass address= or set {name}"
+        )
+    return addr
+
+
+class Connection:
+    """One channel to one service address.
+
+    ``call`` runs a unary method with a deadline (seconds) and translates
+    errors; idempotent calls may be retried on UNAVAILABLE (the service is
+    restarting) until the deadline passes. Thread-safe; picklable only by
+    address (a DataLoader worker opens its own channel)."""
+
+    def __init__(
+        self, address: str, security: Security | None = None, timeout: float = 30.0
+    ) -> None:
+        self.address = address
+        self.security = security or Security.from_env()
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"address": self.address, "security": self.security, "timeout": self.timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["address"], state["security"], state["timeout"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"Connection({self.address!r})"
+
+    @property
+    def channel(self) -> grpc.Channel:
+        """The channel, opened at first use (and again in a forked child)."""
+        with self._lock:
+            if self._channel is None or self._pid != os.getpid():
+                self._channel = self._open()
+                self._pid = os.getpid()
+            return self._channel
+
+    def _open(self) -> grpc.Channel:
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ]
+        sec = self.security
+        token = sec.bearer()
+        if sec.tls_ca:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read(sec.tls_ca),
+                private_key=_read(sec.tls_key),
+                certificate_chain=_read(sec.tls_cert),
+            )
+            if token:
+                creds = grpc.composite_channel_credentials(
+                    creds, grpc.access_token_call_credentials(token)
+                )
+            return grpc.secure_channel(self.address, creds, options)
+        channel = grpc.insecure_channel(self.address, options)
+        if token:
+            # A token without TLS crosses in clear: the daemons warn about
+            # this too. gRPC's call credentials refuse plaintext channels,
+            # so the header is added by an interceptor.
+            channel = grpc.intercept_channel(channel, _BearerInterceptor(token))
+        return channel
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None and self._pid == os.getpid():
+                self._channel.close()
+            self._channel = None
+
+    def unary(
+        self,
+        method: str,
+        request: Any,
+        response_type: Any,
+        timeout: float | None = None,
+        retry: bool = False,
+    ) -> Any:
+        """Calls ``method`` (``/stoker.v1.Service/Method``); returns the
+        decoded reply or raises StokerError. With ``retry`` an UNAVAILABLE
+        answer is retried with backoff until the deadline."""
+        stub = self.channel.unary_unary(
+            method, request_serializer=_serialize, response_deserializer=response_type.FromString
+        )
+        deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
+        delay = 0.05
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return stub(request, timeout=max(left, 0.001))
+            except grpc.RpcError as e:
+                err = StokerError.from_rpc(e, method)
+                if not retry or err.code not in RETRYABLE or left <= delay:
+                    raise err from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def server_stream(
+        self, method: str, request: Any, response_type: Any, timeout: float | None = None
+    ) -> Iterator[Any]:
+        """Starts a server-streaming call; iterating it yields replies and
+        raises StokerError on failure. ``timeout`` None: no deadline."""
+        stub = self.channel.unary_stream(
+            method, request_serializer=_serialize, response_deserializer=response_type.FromString
+        )
+        call = stub(request, timeout=timeout)
+        return _TranslatedStream(call, method)
+
+    def client_stream(
+        self, method: str, requests: Iterator[Any], response_type: Any, timeout: float | None = None
+    ) -> Any:
+        """Runs a client-streaming call over ``requests``; returns the reply."""
+        stub = self.channel.stream_unary(
+            method, request_serializer=_serialize, response_deserializer=response_type.FromString
+        )
+        try:
+            return stub(requests, timeout=timeout if timeout is not None else self.timeout)
+        except grpc.RpcError as e:
+            raise StokerError.from_rpc(e, method) from None
+
+
+def _serialize(message: Any) -> bytes:
+    out: bytes = message.SerializeToString()
+    return out
+
+
+class _TranslatedStream:
+    """Iterates a server stream, turning grpc errors into StokerError; cancel()
+    ends it early."""
+
+    def __init__(self, call: Any, method: str) -> None:
+        self._call = call
+        self._method = method
+
+    def __iter__(self) -> _TranslatedStream:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._call)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED and self._call.cancelled():
+                raise StopIteration from None
+            raise StokerError.from_rpc(e, self._method) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+class _BearerInterceptor(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamUnaryClientInterceptor,
+):
+    """Adds ``authorization: Bearer TOKEN`` to every call of a plaintext channel."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _details(self, d: Any) -> Any:
+        metadata = [*(d.metadata or []), self._header]
+        return d._replace(metadata=metadata) if hasattr(d, "_replace") else _Details(d, metadata)
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], d: Any, request: Any) -> Any:
+        return continuation(self._details(d), request)
+
+    def intercept_unary_stream(self, continuation: Callable[..., Any], d: Any, request: Any) -> Any:
+        return continuation(self._details(d), request)
+
+    def intercept_stream_unary(
+        self, continuation: Callable[..., Any], d: Any, requests: Any
+    ) -> Any:
+        return continuation(self._details(d), requests)
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, d: Any, metadata: list[tuple[str, str]]) -> None:
+        self.method = d.method
+        self.timeout = d.timeout
+        self.metadata = metadata
+        self.credentials = d.credentials
+        self.wait_for_ready = getattr(d, "wait_for_ready", None)
+        self.compression = getattr(d, "compression", None)

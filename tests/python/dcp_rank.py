@@ -1,0 +1,81 @@
+"""One rank of the DCP tests (run as a process by test_checkpoint.py):
+saves or loads a state dict through StokerWriter / StokerReader over a gloo
+process group, and writes what it loaded to a file for the test to compare.
+
+The state dict (identical on every world size, from fixed seeds): DTensors
+sharded on dim 0 over all ranks (f32, bf16, int64), a replicated f64 tensor,
+a 0-d tensor, a bool mask, and a byte item (plain Python objects, as a
+dataset's state_dict).
+
+Usage: dcp_rank.py save|async_save|load ADDR JOB STEP RANK WORLD INIT_FILE OUT
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+
+from stoker.checkpoint import StokerReader, StokerWriter
+
+
+def full_state() -> dict[str, object]:
+    g = torch.Generator().manual_seed(1234)
+    return {
+        "model.embed.weight": torch.randn(37, 16, generator=g),
+        "model.block.0.weight": torch.randn(23, 9, generator=g).to(torch.bfloat16),
+        "model.block.0.counts": torch.randint(0, 1 << 40, (19, 3), generator=g),
+        "model.scale": torch.randn(5, generator=g).to(torch.float64),
+        "optim.step": torch.tensor(42.5),
+        "model.mask": torch.rand(11, generator=g) > 0.5,
+        "extra": {"dataset": {"version": 1, "job": "pt", "next_step": 77}, "note": "hi"},
+    }
+
+
+def sharded(world: int, zero: bool) -> dict[str, object]:
+    mesh = init_device_mesh("cpu", (world,))
+    out: dict[str, object] = {}
+    for k, v in full_state().items():
+        if isinstance(v, torch.Tensor) and k.startswith("model.") and v.dim() == 2:
+            t = torch.zeros_like(v) if zero else v
+            out[k] = distribute_tensor(t, mesh, [Shard(0)])
+        elif isinstance(v, torch.Tensor):
+            out[k] = torch.zeros_like(v) if zero else v.clone()
+        else:
+            # DCP loads in place: the loading dict names every key it wants.
+            out[k] = (
+                {"dataset": {"version": 0, "job": "", "next_step": 0}, "note": ""} if zero else v
+            )
+    return out
+
+
+def main() -> None:
+    mode, addr, job, step, rank, world, init_file, out = sys.argv[1:9]
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=int(rank), world_size=int(world)
+    )
+    if mode in ("save", "async_save"):
+        state = sharded(int(world), zero=False)
+        writer = StokerWriter(job, addr)
+        if mode == "save":
+            dcp.save(state, storage_writer=writer, checkpoint_id=step)
+        else:
+            res = dcp.async_save(state, storage_writer=writer, checkpoint_id=step)
+            getattr(res, "upload_completion", res).result()
+    else:
+        state = sharded(int(world), zero=True)
+        dcp.load(state, storage_reader=StokerReader(job, addr), checkpoint_id=step)
+        loaded = {
+            k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state.items()
+        }
+        torch.save(loaded, out)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
