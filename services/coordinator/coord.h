@@ -171,6 +171,25 @@ struct coord_wait *coord_barrier(struct coord *c, const Stoker__V1__BarrierReque
 /* resp: Stoker__V1__Empty. STK_ESTALE unless generation is the current one. */
 void coord_kv_set(struct coord *c, const Stoker__V1__KvSetRequest *req, coord_done_fn done,
                   void *arg);
+/* Largest KV value (KvSet, KvCompareSet). */
+#define COORD_KV_VALUE_MAX 65536
+
+/* resp: Stoker__V1__KvAddResponse. The key's value is a decimal int64
+ * (absent: 0) plus delta; STK_EINVAL when it holds something else,
+ * STK_ERANGE on overflow. Wakes parked gets of the key. */
+void coord_kv_add(struct coord *c, const Stoker__V1__KvAddRequest *req, coord_done_fn done,
+                  void *arg);
+/* resp: Stoker__V1__KvGetResponse (the value afterwards). Sets desired when
+ * the key holds expected, or is absent and expected is empty (the
+ * semantics of torch.distributed.Store.compare_set). */
+void coord_kv_compare_set(struct coord *c, const Stoker__V1__KvCompareSetRequest *req,
+                          coord_done_fn done, void *arg);
+/* resp: Stoker__V1__KvDeleteResponse. Parked gets keep waiting. */
+void coord_kv_delete(struct coord *c, const Stoker__V1__KvDeleteRequest *req, coord_done_fn done,
+                     void *arg);
+/* resp: Stoker__V1__KvCountResponse: keys set in the current generation. */
+void coord_kv_count(struct coord *c, const Stoker__V1__KvCountRequest *req, coord_done_fn done,
+                    void *arg);
 /* resp: Stoker__V1__KvGetResponse. STK_ENOENT when absent and !wait; with
  * wait parks until set (STK_EABORTED when the generation ends first). */
 struct coord_wait *coord_kv_get(struct coord *c, const Stoker__V1__KvGetRequest *req,

@@ -108,6 +108,10 @@ UNARY_HANDLER(scale_job, coord_scale_job, Stoker__V1__ScaleJobRequest)
 UNARY_HANDLER(heartbeat, coord_heartbeat, Stoker__V1__HeartbeatRequest)
 UNARY_HANDLER(leave, coord_leave, Stoker__V1__LeaveRequest)
 UNARY_HANDLER(kv_set, coord_kv_set, Stoker__V1__KvSetRequest)
+UNARY_HANDLER(kv_add, coord_kv_add, Stoker__V1__KvAddRequest)
+UNARY_HANDLER(kv_compare_set, coord_kv_compare_set, Stoker__V1__KvCompareSetRequest)
+UNARY_HANDLER(kv_delete, coord_kv_delete, Stoker__V1__KvDeleteRequest)
+UNARY_HANDLER(kv_count, coord_kv_count, Stoker__V1__KvCountRequest)
 UNARY_HANDLER(report_checkpoint, coord_report_checkpoint, Stoker__V1__ReportCheckpointRequest)
 
 /* The core never completes synchronously, so the wait is still open here. */
@@ -190,6 +194,10 @@ static const struct rpc_method_def coordinator_methods[] = {
     {"Barrier", RPC_UNARY, handle_barrier},
     {"KvSet", RPC_UNARY, handle_kv_set},
     {"KvGet", RPC_UNARY, handle_kv_get},
+    {"KvAdd", RPC_UNARY, handle_kv_add},
+    {"KvCompareSet", RPC_UNARY, handle_kv_compare_set},
+    {"KvDelete", RPC_UNARY, handle_kv_delete},
+    {"KvCount", RPC_UNARY, handle_kv_count},
     {"ReportCheckpoint", RPC_UNARY, handle_report_checkpoint},
 };
 

@@ -8,6 +8,7 @@
  */
 #include "coord_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,26 +139,141 @@ static void answer_value(struct coord_wait *w, const struct kv_entry *e) {
   coord_answer(w, &resp.base);
 }
 
-void coord_kv_set(struct coord *c, const Stoker__V1__KvSetRequest *req, coord_done_fn done,
-                  void *arg) {
-  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
-  if (!coord_valid_key(req->key) || req->value.len > 65536)
-    return coord_fail(w, STK_EINVAL, "key must match [A-Za-z0-9._:/-]{1,256}, value <= 64 KiB");
-  struct job *j = current(c, w, req->job, req->generation);
-  if (!j) return;
-  struct kv_entry *e = entry_get(j, req->key);
+/* The job of a generation-scoped KV call with a valid key, or NULL after
+ * failing w. */
+static struct job *kv_job(struct coord *c, struct coord_wait *w, const char *job, uint64_t gen,
+                          const char *key) {
+  if (!coord_valid_key(key)) {
+    coord_fail(w, STK_EINVAL, "key must match [A-Za-z0-9._:/-]{1,256}");
+    return NULL;
+  }
+  return current(c, w, job, gen);
+}
+
+static bool value_fits(struct coord_wait *w, size_t len) {
+  if (len <= COORD_KV_VALUE_MAX) return true;
+  coord_fail(w, STK_EINVAL, "value of %zu bytes: at most %d allowed", len, COORD_KV_VALUE_MAX);
+  return false;
+}
+
+/* Stores len bytes as the key's value (journaled in the next group commit,
+ * which every answer after this one waits for) and wakes its parked gets. */
+static void kv_store(struct job *j, struct kv_entry *e, const void *data, size_t len) {
   free(e->value);
-  e->value = coord_xmalloc(req->value.len);
-  if (req->value.len) memcpy(e->value, req->value.data, req->value.len);
-  e->len = req->value.len;
+  e->value = coord_xmalloc(len ? len : 1);
+  if (len) memcpy(e->value, data, len);
+  e->len = len;
   e->present = true;
   char key[600];
   size_t kl = coord_key_kv_prefix(key, j->name, j->generation);
-  memcpy(key + kl, req->key, strlen(req->key));
-  coord_store_put(c, key, kl + strlen(req->key), e->value, e->len);
+  memcpy(key + kl, e->key, strlen(e->key));
+  coord_store_put(j->c, key, kl + strlen(e->key), e->value, e->len);
   while (!list_empty(&e->waiters))
     answer_value(container_of(e->waiters.next, struct coord_wait, link), e);
+}
+
+static struct kv_entry *kv_find(struct job *j, const char *key) {
+  struct hnode *n = coord_tab_get(&j->kv, key);
+  struct kv_entry *e = n ? container_of(n, struct kv_entry, hn) : NULL;
+  return e && e->present ? e : NULL;
+}
+
+void coord_kv_set(struct coord *c, const Stoker__V1__KvSetRequest *req, coord_done_fn done,
+                  void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = kv_job(c, w, req->job, req->generation, req->key);
+  if (!j || !value_fits(w, req->value.len)) return;
+  kv_store(j, entry_get(j, req->key), req->value.data, req->value.len);
   Stoker__V1__Empty resp = STOKER__V1__EMPTY__INIT;
+  coord_answer(w, &resp.base);
+}
+
+/* A decimal int64 of exactly len bytes (optional sign), as Store.add writes. */
+static bool parse_counter(const uint8_t *v, size_t len, int64_t *ret) {
+  char buf[24];
+  if (len == 0 || len >= sizeof(buf)) return false;
+  memcpy(buf, v, len);
+  buf[len] = 0;
+  char *end = NULL;
+  errno = 0;
+  long long x = strtoll(buf, &end, 10);
+  if (errno || *end || end == buf || buf[0] == ' ' || buf[0] == '+') return false;
+  *ret = x;
+  return true;
+}
+
+void coord_kv_add(struct coord *c, const Stoker__V1__KvAddRequest *req, coord_done_fn done,
+                  void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = kv_job(c, w, req->job, req->generation, req->key);
+  if (!j) return;
+  struct kv_entry *e = kv_find(j, req->key);
+  int64_t value = 0;
+  if (e && !parse_counter(e->value, e->len, &value))
+    return coord_fail(w, STK_EINVAL, "key %s holds a value that is not a decimal integer",
+                      req->key);
+  if (__builtin_add_overflow(value, req->delta, &value))
+    return coord_fail(w, STK_ERANGE, "key %s: the sum overflows 64 bits", req->key);
+  char text[24];
+  int n = snprintf(text, sizeof(text), "%lld", (long long)value);
+  kv_store(j, e ? e : entry_get(j, req->key), text, (size_t)n);
+  Stoker__V1__KvAddResponse resp = STOKER__V1__KV_ADD_RESPONSE__INIT;
+  resp.value = value;
+  coord_answer(w, &resp.base);
+}
+
+void coord_kv_compare_set(struct coord *c, const Stoker__V1__KvCompareSetRequest *req,
+                          coord_done_fn done, void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = kv_job(c, w, req->job, req->generation, req->key);
+  if (!j || !value_fits(w, req->desired.len)) return;
+  struct kv_entry *e = kv_find(j, req->key);
+  Stoker__V1__KvGetResponse resp = STOKER__V1__KV_GET_RESPONSE__INIT;
+  if (!e && req->expected.len > 0) { /* Absent, and not expected so: no change. */
+    resp.value = req->expected;
+    return coord_answer(w, &resp.base);
+  }
+  bool match = !e || (e->len == req->expected.len &&
+                      (e->len == 0 || memcmp(e->value, req->expected.data, e->len) == 0));
+  if (match) {
+    e = e ? e : entry_get(j, req->key);
+    kv_store(j, e, req->desired.data, req->desired.len);
+  }
+  resp.value.data = e->value;
+  resp.value.len = e->len;
+  coord_answer(w, &resp.base);
+}
+
+void coord_kv_delete(struct coord *c, const Stoker__V1__KvDeleteRequest *req, coord_done_fn done,
+                     void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = kv_job(c, w, req->job, req->generation, req->key);
+  if (!j) return;
+  struct kv_entry *e = kv_find(j, req->key);
+  Stoker__V1__KvDeleteResponse resp = STOKER__V1__KV_DELETE_RESPONSE__INIT;
+  resp.deleted = e != NULL;
+  if (e) {
+    char key[600];
+    size_t kl = coord_key_kv_prefix(key, j->name, j->generation);
+    memcpy(key + kl, e->key, strlen(e->key));
+    coord_store_del(c, key, kl + strlen(e->key));
+    if (list_empty(&e->waiters))
+      free_kv_entry(j, e);
+    else
+      e->present = false; /* Parked gets keep waiting for a new value. */
+  }
+  coord_answer(w, &resp.base);
+}
+
+void coord_kv_count(struct coord *c, const Stoker__V1__KvCountRequest *req, coord_done_fn done,
+                    void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = current(c, w, req->job, req->generation);
+  if (!j) return;
+  Stoker__V1__KvCountResponse resp = STOKER__V1__KV_COUNT_RESPONSE__INIT;
+  size_t pos;
+  for (struct hnode *n = coord_tab_first(&j->kv, &pos); n; n = coord_tab_next(&j->kv, n, &pos))
+    resp.keys += container_of(n, struct kv_entry, hn)->present;
   coord_answer(w, &resp.base);
 }
 

@@ -330,6 +330,146 @@ static void test_barrier(void **state) {
   res_free(b0b);
 }
 
+/* The Store operations of the KV (add, compare_set, delete, count). */
+static struct res *kv_add_(struct fx *f, const char *key, int64_t delta) {
+  Stoker__V1__KvAddRequest req = STOKER__V1__KV_ADD_REQUEST__INIT;
+  req.job = "st";
+  req.generation = 1;
+  req.key = (char *)key;
+  req.delta = delta;
+  struct res *r = res_new();
+  coord_kv_add(f->c, &req, on_done, r);
+  return wait_res(f, r);
+}
+
+static struct res *kv_cas_(struct fx *f, const char *key, const char *expected,
+                           const char *desired) {
+  Stoker__V1__KvCompareSetRequest req = STOKER__V1__KV_COMPARE_SET_REQUEST__INIT;
+  req.job = "st";
+  req.generation = 1;
+  req.key = (char *)key;
+  req.expected.data = (uint8_t *)expected;
+  req.expected.len = strlen(expected);
+  req.desired.data = (uint8_t *)desired;
+  req.desired.len = strlen(desired);
+  struct res *r = res_new();
+  coord_kv_compare_set(f->c, &req, on_done, r);
+  return wait_res(f, r);
+}
+
+static void assert_value(struct res *r, const char *want) {
+  assert_int_equal(r->err, 0);
+  const Stoker__V1__KvGetResponse *v = (const Stoker__V1__KvGetResponse *)r->resp;
+  assert_int_equal(v->value.len, strlen(want));
+  if (v->value.len) assert_memory_equal(v->value.data, want, v->value.len);
+  res_free(r);
+}
+
+static int kv_delete_(struct fx *f, const char *key, bool *ret_deleted) {
+  Stoker__V1__KvDeleteRequest req = STOKER__V1__KV_DELETE_REQUEST__INIT;
+  req.job = "st";
+  req.generation = 1;
+  req.key = (char *)key;
+  struct res *r = res_new();
+  coord_kv_delete(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  if (!err) *ret_deleted = ((Stoker__V1__KvDeleteResponse *)r->resp)->deleted;
+  res_free(r);
+  return err;
+}
+
+static uint64_t kv_count_(struct fx *f) {
+  Stoker__V1__KvCountRequest req = STOKER__V1__KV_COUNT_REQUEST__INIT;
+  req.job = "st";
+  req.generation = 1;
+  struct res *r = res_new();
+  coord_kv_count(f->c, &req, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, 0);
+  uint64_t n = ((Stoker__V1__KvCountResponse *)r->resp)->keys;
+  res_free(r);
+  return n;
+}
+
+static void test_kv_store_ops(void **state) {
+  struct fx *f = *state;
+  create(f, "st", 1, 1);
+  struct res *r[1];
+  join_all(f, "st", 1, r);
+  res_free(r[0]);
+  assert_int_equal(kv_count_(f), 0);
+  /* add: a decimal counter from 0, stored as text (Store.get reads "5"). */
+  struct res *a = kv_add_(f, "ctr", 5);
+  assert_int_equal(a->err, 0);
+  assert_int_equal(((Stoker__V1__KvAddResponse *)a->resp)->value, 5);
+  res_free(a);
+  a = kv_add_(f, "ctr", -7);
+  assert_int_equal(((Stoker__V1__KvAddResponse *)a->resp)->value, -2);
+  res_free(a);
+  assert_value(wait_res(f, kv_get_(f, "st", 1, "ctr", false, NULL)), "-2");
+  assert_int_equal(kv_set_(f, "st", 1, "text", "abc"), 0);
+  a = kv_add_(f, "text", 1);
+  assert_int_equal(a->err, STK_EINVAL);
+  res_free(a);
+  assert_value(wait_res(f, kv_get_(f, "st", 1, "text", false, NULL)), "abc");
+  assert_int_equal(kv_set_(f, "st", 1, "big", "9223372036854775807"), 0);
+  a = kv_add_(f, "big", 1);
+  assert_int_equal(a->err, STK_ERANGE);
+  res_free(a);
+  /* add wakes a parked get of its key. */
+  struct res *g = kv_get_(f, "st", 1, "woken", true, NULL);
+  run_for(f, 10);
+  assert_false(g->done);
+  res_free(kv_add_(f, "woken", 3));
+  run_until(f, &g->done);
+  assert_value(g, "3");
+  /* compare_set, as torch.distributed.Store defines it. */
+  assert_value(kv_cas_(f, "cas", "", "first"), "first");        /* absent, expected "" */
+  assert_value(kv_cas_(f, "cas", "wrong", "second"), "first");  /* mismatch: current */
+  assert_value(kv_cas_(f, "cas", "first", "second"), "second"); /* match: desired */
+  assert_value(kv_cas_(f, "none", "exp", "des"), "exp");        /* absent, expected set */
+  struct res *none = wait_res(f, kv_get_(f, "st", 1, "none", false, NULL));
+  assert_int_equal(none->err, STK_ENOENT);
+  res_free(none);
+  /* delete and count. */
+  assert_int_equal(kv_count_(f), 5); /* ctr text big woken cas */
+  bool deleted = false;
+  assert_int_equal(kv_delete_(f, "cas", &deleted), 0);
+  assert_true(deleted);
+  assert_int_equal(kv_delete_(f, "cas", &deleted), 0);
+  assert_false(deleted);
+  assert_int_equal(kv_count_(f), 4);
+  /* A get parked on a key that is deleted keeps waiting for a new value. */
+  g = kv_get_(f, "st", 1, "ctr2", true, NULL);
+  assert_int_equal(kv_set_(f, "st", 1, "ctr2", "1"), 0);
+  run_until(f, &g->done);
+  assert_value(g, "1");
+  g = kv_get_(f, "st", 1, "gone", true, NULL);
+  assert_int_equal(kv_set_(f, "st", 1, "gone", "x"), 0);
+  run_until(f, &g->done);
+  res_free(g);
+  assert_int_equal(kv_delete_(f, "gone", &deleted), 0);
+  g = kv_get_(f, "st", 1, "gone", true, NULL);
+  run_for(f, 10);
+  assert_false(g->done);
+  assert_int_equal(kv_set_(f, "st", 1, "gone", "back"), 0);
+  run_until(f, &g->done);
+  assert_value(g, "back");
+  /* Every change is durable: after a reopen the same values and count. */
+  fx_close(f);
+  fx_open(f);
+  assert_value(wait_res(f, kv_get_(f, "st", 1, "ctr", false, NULL)), "-2");
+  assert_value(wait_res(f, kv_get_(f, "st", 1, "woken", false, NULL)), "3");
+  none = wait_res(f, kv_get_(f, "st", 1, "cas", false, NULL)); /* deleted */
+  assert_int_equal(none->err, STK_ENOENT);
+  res_free(none);
+  assert_int_equal(kv_count_(f), 6); /* ctr text big woken ctr2 gone */
+  /* Bad input changes nothing. */
+  a = kv_add_(f, "bad key!", 1);
+  assert_int_equal(a->err, STK_EINVAL);
+  res_free(a);
+  assert_int_equal(kv_count_(f), 6);
+}
+
 static void test_kv(void **state) {
   struct fx *f = *state;
   create(f, "kv", 1, 2);
@@ -566,6 +706,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fencing, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_barrier, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_kv, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_kv_store_ops, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_scale, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_pause_resume_stop_delete, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_events_watch, fx_setup, fx_teardown),
