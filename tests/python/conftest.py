@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 BUILD = pathlib.Path(os.environ.get("STOKER_BUILD_DIR", ROOT / "build"))
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD

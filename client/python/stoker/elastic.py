@@ -1,0 +1,163 @@
+"""``stoker.elastic``: the coordinator as PyTorch's rendezvous, seen from a
+training process.
+
+- :func:`init_process_group` joins the process group of the current
+  generation through a :class:`~stoker.store.StokerStore` (under torchrun
+  with ``--rdzv-backend=stoker``, from the environment the agent set).
+- :class:`TrainingMonitor` carries the loop's step, loss and tokens/s to the
+  coordinator's heartbeats and brings back CHECKPOINT_NOW, STOP and RESTART.
+
+Under torchrun the member of the job is the node's agent (its rendezvous
+handler, ``stoker.rendezvous``, heartbeats on a background thread); workers
+talk to it through a control directory the agent names in
+``STOKER_CONTROL_DIR``: each local worker writes ``progress-<local rank>.json``
+(replaced atomically), the agent appends the coordinator's answers to
+``actions`` (one line each: ``seq action reason``). A process that is a member
+itself (no torchrun) gets the same monitor over its own ``Member``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import timedelta
+
+import torch.distributed as dist
+from torch._C._distributed_c10d import PrefixStore
+
+from stoker.membership import CONTINUE, Member, Progress
+from stoker.store import StokerStore
+
+ENV_JOB = "STOKER_JOB"
+ENV_GENERATION = "STOKER_GENERATION"
+ENV_MEMBER = "STOKER_MEMBER"
+ENV_CONTROL_DIR = "STOKER_CONTROL_DIR"
+ACTIONS_FILE = "actions"
+
+
+def worker_store(timeout: timedelta = timedelta(seconds=300)) -> StokerStore:
+    """The Store of this worker's generation, from the agent's environment."""
+    job, gen = os.environ.get(ENV_JOB), os.environ.get(ENV_GENERATION)
+    if not job or not gen:
+        raise RuntimeError(
+            f"{ENV_JOB} / {ENV_GENERATION} are not set: run under torchrun "
+            "--rdzv-backend=stoker, or build a StokerStore yourself"
+        )
+    return StokerStore(job, int(gen), timeout=timeout)
+
+
+def init_process_group(
+    backend: str = "gloo", timeout: timedelta = timedelta(seconds=300)
+) -> StokerStore:
+    """``torch.distributed.init_process_group`` over the coordinator's KV,
+    with torchrun's RANK and WORLD_SIZE. Keys go under ``pg/<restart>/`` so
+    that the workers of each restart (and the agents' own keys) stay apart."""
+    store = worker_store(timeout)
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    prefixed = PrefixStore(f"pg/{restart}", store)
+    dist.init_process_group(
+        backend,
+        store=prefixed,
+        rank=int(os.environ["RANK"]),
+        world_size=int(os.environ["WORLD_SIZE"]),
+        timeout=timeout,
+    )
+    return store
+
+
+class TrainingMonitor:
+    """The training loop's line to the coordinator.
+
+    ``report(step, loss, tokens_per_s)`` after each step (cheap: a small
+    file replaced, or a field set); ``poll()`` returns the answers that came
+    since the last poll, oldest first, as ``(action, reason)`` pairs.
+    """
+
+    def __init__(self, control_dir: str | None = None, member: Member | None = None) -> None:
+        self._dir = control_dir
+        self._member = member
+        self._offset = 0
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, str]] = []
+        self._progress = Progress()
+        if member is not None:
+            member.start_heartbeats(lambda: self._progress, self._queue)
+
+    @classmethod
+    def from_env(cls) -> TrainingMonitor:
+        """The monitor torchrun's Stoker agent set up for this worker."""
+        d = os.environ.get(ENV_CONTROL_DIR)
+        if not d:
+            raise RuntimeError(f"{ENV_CONTROL_DIR} is not set: not a worker of a Stoker agent")
+        return cls(control_dir=d)
+
+    def _queue(self, action: str, reason: str) -> None:
+        with self._lock:
+            self._pending.append((action, reason))
+
+    def report(self, step: int, loss: float = 0.0, tokens_per_s: float = 0.0) -> None:
+        self._progress = Progress(step, loss, tokens_per_s)
+        if self._dir is None:
+            return
+        local = os.environ.get("LOCAL_RANK", "0")
+        path = os.path.join(self._dir, f"progress-{local}.json")
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"step": step, "loss": loss, "tokens_per_s": tokens_per_s}, f)
+        os.replace(tmp, path)
+
+    def poll(self) -> list[tuple[str, str]]:
+        if self._dir is not None:
+            self._read_actions()
+        with self._lock:
+            out, self._pending = self._pending, []
+        return out
+
+    def _read_actions(self) -> None:
+        path = os.path.join(self._dir or "", ACTIONS_FILE)
+        try:
+            if os.path.getsize(path) <= self._offset:
+                return
+            with open(path, encoding="utf-8") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind("\n") + 1  # only whole lines
+        self._offset += len(data[:end].encode())
+        for line in data[:end].splitlines():
+            _, action, reason = ([*line.split(" ", 2), "", ""])[:3]
+            if action and action != CONTINUE:
+                self._queue(action, reason)
+
+    def close(self) -> None:
+        if self._member is not None:
+            self._member.stop_heartbeats()
+
+
+def read_progress(control_dir: str) -> Progress:
+    """The node's progress from its workers' files: the lowest step, the
+    mean loss and the summed tokens/s (what the agent's heartbeat sends)."""
+    steps, losses, tps = [], [], 0.0
+    for name in os.listdir(control_dir):
+        if not (name.startswith("progress-") and name.endswith(".json")):
+            continue
+        try:
+            with open(os.path.join(control_dir, name), encoding="utf-8") as f:
+                p = json.load(f)
+        except (OSError, ValueError):
+            continue  # being replaced, or a worker that died mid-write
+        steps.append(int(p.get("step", 0)))
+        losses.append(float(p.get("loss", 0.0)))
+        tps += float(p.get("tokens_per_s", 0.0))
+    if not steps:
+        return Progress()
+    return Progress(min(steps), sum(losses) / len(losses), tps)
+
+
+def append_action(control_dir: str, seq: int, action: str, reason: str) -> None:
+    """The agent's side of ``poll``: one line per coordinator answer."""
+    line = f"{seq} {action} {' '.join(reason.split())}\n"
+    with open(os.path.join(control_dir, ACTIONS_FILE), "a", encoding="utf-8") as f:
+        f.write(line)

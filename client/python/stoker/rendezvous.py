@@ -1,0 +1,178 @@
+"""The Stoker rendezvous backend for torchrun:
+``torchrun --rdzv-backend=stoker --rdzv-endpoint=COORDINATOR --rdzv-id=JOB
+--nnodes=MIN:MAX ...``.
+
+torchrun finds it by name through the ``torchrun.handlers`` entry point this
+package declares (no wrapper command is needed). Each agent is one member of
+the coordinator job ``JOB`` (created with MIN..MAX ranks when it does not
+exist): ``next_rendezvous`` joins and parks until the coordinator closes the
+round, so a coordinator generation is a torchrun rendezvous round, the
+member's rank is the node rank and the round's world size the node count.
+The agent then heartbeats on a background thread (reporting its workers'
+progress, see ``stoker.elastic``); when a heartbeat learns that a node was
+lost or added (RESTART, a newer generation), ``num_nodes_waiting`` turns
+positive and torchrun restarts its workers, which rejoin at the new size.
+
+``rdzv_conf`` keys (all optional): ``heartbeat_interval_ms``,
+``heartbeat_misses``, ``last_call_ms``, ``join_timeout_ms`` (used when the
+job is created here), ``join_timeout`` (seconds a Join may park).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandler,
+    RendezvousInfo,
+    RendezvousParameters,
+    RendezvousStoreInfo,
+)
+
+from stoker import elastic
+from stoker.connection import Connection
+from stoker.errors import StokerError
+from stoker.membership import RESTART, STOP, Member
+from stoker.store import StokerStore
+from stoker.v1 import coordinator_pb2 as pb
+
+SERVICE = "/stoker.v1.Coordinator/"
+
+
+def ensure_job(
+    conn: Connection, job: str, min_nodes: int, max_nodes: int, conf: dict[str, Any]
+) -> None:
+    """Creates the job unless it exists (a job made by an operator wins)."""
+    spec = pb.JobSpec(
+        name=job,
+        min_ranks=min_nodes,
+        max_ranks=max_nodes,
+        heartbeat_interval_ms=int(conf.get("heartbeat_interval_ms", 0)),
+        heartbeat_misses=int(conf.get("heartbeat_misses", 0)),
+        last_call_ms=int(conf.get("last_call_ms", 0)),
+        join_timeout_ms=int(conf.get("join_timeout_ms", 0)),
+    )
+    try:
+        conn.unary(SERVICE + "CreateJob", pb.CreateJobRequest(spec=spec), pb.Job, retry=True)
+    except StokerError as e:
+        if e.code != grpc.StatusCode.ALREADY_EXISTS:
+            raise
+
+
+class StokerRendezvousHandler(RendezvousHandler):
+    """torchrun's view of one agent's membership in a coordinator job."""
+
+    def __init__(
+        self,
+        job: str,
+        coordinator: str,
+        *,
+        local_addr: str | None = None,
+        join_timeout: float = 600.0,
+    ) -> None:
+        self.job = job
+        self.coordinator = coordinator
+        self.local_addr = local_addr
+        self.join_timeout = join_timeout
+        self.member = Member(job, coordinator)
+        self.control_dir = tempfile.mkdtemp(prefix="stoker-agent-")
+        self._lock = threading.Lock()
+        self._changed = False  # a heartbeat saw RESTART or a newer generation
+        self._closed = False
+        self._seq = 0
+
+    def get_backend(self) -> str:
+        return "stoker"
+
+    @property
+    def use_agent_store(self) -> bool:
+        return False
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        if self._closed:
+            from torch.distributed.elastic.rendezvous import RendezvousClosedError
+
+            raise RendezvousClosedError(f"job {self.job} is stopped")
+        self.member.stop_heartbeats()
+        with self._lock:
+            self._changed = False
+        m = self.member.join(timeout=self.join_timeout)
+        # Workers inherit the agent's environment: they find their
+        # generation's store and their control directory here.
+        for name in os.listdir(self.control_dir):
+            if name.startswith("progress-"):
+                os.unlink(os.path.join(self.control_dir, name))
+        os.environ.update(
+            {
+                "STOKER_COORDINATOR": self.coordinator,
+                elastic.ENV_JOB: self.job,
+                elastic.ENV_GENERATION: str(m.generation),
+                elastic.ENV_MEMBER: m.member_id,
+                elastic.ENV_CONTROL_DIR: self.control_dir,
+            }
+        )
+        self.member.start_heartbeats(
+            lambda: elastic.read_progress(self.control_dir), self._on_action
+        )
+        store = StokerStore(self.job, m.generation, self.coordinator)
+        bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
+        return RendezvousInfo(store, m.rank, m.world_size, bootstrap)
+
+    def _on_action(self, action: str, reason: str) -> None:
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
+            if action == RESTART:
+                self._changed = True
+            if action == STOP:
+                self._closed = True
+        elastic.append_action(self.control_dir, seq, action, reason)
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def set_closed(self) -> None:
+        self._closed = True
+
+    def num_nodes_waiting(self) -> int:
+        with self._lock:
+            return 1 if self._changed and not self._closed else 0
+
+    def get_run_id(self) -> str:
+        return self.job
+
+    def shutdown(self) -> bool:
+        try:
+            self.member.leave()
+        except StokerError:
+            return False
+        finally:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+        return True
+
+
+def create_handler(params: RendezvousParameters) -> StokerRendezvousHandler:
+    """torchrun's factory: the job is ``--rdzv-id``, the coordinator
+    ``--rdzv-endpoint``, MIN:MAX of ``--nnodes`` bound the job's ranks."""
+    conf = dict(params.config)
+    conn = Connection(params.endpoint)
+    ensure_job(conn, params.run_id, params.min_nodes, params.max_nodes, conf)
+    conn.close()
+    return StokerRendezvousHandler(
+        params.run_id,
+        params.endpoint,
+        local_addr=params.local_addr,
+        join_timeout=float(conf.get("join_timeout", 600)),
+    )
+
+
+def torchrun_handler() -> Callable[[RendezvousParameters], StokerRendezvousHandler]:
+    """The ``torchrun.handlers`` entry point: torchrun calls this and
+    registers what it returns under the name ``stoker``."""
+    return create_handler
