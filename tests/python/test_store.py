@@ -14,8 +14,8 @@ from datetime import timedelta
 import grpc
 import pytest
 import torch.distributed as dist
-
 from conftest import HERE
+
 from stoker import StokerError
 from stoker.membership import Member
 from stoker.rendezvous import ensure_job
