@@ -34,6 +34,7 @@ ENV_GENERATION = "STOKER_GENERATION"
 ENV_MEMBER = "STOKER_MEMBER"
 ENV_CONTROL_DIR = "STOKER_CONTROL_DIR"
 ACTIONS_FILE = "actions"
+_LIVE_STORES: list[StokerStore] = []
 
 
 def worker_store(timeout: timedelta = timedelta(seconds=300)) -> StokerStore:
@@ -54,6 +55,7 @@ def init_process_group(
     with torchrun's RANK and WORLD_SIZE. Keys go under ``pg/<restart>/`` so
     that the workers of each restart (and the agents' own keys) stay apart."""
     store = worker_store(timeout)
+    _LIVE_STORES.append(store)  # see stoker.store: C++ needs the Python object
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     prefixed = PrefixStore(f"pg/{restart}", store)
     dist.init_process_group(

@@ -24,7 +24,6 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -170,9 +169,3 @@ def create_handler(params: RendezvousParameters) -> StokerRendezvousHandler:
         local_addr=params.local_addr,
         join_timeout=float(conf.get("join_timeout", 600)),
     )
-
-
-def torchrun_handler() -> Callable[[RendezvousParameters], StokerRendezvousHandler]:
-    """The ``torchrun.handlers`` entry point: torchrun calls this and
-    registers what it returns under the name ``stoker``."""
-    return create_handler

@@ -9,6 +9,11 @@ restart needs. Values are at most 64 KiB. ``get`` and ``wait`` park on the
 coordinator until the key is set, bounded by the store's timeout
 (``DistStoreError`` when it passes). Keys outside the coordinator's
 alphabet ``[A-Za-z0-9._:/-]{1,256}`` are stored under a SHA-256 name.
+
+Lifetime: a Python subclass of Store works from C++ only while its Python
+object is alive (pybind's trampoline looks the overrides up on it), so keep a
+reference for as long as a process group uses the store;
+``stoker.elastic.init_process_group`` does.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ class StokerStore(Store):
             address_from_env("STOKER_COORDINATOR", address), security, timeout=30.0
         )
         self._timeout = timeout
+        self._clones: list[StokerStore] = []
 
     def __repr__(self) -> str:
         return (
@@ -185,6 +191,20 @@ class StokerStore(Store):
     def multi_set(self, keys: list[str], values: list[Any]) -> None:
         for k, v in zip(keys, values, strict=True):
             self.set(k, v)
+
+    def clone(self) -> StokerStore:
+        """A second handle on the same keys (gloo makes one per group)."""
+        twin = StokerStore(
+            self.job,
+            self.generation,
+            self.conn.address,
+            timeout=self._timeout,
+            security=self.conn.security,
+        )
+        # C++ holds the clone, but its Python half (the overrides) lives only
+        # as long as a Python reference does: keep one.
+        self._clones.append(twin)
+        return twin
 
     def set_timeout(self, timeout: timedelta) -> None:
         self._timeout = timeout
