@@ -30,55 +30,9 @@ cleanup() {
   [ -n "${STOKER_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
-say() { printf '\n== %s\n' "$*"; }
-
-start_daemon() { # start_daemon NAME EXTRA...: prints nothing, sets $NAME.addr
-  local name=$1
-  shift
-  "$bin/services/$name/stoker-$name" --listen 127.0.0.1:0 --data-dir "$work/$name" \
-    --ready-file "$work/$name.addr" --log-level warn "$@" &
-  pids+=($!)
-  for _ in $(seq 300); do [ -s "$work/$name.addr" ] && return 0; sleep 0.05; done
-  echo "stoker-$name did not start" >&2
-  return 1
-}
-say "starting the services on loopback (state in $work)"
-start_daemon coordinator
-export STOKER_COORDINATOR=$(cat "$work/coordinator.addr")
-start_daemon dataloader
-start_daemon checkpoint --coordinator "$STOKER_COORDINATOR"
-export STOKER_DATALOADER=$(cat "$work/dataloader.addr") STOKER_CHECKPOINT=$(cat "$work/checkpoint.addr")
-ctl() { "$bin/client/cli/stokerctl" "$@"; }
-ctl health
-
-say "preparing a small corpus from the licence texts on this machine"
-mkdir -p "$work/corpus"
-i=0
-for f in /usr/share/common-licenses/* /usr/share/doc/*/copyright; do
-  [ -f "$f" ] && [ -r "$f" ] || continue
-  cat "$f" >>"$work/corpus/part-$((i % 4)).txt"
-  i=$((i + 1))
-  [ "$(du -sk "$work/corpus" | cut -f1)" -lt 2048 ] || break
-done
-du -sh "$work/corpus" | sed 's/^/  /'
-
-job_field() { # job_field FIELD
-  ctl --json job show demo | python3 -c "
-import json, sys
-j = json.load(sys.stdin)
-j['step'] = max([m['step'] for m in j['members']] or [0])
-j['checkpoint_step'] = (j.get('latest_checkpoint') or {}).get('step', 0)
-print(j.get('$1', 0))"
-}
-wait_for() { # wait_for FIELD OP VALUE SECONDS
-  for _ in $(seq $(($4 * 5))); do
-    [ "$(job_field "$1")" "$2" "$3" ] && return 0
-    sleep 0.2
-  done
-  echo "timed out waiting for $1 $2 $3" >&2
-  ctl job show demo >&2
-  return 1
-}
+. "$root/deploy/local/common.sh"
+start_services
+make_corpus
 
 say "creating job demo: 2..4 ranks, heartbeat 300ms, 3 misses, last call 1s"
 ctl job create demo --min 2 --max 4 --heartbeat 300ms --misses 3 --last-call 1s \
@@ -95,20 +49,20 @@ for r in 0 1 2 3; do
   rank_pids+=($!)
   pids+=($!)
 done
-wait_for world_size = 4 60
-wait_for checkpoint_step -ge 40 120
+wait_for demo world_size = 4 60
+wait_for demo checkpoint_step -ge 40 120
 ctl job show demo
 
-gen_before=$(job_field generation)
-say "killing rank-2 with SIGKILL (generation $gen_before, step $(job_field step))"
+gen_before=$(job_field demo generation)
+say "killing rank-2 with SIGKILL (generation $gen_before, step $(job_field demo step))"
 kill -9 "${rank_pids[2]}"
 wait "${rank_pids[2]}" 2>/dev/null || true
 
 say "waiting for the survivors to re-rendezvous at 3 ranks and restore"
-wait_for generation -gt "$gen_before" 60
-wait_for world_size = 3 60
-restored=$(job_field checkpoint_step)
-wait_for step -ge $((restored + 40)) 120
+wait_for demo generation -gt "$gen_before" 60
+wait_for demo world_size = 3 60
+restored=$(job_field demo checkpoint_step)
+wait_for demo step -ge $((restored + 40)) 120
 ctl job show demo
 
 say "stopping the job: ranks are told STOP at their next heartbeat"
@@ -121,6 +75,15 @@ ctl job show demo
 say "checkpoints written"
 ctl checkpoint list demo
 
+last=$(cat "$work"/rank-*.log | sed -n 's/.* step \([0-9]*\) loss .*/\1/p' | sort -n | tail -1)
+restored_at=$(sed -n 's/.*restored step \([0-9]*\) at world size 3.*/\1/p' "$work"/rank-0.log | tail -1)
+say "the same job uninterrupted, for comparison: one rank, steps 1..$last"
+ctl job create demo-ref --min 1 --max 1 --heartbeat 300ms --misses 3 --last-call 100ms >/dev/null
+"$bin/trainer/train/stoker-train" --job demo-ref --member ref-0 --corpus "$work/corpus" \
+  --steps "$last" --checkpoint-every 1000000 >"$work/reference.log" 2>&1 ||
+  { echo "reference run failed" >&2; tail "$work/reference.log" >&2; exit 1; }
+
 say "summary"
-cat "$work"/rank-*.log | python3 "$root/deploy/local/summary.py" "$out" "$bin/client/cli/stokerctl"
+cat "$work"/rank-*.log | python3 "$root/deploy/local/summary.py" "$out" "$bin/client/cli/stokerctl" \
+  demo --reference "$work/reference.log" --restored "${restored_at:-0}"
 say "main job finished"

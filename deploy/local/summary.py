@@ -5,15 +5,24 @@ tokens/s, then proves with the dataloader's Explain that no data was served
 twice (or skipped) over every step trained: steps 1..last, each once, at
 world size 1 (the whole global batch). Exits 1 when the proof fails.
 
-Usage: ... | summary.py OUT_DIR STOKERCTL   (STOKER_DATALOADER set)
+With --reference LOG (an uninterrupted run's log) and --restored STEP it
+also prints, for every step after the restore, the loss next to the
+uninterrupted run's loss at the same step, and ends with the line
+"after restore: max relative loss difference vs uninterrupted run: X";
+exits 1 when X exceeds 1e-4.
+
+Usage: ... | summary.py OUT_DIR STOKERCTL [JOB] [--reference LOG --restored STEP]
+       (STOKER_DATALOADER set)
 """
+import argparse
 import json
 import re
 import shutil
 import subprocess
 import sys
 
-LINE = re.compile(r"step (\d+) loss ([0-9.]+) tokens/s ([0-9.]+) world (\d+)")
+LINE = re.compile(r"step (\d+) loss ([0-9.e+-]+) tokens/s ([0-9.]+) world (\d+)")
+TOLERANCE = 1e-4
 
 
 def read_logs(text):
@@ -84,9 +93,32 @@ def check_no_repeats(ctl, job, last):
     return True
 
 
+def compare(steps, reference, restored):
+    """Losses after the restore next to the uninterrupted run's; the largest
+    relative difference (inf when a step is missing from either)."""
+    after = [s for s in steps if s > restored]
+    print(f"  after the restore at step {restored}: step, loss, uninterrupted loss, relative diff")
+    worst = 0.0 if after else float("inf")
+    for s in after:
+        if s not in reference:
+            print(f"    {s:5d}  {steps[s][0]:.6f}  (no step {s} in the uninterrupted run)")
+            worst = float("inf")
+            continue
+        got, want = steps[s][0], reference[s][0]
+        rel = abs(got - want) / max(abs(want), 1e-12)
+        worst = max(worst, rel)
+        print(f"    {s:5d}  {got:.6f}  {want:.6f}  {rel:.2e}")
+    return worst
+
+
 def main():
-    out_dir, ctl = sys.argv[1], sys.argv[2]
-    job = sys.argv[3] if len(sys.argv) > 3 else "demo"
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out_dir")
+    ap.add_argument("ctl")
+    ap.add_argument("job", nargs="?", default="demo")
+    ap.add_argument("--reference", help="log of an uninterrupted run of the same job")
+    ap.add_argument("--restored", type=int, default=0, help="step the survivors restored")
+    args = ap.parse_args()
     steps = read_logs(sys.stdin.read())
     if not steps:
         print("  no steps logged")
@@ -98,8 +130,14 @@ def main():
     for w in sorted({v[2] for v in steps.values()}, reverse=True):
         tps = sorted(v[1] for v in steps.values() if v[2] == w)
         print(f"  tokens/s at {w} ranks: median {tps[len(tps) // 2]:.0f}")
-    plot(steps, out_dir)
-    return 0 if check_no_repeats(ctl, job, last) else 1
+    plot(steps, args.out_dir)
+    ok = check_no_repeats(args.ctl, args.job, last)
+    if args.reference:
+        with open(args.reference) as f:
+            worst = compare(steps, read_logs(f.read()), args.restored)
+        print(f"after restore: max relative loss difference vs uninterrupted run: {worst:.3e}")
+        ok = ok and worst <= TOLERANCE
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
