@@ -75,12 +75,12 @@ ctl job show demo
 say "checkpoints written"
 ctl checkpoint list demo
 
-last=$(cat "$work"/rank-*.log | sed -n 's/.* step \([0-9]*\) loss .*/\1/p' | sort -n | tail -1)
 restored_at=$(sed -n 's/.*restored step \([0-9]*\) at world size 3.*/\1/p' "$work"/rank-0.log | tail -1)
-say "the same job uninterrupted, for comparison: one rank, steps 1..$last"
+# The same --steps as the ranks had: the learning-rate schedule depends on it.
+say "the same job uninterrupted, for comparison: one rank, all $steps steps"
 ctl job create demo-ref --min 1 --max 1 --heartbeat 300ms --misses 3 --last-call 100ms >/dev/null
 "$bin/trainer/train/stoker-train" --job demo-ref --member ref-0 --corpus "$work/corpus" \
-  --steps "$last" --checkpoint-every 1000000 >"$work/reference.log" 2>&1 ||
+  --steps "$steps" --checkpoint-every 1000000 >"$work/reference.log" 2>&1 ||
   { echo "reference run failed" >&2; tail "$work/reference.log" >&2; exit 1; }
 
 say "summary"

@@ -6,12 +6,14 @@ extension points.
 - :mod:`stoker.checkpoint`: ``torch.distributed.checkpoint`` storage
   (``StokerWriter`` / ``StokerReader``).
 - :mod:`stoker.elastic`: the coordinator as a ``torch.distributed.Store``.
+- :mod:`stoker.jobs`: the operator's API (stokerctl's verbs) as :class:`Jobs`.
 
 Every failed call raises :class:`stoker.StokerError` with the gRPC status.
 """
 
 from stoker.connection import Connection, Security
 from stoker.errors import StokerError
+from stoker.jobs import Jobs
 
-__all__ = ["Connection", "Security", "StokerError"]
+__all__ = ["Connection", "Jobs", "Security", "StokerError"]
 __version__ = "0.1.0"

@@ -22,8 +22,10 @@ import mmap
 import os
 import stat
 import struct
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 MAGIC = b"STKRING1"
 NONCE_BYTES = 16
@@ -79,7 +81,7 @@ class Ring:
         self.slot_bytes = int(slot_bytes)
         self._data_offset = int(data_offset)
 
-    def view(self, seq: int, tokens: int) -> np.ndarray:
+    def view(self, seq: int, tokens: int) -> NDArray[Any]:
         """uint32 tokens of sequence ``seq`` (>= 1), in place."""
         if seq < 1 or tokens * 4 > self.slot_bytes:
             raise RingError(f"sequence {seq} of {tokens} tokens does not fit a slot")

@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker._ring import NONCE_BYTES, Ring, RingError
@@ -191,7 +192,7 @@ class StokerDataset(IterableDataset[Sample]):
             yield from self._streamed(rank, world, end)
 
     def _sample(
-        self, tokens: np.ndarray, lines: int, line_tokens: int, starts: np.ndarray | None
+        self, tokens: NDArray[Any], lines: int, line_tokens: int, starts: NDArray[Any] | None
     ) -> Sample:
         t = torch.from_numpy(tokens.reshape(lines, line_tokens).astype(np.int64))
         out: tuple[torch.Tensor, ...] = (t[:, :-1], t[:, 1:])
@@ -229,7 +230,7 @@ class StokerDataset(IterableDataset[Sample]):
 
     def _get_assembled(
         self, step: int, rank: int, world: int
-    ) -> tuple[np.ndarray, int, int, np.ndarray | None]:
+    ) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
         req = pb.GetBatchRequest(job=self.job, step=step, rank=rank, world=world)
         batches = [p.unary(SERVICE + "GetBatch", req, pb.Batch, retry=True) for p in self.parts]
         if len(batches) == 1 and batches[0].parts <= 1:
@@ -238,7 +239,7 @@ class StokerDataset(IterableDataset[Sample]):
         return assemble(batches)
 
 
-def _tokens(b: pb.Batch) -> np.ndarray:
+def _tokens(b: pb.Batch) -> NDArray[Any]:
     want = b.lines * b.line_tokens * 4
     if len(b.tokens) != want:
         raise StokerError(
@@ -249,7 +250,7 @@ def _tokens(b: pb.Batch) -> np.ndarray:
     return np.frombuffer(b.tokens, dtype="<u4")
 
 
-def _starts(flat: Any, line_tokens: int) -> np.ndarray:
+def _starts(flat: Any, line_tokens: int) -> NDArray[Any]:
     """(line, position) pairs from flat indices into [lines, line_tokens]."""
     a = np.asarray(flat, dtype=np.int64)
     return (
@@ -259,7 +260,7 @@ def _starts(flat: Any, line_tokens: int) -> np.ndarray:
     )
 
 
-def assemble(batches: list[pb.Batch]) -> tuple[np.ndarray, int, int, np.ndarray]:
+def assemble(batches: list[pb.Batch]) -> tuple[NDArray[Any], int, int, NDArray[Any]]:
     """Joins the partial batches of every part of a scaled-out loader into
     the rank's whole slice (line i of part p is line positions[i])."""
     first = batches[0]
@@ -330,7 +331,7 @@ class _BatchStream:
         self.queue = []
         self.expect = step
 
-    def next(self, step: int) -> tuple[np.ndarray, int, int, np.ndarray | None]:
+    def next(self, step: int) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
         deadline = time.monotonic() + self.ds.timeout
         delay = 0.05
         while True:
@@ -384,7 +385,7 @@ class _BatchStream:
             self.queue = [msg, *msg.more]
         return self.queue.pop(0)
 
-    def _payload(self, b: pb.Batch) -> tuple[np.ndarray, int, int, np.ndarray | None]:
+    def _payload(self, b: pb.Batch) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
         starts = _starts(b.doc_starts, b.line_tokens)
         if b.shm_seq == 0:
             return _tokens(b), b.lines, b.line_tokens, starts

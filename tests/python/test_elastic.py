@@ -1,0 +1,203 @@
+"""The PyTorch trainer (trainer/python/train_gpt.py) under torchrun with the
+Stoker rendezvous, against the three real daemons: a node lost (agent and
+worker killed with SIGKILL) makes the survivors re-rendezvous at a smaller
+world size and restore the last checkpoint, after which every step matches
+the steps the bigger world had trained; the coordinator's CHECKPOINT_NOW and
+STOP reach the training loop; heartbeats carry step and loss to `job show`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+from conftest import ROOT, binary
+
+LINE = re.compile(r"^step (\d+) loss (\S+) tokens/s \S+ world (\d+)$", re.M)
+
+
+def corpus(tmp: pathlib.Path) -> pathlib.Path:
+    """About 300 KB of licence text in 4 files: enough 4 KiB units for
+    every lane of the loader."""
+    d = tmp / "corpus"
+    d.mkdir()
+    texts = [
+        p.read_text(errors="replace")
+        for p in sorted(pathlib.Path("/usr/share/common-licenses").glob("*"))
+        if p.is_file()
+    ]
+    for i in range(4):
+        (d / f"part-{i}.txt").write_text("".join(texts[i::4]))
+    return d
+
+
+class Agents:
+    """torchrun agents, each in its own process group (a node)."""
+
+    def __init__(self, daemons, tmp: pathlib.Path, job: str) -> None:
+        self.tmp, self.job = tmp, job
+        self.env = dict(
+            os.environ,
+            OMP_NUM_THREADS="1",
+            STOKER_COORDINATOR=daemons["coordinator"].addr,
+            STOKER_DATALOADER=daemons["dataloader"].addr,
+            STOKER_CHECKPOINT=daemons["checkpoint"].addr,
+        )
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[pathlib.Path] = []
+        self.corpus = corpus(tmp)
+
+    def ctl(self, *args: str) -> str:
+        out = subprocess.run(
+            [str(binary("stokerctl")), "--coordinator", self.env["STOKER_COORDINATOR"], *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def job_show(self) -> dict:
+        return json.loads(self.ctl("--json", "job", "show", self.job))
+
+    def start(self, n: int, nnodes: str, steps: int, every: int) -> None:
+        argv = [str(ROOT / ".venv/bin/torchrun"), f"--nnodes={nnodes}", "--nproc-per-node=1"]
+        argv += ["--rdzv-backend=stoker", f"--rdzv-endpoint={self.env['STOKER_COORDINATOR']}"]
+        argv += [f"--rdzv-id={self.job}", "--max-restarts=3", "--monitor-interval=0.2"]
+        argv += [str(ROOT / "trainer/python/train_gpt.py"), "--job", self.job]
+        argv += ["--corpus", str(self.corpus), "--steps", str(steps)]
+        argv += ["--checkpoint-every", str(every), "--seq-len", "32", "--global-batch", "6"]
+        argv += ["--channels", "32"]
+        for _ in range(n):
+            log = self.tmp / f"agent-{len(self.logs)}.log"
+            self.logs.append(log)
+            with open(log, "wb") as out:
+                self.procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=self.env,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+
+    def text(self) -> str:
+        return "".join(p.read_text(errors="replace") for p in self.logs if p.exists())
+
+    def wait_log(self, pattern: str, seconds: float) -> re.Match[str]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            m = re.search(pattern, self.text(), re.M)
+            if m:
+                return m
+            assert any(p.poll() is None for p in self.procs), self.text()[-3000:]
+            time.sleep(0.2)
+        raise AssertionError(f"no {pattern!r} in {seconds} s:\n{self.text()[-3000:]}")
+
+    def kill_node(self, i: int) -> None:
+        os.killpg(self.procs[i].pid, signal.SIGKILL)
+        self.procs[i].wait()
+
+    def wait_all(self, seconds: float, skip: tuple[int, ...] = ()) -> None:
+        for i, p in enumerate(self.procs):
+            if i not in skip:
+                assert p.wait(timeout=seconds) == 0, self.text()[-4000:]
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def test_a_lost_node_restores_at_the_smaller_world_and_trains_on(daemons, tmp_path):
+    a = Agents(daemons, tmp_path, "el")
+    a.ctl(
+        "job",
+        "create",
+        "el",
+        "--min",
+        "2",
+        "--max",
+        "3",
+        "--heartbeat",
+        "300ms",
+        "--misses",
+        "3",
+        "--last-call",
+        "1s",
+    )
+    try:
+        a.start(3, "2:3", steps=40, every=5)
+        a.wait_log(r"^checkpoint step 10 committed", 240)
+        a.wait_log(r"^step 1[3-9] loss .* world 3$", 60)
+        a.kill_node(2)
+        m = a.wait_log(r"^restored step (\d+) at world 2$", 240)
+        restored = int(m.group(1))
+        a.wait_all(300, skip=(2,))
+    finally:
+        a.close()
+    runs: dict[int, dict[int, float]] = {}
+    for step, loss, world in LINE.findall(a.text()):
+        runs.setdefault(int(world), {})[int(step)] = float(loss)
+    assert restored >= 10 and max(runs[2]) == 40, sorted(runs[2])
+    again = [s for s in runs[2] if s in runs[3]]
+    assert again, "no step was trained at both world sizes"
+    for s in again:  # the steps retrained after the restore
+        assert abs(runs[2][s] - runs[3][s]) <= 1e-4 * abs(runs[3][s]), (s, runs[2][s], runs[3][s])
+    assert min(runs[2]) == restored + 1
+
+
+def test_checkpoint_now_and_stop_reach_the_loop(daemons, tmp_path):
+    a = Agents(daemons, tmp_path, "ctl")
+    # The coordinator asks for a checkpoint every 6 steps; the trainer's own
+    # period (1000) never comes.
+    a.ctl(
+        "job",
+        "create",
+        "ctl",
+        "--min",
+        "1",
+        "--max",
+        "1",
+        "--heartbeat",
+        "200ms",
+        "--last-call",
+        "100ms",
+        "--checkpoint-every",
+        "6",
+    )
+    try:
+        a.start(1, "1", steps=100000, every=1000)
+        a.wait_log(r"^checkpoint step \d+ committed", 240)
+        job = a.job_show()
+        assert job["members"][0]["step"] > 0 and job["members"][0]["loss"] > 0, job
+        a.ctl("job", "stop", "ctl", "--force")
+        m = a.wait_log(r"^stopped by the coordinator at step (\d+)", 60)
+        a.wait_all(120)
+    finally:
+        a.close()
+    stopped = int(m.group(1))
+    listed = subprocess.run(
+        [
+            str(binary("stokerctl")),
+            "--checkpoint",
+            a.env["STOKER_CHECKPOINT"],
+            "--json",
+            "checkpoint",
+            "list",
+            "ctl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    steps = [c["step"] for c in json.loads(listed.stdout)["checkpoints"]]
+    assert any(s % 6 >= 0 and s < 1000 for s in steps if s != stopped), steps
+    assert stopped in steps, (stopped, steps)
+    assert stopped < 100000
