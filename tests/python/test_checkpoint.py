@@ -14,7 +14,9 @@ import sys
 import grpc
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from conftest import binary
+from torch.distributed.checkpoint.api import CheckpointException
 
 from stoker import StokerError
 from stoker.checkpoint import METADATA_TENSOR, StokerReader, StokerWriter, storage_name
@@ -155,3 +157,103 @@ def test_bad_input_raises_with_the_status(daemons):
     with pytest.raises(StokerError) as e:
         StokerWriter("Bad/Job", addr, step=1).prepare_global_plan([])
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_a_c_trainer_checkpoint_is_read_from_python(daemons, tmp_path):
+    """One format, two clients: two stoker-train ranks (C) write checkpoints;
+    Python lists them, reads the manifest, and loads every parameter shard
+    through DCP at world size 1; the bytes equal the C trainer's own dump."""
+    env = dict(
+        os.environ,
+        STOKER_COORDINATOR=daemons["coordinator"].addr,
+        STOKER_DATALOADER=daemons["dataloader"].addr,
+        STOKER_CHECKPOINT=daemons["checkpoint"].addr,
+        OMP_NUM_THREADS="1",
+    )
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    licences = sorted(pathlib.Path("/usr/share/common-licenses").glob("*"))
+    for i in range(4):
+        (corpus / f"part-{i}.txt").write_text(
+            "".join(p.read_text(errors="replace") for p in licences[i::4] if p.is_file())
+        )
+    ctl = [str(binary("stokerctl")), "--coordinator", env["STOKER_COORDINATOR"]]
+    subprocess.run(
+        [*ctl, "job", "create", "cj", "--min", "2", "--max", "2", "--last-call", "200ms"],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    dump = tmp_path / "params.f32"
+    ranks = [
+        subprocess.Popen(
+            [
+                str(binary("stoker-train")),
+                "--job",
+                "cj",
+                "--member",
+                f"r{r}",
+                "--corpus",
+                str(corpus),
+                "--steps",
+                "6",
+                "--checkpoint-every",
+                "3",
+                "--dump-params",
+                str(dump),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for r in range(2)
+    ]
+    for p in ranks:
+        out = p.communicate(timeout=240)[0].decode()
+        assert p.returncode == 0, out[-3000:]
+
+    reader = StokerReader("cj", env["STOKER_CHECKPOINT"])
+    assert reader.latest_step() == 6
+    reader.reset(None)
+    metadata = reader.read_metadata()
+    params = sorted(
+        (n for n in metadata.state_dict_metadata if n.endswith("/param")),
+        key=lambda n: int(n.removeprefix("unit").split("/")[0]),
+    )
+    assert params and "trainer/state" in metadata.state_dict_metadata
+    state = {n: torch.zeros(metadata.state_dict_metadata[n].size) for n in params}
+    state["trainer/state"] = torch.zeros(
+        metadata.state_dict_metadata["trainer/state"].size, dtype=torch.uint8
+    )
+    dcp.load(
+        state,
+        storage_reader=StokerReader("cj", env["STOKER_CHECKPOINT"]),
+        checkpoint_id=6,
+        no_dist=True,
+    )
+    assert int.from_bytes(bytes(state["trainer/state"][:8].tolist()), "little") == 6
+    want = torch.frombuffer(bytearray(dump.read_bytes()), dtype=torch.float32)
+    got = torch.cat([state[n] for n in params])
+    # Units are padded to a multiple of the world size: the padding is zero.
+    assert got.numel() >= want.numel()
+    at = 0
+    for n in params:
+        t = state[n]
+        real = t[: min(t.numel(), want.numel() - at)]
+        assert torch.equal(real, want[at : at + real.numel()]), n
+        at += real.numel()
+    assert at == want.numel()
+
+
+def test_a_dtype_without_a_checkpoint_type_is_refused_before_anything_is_sent(daemons):
+    addr = daemons["checkpoint"].addr
+    state = {"ok": torch.ones(4), "z": torch.ones(3, dtype=torch.complex64)}
+    # DCP gathers each rank's exception (and its trace) in a CheckpointException.
+    with pytest.raises(CheckpointException) as e:
+        dcp.save(state, storage_writer=StokerWriter("bad", addr), checkpoint_id=1, no_dist=True)
+    err, _ = e.value.failures[0]
+    assert isinstance(err, StokerError), repr(err)
+    assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "complex64" in err.details
+    with pytest.raises(StokerError) as nf:
+        StokerReader("bad", addr).latest_step()
+    assert nf.value.code == grpc.StatusCode.NOT_FOUND  # nothing was begun or committed

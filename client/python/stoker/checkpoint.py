@@ -191,6 +191,16 @@ class StokerWriter(StorageWriter):
         self.is_coordinator = is_coordinator
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        """Refuses, before anything is sent, a tensor whose dtype the
+        service has no type for (complex, float8)."""
+        for item in plan.items:
+            td = item.tensor_data
+            if td is not None and td.properties.dtype not in _TO_PB:
+                known = ", ".join(sorted(str(d).removeprefix("torch.") for d in _TO_PB))
+                raise invalid_argument(
+                    f"{item.index.fqn}: dtype {td.properties.dtype} has no checkpoint type "
+                    f"(supported: {known})"
+                )
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
@@ -210,8 +220,23 @@ class StokerWriter(StorageWriter):
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         rp: _RankPlan = plan.storage_data
         results: list[WriteResult] = []
-        messages = self._messages(rp, plan.items, planner, results)
-        self.conn.client_stream(SERVICE + "Write", messages, pb.WriteResponse)
+        failed: list[BaseException] = []
+
+        def messages() -> Iterator[pb.WriteChunk]:
+            # grpc consumes this on its own thread and reports a failure in
+            # it only as CANCELLED: keep the real exception to raise it here.
+            try:
+                yield from self._messages(rp, plan.items, planner, results)
+            except BaseException as e:
+                failed.append(e)
+                raise
+
+        try:
+            self.conn.client_stream(SERVICE + "Write", messages(), pb.WriteResponse)
+        except StokerError:
+            if failed:
+                raise failed[0] from None
+            raise
         fut: Future[list[WriteResult]] = Future()
         fut.set_result(results)
         return fut
