@@ -66,6 +66,7 @@ def main() -> None:
         else:
             res = dcp.async_save(state, storage_writer=writer, checkpoint_id=step)
             getattr(res, "upload_completion", res).result()
+        print(f"transport={writer.transport}", flush=True)
     else:
         state = sharded(int(world), zero=True)
         dcp.load(state, storage_reader=StokerReader(job, addr), checkpoint_id=step)

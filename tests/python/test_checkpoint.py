@@ -25,11 +25,13 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 
 def run_ranks(
-    mode: str, addr: str, job: str, step: int, world: int, tmp: pathlib.Path
+    mode: str, addr: str, job: str, step: int, world: int, tmp: pathlib.Path, **env: str
 ) -> list[pathlib.Path]:
+    """Runs dcp_rank.py as `world` processes; each save reports how its
+    bytes went (shared memory or gRPC), checked against STOKER_CKPT_SHM."""
     init = tmp / f"pg-{mode}-{step}-{world}"
     outs = [tmp / f"{mode}-{step}-{world}-{r}.pt" for r in range(world)]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **env)
     procs = [
         subprocess.Popen(
             [
@@ -53,6 +55,9 @@ def run_ranks(
     logs = [p.communicate(timeout=240)[0].decode() for p in procs]
     for r, p in enumerate(procs):
         assert p.returncode == 0, f"rank {r} of {mode} at {world}:\n{logs[r][-3000:]}"
+        if mode != "load":
+            want = "grpc" if env.get("STOKER_CKPT_SHM") == "off" else "shm"
+            assert f"transport={want}" in logs[r], logs[r][-2000:]
     return outs
 
 
@@ -84,6 +89,13 @@ def test_save_at_4_loads_at_3_2_1_bit_exactly(daemons, tmp_path):
         outs = run_ranks("load", addr, "dcp", 10, world, tmp_path)
         for out in outs:
             assert_bit_exact(out)
+
+
+def test_bytes_over_grpc_when_shared_memory_is_off(daemons, tmp_path):
+    addr = daemons["checkpoint"].addr
+    run_ranks("save", addr, "dcp", 40, 2, tmp_path, STOKER_CKPT_SHM="off")
+    for out in run_ranks("load", addr, "dcp", 40, 1, tmp_path):
+        assert_bit_exact(out)
 
 
 def test_async_save_commits_and_loads(daemons, tmp_path):

@@ -62,6 +62,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from stoker._segments import ShmStaging
 from stoker.connection import Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as pb
@@ -171,6 +172,7 @@ class StokerWriter(StorageWriter):
         self.chunk_bytes = chunk_bytes
         self.is_coordinator = False
         self._attempt = ""  # Of the save in progress (coordinator only).
+        self.transport = "not used"  # "shm" or "grpc": how this rank's bytes went
         self.last_commit: Any = None  # CheckpointRef of the last finish()
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -248,51 +250,70 @@ class StokerWriter(StorageWriter):
         planner: SavePlanner,
         results: list[WriteResult],
     ) -> Iterator[pb.WriteChunk]:
-        for item in items:
-            fqn = item.index.fqn
-            if item.type == WriteItemType.BYTE_IO:
-                blob = planner.resolve_data(item)
-                data = blob.getvalue() if isinstance(blob, io.BytesIO) else bytes(blob)
-                yield from self._blob(rp, storage_name(fqn), data)
-                results.append(WriteResult(item.index, len(data), None))
-                continue
-            td = item.tensor_data
-            assert td is not None
-            resolved = planner.resolve_data(item)
-            assert isinstance(resolved, torch.Tensor)
-            tensor = resolved.detach()
-            if tensor.dtype not in _TO_PB:
-                raise invalid_argument(f"{fqn}: dtype {tensor.dtype} has no checkpoint type")
-            tensor = tensor.to("cpu").contiguous()
-            for offsets, piece in _pieces(tensor, list(td.chunk.offsets), self.chunk_bytes):
-                yield pb.WriteChunk(
-                    attempt=rp.attempt,
-                    rank=rp.rank,
-                    tensor=storage_name(fqn),
-                    dtype=_TO_PB[tensor.dtype],
-                    global_shape=list(td.size),
-                    box=pb.Box(offsets=offsets, sizes=list(piece.shape)),
-                    data=_bytes(piece),
-                )
-            results.append(WriteResult(item.index, tensor.numel() * tensor.element_size(), None))
-        if rp.metadata_json is not None:
-            yield from self._blob(rp, METADATA_TENSOR, rp.metadata_json)
+        staging = ShmStaging.open(self.conn, rp.attempt, rp.rank)
+        self.transport = "shm" if staging else "grpc"
+        limit = staging.cap if staging else self.chunk_bytes
+        try:
+            for item in items:
+                fqn = item.index.fqn
+                if item.type == WriteItemType.BYTE_IO:
+                    blob = planner.resolve_data(item)
+                    data = blob.getvalue() if isinstance(blob, io.BytesIO) else bytes(blob)
+                    yield from self._blob(rp, storage_name(fqn), data, limit, staging)
+                    results.append(WriteResult(item.index, len(data), None))
+                    continue
+                td = item.tensor_data
+                assert td is not None
+                resolved = planner.resolve_data(item)
+                assert isinstance(resolved, torch.Tensor)
+                tensor = resolved.detach().to("cpu").contiguous()
+                for offsets, piece in _pieces(tensor, list(td.chunk.offsets), limit):
+                    msg = pb.WriteChunk(
+                        attempt=rp.attempt,
+                        rank=rp.rank,
+                        tensor=storage_name(fqn),
+                        dtype=_TO_PB[tensor.dtype],
+                        global_shape=list(td.size),
+                        box=pb.Box(offsets=offsets, sizes=list(piece.shape)),
+                    )
+                    yield from self._emit(msg, _raw(piece), staging)
+                nbytes = tensor.numel() * tensor.element_size()
+                results.append(WriteResult(item.index, nbytes, None))
+            if rp.metadata_json is not None:
+                yield from self._blob(rp, METADATA_TENSOR, rp.metadata_json, limit, staging)
+            if staging is not None:
+                yield from staging.flush()
+        except BaseException:
+            if staging is not None:
+                staging.discard()
+            raise
         yield pb.WriteChunk(attempt=rp.attempt, rank=rp.rank, last=True)
 
-    def _blob(self, rp: _RankPlan, name: str, data: bytes) -> Iterator[pb.WriteChunk]:
+    @staticmethod
+    def _emit(msg: pb.WriteChunk, raw: Any, staging: ShmStaging | None) -> Iterator[pb.WriteChunk]:
+        """A chunk's bytes into a segment (metadata only on the wire) or inline."""
+        if staging is not None:
+            yield from staging.add(msg, raw, memoryview(raw).nbytes)
+        else:
+            msg.data = bytes(raw)
+            yield msg
+
+    def _blob(
+        self, rp: _RankPlan, name: str, data: bytes, limit: int, staging: ShmStaging | None
+    ) -> Iterator[pb.WriteChunk]:
         if not data:
             return  # An empty blob has no box; the JSON still names it.
-        for off in range(0, len(data), self.chunk_bytes):
-            piece = data[off : off + self.chunk_bytes]
-            yield pb.WriteChunk(
+        for off in range(0, len(data), limit):
+            piece = data[off : off + limit]
+            msg = pb.WriteChunk(
                 attempt=rp.attempt,
                 rank=rp.rank,
                 tensor=name,
                 dtype=pb.DTYPE_BYTES,
                 global_shape=[len(data)],
                 box=pb.Box(offsets=[off], sizes=[len(piece)]),
-                data=piece,
             )
+            yield from self._emit(msg, piece, staging)
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Commits: answers once every rank's bytes are durable and the
@@ -304,9 +325,10 @@ class StokerWriter(StorageWriter):
         )
 
 
-def _bytes(t: torch.Tensor) -> bytes:
+def _raw(t: torch.Tensor) -> Any:
+    """The tensor's bytes as a buffer (a view where it is contiguous)."""
     flat = t.reshape(-1) if t.dim() else t.reshape(1)
-    return flat.contiguous().view(torch.uint8).numpy().tobytes()
+    return flat.contiguous().view(torch.uint8).numpy()
 
 
 def _pieces(
