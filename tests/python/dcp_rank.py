@@ -7,11 +7,13 @@ sharded on dim 0 over all ranks (f32, bf16, int64), a replicated f64 tensor,
 a 0-d tensor, a bool mask, and a byte item (plain Python objects, as a
 dataset's state_dict).
 
-Usage: dcp_rank.py save|async_save|load ADDR JOB STEP RANK WORLD INIT_FILE OUT
+Usage: dcp_rank.py MODE ADDR JOB STEP RANK WORLD INIT_FILE OUT
+  MODE: save, async_save, async_save_copy, async_save_exit or load
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -58,13 +60,20 @@ def main() -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{init_file}", rank=int(rank), world_size=int(world)
     )
-    if mode in ("save", "async_save"):
+    if mode != "load":
         state = sharded(int(world), zero=False)
-        writer = StokerWriter(job, addr)
+        # With step= the writer stages on the service inside async_save;
+        # without, DCP's own CPU copy stages and the bytes move later.
+        writer = StokerWriter(job, addr, step=None if mode == "async_save_copy" else int(step))
         if mode == "save":
             dcp.save(state, storage_writer=writer, checkpoint_id=step)
         else:
             res = dcp.async_save(state, storage_writer=writer, checkpoint_id=step)
+            if mode == "async_save_exit":
+                # The service has every byte: the checkpoint must commit
+                # without this process.
+                print(f"transport={writer.transport}", flush=True)
+                os._exit(0)
             getattr(res, "upload_completion", res).result()
         print(f"transport={writer.transport}", flush=True)
     else:

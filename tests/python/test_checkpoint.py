@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import grpc
 import pytest
@@ -100,10 +101,31 @@ def test_bytes_over_grpc_when_shared_memory_is_off(daemons, tmp_path):
 
 def test_async_save_commits_and_loads(daemons, tmp_path):
     addr = daemons["checkpoint"].addr
-    run_ranks("async_save", addr, "dcp", 20, 2, tmp_path)
+    run_ranks("async_save", addr, "dcp", 20, 2, tmp_path)  # staged by the service
+    run_ranks("async_save_copy", addr, "dcp", 21, 2, tmp_path)  # DCP's CPU copy first
     reader = StokerReader("dcp", addr)
-    assert reader.latest_step() == 20
-    for out in run_ranks("load", addr, "dcp", 20, 3, tmp_path):
+    assert reader.latest_step() == 21
+    for step in (20, 21):
+        for out in run_ranks("load", addr, "dcp", step, 3, tmp_path):
+            assert_bit_exact(out)
+
+
+def test_async_save_returns_once_the_service_has_the_bytes(daemons, tmp_path):
+    # Every rank exits (os._exit) the moment async_save returns: the bytes
+    # are the service's by then, so the checkpoint commits without them.
+    addr = daemons["checkpoint"].addr
+    run_ranks("async_save_exit", addr, "dcp", 25, 3, tmp_path)
+    reader = StokerReader("dcp", addr)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if reader.latest_step() == 25:
+                break
+        except StokerError as e:
+            assert e.code == grpc.StatusCode.NOT_FOUND
+        assert time.monotonic() < deadline, "the checkpoint never committed"
+        time.sleep(0.1)
+    for out in run_ranks("load", addr, "dcp", 25, 2, tmp_path):
         assert_bit_exact(out)
 
 

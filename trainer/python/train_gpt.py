@@ -177,9 +177,11 @@ def main() -> None:
     def checkpoint(step: int) -> None:
         nonlocal pending, pending_step
         finish_checkpoint()
+        # Stoker: async_save returns once the service holds every byte
+        # (step= lets the writer stage them itself); the commit follows.
         pending = dcp.async_save(
             state,
-            storage_writer=StokerWriter(args.job),
+            storage_writer=StokerWriter(args.job, step=step),
             checkpoint_id=step,
             process_group=ckpt_group,
         )

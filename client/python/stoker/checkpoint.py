@@ -59,6 +59,8 @@ from torch.distributed.checkpoint.planner import (
     WriteItem,
     WriteItemType,
 )
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
@@ -161,6 +163,7 @@ class StokerWriter(StorageWriter):
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         timeout: float = 600.0,
         security: Security | None = None,
+        process_group: Any = None,
     ) -> None:
         super().__init__()
         if chunk_bytes < 1:
@@ -170,13 +173,21 @@ class StokerWriter(StorageWriter):
         self.default_step = step
         self.step: int | None = step
         self.chunk_bytes = chunk_bytes
+        self.process_group = process_group
+        self._staging = False  # inside stage(): write, do not commit
+        self._commit_only = False  # after stage(): the background save only commits
+        self._fallback: DefaultStager | None = None
         self.is_coordinator = False
         self._attempt = ""  # Of the save in progress (coordinator only).
         self.transport = "not used"  # "shm" or "grpc": how this rank's bytes went
         self.last_commit: Any = None  # CheckpointRef of the last finish()
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
-        self.step = parse_step(checkpoint_id, self.default_step)
+        step = parse_step(checkpoint_id, self.default_step)
+        if self._commit_only and step != self.step:
+            self._commit_only = False
+            raise invalid_argument(f"checkpoint_id {step} is not the staged step {self.step}")
+        self.step = step
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -206,6 +217,8 @@ class StokerWriter(StorageWriter):
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        if self._commit_only:
+            return plans  # stage() wrote everything under its own attempt
         step = parse_step(None, self.step)
         begun = self.conn.unary(
             SERVICE + "Begin",
@@ -220,6 +233,11 @@ class StokerWriter(StorageWriter):
         ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        if self._commit_only:
+            self._commit_only = False  # (the coordinator commits in finish)
+            fut_done: Future[list[WriteResult]] = Future()
+            fut_done.set_result([])
+            return fut_done
         rp: _RankPlan = plan.storage_data
         results: list[WriteResult] = []
         failed: list[BaseException] = []
@@ -317,12 +335,60 @@ class StokerWriter(StorageWriter):
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Commits: answers once every rank's bytes are durable and the
-        manifest is written (or raises why the attempt failed)."""
+        manifest is written (or raises why the attempt failed). Inside
+        stage() it only records the attempt."""
+        if self._staging:
+            return
+        self._commit_only = False
         self.last_commit = self.conn.unary(
             SERVICE + "Commit",
             pb.CommitCheckpointRequest(attempt=self._attempt),
             common_pb2.CheckpointRef,
         )
+
+    # ---- dcp.async_save: returns once the service has the bytes -------------
+    # StokerWriter is its own AsyncStager. With a step given to the writer,
+    # stage() runs the planning and every rank's Write stream in the training
+    # thread and returns when the service answered "staged" (bytes in its
+    # memory or in shared-memory segments it owns): async_save returns then,
+    # and the service commits by itself once every byte is durable, even if
+    # the trainer dies. The background half of async_save only waits for that
+    # commit. Without a step (checkpoint_id known only later) staging falls
+    # back to DCP's own CPU copy and the bytes move in the background.
+
+    _synchronize_after_execute = False
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        return False
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        if self.default_step is None:
+            if self._fallback is None:
+                self._fallback = DefaultStager(StagingOptions(False, False, False, False))
+            staged = self._fallback.stage(state_dict)
+            assert isinstance(staged, dict)
+            return staged
+        self._staging = True
+        try:
+            dcp_save(
+                state_dict,
+                storage_writer=self,
+                process_group=self.process_group,
+                checkpoint_id=str(self.default_step),
+            )
+        finally:
+            self._staging = False
+        self._commit_only = True
+        return {}
+
+    def synchronize_staging(self) -> None:
+        """Staging is synchronous: nothing to wait for."""
+
+    def close(self) -> None:
+        if self._fallback is not None:
+            self._fallback.close()
+            self._fallback = None
 
 
 def _raw(t: torch.Tensor) -> Any:
