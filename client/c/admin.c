@@ -142,7 +142,7 @@ int stk_job_watch(struct stk_client *c, const char *job, uint64_t after_seq, stk
   struct stk_watch *w = calloc(1, sizeof(*w));
   if (!w) return client_fail(STK_ENOMEM, "watch job");
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  client_cond_init(&w->cv);
   w->on_event = on_event;
   w->arg = arg;
   Stoker__V1__WatchJobRequest req = STOKER__V1__WATCH_JOB_REQUEST__INIT;

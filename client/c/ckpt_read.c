@@ -180,7 +180,7 @@ int stk_ckpt_read(struct stk_client *c, const char *job, int64_t step,
     client_fail(err, "read");
   } else {
     pthread_mutex_init(&r.mu, NULL);
-    pthread_cond_init(&r.cv, NULL);
+    client_cond_init(&r.cv);
     err = run_read(c, &r, &req, timeout_ms);
     pthread_cond_destroy(&r.cv);
     pthread_mutex_destroy(&r.mu);

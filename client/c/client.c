@@ -143,7 +143,7 @@ void stk_client_free(struct stk_client *c) {
 void waiter_init(struct waiter *w) {
   memset(w, 0, sizeof(*w));
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  client_cond_init(&w->cv);
 }
 
 void waiter_close(struct waiter *w) {
@@ -192,8 +192,16 @@ int waiter_wait(struct waiter *w) {
   return stk_error_from_grpc(w->st.code);
 }
 
+void client_cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &a);
+  pthread_condattr_destroy(&a);
+}
+
 void client_deadline_after(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_REALTIME, ts);
+  clock_gettime(CLOCK_MONOTONIC, ts);
   int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
   ts->tv_sec += ms / 1000 + ns / 1000000000;
   ts->tv_nsec = ns % 1000000000;

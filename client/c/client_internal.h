@@ -69,7 +69,11 @@ int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
  * as this thread's last error. */
 int waiter_wait(struct waiter *w);
 /* Asks the call to stop if still open. Any thread. */
-/* An absolute CLOCK_REALTIME time ms from now, for pthread_cond_timedwait. */
+/* Every condition variable of the client waits on CLOCK_MONOTONIC (a wall
+ * clock step never shortens or stretches a wait): initialise each with
+ * client_cond_init and compute timed-wait deadlines with
+ * client_deadline_after, an absolute CLOCK_MONOTONIC time ms from now. */
+void client_cond_init(pthread_cond_t *cv);
 void client_deadline_after(struct timespec *ts, int64_t ms);
 
 void waiter_cancel(struct waiter *w);

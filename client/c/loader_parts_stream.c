@@ -79,7 +79,7 @@ int stk_loader_batch_all(struct stk_loader *l, const char *job, int64_t step, ui
     return client_fail(STK_ENOMEM, "get batch");
   }
   pthread_mutex_init(&g.mu, NULL);
-  pthread_cond_init(&g.cv, NULL);
+  client_cond_init(&g.cv);
   gather_run(l, &g, args, job, step, rank, world, timeout_ms);
   int err = g.err;
   if (err) {

@@ -238,7 +238,7 @@ static int stream_new(struct stk_client *c, uint32_t prefetch, struct stk_batch_
   s->cap = prefetch;
   s->q = calloc(s->cap, sizeof(*s->q));
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
+  client_cond_init(&s->cv);
   int err = s->q ? client_new_channel(c, &s->rpc) : STK_ENOMEM;
   if (err < 0) {
     stream_destroy(s);

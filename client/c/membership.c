@@ -21,7 +21,7 @@
 
 void membership_init(struct membership *m) {
   memset(m, 0, sizeof(*m));
-  pthread_cond_init(&m->hb_cv, NULL);
+  client_cond_init(&m->hb_cv);
 }
 
 void membership_close(struct membership *m) {
@@ -89,10 +89,7 @@ static void deliver(struct stk_client *c, enum stk_action a, uint64_t gen, const
 /* Sleeps on hb_cv until the deadline or a stop; c->mu held. */
 static void sleep_until(struct stk_client *c, int64_t ms) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t ns = ts.tv_nsec + (ms % 1000) * 1000000;
-  ts.tv_sec += ms / 1000 + ns / 1000000000;
-  ts.tv_nsec = ns % 1000000000;
+  client_deadline_after(&ts, ms);
   while (!c->m.hb_stop) {
     if (pthread_cond_timedwait(&c->m.hb_cv, &c->mu, &ts) == ETIMEDOUT) break;
   }

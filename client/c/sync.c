@@ -116,7 +116,7 @@ int stk_kv_get_async(struct stk_client *c, const char *key, bool wait, int64_t t
 static void sync_init(struct sync_wait *s) {
   memset(s, 0, sizeof(*s));
   pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->cv, NULL);
+  client_cond_init(&s->cv);
 }
 
 /* Waits, records the last error, destroys the sync objects. */

@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "ranks.h"
 
 #include <sys/time.h>
 
@@ -103,10 +104,50 @@ static void test_requests_counted(void **state) {
   expect_metrics(port, want, 2);
 }
 
+/* The value of a counter line "NAME VALUE" in body; -1 when absent. */
+static double metric_value(const char *body, const char *name) {
+  char key[200];
+  snprintf(key, sizeof(key), "\n%s ", name);
+  const char *at = strstr(body, key);
+  return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+/* A rank heartbeats once per interval, not in a loop (its wait once used
+ * a CLOCK_MONOTONIC deadline on a CLOCK_REALTIME condition variable, so it
+ * returned at once: thousands of heartbeats a second). Counted where they
+ * land, at the coordinator. */
+static void test_heartbeats_keep_their_interval(void **state) {
+  struct harness_daemon *d = *state;
+  int port = atoi(strrchr(d->args[1], ':') + 1);
+  struct stk_client *c = harness_client(d);
+  assert_int_equal(harness_create_job(c, "hb", 1, 1, 200, 50), 0);
+  stk_client_free(c);
+  struct rank r[1];
+  assert_int_equal(ranks_new(r, 1, d, "hb", "hb"), 0);
+  ranks_join_start(r, 1, 10000);
+  assert_int_equal(ranks_join_wait(r, 1), 0);
+  char *body = http_get(port, "/metrics");
+  assert_non_null(body);
+  double before = metric_value(body, "stoker_coordinator_heartbeats_total");
+  free(body);
+  harness_sleep_ms(2000); /* 10 intervals of 200 ms */
+  body = http_get(port, "/metrics");
+  assert_non_null(body);
+  double after = metric_value(body, "stoker_coordinator_heartbeats_total");
+  free(body);
+  ranks_free(r, 1);
+  assert_true(before >= 0 && after >= 0);
+  double beats = after - before;
+  print_message("%.0f heartbeats in 2 s at a 200 ms interval\n", beats);
+  /* 10 expected; allow a slow start and the scrape's own lag. */
+  assert_true(beats >= 5 && beats <= 14);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_requests_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_heartbeats_keep_their_interval, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
