@@ -324,7 +324,7 @@ static void on_received(struct rpc_tag *tag, bool ok) {
   int err = 0;
   if (!ok)
     err = STK_ECANCELED;
-  else if (bb && !(msg = rpc_unpack(bb, c->m->in_desc)))
+  else if (bb && !(msg = rpc_unpack(bb, c->m->in_desc, NULL, 0)))
     err = STK_EINVAL;
   if (bb) grpc_byte_buffer_destroy(bb);
   c->got_fn(c, msg, err, c->got_arg);
@@ -398,8 +398,10 @@ void rpc_call_start(struct rpc_method *m, grpc_call *call, gpr_timespec deadline
     rpc_fail(c, RPC_UNAUTHENTICATED, "missing or invalid bearer token");
     return;
   }
-  if (m->kind != RPC_CLIENT_STREAM && !(c->req = rpc_unpack(payload, m->in_desc))) {
-    rpc_fail(c, RPC_INVALID_ARGUMENT, "malformed request for %s", m->path);
+  char why[200];
+  if (m->kind != RPC_CLIENT_STREAM &&
+      !(c->req = rpc_unpack(payload, m->in_desc, why, sizeof(why)))) {
+    rpc_fail(c, RPC_INVALID_ARGUMENT, "%s for %s", why[0] ? why : "malformed request", m->path);
     return;
   }
   m->handler(c, c->req, m->svc_data);

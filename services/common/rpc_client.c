@@ -241,7 +241,7 @@ void rpc_client_call_cancel(struct rpc_client_call *call) {
 static void on_unary(struct rpc_tag *tag, bool ok) {
   struct rpc_client_call *k = RPC_CONTAINER(tag, struct rpc_client_call, main_tag);
   ProtobufCMessage *resp = NULL;
-  if (k->status == GRPC_STATUS_OK && !(resp = rpc_unpack(k->recv_buf, k->resp_desc)))
+  if (k->status == GRPC_STATUS_OK && !(resp = rpc_unpack(k->recv_buf, k->resp_desc, NULL, 0)))
     k->malformed = true;
   struct rpc_status st;
   final_status(k, &st);
@@ -389,7 +389,7 @@ static void on_stream_msg(struct rpc_tag *tag, bool ok) {
     stream_unref(k);
     return;
   }
-  ProtobufCMessage *msg = rpc_unpack(bb, k->resp_desc);
+  ProtobufCMessage *msg = rpc_unpack(bb, k->resp_desc, NULL, 0);
   grpc_byte_buffer_destroy(bb);
   if (msg) {
     k->on_msg(k->arg, msg);

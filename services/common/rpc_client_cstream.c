@@ -174,7 +174,7 @@ int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **r
   struct rpc_status st;
   rpc_status_set(&st, (int)s->code, s->details);
   ProtobufCMessage *resp = NULL;
-  if (st.code == RPC_OK && !(resp = rpc_unpack(s->recv_buf, s->resp_desc))) {
+  if (st.code == RPC_OK && !(resp = rpc_unpack(s->recv_buf, s->resp_desc, NULL, 0))) {
     st.code = RPC_INTERNAL;
     snprintf(st.message, sizeof(st.message), "malformed or missing reply");
   }

@@ -119,8 +119,11 @@ grpc_byte_buffer *rpc_pack(const ProtobufCMessage *msg);
  * rpc_send_borrowed. NULL (nothing released) for a bad field number. */
 grpc_byte_buffer *rpc_pack_borrowed(const ProtobufCMessage *msg, uint32_t field, const void *data,
                                     size_t len, rpc_release_fn release, void *release_arg);
-/* Unpacks a byte buffer; NULL when malformed. */
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc);
+/* Unpacks a byte buffer; NULL when malformed or when a string field (at
+ * any depth) holds a NUL byte, which C would silently cut short. why (may
+ * be NULL) then names the field; it is "" for other malformations. */
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                             char *why, size_t why_len);
 /* Copies a grpc slice into a C string buffer, truncating. */
 void rpc_slice_copy(grpc_slice slice, char *buf, size_t len);
 

@@ -187,6 +187,69 @@ static bool split(struct cursor *c, const ProtobufCMessageDescriptor *desc, stru
   return true;
 }
 
+/* ---- Strings with a NUL byte ----
+ * protobuf-c gives a string field to C as a NUL-terminated copy, so a
+ * string with a NUL inside reaches handlers cut short ("a\0/../x" would be
+ * job "a"). Such strings are refused here, once for every service, by
+ * reading the wire bytes of the message (the head: bulk fields are bytes,
+ * never strings) and every nested message, repeated field and map entry. */
+
+#define MAX_DEPTH 32
+
+static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret) {
+  uint64_t v = 0;
+  for (unsigned i = 0; i < 10 && *p < end; i++) {
+    uint8_t b = *(*p)++;
+    v |= (uint64_t)(b & 0x7f) << (7 * i);
+    if (!(b & 0x80)) {
+      *ret = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* False, with why naming the field, if a string holds a NUL (or the bytes
+ * are malformed: protobuf-c refuses those too). */
+static bool strings_ok(const uint8_t *p, size_t len, const ProtobufCMessageDescriptor *desc,
+                       int depth, char *why, size_t why_len) {
+  const uint8_t *end = p + len;
+  while (p < end) {
+    uint64_t tag, n = 0;
+    if (!wire_varint(&p, end, &tag)) return false;
+    switch (tag & 7) {
+    case 0:
+      if (!wire_varint(&p, end, &n)) return false;
+      continue;
+    case 1:
+      n = 8;
+      break;
+    case 5:
+      n = 4;
+      break;
+    case 2:
+      if (!wire_varint(&p, end, &n)) return false;
+      break;
+    default:
+      return false;
+    }
+    if (n > (uint64_t)(end - p)) return false;
+    const ProtobufCFieldDescriptor *f =
+        (tag & 7) == 2 && tag >> 3 <= UINT32_MAX
+            ? protobuf_c_message_descriptor_get_field(desc, (unsigned)(tag >> 3))
+            : NULL;
+    if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p, 0, n)) {
+      if (why) snprintf(why, why_len, "string field %s.%s holds a NUL byte", desc->name, f->name);
+      return false;
+    }
+    if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+        (depth >= MAX_DEPTH || !strings_ok(p, n, f->descriptor, depth + 1, why, why_len)))
+      return false;
+    p += n;
+  }
+  return true;
+}
+
 static void attach(ProtobufCMessage *msg, struct bulk *b) {
   if (!b->field) return; /* Dropped: a later small value won. */
   ProtobufCBinaryData *d = (ProtobufCBinaryData *)((char *)msg + b->field->offset);
@@ -199,7 +262,9 @@ static void attach(ProtobufCMessage *msg, struct bulk *b) {
   b->data = NULL;
 }
 
-ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
+ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                             char *why, size_t why_len) {
+  if (why && why_len) why[0] = 0;
   struct cursor c = {0};
   if (!bb || !grpc_byte_buffer_reader_init(&c.reader, bb)) return NULL;
   c.total = grpc_byte_buffer_length(bb);
@@ -207,7 +272,7 @@ ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescrip
   struct bulk bulks[MAX_BULK];
   size_t n_bulks = 0;
   ProtobufCMessage *msg = NULL;
-  if (split(&c, desc, &h, bulks, &n_bulks)) {
+  if (split(&c, desc, &h, bulks, &n_bulks) && strings_ok(h.b, h.len, desc, 0, why, why_len)) {
     msg = protobuf_c_message_unpack(desc, NULL, h.len, h.b ? h.b : (const uint8_t *)"");
     for (size_t i = 0; msg && i < n_bulks; i++) attach(msg, &bulks[i]);
   }

@@ -192,6 +192,14 @@ def test_errors_carry_the_status(daemons):
     with pytest.raises(StokerError) as e:
         StokerDataset("pt", address=addr, transport="carrier-pigeon")
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    # A name with a NUL byte is refused by the service, not cut to "pt".
+    with pytest.raises(StokerError) as e:
+        Connection(addr).unary(
+            "/stoker.v1.Dataloader/GetBatch",
+            pb.GetBatchRequest(job="pt\x00x", step=0, rank=0, world=1),
+            pb.Batch,
+        )
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "NUL" in e.value.details
     ds = StokerDataset("pt", address=addr)
     with pytest.raises(StokerError) as e:
         ds.load_state_dict({"version": 1, "job": "other", "next_step": 3})

@@ -51,7 +51,7 @@ static void expect_same(const uint8_t *wire, size_t len, const ProtobufCMessageD
   for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
     if (pieces[i] < 4096 && len > (1u << 20)) continue; /* Too many slices to be quick. */
     grpc_byte_buffer *bb = sliced(wire, len, pieces[i]);
-    ProtobufCMessage *got = rpc_unpack(bb, d);
+    ProtobufCMessage *got = rpc_unpack(bb, d, NULL, 0);
     grpc_byte_buffer_destroy(bb);
     assert_non_null(got);
     size_t got_len;
@@ -88,7 +88,8 @@ static void test_batch_large_tokens(void **state) {
   expect_same(wire, len, &stoker__v1__batch__descriptor);
   /* The bulk field is its own aligned buffer, so tokens can be viewed in place. */
   grpc_byte_buffer *bb = sliced(wire, len, 16384);
-  Stoker__V1__Batch *got = (Stoker__V1__Batch *)rpc_unpack(bb, &stoker__v1__batch__descriptor);
+  Stoker__V1__Batch *got =
+      (Stoker__V1__Batch *)rpc_unpack(bb, &stoker__v1__batch__descriptor, NULL, 0);
   grpc_byte_buffer_destroy(bb);
   assert_non_null(got);
   assert_int_equal((uintptr_t)got->tokens.data % 8, 0);
@@ -194,9 +195,75 @@ static void test_malformed_refused(void **state) {
   for (size_t i = 0; i < 4; i++) {
     assert_null(protobuf_c_message_unpack(&stoker__v1__batch__descriptor, NULL, lens[i], cases[i]));
     grpc_byte_buffer *bb = sliced(cases[i], lens[i], 1);
-    assert_null(rpc_unpack(bb, &stoker__v1__batch__descriptor));
+    assert_null(rpc_unpack(bb, &stoker__v1__batch__descriptor, NULL, 0));
     grpc_byte_buffer_destroy(bb);
   }
+}
+
+/* A string holding a NUL byte is refused, wherever it sits, and the reason
+ * names the field; the same message without the NUL unpacks. */
+static void expect_nul_refused(const ProtobufCMessage *m, const char *field, const char *text) {
+  size_t len;
+  uint8_t *wire = packed(m, &len);
+  uint8_t *at = memmem(wire, len, text, strlen(text)); /* The string on the wire; */
+  assert_non_null(at);
+  uint8_t *nul = memchr(at, '#', strlen(text)); /* its marker byte becomes a NUL. */
+  assert_non_null(nul);
+  grpc_byte_buffer *bb = sliced(wire, len, 3);
+  ProtobufCMessage *ok = rpc_unpack(bb, m->descriptor, NULL, 0);
+  assert_non_null(ok);
+  protobuf_c_message_free_unpacked(ok, NULL);
+  grpc_byte_buffer_destroy(bb);
+  *nul = 0;
+  bb = sliced(wire, len, 3);
+  char why[200];
+  assert_null(rpc_unpack(bb, m->descriptor, why, sizeof(why)));
+  if (!strstr(why, field)) fail_msg("why: \"%s\", want %s", why, field);
+  grpc_byte_buffer_destroy(bb);
+  free(wire);
+}
+
+static void test_strings_with_nul_refused(void **state) {
+  (void)state;
+  Stoker__V1__GetBatchRequest get = STOKER__V1__GET_BATCH_REQUEST__INIT;
+  get.job = "j#x";
+  expect_nul_refused(&get.base, "job", get.job);
+  /* Nested: the dataset URI inside a spec inside the request. */
+  Stoker__V1__StorageRef ref = STOKER__V1__STORAGE_REF__INIT;
+  ref.uri = "file:///data/good#.junk";
+  Stoker__V1__DatasetSpec ds = STOKER__V1__DATASET_SPEC__INIT;
+  ds.name = "d";
+  ds.source = &ref;
+  Stoker__V1__DatasetSpec *dss[1] = {&ds};
+  Stoker__V1__LoaderSpec spec = STOKER__V1__LOADER_SPEC__INIT;
+  spec.job = "j";
+  spec.n_datasets = 1; /* A repeated field of messages. */
+  spec.datasets = dss;
+  Stoker__V1__CreateLoaderRequest create = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
+  create.spec = &spec;
+  expect_nul_refused(&create.base, "uri", ref.uri);
+  /* A repeated string field at depth 2 (ChunkEntry.tensor in ReadRequest). */
+  Stoker__V1__ChunkEntry want = STOKER__V1__CHUNK_ENTRY__INIT;
+  want.tensor = "w#eight";
+  Stoker__V1__ChunkEntry *wants[1] = {&want};
+  Stoker__V1__ReadRequest read = STOKER__V1__READ_REQUEST__INIT;
+  read.job = "j";
+  read.n_wanted = 1;
+  read.wanted = wants;
+  expect_nul_refused(&read.base, "tensor", want.tensor);
+  /* Bytes fields may hold NULs: a blob of tokens is not refused. */
+  uint8_t zeros[8] = {0};
+  Stoker__V1__Batch b = STOKER__V1__BATCH__INIT;
+  b.tokens.data = zeros;
+  b.tokens.len = sizeof(zeros);
+  size_t len;
+  uint8_t *wire = packed(&b.base, &len);
+  grpc_byte_buffer *bb = sliced(wire, len, 2);
+  ProtobufCMessage *got = rpc_unpack(bb, &stoker__v1__batch__descriptor, NULL, 0);
+  assert_non_null(got);
+  protobuf_c_message_free_unpacked(got, NULL);
+  grpc_byte_buffer_destroy(bb);
+  free(wire);
 }
 
 int main(void) {
@@ -207,6 +274,7 @@ int main(void) {
       cmocka_unit_test(test_write_chunk_fields_any_order),
       cmocka_unit_test(test_repeated_occurrence_last_wins),
       cmocka_unit_test(test_malformed_refused),
+      cmocka_unit_test(test_strings_with_nul_refused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   grpc_shutdown();
