@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_PEM_BYTES (1u << 20)
 
@@ -142,13 +143,21 @@ static bool same_bytes(const uint8_t *a, size_t a_len, const char *b, size_t b_l
   return diff == 0;
 }
 
+/* header is "Bearer <token>" (rpc_security_load_token). The credentials
+ * match it as RFC 6750 reads them: the scheme in any case, one or more
+ * spaces, then exactly the token (compared in constant time). */
 bool rpc_security_token_ok(const grpc_metadata_array *md, const char *header) {
-  bool ok = false;
+  static const char scheme[] = "bearer";
+  const size_t k = sizeof(scheme) - 1;
+  const char *token = header + k + 1;
   for (size_t i = 0; i < md->count; i++) {
     if (grpc_slice_str_cmp(md->metadata[i].key, "authorization") != 0) continue;
     grpc_slice v = md->metadata[i].value;
-    ok = same_bytes(GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v), header, strlen(header));
-    break;
+    const uint8_t *p = GRPC_SLICE_START_PTR(v);
+    size_t n = GRPC_SLICE_LENGTH(v), at = k;
+    if (n <= k || strncasecmp((const char *)p, scheme, k) != 0 || p[k] != ' ') return false;
+    while (at < n && p[at] == ' ') at++;
+    return same_bytes(p + at, n - at, token, strlen(token));
   }
-  return ok;
+  return false;
 }

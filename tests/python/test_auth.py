@@ -1,0 +1,58 @@
+"""Bearer tokens at the real coordinator, as RFC 6750 reads them: the
+scheme in any case and one or more spaces before the token; any other
+scheme, a wrong token or none is UNAUTHENTICATED. Also the package's own
+Connection with a token file."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from conftest import Daemon
+
+from stoker import Security, StokerError
+from stoker.jobs import Jobs
+from stoker.v1 import coordinator_pb2 as pb
+
+
+def test_bearer_scheme_is_case_insensitive(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    d = Daemon("coordinator", tmp_path, "--token-file", str(token))
+    try:
+        channel = grpc.insecure_channel(d.addr)
+        get = channel.unary_unary(
+            "/stoker.v1.Coordinator/GetJob",
+            request_serializer=pb.GetJobRequest.SerializeToString,
+            response_deserializer=pb.Job.FromString,
+        )
+
+        def code(header: str | None) -> grpc.StatusCode:
+            md = [("authorization", header)] if header is not None else None
+            try:
+                get(pb.GetJobRequest(job="nope"), metadata=md, timeout=10)
+            except grpc.RpcError as e:
+                return e.code()
+            return grpc.StatusCode.OK
+
+        # Accepted: the call reaches the handler, which knows no such job.
+        for ok in ("Bearer s3cret-token", "bearer s3cret-token", "BEARER  s3cret-token"):
+            assert code(ok) == grpc.StatusCode.NOT_FOUND, ok
+        for bad in (
+            None,
+            "Basic s3cret-token",
+            "Bearer",
+            "Bearer s3cret-toke",
+            "Bearers3cret-token",
+            "Bearer s3cret-token ",
+        ):
+            assert code(bad) == grpc.StatusCode.UNAUTHENTICATED, bad
+        channel.close()
+
+        with pytest.raises(StokerError) as e:
+            Jobs(d.addr, security=Security(token_file=str(token))).show("nope")
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+        with pytest.raises(StokerError) as e:
+            Jobs(d.addr, security=Security(token="wrong")).show("nope")
+        assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        d.stop()
