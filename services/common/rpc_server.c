@@ -230,14 +230,21 @@ static void answer_unknown(struct unknown_call *u) {
   char path[256];
   rpc_slice_copy(u->details.method, path, sizeof(path));
   log_debug("rpc.unknown_method", "method=%s", path);
+  /* A caller without the token learns nothing, not even which methods
+   * exist: the token is checked first, as for every registered method. */
+  bool authorized = !u->s->auth_header || rpc_security_token_ok(&u->md, u->s->auth_header);
   char text[300];
-  snprintf(text, sizeof(text), "unknown method %s", path);
+  if (authorized)
+    snprintf(text, sizeof(text), "unknown method %s", path);
+  else
+    snprintf(text, sizeof(text), "missing or invalid bearer token");
   u->message = grpc_slice_from_copied_string(text);
   grpc_op ops[3];
   memset(ops, 0, sizeof(ops));
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+  ops[1].data.send_status_from_server.status =
+      authorized ? GRPC_STATUS_UNIMPLEMENTED : GRPC_STATUS_UNAUTHENTICATED;
   ops[1].data.send_status_from_server.status_details = &u->message;
   ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[2].data.recv_close_on_server.cancelled = &u->cancelled;

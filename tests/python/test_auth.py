@@ -1,4 +1,4 @@
-"""Bearer tokens at the real coordinator, as RFC 6750 reads them: the
+"""Bearer tokens at the real coordinator, as RFC 6750 reads them (for unknown methods too): the
 scheme in any case and one or more spaces before the token; any other
 scheme, a wrong token or none is UNAUTHENTICATED. Also the package's own
 Connection with a token file."""
@@ -46,6 +46,17 @@ def test_bearer_scheme_is_case_insensitive(tmp_path):
             "Bearer s3cret-token ",
         ):
             assert code(bad) == grpc.StatusCode.UNAUTHENTICATED, bad
+        # An unknown method: without the token UNAUTHENTICATED, with it UNIMPLEMENTED.
+        unknown = channel.unary_unary("/stoker.v1.Coordinator/NoSuchMethod")
+        for header, want in (
+            (None, grpc.StatusCode.UNAUTHENTICATED),
+            ("Bearer wrong", grpc.StatusCode.UNAUTHENTICATED),
+            ("bearer s3cret-token", grpc.StatusCode.UNIMPLEMENTED),
+        ):
+            with pytest.raises(grpc.RpcError) as err:
+                md = [("authorization", header)] if header else None
+                unknown(b"", metadata=md, timeout=10)
+            assert err.value.code() == want, header
         channel.close()
 
         with pytest.raises(StokerError) as e:
