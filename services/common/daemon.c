@@ -117,6 +117,26 @@ void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg) {
   d->drain_arg = arg;
 }
 
+/* True for an address only this host can reach: 127.x, [::1], localhost. */
+static bool loopback_only(const char *addr) {
+  return strncmp(addr, "127.", 4) == 0 || strncmp(addr, "[::1]", 5) == 0 ||
+         strncmp(addr, "localhost:", 10) == 0;
+}
+
+/* A token sent without TLS crosses the network in clear; a daemon open
+ * beyond loopback with neither serves anyone who can reach it. */
+static void warn_insecure(const struct daemon *d) {
+  bool tls = nonempty(d->opts->tls_cert), token = nonempty(d->opts->token_file);
+  if (token && !tls)
+    log_warn("insecure", "a bearer token is required but TLS is off: the token crosses the "
+                         "network in clear (set --tls-cert and --tls-key)");
+  if (!tls && !token && !loopback_only(d->bound))
+    log_warn("insecure",
+             "listening on %s beyond loopback with neither TLS nor a token: anyone "
+             "who reaches the port may call every method",
+             d->bound);
+}
+
 int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err, size_t err_len) {
   d->on_stop = on_stop;
   d->stop_arg = arg;
@@ -150,6 +170,7 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
   log_info("serving", "daemon=%s listen=%s tls=%s token=%s", d->name, d->bound,
            nonempty(d->opts->tls_cert) ? "on" : "off",
            nonempty(d->opts->token_file) ? "on" : "off");
+  warn_insecure(d);
   return 0;
 }
 

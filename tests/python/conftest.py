@@ -33,12 +33,14 @@ class Daemon:
     """One running daemon: ``addr`` is its HOST:PORT; ``restart()`` kills it
     with SIGKILL and starts it again on the same port and data."""
 
-    def __init__(self, name: str, root: pathlib.Path, *extra: str) -> None:
+    def __init__(
+        self, name: str, root: pathlib.Path, *extra: str, listen: str = "127.0.0.1:0"
+    ) -> None:
         self.name = name
         self.root = root
         self.extra = list(extra)
         self.data = root / f"{name}-data"
-        self.listen = "127.0.0.1:0"
+        self.listen = listen
         self.proc: subprocess.Popen[bytes] | None = None
         self.addr = ""
         self.start()

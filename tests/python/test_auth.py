@@ -67,3 +67,14 @@ def test_bearer_scheme_is_case_insensitive(tmp_path):
         assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
     finally:
         d.stop()
+    log = (tmp_path / "coordinator.log").read_text()
+    assert "TLS is off" in log, log  # a token without TLS is warned about at start
+
+
+def test_listening_beyond_loopback_without_tls_or_token_is_warned(tmp_path):
+    for sub, listen, warned in (("lo", "127.0.0.1:0", False), ("any", "0.0.0.0:0", True)):
+        root = tmp_path / sub
+        root.mkdir()
+        Daemon("coordinator", root, listen=listen).stop()
+        log = (root / "coordinator.log").read_text()
+        assert ("beyond loopback" in log) == warned, (listen, log)
