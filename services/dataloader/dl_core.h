@@ -138,9 +138,11 @@ int dl_import_state(struct dl *dl, const uint8_t *blob, size_t len, int64_t *ret
  * one step (any number of processes): they must agree on the step and the
  * configuration and together hold every lane this instance serves (STK_EINVAL
  * naming a missing lane otherwise; nothing changes). Lanes it does not
- * serve are ignored. */
-int dl_import_states(struct dl *dl, const uint8_t *const *blobs, const size_t *lens, size_t n,
-                     int64_t *ret_step);
+ * serve are ignored. job (NULL: the blobs' own) is the target: blobs of
+ * another job are STK_EINVAL and change nothing (ImportState passes the
+ * request's job). */
+int dl_import_states(struct dl *dl, const char *job, const uint8_t *const *blobs,
+                     const size_t *lens, size_t n, int64_t *ret_step);
 
 /* Lines lane `lane` of job generated in this instance since it opened
  * the job (replays included; lanes of other parts stay 0). */

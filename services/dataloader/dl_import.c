@@ -174,11 +174,16 @@ static int replace(struct dl *dl, struct dl_job *old, struct dl_job *nj, const s
   return rc;
 }
 
-static int import_job(struct dl *dl, const struct blob *b, int64_t *ret_step) {
+static int import_job(struct dl *dl, const char *job, const struct blob *b, int64_t *ret_step) {
   struct dl_job *nj = NULL;
   struct dl_commit pos = {0};
   int rc = dl_config_decode(dl, b->cfg, b->cfg_len, &nj);
   if (rc < 0) return rc;
+  if (job && strcmp(nj->name, job) != 0) { /* The request names the target. */
+    stk_set_detail("the state blob belongs to job %s, not %s", nj->name, job);
+    dl_job_free(nj);
+    return STK_EINVAL;
+  }
   if (nj->C < dl->opts.parts) {
     stk_set_detail("%u lanes cannot be split over %u processes (lanes >= parts)", nj->C,
                    dl->opts.parts);
@@ -206,11 +211,11 @@ static int import_job(struct dl *dl, const struct blob *b, int64_t *ret_step) {
 }
 
 int dl_import_state(struct dl *dl, const uint8_t *blob, size_t len, int64_t *ret_step) {
-  return dl_import_states(dl, &blob, &len, 1, ret_step);
+  return dl_import_states(dl, NULL, &blob, &len, 1, ret_step);
 }
 
-int dl_import_states(struct dl *dl, const uint8_t *const *blobs, const size_t *lens, size_t n,
-                     int64_t *ret_step) {
+int dl_import_states(struct dl *dl, const char *job, const uint8_t *const *blobs,
+                     const size_t *lens, size_t n, int64_t *ret_step) {
   struct blob all = {0};
   int rc = dl && blobs && lens && n ? 0 : STK_EINVAL;
   for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -226,7 +231,7 @@ int dl_import_states(struct dl *dl, const uint8_t *const *blobs, const size_t *l
     blob_clear(&b);
   }
   if (rc == 0) rc = only_served(dl, &all);
-  if (rc == 0) rc = import_job(dl, &all, ret_step);
+  if (rc == 0) rc = import_job(dl, job, &all, ret_step);
   blob_clear(&all);
   return rc;
 }

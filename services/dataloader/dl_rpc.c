@@ -180,7 +180,7 @@ static int run_import(struct task *t) {
     blobs[i] = d->data;
     lens[i] = d->len;
   }
-  if (rc == 0) rc = dl_import_states(t->a->dl, blobs, lens, n, NULL);
+  if (rc == 0) rc = dl_import_states(t->a->dl, r->job, blobs, lens, n, NULL);
   free(blobs);
   free(lens);
   return rc ? rc : dl_get_info(t->a->dl, r->job, &t->info);

@@ -215,3 +215,31 @@ def test_a_service_that_is_down_fails_within_the_timeout(daemons):
         list(StokerDataset("pt", address=d.addr, rank=0, world_size=1, steps=1, timeout=2))
     assert e.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     assert time.monotonic() - t0 < 10
+
+
+def test_import_state_targets_the_requests_job(daemons):
+    """ImportState of job b's blob under job a's name is INVALID_ARGUMENT and
+    changes neither job (the request's job is the target, not the blob's)."""
+    addr = daemons["dataloader"].addr
+    create_loader(addr, "a")
+    create_loader(addr, "b", docs=300)
+    conn = Connection(addr)
+    svc = "/stoker.v1.Dataloader/"
+    conn.unary(svc + "Commit", pb.CommitRequest(job="b", step=2), common_pb2.Empty)
+    blob = conn.unary(svc + "ExportState", pb.ExportStateRequest(job="b", step=2), pb.LoaderState)
+    before = {
+        j: conn.unary(svc + "GetLoader", pb.GetLoaderRequest(job=j), pb.LoaderInfo)
+        for j in ("a", "b")
+    }
+    with pytest.raises(StokerError) as e:
+        conn.unary(
+            svc + "ImportState", pb.LoaderState(job="a", step=2, state=blob.state), pb.LoaderInfo
+        )
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "job b, not a" in e.value.details
+    for j in ("a", "b"):
+        after = conn.unary(svc + "GetLoader", pb.GetLoaderRequest(job=j), pb.LoaderInfo)
+        assert after.spec == before[j].spec and after.committed_step == before[j].committed_step
+    # Into its own job the same blob imports.
+    conn.unary(
+        svc + "ImportState", pb.LoaderState(job="b", step=2, state=blob.state), pb.LoaderInfo
+    )

@@ -232,14 +232,15 @@ static void test_scale_2_to_3_and_1(void **state) {
       assert_non_null(strstr(stk_detail(), "lane 3"));
     }
     int64_t step = -1;
-    assert_int_equal(dl_import_states(nw[i].dl, (const uint8_t *const *)blobs, lens, 2, &step), 0);
+    assert_int_equal(
+        dl_import_states(nw[i].dl, NULL, (const uint8_t *const *)blobs, lens, 2, &step), 0);
     assert_int_equal(step, 9);
   }
   assert_range(whole.dl, nw, 3, 10, 22);
   for (uint32_t i = 0; i < 3; i++) assert_own_lanes_only(&nw[i]);
   /* Scale in to one process: every lane from the two blobs. */
   inst_open(&one, 0, 1, false);
-  assert_int_equal(dl_import_states(one.dl, (const uint8_t *const *)blobs, lens, 2, NULL), 0);
+  assert_int_equal(dl_import_states(one.dl, NULL, (const uint8_t *const *)blobs, lens, 2, NULL), 0);
   for (int64_t s = 10; s < 16; s++) {
     size_t n1, n2;
     uint32_t *a = t_global(whole.dl, SPEC.job, s, 2, &n1),
@@ -268,13 +269,13 @@ static void test_import_mismatch(void **state) {
   assert_int_equal(dl_commit(old[1].dl, SPEC.job, 5), 0);
   assert_int_equal(dl_export_state(old[1].dl, SPEC.job, 5, &blobs[1], &lens[1]), 0);
   inst_open(&nw, 0, 1, false);
-  assert_int_equal(dl_import_states(nw.dl, (const uint8_t *const *)blobs, lens, 2, NULL),
+  assert_int_equal(dl_import_states(nw.dl, NULL, (const uint8_t *const *)blobs, lens, 2, NULL),
                    STK_EINVAL);
   Stoker__V1__LoaderInfo *info;
   assert_int_equal(dl_get_info(nw.dl, SPEC.job, &info), STK_ENOENT); /* nothing changed */
   blobs[1][lens[1] - 1] ^= 1;
   lens[1]--; /* truncated */
-  assert_int_equal(dl_import_states(nw.dl, (const uint8_t *const *)blobs, lens, 2, NULL),
+  assert_int_equal(dl_import_states(nw.dl, NULL, (const uint8_t *const *)blobs, lens, 2, NULL),
                    STK_ECORRUPT);
   for (uint32_t i = 0; i < 2; i++) {
     free(blobs[i]);
