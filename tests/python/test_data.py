@@ -5,7 +5,9 @@ across a kill -9 of the daemon, document starts, and clear errors."""
 
 from __future__ import annotations
 
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -243,3 +245,58 @@ def test_import_state_targets_the_requests_job(daemons):
     conn.unary(
         svc + "ImportState", pb.LoaderState(job="b", step=2, state=blob.state), pb.LoaderInfo
     )
+
+
+def test_bad_dataset_paths_are_the_clients_error_and_park_no_worker(daemons, tmp_path):
+    """/dev/null, a directory named like an index, a missing file and a FIFO
+    answer INVALID_ARGUMENT or NOT_FOUND (never INTERNAL); opening a FIFO,
+    eight times at once, parks no worker: the daemon still serves."""
+    addr = daemons["dataloader"].addr
+    (tmp_path / "dir.idx").mkdir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    conn = Connection(addr)
+
+    def create(job: str, path: str, fmt: int) -> StokerError:
+        spec = pb.LoaderSpec(
+            job=job,
+            seq_len=8,
+            global_batch=2,
+            datasets=[
+                pb.DatasetSpec(
+                    name="d",
+                    weight=1.0,
+                    format=fmt,
+                    tokenizer="bytes",
+                    source=common_pb2.StorageRef(uri=f"file://{path}"),
+                )
+            ],
+        )
+        with pytest.raises(StokerError) as e:
+            conn.unary(
+                "/stoker.v1.Dataloader/CreateLoader",
+                pb.CreateLoaderRequest(spec=spec),
+                pb.LoaderInfo,
+                timeout=10,
+            )
+        return e.value
+
+    want = {
+        ("/dev/null", pb.DATASET_FORMAT_TEXT): grpc.StatusCode.INVALID_ARGUMENT,
+        ("/dev/null", pb.DATASET_FORMAT_LLMC): grpc.StatusCode.INVALID_ARGUMENT,
+        (str(tmp_path / "dir"), pb.DATASET_FORMAT_MEGATRON): grpc.StatusCode.INVALID_ARGUMENT,
+        (str(tmp_path / "missing.txt"), pb.DATASET_FORMAT_TEXT): grpc.StatusCode.NOT_FOUND,
+        (str(fifo), pb.DATASET_FORMAT_TEXT): grpc.StatusCode.INVALID_ARGUMENT,
+    }
+    for i, ((path, fmt), code) in enumerate(want.items()):
+        err = create(f"bad{i}", path, fmt)
+        assert err.code == code, (path, err)
+    with ThreadPoolExecutor(8) as pool:
+        errs = list(
+            pool.map(lambda i: create(f"fifo{i}", str(fifo), pb.DATASET_FORMAT_LLMC), range(8))
+        )
+    assert all(e.code == grpc.StatusCode.INVALID_ARGUMENT for e in errs), errs
+    t0 = time.monotonic()
+    create_loader(addr)
+    assert len(list(StokerDataset("pt", address=addr, rank=0, world_size=1, steps=2))) == 2
+    assert time.monotonic() - t0 < 10

@@ -12,18 +12,40 @@
 
 #include "stk_error.h"
 
+/* A client's path that cannot be opened is the client's error (NOT_FOUND,
+ * PERMISSION_DENIED, INVALID_ARGUMENT), not the daemon's. */
+static int open_error(int e) {
+  switch (e) {
+  case ENOENT:
+  case ENOTDIR:
+    return STK_ENOENT;
+  case EACCES:
+  case EPERM:
+    return STK_EPERM;
+  case EISDIR:
+  case ELOOP:
+  case ENAMETOOLONG:
+  case ENXIO:
+    return STK_EINVAL;
+  default:
+    return STK_EIO;
+  }
+}
+
 int dl_map_open(const char *path, struct dl_map *ret_map) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* Non-blocking: opening a FIFO or a device must never park the worker
+   * (only regular files are mapped, checked right after). */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
     int e = errno;
     stk_set_detail("%s: %s", path, strerror(e));
-    return e == ENOENT ? STK_ENOENT : STK_EIO;
+    return open_error(e);
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     stk_set_detail("%s: not a regular file", path);
     close(fd);
-    return STK_EIO;
+    return STK_EINVAL;
   }
   struct dl_map m = {NULL, (size_t)st.st_size};
   if (m.size > 0) {
