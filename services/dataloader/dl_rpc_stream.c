@@ -187,9 +187,16 @@ static void start_generation(struct dl_stream *s) {
   if (room > GEN_GROUP) room = GEN_GROUP;
   uint32_t want = 0;
   bool full = false;
+  s->gen_dest_bytes = 0;
   while (want < room) {
-    s->gen_dest[want] = dl_stream_ring_dest(&s->shm, want, &s->gen_dest_bytes, &full);
+    /* A probe that finds the ring full answers 0 bytes: it must not
+     * overwrite the slot size of the batches already given a slot (they
+     * would go inline). */
+    size_t bytes = 0;
+    uint32_t *dest = dl_stream_ring_dest(&s->shm, want, &bytes, &full);
     if (full) break;
+    s->gen_dest[want] = dest;
+    if (dest) s->gen_dest_bytes = bytes;
     want++;
   }
   if (want == 0) {

@@ -300,3 +300,40 @@ def test_bad_dataset_paths_are_the_clients_error_and_park_no_worker(daemons, tmp
     create_loader(addr)
     assert len(list(StokerDataset("pt", address=addr, rank=0, world_size=1, steps=2))) == 2
     assert time.monotonic() - t0 < 10
+
+
+def test_a_slow_reader_still_gets_every_batch_through_the_ring(daemons):
+    """With the ring kept full by a reader slower than the daemon, batches
+    still come through shared memory (a full-ring probe once reset the slot
+    size, sending the batches after it inline)."""
+    from stoker._ring import Ring
+
+    addr = daemons["dataloader"].addr
+    create_loader(addr)
+    nonce = os.urandom(16)
+    req = pb.StreamBatchesRequest(
+        job="pt", from_step=0, rank=0, world=1, prefetch=2, shm_nonce=nonce
+    )
+    stream = Connection(addr).server_stream("/stoker.v1.Dataloader/StreamBatches", req, pb.Batch)
+    ring, inline, seen = None, 0, 0
+    for msg in stream:
+        for b in (msg, *msg.more):
+            if b.shm_path:
+                ring = Ring(b.shm_path, nonce)
+            if b.shm_seq == 0:
+                inline += 1
+            else:
+                assert ring is not None
+                assert torch.equal(
+                    torch.from_numpy(ring.view(b.shm_seq, b.lines * b.line_tokens).astype("int64")),
+                    global_batch(addr, b.step, 1).reshape(-1),
+                )
+                time.sleep(0.02)  # slower than the daemon: the ring stays full
+                ring.release(b.shm_seq)
+            seen += 1
+        if seen >= 40:
+            break
+    stream.cancel()
+    # The batches generated before the first one sized the ring (at most the
+    # prefetch) go inline; every later one through the ring (29 of 40 did not).
+    assert inline <= 2, f"{inline} of {seen} batches inline"
