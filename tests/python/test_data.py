@@ -6,6 +6,7 @@ across a kill -9 of the daemon, document starts, and clear errors."""
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -188,6 +189,9 @@ def test_errors_carry_the_status(daemons):
     with pytest.raises(StokerError) as e:
         list(StokerDataset("nope", address=addr, rank=0, world_size=1, steps=1))
     assert e.value.code == grpc.StatusCode.NOT_FOUND and "nope" in str(e.value)
+    # Errors pickle whole: DCP carries a rank's exception to the others.
+    again = pickle.loads(pickle.dumps(e.value))
+    assert (again.code, again.details, str(again)) == (e.value.code, e.value.details, str(e.value))
     with pytest.raises(StokerError) as e:
         list(StokerDataset("pt", address=addr, rank=4, world_size=4, steps=1))
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT

@@ -33,6 +33,7 @@ import io
 import json
 import os
 import re
+import warnings
 import zlib
 from collections import defaultdict
 from collections.abc import Iterator
@@ -731,7 +732,9 @@ class _Want:
             self.blob[start : start + len(data)] = data
         else:
             assert self.target is not None
-            src = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype)
+            with warnings.catch_warnings():  # read-only bytes: copy_ only reads them
+                warnings.simplefilter("ignore", UserWarning)
+                src = torch.frombuffer(data, dtype=torch.uint8).view(dtype)
             region = self.target
             for d, (o, n) in enumerate(zip(off, size, strict=True)):
                 region = region.narrow(d, o - self.offsets[d], n)

@@ -312,6 +312,7 @@ class _BatchStream:
         self.queue: list[pb.Batch] = []
         self.expect = -1
         self.held_seq = 0
+        self.watchdog = _Watchdog(ds.timeout)
 
     def _open(self, step: int) -> None:
         self.close_call()
@@ -354,22 +355,13 @@ class _BatchStream:
 
     def _receive(self) -> pb.Batch:
         if not self.queue:
-            # A stream has no deadline (it lives as long as training), so a
-            # watchdog bounds the wait for each message instead.
-            call = self.call
-            fired = threading.Event()
-
-            def expire() -> None:
-                fired.set()
-                call.cancel()
-
-            watchdog = threading.Timer(self.ds.timeout, expire)
-            watchdog.daemon = True
-            watchdog.start()
+            # A stream has no deadline (it lives as long as training), so the
+            # stream's watchdog bounds the wait for each message instead.
+            self.watchdog.arm(self.call)
             try:
-                msg = next(call)
+                msg = next(self.call)
             except StopIteration:
-                if fired.is_set():
+                if self.watchdog.fired:
                     raise StokerError(
                         grpc.StatusCode.DEADLINE_EXCEEDED,
                         f"no batch within {self.ds.timeout:g} s",
@@ -381,12 +373,12 @@ class _BatchStream:
                     SERVICE + "StreamBatches",
                 ) from None
             finally:
-                watchdog.cancel()
+                self.watchdog.disarm()
             self.queue = [msg, *msg.more]
         return self.queue.pop(0)
 
     def _payload(self, b: pb.Batch) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
-        starts = _starts(b.doc_starts, b.line_tokens)
+        starts = _starts(b.doc_starts, b.line_tokens) if self.ds.doc_starts else None
         if b.shm_seq == 0:
             return _tokens(b), b.lines, b.line_tokens, starts
         if b.shm_path:
@@ -432,3 +424,56 @@ class _BatchStream:
 
     def close(self) -> None:
         self.close_call()
+        self.watchdog.close()
+
+
+class _Watchdog:
+    """Cancels a call that has not delivered within `seconds` of being
+    armed; one thread per stream, armed and disarmed around each message
+    (a lock, not a thread, per message)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._cv = threading.Condition()
+        self._call: Any = None
+        self._deadline: float | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def arm(self, call: Any) -> None:
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name="stoker-stream-watchdog"
+                )
+                self._thread.start()
+            self._call = call
+            self.fired = False
+            self._deadline = time.monotonic() + self.seconds
+            self._cv.notify()
+
+    def disarm(self) -> None:
+        with self._cv:
+            self._deadline = None
+            self._call = None
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        with self._cv:
+            while not self._closed:
+                if self._deadline is None:
+                    self._cv.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cv.wait(left)
+                    continue
+                self.fired = True
+                self._deadline = None
+                if self._call is not None:
+                    self._call.cancel()

@@ -24,6 +24,10 @@ class StokerError(RuntimeError):
         where = f"{method}: " if method else ""
         super().__init__(f"{where}{code.name}: {details}")
 
+    def __reduce__(self) -> tuple[type[StokerError], tuple[grpc.StatusCode, str, str]]:
+        # Pickled whole (DCP gathers a rank's exception on another rank).
+        return type(self), (self.code, self.details, self.method)
+
     @classmethod
     def from_rpc(cls, err: grpc.RpcError, method: str) -> StokerError:
         """Translates a grpc error (a ``grpc.Call``) into a StokerError."""
