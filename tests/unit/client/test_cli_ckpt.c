@@ -21,7 +21,9 @@ static void test_small_renderings(void **state) {
   char b[128];
   assert_string_equal(fmt_dtype(2, b, sizeof(b)), "BF16");
   assert_string_equal(fmt_dtype(6, b, sizeof(b)), "BYTES");
-  assert_string_equal(fmt_dtype(9, b, sizeof(b)), "UNKNOWN(9)");
+  assert_string_equal(fmt_dtype(9, b, sizeof(b)), "I16"); /* The PyTorch dtypes too. */
+  assert_string_equal(fmt_dtype(11, b, sizeof(b)), "BOOL");
+  assert_string_equal(fmt_dtype(99, b, sizeof(b)), "UNKNOWN(99)");
   fmt_bytes(512, b, sizeof(b));
   assert_string_equal(b, "512 B");
   fmt_bytes(3u << 29, b, sizeof(b));
