@@ -17,10 +17,15 @@ How a save maps onto the service:
    a JSON description of the state dict for rank 0 to store beside it
    (``__dcp__/metadata.json``: each name's torch dtype and shape, and DCP's
    flattening of nested state dicts; plain JSON, never a pickle);
-2. each rank streams its items with one ``Write`` call (boxes larger than a
-   message are cut into runs of rows);
+2. each rank streams its items with one ``Write`` call: the bytes through
+   the service's shared-memory segments when it runs on this host
+   (``stoker._segments``), else inline (boxes larger than a message or a
+   segment are cut into runs of rows);
 3. the coordinator's ``finish`` calls ``Commit``, which answers once every
    rank's bytes are durable and the manifest is written.
+
+``dcp.async_save`` with ``StokerWriter(job, step=s)`` returns once the
+service holds every byte (the writer is its own ``AsyncStager``, see below).
 
 A checkpoint without that JSON (the C trainer's) is described from its
 manifest alone: its tensors load like any DCP checkpoint's, its blobs as
