@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
-from stoker.connection import Connection
+from stoker.connection import CHECKPOINT, Connection
 from stoker.v1 import checkpoint_pb2 as pb
 
 SEGMENT_BYTES = 64 << 20  # largest segment this client makes
@@ -52,7 +52,7 @@ class ShmStaging:
         if os.environ.get("STOKER_CKPT_SHM", "auto") in ("0", "off"):
             return None
         info = conn.unary(
-            "/stoker.v1.Checkpoint/GetStagingInfo",
+            CHECKPOINT + "GetStagingInfo",
             pb.StagingInfoRequest(),
             pb.StagingInfo,
             retry=True,

@@ -71,12 +71,12 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from stoker._segments import ShmStaging
-from stoker.connection import Connection, Security, address_from_env
+from stoker.connection import CHECKPOINT, Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as pb
 from stoker.v1 import common_pb2
 
-SERVICE = "/stoker.v1.Checkpoint/"
+SERVICE = CHECKPOINT
 METADATA_TENSOR = "__dcp__/metadata.json"
 METADATA_VERSION = 1
 # Largest chunk per message; the daemons accept 64 MiB messages.
@@ -129,12 +129,6 @@ def storage_name(fqn: str) -> str:
         return fqn
     clean = _NAME_CHARS.sub("_", fqn).replace("/", "_").replace("..", "_.")[:360].strip(".")
     return f"x/{clean or 'name'}-{zlib.crc32(fqn.encode()):08x}"
-
-
-def _world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
 
 
 # ---- writing -----------------------------------------------------------------

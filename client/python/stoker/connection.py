@@ -23,6 +23,11 @@ from stoker.errors import StokerError
 
 T = TypeVar("T")
 
+# Method paths start with the service's full name (proto/stoker/v1).
+COORDINATOR = "/stoker.v1.Coordinator/"
+DATALOADER = "/stoker.v1.Dataloader/"
+CHECKPOINT = "/stoker.v1.Checkpoint/"
+
 # Largest message either way: the daemons' default --max-message-size.
 MAX_MESSAGE_BYTES = 64 << 20
 

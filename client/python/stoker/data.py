@@ -34,12 +34,12 @@ from numpy.typing import NDArray
 from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker._ring import NONCE_BYTES, Ring, RingError
-from stoker.connection import Connection, Security, address_from_env
+from stoker.connection import DATALOADER, Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import common_pb2
 from stoker.v1 import dataloader_pb2 as pb
 
-SERVICE = "/stoker.v1.Dataloader/"
+SERVICE = DATALOADER
 STATE_VERSION = 1
 TRANSPORTS = ("auto", "shm", "grpc")
 

@@ -35,16 +35,19 @@ from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, TypeVar
 
-from stoker.connection import Connection, Security, address_from_env
+from stoker.connection import (
+    CHECKPOINT,
+    COORDINATOR,
+    DATALOADER,
+    Connection,
+    Security,
+    address_from_env,
+)
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as coord_pb
 from stoker.v1 import dataloader_pb2 as dl_pb
-
-COORDINATOR = "/stoker.v1.Coordinator/"
-DATALOADER = "/stoker.v1.Dataloader/"
-CHECKPOINT = "/stoker.v1.Checkpoint/"
 
 # stokerctl's default per-call deadline (--timeout), seconds.
 DEFAULT_TIMEOUT_S = 10.0

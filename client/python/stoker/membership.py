@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from stoker.connection import Connection, Security, address_from_env
+from stoker.connection import COORDINATOR, Connection, Security, address_from_env
 from stoker.errors import StokerError
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
-SERVICE = "/stoker.v1.Coordinator/"
+SERVICE = COORDINATOR
 
 # Heartbeat answers, by the names the proto and stokerctl use.
 CONTINUE, RESTART, CHECKPOINT_NOW, STOP = "CONTINUE", "RESTART", "CHECKPOINT_NOW", "STOP"

@@ -35,13 +35,13 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from stoker import elastic
-from stoker.connection import Connection
+from stoker.connection import COORDINATOR, Connection
 from stoker.errors import StokerError
 from stoker.membership import RESTART, STOP, Member
 from stoker.store import StokerStore
 from stoker.v1 import coordinator_pb2 as pb
 
-SERVICE = "/stoker.v1.Coordinator/"
+SERVICE = COORDINATOR
 
 
 def ensure_job(

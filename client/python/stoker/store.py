@@ -28,12 +28,12 @@ import grpc
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
-from stoker.connection import Connection, Security, address_from_env
+from stoker.connection import COORDINATOR, Connection, Security, address_from_env
 from stoker.errors import StokerError
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
-SERVICE = "/stoker.v1.Coordinator/"
+SERVICE = COORDINATOR
 _KEY = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
 DEFAULT_TIMEOUT = timedelta(seconds=300)
 
