@@ -10,13 +10,16 @@
 #include "train.h"
 
 static void usage(const char *prog) {
-  fprintf(stderr,
-          "usage: %s --job NAME --member ID --corpus DIR [--coordinator ADDR]\n"
-          "  [--dataloader ADDR[,ADDR...]] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
-          "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
-          "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
-          "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n",
-          prog);
+  fprintf(
+      stderr,
+      "usage: %s --job NAME --member ID --corpus DIR [--coordinator ADDR]\n"
+      "  [--dataloader ADDR[,ADDR...]] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
+      "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
+      "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
+      "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n"
+      "  [--ring-host HOST]  (address the ring listens on and publishes; env STOKER_RING_HOST,\n"
+      "                       default 127.0.0.1; a pod passes its IP)\n",
+      prog);
 }
 
 static void defaults(struct train_opts *o) {
@@ -34,14 +37,17 @@ static void defaults(struct train_opts *o) {
   o->coordinator = getenv("STOKER_COORDINATOR");
   o->dataloader = getenv(STK_LOADER_ENV);
   o->checkpoint = getenv(STK_CKPT_ENV);
+  o->ring_host = getenv("STOKER_RING_HOST");
 }
 
 /* One "--flag value" pair; -1 when the flag is unknown. */
 static int set_flag(struct train_opts *o, const char *k, const char *v) {
-  const char *const str_keys[] = {"--coordinator", "--dataloader", "--checkpoint", "--job",
-                                  "--data-job",    "--member",     "--corpus",     "--dump-params"};
-  const char **str_vals[] = {&o->coordinator, &o->dataloader, &o->checkpoint, &o->job,
-                             &o->data_job,    &o->member,     &o->corpus,     &o->dump_params};
+  const char *const str_keys[] = {"--coordinator", "--dataloader",  "--checkpoint",
+                                  "--job",         "--data-job",    "--member",
+                                  "--corpus",      "--dump-params", "--ring-host"};
+  const char **str_vals[] = {&o->coordinator, &o->dataloader,  &o->checkpoint,
+                             &o->job,         &o->data_job,    &o->member,
+                             &o->corpus,      &o->dump_params, &o->ring_host};
   for (size_t i = 0; i < sizeof(str_keys) / sizeof(str_keys[0]); i++)
     if (!strcmp(k, str_keys[i])) return (*str_vals[i] = v), 0;
   if (!strcmp(k, "--mixed-precision")) {

@@ -51,7 +51,7 @@ static int gather_addrs(struct train *t, char (*addrs)[RING_ADDR_MAX]) {
 static int build_ring(struct train *t) {
   int listener = -1;
   char addr[RING_ADDR_MAX];
-  int err = ring_listen("127.0.0.1", &listener, addr);
+  int err = ring_listen(t->o.ring_host, &listener, addr);
   if (err) return err;
   char key[32];
   snprintf(key, sizeof(key), "ring/%u", t->m.rank);

@@ -1,12 +1,13 @@
-// Starts s3rver for the S3 client tests: node s3rver_launch.js MODULE_DIR DATA_DIR BUCKET.
-// Listens on 127.0.0.1 with an ephemeral port, prints "PORT <n>" once ready, and exits
+// Starts s3rver for the S3 client tests: node s3rver_launch.js MODULE_DIR DATA_DIR BUCKET [ADDRESS].
+// Listens on ADDRESS (default 127.0.0.1; the deploy suite gives the pod network's gateway)
+// with an ephemeral port, prints "PORT <n>" once ready, and exits
 // when its stdin closes (the test process died) or on SIGTERM.
 'use strict';
 const path = require('path');
-const [moduleDir, dataDir, bucket] = process.argv.slice(2);
+const [moduleDir, dataDir, bucket, address = '127.0.0.1'] = process.argv.slice(2);
 const S3rver = require(path.join(moduleDir, 'lib', 's3rver.js'));
 const server = new S3rver({
-  address: '127.0.0.1',
+  address,
   port: 0,
   silent: true,
   directory: dataDir,

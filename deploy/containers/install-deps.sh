@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what building the image and the deploy suite (tests/deploy/run)
+# need, from Debian 12 packages: podman with Debian's runc and netavark,
+# debootstrap for the base image, Prometheus (and promtool), PyYAML for the
+# pod renderer. kubectl or kustomize (deploy/k8s/render.sh builds kustomize
+# from the Go module proxy when neither is installed). Idempotent.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+packages=(podman runc netavark debootstrap prometheus python3-yaml curl)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+"$here/../k8s/render.sh" --version >/dev/null
+echo "containers/install-deps: ${#packages[@]} packages present, kustomize ready"
