@@ -15,7 +15,7 @@ packages=(
   libisal-dev libcjson-dev libpcre2-dev
   # Tests: an independent gRPC client, certificates, sanitizers' runtime.
   libcmocka-dev python3 python3-grpcio python3-protobuf openssl procps
-  python3-boto3
+  python3-boto3 python3-yaml
   # The main job's loss plot (PNG).
   gnuplot-nox
 )

@@ -12,7 +12,15 @@ This does what the cluster's controllers and DNS would do, and nothing more:
 - every pod gets a fixed address on the podman network, and every pod's
   /etc/hosts (hostAliases) names the others as cluster DNS would: SERVICE for a
   Service's pods, POD.SERVICE for a StatefulSet's pod;
-- a `fieldRef: status.podIP` variable gets the pod's address as its value.
+- a `fieldRef: status.podIP` variable gets the pod's address as its value;
+- containers' `ports` lists are left out: Kubernetes only documents them,
+  podman 4.3 publishes each on the host (two pods of one port would clash);
+- an emptyDir volume becomes a claim POD-NAME listed as the pod's scratch:
+  podman 4.3 makes an emptyDir a root-owned disk volume shared by every pod
+  using that name, where Kubernetes gives each pod a fresh directory of its
+  own (tmpfs for medium Memory) that the pod's fsGroup can write; the suite
+  makes each scratch volume a tmpfs owned by the pod's user ("owner") before
+  every start of the pod.
 
 Container specs, commands, environment, probes and volumes stay the
 manifests' own. ConfigMaps are copied into each pod's file. Podman 4.3 reads
@@ -25,7 +33,8 @@ PodDisruptionBudgets have no podman equivalent and are reported as dropped.
     render_pods.py MANIFESTS.yaml OUT_DIR --subnet 10.89.7
 
 writes OUT_DIR/POD.yaml per pod and OUT_DIR/plan.json: [{pod, ip, file,
-owner, kind, claims}], StatefulSet pods first, then Job pods.
+owner, kind, claims, scratch, owner_ids}], StatefulSet pods first, then Job
+pods; owner_ids is "UID:GID" of the pod's securityContext.
 """
 
 from __future__ import annotations
@@ -106,13 +115,24 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def fill_pod_ip(pod: Doc, ip: str) -> None:
+def localize(pod: Doc, ip: str) -> list[str]:
+    """What differs from a cluster: no host ports; the pod IP as a value;
+    emptyDir volumes as scratch claims of the pod's own (returned)."""
+    scratch = []
+    for v in pod["spec"].get("volumes", []):
+        if "emptyDir" in v:
+            claim = f"{pod['metadata']['name']}-{v['name']}"
+            del v["emptyDir"]
+            v["persistentVolumeClaim"] = {"claimName": claim}
+            scratch.append(claim)
     for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+        c.pop("ports", None)
         for env in c.get("env", []):
             ref = env.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
             if ref == "status.podIP":
                 env.pop("valueFrom")
                 env["value"] = ip
+    return scratch
 
 
 def main() -> int:
@@ -172,11 +192,14 @@ def main() -> int:
     for owner_kind, pod, owner in planned:
         name = pod["metadata"]["name"]
         pod["spec"]["hostAliases"] = aliases
-        fill_pod_ip(pod, ips[name])
+        scratch = localize(pod, ips[name])
         volumes = pod["spec"].get("volumes", [])
-        claims = [
+        named = [
             v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v
         ]
+        claims = [c for c in named if c not in scratch]
+        sc = pod["spec"].get("securityContext", {})
+        owner_ids = f"{sc.get('runAsUser', 0)}:{sc.get('fsGroup', sc.get('runAsGroup', 0))}"
         path = args.out / f"{name}.yaml"
         path.write_text(yaml.safe_dump_all([*shared, pod], sort_keys=False))
         plan.append(
@@ -187,6 +210,8 @@ def main() -> int:
                 "owner": owner,
                 "kind": owner_kind,
                 "claims": claims,
+                "scratch": scratch,
+                "owner_ids": owner_ids,
             }
         )
     (args.out / "secrets").mkdir(exist_ok=True)

@@ -82,7 +82,9 @@ int train_join(struct train *t) {
   atomic_store(&t->aborted, false);
   atomic_store(&t->ckpt_wanted, false); /* The restore point is the latest checkpoint. */
   (void)stk_poll_action(t->coord);      /* A stale RESTART belongs to the old generation. */
-  int err = stk_join(t->coord, t->o.job, t->o.member, "", "localhost", 600000, &t->m);
+  char host[256] = "localhost"; /* The pod's (or machine's) name, shown by `stokerctl job show`. */
+  (void)gethostname(host, sizeof(host) - 1);
+  int err = stk_join(t->coord, t->o.job, t->o.member, "", host, 600000, &t->m);
   if (err == STK_ESTATE) {
     t->not_needed = true;
     snprintf(t->not_needed_why, sizeof(t->not_needed_why), "%s", stk_client_last_error(NULL));

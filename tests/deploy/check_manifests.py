@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The fast check of deploy/k8s, in the default test run: the example overlay
+renders, and what the manifests tell the programs exists in them.
+
+- every `--flag` a container command passes to a daemon, stokerctl or
+  stoker-train appears in that program's --help (or usage);
+- every `name = value` line of the config files in the ConfigMap is an
+  option of the daemon the file is for;
+- every STOKER_<SERVICE>_* variable set is one the daemon reads (its --help
+  names each option's variable);
+- probes and Services point at the ports the daemons listen on; each
+  pod's termination grace is at least the daemon's shutdown-grace.
+
+    check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM...
+PROGRAMs are the paths of stoker-coordinator, stoker-dataloader,
+stoker-checkpoint, stokerctl and stoker-train. Exits 1 listing every mismatch.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DAEMONS = ("stoker-coordinator", "stoker-dataloader", "stoker-checkpoint")
+
+
+def program_help(path: Path) -> str:
+    args = [str(path), "--help"]
+    if path.name == "stoker-train":
+        args = [str(path)]  # prints its usage when flags are missing
+    r = subprocess.run(args, capture_output=True, text=True, check=False)
+    return r.stdout + r.stderr
+
+
+def command_words(container: dict[str, Any]) -> list[str]:
+    words = list(container.get("command", [])) + list(container.get("args", []))
+    if words[:2] == ["/bin/sh", "-c"]:
+        return shlex.split(words[2].replace("$", ""))  # ${VAR} stays one word
+    return words
+
+
+def duration_ms(text: str) -> int:
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)?", text.strip())
+    if not m:
+        raise ValueError(f"not a duration: {text}")
+    scale = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000, None: 1000}[m.group(2)]
+    return int(m.group(1)) * scale
+
+
+def main() -> int:
+    render, overlay = sys.argv[1], sys.argv[2]
+    paths = {Path(p).name: Path(p) for p in sys.argv[3:]}
+    rendered = subprocess.run([render, overlay], capture_output=True, text=True, check=False)
+    if rendered.returncode != 0:
+        print(f"render failed: {rendered.stderr}")
+        return 1
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    helps = {p: program_help(paths[p]) for p in (*DAEMONS, "stokerctl", "stoker-train")}
+    errors: list[str] = []
+    configs: dict[str, str] = {}
+    for d in docs:
+        if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("stoker-config"):
+            configs.update(d["data"])
+    if not configs:
+        errors.append("no stoker-config ConfigMap rendered")
+
+    checked = 0
+    for d in docs:
+        if d["kind"] not in ("StatefulSet", "Job"):
+            continue
+        pod = d["spec"]["template"]["spec"]
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            where = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"
+            words = command_words(c)
+            programs = [w for w in words if w in helps]
+            if not programs:
+                errors.append(f"{where}: runs none of {sorted(helps)}: {words}")
+                continue
+            for program in programs:
+                text = helps[program]
+                for w in words:
+                    flag = w.split("=", 1)[0]
+                    if flag.startswith("--") and not re.search(re.escape(flag) + r"\b", text):
+                        errors.append(f"{where}: {program} has no flag {flag}")
+                checked += 1
+            daemon = next((p for p in programs if p in DAEMONS), None)
+            if not daemon:
+                continue
+            service = daemon.removeprefix("stoker-")
+            text = helps[daemon]
+            for env in c.get("env", []):
+                name = env["name"]
+                own = name.startswith(f"STOKER_{service.upper()}_")
+                # STOKER_DATALOADER_PARTS is read by the pod's command, not the daemon.
+                if own and f"env {name}" not in text and name != "STOKER_DATALOADER_PARTS":
+                    errors.append(f"{where}: {daemon} reads no variable {name}")
+            conf = configs.get(f"{service}.conf", "")
+            options = {}
+            for line in conf.splitlines():
+                line = line.split("#", 1)[0].strip()
+                if not line:
+                    continue
+                key, _, value = line.partition("=")
+                options[key.strip()] = value.strip().strip('"')
+                if f"--{key.strip()} " not in text:
+                    errors.append(f"{where}: {service}.conf sets {key.strip()}, not an option")
+            listen_port = int(options.get("listen", "x:0").rsplit(":", 1)[1])
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                port = c.get(probe, {}).get("grpc", {}).get("port")
+                if port != listen_port:
+                    errors.append(f"{where}: {probe} checks {port}, listens on {listen_port}")
+            grace_ms = duration_ms(options.get("shutdown-grace", "10s"))
+            if pod.get("terminationGracePeriodSeconds", 30) * 1000 < grace_ms:
+                errors.append(f"{where}: termination grace below shutdown-grace {grace_ms} ms")
+    if checked < 5:
+        errors.append(f"only {checked} program commands found in the manifests")
+    for e in errors:
+        print(f"MISMATCH {e}")
+    print(f"{checked} commands checked against --help, {len(configs)} config files")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
