@@ -20,7 +20,10 @@ This does what the cluster's controllers and DNS would do, and nothing more:
   using that name, where Kubernetes gives each pod a fresh directory of its
   own (tmpfs for medium Memory) that the pod's fsGroup can write; the suite
   makes each scratch volume a tmpfs owned by the pod's user ("owner") before
-  every start of the pod.
+  every start of the pod;
+- a Secret volume becomes a claim POD-NAME listed with its Secret: podman 4.3
+  fails on Secret volumes; the suite writes the Secret's keys into the volume
+  as files, as the kubelet would.
 
 Container specs, commands, environment, probes and volumes stay the
 manifests' own. ConfigMaps are copied into each pod's file. Podman 4.3 reads
@@ -33,8 +36,8 @@ PodDisruptionBudgets have no podman equivalent and are reported as dropped.
     render_pods.py MANIFESTS.yaml OUT_DIR --subnet 10.89.7
 
 writes OUT_DIR/POD.yaml per pod and OUT_DIR/plan.json: [{pod, ip, file,
-owner, kind, claims, scratch, owner_ids}], StatefulSet pods first, then Job
-pods; owner_ids is "UID:GID" of the pod's securityContext.
+owner, kind, claims, scratch, secret_volumes, owner_ids}], StatefulSet pods
+first, then Job pods; owner_ids is "UID:GID" of the pod's securityContext.
 """
 
 from __future__ import annotations
@@ -115,16 +118,21 @@ def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def localize(pod: Doc, ip: str) -> list[str]:
+def localize(pod: Doc, ip: str) -> tuple[list[str], list[dict[str, str]]]:
     """What differs from a cluster: no host ports; the pod IP as a value;
-    emptyDir volumes as scratch claims of the pod's own (returned)."""
+    emptyDir and Secret volumes as claims of the pod's own. Returns the
+    scratch claims and the Secret claims ({claim, secret})."""
     scratch = []
+    secret_volumes = []
     for v in pod["spec"].get("volumes", []):
+        claim = f"{pod['metadata']['name']}-{v['name']}"
         if "emptyDir" in v:
-            claim = f"{pod['metadata']['name']}-{v['name']}"
             del v["emptyDir"]
             v["persistentVolumeClaim"] = {"claimName": claim}
             scratch.append(claim)
+        elif "secret" in v:
+            secret_volumes.append({"claim": claim, "secret": v.pop("secret")["secretName"]})
+            v["persistentVolumeClaim"] = {"claimName": claim, "readOnly": True}
     for c in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
         c.pop("ports", None)
         for env in c.get("env", []):
@@ -132,7 +140,7 @@ def localize(pod: Doc, ip: str) -> list[str]:
             if ref == "status.podIP":
                 env.pop("valueFrom")
                 env["value"] = ip
-    return scratch
+    return scratch, secret_volumes
 
 
 def main() -> int:
@@ -192,12 +200,13 @@ def main() -> int:
     for owner_kind, pod, owner in planned:
         name = pod["metadata"]["name"]
         pod["spec"]["hostAliases"] = aliases
-        scratch = localize(pod, ips[name])
+        scratch, secret_volumes = localize(pod, ips[name])
         volumes = pod["spec"].get("volumes", [])
         named = [
             v["persistentVolumeClaim"]["claimName"] for v in volumes if "persistentVolumeClaim" in v
         ]
-        claims = [c for c in named if c not in scratch]
+        own = set(scratch) | {sv["claim"] for sv in secret_volumes}
+        claims = [c for c in named if c not in own]
         sc = pod["spec"].get("securityContext", {})
         owner_ids = f"{sc.get('runAsUser', 0)}:{sc.get('fsGroup', sc.get('runAsGroup', 0))}"
         path = args.out / f"{name}.yaml"
@@ -211,6 +220,7 @@ def main() -> int:
                 "kind": owner_kind,
                 "claims": claims,
                 "scratch": scratch,
+                "secret_volumes": secret_volumes,
                 "owner_ids": owner_ids,
             }
         )

@@ -55,6 +55,8 @@ struct train_opts {
   uint64_t seed;
   int64_t restore_from;    /* > 0: restore this step instead of the job's latest. */
   const char *dump_params; /* At the end, rank 0 writes every unit's params here. */
+  const char *tls_ca;      /* PEM CA: TLS to every service (NULL: plaintext). */
+  const char *token_file;  /* Bearer token for every service (NULL: none). */
   const char *ring_host;   /* Ring listens on and publishes this host (NULL: 127.0.0.1). */
   int64_t ring_timeout_ms;
   enum fsdp_precision precision; /* --mixed-precision bf16|fp32 */

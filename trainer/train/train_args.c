@@ -38,16 +38,18 @@ static void defaults(struct train_opts *o) {
   o->dataloader = getenv(STK_LOADER_ENV);
   o->checkpoint = getenv(STK_CKPT_ENV);
   o->ring_host = getenv("STOKER_RING_HOST");
+  o->tls_ca = getenv("STOKER_TLS_CA");
+  o->token_file = getenv("STOKER_TOKEN_FILE");
 }
 
 /* One "--flag value" pair; -1 when the flag is unknown. */
 static int set_flag(struct train_opts *o, const char *k, const char *v) {
-  const char *const str_keys[] = {"--coordinator", "--dataloader",  "--checkpoint",
-                                  "--job",         "--data-job",    "--member",
-                                  "--corpus",      "--dump-params", "--ring-host"};
-  const char **str_vals[] = {&o->coordinator, &o->dataloader,  &o->checkpoint,
-                             &o->job,         &o->data_job,    &o->member,
-                             &o->corpus,      &o->dump_params, &o->ring_host};
+  const char *const str_keys[] = {"--coordinator", "--dataloader", "--checkpoint", "--job",
+                                  "--data-job",    "--member",     "--corpus",     "--dump-params",
+                                  "--ring-host",   "--tls-ca",     "--token-file"};
+  const char **str_vals[] = {&o->coordinator, &o->dataloader, &o->checkpoint, &o->job,
+                             &o->data_job,    &o->member,     &o->corpus,     &o->dump_params,
+                             &o->ring_host,   &o->tls_ca,     &o->token_file};
   for (size_t i = 0; i < sizeof(str_keys) / sizeof(str_keys[0]); i++)
     if (!strcmp(k, str_keys[i])) return (*str_vals[i] = v), 0;
   if (!strcmp(k, "--mixed-precision")) {

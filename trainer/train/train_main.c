@@ -66,9 +66,12 @@ static int run(struct train *t) {
 }
 
 static int connect_all(struct train *t) {
-  struct stk_client_opts co = {.address = t->o.coordinator};
-  struct stk_client_opts lo = {.address = t->o.dataloader};
-  struct stk_client_opts ko = {.address = t->o.checkpoint};
+  /* One TLS and token setting for all three services. */
+  struct stk_client_opts co = {
+      .address = t->o.coordinator, .tls_ca_file = t->o.tls_ca, .token_file = t->o.token_file};
+  struct stk_client_opts lo = co, ko = co;
+  lo.address = t->o.dataloader;
+  ko.address = t->o.checkpoint;
   int err = stk_client_new(&co, &t->coord);
   if (!err) err = stk_loader_open(&lo, &t->loader);
   if (!err) err = stk_ckpt_connect(&ko, &t->ckpt);
