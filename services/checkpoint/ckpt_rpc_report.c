@@ -4,7 +4,8 @@
  * blocking rpc.h client. Transient failures (UNAVAILABLE, DEADLINE_EXCEEDED,
  * RESOURCE_EXHAUSTED, INTERNAL, UNKNOWN) are retried with exponential
  * backoff from 100 ms to 5 s; ReportCheckpoint is idempotent, so a retry of
- * a report that did land changes nothing.
+ * a report that did land changes nothing. The first failure of a report
+ * and every tenth retry are logged; outcomes and failed tries are counted.
  */
 #include "ckpt_rpc_report.h"
 
@@ -16,6 +17,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "rpc.h"
 #include "stk_error.h"
 #include "stoker/v1/coordinator.pb-c.h"
@@ -28,6 +30,7 @@ struct item {
 
 struct ckpt_report {
   struct rpc_client *client;
+  struct metric_counter *reported, *refused, *dropped, *failures; /* NULL: not counted. */
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -71,11 +74,16 @@ static bool backoff(struct ckpt_report *r, int64_t delay_ms) {
   return go_on;
 }
 
+static void count(struct metric_counter *c) {
+  if (c) metric_counter_add(c, 1);
+}
+
 static void send_one(struct ckpt_report *r, const struct item *it) {
   Stoker__V1__ReportCheckpointRequest req = STOKER__V1__REPORT_CHECKPOINT_REQUEST__INIT;
   req.job = it->job;
   req.step = it->step;
   req.uri = it->uri;
+  int64_t tries = 0;
   for (int64_t delay_ms = 100;; delay_ms = delay_ms * 2 > 5000 ? 5000 : delay_ms * 2) {
     struct rpc_status st = {0};
     ProtobufCMessage *resp = NULL;
@@ -84,16 +92,23 @@ static void send_one(struct ckpt_report *r, const struct item *it) {
     if (rc == 0) {
       protobuf_c_message_free_unpacked(resp, NULL);
       log_info("coordinator.reported", "job=%s step=%lld", it->job, (long long)it->step);
+      count(r->reported);
       return;
     }
+    count(r->failures);
     if (!transient(st.code)) {
       log_warn("coordinator.report_refused", "job=%s step=%lld: %s: %s", it->job,
                (long long)it->step, rpc_code_name(st.code), st.message);
+      count(r->refused);
       return;
     }
+    if (tries++ % 10 == 0)
+      log_warn("coordinator.report_failed", "job=%s step=%lld try=%lld: %s: %s (retrying)", it->job,
+               (long long)it->step, (long long)tries, rpc_code_name(st.code), st.message);
     if (!backoff(r, delay_ms)) {
       log_warn("coordinator.report_dropped", "job=%s step=%lld: %s", it->job, (long long)it->step,
                st.message);
+      count(r->dropped);
       return;
     }
   }
@@ -117,10 +132,24 @@ static void *run(void *arg) {
   return NULL;
 }
 
-int ckpt_report_new(const char *target, const char *token, struct ckpt_report **ret_report) {
+int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **ret_report) {
   struct ckpt_report *r = calloc(1, sizeof(*r));
   if (!r) return STK_ENOMEM;
-  struct rpc_client_opts o = {.target = target, .token = token};
+  struct rpc_client_opts o = {.target = opts->target,
+                              .token = opts->token,
+                              .tls_ca_file = opts->tls_ca_file,
+                              .tls_cert_file = opts->tls_cert_file,
+                              .tls_key_file = opts->tls_key_file};
+  if (opts->metrics) {
+    const char *name = "stoker_checkpoint_coordinator_reports_total";
+    const char *help = "Commit reports to the coordinator, by outcome.";
+    r->reported = metrics_counter(opts->metrics, name, help, "result=\"reported\"");
+    r->refused = metrics_counter(opts->metrics, name, help, "result=\"refused\"");
+    r->dropped = metrics_counter(opts->metrics, name, help, "result=\"dropped\"");
+    r->failures =
+        metrics_counter(opts->metrics, "stoker_checkpoint_coordinator_report_failures_total",
+                        "Failed tries of commit reports (each retry counts).", NULL);
+  }
   int rc = rpc_client_new(&o, &r->client);
   if (rc) {
     free(r);

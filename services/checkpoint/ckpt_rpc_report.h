@@ -2,8 +2,12 @@
  * ckpt_rpc_report: tells the coordinator about each committed checkpoint
  * (ReportCheckpoint, so GetJob's latest_checkpoint follows the commits).
  * Reports are queued from the loop and sent by one thread with the rpc.h
- * client, retried with backoff while the coordinator is unreachable; a
- * report the coordinator refuses (unknown job, say) is logged and dropped.
+ * client, retried with backoff while the coordinator is unreachable (the
+ * first failure of a report and every tenth retry are logged); a report the
+ * coordinator refuses (unknown job, say) is logged and dropped. Outcomes are
+ * counted in stoker_checkpoint_coordinator_reports_total{result="reported",
+ * "refused", "dropped"} and failed tries in
+ * stoker_checkpoint_coordinator_report_failures_total.
  */
 #ifndef STK_CKPT_RPC_REPORT_H
 #define STK_CKPT_RPC_REPORT_H
@@ -11,9 +15,18 @@
 #include <stdint.h>
 
 struct ckpt_report;
+struct metrics;
 
-/* target: "HOST:PORT" of the coordinator; token may be NULL. */
-int ckpt_report_new(const char *target, const char *token, struct ckpt_report **ret_report);
+struct ckpt_report_opts {
+  const char *target;        /* "HOST:PORT" of the coordinator. */
+  const char *token;         /* Bearer token; NULL: none. */
+  const char *tls_ca_file;   /* PEM; set: TLS, verifying the coordinator. */
+  const char *tls_cert_file; /* PEM client certificate (mutual TLS); NULL: none. */
+  const char *tls_key_file;
+  struct metrics *metrics; /* Where the counters go; NULL: not counted. */
+};
+
+int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **ret_report);
 
 /* Queues a report (copies the strings). Any thread. */
 void ckpt_report_commit(struct ckpt_report *r, const char *job, int64_t step, const char *uri);

@@ -41,6 +41,9 @@ struct checkpoint_config {
   int64_t orphan_upload_grace_ms;
   char *coordinator;
   char *coordinator_token_file;
+  char *coordinator_tls_ca;
+  char *coordinator_tls_cert;
+  char *coordinator_tls_key;
   char *shm_dir;
   uint64_t shm_pool_bytes;
 };
@@ -86,6 +89,12 @@ static const struct cfg_option checkpoint_options[] = {
            "Coordinator HOST:PORT told of each commit (ReportCheckpoint); empty: none.", 0),
     CK_ROW("coordinator-token-file", CFG_STRING, coordinator_token_file, "", 0, 0,
            "File holding the bearer token for the coordinator; empty: none.", CFG_SECRET),
+    CK_ROW("coordinator-tls-ca", CFG_STRING, coordinator_tls_ca, "", 0, 0,
+           "PEM CA bundle: reach the coordinator over TLS, verifying it; empty: plaintext.", 0),
+    CK_ROW("coordinator-tls-cert", CFG_STRING, coordinator_tls_cert, "", 0, 0,
+           "PEM client certificate for a coordinator that asks for mutual TLS.", 0),
+    CK_ROW("coordinator-tls-key", CFG_STRING, coordinator_tls_key, "", 0, 0,
+           "PEM private key of coordinator-tls-cert.", 0),
     CK_ROW("shm-dir", CFG_STRING, shm_dir, "auto", 0, 0,
            "Directory (tmpfs) where ranks on this host stage zero-copy; auto: "
            "/dev/shm/stoker-ckpt-HASH of data-dir; empty: off (bytes over gRPC only).",
@@ -206,7 +215,24 @@ static int start_reporter(struct checkpoint *ck) {
     log_error("startup", "cannot read coordinator-token-file %s", tf);
     return STK_EINVAL;
   }
-  int rc = ckpt_report_new(ck->cfg.coordinator, ck->token, &ck->report);
+  const struct checkpoint_config *c = &ck->cfg;
+  bool tls = c->coordinator_tls_ca && c->coordinator_tls_ca[0];
+  if (ck->token && !tls)
+    log_warn("insecure",
+             "coordinator-token-file is set without coordinator-tls-ca: the token "
+             "crosses the network in clear to %s",
+             c->coordinator);
+  struct ckpt_report_opts o = {
+      .target = c->coordinator,
+      .token = ck->token,
+      .tls_ca_file = tls ? c->coordinator_tls_ca : NULL,
+      .tls_cert_file =
+          c->coordinator_tls_cert && c->coordinator_tls_cert[0] ? c->coordinator_tls_cert : NULL,
+      .tls_key_file =
+          c->coordinator_tls_key && c->coordinator_tls_key[0] ? c->coordinator_tls_key : NULL,
+      .metrics = daemon_metrics(ck->daemon),
+  };
+  int rc = ckpt_report_new(&o, &ck->report);
   if (rc) log_error("startup", "coordinator %s: %s", ck->cfg.coordinator, stk_strerror(rc));
   return rc;
 }

@@ -1,0 +1,162 @@
+/*
+ * The checkpoint service's reports to a coordinator that serves TLS and
+ * wants a bearer token: with --coordinator-tls-ca and the token file, a
+ * commit reaches the coordinator's GetJob; without the CA (plaintext
+ * against TLS) the report never lands and its failed tries are counted in
+ * stoker_checkpoint_coordinator_report_failures_total. The PKI is made at
+ * test time by tests/unit/rpc/gen_certs.sh (server cert for 127.0.0.1).
+ * argv: stoker-checkpoint, stoker-coordinator, gen_certs.sh.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "test_ckpt_helpers.h"
+
+static char **test_argv;
+static char pki[256];
+
+static const char *pki_path(const char *name) {
+  static char paths[8][320];
+  static int next;
+  char *p = paths[next++ % 8];
+  snprintf(p, sizeof(paths[0]), "%s/%s", pki, name);
+  return p;
+}
+
+/* The coordinator with TLS and a token: harness_init switched to its
+ * binary, then back to the checkpoint service's. */
+static struct harness_daemon *start_tls_coordinator(void) {
+  char *alt[] = {test_argv[0], test_argv[2], NULL};
+  harness_init(2, alt);
+  const char *args[] = {"--tls-cert",   pki_path("server.pem"), "--tls-key", pki_path("server.key"),
+                        "--token-file", pki_path("token"),      NULL};
+  struct harness_daemon *co = harness_daemon_start(args);
+  char *back[] = {test_argv[0], test_argv[1], test_argv[2], test_argv[3], NULL};
+  harness_init(4, back);
+  return co;
+}
+
+static struct stk_client *tls_client(const struct harness_daemon *co) {
+  struct stk_client_opts o = {.address = co->addr,
+                              .tls_ca_file = pki_path("server-ca.pem"),
+                              .token_file = pki_path("token"),
+                              .default_timeout_ms = 5000};
+  struct stk_client *c = NULL;
+  assert_int_equal(stk_client_new(&o, &c), 0);
+  return c;
+}
+
+/* Begins, writes and commits step at 2 ranks on the checkpoint daemon d. */
+static void commit_step(struct harness_daemon *d, const char *job, int64_t step) {
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, job, step, 2, attempt), RPC_OK);
+  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  rpc_client_free(rc);
+}
+
+/* The latest checkpoint step the coordinator knows for job after up to
+ * wait_ms of polling for want. */
+static int64_t latest_step(struct stk_client *cc, const char *job, int64_t want, int64_t wait_ms) {
+  int64_t seen = 0, deadline = harness_now_ms() + wait_ms;
+  for (;;) {
+    Stoker__V1__Job *j = harness_get_job(cc, job);
+    if (j && j->latest_checkpoint) seen = j->latest_checkpoint->step;
+    if (j) protobuf_c_message_free_unpacked(&j->base, NULL);
+    if (seen == want || harness_now_ms() >= deadline) return seen;
+    harness_sleep_ms(50);
+  }
+}
+
+static void test_report_over_tls_with_token(void **state) {
+  (void)state;
+  struct harness_daemon *co = start_tls_coordinator();
+  assert_non_null(co);
+  struct stk_client *cc = tls_client(co);
+  assert_int_equal(harness_create_job(cc, "gpt", 1, 4, 1000, 100), 0);
+  char target[160];
+  snprintf(target, sizeof(target), "--coordinator=%s", co->addr);
+  const char *args[] = {"--part-size",
+                        "5MiB",
+                        target,
+                        "--coordinator-tls-ca",
+                        pki_path("server-ca.pem"),
+                        "--coordinator-token-file",
+                        pki_path("token"),
+                        NULL};
+  struct harness_daemon *d = harness_daemon_start(args);
+  assert_non_null(d);
+  commit_step(d, "gpt", 42);
+  assert_int_equal(latest_step(cc, "gpt", 42, 10000), 42);
+  stk_client_free(cc);
+  harness_daemon_free(d);
+  harness_daemon_free(co);
+}
+
+static void test_plaintext_against_tls_is_counted(void **state) {
+  (void)state;
+  struct harness_daemon *co = start_tls_coordinator();
+  assert_non_null(co);
+  struct stk_client *cc = tls_client(co);
+  assert_int_equal(harness_create_job(cc, "gpt", 1, 4, 1000, 100), 0);
+  char target[160];
+  snprintf(target, sizeof(target), "--coordinator=%s", co->addr);
+  const char *args[] = {"--part-size", "5MiB", target, NULL};
+  int port = 0;
+  struct harness_daemon *d = harness_daemon_start_metrics(args, &port);
+  assert_non_null(d);
+  commit_step(d, "gpt", 7);
+  uint64_t failures = 0;
+  for (int64_t deadline = harness_now_ms() + 10000; harness_now_ms() < deadline && !failures;) {
+    char cmd[256], line[256] = "";
+    snprintf(cmd, sizeof(cmd),
+             "curl -sf http://127.0.0.1:%d/metrics | "
+             "grep '^stoker_checkpoint_coordinator_report_failures_total '",
+             port);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    if (fgets(line, sizeof(line), p)) failures = strtoull(strchr(line, ' ') + 1, NULL, 10);
+    pclose(p);
+    if (!failures) harness_sleep_ms(100);
+  }
+  assert_true(failures >= 1);
+  assert_int_equal(latest_step(cc, "gpt", 7, 500), 0); /* Never reached the coordinator. */
+  stk_client_free(cc);
+  harness_daemon_free(d);
+  harness_daemon_free(co);
+}
+
+static int setup_pki(void **state) {
+  (void)state;
+  if (harness_tmpdir_new(pki, sizeof(pki))) return -1;
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "sh '%s' '%s' && echo report-token-123 > '%s/token'", test_argv[3],
+           pki, pki);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static int teardown_pki(void **state) {
+  (void)state;
+  harness_tmpdir_remove(pki);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 4 || harness_init(argc, argv) != 0) {
+    fprintf(stderr, "usage: %s STOKER_CHECKPOINT STOKER_COORDINATOR GEN_CERTS_SH\n", argv[0]);
+    return 1;
+  }
+  test_argv = argv;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_report_over_tls_with_token),
+      cmocka_unit_test(test_plaintext_against_tls_is_counted),
+  };
+  return cmocka_run_group_tests(tests, setup_pki, teardown_pki);
+}
