@@ -1,6 +1,9 @@
 /*
  * libstoker-client: the C API a trainer (and stokerctl) uses to talk to the
- * Stoker coordinator.
+ * Stoker services. This header: the client itself and the coordinator's
+ * calls (stoker_loader.h and stoker_ckpt.h add the other two services).
+ * Outside the tree: #include <stoker_client.h>, built with
+ * `pkg-config --cflags --libs stoker-client`.
  *
  * A client owns one channel to one address. A trainer rank joins a job with
  * stk_join(); from then on a background heartbeat thread (one per
@@ -36,7 +39,7 @@
 struct stk_client;
 
 struct stk_client_opts {
-  const char *address;       /* Coordinator "HOST:PORT"; required. */
+  const char *address;       /* The service's "HOST:PORT"; required. */
   const char *tls_ca_file;   /* PEM; set: TLS, verifying the server. */
   const char *tls_cert_file; /* PEM client certificate (mutual TLS). */
   const char *tls_key_file;
