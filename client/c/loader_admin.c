@@ -5,10 +5,6 @@
  * stopping at the first failure, the message naming the part). Each
  * answers a protobuf-c LoaderInfo (or ExplainResponse) the caller frees.
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "client_internal.h"
 #include "loader_internal.h"
 #include "stoker_admin.h"
