@@ -72,7 +72,9 @@ done
 echo "ok   installed headers compile alone and name only stk_ types and installed headers"
 
 # 3. The shared library: soname, and exactly the functions of the headers.
-readelf -d "$so" | grep -q "(SONAME).*\[$soname\]" || fail "$soname: soname not set to $soname"
+# (Outputs are captured first: `grep -q` leaving a pipe early would fail it.)
+dyn=$(readelf -d "$so")
+grep -q "(SONAME).*\[$soname\]" <<<"$dyn" || fail "$soname: soname not set to $soname"
 nm -D --defined-only "$so" | awk '{print $3}' | sed 's/@.*//' | sort -u >"$tmp/exported"
 node=$(head -1 "$tmp/exported")
 [[ $node == STOKER_CLIENT_* ]] || fail "no STOKER_CLIENT_* version node (first symbol: $node)"
@@ -93,7 +95,8 @@ san=()
 # shellcheck disable=SC2086 # $flags is a list of words.
 "$cc" -std=c11 -Wall -Wextra -Werror -pedantic "${san[@]}" -o "$tmp/smoke" "$smoke" $flags ||
   fail "install_smoke.c does not build against the installed library"
-LD_LIBRARY_PATH=$dest$lib ldd "$tmp/smoke" | grep -q "$soname => $dest$lib/$soname" ||
+deps=$(LD_LIBRARY_PATH=$dest$lib ldd "$tmp/smoke")
+grep -q "$soname => $dest$lib/$soname" <<<"$deps" ||
   fail "smoke program does not resolve $soname to the installed copy"
 LD_LIBRARY_PATH=$dest$lib "$tmp/smoke" || fail "smoke program against the installed library"
 echo "ok   a program built with pkg-config runs against the installed library"
