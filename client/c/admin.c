@@ -1,9 +1,11 @@
 /*
- * Operator and tooling calls (what stokerctl uses): jobs, scale, watch and
- * the standard health check. Each is one unary call through client_call(),
- * except WatchJob, a server stream whose end a caller can wait for.
+ * Operator and tooling calls on jobs (what stokerctl uses): create, get,
+ * list, pause/resume/stop, delete, scale and watch (stoker_admin.h, not
+ * installed). Each is one unary call through client_call(), except
+ * WatchJob, a server stream whose end a caller can wait for.
  */
 #include "client_internal.h"
+#include "stoker_admin.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -91,19 +93,6 @@ int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool sk
   req.skip_checkpoint = skip_checkpoint;
   return client_call(c, COORD_METHOD("ScaleJob"), &req.base, &stoker__v1__job__descriptor,
                      timeout_ms, (ProtobufCMessage **)ret_job);
-}
-
-int stk_health_check(struct stk_client *c, const char *service, int64_t timeout_ms,
-                     int *ret_status) {
-  Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
-  req.service = (char *)(service ? service : "");
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, "/grpc.health.v1.Health/Check", &req.base,
-                        &grpc__health__v1__health_check_response__descriptor, timeout_ms, &resp);
-  if (err < 0) return err;
-  *ret_status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
-  protobuf_c_message_free_unpacked(resp, NULL);
-  return 0;
 }
 
 /* ------------------------------------------------------------------ watch */

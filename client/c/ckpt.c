@@ -1,7 +1,8 @@
 /*
- * The checkpoint service's unary calls (begin, commit, list, manifest,
- * delete, verify) and the small box helpers the write and read paths share.
- * Each call is one client_call: the blocking shell over the async rpc call.
+ * The checkpoint service's unary calls a trainer makes (begin, commit; the
+ * catalogue's are in ckpt_admin.c), the dtype sizes and the small box
+ * helpers the write and read paths share. Each call is one client_call:
+ * the blocking shell over the async rpc call.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,25 +19,45 @@ int stk_ckpt_connect(const struct stk_client_opts *opts, struct stk_client **ret
   return stk_client_new(&o, ret_client);
 }
 
-size_t stk_ckpt_dtype_size(Stoker__V1__DType dtype) {
+/* The public enum is the proto's numbers, so the two convert by a cast. */
+#define SAME_DTYPE(name)                                                                           \
+  _Static_assert((int)STK_DTYPE_##name == (int)STOKER__V1__DTYPE__DTYPE_##name, #name)
+SAME_DTYPE(UNSPECIFIED);
+SAME_DTYPE(F32);
+SAME_DTYPE(BF16);
+SAME_DTYPE(F16);
+SAME_DTYPE(I64);
+SAME_DTYPE(U8);
+SAME_DTYPE(BYTES);
+SAME_DTYPE(F64);
+SAME_DTYPE(I32);
+SAME_DTYPE(I16);
+SAME_DTYPE(I8);
+SAME_DTYPE(BOOL);
+SAME_DTYPE(U16);
+SAME_DTYPE(U32);
+SAME_DTYPE(U64);
+#undef SAME_DTYPE
+
+size_t stk_ckpt_dtype_size(enum stk_dtype dtype) {
   switch (dtype) {
-  case STOKER__V1__DTYPE__DTYPE_F32:
-  case STOKER__V1__DTYPE__DTYPE_I32:
-  case STOKER__V1__DTYPE__DTYPE_U32:
+  case STK_DTYPE_F32:
+  case STK_DTYPE_I32:
+  case STK_DTYPE_U32:
     return 4;
-  case STOKER__V1__DTYPE__DTYPE_BF16:
-  case STOKER__V1__DTYPE__DTYPE_F16:
-  case STOKER__V1__DTYPE__DTYPE_I16:
-  case STOKER__V1__DTYPE__DTYPE_U16:
+  case STK_DTYPE_BF16:
+  case STK_DTYPE_F16:
+  case STK_DTYPE_I16:
+  case STK_DTYPE_U16:
     return 2;
-  case STOKER__V1__DTYPE__DTYPE_I64:
-  case STOKER__V1__DTYPE__DTYPE_F64:
-  case STOKER__V1__DTYPE__DTYPE_U64:
+  case STK_DTYPE_I64:
+  case STK_DTYPE_F64:
+  case STK_DTYPE_U64:
     return 8;
-  case STOKER__V1__DTYPE__DTYPE_U8:
-  case STOKER__V1__DTYPE__DTYPE_I8:
-  case STOKER__V1__DTYPE__DTYPE_BOOL:
-  case STOKER__V1__DTYPE__DTYPE_BYTES:
+  case STK_DTYPE_U8:
+  case STK_DTYPE_I8:
+  case STK_DTYPE_BOOL:
+  case STK_DTYPE_BYTES:
     return 1;
   default:
     return 0;
@@ -93,50 +114,21 @@ int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t
 }
 
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
-                    Stoker__V1__CheckpointRef **ret_ref) {
+                    struct stk_ckpt_ref *ret_ref) {
   if (!attempt || !attempt[0]) return client_fail(STK_EINVAL, "commit");
   Stoker__V1__CommitCheckpointRequest req = STOKER__V1__COMMIT_CHECKPOINT_REQUEST__INIT;
   req.attempt = (char *)attempt;
-  return client_call(c, CKPT_METHOD("Commit"), &req.base, &stoker__v1__checkpoint_ref__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_ref);
-}
-
-int stk_ckpt_list(struct stk_client *c, const char *job, int64_t timeout_ms,
-                  Stoker__V1__ListCheckpointsResponse **ret_resp) {
-  if (!job || !ret_resp) return client_fail(STK_EINVAL, "list");
-  Stoker__V1__ListCheckpointsRequest req = STOKER__V1__LIST_CHECKPOINTS_REQUEST__INIT;
-  req.job = (char *)job;
-  return client_call(c, CKPT_METHOD("List"), &req.base,
-                     &stoker__v1__list_checkpoints_response__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_resp);
-}
-
-int stk_ckpt_get_manifest(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
-                          Stoker__V1__Manifest **ret_manifest) {
-  if (!job || !ret_manifest) return client_fail(STK_EINVAL, "get manifest");
-  Stoker__V1__GetManifestRequest req = STOKER__V1__GET_MANIFEST_REQUEST__INIT;
-  req.job = (char *)job;
-  req.step = step;
-  return client_call(c, CKPT_METHOD("GetManifest"), &req.base, &stoker__v1__manifest__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_manifest);
-}
-
-int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {
-  if (!job) return client_fail(STK_EINVAL, "delete");
-  Stoker__V1__DeleteCheckpointRequest req = STOKER__V1__DELETE_CHECKPOINT_REQUEST__INIT;
-  req.job = (char *)job;
-  req.step = step;
-  return client_call(c, CKPT_METHOD("Delete"), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
-}
-
-int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
-                    Stoker__V1__VerifyCheckpointResponse **ret_resp) {
-  if (!job || !ret_resp) return client_fail(STK_EINVAL, "verify");
-  Stoker__V1__VerifyCheckpointRequest req = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
-  req.job = (char *)job;
-  req.step = step;
-  return client_call(c, CKPT_METHOD("Verify"), &req.base,
-                     &stoker__v1__verify_checkpoint_response__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_resp);
+  ProtobufCMessage *resp = NULL;
+  int err = client_call(c, CKPT_METHOD("Commit"), &req.base,
+                        &stoker__v1__checkpoint_ref__descriptor, timeout_ms, &resp);
+  if (err < 0) return err;
+  const Stoker__V1__CheckpointRef *ref = (const Stoker__V1__CheckpointRef *)resp;
+  if (ret_ref) {
+    ret_ref->step = ref->step;
+    ret_ref->committed_at_ms = ref->committed_at_ms;
+    ret_ref->generation = ref->generation;
+    snprintf(ret_ref->uri, sizeof(ret_ref->uri), "%s", ref->uri ? ref->uri : "");
+  }
+  protobuf_c_message_free_unpacked(resp, NULL);
+  return 0;
 }

@@ -5,6 +5,8 @@
 #ifndef STK_CKPT_INTERNAL_H
 #define STK_CKPT_INTERNAL_H
 
+#include "client_internal.h"
+#include "stoker/v1/checkpoint.pb-c.h"
 #include "stoker_ckpt.h"
 
 #define CKPT_METHOD(name) "/stoker.v1.Checkpoint/" name

@@ -157,7 +157,7 @@ static int emit_bytes(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, cons
   memcpy(off, b->offsets, b->n_offsets * sizeof(*off));
   memcpy(sz, b->sizes, b->n_sizes * sizeof(*sz));
   struct stk_ckpt_box box = {.ndim = b->n_offsets, .offsets = off, .sizes = sz};
-  struct cut k = plan_cut(&box, stk_ckpt_dtype_size(m->dtype), w->max_chunk_bytes);
+  struct cut k = plan_cut(&box, stk_ckpt_dtype_size((enum stk_dtype)m->dtype), w->max_chunk_bytes);
   return write_pieces(w, m, &box, data, k, emit_grpc);
 }
 
@@ -180,7 +180,7 @@ static int decide_path(struct stk_ckpt_writer *w) {
   return ckpt_seg_open(w->c, w->attempt, w->rank, w->shm_mode, &w->shm);
 }
 
-int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__V1__DType dtype,
+int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, enum stk_dtype dtype,
                          const uint64_t *global_shape, const struct stk_ckpt_box *box,
                          const void *data, size_t len) {
   size_t elem = stk_ckpt_dtype_size(dtype);
@@ -191,7 +191,7 @@ int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__
   if (err < 0) return err;
   Stoker__V1__WriteChunk m = STOKER__V1__WRITE_CHUNK__INIT;
   m.tensor = (char *)tensor;
-  m.dtype = dtype;
+  m.dtype = (Stoker__V1__DType)dtype; /* Same numbers. */
   m.n_global_shape = box->ndim;
   m.global_shape = (uint64_t *)global_shape;
   size_t max = w->shm ? (size_t)ckpt_seg_segment_bytes(w->shm) : w->max_chunk_bytes;

@@ -9,7 +9,10 @@
 #include <pthread.h>
 #include <time.h>
 
+#include "grpc/health/v1/health.pb-c.h"
 #include "rpc.h"
+#include "stk_error.h"
+#include "stoker/v1/coordinator.pb-c.h"
 #include "stoker_client.h"
 
 #define COORD_METHOD(name) "/stoker.v1.Coordinator/" name
@@ -25,7 +28,7 @@ struct membership {
   uint64_t step;
   double tokens_per_s;
   double loss;
-  Stoker__V1__RankHealth health;
+  enum stk_rank_health health;
   enum stk_action pending; /* Most severe action not yet polled. */
   stk_action_fn on_action;
   void *on_action_arg;

@@ -1,8 +1,8 @@
 /*
- * The dataloader's unary calls (create, get, batch, mixture, commit,
- * export/import, explain) and the one conversion every batch goes through:
- * a Batch reply checked for consistency and viewed as uint32 tokens without
- * copying when the bytes are already aligned little-endian words.
+ * The dataloader's unary calls a trainer makes (batch, commit,
+ * export/import; the operator's are in loader_admin.c) and the one conversion every batch goes
+ * through: a Batch reply checked for consistency and viewed as uint32 tokens without copying when
+ * the bytes are already aligned little-endian words.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -154,24 +154,6 @@ void stk_batch_free(struct stk_batch *b) {
 
 /* ----------------------------------------------------------- the calls */
 
-int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, int64_t timeout_ms,
-                      Stoker__V1__LoaderInfo **ret_info) {
-  if (!spec || !spec->job) return client_fail(STK_EINVAL, "create loader");
-  Stoker__V1__CreateLoaderRequest req = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
-  req.spec = (Stoker__V1__LoaderSpec *)spec;
-  return client_call(c, DL_METHOD("CreateLoader"), &req.base, &stoker__v1__loader_info__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_info);
-}
-
-int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
-                   Stoker__V1__LoaderInfo **ret_info) {
-  if (!job) return client_fail(STK_EINVAL, "get loader");
-  Stoker__V1__GetLoaderRequest req = STOKER__V1__GET_LOADER_REQUEST__INIT;
-  req.job = (char *)job;
-  return client_call(c, DL_METHOD("GetLoader"), &req.base, &stoker__v1__loader_info__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_info);
-}
-
 int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
                          uint32_t world, int64_t timeout_ms, struct stk_batch *ret_batch) {
   if (!job || !ret_batch) return client_fail(STK_EINVAL, "get batch");
@@ -184,14 +166,6 @@ int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, ui
   int err = client_call(c, DL_METHOD("GetBatch"), &req.base, &stoker__v1__batch__descriptor,
                         timeout_ms, &resp);
   return err < 0 ? err : loader_batch_from_msg(resp, false, ret_batch);
-}
-
-int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
-                              int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
-  if (!req || !req->job) return client_fail(STK_EINVAL, "update mixture");
-  return client_call(c, DL_METHOD("UpdateMixture"), &req->base,
-                     &stoker__v1__loader_info__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_info);
 }
 
 int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {
@@ -225,13 +199,13 @@ int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64
 }
 
 int stk_loader_import(struct stk_client *c, const char *job, int64_t step, const uint8_t *blob,
-                      size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
-  return loader_import_blobs(c, job, step, &blob, &len, 1, timeout_ms, ret_info);
+                      size_t len, int64_t timeout_ms, int64_t *ret_committed_step) {
+  return loader_import_blobs(c, job, step, &blob, &len, 1, timeout_ms, ret_committed_step);
 }
 
 int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
                         const uint8_t *const *blobs, const size_t *lens, size_t n,
-                        int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+                        int64_t timeout_ms, int64_t *ret_committed_step) {
   for (size_t i = 0; i < n; i++)
     if (!blobs[i] || !lens[i]) return client_fail(STK_EINVAL, "import state");
   if (n == 0) return client_fail(STK_EINVAL, "import state");
@@ -245,21 +219,12 @@ int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
   req.state.len = lens[0];
   req.more_states = more;
   req.n_more_states = n - 1;
-  int err =
-      client_call(c, DL_METHOD("ImportState"), &req.base, &stoker__v1__loader_info__descriptor,
-                  timeout_ms, (ProtobufCMessage **)ret_info);
+  ProtobufCMessage *info = NULL;
+  int err = client_call(c, DL_METHOD("ImportState"), &req.base,
+                        &stoker__v1__loader_info__descriptor, timeout_ms, &info);
   free(more);
-  return err;
-}
-
-int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
-                       uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp) {
-  if (!job) return client_fail(STK_EINVAL, "explain");
-  Stoker__V1__ExplainRequest req = STOKER__V1__EXPLAIN_REQUEST__INIT;
-  req.job = (char *)job;
-  req.step = step;
-  req.rank = rank;
-  req.world = world;
-  return client_call(c, DL_METHOD("Explain"), &req.base, &stoker__v1__explain_response__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_resp);
+  if (err < 0) return err;
+  if (ret_committed_step) *ret_committed_step = ((Stoker__V1__LoaderInfo *)info)->committed_step;
+  protobuf_c_message_free_unpacked(info, NULL);
+  return 0;
 }

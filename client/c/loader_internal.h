@@ -9,6 +9,8 @@
 
 #include <stdbool.h>
 
+#include "client_internal.h"
+#include "stoker/v1/dataloader.pb-c.h"
 #include "stoker_loader.h"
 
 #define DL_METHOD(name) "/stoker.v1.Dataloader/" name
@@ -81,9 +83,10 @@ struct stk_loader {
  * returns err. */
 int loader_part_failed(uint32_t n, uint32_t i, int err);
 
-/* ImportState of blobs[0..n) together (LoaderState.state and more_states). */
+/* ImportState of blobs[0..n) together (LoaderState.state and more_states);
+ * *ret_committed_step (may be NULL): the loader's committed step after it. */
 int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
                         const uint8_t *const *blobs, const size_t *lens, size_t n,
-                        int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+                        int64_t timeout_ms, int64_t *ret_committed_step);
 
 #endif

@@ -1,8 +1,9 @@
 /*
  * The loader of a scaled-out job (struct stk_loader): one client per
  * dataloader process, the i-th address of the list being part i of P.
- * Configuration and state calls (create, mixture, commit, import) go to
- * every part, in part order, stopping at the first failure; a batch is
+ * Configuration and state calls (commit, import; create and mixture in
+ * loader_admin.c) go to every part, in part order, stopping at the first
+ * failure; a batch is
  * fetched from every part at once and assembled (loader_assemble.c); the
  * state of all parts travels as one blob. With one address every call is
  * the single-process call, byte for byte.
@@ -80,70 +81,6 @@ int loader_part_failed(uint32_t n, uint32_t i, int err) {
   snprintf(msg, sizeof(msg), "%s", stk_client_last_error(&code));
   client_set_error(code, "dataloader part %u of %u: %s", i, n, msg);
   return err;
-}
-
-/* One part's call answering a LoaderInfo (create, update mixture). */
-typedef int (*part_info_fn)(struct stk_client *c, const void *req, int64_t timeout_ms,
-                            Stoker__V1__LoaderInfo **ret_info);
-
-/* Calls fn on every part in part order, stopping at the first failure (the
- * message names the part); ret_info (may be NULL) gets part 0's answer. */
-static int on_every_part(struct stk_loader *l, part_info_fn fn, const void *req, int64_t timeout_ms,
-                         Stoker__V1__LoaderInfo **ret_info) {
-  Stoker__V1__LoaderInfo *info = NULL;
-  for (uint32_t i = 0; i < l->n; i++) {
-    int err = fn(l->parts[i], req, timeout_ms, i == 0 ? &info : NULL);
-    if (err < 0) {
-      if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
-      return loader_part_failed(l->n, i, err);
-    }
-  }
-  if (ret_info)
-    *ret_info = info;
-  else if (info)
-    protobuf_c_message_free_unpacked(&info->base, NULL);
-  return 0;
-}
-
-static int create_part(struct stk_client *c, const void *spec, int64_t timeout_ms,
-                       Stoker__V1__LoaderInfo **ret_info) {
-  return stk_loader_create(c, spec, timeout_ms, ret_info);
-}
-
-static int update_part(struct stk_client *c, const void *req, int64_t timeout_ms,
-                       Stoker__V1__LoaderInfo **ret_info) {
-  return stk_loader_update_mixture(c, req, timeout_ms, ret_info);
-}
-
-int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
-                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
-  return on_every_part(l, create_part, spec, timeout_ms, ret_info);
-}
-
-int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_ms,
-                        Stoker__V1__LoaderInfo **ret_info) {
-  Stoker__V1__LoaderInfo *first = NULL;
-  for (uint32_t i = 0; i < l->n; i++) {
-    Stoker__V1__LoaderInfo *info = NULL;
-    int err = stk_loader_get(l->parts[i], job, timeout_ms, &info);
-    if (err < 0) {
-      if (first) protobuf_c_message_free_unpacked(&first->base, NULL);
-      return loader_part_failed(l->n, i, err);
-    }
-    if (!first) {
-      first = info;
-      continue;
-    }
-    if (info->committed_step < first->committed_step) first->committed_step = info->committed_step;
-    protobuf_c_message_free_unpacked(&info->base, NULL);
-  }
-  *ret_info = first;
-  return 0;
-}
-
-int stk_loader_update_all(struct stk_loader *l, const Stoker__V1__UpdateMixtureRequest *req,
-                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
-  return on_every_part(l, update_part, req, timeout_ms, ret_info);
 }
 
 int stk_loader_commit_all(struct stk_loader *l, const char *job, int64_t step, int64_t timeout_ms) {

@@ -98,23 +98,20 @@ static int unwrap(const uint8_t *blob, size_t len, const uint8_t ***ret_blobs, s
 }
 
 int stk_loader_import_all(struct stk_loader *l, const char *job, int64_t step, const uint8_t *blob,
-                          size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+                          size_t len, int64_t timeout_ms, int64_t *ret_committed_step) {
   if (!blob || !len) return client_fail(STK_EINVAL, "import state");
   const uint8_t **blobs = NULL;
   size_t *lens = NULL, n = 0;
   int err = unwrap(blob, len, &blobs, &lens, &n);
   if (err < 0) return err;
-  Stoker__V1__LoaderInfo *info = NULL;
+  int64_t committed = 0;
   for (uint32_t i = 0; err == 0 && i < l->n; i++) {
     err = loader_import_blobs(l->parts[i], job, step, blobs, lens, n, timeout_ms,
-                              i == 0 ? &info : NULL);
+                              i == 0 ? &committed : NULL);
     if (err < 0) err = loader_part_failed(l->n, i, err);
   }
   free(blobs);
   free(lens);
-  if (err == 0 && ret_info)
-    *ret_info = info;
-  else if (info)
-    protobuf_c_message_free_unpacked(&info->base, NULL);
+  if (err == 0 && ret_committed_step) *ret_committed_step = committed;
   return err;
 }

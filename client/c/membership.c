@@ -35,8 +35,15 @@ void stk_on_action(struct stk_client *c, stk_action_fn fn, void *arg) {
   pthread_mutex_unlock(&c->mu);
 }
 
+_Static_assert((int)STK_RANK_HEALTH_OK == (int)STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK &&
+                   (int)STK_RANK_HEALTH_DEGRADED ==
+                       (int)STOKER__V1__RANK_HEALTH__RANK_HEALTH_DEGRADED &&
+                   (int)STK_RANK_HEALTH_FAILING ==
+                       (int)STOKER__V1__RANK_HEALTH__RANK_HEALTH_FAILING,
+               "enum stk_rank_health is the proto's RankHealth");
+
 void stk_report(struct stk_client *c, uint64_t step, double tokens_per_s, double loss,
-                Stoker__V1__RankHealth health) {
+                enum stk_rank_health health) {
   pthread_mutex_lock(&c->mu);
   c->m.step = step;
   c->m.tokens_per_s = tokens_per_s;
@@ -109,7 +116,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
   req.step = c->m.step;
   req.tokens_per_s = c->m.tokens_per_s;
   req.loss = c->m.loss;
-  req.health = c->m.health;
+  req.health = (Stoker__V1__RankHealth)c->m.health; /* Same numbers. */
   int64_t timeout =
       c->m.interval_ms < HEARTBEAT_CALL_MAX_MS ? c->m.interval_ms : HEARTBEAT_CALL_MAX_MS;
   if (timeout < 1000) timeout = 1000;

@@ -16,9 +16,9 @@
  * world size (any world size: the service reshards) straight into the
  * caller's buffers.
  *
- * Messages returned as protobuf-c objects are freed by the caller with
- * protobuf_c_message_free_unpacked(&x->base, NULL). timeout_ms 0: the
- * client's default.
+ * Installed; the catalogue calls (list, manifest, delete, verify) answer
+ * protobuf-c messages and are in the in-tree stoker_admin.h. timeout_ms 0:
+ * the client's default.
  */
 #ifndef STOKER_CKPT_H
 #define STOKER_CKPT_H
@@ -27,7 +27,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stoker/v1/checkpoint.pb-c.h"
 #include "stoker_client.h"
 
 #define STK_CKPT_DEFAULT_ADDRESS "127.0.0.1:7072"
@@ -39,8 +38,29 @@
  * $STOKER_CHECKPOINT, else STK_CKPT_DEFAULT_ADDRESS (opts may be NULL). */
 int stk_ckpt_connect(const struct stk_client_opts *opts, struct stk_client **ret_client);
 
-/* Bytes per element of dtype (1 for DTYPE_BYTES); 0 for unknown ones. */
-size_t stk_ckpt_dtype_size(Stoker__V1__DType dtype);
+/* Element type of a stored tensor; the numbers are the proto's DType
+ * (stoker/v1/checkpoint.proto) and never change. Little-endian; BOOL is
+ * one byte, 0 or 1; BYTES is an opaque blob (RNG, dataloader state). */
+enum stk_dtype {
+  STK_DTYPE_UNSPECIFIED = 0,
+  STK_DTYPE_F32 = 1,
+  STK_DTYPE_BF16 = 2,
+  STK_DTYPE_F16 = 3,
+  STK_DTYPE_I64 = 4,
+  STK_DTYPE_U8 = 5,
+  STK_DTYPE_BYTES = 6,
+  STK_DTYPE_F64 = 7,
+  STK_DTYPE_I32 = 8,
+  STK_DTYPE_I16 = 9,
+  STK_DTYPE_I8 = 10,
+  STK_DTYPE_BOOL = 11,
+  STK_DTYPE_U16 = 12,
+  STK_DTYPE_U32 = 13,
+  STK_DTYPE_U64 = 14,
+};
+
+/* Bytes per element of dtype (1 for STK_DTYPE_BYTES); 0 for unknown ones. */
+size_t stk_ckpt_dtype_size(enum stk_dtype dtype);
 
 /* One box of a tensor: ndim dims (1..STK_CKPT_MAX_DIMS), offsets and sizes
  * inside the global shape. The arrays are the caller's. */
@@ -101,7 +121,7 @@ bool stk_ckpt_writer_shm_active(const struct stk_ckpt_writer *w);
  * service's staging memory is full). global_shape has box->ndim dims.
  * Errors: STK_EINVAL (bad arguments, checked here first), or the call
  * failed (STK_ECANCELED: stk_ckpt_writer_finish tells the server's reason). */
-int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, Stoker__V1__DType dtype,
+int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, enum stk_dtype dtype,
                          const uint64_t *global_shape, const struct stk_ckpt_box *box,
                          const void *data, size_t len);
 
@@ -119,7 +139,7 @@ void stk_ckpt_writer_abort(struct stk_ckpt_writer *w);
 /* A tensor shard to save: the box of tensor with its bytes. */
 struct stk_ckpt_tensor {
   const char *name;
-  Stoker__V1__DType dtype;
+  enum stk_dtype dtype;
   const uint64_t *global_shape; /* box.ndim dims. */
   struct stk_ckpt_box box;
   const void *data;
@@ -141,24 +161,20 @@ int stk_ckpt_save_async(struct stk_client *c, const char *attempt, uint32_t rank
                         const struct stk_ckpt_tensor *tensors, size_t n_tensors,
                         stk_ckpt_saved_fn done, void *arg);
 
+/* A committed checkpoint: its step, where its manifest lives, when it
+ * committed (Unix ms) and the coordinator generation that wrote it. */
+struct stk_ckpt_ref {
+  int64_t step;
+  int64_t committed_at_ms;
+  uint64_t generation;
+  char uri[1024]; /* Cut (NUL-terminated) if longer. */
+};
+
 /* Waits until every rank's bytes are durable and the manifest written.
- * *ret_ref (may be NULL) is freed by the caller. Errors: STK_EABORTED,
+ * *ret_ref (may be NULL) is filled on success. Errors: STK_EABORTED,
  * STK_EINVAL (coverage), STK_ETIMEDOUT, STK_ENOENT. */
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
-                    Stoker__V1__CheckpointRef **ret_ref);
-
-/* ------------------------------------------------------- catalogue calls */
-
-int stk_ckpt_list(struct stk_client *c, const char *job, int64_t timeout_ms,
-                  Stoker__V1__ListCheckpointsResponse **ret_resp);
-int stk_ckpt_get_manifest(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
-                          Stoker__V1__Manifest **ret_manifest);
-int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms);
-/* Re-reads every byte on the service. Returns 0 with *ret_resp even when
- * problems were found (resp->n_problems > 0); STK_ENOTSUP when the service
- * has no Verify method. */
-int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
-                    Stoker__V1__VerifyCheckpointResponse **ret_resp);
+                    struct stk_ckpt_ref *ret_ref);
 
 /* ------------------------------------------------------------- restore */
 

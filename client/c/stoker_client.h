@@ -1,18 +1,23 @@
 /*
  * libstoker-client: the C API a trainer (and stokerctl) uses to talk to the
- * Stoker coordinator.
+ * Stoker services. This header: the client itself and the coordinator's
+ * calls (stoker_loader.h and stoker_ckpt.h add the other two services).
+ * Outside the tree: #include <stoker_client.h>, built with
+ * `pkg-config --cflags --libs stoker-client`.
  *
  * A client owns one channel to one address. A trainer rank joins a job with
  * stk_join(); from then on a background heartbeat thread (one per
  * membership) reports the latest figures given to stk_report() and learns
  * what the coordinator wants (restart, checkpoint now, stop). Barriers and
- * the key-value store work within the member's generation. Operator calls
- * (jobs, scale, watch, health) live here too and return protobuf-c messages
- * the caller frees with protobuf_c_message_free_unpacked().
+ * the key-value store work within the member's generation. This header is
+ * installed (include/stoker/) and names only stk_ types: operator calls
+ * that take or return protobuf-c messages (jobs, scale, watch) are in the
+ * in-tree header stoker_admin.h, which the installed library does not
+ * export.
  *
  * Every blocking call is a thin shell over the asynchronous one (an async
  * call plus a condition variable). Fallible functions return 0 or a negative
- * STK_E* code (stk_error.h); the server's status of the last failure on the
+ * STK_E* code (stoker_error.h); the server's status of the last failure on the
  * calling thread is kept by stk_client_last_error().
  *
  * Threads: a client may be used from several threads at once. Callbacks run
@@ -29,16 +34,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "grpc/health/v1/health.pb-c.h"
-#include "stk_error.h"
-#include "stoker/v1/coordinator.pb-c.h"
+#include "stoker_error.h"
 
 struct stk_client;
-struct stk_watch;
-struct stk_async;
 
 struct stk_client_opts {
-  const char *address;       /* Coordinator "HOST:PORT"; required. */
+  const char *address;       /* The service's "HOST:PORT"; required. */
   const char *tls_ca_file;   /* PEM; set: TLS, verifying the server. */
   const char *tls_cert_file; /* PEM client certificate (mutual TLS). */
   const char *tls_key_file;
@@ -55,7 +56,7 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
  * calls still open and waits for their callbacks. Accepts NULL. */
 void stk_client_free(struct stk_client *c);
 
-/* The server's status message and gRPC code (enum rpc_code) of the last
+/* The server's status message and gRPC status code of the last
  * call that failed on this thread; "" and 0 before any failure. Local
  * failures (bad arguments) set code 3 (INVALID_ARGUMENT) or 9. */
 const char *stk_client_last_error(int *ret_grpc_code);
@@ -100,9 +101,18 @@ int stk_join(struct stk_client *c, const char *job, const char *member_id, const
  * Errors: STK_ESTATE (not joined), mapped server status. */
 int stk_leave(struct stk_client *c);
 
+/* How a rank says it is doing in its heartbeats (the proto's RankHealth
+ * numbers). */
+enum stk_rank_health {
+  STK_RANK_HEALTH_UNSPECIFIED = 0,
+  STK_RANK_HEALTH_OK = 1,
+  STK_RANK_HEALTH_DEGRADED = 2, /* Slow or retrying, still training. */
+  STK_RANK_HEALTH_FAILING = 3,  /* About to give up. */
+};
+
 /* The figures the next heartbeat carries. Any thread, never blocks. */
 void stk_report(struct stk_client *c, uint64_t step, double tokens_per_s, double loss,
-                Stoker__V1__RankHealth health);
+                enum stk_rank_health health);
 
 /* Returns and clears the pending action. When several arrive before a
  * poll, the most severe wins: STOP over RESTART over CHECKPOINT_NOW. */
@@ -142,46 +152,18 @@ int stk_kv_get_async(struct stk_client *c, const char *key, bool wait, int64_t t
  * or, when not joined, for job (generation 0). */
 int stk_report_checkpoint(struct stk_client *c, const char *job, int64_t step, const char *uri);
 
-/* ------------------------------------------------------- operator calls */
+/* ---------------------------------------------------------------- health */
 
-/* Each *ret_job / *ret_resp is freed by the caller with
- * protobuf_c_message_free_unpacked(&x->base, NULL). timeout_ms 0: default. */
-int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_t timeout_ms,
-                   Stoker__V1__Job **ret_job);
-int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
-                Stoker__V1__Job **ret_job);
-/* Jobs whose labels include every (keys[i], values[i]). */
-int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
-                 size_t n_labels, int64_t timeout_ms, Stoker__V1__ListJobsResponse **ret_resp);
-
-enum stk_job_verb {
-  STK_JOB_PAUSE,
-  STK_JOB_RESUME,
-  STK_JOB_STOP,
+/* The serving status of grpc.health.v1 (same numbers). */
+enum stk_serving_status {
+  STK_SERVING_UNKNOWN = 0,
+  STK_SERVING = 1,
+  STK_NOT_SERVING = 2,
+  STK_SERVICE_UNKNOWN = 3, /* Only Watch answers it; Check fails NOT_FOUND. */
 };
-int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job, bool force,
-                   int64_t timeout_ms, Stoker__V1__Job **ret_job);
-int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t timeout_ms);
-int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
-                  int64_t timeout_ms, Stoker__V1__Job **ret_job);
-
-/* Streams job's events with seq > after_seq, then live ones. on_event runs
- * on the client's thread with a borrowed event. The stream ends when the job
- * is deleted (status 0), on an error, or on stk_watch_cancel(). */
-typedef void (*stk_event_fn)(void *arg, const Stoker__V1__JobEvent *ev);
-int stk_job_watch(struct stk_client *c, const char *job, uint64_t after_seq, stk_event_fn on_event,
-                  void *arg, struct stk_watch **ret_watch);
-/* Waits up to timeout_ms (< 0: forever) for the stream to end. Returns
- * STK_ETIMEDOUT while it is still open, else its final status (0, or the
- * mapped error; the message is in stk_client_last_error()). Cancelled
- * streams end with STK_ECANCELED. */
-int stk_watch_wait(struct stk_watch *w, int64_t timeout_ms);
-void stk_watch_cancel(struct stk_watch *w);
-/* Cancels, waits for the end, frees. Accepts NULL. */
-void stk_watch_free(struct stk_watch *w);
 
 /* grpc.health.v1.Health/Check of service ("" = the whole server);
- * *ret_status is a Grpc__Health__V1__HealthCheckResponse__ServingStatus. */
+ * *ret_status is an enum stk_serving_status. */
 int stk_health_check(struct stk_client *c, const char *service, int64_t timeout_ms,
                      int *ret_status);
 

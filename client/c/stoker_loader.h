@@ -13,9 +13,9 @@
  * loader state with the model checkpoint (stk_loader_commit), or carry it
  * inside the checkpoint (stk_loader_export / stk_loader_import).
  *
- * Messages returned as protobuf-c objects are freed by the caller with
- * protobuf_c_message_free_unpacked(&x->base, NULL). timeout_ms 0: the
- * client's default.
+ * Installed; operator calls on loaders (create, get, mixture, explain)
+ * take protobuf-c messages and are in the in-tree stoker_admin.h.
+ * timeout_ms 0: the client's default.
  */
 #ifndef STOKER_LOADER_H
 #define STOKER_LOADER_H
@@ -23,7 +23,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "stoker/v1/dataloader.pb-c.h"
 #include "stoker_client.h"
 
 #define STK_LOADER_DEFAULT_ADDRESS "127.0.0.1:7071"
@@ -55,13 +54,6 @@ void stk_batch_free(struct stk_batch *b);
 
 /* ---------------------------------------------------------- unary calls */
 
-/* Creates the loader spec->job. Errors: STK_EEXIST, STK_EINVAL (bad spec,
- * dataset that cannot be opened: see stk_client_last_error()). */
-int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, int64_t timeout_ms,
-                      Stoker__V1__LoaderInfo **ret_info);
-int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
-                   Stoker__V1__LoaderInfo **ret_info);
-
 /* Rank's slice of step's global batch at world size world. Errors:
  * STK_EINVAL (rank >= world, batch not divisible, bad step), STK_ENOENT,
  * STK_ERANGE (too far from any restorable state). */
@@ -77,11 +69,6 @@ int stk_loader_get_batch_async(struct stk_client *c, const char *job, int64_t st
                                uint32_t world, int64_t timeout_ms, stk_batch_done_fn done,
                                void *arg);
 
-/* A new configuration version from req->from_step on (new weights, new or
- * removed datasets, seq_len, global_batch, blocked units). */
-int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
-                              int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
-
 /* Makes the state after step durable on the dataloader. */
 int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms);
 
@@ -91,13 +78,10 @@ int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64
                       uint8_t **ret_blob, size_t *ret_len);
 /* Recreates (or replaces) the loader a blob from stk_loader_export
  * describes, committed at its step. job and step are what the export
- * returned them for (the blob is authoritative). */
+ * returned them for (the blob is authoritative). *ret_committed_step (may
+ * be NULL): the loader's committed step afterwards. */
 int stk_loader_import(struct stk_client *c, const char *job, int64_t step, const uint8_t *blob,
-                      size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
-
-/* Provenance of a slice: one LineSource per run of tokens from one unit. */
-int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
-                       uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp);
+                      size_t len, int64_t timeout_ms, int64_t *ret_committed_step);
 
 /* ------------------------------------------------------- batch streaming */
 
@@ -141,18 +125,8 @@ uint32_t stk_loader_n_parts(const struct stk_loader *l);
 /* Part i's client (owned by l), NULL when i >= P: for per-process calls. */
 struct stk_client *stk_loader_part(struct stk_loader *l, uint32_t part);
 
-/* Creates the job on every part, in part order, stopping at the first
- * failure (the message names the part). ret_info (may be NULL) is part 0's. */
-int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
-                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
-/* Part 0's info, with committed_step the oldest over the parts (the step
- * every part can resume from). */
-int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_ms,
-                        Stoker__V1__LoaderInfo **ret_info);
-/* A new configuration version on every part (as create). */
-int stk_loader_update_all(struct stk_loader *l, const Stoker__V1__UpdateMixtureRequest *req,
-                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
-/* Commits step on every part (as create). */
+/* Commits step on every part, in part order, stopping at the first failure
+ * (the message names the part). */
 int stk_loader_commit_all(struct stk_loader *l, const char *job, int64_t step, int64_t timeout_ms);
 
 /* The rank's whole slice: every part's partial batch fetched at once and
@@ -172,8 +146,9 @@ int stk_loader_export_all(struct stk_loader *l, const char *job, int64_t step, i
                           uint8_t **ret_blob, size_t *ret_len);
 /* Imports a blob of stk_loader_export_all (from any number of parts) or of
  * stk_loader_export into every part: each takes the lanes it serves, so
- * this is how a job moves to a different number of processes. */
+ * this is how a job moves to a different number of processes.
+ * *ret_committed_step (may be NULL): part 0's committed step afterwards. */
 int stk_loader_import_all(struct stk_loader *l, const char *job, int64_t step, const uint8_t *blob,
-                          size_t len, int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
+                          size_t len, int64_t timeout_ms, int64_t *ret_committed_step);
 
 #endif

@@ -7,7 +7,7 @@
 #define STK_CLI_H
 
 #include "cli_args.h"
-#include "stoker_client.h"
+#include "stoker_admin.h"
 
 struct cli_ctx {
   const struct cli_args *args;

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "cli_format.h"
+#include "grpc/health/v1/health.pb-c.h"
 
 /* Checks one address; fills status text, returns 0 or the exit code. */
 static int check(const struct cli_ctx *x, const char *address, char *status, size_t len) {

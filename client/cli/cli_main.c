@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "rpc.h"
+#include "stk_error.h"
 
 static const char usage_text[] =
     "usage: stokerctl [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]\n"

@@ -110,8 +110,8 @@ static void *save_rank(void *arg) {
   uint64_t lo, hi, shape[2] = {rows, COLS};
   split(j->rank, RANKS, &lo, &hi);
   uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
-  struct stk_ckpt_tensor t = {"model",           STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off, sz},
-                              arena + lo * COLS, (hi - lo) * COLS * 4};
+  struct stk_ckpt_tensor t = {"model",      STK_DTYPE_F32,     shape,
+                              {2, off, sz}, arena + lo * COLS, (hi - lo) * COLS * 4};
   struct rusage ru0, ru1;
   getrusage(RUSAGE_THREAD, &ru0);
   double t0 = now_s();

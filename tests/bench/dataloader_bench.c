@@ -37,7 +37,8 @@
 #include "dl_core.h"
 #include "dl_synthetic.h"
 #include "dl_tokenizer.h"
-#include "stoker_loader.h"
+#include "stk_error.h"
+#include "stoker_admin.h"
 
 #define SEQ_LEN      2048
 #define GLOBAL_BATCH 64

@@ -21,7 +21,7 @@
 
 #include "rpc.h"
 #include "stoker/v1/coordinator.pb-c.h"
-#include "stoker_client.h"
+#include "stoker_admin.h"
 
 #define HARNESS_MAX_ARGS 32
 

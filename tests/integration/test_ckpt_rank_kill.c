@@ -73,10 +73,8 @@ static void shard_init(struct shard *s, int64_t step, uint32_t rank, uint32_t wo
   s->sz[1] = COLS;
   s->boff = 0;
   snprintf(s->bname, sizeof(s->bname), "blob/rank-%u", rank);
-  s->t[0] = (struct stk_ckpt_tensor){
-      "w", STOKER__V1__DTYPE__DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
-  s->t[1] = (struct stk_ckpt_tensor){s->bname, STOKER__V1__DTYPE__DTYPE_BYTES,
-                                     &s->blen, {1, &s->boff, &s->blen},
+  s->t[0] = (struct stk_ckpt_tensor){"w", STK_DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
+  s->t[1] = (struct stk_ckpt_tensor){s->bname, STK_DTYPE_BYTES, &s->blen, {1, &s->boff, &s->blen},
                                      s->blob,  s->blen};
 }
 
@@ -178,7 +176,7 @@ static int rank_save(struct stk_client *c, const struct rank_args *a, int fd) {
     uint64_t n = PAD_BYTES, off = 0;
     struct stk_ckpt_box box = {1, &off, &n};
     uint8_t *pad = calloc(1, n);
-    err = stk_ckpt_write_chunk(w, "pad", STOKER__V1__DTYPE__DTYPE_BYTES, &n, &box, pad, n);
+    err = stk_ckpt_write_chunk(w, "pad", STK_DTYPE_BYTES, &n, &box, pad, n);
     free(pad);
     if (!err) die(fd, shm);
   }

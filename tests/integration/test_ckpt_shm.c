@@ -70,11 +70,9 @@ static void shard_init(struct shard *s, int64_t step, uint32_t rank, uint32_t wo
   s->bshape[0] = s->bsz[0] = BLOB + rank;
   s->boff[0] = 0;
   snprintf(s->bname, sizeof(s->bname), "blob/rank-%u", rank);
-  s->t[0] = (struct stk_ckpt_tensor){
-      "w", STOKER__V1__DTYPE__DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
-  s->t[1] = (struct stk_ckpt_tensor){s->bname,  STOKER__V1__DTYPE__DTYPE_BYTES,
-                                     s->bshape, {1, s->boff, s->bsz},
-                                     s->blob,   BLOB + rank};
+  s->t[0] = (struct stk_ckpt_tensor){"w", STK_DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
+  s->t[1] = (struct stk_ckpt_tensor){s->bname, STK_DTYPE_BYTES, s->bshape, {1, s->boff, s->bsz},
+                                     s->blob,  BLOB + rank};
 }
 
 static void shard_free(struct shard *s) {
@@ -288,9 +286,8 @@ static void test_fallback_when_off(void **state) {
   stk_ckpt_writer_set_shm(w, STK_CKPT_SHM_ON);
   uint64_t shape = 4, off = 0, sz = 4;
   struct stk_ckpt_box box = {1, &off, &sz};
-  assert_int_equal(
-      stk_ckpt_write_chunk(w, "x", STOKER__V1__DTYPE__DTYPE_U8, &shape, &box, "abcd", 4),
-      STK_ENOTSUP);
+  assert_int_equal(stk_ckpt_write_chunk(w, "x", STK_DTYPE_U8, &shape, &box, "abcd", 4),
+                   STK_ENOTSUP);
   stk_ckpt_writer_abort(w);
   stk_client_free(c);
   harness_daemon_free(d);
@@ -546,8 +543,7 @@ static void test_large_segment_multipart(void **state) {
   uint64_t n = (uint64_t)26 << 20, shape = n, off = 0;
   uint8_t *buf = malloc(n);
   for (uint64_t i = 0; i < n; i++) buf[i] = byte_at(7, 0, i);
-  struct stk_ckpt_tensor t = {"big", STOKER__V1__DTYPE__DTYPE_BYTES, &shape, {1, &off, &shape}, buf,
-                              n};
+  struct stk_ckpt_tensor t = {"big", STK_DTYPE_BYTES, &shape, {1, &off, &shape}, buf, n};
   assert_int_equal(stk_ckpt_begin(c, "big", 1, 1, 0, attempt), 0);
   if (stk_ckpt_save(c, attempt, 0, &t, 1, NULL) != 0)
     fail_msg("save: %s", stk_client_last_error(NULL));
@@ -584,7 +580,7 @@ static void write_bytes(struct stk_ckpt_writer *w, const char *name, uint64_t n,
   struct stk_ckpt_box box = {1, &off, &shape};
   uint8_t *buf = malloc(n);
   for (uint64_t i = 0; i < n; i++) buf[i] = byte_at(step, name[0], i);
-  if (stk_ckpt_write_chunk(w, name, STOKER__V1__DTYPE__DTYPE_BYTES, &shape, &box, buf, n) != 0)
+  if (stk_ckpt_write_chunk(w, name, STK_DTYPE_BYTES, &shape, &box, buf, n) != 0)
     fail_msg("write %s: %s", name, stk_client_last_error(NULL));
   free(buf);
 }

@@ -96,7 +96,7 @@ static int run(struct stk_client *c, const struct sim_opts *o) {
     sleep_ms(o->step_ms);
     step++;
     double loss = 4.0 / (1.0 + 0.01 * (double)step);
-    stk_report(c, step, 1000.0 * m.world_size, loss, STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
+    stk_report(c, step, 1000.0 * m.world_size, loss, STK_RANK_HEALTH_OK);
     enum stk_action action = stk_poll_action(c);
     bool periodic = o->checkpoint_every && step % o->checkpoint_every == 0;
     if ((action == STK_ACTION_CHECKPOINT_NOW || periodic) && m.rank == 0) {

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "fsdp.h"
+#include "stoker_admin.h" /* Rank 0 creates the loader (stk_loader_create, in-tree only). */
 #include "stoker_ckpt.h"
 #include "stoker_client.h"
 #include "stoker_loader.h"

@@ -71,7 +71,7 @@ static size_t shard_tensors(struct train *t, struct stk_ckpt_tensor *ts, uint64_
       d[0] = s.padded_numel, d[1] = s.offset, d[2] = s.count;
       train_tensor_name(u, kinds[k], names[n], sizeof(names[n]));
       ts[n] = (struct stk_ckpt_tensor){.name = names[n],
-                                       .dtype = STOKER__V1__DTYPE__DTYPE_F32,
+                                       .dtype = STK_DTYPE_F32,
                                        .global_shape = &d[0],
                                        .box = {1, &d[1], &d[2]},
                                        .data = dst,
@@ -89,12 +89,10 @@ static size_t state_tensors(struct train *t, int64_t step, struct stk_ckpt_tenso
   p->state[2] = t->o.seed, p->state[3] = len;
   dims[0] = sizeof(p->state), dims[1] = 0, dims[2] = sizeof(p->state);
   dims[3] = len, dims[4] = 0, dims[5] = len;
-  ts[0] = (struct stk_ckpt_tensor){"trainer/state", STOKER__V1__DTYPE__DTYPE_BYTES,
-                                   &dims[0],        {1, &dims[1], &dims[2]},
-                                   p->state,        sizeof(p->state)};
-  ts[1] = (struct stk_ckpt_tensor){"loader/state", STOKER__V1__DTYPE__DTYPE_BYTES,
-                                   &dims[3],       {1, &dims[4], &dims[5]},
-                                   p->loader_blob, len};
+  ts[0] = (struct stk_ckpt_tensor){"trainer/state",         STK_DTYPE_BYTES, &dims[0],
+                                   {1, &dims[1], &dims[2]}, p->state,        sizeof(p->state)};
+  ts[1] = (struct stk_ckpt_tensor){"loader/state",          STK_DTYPE_BYTES, &dims[3],
+                                   {1, &dims[4], &dims[5]}, p->loader_blob,  len};
   return len ? 2 : 1;
 }
 
@@ -152,12 +150,11 @@ int train_ckpt_start(struct train *t, int64_t step) {
 
 /* Rank 0: the commit, then the loader's. */
 static int commit(struct train *t) {
-  Stoker__V1__CheckpointRef *ref = NULL;
+  struct stk_ckpt_ref ref;
   int err = stk_ckpt_commit(t->ckpt, t->pend.attempt, 60000, &ref);
   if (err) return err;
   printf("[%s] checkpoint committed at step %" PRId64 " (%s)\n", t->o.member, t->pend.step,
-         ref && ref->uri ? ref->uri : "");
-  protobuf_c_message_free_unpacked(&ref->base, NULL);
+         ref.uri);
   return stk_loader_commit_all(t->loader, t->o.data_job, t->pend.step - 1, 30000);
 }
 

@@ -107,7 +107,7 @@ static int one_step(struct train *t) {
   if (votes > 0) atomic_store(&t->ckpt_wanted, false);
   double dt = (double)(train_now_ms() - t0) / 1000.0;
   double tps = (double)t->o.global_batch * t->o.seq_len / (dt > 1e-3 ? dt : 1e-3);
-  stk_report(t->coord, (uint64_t)t->step, tps, loss, STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
+  stk_report(t->coord, (uint64_t)t->step, tps, loss, STK_RANK_HEALTH_OK);
   if (t->m.rank == 0)
     printf("[%s] step %" PRId64 " loss %.4f tokens/s %.0f world %u\n", t->o.member, t->step,
            (double)loss, tps, t->m.world_size);

@@ -26,10 +26,7 @@ static int import_loader(struct train *t, int64_t step, uint64_t len) {
   uint8_t *blob = malloc(len ? len : 1);
   if (!blob) return STK_ENOMEM;
   int err = read_blob(t, step, "loader/state", blob, len);
-  Stoker__V1__LoaderInfo *info = NULL;
-  if (!err)
-    err = stk_loader_import_all(t->loader, t->o.data_job, step - 1, blob, len, 30000, &info);
-  if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
+  if (!err) err = stk_loader_import_all(t->loader, t->o.data_job, step - 1, blob, len, 30000, NULL);
   free(blob);
   return err;
 }

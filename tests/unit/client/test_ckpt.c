@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "fake_ckpt.h"
-#include "stoker_ckpt.h"
+#include "stoker_admin.h"
 
 /* Value of element i of tensor t: every byte traceable. */
 static float val(int t, uint64_t i) {
@@ -56,13 +56,10 @@ static void save_rank(struct stk_client *c, const char *att, uint32_t rank, uint
   assert_int_equal(stk_ckpt_writer_open(c, att, rank, 0, &wr), 0);
   stk_ckpt_writer_set_max_chunk(wr, max_chunk);
   struct stk_ckpt_box wb = {2, woff, wsz}, eb = {3, eoff, esz}, bb = {1, boff, bsz};
-  assert_int_equal(stk_ckpt_write_chunk(wr, "w", STOKER__V1__DTYPE__DTYPE_F32, w_shape, &wb, w,
-                                        rows * C * sizeof(float)),
-                   0);
   assert_int_equal(
-      stk_ckpt_write_chunk(wr, "e", STOKER__V1__DTYPE__DTYPE_F32, e_shape, &eb, e, en * 4), 0);
-  assert_int_equal(
-      stk_ckpt_write_chunk(wr, name, STOKER__V1__DTYPE__DTYPE_BYTES, bshape, &bb, blob, bl), 0);
+      stk_ckpt_write_chunk(wr, "w", STK_DTYPE_F32, w_shape, &wb, w, rows * C * sizeof(float)), 0);
+  assert_int_equal(stk_ckpt_write_chunk(wr, "e", STK_DTYPE_F32, e_shape, &eb, e, en * 4), 0);
+  assert_int_equal(stk_ckpt_write_chunk(wr, name, STK_DTYPE_BYTES, bshape, &bb, blob, bl), 0);
   uint64_t bytes = 0;
   bool durable = false;
   assert_int_equal(stk_ckpt_writer_finish(wr, rank == 0, &bytes, &durable), 0);
@@ -108,10 +105,9 @@ static void test_save_commit_restore(void **state) {
   assert_true(strlen(att) > 0);
   save_rank(c, att, 0, 2, 8000); /* "w" in 2-row pieces, "e" cut inside dim 1. */
   save_rank(c, att, 1, 2, 1 << 20);
-  Stoker__V1__CheckpointRef *ref = NULL;
+  struct stk_ckpt_ref ref;
   assert_int_equal(stk_ckpt_commit(c, att, 0, &ref), 0);
-  assert_int_equal(ref->step, 10);
-  protobuf_c_message_free_unpacked(&ref->base, NULL);
+  assert_int_equal(ref.step, 10);
 
   Stoker__V1__ListCheckpointsResponse *l = NULL;
   assert_int_equal(stk_ckpt_list(c, "j", 0, &l), 0);
@@ -183,8 +179,8 @@ static void test_async_save_backpressure(void **state) {
     off[r][1] = 0;
     sz[r][0] = rows;
     sz[r][1] = cols;
-    t[r] = (struct stk_ckpt_tensor){
-        "big", STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off[r], sz[r]}, buf[r], rows * cols * 4};
+    t[r] = (struct stk_ckpt_tensor){"big",  STK_DTYPE_F32,  shape, {2, off[r], sz[r]},
+                                    buf[r], rows * cols * 4};
   }
   struct saved s = {.n = 0};
   pthread_mutex_init(&s.mu, NULL);
@@ -235,15 +231,14 @@ static void test_errors(void **state) {
   uint64_t shape[1] = {4}, off[1] = {2}, sz[1] = {3}; /* Outside the shape. */
   float data[3] = {0};
   struct stk_ckpt_box b = {1, off, sz};
-  assert_int_equal(stk_ckpt_write_chunk(w, "t", STOKER__V1__DTYPE__DTYPE_F32, shape, &b, data, 12),
-                   STK_EINVAL);
+  assert_int_equal(stk_ckpt_write_chunk(w, "t", STK_DTYPE_F32, shape, &b, data, 12), STK_EINVAL);
   off[0] = 0;
-  assert_int_equal(stk_ckpt_write_chunk(w, "t", STOKER__V1__DTYPE__DTYPE_F32, shape, &b, data, 8),
+  assert_int_equal(stk_ckpt_write_chunk(w, "t", STK_DTYPE_F32, shape, &b, data, 8),
                    STK_EINVAL); /* Wrong length. */
   stk_ckpt_writer_abort(w);
   /* A rank outside the world: the service refuses the stream. */
   assert_int_equal(stk_ckpt_writer_open(c, att, 5, 0, &w), 0);
-  stk_ckpt_write_chunk(w, "t", STOKER__V1__DTYPE__DTYPE_F32, shape, &b, data, 12);
+  stk_ckpt_write_chunk(w, "t", STK_DTYPE_F32, shape, &b, data, 12);
   assert_int_equal(stk_ckpt_writer_finish(w, false, NULL, NULL), STK_EINVAL);
   int code = 0;
   assert_true(strlen(stk_client_last_error(&code)) > 0);

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "fake_coord.h"
-#include "stoker_client.h"
+#include "stoker_admin.h"
 
 struct env {
   struct fake_coord f;
@@ -102,7 +102,7 @@ static void test_heartbeat_reports_and_actions(void **state) {
   memset(&s, 0, sizeof(s));
   stk_on_action(e->c, on_action, &s);
   assert_int_equal(stk_join(e->c, "x", "m1", "", "", 5000, NULL), 0);
-  stk_report(e->c, 77, 1234.5, 1.5, STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
+  stk_report(e->c, 77, 1234.5, 1.5, STK_RANK_HEALTH_OK);
   int hb = fake_get(&e->f, &e->f.heartbeats);
   assert_true(fake_wait(&e->f, &e->f.heartbeats, hb + 2, 2000) >= hb + 2);
   pthread_mutex_lock(&e->f.mu);
@@ -216,7 +216,7 @@ static void test_operator_calls(void **state) {
   assert_int_equal(stk_job_delete(e->c, "x", false, 1000), STK_ENOTSUP);
   int serving = -1;
   assert_int_equal(stk_health_check(e->c, "", 1000, &serving), 0);
-  assert_int_equal(serving, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  assert_int_equal(serving, STK_SERVING);
 }
 
 struct events {

@@ -48,8 +48,8 @@ static void write_checkpoint(void) {
     for (size_t i = 0; i < 32 * 4096; i++) buf[i] = (float)(r * 7 + i);
     uint64_t off[2] = {r * 32, 0}, sz[2] = {32, 4096};
     struct stk_ckpt_tensor t[2] = {
-        {"emb", STOKER__V1__DTYPE__DTYPE_F32, shape, {2, off, sz}, buf, 32 * 4096 * 4},
-        {"opt", STOKER__V1__DTYPE__DTYPE_U8, bshape, {1, bo, bs}, blob, 100},
+        {"emb", STK_DTYPE_F32, shape, {2, off, sz}, buf, 32 * 4096 * 4},
+        {"opt", STK_DTYPE_U8, bshape, {1, bo, bs}, blob, 100},
     };
     assert_int_equal(stk_ckpt_save(c, att, r, t, r == 0 ? 2 : 1, NULL), 0);
   }

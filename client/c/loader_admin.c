@@ -1,0 +1,112 @@
+/*
+ * The dataloader's operator calls (stoker_admin.h, not installed): create,
+ * get, update the mixture and explain a slice on one process, and create,
+ * info and mixture on every part of a scaled-out job (in part order,
+ * stopping at the first failure, the message naming the part). Each
+ * answers a protobuf-c LoaderInfo (or ExplainResponse) the caller frees.
+ */
+#include "client_internal.h"
+#include "loader_internal.h"
+#include "stoker_admin.h"
+
+int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, int64_t timeout_ms,
+                      Stoker__V1__LoaderInfo **ret_info) {
+  if (!spec || !spec->job) return client_fail(STK_EINVAL, "create loader");
+  Stoker__V1__CreateLoaderRequest req = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
+  req.spec = (Stoker__V1__LoaderSpec *)spec;
+  return client_call(c, DL_METHOD("CreateLoader"), &req.base, &stoker__v1__loader_info__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
+                   Stoker__V1__LoaderInfo **ret_info) {
+  if (!job) return client_fail(STK_EINVAL, "get loader");
+  Stoker__V1__GetLoaderRequest req = STOKER__V1__GET_LOADER_REQUEST__INIT;
+  req.job = (char *)job;
+  return client_call(c, DL_METHOD("GetLoader"), &req.base, &stoker__v1__loader_info__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
+                              int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  if (!req || !req->job) return client_fail(STK_EINVAL, "update mixture");
+  return client_call(c, DL_METHOD("UpdateMixture"), &req->base,
+                     &stoker__v1__loader_info__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                       uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp) {
+  if (!job) return client_fail(STK_EINVAL, "explain");
+  Stoker__V1__ExplainRequest req = STOKER__V1__EXPLAIN_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  req.rank = rank;
+  req.world = world;
+  return client_call(c, DL_METHOD("Explain"), &req.base, &stoker__v1__explain_response__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_resp);
+}
+
+/* One part's call answering a LoaderInfo (create, update mixture). */
+typedef int (*part_info_fn)(struct stk_client *c, const void *req, int64_t timeout_ms,
+                            Stoker__V1__LoaderInfo **ret_info);
+
+/* Calls fn on every part in part order, stopping at the first failure (the
+ * message names the part); ret_info (may be NULL) gets part 0's answer. */
+static int on_every_part(struct stk_loader *l, part_info_fn fn, const void *req, int64_t timeout_ms,
+                         Stoker__V1__LoaderInfo **ret_info) {
+  Stoker__V1__LoaderInfo *info = NULL;
+  for (uint32_t i = 0; i < l->n; i++) {
+    int err = fn(l->parts[i], req, timeout_ms, i == 0 ? &info : NULL);
+    if (err < 0) {
+      if (info) protobuf_c_message_free_unpacked(&info->base, NULL);
+      return loader_part_failed(l->n, i, err);
+    }
+  }
+  if (ret_info)
+    *ret_info = info;
+  else if (info)
+    protobuf_c_message_free_unpacked(&info->base, NULL);
+  return 0;
+}
+
+static int create_part(struct stk_client *c, const void *spec, int64_t timeout_ms,
+                       Stoker__V1__LoaderInfo **ret_info) {
+  return stk_loader_create(c, spec, timeout_ms, ret_info);
+}
+
+static int update_part(struct stk_client *c, const void *req, int64_t timeout_ms,
+                       Stoker__V1__LoaderInfo **ret_info) {
+  return stk_loader_update_mixture(c, req, timeout_ms, ret_info);
+}
+
+int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
+                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  return on_every_part(l, create_part, spec, timeout_ms, ret_info);
+}
+
+int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_ms,
+                        Stoker__V1__LoaderInfo **ret_info) {
+  Stoker__V1__LoaderInfo *first = NULL;
+  for (uint32_t i = 0; i < l->n; i++) {
+    Stoker__V1__LoaderInfo *info = NULL;
+    int err = stk_loader_get(l->parts[i], job, timeout_ms, &info);
+    if (err < 0) {
+      if (first) protobuf_c_message_free_unpacked(&first->base, NULL);
+      return loader_part_failed(l->n, i, err);
+    }
+    if (!first) {
+      first = info;
+      continue;
+    }
+    if (info->committed_step < first->committed_step) first->committed_step = info->committed_step;
+    protobuf_c_message_free_unpacked(&info->base, NULL);
+  }
+  *ret_info = first;
+  return 0;
+}
+
+int stk_loader_update_all(struct stk_loader *l, const Stoker__V1__UpdateMixtureRequest *req,
+                          int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
+  return on_every_part(l, update_part, req, timeout_ms, ret_info);
+}
