@@ -1,36 +1,20 @@
 /*
- * ckpt_crc: block CRC32C over ISA-L. ISA-L's crc32_iscsi(buf, len, init)
- * neither inverts its input nor its output, and takes an int length: the
- * standard CRC32C is ~crc32_iscsi(buf, len, ~0), fed in pieces below 2 GiB.
+ * ckpt_crc: block CRC32C of checkpoint objects, on services/common's
+ * crc32c (ISA-L).
  */
 #include "ckpt_crc.h"
 
-#include <isa-l/crc.h>
 #include <stdlib.h>
 
+#include "crc32c.h"
 #include "stk_error.h"
 
-/* Largest piece handed to ISA-L at once (its length is an int). */
-#define PIECE_BYTES ((size_t)1 << 30)
-
-/* Runs the raw (un-inverted) CRC state over any length. */
-static uint32_t raw_update(uint32_t state, const void *data, size_t len) {
-  const unsigned char *p = data;
-  while (len > 0) {
-    size_t n = len < PIECE_BYTES ? len : PIECE_BYTES;
-    state = crc32_iscsi((unsigned char *)p, (int)n, state);
-    p += n;
-    len -= n;
-  }
-  return state;
-}
-
 uint32_t ckpt_crc32c(const void *data, size_t len) {
-  return ~raw_update(0xFFFFFFFFu, data, len);
+  return crc32c(data, len);
 }
 
 uint32_t ckpt_crc32c_extend(uint32_t crc, const void *data, size_t len) {
-  return ~raw_update(~crc, data, len);
+  return crc32c_extend(crc, data, len);
 }
 
 uint64_t ckpt_crc_block_count(uint64_t size_bytes) {
@@ -38,7 +22,7 @@ uint64_t ckpt_crc_block_count(uint64_t size_bytes) {
 }
 
 void ckpt_crc_stream_init(struct ckpt_crc_stream *s) {
-  *s = (struct ckpt_crc_stream){.state = 0xFFFFFFFFu};
+  *s = (struct ckpt_crc_stream){.state = 0};
 }
 
 /* Appends one finished block CRC. */
@@ -59,14 +43,14 @@ int ckpt_crc_stream_feed(struct ckpt_crc_stream *s, const void *data, size_t len
   while (len > 0) {
     uint64_t room = CKPT_CRC_BLOCK_BYTES - s->block_fill;
     size_t n = len < room ? len : (size_t)room;
-    s->state = raw_update(s->state, p, n);
+    s->state = crc32c_extend(s->state, p, n);
     s->block_fill += n;
     s->total_bytes += n;
     p += n;
     len -= n;
     if (s->block_fill == CKPT_CRC_BLOCK_BYTES) {
-      if (push_crc(s, ~s->state) != 0) return STK_ENOMEM;
-      s->state = 0xFFFFFFFFu;
+      if (push_crc(s, s->state) != 0) return STK_ENOMEM;
+      s->state = 0;
       s->block_fill = 0;
     }
   }
@@ -74,7 +58,7 @@ int ckpt_crc_stream_feed(struct ckpt_crc_stream *s, const void *data, size_t len
 }
 
 int ckpt_crc_stream_finish(struct ckpt_crc_stream *s, uint32_t **ret_crcs, size_t *ret_count) {
-  if (s->block_fill > 0 && push_crc(s, ~s->state) != 0) return STK_ENOMEM;
+  if (s->block_fill > 0 && push_crc(s, s->state) != 0) return STK_ENOMEM;
   *ret_crcs = s->crcs;
   *ret_count = s->count;
   ckpt_crc_stream_init(s);

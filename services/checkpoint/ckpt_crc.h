@@ -3,9 +3,8 @@
  *
  * Objects are checksummed while they stream in (a block CRC is final as soon
  * as its 1 MiB has been seen), and a restore that reads only part of an object
- * verifies just the blocks it touches. The arithmetic is ISA-L's
- * crc32_iscsi(); this file owns its conventions (initial value and final xor)
- * so that ckpt_crc32c("123456789") is the standard check value 0xE3069283.
+ * verifies just the blocks it touches. The arithmetic is services/common's
+ * crc32c (ISA-L); ckpt_crc32c("123456789") is the standard 0xE3069283.
  *
  * Everything here is pure and thread-compatible: one stream per thread.
  */
@@ -35,7 +34,7 @@ uint64_t ckpt_crc_block_count(uint64_t size_bytes);
  * (if any) and hands the list over. Embedded object: init/close.
  */
 struct ckpt_crc_stream {
-  uint32_t state;       /* Running ISA-L state of the current block. */
+  uint32_t state;       /* CRC32C of the current block's bytes so far. */
   uint64_t block_fill;  /* Bytes of the current block seen so far. */
   uint64_t total_bytes; /* Bytes fed in all. */
   uint32_t *crcs;       /* CRCs of the completed blocks. */

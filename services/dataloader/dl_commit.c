@@ -5,17 +5,16 @@
  * The blob is the job configuration plus C lane snapshots: O(C x shards),
  * independent of the corpus and of S. A scaled-out instance (part I of P)
  * snapshots, stores and exports only its own lanes; its export names them
- * (format DLX2), so blobs of every part can be imported together anywhere.
+ * (format DLX4), so blobs of every part can be imported together anywhere.
+ * Every blob ends in its CRC32C (formats in dl_internal.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc32c.h"
 #include "dl_codec.h"
 #include "dl_internal.h"
 #include "stk_error.h"
-
-#define EXPORT_MAGIC      0x31584C44u /* "DLX1": every lane, in order */
-#define EXPORT_PART_MAGIC 0x32584C44u /* "DLX2": C, then (lane, snapshot) pairs */
 
 struct state {
   struct dl_commit pos;
@@ -139,13 +138,13 @@ int dl_commit(struct dl *dl, const char *job, int64_t step) {
   return rc;
 }
 
-/* DLX1 (a whole job: every lane, in order) or DLX2 (a part: the lanes held,
- * each named). */
+/* DLX3 (a whole job: every lane, in order) or DLX4 (a part: the lanes held,
+ * each named), then the CRC32C of all of it. */
 static void write_blob(struct dl_wbuf *w, bool partial, int64_t step, const uint8_t *cfg,
                        size_t cfg_len, const struct state *s) {
   uint32_t held = 0;
   for (uint32_t c = 0; c < s->n; c++) held += s->blobs[c] != NULL;
-  dl_w_u32(w, partial ? EXPORT_PART_MAGIC : EXPORT_MAGIC);
+  dl_w_u32(w, partial ? DL_BLOB_PART : DL_BLOB_FULL);
   dl_w_u64(w, (uint64_t)step);
   dl_w_blob(w, cfg, cfg_len);
   dl_w_u32(w, s->n);
@@ -155,6 +154,7 @@ static void write_blob(struct dl_wbuf *w, bool partial, int64_t step, const uint
     if (partial) dl_w_u32(w, c);
     dl_w_blob(w, s->blobs[c], s->lens[c]);
   }
+  if (!w->failed) dl_w_u32(w, crc32c(w->data, w->len));
 }
 
 int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_blob,

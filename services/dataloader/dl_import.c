@@ -1,7 +1,8 @@
 /*
  * dl_import: ImportState — a job recreated (or replaced in place) from
- * exported blobs, committed at their step. A blob holds every lane (DLX1,
- * from an instance serving the whole job) or the lanes of one part (DLX2);
+ * exported blobs, committed at their step. A blob holds every lane (DLX3,
+ * from an instance serving the whole job) or the lanes of one part (DLX4);
+ * its CRC32C is checked first (a corrupt blob is STK_ECORRUPT: DATA_LOSS);
  * the blobs of every part of a scaled-out job, taken at one step, are
  * imported together, so an operator can move a job to any number of
  * processes. Each lane snapshot this instance serves is checked against the
@@ -12,12 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc32c.h"
 #include "dl_codec.h"
 #include "dl_internal.h"
 #include "stk_error.h"
-
-#define EXPORT_MAGIC      0x31584C44u /* "DLX1" */
-#define EXPORT_PART_MAGIC 0x32584C44u /* "DLX2" */
 
 struct blob {
   int64_t step;
@@ -34,7 +33,7 @@ static void blob_clear(struct blob *b) {
   memset(b, 0, sizeof *b);
 }
 
-/* DLX2's (lane, snapshot) pairs: lanes in range, none twice. */
+/* DLX4's (lane, snapshot) pairs: lanes in range, none twice. */
 static int parse_pairs(struct dl_rbuf *r, struct blob *b) {
   uint32_t held = dl_r_u32(r);
   if (r->failed || held > b->n) return STK_ECORRUPT;
@@ -46,10 +45,24 @@ static int parse_pairs(struct dl_rbuf *r, struct blob *b) {
   return 0;
 }
 
+/* The body's length once the format is known: a checksummed blob (DLX3,
+ * DLX4) must end in the CRC32C of what precedes it. */
+static int check_sum(const uint8_t *p, size_t len, uint32_t magic, size_t *ret_body) {
+  *ret_body = len;
+  if (magic == DL_BLOB_FULL_V1 || magic == DL_BLOB_PART_V1) return 0;
+  if ((magic != DL_BLOB_FULL && magic != DL_BLOB_PART) || len < 8) return STK_ECORRUPT;
+  struct dl_rbuf tail = {.p = p + len - 4, .left = 4};
+  if (dl_r_u32(&tail) != crc32c(p, len - 4)) return STK_ECORRUPT;
+  *ret_body = len - 4;
+  return 0;
+}
+
 static int parse(const uint8_t *p, size_t len, struct blob *b) {
   struct dl_rbuf r = {.p = p, .left = len};
   uint32_t magic = dl_r_u32(&r);
-  if (magic != EXPORT_MAGIC && magic != EXPORT_PART_MAGIC) return STK_ECORRUPT;
+  size_t body;
+  if (r.failed || check_sum(p, len, magic, &body) != 0) return STK_ECORRUPT;
+  r.left = body - 4;
   b->step = (int64_t)dl_r_u64(&r);
   b->cfg = dl_r_blob(&r, &b->cfg_len);
   b->n = dl_r_u32(&r);
@@ -57,7 +70,7 @@ static int parse(const uint8_t *p, size_t len, struct blob *b) {
   b->lanes = calloc(b->n, sizeof *b->lanes);
   b->lens = calloc(b->n, sizeof *b->lens);
   if (!b->lanes || !b->lens) return STK_ENOMEM;
-  if (magic == EXPORT_PART_MAGIC) {
+  if (magic == DL_BLOB_PART || magic == DL_BLOB_PART_V1) {
     if (parse_pairs(&r, b) < 0) return STK_ECORRUPT;
   } else {
     for (uint32_t c = 0; c < b->n; c++) b->lanes[c] = dl_r_blob(&r, &b->lens[c]);

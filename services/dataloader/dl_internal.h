@@ -246,4 +246,13 @@ struct dl_job *dl_find_job(struct dl *dl, const char *name);
 int dl_add_job(struct dl *dl, struct dl_job *j);
 void dl_commit_clear(struct dl_commit *c);
 
+/* Exported state blobs (dl_commit.c writes them, dl_import.c reads them).
+ * DLX3: every lane, in order; DLX4: a part's lanes, each named; both end in
+ * the CRC32C of every byte before it. DLX1/DLX2 are the same bodies without
+ * the checksum, written before it existed, still read. */
+#define DL_BLOB_FULL_V1 0x31584C44u /* "DLX1" */
+#define DL_BLOB_PART_V1 0x32584C44u /* "DLX2" */
+#define DL_BLOB_FULL    0x33584C44u /* "DLX3" */
+#define DL_BLOB_PART    0x34584C44u /* "DLX4" */
+
 #endif

@@ -1,7 +1,9 @@
 /*
  * test_dl_hostile: bad requests get clear errors and change nothing; a
  * dataset that cannot be opened fails the create with the reader's message
- * and stores nothing; time to first batch does not grow with the corpus.
+ * and stores nothing; time to first batch does not grow with the corpus;
+ * every single-bit corruption of an exported state blob is refused
+ * (STK_ECORRUPT: its CRC32C) and changes nothing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -75,6 +77,42 @@ static void test_hostile_requests(void **state) {
   rm(dir);
 }
 
+/* Flips each bit of an exported blob in turn: every import must fail with
+ * STK_ECORRUPT, and the job must serve what it served before. */
+static void test_state_blob_bit_flips(void **state) {
+  char *dir = t_tmpdir();
+  struct dl *dl = t_open(dir, 0);
+  assert_int_equal(t_create(dl, &BASE), 0);
+  assert_int_equal(dl_commit(dl, "h", 6), 0);
+  uint8_t *blob;
+  size_t len;
+  assert_int_equal(dl_export_state(dl, "h", 6, &blob, &len), 0);
+  assert_int_equal(dl_commit(dl, "h", 9), 0); /* a refused import must not roll back to 6 */
+  size_t n;
+  uint32_t *before = t_global(dl, "h", 10, 2, &n);
+  size_t refused = 0;
+  for (size_t bit = 0; bit < len * 8; bit++) {
+    blob[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    int rc = dl_import_state(dl, blob, len, NULL);
+    blob[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    if (rc == STK_ECORRUPT)
+      refused++;
+    else
+      fail_msg("bit %zu of %zu flipped: import returned %d, not STK_ECORRUPT", bit, len * 8, rc);
+  }
+  assert_int_equal(refused, len * 8);
+  uint32_t *after = t_global(dl, "h", 10, 2, &n);
+  assert_memory_equal(before, after, n * sizeof *after);
+  int64_t step = -1;
+  assert_int_equal(dl_import_state(dl, blob, len, &step), 0); /* the intact blob still imports */
+  assert_int_equal(step, 6);
+  free(before);
+  free(after);
+  free(blob);
+  dl_close(dl);
+  rm(dir);
+}
+
 static void test_bad_specs(void **state) {
   char *dir = t_tmpdir();
   struct dl *dl = t_open(dir, 0);
@@ -137,6 +175,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_hostile_requests),
       cmocka_unit_test(test_bad_specs),
+      cmocka_unit_test(test_state_blob_bit_flips),
       cmocka_unit_test(test_first_batch_flat),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
