@@ -359,7 +359,7 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   if (s->o.storage) {
     s->st = s->o.storage;
   } else {
-    err = storage_open(s->o.storage_url, &s->st);
+    err = storage_open_with(s->o.storage_url, s->o.s3, &s->st);
     if (err) return err;
     s->own_storage = true;
   }
@@ -399,6 +399,7 @@ int ckpt_service_open(uv_loop_t *loop, const struct ckpt_service_opts *opts,
   s->o.storage_url = s->url;
   s->o.key_prefix = s->prefix;
   err = (!s->url || !s->prefix) ? STK_ENOMEM : open_parts(loop, s);
+  s->o.s3 = NULL; /* Read by the open only (the store copied it). */
   if (!err) err = ckpt_recover(s);
   if (err) {
     open_fail(s);

@@ -46,9 +46,13 @@ typedef void (*ckpt_commit_hook_fn)(void *arg, const char *job, int64_t step,
  * production. */
 typedef void (*ckpt_probe_fn)(void *arg, const char *point);
 
+struct s3_config;
+
 struct ckpt_service_opts {
   const char *db_dir;            /* RocksDB directory (kv.h); created if missing. Required. */
   const char *storage_url;       /* file:///dir or s3://bucket/prefix. Required. */
+  const struct s3_config *s3;    /* S3 endpoint, region, keys (storage_open_with), read during
+                                    the open only; NULL: from the environment. */
   struct storage *storage;       /* Or an open store (borrowed; then storage_url is only
                                     used to render URIs). */
   const char *key_prefix;        /* Deployment prefix inside the store; "" default. */

@@ -12,6 +12,7 @@
 #include "ckpt_service.h"
 #include "daemon.h"
 #include "log.h"
+#include "s3_config.h"
 #include "shm_ring.h"
 #include "stk_error.h"
 
@@ -186,17 +187,6 @@ static int resolve_shm(struct checkpoint *ck, char *err, size_t err_len) {
 }
 
 /* storage.h reads the S3 settings from the environment; options win. */
-static void export_s3_options(const struct checkpoint_config *c) {
-  const struct {
-    const char *env, *value;
-  } rows[] = {{"AWS_ENDPOINT_URL", c->s3_endpoint},
-              {"AWS_REGION", c->s3_region},
-              {"AWS_ACCESS_KEY_ID", c->s3_access_key},
-              {"AWS_SECRET_ACCESS_KEY", c->s3_secret_key}};
-  for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-    if (rows[i].value && rows[i].value[0]) setenv(rows[i].env, rows[i].value, 1);
-}
-
 static char *read_token(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
@@ -246,9 +236,17 @@ static void on_commit(void *arg, const char *job, int64_t step, const char *mani
 static int open_core(struct checkpoint *ck) {
   char db[PATH_MAX];
   snprintf(db, sizeof(db), "%s/journal", ck->cfg.daemon.data_dir);
+  /* Unset fields fall back to AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID,
+   * AWS_SECRET_ACCESS_KEY (s3_config.h); nothing is written to the environment. */
+  const struct checkpoint_config *c = &ck->cfg;
+  struct s3_config s3 = {.endpoint = c->s3_endpoint,
+                         .region = c->s3_region,
+                         .access_key = c->s3_access_key,
+                         .secret_key = c->s3_secret_key};
   struct ckpt_service_opts o = {
       .db_dir = db,
       .storage_url = ck->storage_url,
+      .s3 = &s3,
       .key_prefix = ck->cfg.key_prefix,
       .staging_budget_bytes = ck->cfg.staging_budget_bytes,
       .upload_concurrency = (uint32_t)ck->cfg.upload_concurrency,
@@ -374,7 +372,6 @@ int main(int argc, char **argv) {
     cfg_free(&checkpoint_table, &ck.cfg);
     return rc < 0 ? 2 : 0;
   }
-  export_s3_options(&ck.cfg);
   rc = daemon_new("stoker-checkpoint", &ck.cfg.daemon, err, sizeof(err), &ck.daemon);
   if (rc) {
     fprintf(stderr, "stoker-checkpoint: %s\n", err);

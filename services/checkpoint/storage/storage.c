@@ -4,6 +4,8 @@
  */
 #include "storage_internal.h"
 
+#include "s3_config.h"
+
 #include "stk_error.h"
 
 #include <stdlib.h>
@@ -71,7 +73,7 @@ struct storage *storage_wrap(const struct storage_backend *be, void *impl,
   return st;
 }
 
-static int open_s3(const char *rest, struct storage **ret) {
+static int open_s3(const char *rest, const struct s3_config *s3, struct storage **ret) {
   const char *slash = strchr(rest, '/');
   size_t blen = slash ? (size_t)(slash - rest) : strlen(rest);
   if (blen == 0 || blen > 63) return STK_EINVAL;
@@ -80,10 +82,17 @@ static int open_s3(const char *rest, struct storage **ret) {
   bucket[blen] = '\0';
   const char *prefix = slash ? slash + 1 : "";
   if (prefix[0] && prefix_check(prefix)) return STK_EINVAL;
-  return storage_s3_open(bucket, prefix, ret);
+  struct s3_config cfg = {0};
+  if (s3) cfg = *s3;
+  cfg.bucket = bucket;
+  return storage_open_s3(&cfg, prefix, ret);
 }
 
 int storage_open(const char *url, struct storage **ret) {
+  return storage_open_with(url, NULL, ret);
+}
+
+int storage_open_with(const char *url, const struct s3_config *s3, struct storage **ret) {
   if (!url) return STK_EINVAL;
   if (strncmp(url, "file://", 7) == 0) {
     if (url[7] != '/') {
@@ -92,7 +101,7 @@ int storage_open(const char *url, struct storage **ret) {
     }
     return fs_backend_open(url + 7, ret);
   }
-  if (strncmp(url, "s3://", 5) == 0) return open_s3(url + 5, ret);
+  if (strncmp(url, "s3://", 5) == 0) return open_s3(url + 5, s3, ret);
   stk_set_detail("unknown storage URL scheme in \"%.64s\"", url);
   return STK_EINVAL;
 }

@@ -54,13 +54,17 @@ struct storage;
 
 /* Opens "file:///abs/dir" or "s3://bucket[/prefix]". The S3 backend reads
  * its endpoint, region and credentials from the environment (see
- * s3_config.h) unless storage_open_s3 is used. S3 opens run the
- * capability probe (s3_probe.h) under the prefix. */
+ * s3_config.h) unless storage_open_with or storage_open_s3 is used. S3
+ * opens run the capability probe (s3_probe.h) under the prefix. */
 int storage_open(const char *url, struct storage **ret);
+
+/* The same with the S3 settings of s3 (NULL: the environment's; fields left
+ * NULL or 0 also fall back to it; its bucket is ignored, the URL names it). */
+struct s3_config;
+int storage_open_with(const char *url, const struct s3_config *s3, struct storage **ret);
 
 /* The S3 backend with an explicit configuration (copied); keys are stored
  * under prefix ("" or ending in '/'). */
-struct s3_config;
 int storage_open_s3(const struct s3_config *cfg, const char *prefix, struct storage **ret);
 void storage_free(struct storage *st);
 

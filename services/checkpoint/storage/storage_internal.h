@@ -29,9 +29,8 @@ struct storage {
   struct storage_caps caps;
 };
 
-/* Backend constructors (fs_backend.c, storage_s3.c). */
+/* Backend constructor of fs_backend.c (storage_s3.c's is storage_open_s3). */
 int fs_backend_open(const char *root_dir, struct storage **ret);
-int storage_s3_open(const char *bucket, const char *prefix, struct storage **ret);
 
 /* Wraps a backend in a new struct storage; NULL on out of memory. */
 struct storage *storage_wrap(const struct storage_backend *be, void *impl,

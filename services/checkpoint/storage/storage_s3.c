@@ -327,8 +327,3 @@ int storage_open_s3(const struct s3_config *cfg, const char *prefix, struct stor
   *ret = st;
   return 0;
 }
-
-int storage_s3_open(const char *bucket, const char *prefix, struct storage **ret) {
-  struct s3_config cfg = {.bucket = bucket};
-  return storage_open_s3(&cfg, prefix, ret);
-}
