@@ -38,10 +38,6 @@ void ckpt_jkey_object(struct ckpt_jkey *k, const char *attempt, uint32_t rank, u
   jkey_fmt(k, "O/%s/%08x/%08x", attempt, rank, index);
 }
 
-void ckpt_jkey_parts(struct ckpt_jkey *k, const char *attempt, uint32_t rank, uint32_t index) {
-  jkey_fmt(k, "P/%s/%08x/%08x/", attempt, rank, index);
-}
-
 void ckpt_jkey_part(struct ckpt_jkey *k, const char *attempt, uint32_t rank, uint32_t index,
                     uint32_t part) {
   jkey_fmt(k, "P/%s/%08x/%08x/%08x", attempt, rank, index, part);

@@ -38,8 +38,6 @@ void ckpt_jkey_attempt(struct ckpt_jkey *k, const char *attempt);
 void ckpt_jkey_attempt_prefix(struct ckpt_jkey *k, char kind, const char *attempt);
 void ckpt_jkey_rank(struct ckpt_jkey *k, const char *attempt, uint32_t rank);
 void ckpt_jkey_object(struct ckpt_jkey *k, const char *attempt, uint32_t rank, uint32_t index);
-/* The prefix of one object's part records. */
-void ckpt_jkey_parts(struct ckpt_jkey *k, const char *attempt, uint32_t rank, uint32_t index);
 void ckpt_jkey_part(struct ckpt_jkey *k, const char *attempt, uint32_t rank, uint32_t index,
                     uint32_t part);
 /* kind 'C' (committed) or 'D' (deleting); step < 0 gives the job's prefix. */

@@ -115,8 +115,6 @@ struct model;
 int model_new(const struct model_config *cfg, int B, int T, struct model **ret_model);
 void model_free(struct model *m);
 
-const struct model_config *model_get_config(const struct model *m);
-
 /*
  * Copies the next batch: inputs (B,T) and targets (B,T), tokens in [0,V).
  * targets may be NULL for forward only (no loss, no backward). Starts a new

@@ -98,10 +98,6 @@ void model_free(struct model *m) {
   free(m);
 }
 
-const struct model_config *model_get_config(const struct model *m) {
-  return &m->cfg;
-}
-
 float model_loss(const struct model *m) {
   return m->loss;
 }

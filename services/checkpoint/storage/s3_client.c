@@ -326,7 +326,3 @@ void s3_client_stats(const struct s3_client *c, struct s3_stats *ret) {
   ret->limit = c->limit;
   ret->running = c->running;
 }
-
-const struct s3_config *s3_client_config(const struct s3_client *c) {
-  return &c->cfg;
-}

@@ -134,7 +134,4 @@ int s3_client_submit(struct s3_client *c, const struct s3_op *op, s3_done_fn don
 
 void s3_client_stats(const struct s3_client *c, struct s3_stats *ret);
 
-/* The configuration in use (after defaults and environment). */
-const struct s3_config *s3_client_config(const struct s3_client *c);
-
 #endif

@@ -153,9 +153,3 @@ int s3_sync_do(struct s3_sync *s, const struct s3_op *op, struct s3_result *ret)
   post_and_wait(s, &call);
   return ret->err;
 }
-
-void s3_sync_stats(struct s3_sync *s, struct s3_stats *ret) {
-  struct s3_result unused;
-  struct call call = {.op = NULL, .res = &unused, .stats = ret};
-  post_and_wait(s, &call);
-}

@@ -21,6 +21,4 @@ void s3_sync_free(struct s3_sync *s);
  * s3_result_clear); the return value is ret->err. */
 int s3_sync_do(struct s3_sync *s, const struct s3_op *op, struct s3_result *ret);
 
-void s3_sync_stats(struct s3_sync *s, struct s3_stats *ret);
-
 #endif
