@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "rpc.h"
+#include "stk_config.h"
 
 static const char usage_text[] =
     "usage: stokerctl [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]\n"
@@ -55,7 +56,8 @@ static const char usage_text[] =
     "  --tls-cert FILE      client certificate for mutual TLS (PEM)\n"
     "  --tls-key FILE       client key for mutual TLS (PEM)\n"
     "  --token-file FILE    bearer token (env STOKER_TOKEN_FILE)\n"
-    "  -h, --help           this text\n"
+    "  -h, --help           this text (after a command: that command's usage)\n"
+    "  --version            print \"stokerctl VERSION\" and exit\n"
     "\n"
     "Exit codes:\n"
     "  0  ok\n"
@@ -192,6 +194,10 @@ int main(int argc, char **argv) {
   char why[256];
   struct cli_ctx top = {.args = &a};
   if (cli_parse(argc, argv, &a, why, sizeof(why)) < 0) return cli_usage_error(&top, "%s", why);
+  if (a.version) {
+    printf("stokerctl %s\n", STK_VERSION);
+    return CLI_EXIT_OK;
+  }
   if (a.help || a.n_pos == 0) {
     fputs(usage_text, a.help ? stdout : stderr);
     return a.help ? CLI_EXIT_OK : CLI_EXIT_USAGE;

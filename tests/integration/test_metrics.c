@@ -19,6 +19,7 @@
 
 #include "harness.h"
 #include "ranks.h"
+#include "stk_config.h"
 
 #include <sys/time.h>
 
@@ -104,6 +105,17 @@ static void test_requests_counted(void **state) {
   expect_metrics(port, want, 2);
 }
 
+/* Every scrape names the build: the version and the service. */
+static void test_build_info(void **state) {
+  struct harness_daemon *d = *state;
+  int port = atoi(strrchr(d->args[1], ':') + 1);
+  const char *want[] = {
+      "# TYPE stoker_build_info gauge\n",
+      "stoker_build_info{version=\"" STK_VERSION "\",service=\"coordinator\"} 1\n",
+  };
+  expect_metrics(port, want, 2);
+}
+
 /* The value of a counter line "NAME VALUE" in body; -1 when absent. */
 static double metric_value(const char *body, const char *name) {
   char key[200];
@@ -147,6 +159,7 @@ int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_requests_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_build_info, setup, teardown),
       cmocka_unit_test_setup_teardown(test_heartbeats_keep_their_interval, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

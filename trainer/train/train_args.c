@@ -15,8 +15,9 @@ static void usage(const char *prog) {
           "  [--dataloader ADDR[,ADDR...]] [--checkpoint ADDR] [--data-job NAME] [--steps N]\n"
           "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
           "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
-          "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n",
-          prog);
+          "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n"
+          "       %s --version\n",
+          prog, prog);
 }
 
 static void defaults(struct train_opts *o) {
