@@ -239,7 +239,9 @@ static int open_core(struct checkpoint *ck) {
   };
   stk_clear_detail();
   int rc = ckpt_service_open(daemon_loop(ck->daemon), &o, &ck->svc);
-  if (rc)
+  if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */
+    log_error("startup", "%s", stk_detail());
+  else if (rc)
     log_error("startup", "cannot open the checkpoint service (%s, %s): %s%s%s", db, ck->storage_url,
               stk_strerror(rc), stk_detail()[0] ? ": " : "", stk_detail());
   else

@@ -46,8 +46,10 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "net_listen.h"
 #include "stk_error.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,8 +331,11 @@ static int bind_and_start(struct rpc_server *s, char *ret_bound, size_t bound_le
   if (err) return err;
   int port = grpc_server_add_http2_port(s->server, s->listen, s->creds);
   if (port <= 0) {
-    stk_set_detail("rpc: cannot listen on %s", s->listen);
-    return STK_EIO;
+    /* gRPC does not say why: a bind of our own finds the errno. */
+    char why[300];
+    int errnum = net_listen_probe(s->listen, why, sizeof(why));
+    stk_set_detail("%s", why);
+    return errnum == EADDRINUSE ? STK_EUNAVAIL : STK_EIO;
   }
   err = rpc_pump_start(s->loop, s->cq, s->cq_threads, &s->pump);
   if (err) return err;
