@@ -61,6 +61,7 @@ int daemon_new(const char *name, const struct daemon_options *opts, char *err, s
   uv_loop_init(&d->loop);
   d->metrics = metrics_new();
   publish_build_info(d);
+  metrics_add_collector(d->metrics, metrics_process_collect, NULL);
   struct rpc_server_opts ro = {
       .listen = opts->listen,
       .tls_cert_file = nonempty(opts->tls_cert),
