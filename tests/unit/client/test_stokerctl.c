@@ -116,6 +116,49 @@ static void test_exit_codes(void **state) {
   assert_non_null(strstr(r.out, "Exit codes:"));
 }
 
+/* --help after a command prints that command's usage; after a group, the
+ * group's subcommands; a bare group lists them on stderr, exit 1. */
+static void test_help_per_command(void **state) {
+  static struct cli_run r;
+  run(&r, "checkpoint list --help");
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.err, "");
+  assert_true(strncmp(r.out, "usage: stokerctl [GLOBAL FLAGS] checkpoint list JOB\n", 52) == 0);
+  assert_non_null(strstr(r.out, "committed checkpoints of a job"));
+  assert_null(strstr(r.out, "job create"));
+  run(&r, "job create --help"); /* No operands needed with --help. */
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "job create NAME --min N --max N"));
+  assert_non_null(strstr(r.out, "--join-timeout DURATION"));
+  assert_null(strstr(r.out, "Exit codes:"));
+  run(&r, "job --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "usage: stokerctl [GLOBAL FLAGS] job SUBCOMMAND"));
+  assert_non_null(strstr(r.out, "  job show NAME "));
+  assert_non_null(strstr(r.out, "  job delete NAME [--force] "));
+  assert_null(strstr(r.out, "loader create"));
+  assert_null(strstr(r.out, "jobs list"));
+  run(&r, "loader --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "  loader explain JOB STEP [--rank R --world W]"));
+  assert_null(strstr(r.out, "job show"));
+  run(&r, "health --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "usage: stokerctl [GLOBAL FLAGS] health\n"));
+  run(&r, "job");
+  assert_int_equal(r.rc, 1);
+  assert_string_equal(r.out, "");
+  assert_non_null(strstr(r.err, "  job watch NAME [--after SEQ] "));
+  run(&r, "job frobnicate x");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "unknown command \"job frobnicate\" (see stokerctl job --help)"));
+  run(&r, "--help"); /* The global usage still lists every command. */
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "  checkpoint delete JOB STEP "));
+  assert_non_null(strstr(r.out, "  jobs list [--label K=V]... "));
+  assert_non_null(strstr(r.out, "Global flags:"));
+}
+
 static void write_file(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
   assert_non_null(f);
@@ -165,7 +208,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_not_found_line),  cmocka_unit_test(test_show_json),
       cmocka_unit_test(test_watch_until_end), cmocka_unit_test(test_health),
-      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_token),
+      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_help_per_command),
+      cmocka_unit_test(test_token),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
