@@ -80,16 +80,41 @@ static void test_watch_until_end(void **state) {
   assert_int_equal(lines, 3);
 }
 
+/* One line per service given: SERVICE ADDRESS STATUS DETAIL; a service
+ * that does not answer is "unreachable" with the reason, and fails the
+ * whole check. --json: one object per service, "error" only on failure. */
 static void test_health(void **state) {
   static struct cli_run r;
   run(&r, "health");
   assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "coordinator"));
-  assert_non_null(strstr(r.out, "SERVING"));
-  /* A second address that is down makes the whole check fail. */
-  run(&r, "health --dataloader 127.0.0.1:1 --timeout 2s");
+  char want[256];
+  snprintf(want, sizeof(want), "coordinator  %s  SERVING  -\n", fake.server.addr);
+  assert_non_null(strstr(r.out, "SERVICE      ADDRESS"));
+  assert_non_null(strstr(r.out, want));
+  run(&r, "health --dataloader 127.0.0.1:1 --checkpoint 127.0.0.1:1 --timeout 2s");
   assert_int_equal(r.rc, 4);
-  assert_non_null(strstr(r.out, "dataloader"));
+  assert_non_null(strstr(r.out, "\ndataloader   127.0.0.1:1 "));
+  assert_non_null(strstr(r.out, "\ncheckpoint   127.0.0.1:1 "));
+  int unreachable = 0;
+  for (char *p = r.out; (p = strstr(p, " unreachable ")); p++) unreachable++;
+  assert_int_equal(unreachable, 2);
+  run(&r, "--json health --dataloader 127.0.0.1:1 --timeout 2s");
+  assert_int_equal(r.rc, 4);
+  char *nl = strchr(r.out, '\n');
+  assert_non_null(nl);
+  *nl = '\0';
+  cJSON *co = cJSON_Parse(r.out), *dl = cJSON_Parse(nl + 1);
+  assert_non_null(co);
+  assert_non_null(dl);
+  assert_string_equal(cJSON_GetObjectItem(co, "service")->valuestring, "coordinator");
+  assert_string_equal(cJSON_GetObjectItem(co, "address")->valuestring, fake.server.addr);
+  assert_string_equal(cJSON_GetObjectItem(co, "status")->valuestring, "SERVING");
+  assert_null(cJSON_GetObjectItem(co, "error"));
+  assert_string_equal(cJSON_GetObjectItem(dl, "service")->valuestring, "dataloader");
+  assert_string_equal(cJSON_GetObjectItem(dl, "status")->valuestring, "unreachable");
+  assert_non_null(cJSON_GetObjectItem(dl, "error"));
+  cJSON_Delete(co);
+  cJSON_Delete(dl);
 }
 
 static void test_exit_codes(void **state) {
