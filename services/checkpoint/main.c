@@ -297,6 +297,9 @@ static void drain_service(struct daemon *dm, void *arg) {
 static void service_closed(void *arg) {
   struct checkpoint *ck = arg;
   log_info("shutdown", "uploads, commits and the journal are flushed");
+  /* The core removed its segments; the auto directory's owner record and
+   * the directory go too, so a clean stop leaves nothing in /dev/shm. */
+  if (ck->shm_owner[0]) shm_ring_forget_owner(ck->shm_dir);
   daemon_service_closed(ck->daemon);
 }
 
