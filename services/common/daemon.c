@@ -53,6 +53,7 @@ static void publish_build_info(struct daemon *d) {
 int daemon_new(const char *name, const struct daemon_options *opts, char *err, size_t err_len,
                struct daemon **ret_daemon) {
   log_init((enum log_level)opts->log_level, opts->log_json);
+  rpc_log_to_daemon_log();
   log_info("start", "daemon=%s version=%s pid=%d", name, STK_VERSION, (int)getpid());
   struct daemon *d = calloc(1, sizeof(*d));
   if (!d) return STK_ENOMEM;

@@ -51,6 +51,10 @@ enum rpc_code {
 /* "NOT_FOUND" for RPC_NOT_FOUND. */
 const char *rpc_code_name(int code);
 
+/* Sends gRPC core's log lines through log.h (event "grpc"; gRPC's ERROR
+ * becomes warn). Call once, before the first server or client. */
+void rpc_log_to_daemon_log(void);
+
 /* ---------------------------------------------------------------- server */
 
 struct rpc_server;

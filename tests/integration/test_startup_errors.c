@@ -4,6 +4,7 @@
  * acts on: the gRPC port taken ("cannot listen on 127.0.0.1:P: port P is
  * in use"), the metrics port taken, and the data directory held by another
  * running daemon ("the data directory DIR is locked by process PID").
+ * gRPC core's own lines come through the daemon's logger.
  * Arguments: the coordinator, dataloader and checkpoint binaries.
  */
 #include <arpa/inet.h>
@@ -70,6 +71,15 @@ static void test_grpc_port_in_use(void **state) {
   snprintf(args, sizeof(args), "--listen 127.0.0.1:%d --data-dir '%s/data'", port, dir);
   snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%d: port %d is in use", port, port);
   expect_failure(test_argv[1], args, want);
+  /* gRPC's own complaint came through the daemon's logger, not as gRPC's
+   * "E1125 01:09:48.982531759 ..." line. */
+  expect_failure(test_argv[1], args, " WARN  grpc ");
+  int status;
+  char *out = run(test_argv[1], args, &status);
+  for (const char *line = out; line && *line;
+       line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+    if (line[0] == 'E' && line[1] >= '0' && line[1] <= '9') fail_msg("a gRPC line in:\n%s", out);
+  free(out);
   close(fd);
   harness_tmpdir_remove(dir);
 }
