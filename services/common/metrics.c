@@ -314,6 +314,7 @@ static void render_series(struct strbuf *sb, const struct family *f, const struc
 }
 
 int metrics_add_collector(struct metrics *m, metrics_collect_fn fn, void *arg) {
+  if (!m || !fn) return STK_EINVAL;
   pthread_mutex_lock(&m->mu);
   struct collector *grown = realloc(m->collectors, (m->n_collectors + 1) * sizeof(*grown));
   if (grown) {

@@ -42,7 +42,7 @@ void metric_histogram_observe(struct metric_histogram *h, double seconds);
 struct strbuf;
 typedef void (*metrics_collect_fn)(struct strbuf *out, void *arg);
 /* Adds a collector, run after the registry's own series on every render.
- * Returns 0 or STK_ENOMEM. */
+ * Returns 0, STK_EINVAL (m or fn NULL) or STK_ENOMEM. */
 int metrics_add_collector(struct metrics *m, metrics_collect_fn fn, void *arg);
 
 /* The collector of the process_* series Prometheus client libraries

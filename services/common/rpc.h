@@ -99,7 +99,8 @@ int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescripto
                            const struct rpc_method_def *defs, size_t n_defs, void *svc_data);
 
 /* Binds and starts serving; writes "HOST:PORT" actually bound to
- * ret_bound. Errors: STK_EIO (cannot bind). */
+ * ret_bound. Errors: STK_EUNAVAIL (the port is in use), STK_EIO (cannot
+ * bind otherwise), the cause in words as stk_detail() (net_listen.h). */
 int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len);
 
 /* Health status for a service name ("" is the whole server). Watchers are
