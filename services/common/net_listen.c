@@ -10,6 +10,7 @@
 #include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -36,9 +37,15 @@ void net_listen_describe(const char *listen, int errnum, char *out, size_t out_l
     return;
   }
   switch (errnum) {
-  case EADDRINUSE:
-    snprintf(out, out_len, "port %s is in use", port);
+  case EADDRINUSE: {
+    char name[32] = "";
+    int pid = net_listen_owner(atoi(port), name, sizeof(name));
+    if (pid > 0)
+      snprintf(out, out_len, "port %s is in use by process %d (%s)", port, pid, name);
+    else
+      snprintf(out, out_len, "port %s is in use", port);
     break;
+  }
   case EADDRNOTAVAIL:
     snprintf(out, out_len, "%s is not an address of this machine", host);
     break;

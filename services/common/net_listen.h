@@ -13,9 +13,9 @@
 
 /* One phrase for a failed bind or listen of listen ("HOST:PORT",
  * "[V6]:PORT") with the positive errno errnum: EADDRINUSE gives "port N is
- * in use", EADDRNOTAVAIL "HOST is not an address of this machine", EACCES
- * "port N needs privileges (below 1024) or is forbidden", others
- * strerror's text. Writes to out (always terminated). */
+ * in use" (and " by process PID (NAME)" when net_listen_owner finds it), EADDRNOTAVAIL "HOST is not
+ * an address of this machine", EACCES "port N needs privileges (below 1024) or is forbidden",
+ * others strerror's text. Writes to out (always terminated). */
 void net_listen_describe(const char *listen, int errnum, char *out, size_t out_len);
 
 /* Binds (without listening) a TCP socket to listen and closes it again.
@@ -23,5 +23,10 @@ void net_listen_describe(const char *listen, int errnum, char *out, size_t out_l
  * (EINVAL for an address that does not parse or resolve), with the
  * description in out. */
 int net_listen_probe(const char *listen, char *out, size_t out_len);
+
+/* The process listening on TCP port (any address), by /proc (net_owner.c):
+ * its pid, with its command name in ret_name (may be NULL), or 0 when
+ * unknown (not Linux, another user's process, nobody listening). */
+int net_listen_owner(int port, char *ret_name, size_t name_len);
 
 #endif

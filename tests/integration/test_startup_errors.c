@@ -2,10 +2,11 @@
  * Start-up errors that name their cause. The real daemons are started
  * where they cannot run and must exit non-zero with the reason an operator
  * acts on: the gRPC port taken ("cannot listen on 127.0.0.1:P: port P is
- * in use"), the metrics port taken, and the data directory held by another
- * running daemon ("the data directory DIR is locked by process PID").
- * gRPC core's own lines come through the daemon's logger.
- * Arguments: the coordinator, dataloader and checkpoint binaries.
+ * in use by process PID (NAME)", the holder found in /proc), the metrics
+ * port taken, and the data directory held by another running daemon ("the
+ * data directory DIR is locked by process PID"). gRPC core's own lines
+ * come through the daemon's logger. Arguments: the coordinator, dataloader
+ * and checkpoint binaries.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -64,12 +65,14 @@ static void expect_failure(const char *binary, const char *args, const char *wan
 }
 
 static void test_grpc_port_in_use(void **state) {
-  char dir[256], args[1024], want[128];
+  char dir[256], args[1024], want[192];
   assert_int_equal(harness_tmpdir_new(dir, sizeof(dir)), 0);
   int port;
   int fd = listen_somewhere(&port);
   snprintf(args, sizeof(args), "--listen 127.0.0.1:%d --data-dir '%s/data'", port, dir);
-  snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%d: port %d is in use", port, port);
+  /* This process holds the port: the message names it. */
+  snprintf(want, sizeof(want), "cannot listen on 127.0.0.1:%d: port %d is in use by process %d (",
+           port, port, (int)getpid());
   expect_failure(test_argv[1], args, want);
   /* gRPC's own complaint came through the daemon's logger, not as gRPC's
    * "E1125 01:09:48.982531759 ..." line. */
@@ -85,14 +88,15 @@ static void test_grpc_port_in_use(void **state) {
 }
 
 static void test_metrics_port_in_use(void **state) {
-  char dir[256], args[1024], want[128];
+  char dir[256], args[1024], want[192];
   assert_int_equal(harness_tmpdir_new(dir, sizeof(dir)), 0);
   int port;
   int fd = listen_somewhere(&port);
   snprintf(args, sizeof(args),
            "--listen 127.0.0.1:0 --metrics-listen 127.0.0.1:%d --data-dir '%s/data'", port, dir);
-  snprintf(want, sizeof(want), "cannot serve metrics on 127.0.0.1:%d: port %d is in use", port,
-           port);
+  snprintf(want, sizeof(want),
+           "cannot serve metrics on 127.0.0.1:%d: port %d is in use by process %d (", port, port,
+           (int)getpid());
   expect_failure(test_argv[1], args, want);
   close(fd);
   harness_tmpdir_remove(dir);
