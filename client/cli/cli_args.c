@@ -33,6 +33,7 @@ static const struct {
     {"timeout", FLAG_VALUE, 0},
     {"json", FLAG_SWITCH, 0},
     {"help", FLAG_SWITCH, 0},
+    {"version", FLAG_SWITCH, 0},
     {"label", FLAG_VALUE, 0},
     {"after", FLAG_VALUE, 0},
     {"min", FLAG_VALUE, 0},
@@ -78,6 +79,8 @@ static int store_flag(struct cli_args *a, int f, const char *value, char *err, s
     a->json = true;
   } else if (strcmp(name, "help") == 0) {
     a->help = true;
+  } else if (strcmp(name, "version") == 0) {
+    a->version = true;
   } else if (strcmp(name, "timeout") == 0) {
     if (cli_parse_duration_ms(value, &a->timeout_ms) < 0 || a->timeout_ms <= 0) {
       snprintf(err, err_len, "--timeout: bad duration \"%s\" (e.g. 500ms, 10s, 2m)", value);

@@ -44,6 +44,7 @@ struct cli_args {
   int64_t timeout_ms;
   bool json;
   bool help;
+  bool version; /* --version: print "stokerctl VERSION" and exit 0. */
   /* Words that are not flags: the subcommand and its operands. */
   int n_pos;
   const char *pos[CLI_MAX_POSITIONAL];

@@ -1,8 +1,8 @@
 /*
  * stokerctl: the operator's command line for Stoker. main() parses the
  * command line, finds the subcommand in one table (words, operands, flags
- * it accepts), and runs it; every failure ends as one line on stderr and an
- * exit code from the table in --help.
+ * it accepts, usage; cli_help.c prints the usage texts from it), and runs it; every failure ends as
+ * one line on stderr and an exit code from the table in --help.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,97 +11,139 @@
 #include <time.h>
 
 #include "cli.h"
+#include "cli_help.h"
 #include "rpc.h"
+#include "stk_config.h"
 #include "stk_error.h"
 
-static const char usage_text[] =
-    "usage: stokerctl [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]\n"
-    "\n"
-    "Commands:\n"
-    "  health                          check every service address given\n"
-    "  jobs list [--label K=V]...      list jobs (with all of these labels)\n"
-    "  job show NAME                   spec, state, checkpoint and members\n"
-    "  job watch NAME [--after SEQ]    stream events until Ctrl-C or deletion\n"
-    "  job create NAME --min N --max N [--heartbeat 5s] [--misses 3]\n"
-    "             [--last-call 30s] [--join-timeout 10m] [--label K=V]...\n"
-    "             [--dataset URI] [--checkpoint-storage URI] [--checkpoint-every N]\n"
-    "  job scale NAME N [--skip-checkpoint]\n"
-    "  job pause|resume|stop NAME [--force]\n"
-    "  job delete NAME [--force]\n"
-    "  loader create JOB --dataset NAME=URI[:FORMAT][@WEIGHT]... --seq-len N\n"
-    "             --global-batch N [--seed N] [--shards L] [--lanes C] [--bos ID]\n"
-    "             [--eos ID] [--max-doc-tokens N]     (FORMAT: megatron, llmc, text)\n"
-    "  loader show JOB                 spec, datasets and committed step\n"
-    "  loader mixture JOB --from-step S [--dataset ...]... [--seq-len N]\n"
-    "             [--global-batch N]   new configuration from step S on\n"
-    "  loader explain JOB STEP [--rank R --world W]   where each line came from\n"
-    "  loader commit JOB STEP          make the loader state after STEP durable\n"
-    "  checkpoint list JOB             committed checkpoints of a job\n"
-    "  checkpoint show JOB STEP        manifest: tensors, dtype, shape, chunks, objects\n"
-    "                                  (--json: the whole manifest)\n"
-    "  checkpoint verify JOB STEP [--progress]   re-read every byte, check every CRC\n"
-    "                                  (progress bar on a terminal or with --progress)\n"
-    "  checkpoint delete JOB STEP      delete a committed checkpoint\n"
-    "\n"
-    "Global flags:\n"
-    "  --coordinator ADDR   coordinator HOST:PORT (env STOKER_COORDINATOR,\n"
-    "                       default " CLI_DEFAULT_COORDINATOR ")\n"
-    "  --dataloader ADDRS   dataloader HOST:PORT, or a comma-separated list of the parts\n"
-    "                       of a scaled-out one (env STOKER_DATALOADER)\n"
-    "  --checkpoint ADDR    checkpoint service HOST:PORT (env STOKER_CHECKPOINT,\n"
-    "                       default 127.0.0.1:7072)\n"
-    "  --json               JSON output, one object per line\n"
-    "  --timeout DURATION   per-call deadline (default 10s; e.g. 500ms, 30s, 2m)\n"
-    "  --tls-ca FILE        use TLS, verifying servers with this CA (PEM)\n"
-    "  --tls-cert FILE      client certificate for mutual TLS (PEM)\n"
-    "  --tls-key FILE       client key for mutual TLS (PEM)\n"
-    "  --token-file FILE    bearer token (env STOKER_TOKEN_FILE)\n"
-    "  -h, --help           this text\n"
-    "\n"
-    "Exit codes:\n"
-    "  0  ok\n"
-    "  1  usage error or invalid argument\n"
-    "  2  not found\n"
-    "  3  failed precondition or conflict (wrong state, already exists, aborted)\n"
-    "  4  unavailable or timed out (includes a service not SERVING)\n"
-    "  5  unauthenticated or permission denied\n"
-    "  6  other error\n";
-
-struct command {
-  const char *words[2]; /* words[1] NULL for one-word commands. */
-  int n_ops;            /* Operands required after the words. */
-  const char *flags;    /* Subcommand flags accepted, space-separated. */
-  int (*run)(const struct cli_ctx *x);
-};
-
-static const struct command commands[] = {
-    {{"health", NULL}, 0, "", cli_health},
-    {{"jobs", "list"}, 0, "label", cli_jobs_list},
-    {{"job", "show"}, 1, "", cli_job_show},
-    {{"job", "watch"}, 1, "after", cli_job_watch},
+static const struct cli_command commands[] = {
+    {{"health", NULL},
+     0,
+     "",
+     cli_health,
+     "",
+     "check every service address given",
+     "One line per service: SERVICE ADDRESS STATUS, STATUS being SERVING, NOT_SERVING or\n"
+     "unreachable (with the reason). The coordinator is always checked; the dataloader (each\n"
+     "part of a scaled-out one) and the checkpoint service when their address is given\n"
+     "(--dataloader, --checkpoint or STOKER_DATALOADER, STOKER_CHECKPOINT).\n"
+     "--json: one object per service {\"service\",\"address\",\"status\"} (and \"error\" when\n"
+     "unreachable). Exits 0 when all are SERVING, 4 otherwise.\n"},
+    {{"jobs", "list"},
+     0,
+     "label",
+     cli_jobs_list,
+     "[--label K=V]...",
+     "list jobs (with all of these labels)",
+     NULL},
+    {{"job", "show"}, 1, "", cli_job_show, "NAME", "spec, state, checkpoint and members", NULL},
+    {{"job", "watch"},
+     1,
+     "after",
+     cli_job_watch,
+     "NAME [--after SEQ]",
+     "stream events until Ctrl-C or deletion",
+     "  --after SEQ   only the events after sequence number SEQ\n"},
     {{"job", "create"},
      1,
      "min max heartbeat misses last-call join-timeout label dataset checkpoint-storage "
      "checkpoint-every",
-     cli_job_create},
-    {{"job", "scale"}, 2, "skip-checkpoint", cli_job_scale},
-    {{"job", "pause"}, 1, "force", cli_job_pause},
-    {{"job", "resume"}, 1, "", cli_job_resume},
-    {{"job", "stop"}, 1, "force", cli_job_stop},
-    {{"job", "delete"}, 1, "force", cli_job_delete},
+     cli_job_create,
+     "NAME --min N --max N [--heartbeat 5s] [--misses 3]\n[--last-call 30s] [--join-timeout "
+     "10m] [--label K=V]...\n[--dataset URI] [--checkpoint-storage URI] [--checkpoint-every N]",
+     "create a job",
+     "  --min N, --max N        ranks a generation may start with, and at most\n"
+     "  --heartbeat DURATION    heartbeat interval of the ranks (default 5s)\n"
+     "  --misses N              heartbeats missed before a rank is lost (default 3)\n"
+     "  --last-call DURATION    wait for more ranks once --min joined (default 30s)\n"
+     "  --join-timeout DURATION how long a join may wait (default 10m)\n"
+     "  --label K=V             a label (repeatable)\n"
+     "  --dataset URI, --checkpoint-storage URI, --checkpoint-every N   kept in the spec\n"},
+    {{"job", "scale"},
+     2,
+     "skip-checkpoint",
+     cli_job_scale,
+     "NAME N [--skip-checkpoint]",
+     "checkpoint, then restart at N ranks",
+     NULL},
+    {{"job", "pause"},
+     1,
+     "force",
+     cli_job_pause,
+     "NAME [--force]",
+     "checkpoint, then pause (--force: without the checkpoint)",
+     NULL},
+    {{"job", "resume"}, 1, "", cli_job_resume, "NAME", "resume a paused job", NULL},
+    {{"job", "stop"},
+     1,
+     "force",
+     cli_job_stop,
+     "NAME [--force]",
+     "checkpoint, then stop (--force: without the checkpoint)",
+     NULL},
+    {{"job", "delete"},
+     1,
+     "force",
+     cli_job_delete,
+     "NAME [--force]",
+     "delete a job (--force: even while ranks are members)",
+     NULL},
     {{"loader", "create"},
      1,
      "dataset seq-len global-batch seed shards lanes bos eos max-doc-tokens",
-     cli_loader_create},
-    {{"loader", "show"}, 1, "", cli_loader_show},
-    {{"loader", "mixture"}, 1, "from-step dataset seq-len global-batch", cli_loader_mixture},
-    {{"loader", "explain"}, 2, "rank world", cli_loader_explain},
-    {{"loader", "commit"}, 2, "", cli_loader_commit},
-    {{"checkpoint", "list"}, 1, "", cli_ckpt_list},
-    {{"checkpoint", "show"}, 2, "", cli_ckpt_show},
-    {{"checkpoint", "verify"}, 2, "progress", cli_ckpt_verify},
-    {{"checkpoint", "delete"}, 2, "", cli_ckpt_delete},
+     cli_loader_create,
+     "JOB --dataset NAME=URI[:FORMAT][@WEIGHT]... --seq-len N\n--global-batch N [--seed N] "
+     "[--shards L] [--lanes C] [--bos ID]\n[--eos ID] [--max-doc-tokens N]",
+     "create a job's data loader (FORMAT: megatron, llmc, text)",
+     NULL},
+    {{"loader", "show"}, 1, "", cli_loader_show, "JOB", "spec, datasets and committed step", NULL},
+    {{"loader", "mixture"},
+     1,
+     "from-step dataset seq-len global-batch",
+     cli_loader_mixture,
+     "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N]",
+     "new configuration from step S on",
+     NULL},
+    {{"loader", "explain"},
+     2,
+     "rank world",
+     cli_loader_explain,
+     "JOB STEP [--rank R --world W]",
+     "where each line came from",
+     NULL},
+    {{"loader", "commit"},
+     2,
+     "",
+     cli_loader_commit,
+     "JOB STEP",
+     "make the loader state after STEP durable",
+     NULL},
+    {{"checkpoint", "list"}, 1, "", cli_ckpt_list, "JOB", "committed checkpoints of a job", NULL},
+    {{"checkpoint", "show"},
+     2,
+     "",
+     cli_ckpt_show,
+     "JOB STEP",
+     "manifest: tensors, dtype, shape, chunks, objects",
+     "  --json   the whole manifest\n"},
+    {{"checkpoint", "verify"},
+     2,
+     "progress",
+     cli_ckpt_verify,
+     "JOB STEP [--progress]",
+     "re-read every byte, check every CRC",
+     "  --progress   a progress bar on stderr (the default on a terminal)\n"
+     "Exits 6 when any block is bad.\n"},
+    {{"checkpoint", "delete"},
+     2,
+     "",
+     cli_ckpt_delete,
+     "JOB STEP",
+     "delete a committed checkpoint",
+     NULL},
 };
+
+#define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 int64_t cli_now_ms(void) {
   struct timespec ts;
@@ -115,7 +157,10 @@ int cli_usage_error(const struct cli_ctx *x, const char *fmt, ...) {
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, " (see stokerctl --help)\n");
+  if (x->cmd)
+    fprintf(stderr, " (see stokerctl %s --help)\n", x->cmd);
+  else
+    fprintf(stderr, " (see stokerctl --help)\n");
   return CLI_EXIT_USAGE;
 }
 
@@ -151,13 +196,13 @@ static bool listed(const char *list, const char *name) {
   return false;
 }
 
-static int words_of(const struct command *cmd) {
+static int words_of(const struct cli_command *cmd) {
   return cmd->words[1] ? 2 : 1;
 }
 
-static const struct command *find_command(const struct cli_args *a) {
-  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-    const struct command *cmd = &commands[i];
+static const struct cli_command *find_command(const struct cli_args *a) {
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    const struct cli_command *cmd = &commands[i];
     int w = words_of(cmd);
     if (a->n_pos >= w && strcmp(a->pos[0], cmd->words[0]) == 0 &&
         (w == 1 || strcmp(a->pos[1], cmd->words[1]) == 0))
@@ -167,7 +212,7 @@ static const struct command *find_command(const struct cli_args *a) {
 }
 
 /* Checks operands and flags of cmd, then runs it. */
-static int run_command(const struct command *cmd, const struct cli_args *a) {
+static int run_command(const struct cli_command *cmd, const struct cli_args *a) {
   char name[64];
   int w = words_of(cmd);
   snprintf(name, sizeof(name), "%s%s%s", cmd->words[0], w == 2 ? " " : "",
@@ -184,6 +229,27 @@ static int run_command(const struct command *cmd, const struct cli_args *a) {
   return cmd->run(&x);
 }
 
+/* No command matches the words: a group alone ("stokerctl job") or with
+ * --help prints the group's subcommands (to stderr with exit 1 when bare,
+ * like stokerctl alone); anything else is an unknown command. */
+static int no_command(const struct cli_args *a) {
+  struct cli_ctx top = {.args = a};
+  if (cli_help_is_group(commands, N_COMMANDS, a->pos[0])) {
+    if (a->help) {
+      cli_help_group(commands, N_COMMANDS, a->pos[0], stdout);
+      return CLI_EXIT_OK;
+    }
+    if (a->n_pos == 1) {
+      cli_help_group(commands, N_COMMANDS, a->pos[0], stderr);
+      return CLI_EXIT_USAGE;
+    }
+    fprintf(stderr, "stokerctl: unknown command \"%s %s\" (see stokerctl %s --help)\n", a->pos[0],
+            a->pos[1], a->pos[0]);
+    return CLI_EXIT_USAGE;
+  }
+  return cli_usage_error(&top, "unknown command \"%s\"", a->pos[0]);
+}
+
 static const char *env(const char *name) {
   return getenv(name);
 }
@@ -193,14 +259,20 @@ int main(int argc, char **argv) {
   char why[256];
   struct cli_ctx top = {.args = &a};
   if (cli_parse(argc, argv, &a, why, sizeof(why)) < 0) return cli_usage_error(&top, "%s", why);
-  if (a.help || a.n_pos == 0) {
-    fputs(usage_text, a.help ? stdout : stderr);
+  if (a.version) {
+    printf("stokerctl %s\n", STK_VERSION);
+    return CLI_EXIT_OK;
+  }
+  if (a.n_pos == 0) {
+    cli_help_global(commands, N_COMMANDS, a.help ? stdout : stderr);
     return a.help ? CLI_EXIT_OK : CLI_EXIT_USAGE;
   }
   cli_apply_env(&a, env);
-  const struct command *cmd = find_command(&a);
-  if (!cmd)
-    return cli_usage_error(&top, "unknown command \"%s%s%s\"", a.pos[0], a.n_pos > 1 ? " " : "",
-                           a.n_pos > 1 ? a.pos[1] : "");
+  const struct cli_command *cmd = find_command(&a);
+  if (!cmd) return no_command(&a);
+  if (a.help) {
+    cli_help_command(cmd, stdout);
+    return CLI_EXIT_OK;
+  }
   return run_command(cmd, &a);
 }

@@ -144,14 +144,14 @@ int ckpt_shm_open(const char *dir, uint64_t max_bytes, uint64_t pool_bytes,
   return 0;
 }
 
+/* A clean stop leaves nothing in /dev/shm: the pool, the instance file,
+ * and segments ranks wrote but never handed over (the next open would
+ * remove them anyway, and until then they hold memory). */
 void ckpt_shm_close(struct ckpt_shm *m) {
   if (!m) return;
-  for (size_t i = 0; i < m->n_pool; i++) unlinkat(m->dirfd, m->pool[i].name, 0);
-  char name[16 + CKPT_ATTEMPT_MAX_BYTES];
-  snprintf(name, sizeof(name), "instance-%s", m->token);
-  unlinkat(m->dirfd, name, 0);
+  dir_each(m, remove_stale, NULL);
   close(m->dirfd);
-  rmdir(m->dir); /* Only when empty: segments left for the next open stay. */
+  rmdir(m->dir); /* Only when empty: entries that are not ours stay. */
   free(m->pool);
   free(m->dir);
   free(m);

@@ -21,8 +21,9 @@
  *                      allocated, so a rank that claims one by renaming it
  *                      copies without page allocation), at most pool_bytes.
  * Opening removes every entry of a previous instance (after a kill -9 no
- * segment outlives the restart); closing removes the pool, the instance
- * file and the directory if it is then empty.
+ * segment outlives the restart); closing removes every entry of these
+ * three kinds (the pool, the instance file, segments never handed over)
+ * and the directory if it is then empty.
  *
  * Trust: segments are written by processes of the service's own user (the
  * directory is 0700). Such a process can corrupt only its own attempt's

@@ -263,7 +263,9 @@ static int open_core(struct checkpoint *ck) {
   };
   stk_clear_detail();
   int rc = ckpt_service_open(daemon_loop(ck->daemon), &o, &ck->svc);
-  if (rc)
+  if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */
+    log_error("startup", "%s", stk_detail());
+  else if (rc)
     log_error("startup", "cannot open the checkpoint service (%s, %s): %s%s%s", db, ck->storage_url,
               stk_strerror(rc), stk_detail()[0] ? ": " : "", stk_detail());
   else
@@ -319,6 +321,9 @@ static void drain_service(struct daemon *dm, void *arg) {
 static void service_closed(void *arg) {
   struct checkpoint *ck = arg;
   log_info("shutdown", "uploads, commits and the journal are flushed");
+  /* The core removed its segments; the auto directory's owner record and
+   * the directory go too, so a clean stop leaves nothing in /dev/shm. */
+  if (ck->shm_owner[0]) shm_ring_forget_owner(ck->shm_dir);
   daemon_service_closed(ck->daemon);
 }
 

@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "log.h"
+#include "stk_config.h"
 #include "stk_error.h"
 #include "strbuf.h"
 
@@ -511,11 +512,12 @@ static int load_flag(const struct cfg_table *t, void *dst, int argc, char **argv
   return set_option(o, dst, value, where, err, err_len);
 }
 
-/* First pass: --help anywhere wins; --config names the file. */
-static int prescan(int argc, char **argv, bool *ret_help, const char **ret_config, char *err,
-                   size_t err_len) {
+/* First pass: --help anywhere wins, then --version; --config names the file. */
+static int prescan(int argc, char **argv, bool *ret_help, bool *ret_version,
+                   const char **ret_config, char *err, size_t err_len) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) *ret_help = true;
+    if (strcmp(argv[i], "--version") == 0) *ret_version = true;
     if (strncmp(argv[i], "--config=", 9) == 0) *ret_config = argv[i] + 9;
     if (strcmp(argv[i], "--config") == 0) {
       if (i + 1 >= argc) {
@@ -549,11 +551,15 @@ int cfg_load(const struct cfg_table *t, void *dst, int argc, char **argv, char *
   err[0] = '\0';
   int rc = load_defaults(t, dst, err, err_len);
   if (rc) return rc;
-  bool help = false;
+  bool help = false, version = false;
   const char *config = NULL;
-  if ((rc = prescan(argc, argv, &help, &config, err, err_len))) return rc;
+  if ((rc = prescan(argc, argv, &help, &version, &config, err, err_len))) return rc;
   if (help) {
     cfg_print_help(t, stdout);
+    return 1;
+  }
+  if (version) {
+    printf("%s %s\n", t->program, STK_VERSION);
     return 1;
   }
   char env[256];
@@ -633,7 +639,8 @@ void cfg_print_help(const struct cfg_table *t, FILE *out) {
                 "\nEach option comes from, in rising priority: its default, the config file\n"
                 "(lines 'name = value'), its environment variable, its flag.\n\n"
                 "  --config FILE\n      Read options from FILE (env %s).\n"
-                "  --help\n      Print this help and exit.\n",
+                "  --help\n      Print this help and exit.\n"
+                "  --version\n      Print the program's name and version and exit.\n",
                 env);
   for (size_t i = 0; i < t->n_opts; i++) {
     const struct cfg_option *o = &t->opts[i];

@@ -72,8 +72,9 @@ struct cfg_table {
 };
 
 /* Fills dst from the layers above (argv[0] is the program and skipped).
- * Returns 0 when loaded, 1 when --help was given (help printed to stdout;
- * the caller should exit 0), or a negative STK_E* code with one line in
+ * Returns 0 when loaded, 1 when --help or --version was given (help, or
+ * "PROGRAM VERSION" with STK_VERSION, printed to stdout; the caller should
+ * exit 0), or a negative STK_E* code with one line in
  * err. On every return the string fields of dst are valid (or NULL) and
  * must be released with cfg_free; dst's other fields need no init. */
 int cfg_load(const struct cfg_table *t, void *dst, int argc, char **argv, char *err,

@@ -6,6 +6,7 @@
 #include "daemon.h"
 
 #include "log.h"
+#include "stk_config.h"
 #include "stk_error.h"
 
 #include <errno.h>
@@ -37,15 +38,31 @@ static const char *nonempty(const char *s) {
   return (s && *s) ? s : NULL;
 }
 
+/* stoker_build_info{version,service} 1: the version every scrape carries,
+ * so a dashboard can tell which build answers. The service label is the
+ * daemon's name without "stoker-". */
+static void publish_build_info(struct daemon *d) {
+  const char *service = strncmp(d->name, "stoker-", 7) == 0 ? d->name + 7 : d->name;
+  char labels[256];
+  snprintf(labels, sizeof(labels), "version=\"%s\",service=\"%s\"", STK_VERSION, service);
+  metric_gauge_set(metrics_gauge(d->metrics, "stoker_build_info",
+                                 "Always 1; the labels name the build and the service.", labels),
+                   1);
+}
+
 int daemon_new(const char *name, const struct daemon_options *opts, char *err, size_t err_len,
                struct daemon **ret_daemon) {
   log_init((enum log_level)opts->log_level, opts->log_json);
+  rpc_log_to_daemon_log();
+  log_info("start", "daemon=%s version=%s pid=%d", name, STK_VERSION, (int)getpid());
   struct daemon *d = calloc(1, sizeof(*d));
   if (!d) return STK_ENOMEM;
   d->name = name;
   d->opts = opts;
   uv_loop_init(&d->loop);
   d->metrics = metrics_new();
+  publish_build_info(d);
+  metrics_add_collector(d->metrics, metrics_process_collect, NULL);
   struct rpc_server_opts ro = {
       .listen = opts->listen,
       .tls_cert_file = nonempty(opts->tls_cert),
@@ -152,7 +169,7 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
                             &d->http);
     if (rc) {
       snprintf(err, err_len, "cannot serve metrics on %s: %s", d->opts->metrics_listen,
-               stk_strerror(rc));
+               stk_detail()[0] ? stk_detail() : stk_strerror(rc));
       return rc;
     }
     log_info("metrics", "listen=%s", mbound);

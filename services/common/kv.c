@@ -8,10 +8,14 @@
 #include "kv.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <rocksdb/c.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "stk_error.h"
 
@@ -58,6 +62,28 @@ static int translate(char *errptr) {
   stk_set_detail("%s", errptr);
   rocksdb_free(errptr);
   return err;
+}
+
+/* RocksDB holds DIR/LOCK with a POSIX record lock (fcntl F_SETLK) while
+ * the database is open: F_GETLK names the process holding it, so a second
+ * daemon started on the same directory can say whom it collided with.
+ * When RocksDB says this process holds it (ours), the file is left alone:
+ * closing any descriptor of it would drop this process's lock. */
+static void describe_lock(const char *dir, bool ours) {
+  if (ours) {
+    stk_set_detail("the data directory %s is already open in this process", dir);
+    return;
+  }
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/LOCK", dir);
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  bool known = fd >= 0 && fcntl(fd, F_GETLK, &fl) == 0 && fl.l_type != F_UNLCK && fl.l_pid > 0;
+  if (fd >= 0) close(fd);
+  if (known)
+    stk_set_detail("the data directory %s is locked by process %d", dir, (int)fl.l_pid);
+  else
+    stk_set_detail("the data directory %s is locked by another process", dir);
 }
 
 /* mkdir -p: RocksDB creates only the last path component. */
@@ -121,7 +147,10 @@ int kv_open(const char *dir, const struct kv_opts *opts, struct kv **ret_kv) {
   kv->db = rocksdb_open(kv->opts, dir, &err);
   if (err) {
     kv_release(kv);
-    return translate(err);
+    bool ours = strstr(err, "lock hold by current process") != NULL;
+    int rc = translate(err);
+    if (rc == STK_EBUSY) describe_lock(dir, ours);
+    return rc;
   }
   *ret_kv = kv;
   return 0;

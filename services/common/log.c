@@ -2,7 +2,9 @@
  * log: one line per event on stderr, as text for people or JSON lines for
  * collectors. Lines from many threads must never interleave, so each line
  * is built in memory and handed to the kernel with one write(2); the only
- * shared state is the level and format, kept in atomics.
+ * shared state is the level and format, kept in atomics. A JSON line
+ * carries the message whole in "msg" and, when it is all key=value words,
+ * each as a field of its own (log_fields.h).
  */
 #include "log.h"
 
@@ -15,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "log_fields.h"
 #include "strbuf.h"
 
 static atomic_int min_level = LOG_INFO;
@@ -69,7 +72,9 @@ static void build_line(struct strbuf *sb, enum log_level level, const char *even
     strbuf_json_escape(sb, event);
     strbuf_puts(sb, "\",\"msg\":\"");
     strbuf_json_escape(sb, msg);
-    strbuf_puts(sb, "\"}\n");
+    strbuf_putc(sb, '"');
+    log_fields_json(sb, msg); /* "job=a rank=3": "job":"a","rank":"3" too. */
+    strbuf_puts(sb, "}\n");
   } else {
     strbuf_printf(sb, "%s %s ", ts, level_tags[level]);
     append_text_safe(sb, event);

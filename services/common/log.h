@@ -1,8 +1,10 @@
 /*
  * log: one line per event, to stderr. Text lines read
  *   2026-11-21T08:00:00.123Z INFO  coordinator.join job=a member=b rank=3
- * and JSON lines (one object per line) carry the same fields:
- *   {"ts":"2026-11-21T08:00:00.123Z","level":"info","event":"coordinator.join","msg":"job=a ..."}
+ * and JSON lines (one object per line) carry the same, the message whole in
+ * "msg" and, when every word of it is key=value, each as a string field:
+ *   {"ts":"2026-11-21T08:00:00.123Z","level":"info","event":"coordinator.join",
+ *    "msg":"job=a member=b rank=3","job":"a","member":"b","rank":"3"}
  * Library code logs at debug only; daemons log once, at the top.
  * Thread-safe: each line is written with a single write().
  */

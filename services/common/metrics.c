@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "stk_error.h"
 #include "strbuf.h"
 
 enum metric_type { METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM };
@@ -63,10 +64,17 @@ struct family {
   size_t n_series, cap_series;
 };
 
+struct collector {
+  metrics_collect_fn fn;
+  void *arg;
+};
+
 struct metrics {
   pthread_mutex_t mu;
   void **families; /* struct family *, sorted by name. */
   size_t n_families, cap_families;
+  struct collector *collectors;
+  size_t n_collectors;
 };
 
 static uint64_t double_bits(double v) {
@@ -104,6 +112,7 @@ void metrics_free(struct metrics *m) {
   if (!m) return;
   for (size_t i = 0; i < m->n_families; i++) family_free(m->families[i]);
   free(m->families);
+  free(m->collectors);
   pthread_mutex_destroy(&m->mu);
   free(m);
 }
@@ -304,6 +313,18 @@ static void render_series(struct strbuf *sb, const struct family *f, const struc
   }
 }
 
+int metrics_add_collector(struct metrics *m, metrics_collect_fn fn, void *arg) {
+  if (!m || !fn) return STK_EINVAL;
+  pthread_mutex_lock(&m->mu);
+  struct collector *grown = realloc(m->collectors, (m->n_collectors + 1) * sizeof(*grown));
+  if (grown) {
+    m->collectors = grown;
+    m->collectors[m->n_collectors++] = (struct collector){fn, arg};
+  }
+  pthread_mutex_unlock(&m->mu);
+  return grown ? 0 : STK_ENOMEM;
+}
+
 char *metrics_render(struct metrics *m, size_t *ret_len) {
   struct strbuf sb = STRBUF_INIT;
   pthread_mutex_lock(&m->mu);
@@ -312,6 +333,7 @@ char *metrics_render(struct metrics *m, size_t *ret_len) {
     put_help(&sb, f);
     for (size_t j = 0; j < f->n_series; j++) render_series(&sb, f, f->series[j]);
   }
+  for (size_t i = 0; i < m->n_collectors; i++) m->collectors[i].fn(&sb, m->collectors[i].arg);
   pthread_mutex_unlock(&m->mu);
   return strbuf_take(&sb, ret_len);
 }

@@ -35,6 +35,23 @@ void metric_gauge_set(struct metric_gauge *g, double v);
 void metric_gauge_add(struct metric_gauge *g, double delta);
 void metric_histogram_observe(struct metric_histogram *h, double seconds);
 
+/* A collector appends whole families (HELP, TYPE, samples) in the text
+ * format at render time, for figures read on demand rather than updated
+ * as they change. It runs under the registry's lock on the rendering
+ * thread and must not call back into the registry. */
+struct strbuf;
+typedef void (*metrics_collect_fn)(struct strbuf *out, void *arg);
+/* Adds a collector, run after the registry's own series on every render.
+ * Returns 0, STK_EINVAL (m or fn NULL) or STK_ENOMEM. */
+int metrics_add_collector(struct metrics *m, metrics_collect_fn fn, void *arg);
+
+/* The collector of the process_* series Prometheus client libraries
+ * export (metrics_process.c): process_cpu_seconds_total,
+ * process_resident_memory_bytes, process_virtual_memory_bytes,
+ * process_open_fds, process_max_fds, process_start_time_seconds, read from
+ * /proc at scrape time. arg is unused. */
+void metrics_process_collect(struct strbuf *out, void *arg);
+
 /* Renders every series in the Prometheus text exposition format (0.0.4).
  * Returns a malloc'd string (free()), NULL when out of memory. */
 char *metrics_render(struct metrics *m, size_t *ret_len);

@@ -14,6 +14,7 @@
  * loop runs dry and uv_loop_close succeeds.
  */
 #include "metrics.h"
+#include "net_listen.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -287,7 +288,9 @@ int metrics_http_start(uv_loop_t *loop, struct metrics *m, const char *listen, c
   int rc = uv_tcp_bind(&h->server, (struct sockaddr *)&addr, 0);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&h->server, 128, on_connection);
   if (rc != 0) {
-    stk_set_detail("metrics listen %s: %s", listen, uv_strerror(rc));
+    char why[300];
+    net_listen_describe(listen, -rc, why, sizeof(why));
+    stk_set_detail("%s", why);
     uv_close((uv_handle_t *)&h->server, on_server_closed);
     uv_close((uv_handle_t *)&h->sweep, on_server_closed);
     return rc == UV_EADDRINUSE ? STK_EUNAVAIL : STK_EIO;

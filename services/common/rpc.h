@@ -51,6 +51,10 @@ enum rpc_code {
 /* "NOT_FOUND" for RPC_NOT_FOUND. */
 const char *rpc_code_name(int code);
 
+/* Sends gRPC core's log lines through log.h (event "grpc"; gRPC's ERROR
+ * becomes warn). Call once, before the first server or client. */
+void rpc_log_to_daemon_log(void);
+
 /* ---------------------------------------------------------------- server */
 
 struct rpc_server;
@@ -95,7 +99,8 @@ int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescripto
                            const struct rpc_method_def *defs, size_t n_defs, void *svc_data);
 
 /* Binds and starts serving; writes "HOST:PORT" actually bound to
- * ret_bound. Errors: STK_EIO (cannot bind). */
+ * ret_bound. Errors: STK_EUNAVAIL (the port is in use), STK_EIO (cannot
+ * bind otherwise), the cause in words as stk_detail() (net_listen.h). */
 int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len);
 
 /* Health status for a service name ("" is the whole server). Watchers are

@@ -97,13 +97,14 @@ void rpc_slice_copy(grpc_slice slice, char *buf, size_t len) {
 
 static void record_metrics(struct rpc_call *c) {
   struct rpc_method *m = c->m;
-  if (!c->s->metrics) return;
+  if (!c->s->metrics || !m->labels) return;
   int code = c->code >= 0 && c->code < RPC_N_CODES ? c->code : RPC_UNKNOWN;
   if (!m->by_code[code]) {
     char labels[512];
-    snprintf(labels, sizeof(labels), "method=\"%s\",code=\"%s\"", m->path, rpc_code_name(code));
-    m->by_code[code] = metrics_counter(c->s->metrics, "stoker_rpc_requests_total",
-                                       "RPC calls finished, by method and status code.", labels);
+    snprintf(labels, sizeof(labels), "%s,grpc_code=\"%s\"", m->labels, rpc_code_name(code));
+    m->by_code[code] =
+        metrics_counter(c->s->metrics, "grpc_server_handled_total",
+                        "RPCs completed on the server, regardless of success or failure.", labels);
   }
   if (m->by_code[code]) metric_counter_add(m->by_code[code], 1);
   if (m->latency) metric_histogram_observe(m->latency, (double)(uv_hrtime() - c->start_ns) / 1e9);
@@ -370,6 +371,7 @@ static struct rpc_call *call_new(struct rpc_method *m, grpc_call *call, gpr_time
   c->finish_tag.fn = on_finished;
   c->cancel_tag.fn = run_cancel;
   rpc_server_call_opened(c->s);
+  if (m->started) metric_counter_add(m->started, 1);
   if (m->in_flight) metric_gauge_add(m->in_flight, 1);
   return c;
 }

@@ -61,9 +61,13 @@ struct rpc_method {
   const ProtobufCMessageDescriptor *out_desc;
   bool public_; /* Served without a bearer token (health). */
   void *grpc_handle;
-  struct metric_histogram *latency;
-  struct metric_gauge *in_flight;
-  struct metric_counter *by_code[RPC_N_CODES]; /* Created on first use. */
+  /* Prometheus labels in go-grpc-prometheus's names:
+   * grpc_type="unary",grpc_service="pkg.Svc",grpc_method="Method". */
+  char *labels;
+  struct metric_counter *started;              /* grpc_server_started_total */
+  struct metric_histogram *latency;            /* grpc_server_handling_seconds */
+  struct metric_gauge *in_flight;              /* grpc_server_in_flight */
+  struct metric_counter *by_code[RPC_N_CODES]; /* grpc_server_handled_total, on first use. */
 };
 
 enum rpc_server_state {

@@ -46,8 +46,10 @@
 
 #include "log.h"
 #include "metrics.h"
+#include "net_listen.h"
 #include "stk_error.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,14 +130,28 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
 
 /* ------------------------------------------------------------- services */
 
-static void method_metrics(struct rpc_server *s, struct rpc_method *m) {
+/* The conventional gRPC server series (go-grpc-prometheus names, which
+ * dashboards and alerts in the wild are written against). */
+static void method_metrics(struct rpc_server *s, struct rpc_method *m,
+                           const ProtobufCServiceDescriptor *desc,
+                           const ProtobufCMethodDescriptor *md) {
+  static const char *const types[] = {[RPC_UNARY] = "unary",
+                                      [RPC_SERVER_STREAM] = "server_stream",
+                                      [RPC_CLIENT_STREAM] = "client_stream"};
   if (!s->metrics) return;
-  char labels[512];
-  snprintf(labels, sizeof(labels), "method=\"%s\"", m->path);
-  m->latency = metrics_histogram(s->metrics, "stoker_rpc_latency_seconds",
-                                 "RPC latency from arrival to the last op, by method.", labels);
-  m->in_flight =
-      metrics_gauge(s->metrics, "stoker_rpc_in_flight", "RPC calls open, by method.", labels);
+  if (asprintf(&m->labels, "grpc_type=\"%s\",grpc_service=\"%s\",grpc_method=\"%s\"",
+               types[m->kind], desc->name, md->name) < 0) {
+    m->labels = NULL;
+    return;
+  }
+  m->started = metrics_counter(s->metrics, "grpc_server_started_total",
+                               "RPCs started on the server.", m->labels);
+  m->latency = metrics_histogram(
+      s->metrics, "grpc_server_handling_seconds",
+      "Response latency (seconds) of gRPC calls handled by the server, arrival to last op.",
+      m->labels);
+  m->in_flight = metrics_gauge(s->metrics, "grpc_server_in_flight",
+                               "RPCs started on the server and not yet finished.", m->labels);
 }
 
 static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *desc,
@@ -160,7 +176,7 @@ static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *de
   m->in_desc = md->input;
   m->out_desc = md->output;
   m->public_ = strcmp(desc->name, "grpc.health.v1.Health") == 0;
-  method_metrics(s, m);
+  method_metrics(s, m, desc, md);
   s->methods[s->n_methods++] = m;
   return 0;
 }
@@ -329,8 +345,11 @@ static int bind_and_start(struct rpc_server *s, char *ret_bound, size_t bound_le
   if (err) return err;
   int port = grpc_server_add_http2_port(s->server, s->listen, s->creds);
   if (port <= 0) {
-    stk_set_detail("rpc: cannot listen on %s", s->listen);
-    return STK_EIO;
+    /* gRPC does not say why: a bind of our own finds the errno. */
+    char why[300];
+    int errnum = net_listen_probe(s->listen, why, sizeof(why));
+    stk_set_detail("%s", why);
+    return errnum == EADDRINUSE ? STK_EUNAVAIL : STK_EIO;
   }
   err = rpc_pump_start(s->loop, s->cq, s->cq_threads, &s->pump);
   if (err) return err;
@@ -458,6 +477,7 @@ void rpc_server_free(struct rpc_server *s) {
   }
   for (size_t i = 0; i < s->n_methods; i++) {
     free(s->methods[i]->path);
+    free(s->methods[i]->labels);
     free(s->methods[i]);
   }
   free(s->methods);

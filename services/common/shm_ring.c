@@ -165,6 +165,14 @@ void shm_ring_record_owner(const char *dir, const char *owner) {
   close(fd);
 }
 
+void shm_ring_forget_owner(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  if (dir_check(dir, fd) == 0) unlinkat(fd, "owner", 0);
+  close(fd);
+  rmdir(dir); /* Fails, harmlessly, while anything else is left. */
+}
+
 void shm_ring_dir_close(const char *dir, int dirfd) {
   remove_rings(dirfd);
   unlinkat(dirfd, "owner", 0);

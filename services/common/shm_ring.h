@@ -64,6 +64,11 @@ int shm_ring_dir_open(const char *dir, const char *owner, int *ret_dirfd);
  * checkpoint service's segment directory), as shm_ring_dir_open does. */
 void shm_ring_record_owner(const char *dir, const char *owner);
 
+/* Removes the owner record shm_ring_record_owner wrote and then the
+ * directory, if nothing else is left in it: a clean stop of a daemon whose
+ * own module already removed its entries. */
+void shm_ring_forget_owner(const char *dir);
+
 /* Removes the ring entries, the owner record and the directory itself;
  * closes dirfd. For a daemon shutting down once its streams ended. */
 void shm_ring_dir_close(const char *dir, int dirfd);

@@ -122,7 +122,9 @@ static int open_core(struct coordinator *co) {
       .scale_timeout_beats = (uint32_t)co->cfg.scale_timeout_beats,
   };
   int rc = coord_open(daemon_loop(co->daemon), &o, &co->coord);
-  if (rc)
+  if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */
+    log_error("startup", "%s", stk_detail());
+  else if (rc)
     log_error("startup", "cannot open the state in %s: %s%s%s", o.dir, stk_strerror(rc),
               stk_detail()[0] ? ": " : "", stk_detail());
   return rc;

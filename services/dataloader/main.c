@@ -151,7 +151,9 @@ static int open_core(struct dataloader *d) {
       .parts = d->cfg.parts,
   };
   int rc = dl_open(&o, &d->dl);
-  if (rc)
+  if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */
+    log_error("startup", "%s", stk_detail());
+  else if (rc)
     log_error("startup", "cannot open the state in %s: %s%s%s", o.dir, stk_strerror(rc),
               stk_detail()[0] ? ": " : "", stk_detail());
   return rc;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -329,4 +330,35 @@ int harness_call(struct rpc_client *rc, const char *method, const ProtobufCMessa
   else if (resp)
     protobuf_c_message_free_unpacked(resp, NULL);
   return err == 0 ? RPC_OK : (st.code ? st.code : RPC_UNKNOWN);
+}
+
+char *harness_http_get(int port, const char *path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  /* Never hang on a peer that does not answer (a port reused by another
+   * process between picking it and the daemon's bind, say). */
+  struct timeval tv = {.tv_sec = 5};
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  char req[256];
+  int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
+  if (write(fd, req, (size_t)n) != n) {
+    close(fd);
+    return NULL;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  ssize_t got;
+  while ((got = read(fd, buf + len, cap - len - 1)) > 0) {
+    len += (size_t)got;
+    if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+  }
+  buf[len] = 0;
+  close(fd);
+  return buf;
 }

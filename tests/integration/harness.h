@@ -103,6 +103,11 @@ int harness_call(struct rpc_client *rc, const char *method, const ProtobufCMessa
                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
                  char *ret_msg, size_t msg_len);
 
+/* GET path from 127.0.0.1:port over HTTP/1.0 (5 s receive timeout):
+ * the whole response, status line and headers included (malloc'd), or
+ * NULL when the connection fails. */
+char *harness_http_get(int port, const char *path);
+
 int64_t harness_now_ms(void);
 void harness_sleep_ms(int64_t ms);
 

@@ -13,7 +13,9 @@
  * file), and once the daemon removed its pool no mapping is left. A
  * segment larger than a few parts goes as a multipart upload, a smaller
  * one as one PUT (held while other ranks still copy, but started when a
- * rank waits for memory); all restore bit-exactly. argv: stoker-checkpoint.
+ * rank waits for memory); all restore bit-exactly. A clean stop (SIGTERM)
+ * with the default directory leaves nothing under /dev/shm. argv:
+ * stoker-checkpoint.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -268,6 +270,67 @@ static void test_roundtrip_and_recycling(void **state) {
   assert_int_equal(status, 0);
   struct stat st;
   assert_int_not_equal(stat(shm_dir, &st), 0); /* Pool and instance file removed. */
+  harness_daemon_free(d);
+}
+
+/* The auto segment directory (/dev/shm/stoker-ckpt-HASH) whose owner
+ * record names data_dir; false when there is none. */
+static bool find_auto_dir(const char *data_dir, char *ret_dir, size_t len) {
+  char want[4096];
+  if (!realpath(data_dir, want)) return false;
+  DIR *d = opendir("/dev/shm");
+  bool found = false;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    if (strncmp(e->d_name, "stoker-ckpt-", 12) != 0) continue;
+    char path[512], owner[4096] = "";
+    snprintf(path, sizeof(path), "/dev/shm/%s/owner", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t n = fread(owner, 1, sizeof(owner) - 1, f);
+    fclose(f);
+    owner[n] = '\0';
+    owner[strcspn(owner, "\n")] = '\0';
+    if (strcmp(owner, want) == 0) {
+      snprintf(ret_dir, len, "/dev/shm/%s", e->d_name);
+      found = true;
+    }
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+/* A clean stop (SIGTERM) with the default directory leaves nothing in
+ * /dev/shm: not the pool, the instance file, a segment a rank wrote but
+ * never sent, nor the directory with its owner record. */
+static void test_clean_stop_leaves_nothing(void **state) {
+  struct harness_daemon *d = start("auto", "60s");
+  char dir[sizeof(shm_dir)];
+  if (!find_auto_dir(d->data_dir, dir, sizeof(dir))) {
+    harness_daemon_free(d);
+    skip(); /* No /dev/shm on this host: staging is off. */
+  }
+  char saved[sizeof(shm_dir)];
+  snprintf(saved, sizeof(saved), "%s", shm_dir);
+  snprintf(shm_dir, sizeof(shm_dir), "%s", dir);
+  struct stk_client *c = ckpt_client(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "clean", 1, 2, 0, attempt), 0);
+  save_all(d, attempt, 1, 2, STK_CKPT_SHM_ON, true);
+  commit_ok(c, attempt);
+  stk_client_free(c);
+  assert_true(count_entries("free-", NULL, 0) > 0);
+  assert_int_equal(count_entries("instance-", NULL, 0), 1);
+  put_file("seg-0123456789abcdef0123456789abcdef-0-1", 4096); /* Staged, never sent. */
+  int status = -1;
+  assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
+  assert_int_equal(status, 0);
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    fail_msg("%s is left after a clean stop (%d free-, %d seg-, %d instance-)", dir,
+             count_entries("free-", NULL, 0), count_entries("seg-", NULL, 0),
+             count_entries("instance-", NULL, 0));
+  }
+  snprintf(shm_dir, sizeof(shm_dir), "%s", saved);
   harness_daemon_free(d);
 }
 
@@ -667,6 +730,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_roundtrip_and_recycling, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fallback_when_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_clean_stop_leaves_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_hostile_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, setup, teardown),
       cmocka_unit_test_setup_teardown(test_overlapping_checkpoints, setup, teardown),

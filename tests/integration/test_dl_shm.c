@@ -7,7 +7,8 @@
  * frees one; STOKER_DL_SHM=off and a ring the client cannot open (as from
  * another host) both give the same bytes over gRPC; a nonce of the wrong
  * size is INVALID_ARGUMENT; rings a killed daemon left are removed when it
- * starts again.
+ * starts again; a clean stop with the default directory leaves nothing in
+ * /dev/shm.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -201,6 +202,67 @@ static void test_restart_removes_stale_rings(void **state) {
   stk_batch_stream_free(s);
 }
 
+/* The auto ring directory (/dev/shm/stoker-dl-HASH) whose owner record
+ * names data_dir; false when there is none. */
+static bool find_auto_dir(const char *data_dir, char *ret_dir, size_t len) {
+  char want[4096];
+  if (!realpath(data_dir, want)) return false;
+  DIR *d = opendir("/dev/shm");
+  bool found = false;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    if (strncmp(e->d_name, "stoker-dl-", 10) != 0) continue;
+    char path[512], owner[4096] = "";
+    snprintf(path, sizeof(path), "/dev/shm/%s/owner", e->d_name);
+    FILE *fp = fopen(path, "r");
+    if (!fp) continue;
+    size_t n = fread(owner, 1, sizeof(owner) - 1, fp);
+    fclose(fp);
+    owner[n] = '\0';
+    owner[strcspn(owner, "\n")] = '\0';
+    if (strcmp(owner, want) == 0) {
+      snprintf(ret_dir, len, "/dev/shm/%s", e->d_name);
+      found = true;
+    }
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+/* A clean stop (SIGTERM) with the default directory and a stream still
+ * open leaves nothing in /dev/shm: no ring, no owner record, no directory. */
+static void test_clean_stop_leaves_nothing(void **state) {
+  const char *args[] = {"--shm-dir", "auto", NULL};
+  struct harness_daemon *d = harness_daemon_start(args);
+  assert_non_null(d);
+  char dir[512];
+  if (!find_auto_dir(d->data_dir, dir, sizeof(dir))) {
+    harness_daemon_free(d);
+    skip(); /* No /dev/shm on this host: shared memory is off. */
+  }
+  struct rpc_client *rc = harness_rpc(d);
+  struct stk_client *c = harness_client(d);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "s", "synthetic:4000:16:4000:3", 0, 255, 8);
+  char msg[512] = "";
+  assert_int_equal(tdl_create(rc, &t.spec, msg, sizeof(msg)), RPC_OK);
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open(c, "s", 0, 0, 1, 2, &s), 0);
+  for (int i = 0; i < 4; i++) {
+    struct stk_batch b;
+    assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+    stk_batch_free(&b);
+  }
+  int status = -1;
+  assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
+  assert_int_equal(status, 0);
+  struct stat st;
+  if (stat(dir, &st) == 0) fail_msg("%s is left after a clean stop", dir);
+  stk_batch_stream_free(s);
+  stk_client_free(c);
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
@@ -210,6 +272,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_unreachable_ring_falls_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_nonce, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_removes_stale_rings, setup, teardown),
+      cmocka_unit_test(test_clean_stop_leaves_nothing),
   };
   return cmocka_run_group_tests_name("dl_shm", tests, NULL, NULL);
 }

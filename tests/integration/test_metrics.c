@@ -19,41 +19,9 @@
 
 #include "harness.h"
 #include "ranks.h"
+#include "stk_config.h"
 
 #include <sys/time.h>
-
-/* A TCP port free on 127.0.0.1 right now; 0 on failure. */
-/* GET /metrics over plain HTTP/1.0; returns the malloc'ed response. */
-static char *http_get(int port, const char *path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  /* Never hang on a peer that does not answer (a port reused by another
-   * process between picking it and the daemon's bind, say). */
-  struct timeval tv = {.tv_sec = 5};
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-    if (fd >= 0) close(fd);
-    return NULL;
-  }
-  char req[256];
-  int n = snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n", path);
-  if (write(fd, req, (size_t)n) != n) {
-    close(fd);
-    return NULL;
-  }
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  ssize_t got;
-  while ((got = read(fd, buf + len, cap - len - 1)) > 0) {
-    len += (size_t)got;
-    if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-  }
-  buf[len] = 0;
-  close(fd);
-  return buf;
-}
 
 /* Polls GET /metrics until it holds every line of want; fails with the
  * last body otherwise (a call is counted as it is freed, just after the
@@ -62,7 +30,7 @@ static void expect_metrics(int port, const char *const *want, size_t n) {
   char *body = NULL;
   for (int64_t deadline = harness_now_ms() + 5000;; harness_sleep_ms(20)) {
     free(body);
-    body = http_get(port, "/metrics");
+    body = harness_http_get(port, "/metrics");
     assert_non_null(body);
     assert_non_null(strstr(body, " 200 "));
     size_t found = 0;
@@ -98,8 +66,21 @@ static void test_requests_counted(void **state) {
   assert_int_equal(stk_job_get(c, "nope", 3000, &job), STK_ENOENT);
   stk_client_free(c);
   const char *want[] = {
-      "stoker_rpc_requests_total{method=\"/stoker.v1.Coordinator/ListJobs\",code=\"OK\"} 3\n",
-      "stoker_rpc_requests_total{method=\"/stoker.v1.Coordinator/GetJob\",code=\"NOT_FOUND\"} 1\n",
+      "grpc_server_handled_total{grpc_type=\"unary\",grpc_service=\"stoker.v1.Coordinator\","
+      "grpc_method=\"ListJobs\",grpc_code=\"OK\"} 3\n",
+      "grpc_server_handled_total{grpc_type=\"unary\",grpc_service=\"stoker.v1.Coordinator\","
+      "grpc_method=\"GetJob\",grpc_code=\"NOT_FOUND\"} 1\n",
+  };
+  expect_metrics(port, want, 2);
+}
+
+/* Every scrape names the build: the version and the service. */
+static void test_build_info(void **state) {
+  struct harness_daemon *d = *state;
+  int port = atoi(strrchr(d->args[1], ':') + 1);
+  const char *want[] = {
+      "# TYPE stoker_build_info gauge\n",
+      "stoker_build_info{version=\"" STK_VERSION "\",service=\"coordinator\"} 1\n",
   };
   expect_metrics(port, want, 2);
 }
@@ -126,12 +107,12 @@ static void test_heartbeats_keep_their_interval(void **state) {
   assert_int_equal(ranks_new(r, 1, d, "hb", "hb"), 0);
   ranks_join_start(r, 1, 10000);
   assert_int_equal(ranks_join_wait(r, 1), 0);
-  char *body = http_get(port, "/metrics");
+  char *body = harness_http_get(port, "/metrics");
   assert_non_null(body);
   double before = metric_value(body, "stoker_coordinator_heartbeats_total");
   free(body);
   harness_sleep_ms(2000); /* 10 intervals of 200 ms */
-  body = http_get(port, "/metrics");
+  body = harness_http_get(port, "/metrics");
   assert_non_null(body);
   double after = metric_value(body, "stoker_coordinator_heartbeats_total");
   free(body);
@@ -147,6 +128,7 @@ int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_requests_counted, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_build_info, setup, teardown),
       cmocka_unit_test_setup_teardown(test_heartbeats_keep_their_interval, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,8 +18,11 @@ static void usage(const char *prog) {
       "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
       "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n"
       "  [--ring-host HOST]  (address the ring listens on and publishes; env STOKER_RING_HOST,\n"
-      "                       default 127.0.0.1; a pod passes its IP)\n",
-      prog);
+      "                       default 127.0.0.1; a pod passes its IP)\n"
+      "  [--tls-ca FILE]     (TLS to every service, verified with this CA; env STOKER_TLS_CA)\n"
+      "  [--token-file FILE] (bearer token for every service; env STOKER_TOKEN_FILE)\n"
+      "       %s --version\n",
+      prog, prog);
 }
 
 static void defaults(struct train_opts *o) {

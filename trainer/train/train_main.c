@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "stk_config.h"
 #include "train.h"
 
 static void on_action(void *arg, enum stk_action a, uint64_t generation, const char *reason) {
@@ -84,6 +85,10 @@ static int connect_all(struct train *t) {
 
 int main(int argc, char **argv) {
   static struct train t;
+  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+    printf("stoker-train %s\n", STK_VERSION);
+    return 0;
+  }
   if (train_parse_args(argc, argv, &t.o) != 0) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
   pthread_mutex_init(&t.group_mu, NULL);

@@ -80,16 +80,41 @@ static void test_watch_until_end(void **state) {
   assert_int_equal(lines, 3);
 }
 
+/* One line per service given: SERVICE ADDRESS STATUS DETAIL; a service
+ * that does not answer is "unreachable" with the reason, and fails the
+ * whole check. --json: one object per service, "error" only on failure. */
 static void test_health(void **state) {
   static struct cli_run r;
   run(&r, "health");
   assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "coordinator"));
-  assert_non_null(strstr(r.out, "SERVING"));
-  /* A second address that is down makes the whole check fail. */
-  run(&r, "health --dataloader 127.0.0.1:1 --timeout 2s");
+  char want[256];
+  snprintf(want, sizeof(want), "coordinator  %s  SERVING  -\n", fake.server.addr);
+  assert_non_null(strstr(r.out, "SERVICE      ADDRESS"));
+  assert_non_null(strstr(r.out, want));
+  run(&r, "health --dataloader 127.0.0.1:1 --checkpoint 127.0.0.1:1 --timeout 2s");
   assert_int_equal(r.rc, 4);
-  assert_non_null(strstr(r.out, "dataloader"));
+  assert_non_null(strstr(r.out, "\ndataloader   127.0.0.1:1 "));
+  assert_non_null(strstr(r.out, "\ncheckpoint   127.0.0.1:1 "));
+  int unreachable = 0;
+  for (char *p = r.out; (p = strstr(p, " unreachable ")); p++) unreachable++;
+  assert_int_equal(unreachable, 2);
+  run(&r, "--json health --dataloader 127.0.0.1:1 --timeout 2s");
+  assert_int_equal(r.rc, 4);
+  char *nl = strchr(r.out, '\n');
+  assert_non_null(nl);
+  *nl = '\0';
+  cJSON *co = cJSON_Parse(r.out), *dl = cJSON_Parse(nl + 1);
+  assert_non_null(co);
+  assert_non_null(dl);
+  assert_string_equal(cJSON_GetObjectItem(co, "service")->valuestring, "coordinator");
+  assert_string_equal(cJSON_GetObjectItem(co, "address")->valuestring, fake.server.addr);
+  assert_string_equal(cJSON_GetObjectItem(co, "status")->valuestring, "SERVING");
+  assert_null(cJSON_GetObjectItem(co, "error"));
+  assert_string_equal(cJSON_GetObjectItem(dl, "service")->valuestring, "dataloader");
+  assert_string_equal(cJSON_GetObjectItem(dl, "status")->valuestring, "unreachable");
+  assert_non_null(cJSON_GetObjectItem(dl, "error"));
+  cJSON_Delete(co);
+  cJSON_Delete(dl);
 }
 
 static void test_exit_codes(void **state) {
@@ -114,6 +139,49 @@ static void test_exit_codes(void **state) {
   run(&r, "--help");
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "Exit codes:"));
+}
+
+/* --help after a command prints that command's usage; after a group, the
+ * group's subcommands; a bare group lists them on stderr, exit 1. */
+static void test_help_per_command(void **state) {
+  static struct cli_run r;
+  run(&r, "checkpoint list --help");
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.err, "");
+  assert_true(strncmp(r.out, "usage: stokerctl [GLOBAL FLAGS] checkpoint list JOB\n", 52) == 0);
+  assert_non_null(strstr(r.out, "committed checkpoints of a job"));
+  assert_null(strstr(r.out, "job create"));
+  run(&r, "job create --help"); /* No operands needed with --help. */
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "job create NAME --min N --max N"));
+  assert_non_null(strstr(r.out, "--join-timeout DURATION"));
+  assert_null(strstr(r.out, "Exit codes:"));
+  run(&r, "job --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "usage: stokerctl [GLOBAL FLAGS] job SUBCOMMAND"));
+  assert_non_null(strstr(r.out, "  job show NAME "));
+  assert_non_null(strstr(r.out, "  job delete NAME [--force] "));
+  assert_null(strstr(r.out, "loader create"));
+  assert_null(strstr(r.out, "jobs list"));
+  run(&r, "loader --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "  loader explain JOB STEP [--rank R --world W]"));
+  assert_null(strstr(r.out, "job show"));
+  run(&r, "health --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "usage: stokerctl [GLOBAL FLAGS] health\n"));
+  run(&r, "job");
+  assert_int_equal(r.rc, 1);
+  assert_string_equal(r.out, "");
+  assert_non_null(strstr(r.err, "  job watch NAME [--after SEQ] "));
+  run(&r, "job frobnicate x");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "unknown command \"job frobnicate\" (see stokerctl job --help)"));
+  run(&r, "--help"); /* The global usage still lists every command. */
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "  checkpoint delete JOB STEP "));
+  assert_non_null(strstr(r.out, "  jobs list [--label K=V]... "));
+  assert_non_null(strstr(r.out, "Global flags:"));
 }
 
 static void write_file(const char *path, const char *text) {
@@ -165,7 +233,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_not_found_line),  cmocka_unit_test(test_show_json),
       cmocka_unit_test(test_watch_until_end), cmocka_unit_test(test_health),
-      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_token),
+      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_help_per_command),
+      cmocka_unit_test(test_token),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

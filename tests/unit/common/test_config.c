@@ -18,6 +18,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "stk_config.h"
 #include "stk_error.h"
 
 struct tcfg {
@@ -278,6 +279,22 @@ static void test_help(void **state) {
   cfg_free(&table, &c);
 }
 
+static int load_version(struct tcfg *c) {
+  return load(c, "--port", "bad", "--version", NULL);
+}
+
+/* --version prints "PROGRAM VERSION" (meson's project version) and asks
+ * the caller to exit 0, whatever else the line holds. */
+static void test_version(void **state) {
+  struct tcfg c;
+  int rc;
+  char *text = capture_stdout(load_version, &c, &rc);
+  assert_int_equal(rc, 1);
+  assert_string_equal(text, "testd " STK_VERSION "\n");
+  free(text);
+  cfg_free(&table, &c);
+}
+
 static void test_example_loads_back_as_defaults(void **state) {
   char path[] = "/tmp/stk-cfg-example-XXXXXX";
   int fd = mkstemp(path);
@@ -349,6 +366,7 @@ int main(void) {
       cmocka_unit_test(test_errors_are_clear),
       cmocka_unit_test(test_file_errors),
       cmocka_unit_test(test_help),
+      cmocka_unit_test(test_version),
       cmocka_unit_test(test_example_loads_back_as_defaults),
       cmocka_unit_test(test_effective_hides_secrets),
       cmocka_unit_test(test_cfg_set),

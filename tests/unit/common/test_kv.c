@@ -209,12 +209,20 @@ static void test_locked_dir_is_busy(void **state) {
   struct kv *second = NULL;
   assert_int_equal(kv_open(*state, &create, &second), STK_EBUSY); /* Same process. */
   assert_null(second);
-  assert_non_null(strstr(stk_detail(), "LOCK"));
-  pid_t pid = fork(); /* Another process: the flock is refused. */
+  assert_non_null(strstr(stk_detail(), "is already open in this process"));
+  /* Another process: the open is refused, and the failed attempt above
+   * left this process's lock in place (F_GETLK from the child names us). */
+  pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
     struct kv *other = NULL;
-    _exit(kv_open(*state, &create, &other) == STK_EBUSY ? 0 : 1);
+    bool busy = kv_open(*state, &create, &other) == STK_EBUSY;
+    char path[512];
+    snprintf(path, sizeof(path), "%s/LOCK", (const char *)*state);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    int fd = open(path, O_RDONLY);
+    bool held = fd >= 0 && fcntl(fd, F_GETLK, &fl) == 0 && fl.l_pid == getppid();
+    _exit(busy && held ? 0 : 1);
   }
   int status = 0;
   assert_int_equal(waitpid(pid, &status, 0), pid);

@@ -67,6 +67,36 @@ static void test_json_line(void **state) {
   log_init(LOG_INFO, false);
 }
 
+/* A message of key=value words also becomes the line's own fields (all
+ * strings); prose, a mix, a reserved or repeated key keep "msg" alone. */
+static void test_json_fields(void **state) {
+  log_init(LOG_INFO, true);
+  assert_non_null(strstr(capture(LOG_INFO, "j", "job=a rank=3"),
+                         "\"msg\":\"job=a rank=3\",\"job\":\"a\",\"rank\":\"3\"}\n"));
+  assert_non_null(
+      strstr(capture(LOG_INFO, "c", "ready-file=\"\" label=\"a b\" q=\"x\\\"y\" n=1.5"),
+             "\",\"ready-file\":\"\",\"label\":\"a b\",\"q\":\"x\\\"y\",\"n\":\"1.5\"}\n"));
+  static const char *const whole[] = {
+      "calls drained; closing the service",
+      "listening on x=1 beyond loopback",
+      "msg=1 a=2",
+      "a=1 a=2",
+      "a=\"open",
+      "=v",
+      "a=\"b\"c",
+  };
+  for (size_t i = 0; i < sizeof(whole) / sizeof(whole[0]); i++) {
+    const char *line = capture(LOG_INFO, "e", whole[i]);
+    const char *msg = strstr(line, "\"msg\":\"");
+    assert_non_null(msg);
+    /* Nothing after msg's value: the line ends with "}. */
+    const char *end = line + strlen(line) - 3;
+    assert_string_equal(end, "\"}\n");
+    assert_null(strstr(msg + 7, "\",\""));
+  }
+  log_init(LOG_INFO, false);
+}
+
 static void test_level_filter(void **state) {
   log_init(LOG_WARN, false);
   assert_string_equal(capture(LOG_INFO, "e", "hidden"), "");
@@ -130,11 +160,9 @@ static void test_threads_never_interleave(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_text_line),
-      cmocka_unit_test(test_json_line),
-      cmocka_unit_test(test_level_filter),
-      cmocka_unit_test(test_level_parse),
-      cmocka_unit_test(test_threads_never_interleave),
+      cmocka_unit_test(test_text_line),   cmocka_unit_test(test_json_line),
+      cmocka_unit_test(test_json_fields), cmocka_unit_test(test_level_filter),
+      cmocka_unit_test(test_level_parse), cmocka_unit_test(test_threads_never_interleave),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

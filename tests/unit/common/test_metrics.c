@@ -11,10 +11,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "metrics.h"
+#include "strbuf.h"
 
 static char *render(struct metrics *m) {
   size_t len = 0;
@@ -138,12 +141,60 @@ static void test_concurrent_exact(void **state) {
   metrics_free(m);
 }
 
+/* The value on the sample line "NAME VALUE"; -1 when absent. */
+static double sample(const char *text, const char *name) {
+  char key[128];
+  snprintf(key, sizeof(key), "\n%s ", name);
+  const char *at = strstr(text, key);
+  return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+static void add_two(struct strbuf *sb, void *arg) {
+  strbuf_printf(sb, "# HELP extra_total Extra.\n# TYPE extra_total counter\nextra_total %d\n",
+                *(int *)arg);
+}
+
+/* Collectors append after the registry's series, on every render. */
+static void test_collector(void **state) {
+  struct metrics *m = metrics_new();
+  metric_counter_add(metrics_counter(m, "a_total", "A.", NULL), 1);
+  int two = 2;
+  assert_int_equal(metrics_add_collector(m, add_two, &two), 0);
+  char *text = metrics_render(m, NULL);
+  assert_non_null(strstr(text, "a_total 1\n# HELP extra_total Extra.\n"));
+  assert_non_null(strstr(text, "\nextra_total 2\n"));
+  free(text);
+  metrics_free(m);
+}
+
+/* The process_* series with figures that make sense for this process. */
+static void test_process_metrics(void **state) {
+  struct metrics *m = metrics_new();
+  assert_int_equal(metrics_add_collector(m, metrics_process_collect, NULL), 0);
+  char *text = metrics_render(m, NULL);
+  assert_non_null(strstr(text, "# TYPE process_cpu_seconds_total counter\n"));
+  assert_non_null(strstr(text, "# TYPE process_start_time_seconds gauge\n"));
+  assert_true(sample(text, "process_cpu_seconds_total") >= 0);
+  assert_true(sample(text, "process_resident_memory_bytes") > 1e5);
+  assert_true(sample(text, "process_virtual_memory_bytes") >=
+              sample(text, "process_resident_memory_bytes"));
+  double open_fds = sample(text, "process_open_fds");
+  assert_true(open_fds >= 3); /* stdin, stdout, stderr. */
+  assert_true(sample(text, "process_max_fds") >= open_fds);
+  double start = sample(text, "process_start_time_seconds"), now = (double)time(NULL);
+  assert_true(start > now - 600 && start <= now + 1);
+  free(text);
+  metrics_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_counter_and_gauge),
       cmocka_unit_test(test_histogram_cumulative),
       cmocka_unit_test(test_help_escaping_and_type_clash),
       cmocka_unit_test(test_concurrent_exact),
+      cmocka_unit_test(test_collector),
+      cmocka_unit_test(test_process_metrics),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -217,14 +217,17 @@ static void test_metrics(void **state) {
   static const uint8_t bad[] = {0x12, 0x10};
   rpc_client_unary_raw(c, TEST_PATH("Echo"), bad, sizeof(bad), &stoker__test__num__descriptor, 3000,
                        NULL, NULL);
-  assert_true(metrics_show(
-      f.metrics, "stoker_rpc_requests_total{method=\"/stoker.test.Test/Echo\",code=\"OK\"} 3"));
-  assert_true(metrics_show(
-      f.metrics, "stoker_rpc_requests_total{method=\"/stoker.test.Test/Echo\",code=\"INVALID_"
-                 "ARGUMENT\"} 1"));
-  assert_true(metrics_show(f.metrics, "stoker_rpc_latency_seconds_count{method=\"/stoker.test."
-                                      "Test/Echo\"} 4"));
-  assert_true(metrics_show(f.metrics, "stoker_rpc_in_flight{method=\"/stoker.test.Test/Echo\"} 0"));
+#define ECHO_LABELS "grpc_type=\"unary\",grpc_service=\"stoker.test.Test\",grpc_method=\"Echo\""
+  assert_true(metrics_show(f.metrics, "grpc_server_started_total{" ECHO_LABELS "} 4"));
+  assert_true(
+      metrics_show(f.metrics, "grpc_server_handled_total{" ECHO_LABELS ",grpc_code=\"OK\"} 3"));
+  assert_true(metrics_show(f.metrics, "grpc_server_handled_total{" ECHO_LABELS
+                                      ",grpc_code=\"INVALID_ARGUMENT\"} 1"));
+  assert_true(metrics_show(f.metrics, "grpc_server_handling_seconds_count{" ECHO_LABELS "} 4"));
+  assert_true(metrics_show(f.metrics,
+                           "grpc_server_handling_seconds_bucket{" ECHO_LABELS ",le=\"+Inf\"} 4"));
+  assert_true(metrics_show(f.metrics, "grpc_server_in_flight{" ECHO_LABELS "} 0"));
+#undef ECHO_LABELS
   rpc_client_free(c);
   fx_stop(&f, 1000);
   metrics_free(f.metrics);
