@@ -162,8 +162,6 @@ bool rpc_cancelled(const struct rpc_call *c);
 
 /* Milliseconds until the caller's deadline; INT64_MAX if none. */
 int64_t rpc_deadline_remaining_ms(const struct rpc_call *c);
-const char *rpc_call_method(const struct rpc_call *c); /* "/pkg.Svc/Method" */
-const char *rpc_call_peer(const struct rpc_call *c);
 void rpc_call_set_data(struct rpc_call *c, void *data);
 void *rpc_call_data(const struct rpc_call *c);
 

@@ -45,7 +45,6 @@ struct rpc_call {
   grpc_byte_buffer *recv_buf;
   grpc_byte_buffer *reply_buf;
   grpc_slice details;
-  char *peer;
   void *data;
   struct rpc_tag close_tag, send_tag, recv_tag, finish_tag, cancel_tag;
 };
@@ -120,7 +119,6 @@ static void unref(struct rpc_call *c) {
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
   grpc_slice_unref(c->details);
-  if (c->peer) gpr_free(c->peer);
   free(c);
   rpc_server_call_closed(s);
 }
@@ -416,16 +414,6 @@ int64_t rpc_deadline_remaining_ms(const struct rpc_call *c) {
   if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_MONOTONIC)) >= 0) return INT64_MAX;
   gpr_timespec left = gpr_time_sub(d, gpr_now(GPR_CLOCK_MONOTONIC));
   return gpr_time_to_millis(left);
-}
-
-const char *rpc_call_method(const struct rpc_call *c) {
-  return c->m->path;
-}
-
-const char *rpc_call_peer(const struct rpc_call *c) {
-  struct rpc_call *mc = (struct rpc_call *)c; /* Cached on first use. */
-  if (!mc->peer) mc->peer = grpc_call_get_peer(mc->call);
-  return mc->peer ? mc->peer : "";
 }
 
 void rpc_call_set_data(struct rpc_call *c, void *data) {
