@@ -19,7 +19,7 @@ start_services() { # exports STOKER_COORDINATOR, STOKER_DATALOADER, STOKER_CHECK
   say "starting the services on loopback (state in $work)"
   start_daemon coordinator
   export STOKER_COORDINATOR=$(cat "$work/coordinator.addr")
-  start_daemon dataloader
+  start_daemon dataloader --data-root "$work" # the corpus is made under $work
   start_daemon checkpoint --coordinator "$STOKER_COORDINATOR"
   export STOKER_DATALOADER=$(cat "$work/dataloader.addr")
   export STOKER_CHECKPOINT=$(cat "$work/checkpoint.addr")

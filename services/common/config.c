@@ -322,6 +322,35 @@ static int set_option(const struct cfg_option *o, void *dst, const char *text, c
   return 0;
 }
 
+/* Which CFG_REPEAT options the layer being loaded has set already (a
+ * table's row index; cfg_load runs in main() alone, see config.h). */
+#define CFG_MAX_REPEAT_ROWS 256
+static bool repeat_seen[CFG_MAX_REPEAT_ROWS];
+
+static void begin_layer(void) {
+  memset(repeat_seen, 0, sizeof(repeat_seen));
+}
+
+/* set_option, except that a CFG_REPEAT option set again in the same layer
+ * gets the value appended (':'-joined) to what the layer gave before. */
+static int set_in_layer(const struct cfg_table *t, const struct cfg_option *o, void *dst,
+                        const char *text, const char *where, char *err, size_t err_len) {
+  size_t row = (size_t)(o - t->opts);
+  if (!(o->flags & CFG_REPEAT) || row >= CFG_MAX_REPEAT_ROWS)
+    return set_option(o, dst, text, where, err, err_len);
+  const char *old = *(char **)((char *)dst + o->offset);
+  if (!repeat_seen[row] || !old || !*old || !*text) {
+    repeat_seen[row] = true;
+    return set_option(o, dst, text, where, err, err_len);
+  }
+  struct strbuf sb = STRBUF_INIT;
+  strbuf_printf(&sb, "%s:%s", old, text);
+  if (sb.failed) return fail(&sb, err, err_len, STK_ENOMEM);
+  int rc = set_option(o, dst, sb.buf, where, err, err_len);
+  strbuf_release(&sb);
+  return rc;
+}
+
 static const struct cfg_option *find_option(const struct cfg_table *t, const char *name,
                                             size_t len) {
   for (size_t i = 0; i < t->n_opts; i++)
@@ -431,7 +460,7 @@ static int file_line(const struct cfg_table *t, void *dst, char *line, const cha
   }
   char full[512];
   snprintf(full, sizeof(full), "%s: %s", where, name);
-  return set_option(o, dst, value, full, err, err_len);
+  return set_in_layer(t, o, dst, value, full, err, err_len);
 }
 
 static int load_file(const struct cfg_table *t, void *dst, const char *path, char *err,
@@ -509,7 +538,7 @@ static int load_flag(const struct cfg_table *t, void *dst, int argc, char **argv
     }
     value = argv[++*i];
   }
-  return set_option(o, dst, value, where, err, err_len);
+  return set_in_layer(t, o, dst, value, where, err, err_len);
 }
 
 /* First pass: --help anywhere wins, then --version; --config names the file. */
@@ -565,8 +594,10 @@ int cfg_load(const struct cfg_table *t, void *dst, int argc, char **argv, char *
   char env[256];
   cfg_env_name(t, NULL, env, sizeof(env));
   if (!config) config = getenv(env);
+  begin_layer();
   if (config && *config && (rc = load_file(t, dst, config, err, err_len))) return rc;
   if ((rc = load_env(t, dst, err, err_len))) return rc;
+  begin_layer();
   return load_flags(t, dst, argc, argv, err, err_len);
 }
 
@@ -613,7 +644,8 @@ static void put_facts(const struct cfg_table *t, const struct cfg_option *o, str
                                            "duration", "size", "enum"};
   char env[256];
   cfg_env_name(t, o, env, sizeof(env));
-  strbuf_printf(sb, "%s, default ", type_names[o->type]);
+  strbuf_printf(sb, "%s%s, default ", type_names[o->type],
+                (o->flags & CFG_REPEAT) ? " (repeatable; ':'-joined list)" : "");
   put_file_value(sb, default_text(o));
   if (has_bounds(o) && o->type != CFG_BOOL && o->type != CFG_STRING && o->type != CFG_ENUM) {
     strbuf_puts(sb, ", range [");

@@ -51,6 +51,11 @@ enum cfg_type {
 
 /* Option flags. */
 #define CFG_SECRET 1u /* Never printed: the effective config shows "(set)". */
+/* A CFG_STRING that may be given several times: within the config file, and
+ * within the flags, each occurrence adds to the list (stored joined by ':',
+ * as PATH is; its environment variable is such a list); a later layer
+ * replaces what earlier layers gave. */
+#define CFG_REPEAT 2u
 
 struct cfg_option {
   const char *name; /* "heartbeat-interval": flag and file key. */
@@ -60,7 +65,7 @@ struct cfg_option {
   int64_t min, max;              /* Inclusive bounds; both 0: none. */
   const char *const *enum_names; /* CFG_ENUM: NULL-terminated names. */
   const char *help;              /* One sentence. */
-  unsigned flags;                /* CFG_SECRET. */
+  unsigned flags;                /* CFG_SECRET, CFG_REPEAT. */
 };
 
 struct cfg_table {

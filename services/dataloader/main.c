@@ -7,6 +7,7 @@
  */
 #include "daemon.h"
 #include "dl_core.h"
+#include "dl_roots.h"
 #include "dl_rpc.h"
 #include "log.h"
 #include "shm_ring.h"
@@ -33,6 +34,7 @@ struct dataloader_config {
   uint64_t max_snapshots_per_lane;
   char *shm_dir; /* "auto", "" (off) or a path */
   uint64_t shm_ring_bytes;
+  char *data_root;            /* ':'-joined directories clients may read */
   char *part;                 /* "I/P" as given */
   uint32_t part_index, parts; /* parsed from part by check_config */
 };
@@ -70,6 +72,10 @@ static const struct cfg_option dataloader_options[] = {
     DL_ROW("shm-ring-max", CFG_SIZE, shm_ring_bytes, "256MiB", 1 << 20, (int64_t)1 << 40,
            "Largest shared-memory ring of one stream; batches too big for two slots go over "
            "gRPC."),
+    {"data-root", CFG_STRING, offsetof(struct dataloader_config, data_root), "", 0, 0, NULL,
+     "Directory whose files (datasets, tokenizer files) clients may name; repeat for more. "
+     "Anything else is PERMISSION_DENIED; none: no file is served.",
+     CFG_REPEAT},
     DL_ROW("part", CFG_STRING, part, "0/1", 0, 0,
            "Scale-out: I/P makes this process part I of P serving each job, generating only "
            "the lanes c with c mod P == I (0/1: the whole job)."),
@@ -139,6 +145,15 @@ static void size_threadpool(const struct dataloader_config *c) {
 }
 
 static int open_core(struct dataloader *d) {
+  /* Before the core opens: jobs reloaded at a restart reopen their files. */
+  int rc = dl_roots_set(d->cfg.data_root);
+  if (rc) {
+    log_error("startup", "--data-root: %s", stk_detail());
+    return rc;
+  }
+  if (!d->cfg.data_root || !d->cfg.data_root[0])
+    log_warn("startup", "no --data-root: this dataloader serves no files (synthetic datasets "
+                        "only); give the directories of the datasets and tokenizer files");
   struct dl_opts o = {
       .dir = d->cfg.daemon.data_dir,
       .max_batch_bytes = d->cfg.max_batch_bytes,
@@ -150,7 +165,7 @@ static int open_core(struct dataloader *d) {
       .part = d->cfg.part_index,
       .parts = d->cfg.parts,
   };
-  int rc = dl_open(&o, &d->dl);
+  rc = dl_open(&o, &d->dl);
   if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */
     log_error("startup", "%s", stk_detail());
   else if (rc)

@@ -126,6 +126,13 @@ static int spawn(struct harness_daemon *d, const char *listen) {
   argv[n++] = d->ready_file;
   argv[n++] = "--log-level";
   argv[n++] = "warn";
+  /* A dataloader serves the files the tests make under the temp directory. */
+  const char *slash = strrchr(binary, '/');
+  if (strcmp(slash ? slash + 1 : binary, "stoker-dataloader") == 0) {
+    const char *base = getenv("TMPDIR");
+    argv[n++] = "--data-root";
+    argv[n++] = base && base[0] ? base : "/tmp";
+  }
   for (size_t i = 0; i < d->n_args; i++) argv[n++] = d->args[i];
   argv[n] = NULL;
   unlink(d->ready_file);

@@ -31,6 +31,8 @@ STEPS, EVERY = 80, 10
 
 def start(binary, work, name, *extra):
     ready = os.path.join(work, name + ".addr")
+    if name.startswith("dataloader"):  # it serves the corpus made under work
+        extra = ("--data-root", work, *extra)
     p = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--data-dir",
                           os.path.join(work, name), "--ready-file", ready,
                           "--log-level", "warn", *extra])

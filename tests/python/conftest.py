@@ -34,11 +34,19 @@ class Daemon:
     with SIGKILL and starts it again on the same port and data."""
 
     def __init__(
-        self, name: str, root: pathlib.Path, *extra: str, listen: str = "127.0.0.1:0"
+        self,
+        name: str,
+        root: pathlib.Path,
+        *extra: str,
+        listen: str = "127.0.0.1:0",
+        data_roots: list[pathlib.Path] | None = None,
     ) -> None:
         self.name = name
         self.root = root
         self.extra = list(extra)
+        if name == "dataloader":  # serves the files a test makes under its root
+            for d in [root] if data_roots is None else data_roots:
+                self.extra += ["--data-root", str(d)]
         self.data = root / f"{name}-data"
         self.listen = listen
         self.proc: subprocess.Popen[bytes] | None = None

@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import pickle
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
 import torch
+from conftest import Daemon
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from stoker import StokerError
@@ -251,14 +253,8 @@ def test_import_state_targets_the_requests_job(daemons):
     )
 
 
-def test_bad_dataset_paths_are_the_clients_error_and_park_no_worker(daemons, tmp_path):
-    """/dev/null, a directory named like an index, a missing file and a FIFO
-    answer INVALID_ARGUMENT or NOT_FOUND (never INTERNAL); opening a FIFO,
-    eight times at once, parks no worker: the daemon still serves."""
-    addr = daemons["dataloader"].addr
-    (tmp_path / "dir.idx").mkdir()
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
+def make_create(addr: str) -> Callable[[str, str, int], StokerError]:
+    """A CreateLoader of one dataset at path that must fail: its error."""
     conn = Connection(addr)
 
     def create(job: str, path: str, fmt: int) -> StokerError:
@@ -285,9 +281,66 @@ def test_bad_dataset_paths_are_the_clients_error_and_park_no_worker(daemons, tmp
             )
         return e.value
 
+    return create
+
+
+def test_data_roots_bound_what_clients_read(daemons, tmp_path):
+    """The daemon serves files under its --data-root only: /etc/passwd, a
+    ".." walk out of the root, a link inside the root to a file outside, and
+    the tokenizer's vocabulary path all answer PERMISSION_DENIED naming the
+    rule; a daemon started with no root serves no file at all."""
+    create = make_create(daemons["dataloader"].addr)
+    (tmp_path / "escape.txt").symlink_to("/etc/passwd")
+    (tmp_path / "ok.txt").write_text("inside the root\n" * 100)
+    outside = {
+        "/etc/passwd": "outside the data roots",
+        f"{tmp_path}/../../etc/passwd": "outside the data roots",
+        str(tmp_path / "escape.txt"): "a link leads out of the data roots",
+    }
+    for i, (path, why) in enumerate(outside.items()):
+        err = create(f"out{i}", path, pb.DATASET_FORMAT_TEXT)
+        assert err.code == grpc.StatusCode.PERMISSION_DENIED, (path, err)
+        assert why in str(err) and "--data-root" in str(err), err
+    spec = pb.DatasetSpec(
+        name="d",
+        weight=1.0,
+        format=pb.DATASET_FORMAT_TEXT,
+        tokenizer="gpt2:/etc/passwd,/etc/group",
+        source=common_pb2.StorageRef(uri=f"file://{tmp_path}/ok.txt"),
+    )
+    with pytest.raises(StokerError) as e:
+        Connection(daemons["dataloader"].addr).unary(
+            "/stoker.v1.Dataloader/CreateLoader",
+            pb.CreateLoaderRequest(
+                spec=pb.LoaderSpec(job="vocab", seq_len=8, global_batch=2, datasets=[spec])
+            ),
+            pb.LoaderInfo,
+            timeout=10,
+        )
+    assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, e.value
+    (tmp_path / "bare").mkdir()
+    bare = Daemon("dataloader", tmp_path / "bare", data_roots=[])
+    try:
+        err = make_create(bare.addr)("bare", str(tmp_path / "ok.txt"), pb.DATASET_FORMAT_TEXT)
+        assert err.code == grpc.StatusCode.PERMISSION_DENIED, err
+        assert "started without --data-root" in str(err), err
+    finally:
+        bare.stop()
+
+
+def test_bad_dataset_paths_are_the_clients_error_and_park_no_worker(daemons, tmp_path):
+    """A directory named like an index, a missing file and a FIFO answer
+    INVALID_ARGUMENT or NOT_FOUND (never INTERNAL); /dev/null is outside the
+    data roots; opening a FIFO, eight times at once, parks no worker: the
+    daemon still serves."""
+    (tmp_path / "dir.idx").mkdir()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    addr = daemons["dataloader"].addr
+    create = make_create(addr)
     want = {
-        ("/dev/null", pb.DATASET_FORMAT_TEXT): grpc.StatusCode.INVALID_ARGUMENT,
-        ("/dev/null", pb.DATASET_FORMAT_LLMC): grpc.StatusCode.INVALID_ARGUMENT,
+        ("/dev/null", pb.DATASET_FORMAT_TEXT): grpc.StatusCode.PERMISSION_DENIED,
+        ("/dev/null", pb.DATASET_FORMAT_LLMC): grpc.StatusCode.PERMISSION_DENIED,
         (str(tmp_path / "dir"), pb.DATASET_FORMAT_MEGATRON): grpc.StatusCode.INVALID_ARGUMENT,
         (str(tmp_path / "missing.txt"), pb.DATASET_FORMAT_TEXT): grpc.StatusCode.NOT_FOUND,
         (str(fifo), pb.DATASET_FORMAT_TEXT): grpc.StatusCode.INVALID_ARGUMENT,

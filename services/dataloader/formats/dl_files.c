@@ -4,12 +4,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl_roots.h"
 #include "stk_error.h"
 
 /* A client's path that cannot be opened is the client's error (NOT_FOUND,
@@ -33,9 +35,14 @@ static int open_error(int e) {
 }
 
 int dl_map_open(const char *path, struct dl_map *ret_map) {
+  /* Only under the data roots; the resolved path is what gets opened, so a
+   * link swapped in after the check leads nowhere new. */
+  char real[PATH_MAX];
+  int rc = dl_roots_resolve(path, real, sizeof real);
+  if (rc) return rc;
   /* Non-blocking: opening a FIFO or a device must never park the worker
    * (only regular files are mapped, checked right after). */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
   if (fd < 0) {
     int e = errno;
     stk_set_detail("%s: %s", path, strerror(e));
@@ -70,7 +77,7 @@ void dl_map_close(struct dl_map *m) {
 
 bool dl_is_dir(const char *path) {
   struct stat st;
-  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  return dl_roots_allows(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 char *dl_strcat2(const char *a, const char *b) {
@@ -101,7 +108,10 @@ static bool wanted(const char *dir, const char *name, const char *suffix) {
 }
 
 int dl_list_dir(const char *dir, const char *suffix, char ***ret_paths, size_t *ret_n) {
-  DIR *d = opendir(dir);
+  char real[PATH_MAX];
+  int checked = dl_roots_resolve(dir, real, sizeof real);
+  if (checked) return checked;
+  DIR *d = opendir(real);
   if (!d) {
     stk_set_detail("%s: %s", dir, strerror(errno));
     return STK_ENOENT;

@@ -31,6 +31,7 @@ struct tcfg {
   int mode;
   char *token;
   char *label;
+  char *root;
 };
 
 static const char *const modes[] = {"fast", "safe", NULL};
@@ -47,6 +48,7 @@ static const struct cfg_option opts[] = {
     {"mode", CFG_ENUM, OFF(mode), "safe", 0, 0, modes, "Trade-off.", 0},
     {"token", CFG_STRING, OFF(token), NULL, 0, 0, NULL, "Bearer token.", CFG_SECRET},
     {"label", CFG_STRING, OFF(label), "a # b", 0, 0, NULL, "Free text.\nSecond line.", 0},
+    {"root", CFG_STRING, OFF(root), "/default", 0, 0, NULL, "A directory.", CFG_REPEAT},
 };
 static const struct cfg_table table = {"testd", "TESTD", opts, sizeof(opts) / sizeof(opts[0]),
                                        "A daemon for tests."};
@@ -118,6 +120,31 @@ static void test_layers_override(void **state) {
   unsetenv("STOKER_TESTD_CONFIG");
   unsetenv("STOKER_TESTD_PORT");
   unsetenv("STOKER_TESTD_HEARTBEAT_INTERVAL");
+  unlink(path);
+  free(path);
+}
+
+/* A CFG_REPEAT option: repeats add within a layer, a later layer replaces. */
+static void test_repeatable(void **state) {
+  char *path = write_temp("root = /f1\nroot = /f2\n");
+  struct tcfg c;
+  assert_int_equal(load(&c, NULL), 0);
+  assert_string_equal(c.root, "/default");
+  cfg_free(&table, &c);
+  assert_int_equal(load(&c, "--config", path, NULL), 0);
+  assert_string_equal(c.root, "/f1:/f2");
+  cfg_free(&table, &c);
+  setenv("STOKER_TESTD_ROOT", "/e1:/e2", 1);
+  assert_int_equal(load(&c, "--config", path, NULL), 0);
+  assert_string_equal(c.root, "/e1:/e2");
+  cfg_free(&table, &c);
+  assert_int_equal(load(&c, "--config", path, "--root", "/a", "--root=/b", NULL), 0);
+  assert_string_equal(c.root, "/a:/b");
+  cfg_free(&table, &c);
+  unsetenv("STOKER_TESTD_ROOT");
+  assert_int_equal(load(&c, "--root", "/only", NULL), 0);
+  assert_string_equal(c.root, "/only");
+  cfg_free(&table, &c);
   unlink(path);
   free(path);
 }
@@ -361,6 +388,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_layers_override),
+      cmocka_unit_test(test_repeatable),
       cmocka_unit_test(test_flag_forms),
       cmocka_unit_test(test_value_syntax),
       cmocka_unit_test(test_errors_are_clear),
