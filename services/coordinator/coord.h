@@ -92,6 +92,20 @@ void coord_cancel(struct coord *c, struct coord_wait *w);
 
 void coord_get_stats(const struct coord *c, struct coord_stats *ret_stats);
 
+/* A job's figures for per-job metrics (coord_figures.c). */
+struct coord_job_figures {
+  const char *name;        /* Valid until the next call into the coord. */
+  uint64_t generation;     /* Current generation. */
+  uint32_t world_size;     /* Members of the current generation. */
+  uint64_t step;           /* Highest step a member reported. */
+  double tokens_per_s;     /* Sum over the members' last reports. */
+  int64_t checkpoint_step; /* Latest committed checkpoint; 0: none. */
+  uint32_t joiners;        /* Joins parked in the open round. */
+};
+/* Fills out[0..max) with the figures of the first jobs by name; returns how
+ * many jobs there are (may exceed max). */
+size_t coord_job_figures(const struct coord *c, struct coord_job_figures *out, size_t max);
+
 /* ---- Jobs (operators and tooling) ------------------------------------ */
 
 /* resp: Stoker__V1__Job. Validates and defaults the spec; STK_EEXIST when

@@ -5,6 +5,7 @@
  * flushes RocksDB), exit.
  */
 #include "coord.h"
+#include "coord_job_metrics.h"
 #include "coord_rpc.h"
 #include "daemon.h"
 #include "log.h"
@@ -89,6 +90,8 @@ static void register_metrics(struct coordinator *co) {
       metrics_counter(m, "stoker_coordinator_heartbeats_total", "Heartbeats handled.", NULL);
   co->joins = metrics_counter(m, "stoker_coordinator_joins_total", "Joins handled.", NULL);
   co->events = metrics_counter(m, "stoker_coordinator_events_total", "Job events recorded.", NULL);
+  if (metrics_add_collector(m, coord_job_metrics_collect, co->coord) != 0)
+    log_warn("metrics", "no per-job series: out of memory");
   uv_timer_init(daemon_loop(co->daemon), &co->stats_timer);
   co->stats_timer.data = co;
   uv_timer_start(&co->stats_timer, publish_stats, 1000, 1000);

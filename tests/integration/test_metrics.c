@@ -1,7 +1,8 @@
 /*
  * The real daemon's Prometheus endpoint: with --metrics-listen on a port
  * the harness picks (the daemon only logs the port it bound), GET /metrics
- * counts the calls made, by method and code.
+ * counts the calls made, by method and code, and carries per-job gauges
+ * (gone with the job).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -124,11 +125,47 @@ static void test_heartbeats_keep_their_interval(void **state) {
   assert_true(beats >= 5 && beats <= 14);
 }
 
+/* Per-job gauges follow the job: world, generation, the step a member
+ * reports; a deleted job leaves no series. */
+static void test_job_series(void **state) {
+  struct harness_daemon *d = *state;
+  int port = atoi(strrchr(d->args[1], ':') + 1);
+  struct stk_client *c = harness_client(d);
+  assert_int_equal(harness_create_job(c, "series", 1, 1, 200, 50), 0);
+  struct rank r[1];
+  assert_int_equal(ranks_new(r, 1, d, "series", "m"), 0);
+  ranks_join_start(r, 1, 10000);
+  assert_int_equal(ranks_join_wait(r, 1), 0);
+  stk_report(r[0].client, 77, 1234.5, 2.5, STK_RANK_HEALTH_OK);
+  const char *want[] = {
+      "# TYPE stoker_job_world_size gauge\n",
+      "stoker_job_world_size{job=\"series\"} 1\n",
+      "stoker_job_generation{job=\"series\"} 1\n",
+      "stoker_job_step{job=\"series\"} 77\n",
+      "stoker_job_tokens_per_second{job=\"series\"} 1234.5\n",
+      "stoker_coordinator_jobs_unlabelled 0\n",
+  };
+  expect_metrics(port, want, 6);
+  ranks_free(r, 1);
+  assert_int_equal(stk_job_delete(c, "series", true, 5000), 0);
+  stk_client_free(c);
+  char *body = NULL;
+  for (int64_t deadline = harness_now_ms() + 5000;; harness_sleep_ms(50)) {
+    free(body);
+    body = harness_http_get(port, "/metrics");
+    assert_non_null(body);
+    if (!strstr(body, "job=\"series\"") || harness_now_ms() > deadline) break;
+  }
+  assert_null(strstr(body, "job=\"series\""));
+  free(body);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_requests_counted, setup, teardown),
       cmocka_unit_test_setup_teardown(test_build_info, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_job_series, setup, teardown),
       cmocka_unit_test_setup_teardown(test_heartbeats_keep_their_interval, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
