@@ -75,17 +75,38 @@ static int64_t latest_step(struct stk_client *cc, const char *job, int64_t want,
   }
 }
 
-static void test_report_over_tls_with_token(void **state) {
-  (void)state;
-  struct harness_daemon *co = start_tls_coordinator();
-  assert_non_null(co);
-  struct stk_client *cc = tls_client(co);
-  assert_int_equal(harness_create_job(cc, "gpt", 1, 4, 1000, 100), 0);
+/* Each test: a TLS coordinator holding job "gpt", a client of it, and the
+ * --coordinator flag naming it. */
+struct fixture {
+  struct harness_daemon *co;
+  struct stk_client *cc;
   char target[160];
-  snprintf(target, sizeof(target), "--coordinator=%s", co->addr);
+};
+
+static int setup_coordinator(void **state) {
+  struct fixture *f = calloc(1, sizeof *f);
+  *state = f;
+  if (!f || !(f->co = start_tls_coordinator())) return -1;
+  f->cc = tls_client(f->co);
+  snprintf(f->target, sizeof(f->target), "--coordinator=%s", f->co->addr);
+  return harness_create_job(f->cc, "gpt", 1, 4, 1000, 100) == 0 ? 0 : -1;
+}
+
+static int teardown_coordinator(void **state) {
+  struct fixture *f = *state;
+  if (f) {
+    stk_client_free(f->cc);
+    harness_daemon_free(f->co);
+    free(f);
+  }
+  return 0;
+}
+
+static void test_report_over_tls_with_token(void **state) {
+  struct fixture *f = *state;
   const char *args[] = {"--part-size",
                         "5MiB",
-                        target,
+                        f->target,
                         "--coordinator-tls-ca",
                         pki_path("server-ca.pem"),
                         "--coordinator-token-file",
@@ -94,21 +115,13 @@ static void test_report_over_tls_with_token(void **state) {
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   commit_step(d, "gpt", 42);
-  assert_int_equal(latest_step(cc, "gpt", 42, 10000), 42);
-  stk_client_free(cc);
+  assert_int_equal(latest_step(f->cc, "gpt", 42, 10000), 42);
   harness_daemon_free(d);
-  harness_daemon_free(co);
 }
 
 static void test_plaintext_against_tls_is_counted(void **state) {
-  (void)state;
-  struct harness_daemon *co = start_tls_coordinator();
-  assert_non_null(co);
-  struct stk_client *cc = tls_client(co);
-  assert_int_equal(harness_create_job(cc, "gpt", 1, 4, 1000, 100), 0);
-  char target[160];
-  snprintf(target, sizeof(target), "--coordinator=%s", co->addr);
-  const char *args[] = {"--part-size", "5MiB", target, NULL};
+  struct fixture *f = *state;
+  const char *args[] = {"--part-size", "5MiB", f->target, NULL};
   int port = 0;
   struct harness_daemon *d = harness_daemon_start_metrics(args, &port);
   assert_non_null(d);
@@ -127,10 +140,8 @@ static void test_plaintext_against_tls_is_counted(void **state) {
     if (!failures) harness_sleep_ms(100);
   }
   assert_true(failures >= 1);
-  assert_int_equal(latest_step(cc, "gpt", 7, 500), 0); /* Never reached the coordinator. */
-  stk_client_free(cc);
+  assert_int_equal(latest_step(f->cc, "gpt", 7, 500), 0); /* Never reached the coordinator. */
   harness_daemon_free(d);
-  harness_daemon_free(co);
 }
 
 static int setup_pki(void **state) {
@@ -155,8 +166,10 @@ int main(int argc, char **argv) {
   }
   test_argv = argv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_report_over_tls_with_token),
-      cmocka_unit_test(test_plaintext_against_tls_is_counted),
+      cmocka_unit_test_setup_teardown(test_report_over_tls_with_token, setup_coordinator,
+                                      teardown_coordinator),
+      cmocka_unit_test_setup_teardown(test_plaintext_against_tls_is_counted, setup_coordinator,
+                                      teardown_coordinator),
   };
   return cmocka_run_group_tests(tests, setup_pki, teardown_pki);
 }
