@@ -133,9 +133,11 @@ def test_a_lost_node_restores_at_the_smaller_world_and_trains_on(daemons, tmp_pa
         "1s",
     )
     try:
-        a.start(3, "2:3", steps=40, every=5)
+        a.start(3, "2:3", steps=40, every=10)
         a.wait_log(r"^checkpoint step 10 committed", 240)
-        a.wait_log(r"^step 1[3-9] loss .* world 3$", 60)
+        # Killed between checkpoints (by step 11 to 13, far from 20): the
+        # survivors restore step 10 and train again steps world 3 trained.
+        a.wait_log(r"^step 1[1-3] loss .* world 3$", 60)
         a.kill_node(2)
         m = a.wait_log(r"^restored step (\d+) at world 2$", 240)
         restored = int(m.group(1))
