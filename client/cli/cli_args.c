@@ -153,9 +153,11 @@ void cli_apply_env(struct cli_args *a, const char *(*get)(const char *name)) {
   if (!a->dataloader) a->dataloader = get("STOKER_DATALOADER");
   if (!a->checkpoint) a->checkpoint = get("STOKER_CHECKPOINT");
   if (!a->token_file) a->token_file = get("STOKER_TOKEN_FILE");
+  if (!a->tls_ca) a->tls_ca = get("STOKER_TLS_CA");
   if (a->dataloader && !a->dataloader[0]) a->dataloader = NULL;
   if (a->checkpoint && !a->checkpoint[0]) a->checkpoint = NULL;
   if (a->token_file && !a->token_file[0]) a->token_file = NULL;
+  if (a->tls_ca && !a->tls_ca[0]) a->tls_ca = NULL;
 }
 
 const char *cli_flag_value(const struct cli_args *a, const char *name) {

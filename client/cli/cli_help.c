@@ -19,7 +19,7 @@ static const char global_flags[] =
     "                       commands default to 127.0.0.1:7072)\n"
     "  --json               JSON output, one object per line\n"
     "  --timeout DURATION   per-call deadline (default 10s; e.g. 500ms, 30s, 2m)\n"
-    "  --tls-ca FILE        use TLS, verifying servers with this CA (PEM)\n"
+    "  --tls-ca FILE        use TLS, verifying servers with this CA (PEM; env STOKER_TLS_CA)\n"
     "  --tls-cert FILE      client certificate for mutual TLS (PEM)\n"
     "  --tls-key FILE       client key for mutual TLS (PEM)\n"
     "  --token-file FILE    bearer token (env STOKER_TOKEN_FILE)\n"

@@ -8,8 +8,9 @@ renders, and what the manifests tell the programs exists in them.
   option of the daemon the file is for;
 - every STOKER_<SERVICE>_* variable set is one the daemon reads (its --help
   names each option's variable);
-- probes and Services point at the ports the daemons listen on; each
-  pod's termination grace is at least the daemon's shutdown-grace.
+- probes (gRPC, or `stokerctl health` run in the pod when TLS is on) check
+  the ports the daemons listen on; each pod's termination grace is at least
+  the daemon's shutdown-grace.
 
     check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM...
 PROGRAMs are the paths of stoker-coordinator, stoker-dataloader,
@@ -112,7 +113,25 @@ def main() -> int:
                     errors.append(f"{where}: {service}.conf sets {key.strip()}, not an option")
             listen_port = int(options.get("listen", "x:0").rsplit(":", 1)[1])
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-                port = c.get(probe, {}).get("grpc", {}).get("port")
+                spec = c.get(probe, {})
+                if "grpc" in spec:
+                    port = spec["grpc"].get("port")
+                elif "exec" in spec:  # stokerctl health over TLS from inside the pod
+                    cmd = spec["exec"]["command"]
+                    bad = [w for w in cmd if w.startswith("--") and w not in helps["stokerctl"]]
+                    if cmd[0] != "stokerctl" or "health" not in cmd or bad:
+                        errors.append(f"{where}: {probe} runs {cmd}")
+                    addr = next(
+                        (
+                            cmd[i + 1]
+                            for i, w in enumerate(cmd[:-1])
+                            if w.startswith("--") and w in ("--coordinator",)
+                        ),
+                        "x:0",
+                    )
+                    port = int(addr.rsplit(":", 1)[1])
+                else:
+                    port = None
                 if port != listen_port:
                     errors.append(f"{where}: {probe} checks {port}, listens on {listen_port}")
             grace_ms = duration_ms(options.get("shutdown-grace", "10s"))

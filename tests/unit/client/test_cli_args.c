@@ -79,6 +79,7 @@ static const char *fake_env(const char *name) {
   if (strcmp(name, "STOKER_COORDINATOR") == 0) return "env-coord:1";
   if (strcmp(name, "STOKER_DATALOADER") == 0) return "env-dl:2";
   if (strcmp(name, "STOKER_TOKEN_FILE") == 0) return "/tmp/tok";
+  if (strcmp(name, "STOKER_TLS_CA") == 0) return "/tmp/ca.pem";
   return NULL;
 }
 
@@ -95,6 +96,7 @@ static void test_env(void **state) {
   assert_string_equal(a.dataloader, "env-dl:2");
   assert_null(a.checkpoint);
   assert_string_equal(a.token_file, "/tmp/tok");
+  assert_string_equal(a.tls_ca, "/tmp/ca.pem");
   /* Flags win over the environment. */
   assert_int_equal(parse(&a, err, "health", "--coordinator", "flag:3", NULL), 0);
   cli_apply_env(&a, fake_env);
