@@ -19,6 +19,8 @@ struct cli_ctx {
 
 /* Opens a client to address with the global TLS/token/timeout flags.
  * Reports a failure itself and returns its exit code. */
+/* The client options of the global flags (TLS, token, timeout) for address. */
+struct stk_client_opts cli_client_opts(const struct cli_ctx *x, const char *address);
 int cli_connect(const struct cli_ctx *x, const char *address, struct stk_client **ret_client);
 
 /* Prints "stokerctl: CMD: MESSAGE (CODE)" for err (the server's message

@@ -30,15 +30,7 @@ static void describe(int err, char *out, size_t len) {
 
 /* Checks one address. */
 static void check(const struct cli_ctx *x, const char *address, struct health_row *row) {
-  const struct cli_args *a = x->args;
-  struct stk_client_opts o = {
-      .address = address,
-      .tls_ca_file = a->tls_ca,
-      .tls_cert_file = a->tls_cert,
-      .tls_key_file = a->tls_key,
-      .token_file = a->token_file,
-      .default_timeout_ms = a->timeout_ms,
-  };
+  struct stk_client_opts o = cli_client_opts(x, address);
   struct stk_client *c = NULL;
   int serving = 0;
   int err = stk_client_new(&o, &c);

@@ -173,9 +173,9 @@ int cli_report(const struct cli_ctx *x, int err) {
   return cli_exit_code(err);
 }
 
-int cli_connect(const struct cli_ctx *x, const char *address, struct stk_client **ret_client) {
+struct stk_client_opts cli_client_opts(const struct cli_ctx *x, const char *address) {
   const struct cli_args *a = x->args;
-  struct stk_client_opts o = {
+  return (struct stk_client_opts){
       .address = address,
       .tls_ca_file = a->tls_ca,
       .tls_cert_file = a->tls_cert,
@@ -183,6 +183,10 @@ int cli_connect(const struct cli_ctx *x, const char *address, struct stk_client 
       .token_file = a->token_file,
       .default_timeout_ms = a->timeout_ms,
   };
+}
+
+int cli_connect(const struct cli_ctx *x, const char *address, struct stk_client **ret_client) {
+  struct stk_client_opts o = cli_client_opts(x, address);
   int err = stk_client_new(&o, ret_client);
   return err ? cli_report(x, err) : 0;
 }
