@@ -87,11 +87,16 @@ int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader
     protobuf_c_message_free_unpacked(msg, NULL);
     return STK_EINVAL;
   }
+  if (m->shm_seq && loader_ring_take(ring, m->shm_seq) < 0) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return STK_ECORRUPT;
+  }
   struct batch_owner *o = calloc(1, sizeof(*o));
   const uint32_t *tokens = NULL;
   const uint8_t *bytes = m->shm_seq ? loader_ring_slot(ring, m->shm_seq) : m->tokens.data;
   if (o) o->msg = m;
   if (!o || view_tokens(o, bytes, (size_t)m->lines * m->line_tokens, &tokens) < 0) {
+    if (m->shm_seq) loader_ring_release(ring, m->shm_seq);
     free(o);
     protobuf_c_message_free_unpacked(msg, NULL);
     return client_fail(STK_ENOMEM, "batch");

@@ -31,6 +31,9 @@ struct loader_ring *loader_ring_ref(struct loader_ring *r);
 void loader_ring_unref(struct loader_ring *r); /* Accepts NULL. */
 uint64_t loader_ring_slot_bytes(const struct loader_ring *r);
 const uint8_t *loader_ring_slot(const struct loader_ring *r, uint64_t seq);
+/* A batch views seq in its slot from now on: STK_ECORRUPT (with the
+ * error set) when a batch still views another sequence there. */
+int loader_ring_take(struct loader_ring *r, uint64_t seq);
 /* The client no longer reads seq: the daemon may reuse its slot. */
 void loader_ring_release(struct loader_ring *r, uint64_t seq);
 

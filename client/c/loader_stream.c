@@ -109,7 +109,7 @@ struct stk_batch_stream {
   bool reopen;       /* The call ended to fall back to gRPC bytes. */
   uint8_t nonce[16]; /* This call's. */
   struct loader_ring *ring;
-  uint64_t next_seq; /* shm_seq the next ring batch must carry. */
+  uint64_t last_seq; /* shm_seq of the last ring batch: the next one's is higher. */
 };
 
 /* Maps the ring a batch names (s->mu held). 0, or an error that makes the
@@ -123,12 +123,13 @@ static int take_ring(struct stk_batch_stream *s, const Stoker__V1__Batch *m) {
     return STK_ECORRUPT;
   }
   int err = loader_ring_attach(m->shm_path, s->nonce, &s->ring);
-  if (err == 0) s->next_seq = 1;
+  if (err == 0) s->last_seq = 0;
   return err;
 }
 
 /* Converts one batch (s->mu held): its ring is mapped first, and ring
- * batches must come in sequence; a coalesced one (from `more`) must be a
+ * batches come in growing sequences (the daemon passes over slots a batch
+ * still views, so they may skip); a coalesced one (from `more`) must be a
  * plain ring batch. */
 static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool coalesced,
                       struct stk_batch *b) {
@@ -144,10 +145,10 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
     protobuf_c_message_free_unpacked(msg, NULL);
     return err;
   }
-  if (err == 0 && m->shm_seq && m->shm_seq != s->next_seq) {
+  if (err == 0 && m->shm_seq && (!s->ring || m->shm_seq <= s->last_seq)) {
     if (s->ring)
-      client_set_error(15, "dataloader sent shared-memory sequence %llu, expected %llu",
-                       (unsigned long long)m->shm_seq, (unsigned long long)s->next_seq);
+      client_set_error(15, "dataloader sent shared-memory sequence %llu after %llu",
+                       (unsigned long long)m->shm_seq, (unsigned long long)s->last_seq);
     else
       client_set_error(15, "dataloader sent a shared-memory batch before any ring");
     err = STK_ECORRUPT;
@@ -156,7 +157,7 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
     protobuf_c_message_free_unpacked(msg, NULL);
     return err;
   }
-  if (m->shm_seq) s->next_seq++;
+  if (m->shm_seq) s->last_seq = m->shm_seq;
   return loader_batch_from_ring(msg, s->partial_ok, s->ring, b);
 }
 

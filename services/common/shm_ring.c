@@ -28,6 +28,8 @@ struct shm_ring {
   uint32_t slots;
   uint64_t slot_bytes;
   uint64_t *released; /* [slots], in the mapping */
+  uint64_t *written;  /* Daemon: [slots], the last sequence written to each (0: none). */
+  uint64_t last_seq;  /* Daemon: the highest sequence handed out. */
   char path[SHM_RING_PATH_MAX];
 };
 
@@ -224,13 +226,18 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
     return STK_EINVAL;
   }
   struct shm_ring *r = calloc(1, sizeof(*r));
-  if (!r) return STK_ENOMEM;
+  if (r) r->written = calloc(slots, sizeof(*r->written));
+  if (!r || !r->written) {
+    free(r);
+    return STK_ENOMEM;
+  }
   r->slots = slots;
   r->slot_bytes = round_pages(slot_bytes);
   r->map_bytes = PAGE + (uint64_t)slots * r->slot_bytes;
   char name[48];
   int fd = create_file(dirfd, name);
   if (fd < 0) {
+    free(r->written);
     free(r);
     return fd;
   }
@@ -251,6 +258,7 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
   }
   if (err) {
     unlinkat(dirfd, name, 0);
+    free(r->written);
     free(r);
     return err;
   }
@@ -261,10 +269,21 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
   return 0;
 }
 
-bool shm_ring_writable(const struct shm_ring *r, uint64_t seq) {
-  if (seq <= r->slots) return true;
-  uint64_t done = __atomic_load_n(&r->released[(seq - 1) % r->slots], __ATOMIC_ACQUIRE);
-  return done >= seq - r->slots;
+uint64_t shm_ring_next_free(const struct shm_ring *r, uint32_t ahead) {
+  /* The last sequence is in slot (last - 1) % slots; the turn starts at the
+   * next one, slot last % slots, whose next sequence is last + 1. */
+  for (uint32_t d = 0; d < r->slots; d++) {
+    uint32_t slot = (uint32_t)((r->last_seq + d) % r->slots);
+    uint64_t done = __atomic_load_n(&r->released[slot], __ATOMIC_ACQUIRE);
+    if (r->written[slot] != 0 && done < r->written[slot]) continue; /* The client's. */
+    if (ahead-- == 0) return r->last_seq + 1 + d;
+  }
+  return 0;
+}
+
+void shm_ring_written(struct shm_ring *r, uint64_t seq) {
+  r->written[(seq - 1) % r->slots] = seq;
+  r->last_seq = seq;
 }
 
 void shm_ring_unlink(struct shm_ring *r) {
@@ -372,5 +391,6 @@ uint8_t *shm_ring_slot(const struct shm_ring *r, uint64_t seq) {
 void shm_ring_free(struct shm_ring *r) {
   if (!r) return;
   munmap(r->map, r->map_bytes);
+  free(r->written);
   free(r);
 }

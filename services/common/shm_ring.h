@@ -17,9 +17,15 @@
  *                      sequence of that slot it no longer reads
  *   data_offset + i * slot_bytes: slot i
  *
- * The daemon writes sequence n only once the client released n - slots
- * (shm_ring_writable), and trusts nothing else in the file: geometry is its
- * own copy. A client that releases early or scribbles on the file only
+ * Sequences only grow, and sequence n always lives in slot (n - 1) % slots,
+ * but they need not be consecutive: the daemon writes into a free slot
+ * (never used, or the client released the last sequence written there),
+ * trying the slots in turn from the one after the last written, and gives
+ * the data the next sequence that maps to that slot. With prompt releases
+ * that is 1, 2, 3, ...; a slot the client keeps (a tensor over its memory
+ * still in use) is passed over instead of stopping the stream. The daemon
+ * trusts nothing in the file: geometry and what it wrote where are its own
+ * copies. A client that releases early or scribbles on the file only
  * corrupts what it reads itself.
  *
  * The daemon creates rings in a directory of its own (0700: only its user
@@ -93,9 +99,15 @@ uint64_t shm_ring_slot_bytes(const struct shm_ring *r);
 /* The slot that holds sequence seq (>= 1). */
 uint8_t *shm_ring_slot(const struct shm_ring *r, uint64_t seq);
 
-/* Daemon: true when sequence seq may be written (the client released
- * seq - slots, or the slot was never used). */
-bool shm_ring_writable(const struct shm_ring *r, uint64_t seq);
+/* Daemon: the sequence the (ahead + 1)-th free slot, in turn from the one
+ * after the last written, would get; 0 when fewer slots are free. Nothing
+ * is reserved: probing ahead = 0, 1, ... gives growing sequences of
+ * distinct slots, valid until shm_ring_written. */
+uint64_t shm_ring_next_free(const struct shm_ring *r, uint32_t ahead);
+
+/* Daemon: sequence seq (from shm_ring_next_free, in growing order) is
+ * written and handed to the client. */
+void shm_ring_written(struct shm_ring *r, uint64_t seq);
 
 /* Client: it no longer reads sequence seq. */
 void shm_ring_release(struct shm_ring *r, uint64_t seq);

@@ -32,11 +32,11 @@ struct dl_rpc {
  * batch, which goes inline and sizes the slots, batches are generated
  * straight into ring slots and sent as metadata. */
 struct dl_stream_ring {
-  bool wanted;       /* The client asked (nonce given) and the daemon has a dir. */
-  bool off;          /* Given up for this stream: everything inline from here. */
-  uint8_t nonce[16]; /* SHM_RING_NONCE_BYTES */
+  bool wanted;          /* The client asked (nonce given) and the daemon has a dir. */
+  bool off;             /* Given up for this stream: everything inline from here. */
+  uint8_t nonce[16];    /* SHM_RING_NONCE_BYTES */
+  uint32_t token_bytes; /* Width of a token in a slot: 4 (uint32) or 8 (int64). */
   struct shm_ring *ring;
-  uint64_t next_seq; /* Next sequence to write. */
   bool path_sent;
 };
 
@@ -45,10 +45,16 @@ struct dl_stream_ring {
 void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint32_t prefetch,
                           const struct dl_batch *b);
 /* Where the batch `ahead` places after the next one to be queued may be
- * written: its slot, or NULL when the ring is not in use (generate inline)
- * or that slot is still the client's (*ret_full). */
-uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, size_t *ret_bytes,
-                              bool *ret_full);
+ * generated (as uint32 tokens; *ret_bytes of room) and its sequence: a free
+ * slot, or NULL when the ring is not in use (generate inline) or has no
+ * further free slot (*ret_full). */
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, uint64_t *ret_seq,
+                              size_t *ret_bytes, bool *ret_full);
+/* The batch of sequence seq (from dl_stream_ring_dest) is queued. */
+void dl_stream_ring_written(struct dl_stream_ring *r, uint64_t seq);
+/* A batch generated into its slot, its tokens encoded as little-endian
+ * uint32: rewrites them in place at the ring's token width (worker thread). */
+void dl_stream_ring_widen(const struct dl_stream_ring *r, struct dl_batch *b);
 /* Fills msg's shm fields for a batch generated into the slot of seq. */
 void dl_stream_ring_msg(struct dl_stream_ring *r, uint64_t seq, Stoker__V1__Batch *msg);
 /* Removes the ring file (if the client never took it) and unmaps. */

@@ -9,7 +9,13 @@
  * released the slot's previous batch, and the message says only "sequence
  * n". A batch that does not fit a slot (sequence length or batch size grew
  * at a step boundary) still goes inline.
+ *
+ * A client may ask for int64 tokens in the slots (shm_token_bytes 8): the
+ * core generates uint32 tokens into the slot's first half and the worker
+ * widens them in place, last token first, so a PyTorch trainer maps the
+ * slot as its int64 tensor and copies nothing.
  */
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,15 +24,17 @@
 #include "shm_ring.h"
 #include "stk_error.h"
 
-/* Slot bytes for b: the core wants 4 bytes of slack. */
-static uint64_t slot_bytes_for(const struct dl_batch *b) {
-  return (uint64_t)b->lines * b->line_tokens * 4 + 4;
+/* Slot bytes for b at width token_bytes: the core, generating uint32
+ * tokens into the slot, wants 4 bytes of slack (in the first half when the
+ * slot holds int64 tokens). */
+static uint64_t slot_bytes_for(const struct dl_batch *b, uint32_t token_bytes) {
+  return (uint64_t)b->lines * b->line_tokens * token_bytes + 8;
 }
 
 void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint32_t prefetch,
                           const struct dl_batch *b) {
   if (!r->wanted || r->off || r->ring) return;
-  uint64_t slot = (slot_bytes_for(b) + 4095) / 4096 * 4096;
+  uint64_t slot = (slot_bytes_for(b, r->token_bytes) + 4095) / 4096 * 4096;
   uint64_t slots = 2 * (uint64_t)prefetch + 2;
   if (slots > SHM_RING_MAX_SLOTS) slots = SHM_RING_MAX_SLOTS;
   while (slots > 2 && slots * slot > a->shm_ring_bytes) slots--;
@@ -42,21 +50,41 @@ void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint
     r->off = true;
     return;
   }
-  r->next_seq = 1;
 }
 
-uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, size_t *ret_bytes,
-                              bool *ret_full) {
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, uint64_t *ret_seq,
+                              size_t *ret_bytes, bool *ret_full) {
   *ret_full = false;
   *ret_bytes = 0;
+  *ret_seq = 0;
   if (!r->ring || r->off) return NULL;
-  uint64_t seq = r->next_seq + ahead;
-  if (ahead >= shm_ring_slots(r->ring) || !shm_ring_writable(r->ring, seq)) {
+  uint64_t seq = shm_ring_next_free(r->ring, ahead);
+  if (!seq) {
     *ret_full = true;
     return NULL;
   }
-  *ret_bytes = shm_ring_slot_bytes(r->ring);
+  *ret_seq = seq;
+  *ret_bytes = shm_ring_slot_bytes(r->ring) / r->token_bytes * 4;
   return (uint32_t *)(void *)shm_ring_slot(r->ring, seq);
+}
+
+void dl_stream_ring_written(struct dl_stream_ring *r, uint64_t seq) {
+  shm_ring_written(r->ring, seq);
+}
+
+void dl_stream_ring_widen(const struct dl_stream_ring *r, struct dl_batch *b) {
+  if (r->token_bytes != 8) return;
+  size_t n = (size_t)b->lines * b->line_tokens;
+  uint8_t *bytes = (uint8_t *)b->tokens;
+  /* Token i moves from bytes [4i, 4i+4) to [8i, 8i+8): going from the last
+   * down, every source is read before a wider write covers it. Bytes, not
+   * typed pointers: the two widths alias. */
+  for (size_t i = n; i-- > 0;) {
+    uint32_t le32;
+    memcpy(&le32, bytes + 4 * i, 4);
+    uint64_t le64 = htole64((uint64_t)le32toh(le32));
+    memcpy(bytes + 8 * i, &le64, 8);
+  }
 }
 
 void dl_stream_ring_msg(struct dl_stream_ring *r, uint64_t seq, Stoker__V1__Batch *msg) {

@@ -59,6 +59,7 @@ struct dl_stream {
    * slot gen_dest[j] (NULL: a fresh buffer); the worker made gen_n. */
   uint32_t gen_want, gen_n;
   uint32_t *gen_dest[GEN_GROUP];
+  uint64_t gen_seq[GEN_GROUP]; /* The ring sequence of gen_dest[j]. */
   size_t gen_dest_bytes;
   struct dl_batch gen_out[GEN_GROUP];
   double gen_seconds[GEN_GROUP];
@@ -127,9 +128,10 @@ static void gen_work(uv_work_t *w) {
     }
     Stoker__V1__Batch unused;
     dl_rpc_batch_encode(b, &unused); /* Little-endian bytes, off the loop. */
+    if (b->tokens_borrowed) dl_stream_ring_widen(&s->shm, b);
     s->gen_n++;
-    /* Too big for its slot: it goes inline, and the later slots assumed
-     * this one's sequence was used. */
+    /* Too big for its slot: it goes inline, and so would the later ones
+     * (a new shape from this step on); their slots stay free. */
     if (s->gen_dest[j] && !b->tokens_borrowed) return;
   }
 }
@@ -137,8 +139,11 @@ static void gen_work(uv_work_t *w) {
 /* Queues batch j of the finished job. */
 static void take_generated(struct dl_stream *s, uint32_t j) {
   struct dl_batch *b = &s->gen_out[j];
-  uint64_t seq = b->tokens_borrowed ? s->shm.next_seq++ : 0;
-  if (!seq) dl_stream_ring_setup(&s->shm, s->a, s->prefetch, b);
+  uint64_t seq = b->tokens_borrowed ? s->gen_seq[j] : 0;
+  if (seq)
+    dl_stream_ring_written(&s->shm, seq);
+  else
+    dl_stream_ring_setup(&s->shm, s->a, s->prefetch, b);
   s->ready[(s->head + s->n_ready) % s->prefetch] = (struct ready){.b = *b, .seq = seq};
   s->n_ready++;
   s->next_gen++;
@@ -193,7 +198,7 @@ static void start_generation(struct dl_stream *s) {
      * overwrite the slot size of the batches already given a slot (they
      * would go inline). */
     size_t bytes = 0;
-    uint32_t *dest = dl_stream_ring_dest(&s->shm, want, &bytes, &full);
+    uint32_t *dest = dl_stream_ring_dest(&s->shm, want, &s->gen_seq[want], &bytes, &full);
     if (full) break;
     s->gen_dest[want] = dest;
     if (dest) s->gen_dest_bytes = bytes;
@@ -332,6 +337,11 @@ void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, vo
                SHM_RING_NONCE_BYTES, r->shm_nonce.len);
     return;
   }
+  if (r->shm_token_bytes != 0 && r->shm_token_bytes != 4 && r->shm_token_bytes != 8) {
+    rpc_finish(call, RPC_INVALID_ARGUMENT, "shm_token_bytes must be 4 or 8 (0: 4), got %u",
+               r->shm_token_bytes);
+    return;
+  }
   if (r->prefetch > a->max_prefetch) {
     rpc_finish(call, RPC_INVALID_ARGUMENT, "prefetch %u is over the daemon's limit %u", r->prefetch,
                a->max_prefetch);
@@ -359,6 +369,7 @@ void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, vo
                           .ready = s->ready};
   if (r->shm_nonce.len == SHM_RING_NONCE_BYTES && a->shm_dirfd >= 0) {
     s->shm.wanted = true;
+    s->shm.token_bytes = r->shm_token_bytes ? r->shm_token_bytes : 4;
     memcpy(s->shm.nonce, r->shm_nonce.data, SHM_RING_NONCE_BYTES);
   }
   s->next = a->streams;

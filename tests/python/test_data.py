@@ -112,6 +112,59 @@ def test_a_ring_slot_is_reused_only_after_the_sample_was_copied(daemons):
         assert torch.equal(held[step][0], global_batch(addr, step, 1)[:, :-1])
 
 
+def in_ring(t: torch.Tensor) -> bool:
+    """Whether t's memory is the daemon's ring file (mapped, its name
+    removed), i.e. a view, not a copy."""
+    ptr = t.data_ptr()
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= ptr < hi:
+                return len(fields) == 6 and "/ring-" in fields[5] and "(deleted)" in fields[5]
+    return False
+
+
+def test_ring_samples_are_views_lent_until_freed_and_never_overwritten(daemons):
+    # prefetch 1: a ring of 4 slots, of which the dataset lends at most 2 as
+    # tensors; kept ones are passed over by the daemon, never written.
+    addr = daemons["dataloader"].addr
+    create_loader(addr)
+    ref = list(StokerDataset("pt", address=addr, rank=0, world_size=1, steps=40, transport="grpc"))
+    it = iter(StokerDataset("pt", address=addr, rank=0, world_size=1, steps=40, prefetch=1))
+    first = next(it)  # Inline: it sizes the ring.
+    assert not in_ring(first[0]) and first[0].dtype == torch.int64
+    kept = [next(it), next(it)]  # Steps 1 and 2: views of two slots.
+    assert all(in_ring(s[0]) and s[0].dtype == torch.int64 for s in kept)
+    for step in range(3, 20):  # Half the ring is lent: copies, and the stream goes on.
+        sample = next(it)
+        assert not in_ring(sample[0])
+        assert torch.equal(sample[0], ref[step][0]) and torch.equal(sample[1], ref[step][1])
+    for step, s in zip((1, 2), kept, strict=True):
+        assert torch.equal(s[0], ref[step][0]) and torch.equal(s[1], ref[step][1])
+    del kept, s, sample  # Their slots go back to the daemon: views again.
+    for step in range(20, 40):
+        sample = next(it)
+        assert in_ring(sample[0]), step
+        assert torch.equal(sample[0], ref[step][0]) and torch.equal(sample[1], ref[step][1])
+
+
+def test_a_ring_token_width_other_than_4_or_8_is_refused(daemons):
+    addr = daemons["dataloader"].addr
+    create_loader(addr)
+    for width in (1, 2, 16):
+        req = pb.StreamBatchesRequest(
+            job="pt", rank=0, world=1, shm_nonce=os.urandom(16), shm_token_bytes=width
+        )
+        stream = Connection(addr).server_stream(
+            "/stoker.v1.Dataloader/StreamBatches", req, pb.Batch
+        )
+        with pytest.raises(StokerError) as e:
+            next(iter(stream))
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "shm_token_bytes must be 4 or 8" in str(e.value)
+
+
 def test_resume_through_stateful_dataloader_is_exact(daemons):
     addr = daemons["dataloader"].addr
     create_loader(addr)

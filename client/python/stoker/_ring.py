@@ -40,8 +40,9 @@ class RingError(Exception):
 
 
 class Ring:
-    """A mapped ring; ``view(seq, count)`` is a numpy uint32 array over slot
-    memory (no copy) valid until ``release(seq)``."""
+    """A mapped ring; ``view(seq, count, dtype)`` is a numpy array over slot
+    memory (no copy) valid until ``release(seq)``. Slots hold little-endian
+    uint32 tokens, or int64 when the stream asked for 8-byte tokens."""
 
     def __init__(self, path: str, nonce: bytes) -> None:
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -81,16 +82,20 @@ class Ring:
         self.slot_bytes = int(slot_bytes)
         self._data_offset = int(data_offset)
 
-    def view(self, seq: int, tokens: int) -> NDArray[Any]:
-        """uint32 tokens of sequence ``seq`` (>= 1), in place."""
-        if seq < 1 or tokens * 4 > self.slot_bytes:
+    def view(self, seq: int, tokens: int, dtype: Any = np.uint32) -> NDArray[Any]:
+        """The tokens of sequence ``seq`` (>= 1) as little-endian ``dtype``
+        (uint32 or int64, the stream's token width), in place."""
+        dt = np.dtype(dtype).newbyteorder("<")
+        if seq < 1 or tokens * dt.itemsize > self.slot_bytes:
             raise RingError(f"sequence {seq} of {tokens} tokens does not fit a slot")
         offset = self._data_offset + ((seq - 1) % self.slots) * self.slot_bytes
-        return np.frombuffer(self._map, dtype="<u4", count=tokens, offset=offset)
+        return np.frombuffer(self._map, dtype=dt, count=tokens, offset=offset)
 
     def release(self, seq: int) -> None:
-        """The client no longer reads sequence ``seq``: the daemon may reuse its slot."""
-        struct.pack_into("=Q", self._map, _RELEASED_AT + 8 * ((seq - 1) % self.slots), seq)
+        """The client no longer reads sequence ``seq``: the daemon may reuse
+        its slot. A no-op once the ring is unmapped."""
+        with contextlib.suppress(ValueError):  # Closed: nobody reads it any more.
+            struct.pack_into("=Q", self._map, _RELEASED_AT + 8 * ((seq - 1) % self.slots), seq)
 
     def close(self) -> None:
         # A view handed out may still be alive: the mapping then goes with it.

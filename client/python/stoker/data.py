@@ -10,10 +10,15 @@ world size) on the service, so the dataset's whole state is the next step:
 at another with the same global batches (the service's rescale guarantee).
 
 Transport: batches stream with ``StreamBatches`` (the service prefetches).
-A trainer on the daemon's host gets the token bytes through the daemon's
-shared-memory ring instead of the socket (``stoker._ring``); elsewhere they
-come inline over gRPC. ``transport="auto"`` picks by trying the ring; the
-``repr`` shows what is in use. A scaled-out loader (several part addresses)
+A trainer on the daemon's host gets the tokens through the daemon's
+shared-memory ring instead of the socket (``stoker._ring``), written there
+as int64: the yielded tensors are views of the ring's memory (no copy and
+no conversion), and the slot goes back to the daemon when the last tensor
+over it is freed. A trainer that keeps many batches alive gets copies
+instead once it holds half the ring, so the stream never waits on it.
+Elsewhere the tokens come inline over gRPC as uint32 and are converted.
+``transport="auto"`` picks by trying the ring; the ``repr`` shows what is
+in use. A scaled-out loader (several part addresses)
 is read with ``GetBatch`` from every part and assembled here.
 
 Legend: L = lines of the rank's slice, T = seq_len, tokens per line T + 1.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -194,7 +200,11 @@ class StokerDataset(IterableDataset[Sample]):
     def _sample(
         self, tokens: NDArray[Any], lines: int, line_tokens: int, starts: NDArray[Any] | None
     ) -> Sample:
-        t = torch.from_numpy(tokens.reshape(lines, line_tokens).astype(np.int64))
+        """Tokens are uint32 (converted here) or int64 (used as they are:
+        a ring slot's memory, or a copy of it)."""
+        if tokens.dtype != np.int64:
+            tokens = tokens.astype(np.int64)
+        t = torch.from_numpy(tokens.reshape(lines, line_tokens))
         out: tuple[torch.Tensor, ...] = (t[:, :-1], t[:, 1:])
         if self.doc_starts:
             s = np.empty((0, 2), np.int64) if starts is None else starts
@@ -311,7 +321,8 @@ class _BatchStream:
         self.call: Any = None
         self.queue: list[pb.Batch] = []
         self.expect = -1
-        self.held_seq = 0
+        self.held_seq = 0  # A slot to release once the sample is built (copied out).
+        self.lent = _Lent()  # Slots whose memory yielded tensors still use.
         self.watchdog = _Watchdog(ds.timeout)
 
     def _open(self, step: int) -> None:
@@ -327,6 +338,7 @@ class _BatchStream:
             world=self.world,
             prefetch=self.ds.prefetch,
             shm_nonce=self.nonce,
+            shm_token_bytes=8 if self.use_shm else 0,
         )
         self.call = self.conn.server_stream(SERVICE + "StreamBatches", req, pb.Batch)
         self.queue = []
@@ -387,8 +399,13 @@ class _BatchStream:
             raise StokerError(
                 grpc.StatusCode.DATA_LOSS, f"step {b.step} is in a ring this stream never named"
             )
-        self.held_seq = b.shm_seq
-        return self.ring.view(b.shm_seq, b.lines * b.line_tokens), b.lines, b.line_tokens, starts
+        view = self.ring.view(b.shm_seq, b.lines * b.line_tokens, np.int64)
+        if self.lent.count >= self.ring.slots // 2:
+            # The trainer keeps batches: a copy, so the daemon is not kept waiting.
+            self.held_seq = b.shm_seq
+            return view.copy(), b.lines, b.line_tokens, starts
+        self.lent.lend(view, self.ring, b.shm_seq)
+        return view, b.lines, b.line_tokens, starts
 
     def _attach(self, path: str) -> None:
         if self.ring is not None:
@@ -427,10 +444,35 @@ class _BatchStream:
         self.watchdog.close()
 
 
+class _Lent:
+    """Counts the ring slots lent out as tensors: each is released to the
+    daemon by a finalizer when the last array (and so tensor) over its
+    memory is freed, on whichever thread frees it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def lend(self, view: NDArray[Any], ring: Ring, seq: int) -> None:
+        with self._lock:
+            self.count += 1
+        weakref.finalize(view, self._returned, ring, seq)
+
+    def _returned(self, ring: Ring, seq: int) -> None:
+        ring.release(seq)
+        with self._lock:
+            self.count -= 1
+
+
 class _Watchdog:
     """Cancels a call that has not delivered within `seconds` of being
-    armed; one thread per stream, armed and disarmed around each message
-    (a lock, not a thread, per message)."""
+    armed; one thread per stream, armed and disarmed around each message.
+
+    Arming only stores a deadline: it never wakes the thread (a wake-up per
+    message costs two thread switches and the GIL hand-offs with them). The
+    thread sleeps `seconds` at a time while disarmed, and every deadline is
+    `seconds` after it was set, so it is always later than the sleeping
+    thread's next wake-up, which then waits out the rest precisely."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
@@ -451,7 +493,6 @@ class _Watchdog:
             self._call = call
             self.fired = False
             self._deadline = time.monotonic() + self.seconds
-            self._cv.notify()
 
     def disarm(self) -> None:
         with self._cv:
@@ -467,7 +508,7 @@ class _Watchdog:
         with self._cv:
             while not self._closed:
                 if self._deadline is None:
-                    self._cv.wait()
+                    self._cv.wait(self.seconds)
                     continue
                 left = self._deadline - time.monotonic()
                 if left > 0:

@@ -167,6 +167,7 @@ Stoker__V1__Batch *fake_dl_ring_batch(struct shm_ring *r, bool with_path, int64_
   m->shm_seq = seq;
   if (with_path) assert_non_null(m->shm_path = strdup(shm_ring_path(r)));
   put_tokens(shm_ring_slot(r, seq), step, (uint64_t)lines * line_tokens, shm_ring_slot_bytes(r));
+  shm_ring_written(r, seq);
   return m;
 }
 

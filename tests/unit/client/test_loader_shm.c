@@ -150,18 +150,20 @@ static void test_good_ring(void **state) {
   slot[0] ^= 0xff;
   assert_int_equal(b[2].tokens[0], fake_dl_token(FROM + 2, 0) ^ 0xff);
   slot[0] ^= 0xff;
-  /* Held slots stay unwritable; freeing a batch releases its slot. */
-  assert_false(shm_ring_writable(r, 1 + SLOTS));
+  /* Held slots are not free (only slot 3, never used, is); freeing a
+   * batch releases its slot. */
+  assert_int_equal(shm_ring_next_free(r, 0), 4);
+  assert_int_equal(shm_ring_next_free(r, 1), 0);
   stk_batch_free(&b[1]);
-  assert_true(shm_ring_writable(r, 1 + SLOTS));
-  assert_false(shm_ring_writable(r, 2 + SLOTS));
+  assert_int_equal(shm_ring_next_free(r, 1), 1 + SLOTS);
+  assert_int_equal(shm_ring_next_free(r, 2), 0);
   check_batch(&b[0], FROM);
   check_batch(&b[2], FROM + 2);
   check_batch(&b[3], FROM + 3);
   stk_batch_free(&b[0]);
   stk_batch_free(&b[2]);
   stk_batch_free(&b[3]);
-  assert_true(shm_ring_writable(r, 3 + SLOTS));
+  assert_int_equal(shm_ring_next_free(r, 3), 3 + SLOTS);
   stk_client_free(c);
   assert_int_equal(fake_dl_calls(&fake), 1);
   fake_dl_stop(&fake);
@@ -190,8 +192,10 @@ static int script_second_ring(struct fake_dl_stream *f, int call,
   return 3;
 }
 
-/* Case 4: sequence 2 skipped, or 1 repeated (its slot, which the client
- * may still read, left alone). */
+/* Case 4: sequence 1 repeated (sequences only grow), or a sequence in the
+ * slot of one whose batch is still in use (1 + SLOTS coalesced with 1, so
+ * the client cannot have freed 1 yet); sequence 2 skipped is fine (the
+ * daemon passes over slots the client keeps). */
 static int script_seq(struct fake_dl_stream *f, const Stoker__V1__StreamBatchesRequest *req,
                       Stoker__V1__Batch **msgs, uint64_t second_seq) {
   struct shm_ring *r = ring_for(f, req);
@@ -213,6 +217,20 @@ static int script_seq_repeated(struct fake_dl_stream *f, int call,
                                Stoker__V1__Batch **msgs) {
   (void)call;
   return script_seq(f, req, msgs, 1);
+}
+
+static int script_slot_in_use(struct fake_dl_stream *f, int call,
+                              const Stoker__V1__StreamBatchesRequest *req,
+                              Stoker__V1__Batch **msgs) {
+  (void)call;
+  struct shm_ring *r = ring_for(f, req);
+  msgs[0] = fake_dl_inline(FROM, LINES, LT);
+  Stoker__V1__Batch *first = ring_batch(r, true, FROM + 1, 1);
+  /* The fake writes the slot's tokens before the client reads 1: build the
+   * message without touching the slot. */
+  fake_dl_more(first, bare(NULL, FROM + 2, 1 + SLOTS));
+  msgs[1] = first;
+  return 2;
 }
 
 /* Case 5: lines x line_tokens x 4 beyond the slot, by a little (2 x 513
@@ -326,8 +344,21 @@ static void test_second_ring(void **state) {
 
 static void test_seq_out_of_order(void **state) {
   (void)state;
-  expect_corrupt(script_seq_skipped, 2, 1, "sequence 3, expected 2");
-  expect_corrupt(script_seq_repeated, 2, 1, "sequence 1, expected 2");
+  expect_corrupt(script_seq_repeated, 2, 1, "sequence 1 after 1");
+  expect_corrupt(script_slot_in_use, 2, 1, "which a batch still uses");
+}
+
+static void test_seq_skipped_is_fine(void **state) {
+  (void)state;
+  fake_dl_start(&fake, script_seq_skipped);
+  struct stk_batch_stream *s = NULL;
+  struct stk_client *c = open_stream(&s);
+  for (int i = 0; i < 3; i++) next_ok(s, FROM + i);
+  struct stk_batch end;
+  assert_int_equal(stk_batch_stream_next(s, 10000, &end), STK_ERANGE);
+  stk_batch_stream_free(s);
+  stk_client_free(c);
+  fake_dl_stop(&fake);
 }
 
 static void test_batch_beyond_slot(void **state) {
@@ -460,6 +491,7 @@ int main(void) {
       cmocka_unit_test(test_seq_without_ring),
       cmocka_unit_test(test_second_ring),
       cmocka_unit_test(test_seq_out_of_order),
+      cmocka_unit_test(test_seq_skipped_is_fine),
       cmocka_unit_test(test_batch_beyond_slot),
       cmocka_unit_test(test_tokens_and_seq),
       cmocka_unit_test(test_bad_coalesced),

@@ -67,7 +67,11 @@ static void test_round_trip(void **state) {
   char path[SHM_RING_PATH_MAX];
   snprintf(path, sizeof(path), "%s", shm_ring_path(d));
   assert_true(strncmp(path, f->dir, strlen(f->dir)) == 0);
-  for (uint64_t seq = 1; seq <= 3; seq++) memset(shm_ring_slot(d, seq), (int)seq, 8192);
+  for (uint64_t seq = 1; seq <= 3; seq++) {
+    assert_int_equal(shm_ring_next_free(d, 0), seq); /* Fresh slots in turn. */
+    memset(shm_ring_slot(d, seq), (int)seq, 8192);
+    shm_ring_written(d, seq);
+  }
 
   assert_int_equal(shm_ring_attach(path, f->nonce, &c), 0);
   assert_false(exists(path)); /* The client took the name away. */
@@ -77,21 +81,36 @@ static void test_round_trip(void **state) {
     assert_int_equal(shm_ring_slot(c, seq)[0], (int)seq);
     assert_int_equal(shm_ring_slot(c, seq)[8191], (int)seq);
   }
-  /* Sequence 4 reuses slot 0: only once the client released sequence 1. */
-  assert_true(shm_ring_writable(d, 3));
-  assert_false(shm_ring_writable(d, 4));
+  /* Every slot is the client's: nothing is free. */
+  assert_int_equal(shm_ring_next_free(d, 0), 0);
+  /* Slot 1 (sequence 2) released first: the turn starts at slot 0, which
+   * the client keeps, so sequence 4 is passed over and 5 (slot 1) is next. */
   shm_ring_release(c, 2);
-  assert_false(shm_ring_writable(d, 4));
-  assert_true(shm_ring_writable(d, 5));
+  assert_int_equal(shm_ring_next_free(d, 0), 5);
+  assert_int_equal(shm_ring_next_free(d, 1), 0); /* Only one slot free. */
   shm_ring_release(c, 1);
-  assert_true(shm_ring_writable(d, 4));
-  assert_false(shm_ring_writable(d, 7)); /* Needs 4 released. */
-  shm_ring_release(c, 4);
-  shm_ring_release(c, 1); /* Late and lower: ignored. */
-  assert_true(shm_ring_writable(d, 7));
+  assert_int_equal(shm_ring_next_free(d, 0), 4); /* In turn again: slot 0 first. */
+  assert_int_equal(shm_ring_next_free(d, 1), 5);
+  memset(shm_ring_slot(d, 5), 0x55, 16);
+  shm_ring_written(d, 5); /* Slot 0 left for later: it is skipped, never lost. */
+  assert_int_equal(shm_ring_slot(c, 5)[0], 0x55);
+  assert_ptr_equal(shm_ring_slot(c, 5), shm_ring_slot(c, 2));
+  /* After 5 (slot 1) the turn goes on at slot 2 (still the client's: 3),
+   * then slot 0: sequence 7. */
+  assert_int_equal(shm_ring_next_free(d, 0), 7);
+  shm_ring_release(c, 3);
+  assert_int_equal(shm_ring_next_free(d, 0), 6);
+  assert_int_equal(shm_ring_next_free(d, 1), 7);
+  assert_int_equal(shm_ring_next_free(d, 2), 0); /* 5 is not released. */
+  shm_ring_release(c, 5);
+  shm_ring_release(c, 2); /* Late and lower: ignored. */
+  assert_int_equal(shm_ring_next_free(d, 2), 8);
+  shm_ring_written(d, 7);
   memset(shm_ring_slot(d, 7), 0x77, 16);
   assert_int_equal(shm_ring_slot(c, 7)[0], 0x77);
   assert_ptr_equal(shm_ring_slot(c, 7), shm_ring_slot(c, 1));
+  /* Sequences only grow: after 7 (slot 0) the next free slot is 1: 8. */
+  assert_int_equal(shm_ring_next_free(d, 0), 8);
   shm_ring_unlink(d); /* Already gone: harmless. */
   shm_ring_free(c);
   shm_ring_free(d);
