@@ -4,8 +4,11 @@
  * sub-boxes of at most read_piece_bytes (whole trailing dims, a run of rows
  * of the first dim that fits), and each piece is planned (ckpt_plan:
  * coalesced ranged reads widened to CRC blocks), fetched, CRC-checked block
- * by block and assembled on a worker, then handed to the caller on the loop.
- * One piece is in flight at a time, so memory stays bounded.
+ * by block and assembled on a worker, then handed to the caller on the loop,
+ * in order. Up to READ_WINDOW pieces of one read are fetched at once (on
+ * the service's restore threads) while the caller sends the one before:
+ * fetching, CRC checks and sending overlap, and memory stays bounded by
+ * the window plus the piece the caller holds.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,8 +31,24 @@ struct wanted {
   uint64_t n_pieces;
 };
 
+/* Pieces of one read fetched or waiting at once. */
+#define READ_WINDOW 4
+
+/* One piece: fetched and assembled on a restore thread. */
+struct piece {
+  struct ckpt_task t; /* First: the task is the piece. */
+  struct ckpt_reader *rd;
+  size_t wi; /* Its wanted entry. */
+  struct ckpt_box box;
+  uint8_t *data; /* The assembled piece. */
+  uint64_t len;
+  bool fetched; /* Its work ran. */
+  int err;
+  char msg[320];
+};
+
 struct ckpt_reader {
-  struct ckpt_task t;
+  struct ckpt_task t; /* Loads the manifest and checks the wanted boxes. */
   struct ckpt_service *s;
   Stoker__V1__ReadRequest *req; /* Copied. */
   char job[CKPT_JOB_MAX_BYTES + 1];
@@ -37,12 +56,12 @@ struct ckpt_reader {
   struct ckpt_manifest *m;
   struct wanted *w;
   size_t n_w;
-  size_t wi;   /* Current wanted entry. */
-  uint64_t pi; /* Next piece of it. */
-  struct ckpt_box piece;
-  uint8_t *data; /* The assembled piece. */
-  uint64_t len;
-  bool started, held, in_flight, finished;
+  size_t wi; /* The next piece to start: piece pi of wanted entry wi. */
+  uint64_t pi;
+  struct piece win[READ_WINDOW]; /* Started, not yet delivered: head .. head + n - 1. */
+  unsigned head, n;
+  unsigned tasks; /* Submitted tasks whose after has not run. */
+  bool held, finished;
   ckpt_piece_fn on_piece;
   ckpt_done_fn done;
   void *arg;
@@ -87,7 +106,7 @@ static void piece_box(const struct wanted *w, uint64_t k, struct ckpt_box *ret) 
 
 /* ---- Worker: fetch, verify, assemble ---- */
 
-static int fetch_read(struct ckpt_reader *rd, const struct ckpt_read *r, uint8_t *buf) {
+static int fetch_read(const struct ckpt_reader *rd, const struct ckpt_read *r, uint8_t *buf) {
   const struct ckpt_object *o = &rd->m->objects[r->object];
   char *key;
   int err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
@@ -109,19 +128,22 @@ static int fetch_read(struct ckpt_reader *rd, const struct ckpt_read *r, uint8_t
   return err;
 }
 
-static int assemble(struct ckpt_reader *rd, struct wanted *w) {
+/* Piece box of wanted entry w, fetched and assembled into *ret_data
+ * (malloc'ed, *ret_len bytes; left to the caller to free even on error). */
+static int assemble(const struct ckpt_reader *rd, const struct wanted *w,
+                    const struct ckpt_box *box, uint8_t **ret_data, uint64_t *ret_len) {
   struct ckpt_plan plan;
   struct ckpt_plan_opts po = {
       .max_gap_bytes = 256 << 10, .max_read_bytes = 64 << 20, .align_bytes = CKPT_CRC_BLOCK_BYTES};
-  int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, &rd->piece, &po, &plan);
+  int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, box, &po, &plan);
   if (err) return err;
-  rd->len = plan.want_bytes;
-  rd->data = malloc(plan.want_bytes ? plan.want_bytes : 1);
-  if (!rd->data) err = STK_ENOMEM;
+  *ret_len = plan.want_bytes;
+  *ret_data = malloc(plan.want_bytes ? plan.want_bytes : 1);
+  if (!*ret_data) err = STK_ENOMEM;
   for (size_t i = 0; !err && i < plan.n_reads; i++) {
     uint8_t *buf = malloc(plan.reads[i].len ? plan.reads[i].len : 1);
     err = buf ? fetch_read(rd, &plan.reads[i], buf) : STK_ENOMEM;
-    if (!err) ckpt_plan_apply(&plan, i, buf, rd->data);
+    if (!err) ckpt_plan_apply(&plan, i, buf, *ret_data);
     free(buf);
   }
   ckpt_plan_close(&plan);
@@ -158,18 +180,21 @@ static int prepare(struct ckpt_reader *rd) {
   return 0;
 }
 
-static void read_work(struct ckpt_task *t) {
+static void prepare_work(struct ckpt_task *t) {
   struct ckpt_reader *rd = (struct ckpt_reader *)t;
   stk_clear_detail();
-  rd->err = rd->m ? 0 : prepare(rd);
-  while (!rd->err && rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
-  if (!rd->err && rd->wi < rd->n_w) {
-    piece_box(&rd->w[rd->wi], rd->pi, &rd->piece);
-    rd->err = assemble(rd, &rd->w[rd->wi]);
-  }
+  rd->err = prepare(rd);
   if (rd->err)
     snprintf(rd->msg, sizeof(rd->msg), "%s",
              stk_detail()[0] ? stk_detail() : stk_strerror(rd->err));
+}
+
+static void piece_work(struct ckpt_task *t) {
+  struct piece *p = (struct piece *)t;
+  stk_clear_detail();
+  p->err = assemble(p->rd, &p->rd->w[p->wi], &p->box, &p->data, &p->len);
+  if (p->err)
+    snprintf(p->msg, sizeof(p->msg), "%s", stk_detail()[0] ? stk_detail() : stk_strerror(p->err));
 }
 
 /* ---- Loop side ---- */
@@ -180,50 +205,78 @@ static void reader_free(struct ckpt_reader *rd) {
     free(rd->w[i].chunks);
   }
   free(rd->w);
-  free(rd->data);
+  for (unsigned i = 0; i < READ_WINDOW; i++) free(rd->win[i].data);
   ckpt_manifest_free(rd->m);
   if (rd->req) stoker__v1__read_request__free_unpacked(rd->req, NULL);
   free(rd);
 }
 
-static void read_next(struct ckpt_reader *rd) {
-  rd->in_flight = true;
-  ckpt_pool_submit(rd->s->work, &rd->t);
-}
-
+/* Ends the read (done runs now); the record goes once no task is out. */
 static void read_finish(struct ckpt_reader *rd, int err, const char *msg) {
   rd->finished = true;
   rd->done(rd->arg, err, msg, NULL);
-  reader_free(rd);
+  if (rd->tasks == 0) reader_free(rd);
 }
 
+/* Starts pieces in order until the window is full or none is left. */
+static void fill(struct ckpt_reader *rd) {
+  while (rd->n < READ_WINDOW) {
+    while (rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
+    if (rd->wi >= rd->n_w) return;
+    struct piece *p = &rd->win[(rd->head + rd->n) % READ_WINDOW];
+    *p = (struct piece){.t = {.work = piece_work, .after = rd->t.after}, .rd = rd, .wi = rd->wi};
+    piece_box(&rd->w[rd->wi], rd->pi++, &p->box);
+    rd->n++;
+    rd->tasks++;
+    ckpt_pool_submit(rd->s->read, &p->t);
+  }
+}
+
+/* Hands the caller the pieces that are ready, in order, until it holds one
+ * (or the read fails or ends). */
+static void deliver(struct ckpt_reader *rd) {
+  while (!rd->held && !rd->finished) {
+    fill(rd);
+    if (rd->n == 0) return read_finish(rd, 0, "");
+    struct piece *p = &rd->win[rd->head];
+    if (!p->fetched) return;
+    if (p->err) return read_finish(rd, p->err, p->msg);
+    struct wanted *w = &rd->w[p->wi];
+    Stoker__V1__ReadChunk rc = STOKER__V1__READ_CHUNK__INIT;
+    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+    box.n_offsets = box.n_sizes = p->box.ndim;
+    box.offsets = p->box.offsets;
+    box.sizes = p->box.sizes;
+    rc.tensor = w->tensor;
+    rc.box = &box;
+    rc.data.data = p->data;
+    rc.data.len = p->len;
+    bool more = rd->on_piece(rd->arg, &rc);
+    free(p->data);
+    p->data = NULL;
+    rd->head = (rd->head + 1) % READ_WINDOW;
+    rd->n--;
+    if (!more) rd->held = true;
+  }
+}
+
+/* After of the prepare task and of every piece. */
 static void read_after(struct ckpt_task *t) {
-  struct ckpt_reader *rd = (struct ckpt_reader *)t;
-  rd->in_flight = false;
-  if (rd->finished) { /* Cancelled while the job ran. */
-    reader_free(rd);
+  struct ckpt_reader *rd;
+  if (t->work == prepare_work) {
+    rd = (struct ckpt_reader *)t;
+  } else {
+    struct piece *p = (struct piece *)t;
+    p->fetched = true;
+    rd = p->rd;
+  }
+  rd->tasks--;
+  if (rd->finished) { /* Ended (failed or cancelled) while tasks ran. */
+    if (rd->tasks == 0) reader_free(rd);
     return;
   }
-  if (rd->err) return read_finish(rd, rd->err, rd->msg);
-  if (rd->wi >= rd->n_w) return read_finish(rd, 0, "");
-  struct wanted *w = &rd->w[rd->wi];
-  Stoker__V1__ReadChunk rc = STOKER__V1__READ_CHUNK__INIT;
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = rd->piece.ndim;
-  box.offsets = rd->piece.offsets;
-  box.sizes = rd->piece.sizes;
-  rc.tensor = w->tensor;
-  rc.box = &box;
-  rc.data.data = rd->data;
-  rc.data.len = rd->len;
-  bool more = rd->on_piece(rd->arg, &rc);
-  free(rd->data);
-  rd->data = NULL;
-  rd->pi++;
-  if (more)
-    read_next(rd);
-  else
-    rd->held = true;
+  if (t->work == prepare_work && rd->err) return read_finish(rd, rd->err, rd->msg);
+  deliver(rd);
 }
 
 struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequest *req,
@@ -251,7 +304,7 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
     svc_fail_later(s, done, arg, STK_ENOMEM, "");
     return NULL;
   }
-  rd->t.work = read_work;
+  rd->t.work = prepare_work;
   rd->t.after = read_after;
   rd->s = s;
   snprintf(rd->job, sizeof(rd->job), "%s", req->job);
@@ -259,20 +312,19 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   rd->on_piece = on_piece;
   rd->done = done;
   rd->arg = arg;
-  read_next(rd);
+  rd->tasks = 1;
+  ckpt_pool_submit(s->work, &rd->t);
   return rd;
 }
 
 void ckpt_read_resume(struct ckpt_reader *rd) {
   if (!rd->held) return;
   rd->held = false;
-  read_next(rd);
+  deliver(rd);
 }
 
 void ckpt_read_cancel(struct ckpt_reader *rd) {
-  rd->finished = true;
-  rd->done(rd->arg, STK_ECANCELED, "cancelled", NULL);
-  if (!rd->in_flight) reader_free(rd);
+  read_finish(rd, STK_ECANCELED, "cancelled");
 }
 
 /* ---- Verify: every byte of every object ---- */

@@ -306,15 +306,18 @@ static void pool_freed(void *arg) {
 
 void svc_maybe_closed(struct ckpt_service *s) {
   if (!s->closing || s->finishing) return;
-  if (ckpt_pool_pending(s->up) > 0 || ckpt_pool_pending(s->work) > 0) return;
+  if (ckpt_pool_pending(s->up) > 0 || ckpt_pool_pending(s->work) > 0 ||
+      ckpt_pool_pending(s->read) > 0)
+    return;
   s->finishing = true;
   uv_timer_stop(&s->sweep);
-  s->handles_open = 5;
+  s->handles_open = 6;
   uv_close((uv_handle_t *)&s->sweep, on_handle_closed);
   uv_close((uv_handle_t *)&s->hold_timer, on_handle_closed);
   uv_close((uv_handle_t *)&s->events_async, on_handle_closed);
   ckpt_pool_free(s->up, pool_freed, s);
   ckpt_pool_free(s->work, pool_freed, s);
+  ckpt_pool_free(s->read, pool_freed, s);
 }
 
 static void on_sweep(uv_timer_t *t) {
@@ -340,12 +343,13 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
   if (!o->max_parts || o->max_parts > STORAGE_PART_MAX) o->max_parts = STORAGE_PART_MAX;
   if (!o->attempt_timeout_ms) o->attempt_timeout_ms = 600000;
   if (!o->read_piece_bytes) o->read_piece_bytes = 4 * MIB;
+  if (!o->read_concurrency) o->read_concurrency = 8;
   if (o->part_bytes < 5 * MIB || o->part_bytes % MIB != 0 || o->part_bytes > ((uint64_t)5 << 30)) {
     stk_set_detail("part size must be a multiple of 1 MiB between 5 MiB and 5 GiB");
     return STK_EINVAL;
   }
-  if (o->upload_concurrency > 256) {
-    stk_set_detail("upload concurrency above 256");
+  if (o->upload_concurrency > 256 || o->read_concurrency > 256) {
+    stk_set_detail("upload or read concurrency above 256");
     return STK_EINVAL;
   }
   if (o->shm_pool_bytes > o->staging_budget_bytes) o->shm_pool_bytes = o->staging_budget_bytes;
@@ -365,6 +369,7 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   }
   err = ckpt_pool_new(loop, s->o.upload_concurrency, UPLOAD_NICE, &s->up);
   if (!err) err = ckpt_pool_new(loop, 2, 0, &s->work);
+  if (!err) err = ckpt_pool_new(loop, s->o.read_concurrency, 0, &s->read);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -377,6 +382,7 @@ static void open_fail(struct ckpt_service *s) {
   ckpt_shm_close(s->shm);
   ckpt_pool_free(s->up, NULL, NULL);
   ckpt_pool_free(s->work, NULL, NULL);
+  ckpt_pool_free(s->read, NULL, NULL);
   if (s->own_storage) storage_free(s->st);
   kv_close(s->kv);
   free(s->url);

@@ -9,8 +9,9 @@
  * ckpt_service_open). Every call below must be made on that loop's thread
  * and every callback runs on it, never synchronously inside the call that
  * started it. Storage calls, synced RocksDB writes and CRCs run on the
- * service's worker threads (upload_concurrency upload threads plus two
- * more for journal, commit and restore work).
+ * service's worker threads (upload_concurrency upload threads,
+ * read_concurrency threads for restores, and two more for journal and
+ * commit work).
  *
  * Completion: ckpt_done_fn is called exactly once; resp is the reply message
  * named at each call, valid only during the callback; on failure err is a
@@ -64,6 +65,7 @@ struct ckpt_service_opts {
   uint32_t keep_every;           /* ... and every step divisible by M; 0 = none. */
   uint32_t attempt_timeout_ms;   /* Abort attempts not finished by then; 600000. */
   uint32_t read_piece_bytes;     /* Most bytes per ReadChunk; 4 MiB. */
+  uint32_t read_concurrency;     /* Restore threads (pieces fetched at once, all reads); 8. */
   const char *shm_dir;           /* Zero-copy staging directory (ckpt_shm.h), absolute, on
                                     tmpfs; NULL or "": off. Unique to this service on the host. */
   uint64_t shm_pool_bytes;       /* Released segments kept for reuse, at most this many bytes

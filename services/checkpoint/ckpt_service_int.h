@@ -153,7 +153,7 @@ struct ckpt_service {
   struct kv *kv;
   struct storage *st;
   bool own_storage;
-  struct ckpt_pool *up, *work;
+  struct ckpt_pool *up, *work, *read;
   uv_timer_t sweep;
   uv_timer_t hold_timer; /* Ends holds for ranks not heard from (upload_release_held). */
   uv_async_t events_async;

@@ -36,6 +36,7 @@ struct checkpoint_config {
   uint64_t upload_concurrency;
   uint64_t part_bytes;
   uint64_t read_piece_bytes;
+  uint64_t read_concurrency;
   uint64_t keep_last;
   uint64_t keep_every;
   int64_t attempt_timeout_ms;
@@ -78,6 +79,8 @@ static const struct cfg_option checkpoint_options[] = {
            "Multipart part size: a multiple of 1MiB, at least 5MiB.", 0),
     CK_ROW("read-piece-size", CFG_SIZE, read_piece_bytes, "4MiB", 4096, 1 << 30,
            "Most data bytes per ReadChunk (keep it under max-message-size).", 0),
+    CK_ROW("read-concurrency", CFG_UINT64, read_concurrency, "8", 1, 256,
+           "Pieces of restores fetched at once, all reads together (restore threads).", 0),
     CK_ROW("keep-last", CFG_UINT64, keep_last, "0", 0, 1000000,
            "Retention: keep the newest N committed steps per job; 0 keeps all.", 0),
     CK_ROW("keep-every", CFG_UINT64, keep_every, "0", 0, (int64_t)1 << 40,
@@ -255,6 +258,7 @@ static int open_core(struct checkpoint *ck) {
       .keep_every = (uint32_t)ck->cfg.keep_every,
       .attempt_timeout_ms = (uint32_t)ck->cfg.attempt_timeout_ms,
       .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
+      .read_concurrency = (uint32_t)ck->cfg.read_concurrency,
       .shm_dir = ck->shm_dir,
       .shm_pool_bytes = ck->cfg.shm_pool_bytes,
       .orphan_upload_grace_ms = (uint32_t)ck->cfg.orphan_upload_grace_ms,
