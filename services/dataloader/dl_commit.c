@@ -131,6 +131,7 @@ int dl_commit(struct dl *dl, const char *job, int64_t step) {
   pthread_rwlock_rdlock(&j->lock);
   pthread_mutex_lock(&j->commit_mu);
   int rc = capture(j, step, &s);
+  if (rc == 0) rc = dl_job_check_data(j); /* snapshots of lanes that read zeros */
   if (rc == 0) rc = record(dl, j, &s);
   pthread_mutex_unlock(&j->commit_mu);
   pthread_rwlock_unlock(&j->lock);
@@ -170,6 +171,7 @@ int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_
   size_t cfg_len = 0;
   pthread_rwlock_rdlock(&j->lock);
   int rc = capture(j, step, &s);
+  if (rc == 0) rc = dl_job_check_data(j);
   if (rc == 0) rc = dl_config_encode(j, &cfg, &cfg_len);
   pthread_rwlock_unlock(&j->lock);
   if (rc == 0) {

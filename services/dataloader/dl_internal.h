@@ -24,6 +24,7 @@
 struct dl_ds {
   Stoker__V1__DatasetSpec *spec; /* Own copy (unpacked from our own packing). */
   struct dl_source *src;
+  struct dl_fault_group *faults; /* its maps' SIGBUS record (formats/dl_map_guard.h) */
   uint64_t units;
   uint64_t key;    /* Hash of the name: keys this dataset's shuffles. */
   uint32_t shards; /* Ld = min(L, units) */
@@ -145,6 +146,12 @@ int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job 
 void dl_job_free(struct dl_job *j);
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec);
 int dl_ds_find(const struct dl_job *j, const char *name);
+void dl_ds_clear(struct dl_ds *ds); /* frees the reader, its fault group and the spec */
+/* STK_ECORRUPT with a detail naming the dataset and file when a read
+ * through one of the job's dataset maps faulted (the file shrank under it):
+ * whatever was read since is zeros, so every call that read data checks this
+ * after reading and throws its result away; the job stays broken. */
+int dl_job_check_data(const struct dl_job *j);
 void dl_version_clear(struct dl_version *v);
 int dl_version_copy(const struct dl_version *src, struct dl_version *dst);
 void dl_version_sort_blocked(struct dl_version *v);

@@ -234,7 +234,8 @@ static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
     return STK_ENOENT;
   }
   pthread_rwlock_rdlock(&j->lock);
-  int rc = plan(dl, j, step, rank, world, q);
+  int rc = dl_job_check_data(j);
+  if (rc == 0) rc = plan(dl, j, step, rank, world, q);
   uint32_t *tmp = NULL;
   size_t bytes = (size_t)q->lines * q->t * 4 + 4;
   if (rc == 0 && want_tokens) s->tokens = dest && bytes <= dest_bytes ? dest : malloc(bytes);
@@ -243,6 +244,8 @@ static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
   if (rc == 0 && s->out.explain && !(s->run_begin = calloc(q->lines + 1, sizeof(size_t))))
     rc = STK_ENOMEM;
   if (rc == 0) rc = run_all(dl, j, q, s, tmp);
+  /* After reading: a file that shrank meanwhile left zeros in the lines. */
+  if (rc == 0) rc = dl_job_check_data(j);
   pthread_rwlock_unlock(&j->lock);
   free(tmp);
   return rc;

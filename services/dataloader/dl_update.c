@@ -123,9 +123,7 @@ static int make_version(struct dl *dl, struct dl_job *j,
 
 static void drop_datasets(struct dl_job *j, uint32_t n_ds) {
   while (j->n_ds > n_ds) {
-    struct dl_ds *d = &j->ds[--j->n_ds];
-    dl_source_free(d->src);
-    stoker__v1__dataset_spec__free_unpacked(d->spec, NULL);
+    dl_ds_clear(&j->ds[--j->n_ds]);
   }
 }
 
