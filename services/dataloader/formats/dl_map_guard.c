@@ -80,8 +80,8 @@ static bool cover(struct dl_map_slot *s, uintptr_t addr) {
   uintptr_t end = atomic_load(&s->begin) + s->bytes;
   end = (end + page_bytes - 1) & ~(page_bytes - 1);
   mark_broken(s->group, s->path);
-  void *p = mmap((void *)page, end - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
-                 0);
+  void *p =
+      mmap((void *)page, end - page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   return p != MAP_FAILED;
 }
 
@@ -137,9 +137,13 @@ static void ensure_installed(void) {
   sigaction(SIGBUS, &sa, &prev_action);
 }
 
-struct dl_fault_group *dl_fault_group_new(void) { return calloc(1, sizeof(struct dl_fault_group)); }
+struct dl_fault_group *dl_fault_group_new(void) {
+  return calloc(1, sizeof(struct dl_fault_group));
+}
 
-void dl_fault_group_free(struct dl_fault_group *g) { free(g); }
+void dl_fault_group_free(struct dl_fault_group *g) {
+  free(g);
+}
 
 bool dl_fault_group_broken(const struct dl_fault_group *g, const char **ret_path) {
   int st = g ? atomic_load(&((struct dl_fault_group *)g)->state) : GROUP_OK;
@@ -147,11 +151,17 @@ bool dl_fault_group_broken(const struct dl_fault_group *g, const char **ret_path
   return st != GROUP_OK;
 }
 
-void dl_fault_scope_enter(struct dl_fault_group *g) { scope_group = g; }
+void dl_fault_scope_enter(struct dl_fault_group *g) {
+  scope_group = g;
+}
 
-void dl_fault_scope_leave(void) { scope_group = NULL; }
+void dl_fault_scope_leave(void) {
+  scope_group = NULL;
+}
 
-unsigned long dl_map_guard_thread_faults(void) { return thread_faults; }
+unsigned long dl_map_guard_thread_faults(void) {
+  return thread_faults;
+}
 
 /* A free slot, appending a chunk when none is left; reg_mu held. */
 static struct dl_map_slot *take_slot(void) {
