@@ -228,11 +228,9 @@ static int run_all(struct dl *dl, struct dl_job *j, const struct req *q, struct 
 static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                  bool want_tokens, uint32_t *dest, size_t dest_bytes, struct sink *s,
                  struct req *q) {
-  struct dl_job *j = dl_find_job(dl, job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", job ? job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int got = dl_job_get(dl, job, &j);
+  if (got < 0) return got;
   pthread_rwlock_rdlock(&j->lock);
   int rc = dl_job_check_data(j);
   if (rc == 0) rc = plan(dl, j, step, rank, world, q);
@@ -247,6 +245,7 @@ static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
   /* After reading: a file that shrank meanwhile left zeros in the lines. */
   if (rc == 0) rc = dl_job_check_data(j);
   pthread_rwlock_unlock(&j->lock);
+  dl_job_put(dl, j);
   free(tmp);
   return rc;
 }
