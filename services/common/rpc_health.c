@@ -87,10 +87,11 @@ static void pump(struct watcher *w);
 static void on_watch_sent(struct rpc_call *c, int err, void *arg) {
   struct watcher *w = arg;
   w->sending = false;
-  if (err) { /* The call is gone; the cancel callback finishes it. */
-    if (!w->call) watcher_free(w);
+  if (!w->call) {    /* Cancelled while this send was out, and left to us: */
+    watcher_free(w); /* the send may still have gone through (err 0). */
     return;
   }
+  if (err) return; /* The call is gone; the cancel callback finishes it. */
   pump(w);
 }
 
