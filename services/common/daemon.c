@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 const char *const daemon_log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
@@ -50,11 +51,25 @@ static void publish_build_info(struct daemon *d) {
                    1);
 }
 
+/* Raises the soft limit on open descriptors to the hard one: every client
+ * connection, dataset map and RocksDB file costs one, and a distribution's
+ * default soft limit (1024) is far below what a busy daemon needs. */
+static void raise_nofile_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    log_info("nofile_raised", "from=%llu to=%llu", (unsigned long long)was,
+             (unsigned long long)rl.rlim_cur);
+}
+
 int daemon_new(const char *name, const struct daemon_options *opts, char *err, size_t err_len,
                struct daemon **ret_daemon) {
   log_init((enum log_level)opts->log_level, opts->log_json);
   rpc_log_to_daemon_log();
   log_info("start", "daemon=%s version=%s pid=%d", name, STK_VERSION, (int)getpid());
+  raise_nofile_limit();
   struct daemon *d = calloc(1, sizeof(*d));
   if (!d) return STK_ENOMEM;
   d->name = name;
