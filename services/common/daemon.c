@@ -5,6 +5,8 @@
  */
 #include "daemon.h"
 
+#include "fd_guard.h"
+
 #include "log.h"
 #include "stk_config.h"
 #include "stk_error.h"
@@ -26,6 +28,7 @@ struct daemon {
   struct metrics *metrics;
   struct metrics_http *http;
   struct rpc_server *rpc;
+  struct fd_guard *fds; /* health from descriptor headroom */
   uv_signal_t sigterm, sigint;
   daemon_stop_fn on_stop;
   void *stop_arg;
@@ -138,6 +141,8 @@ static void on_signal(uv_signal_t *h, int signum) {
            (long long)d->opts->shutdown_grace_ms);
   uv_signal_stop(&d->sigterm);
   uv_signal_stop(&d->sigint);
+  fd_guard_stop(d->fds);
+  d->fds = NULL;
   metrics_http_stop(d->http);
   d->http = NULL;
   if (d->on_drain) d->on_drain(d, d->drain_arg);
@@ -189,6 +194,10 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
     }
     log_info("metrics", "listen=%s", mbound);
   }
+  if ((rc = fd_guard_start(&d->loop, d->rpc, &d->fds)) != 0) {
+    snprintf(err, err_len, "%s", stk_strerror(rc));
+    return rc;
+  }
   uv_signal_init(&d->loop, &d->sigterm);
   uv_signal_init(&d->loop, &d->sigint);
   d->sigterm.data = d->sigint.data = d;
@@ -223,6 +232,7 @@ int daemon_run(struct daemon *d) {
 
 void daemon_free(struct daemon *d) {
   if (!d) return;
+  fd_guard_stop(d->fds);
   metrics_http_stop(d->http);
   rpc_server_free(d->rpc);
   uv_walk(&d->loop, close_handle, NULL);

@@ -195,6 +195,13 @@ void rpc_server_set_serving(struct rpc_server *s, const char *service, bool serv
   notify_watchers(h);
 }
 
+void rpc_server_set_serving_all(struct rpc_server *s, bool serving) {
+  struct rpc_health *h = s->health;
+  if (h->shutting_down) return;
+  for (struct service_status *st = h->services; st; st = st->next) st->serving = serving;
+  notify_watchers(h);
+}
+
 void rpc_health_shutdown(struct rpc_health *h) {
   h->shutting_down = true;
   for (struct service_status *st = h->services; st; st = st->next) st->serving = false;
