@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -167,11 +168,30 @@ static void test_health_recovers(void **state) {
   harness_daemon_free(d);
 }
 
+/* A connection that never speaks is closed after the 10 s handshake timeout
+ * (gRPC's default would hold it two minutes). */
+static void test_silent_connection_closed(void **state) {
+  struct harness_daemon *d = harness_daemon_start(NULL);
+  assert_non_null(d);
+  int fd = connect_to(atoi(strrchr(d->addr, ':') + 1));
+  int64_t end = harness_now_ms() + 15000;
+  ssize_t got = 1;
+  while (got > 0 && harness_now_ms() < end) { /* the server's SETTINGS, then the close */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char buf[256];
+    if (poll(&p, 1, 500) == 1) got = recv(fd, buf, sizeof buf, 0);
+  }
+  assert_true(got <= 0); /* closed by the daemon */
+  close(fd);
+  harness_daemon_free(d);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 2;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_soft_limit_raised),
       cmocka_unit_test(test_idle_metrics_connections_capped),
+      cmocka_unit_test(test_silent_connection_closed),
       cmocka_unit_test(test_health_recovers),
       cmocka_unit_test(test_health_follows_descriptors),
   };
