@@ -22,6 +22,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   if (!o->max_batch_bytes) o->max_batch_bytes = 256u << 20;
   if (!o->max_step) o->max_step = INT64_C(1) << 40;
   if (!o->max_replay_lines) o->max_replay_lines = 1u << 20;
+  if (!o->max_replay_tokens) o->max_replay_tokens = UINT64_C(1) << 30;
   if (!o->snapshot_every_lines) o->snapshot_every_lines = 32;
   if (!o->max_snapshots_per_lane) o->max_snapshots_per_lane = 256;
   if (!o->keep_commits) o->keep_commits = 2;

@@ -16,7 +16,7 @@
  *
  * Errors: STK_EINVAL (bad argument; nothing changed), STK_ENOENT (unknown
  * job), STK_EEXIST (job exists), STK_ERANGE (the step needs more replay than
- * opts.max_replay_lines from any restorable state, or the lane ran out of
+ * opts.max_replay_lines or opts.max_replay_tokens from any restorable state, or the lane ran out of
  * data), STK_EIO / STK_ECORRUPT (store or dataset; STK_ECORRUPT too for a
  * job whose dataset file shrank under it: its data is lost), STK_ESTATE (a
  * job that failed to load at start), STK_ENOMEM. A reason is left in
@@ -45,6 +45,7 @@ struct dl_opts {
   uint64_t max_batch_bytes;        /* Largest token payload of one reply; 0: 256 MiB. */
   int64_t max_step;                /* Steps above are refused; 0: 2^40. */
   uint64_t max_replay_lines;       /* Lines one lane may regenerate for a call; 0: 2^20. */
+  uint64_t max_replay_tokens;      /* Tokens of those lines (long lines cost more); 0: 2^30. */
   uint32_t snapshot_every_lines;   /* In-memory lane snapshot spacing; 0: 32. */
   uint32_t max_snapshots_per_lane; /* In-memory snapshots kept per lane; 0: 256. */
   uint32_t keep_commits;           /* Committed states kept restorable; 0: 2. */

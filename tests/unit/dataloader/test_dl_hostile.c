@@ -194,6 +194,35 @@ static void test_empty_documents_with_markers(void **state) {
   rm(dir);
 }
 
+/* Replay is bounded in tokens as well as lines: with long lines, a step whose
+ * replay is far below the line bound can still cost a worker seconds, and
+ * is refused. Explain and Commit, which replay the same way, are bounded too. */
+static void test_replay_bounded_in_tokens(void **state) {
+  char *dir = t_tmpdir();
+  struct dl_opts o = {.dir = dir, .max_replay_tokens = 1u << 22};
+  struct dl *dl = NULL;
+  assert_int_equal(dl_open(&o, &dl), 0);
+  struct tspec t = BASE;
+  t.seq_len = 4095; /* T = 4096: 4 lines per lane per step */
+  t.global_batch = 8;
+  t.lanes = 2;
+  t.uris[0] = "synthetic:4000:100:3000:7";
+  assert_int_equal(t_create(dl, &t), 0);
+  struct dl_batch b;
+  assert_int_equal(dl_get_batch(dl, "h", 100, 0, 1, &b), 0); /* 400 lines, 1.6M tokens */
+  dl_batch_free(&b);
+  /* 8,000 lines from step 100: far below 2^20 lines, 32M tokens over 2^22. */
+  expect_batch_err(dl, "h", 2100, 0, 1, STK_ERANGE);
+  assert_non_null(strstr(stk_detail(), "tokens"));
+  Stoker__V1__ExplainResponse *e;
+  assert_int_equal(dl_explain(dl, "h", 2100, 0, 1, &e), STK_ERANGE);
+  assert_int_equal(dl_commit(dl, "h", 2100), STK_ERANGE);
+  assert_int_equal(dl_get_batch(dl, "h", 101, 0, 1, &b), 0); /* near steps still served */
+  dl_batch_free(&b);
+  dl_close(dl);
+  rm(dir);
+}
+
 static double first_batch_ms(const char *uri) {
   char *dir = t_tmpdir();
   struct dl *dl = t_open(dir, 0);
@@ -224,6 +253,7 @@ static void test_first_batch_flat(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_empty_documents_with_markers),
+      cmocka_unit_test(test_replay_bounded_in_tokens),
       cmocka_unit_test(test_hostile_requests),
       cmocka_unit_test(test_bad_specs),
       cmocka_unit_test(test_state_blob_bit_flips),
