@@ -1,7 +1,7 @@
 /*
  * The dataloader's operator calls (stoker_admin.h, not installed): create,
- * get, update the mixture and explain a slice on one process, and create,
- * info and mixture on every part of a scaled-out job (in part order,
+ * get, list, delete, update the mixture and explain a slice on one process,
+ * and create, info, delete and mixture on every part of a scaled-out job (in part order,
  * stopping at the first failure, the message naming the part). Each
  * answers a protobuf-c LoaderInfo (or ExplainResponse) the caller frees.
  */
@@ -25,6 +25,22 @@ int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
   req.job = (char *)job;
   return client_call(c, DL_METHOD("GetLoader"), &req.base, &stoker__v1__loader_info__descriptor,
                      timeout_ms, (ProtobufCMessage **)ret_info);
+}
+
+int stk_loader_list(struct stk_client *c, int64_t timeout_ms,
+                    Stoker__V1__ListLoadersResponse **ret_resp) {
+  Stoker__V1__ListLoadersRequest req = STOKER__V1__LIST_LOADERS_REQUEST__INIT;
+  return client_call(c, DL_METHOD("ListLoaders"), &req.base,
+                     &stoker__v1__list_loaders_response__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_resp);
+}
+
+int stk_loader_delete(struct stk_client *c, const char *job, int64_t timeout_ms) {
+  if (!job) return client_fail(STK_EINVAL, "delete loader");
+  Stoker__V1__DeleteLoaderRequest req = STOKER__V1__DELETE_LOADER_REQUEST__INIT;
+  req.job = (char *)job;
+  return client_call(c, DL_METHOD("DeleteLoader"), &req.base, &stoker__v1__empty__descriptor,
+                     timeout_ms, NULL);
 }
 
 int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
@@ -100,9 +116,23 @@ int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_m
       continue;
     }
     if (info->committed_step < first->committed_step) first->committed_step = info->committed_step;
+    if (info->failed && !first->failed) { /* the part's reason moves over */
+      first->failed = true;
+      char *swap = first->failure;
+      first->failure = info->failure;
+      info->failure = swap;
+    }
     protobuf_c_message_free_unpacked(&info->base, NULL);
   }
   *ret_info = first;
+  return 0;
+}
+
+int stk_loader_delete_all(struct stk_loader *l, const char *job, int64_t timeout_ms) {
+  for (uint32_t i = 0; i < l->n; i++) {
+    int err = stk_loader_delete(l->parts[i], job, timeout_ms);
+    if (err < 0) return loader_part_failed(l->n, i, err);
+  }
   return 0;
 }
 

@@ -78,6 +78,13 @@ int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
 int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
                               int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
 
+/* Every job of one dataloader process, by name; failed ones (a dataset gone
+ * at its start, data lost under it) have failed and failure set. */
+int stk_loader_list(struct stk_client *c, int64_t timeout_ms,
+                    Stoker__V1__ListLoadersResponse **ret_resp);
+/* Removes the job and what it stored from one process. STK_ENOENT. */
+int stk_loader_delete(struct stk_client *c, const char *job, int64_t timeout_ms);
+
 /* Provenance of a slice: one LineSource per run of tokens from one unit. */
 int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
                        uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp);
@@ -87,9 +94,13 @@ int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint
 int stk_loader_create_all(struct stk_loader *l, const Stoker__V1__LoaderSpec *spec,
                           int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
 /* Part 0's info, with committed_step the oldest over the parts (the step
- * every part can resume from). */
+ * every part can resume from), failed (with that part's failure) when any
+ * part's job failed. */
 int stk_loader_info_all(struct stk_loader *l, const char *job, int64_t timeout_ms,
                         Stoker__V1__LoaderInfo **ret_info);
+/* Deletes the job on every part, in part order, stopping at the first
+ * failure (the message names the part). */
+int stk_loader_delete_all(struct stk_loader *l, const char *job, int64_t timeout_ms);
 /* A new configuration version on every part (as create). */
 int stk_loader_update_all(struct stk_loader *l, const Stoker__V1__UpdateMixtureRequest *req,
                           int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);

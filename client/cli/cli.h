@@ -47,6 +47,8 @@ int cli_job_stop(const struct cli_ctx *x);
 int cli_job_delete(const struct cli_ctx *x);
 int cli_loader_create(const struct cli_ctx *x);
 int cli_loader_show(const struct cli_ctx *x);
+int cli_loader_list(const struct cli_ctx *x);
+int cli_loader_delete(const struct cli_ctx *x);
 int cli_loader_mixture(const struct cli_ctx *x);
 int cli_loader_explain(const struct cli_ctx *x);
 int cli_loader_commit(const struct cli_ctx *x);

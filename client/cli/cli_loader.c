@@ -1,6 +1,6 @@
 /*
- * stokerctl's dataloader subcommands: loader create, show, mixture,
- * explain, commit. Each is: check operands and flags, connect to the
+ * stokerctl's dataloader subcommands: loader create, show, list, delete,
+ * mixture, explain, commit. Each is: check operands and flags, connect to the
  * dataloader (--dataloader / STOKER_DATALOADER), one call through
  * libstoker-client, print a table or JSON, map the outcome to an exit code.
  *
@@ -82,6 +82,50 @@ int cli_loader_show(const struct cli_ctx *x) {
   Stoker__V1__LoaderInfo *info = NULL;
   int err = stk_loader_info_all(l, x->name, 0, &info);
   return finish_info(x, l, err, info);
+}
+
+int cli_loader_list(const struct cli_ctx *x) {
+  struct stk_loader *l;
+  int rc = connect_loader(x, &l);
+  if (rc) return rc;
+  uint32_t n = stk_loader_n_parts(l);
+  cJSON *arr = x->args->json ? cJSON_CreateArray() : NULL;
+  int err = 0;
+  for (uint32_t i = 0; !err && i < n; i++) {
+    Stoker__V1__ListLoadersResponse *resp = NULL;
+    if ((err = stk_loader_list(stk_loader_part(l, i), 0, &resp)) != 0) break;
+    if (arr)
+      fmt_loader_list_json(resp, n > 1 ? (int)i : -1, arr);
+    else
+      fmt_loader_list(resp, n > 1 ? (int)i : -1, i == 0, stdout);
+    protobuf_c_message_free_unpacked(&resp->base, NULL);
+  }
+  if (arr && !err) fmt_print_json(arr, stdout);
+  cJSON_Delete(arr);
+  rc = err ? cli_report(x, err) : 0;
+  stk_loader_close(l);
+  return rc;
+}
+
+int cli_loader_delete(const struct cli_ctx *x) {
+  struct stk_loader *l;
+  int rc = connect_loader(x, &l);
+  if (rc) return rc;
+  int err = stk_loader_delete_all(l, x->name, 0);
+  if (err == 0) {
+    if (x->args->json) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "job", x->name);
+      cJSON_AddBoolToObject(o, "deleted", 1);
+      fmt_print_json(o, stdout);
+      cJSON_Delete(o);
+    } else {
+      printf("loader \"%s\" deleted\n", x->name);
+    }
+  }
+  rc = err ? cli_report(x, err) : 0;
+  stk_loader_close(l);
+  return rc;
 }
 
 int cli_loader_mixture(const struct cli_ctx *x) {

@@ -30,7 +30,11 @@ cJSON *fmt_loader_json(const Stoker__V1__LoaderInfo *info) {
   const Stoker__V1__LoaderSpec *s = info->spec;
   add_str(o, "job", s ? s->job : NULL);
   cJSON_AddNumberToObject(o, "committed_step", (double)info->committed_step);
-  if (!s) return o;
+  if (info->failed) {
+    cJSON_AddBoolToObject(o, "failed", 1);
+    add_str(o, "failure", info->failure);
+  }
+  if (!s || !s->n_datasets) return o; /* a job that failed to load has only its name */
   cJSON_AddNumberToObject(o, "seq_len", s->seq_len);
   cJSON_AddNumberToObject(o, "global_batch", s->global_batch);
   cJSON_AddNumberToObject(o, "seed", (double)s->seed);
@@ -103,12 +107,47 @@ static void summary(const Stoker__V1__LoaderInfo *info, FILE *out) {
     snprintf(buf, sizeof(buf), "none");
   }
   field(t, "Committed step:", buf);
+  if (info->failed) {
+    snprintf(buf, sizeof(buf), "failed: %s", info->failure);
+    field(t, "State:", buf);
+  }
   table_print(t, out);
   table_free(t);
 }
 
+void fmt_loader_list(const Stoker__V1__ListLoadersResponse *resp, int part, bool header,
+                     FILE *out) {
+  static const char *const headers[] = {"PART", "JOB", "STATE", "COMMITTED", "REASON"};
+  int skip = part < 0; /* no PART column */
+  struct table *t = table_new(5 - skip, header ? headers + skip : NULL);
+  if (!t) return;
+  for (size_t i = 0; i < resp->n_loaders; i++) {
+    const Stoker__V1__LoaderInfo *info = resp->loaders[i];
+    char p[16], step[24] = "none";
+    snprintf(p, sizeof(p), "%d", part);
+    if (info->committed_step >= 0) snprintf(step, sizeof(step), "%" PRId64, info->committed_step);
+    const char *row[] = {p, info->spec ? info->spec->job : "", info->failed ? "failed" : "ok", step,
+                         info->failed ? info->failure : ""};
+    table_add(t, row + skip);
+  }
+  table_print(t, out);
+  table_free(t);
+}
+
+void fmt_loader_list_json(const Stoker__V1__ListLoadersResponse *resp, int part, cJSON *arr) {
+  for (size_t i = 0; arr && i < resp->n_loaders; i++) {
+    cJSON *o = fmt_loader_json(resp->loaders[i]);
+    if (o && part >= 0) cJSON_AddNumberToObject(o, "part", part);
+    if (o) cJSON_AddItemToArray(arr, o);
+  }
+}
+
 void fmt_loader_show(const Stoker__V1__LoaderInfo *info, FILE *out) {
   if (!info->spec) return;
+  if (info->failed && !info->spec->n_datasets) { /* failed to load: the name and why */
+    fprintf(out, "Loader:  %s\nState:   failed: %s\n", info->spec->job, info->failure);
+    return;
+  }
   summary(info, out);
   static const char *const headers[] = {"DATASET", "URI", "FORMAT", "WEIGHT"};
   struct table *t = table_new(4, headers);

@@ -7,6 +7,7 @@
 #define STK_CLI_LOADER_FORMAT_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "stoker/v1/dataloader.pb-c.h"
@@ -18,7 +19,14 @@ cJSON *fmt_loader_json(const Stoker__V1__LoaderInfo *info);
 cJSON *fmt_explain_json(const char *job, int64_t step, uint32_t rank, uint32_t world,
                         const Stoker__V1__ExplainResponse *resp);
 
-/* A summary and a table of datasets (NAME URI FORMAT WEIGHT). */
+/* ListLoaders: JOB STATE COMMITTED REASON rows (with a PART column first
+ * when part >= 0; the header only when header is true), or one
+ * fmt_loader_json object per job appended to arr (with "part" when >= 0). */
+void fmt_loader_list(const Stoker__V1__ListLoadersResponse *resp, int part, bool header, FILE *out);
+void fmt_loader_list_json(const Stoker__V1__ListLoadersResponse *resp, int part, cJSON *arr);
+
+/* A summary and a table of datasets (NAME URI FORMAT WEIGHT); a failed job
+ * shows its name and the reason. */
 void fmt_loader_show(const Stoker__V1__LoaderInfo *info, FILE *out);
 /* LINE DATASET DOCUMENT UNIT TOKENS EPOCH LANE, one row per run. */
 void fmt_explain_table(const Stoker__V1__ExplainResponse *resp, FILE *out);

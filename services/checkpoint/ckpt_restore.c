@@ -156,9 +156,10 @@ static int prepare(struct ckpt_reader *rd) {
   if (err) return err;
   rd->w = calloc(rd->req->n_wanted ? rd->req->n_wanted : 1, sizeof(*rd->w));
   if (!rd->w) return STK_ENOMEM;
-  for (size_t i = 0; i < rd->req->n_wanted; i++, rd->n_w++) {
+  for (size_t i = 0; i < rd->req->n_wanted; i++) {
     const Stoker__V1__ChunkEntry *c = rd->req->wanted[i];
     struct wanted *w = &rd->w[i];
+    rd->n_w = i + 1; /* counted before it holds anything: reader_free frees it on any error */
     int dtype;
     struct ckpt_shape shape;
     if (!c->tensor || ckpt_name_check_tensor(c->tensor)) return STK_EINVAL;

@@ -5,6 +5,8 @@
  */
 #include "daemon.h"
 
+#include "fd_guard.h"
+
 #include "log.h"
 #include "stk_config.h"
 #include "stk_error.h"
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 const char *const daemon_log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
@@ -25,6 +28,7 @@ struct daemon {
   struct metrics *metrics;
   struct metrics_http *http;
   struct rpc_server *rpc;
+  struct fd_guard *fds; /* health from descriptor headroom */
   uv_signal_t sigterm, sigint;
   daemon_stop_fn on_stop;
   void *stop_arg;
@@ -50,11 +54,25 @@ static void publish_build_info(struct daemon *d) {
                    1);
 }
 
+/* Raises the soft limit on open descriptors to the hard one: every client
+ * connection, dataset map and RocksDB file costs one, and a distribution's
+ * default soft limit (1024) is far below what a busy daemon needs. */
+static void raise_nofile_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+  rlim_t was = rl.rlim_cur;
+  rl.rlim_cur = rl.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+    log_info("nofile_raised", "from=%llu to=%llu", (unsigned long long)was,
+             (unsigned long long)rl.rlim_cur);
+}
+
 int daemon_new(const char *name, const struct daemon_options *opts, char *err, size_t err_len,
                struct daemon **ret_daemon) {
   log_init((enum log_level)opts->log_level, opts->log_json);
   rpc_log_to_daemon_log();
   log_info("start", "daemon=%s version=%s pid=%d", name, STK_VERSION, (int)getpid());
+  raise_nofile_limit();
   struct daemon *d = calloc(1, sizeof(*d));
   if (!d) return STK_ENOMEM;
   d->name = name;
@@ -123,6 +141,8 @@ static void on_signal(uv_signal_t *h, int signum) {
            (long long)d->opts->shutdown_grace_ms);
   uv_signal_stop(&d->sigterm);
   uv_signal_stop(&d->sigint);
+  fd_guard_stop(d->fds);
+  d->fds = NULL;
   metrics_http_stop(d->http);
   d->http = NULL;
   if (d->on_drain) d->on_drain(d, d->drain_arg);
@@ -174,6 +194,10 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
     }
     log_info("metrics", "listen=%s", mbound);
   }
+  if ((rc = fd_guard_start(&d->loop, d->rpc, &d->fds)) != 0) {
+    snprintf(err, err_len, "%s", stk_strerror(rc));
+    return rc;
+  }
   uv_signal_init(&d->loop, &d->sigterm);
   uv_signal_init(&d->loop, &d->sigint);
   d->sigterm.data = d->sigint.data = d;
@@ -208,6 +232,7 @@ int daemon_run(struct daemon *d) {
 
 void daemon_free(struct daemon *d) {
   if (!d) return;
+  fd_guard_stop(d->fds);
   metrics_http_stop(d->http);
   rpc_server_free(d->rpc);
   uv_walk(&d->loop, close_handle, NULL);

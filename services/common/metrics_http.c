@@ -4,9 +4,11 @@
  * own: each connection reads one request (capped at 8 KiB), answers it
  * with Connection: close, shuts its side down, drains what the client
  * still sends and closes; a sweep timer cuts off any connection older than
- * ten seconds. GET /metrics returns the registry's render; GET / points
- * there; other paths get 404, other methods 405, anything that is not a
- * request line 400, and a request over the cap 431.
+ * ten seconds. At most MAX_CONNS connections are open: a new one beyond
+ * that closes the oldest, so idle connections can neither exhaust the
+ * daemon's descriptors nor lock a scraper out. GET /metrics returns the registry's render; GET /
+ * points there; other paths get 404, other methods 405, anything that is not a request line 400,
+ * and a request over the cap 431.
  *
  * Lifetime: the server and each connection are libuv handles, freed only
  * in their close callbacks; metrics_http_stop closes them all, and the
@@ -28,6 +30,7 @@
 #define REQUEST_CAP     8192
 #define CONN_TIMEOUT_MS 10000 /* A connection lives at most this long. */
 #define SWEEP_MS        1000
+#define MAX_CONNS       32 /* Open connections; a new one closes the oldest. */
 
 struct conn {
   uv_tcp_t tcp; /* First: the handle's address is the conn's. */
@@ -46,7 +49,8 @@ struct metrics_http {
   uv_tcp_t server;
   uv_timer_t sweep; /* Closes connections older than CONN_TIMEOUT_MS. */
   struct metrics *metrics;
-  struct conn *conns; /* Open connections, to close on stop. */
+  struct conn *conns; /* Open connections, newest first, to close on stop. */
+  int n_conns;        /* In conns (closing ones included). */
   int open_handles;   /* Server, timer and connections not yet closed. */
 };
 
@@ -60,6 +64,7 @@ static void on_conn_closed(uv_handle_t *handle) {
   if (c->prev) c->prev->next = c->next;
   if (c->next) c->next->prev = c->prev;
   if (h->conns == c) h->conns = c->next;
+  h->n_conns--;
   free(c->response);
   free(c);
   handle_closed(h);
@@ -200,15 +205,25 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   examine(c, c->len);
 }
 
+/* At the cap: closes the oldest connection not already closing. */
+static void evict_oldest(struct metrics_http *h) {
+  struct conn *oldest = NULL;
+  for (struct conn *c = h->conns; c; c = c->next)
+    if (!uv_is_closing((uv_handle_t *)&c->tcp)) oldest = c;
+  if (oldest) conn_close(oldest);
+}
+
 static void on_connection(uv_stream_t *server, int status) {
   struct metrics_http *h = server->data;
   if (status < 0) return;
+  if (h->n_conns >= MAX_CONNS) evict_oldest(h);
   struct conn *c = calloc(1, sizeof(*c));
   if (!c) return;
   c->http = h;
   c->started_ms = uv_now(server->loop);
   uv_tcp_init(server->loop, &c->tcp);
   h->open_handles++;
+  h->n_conns++;
   c->next = h->conns;
   if (h->conns) h->conns->prev = c;
   h->conns = c;

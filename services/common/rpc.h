@@ -106,6 +106,13 @@ int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len);
 /* Health status for a service name ("" is the whole server). Watchers are
  * told of changes. */
 void rpc_server_set_serving(struct rpc_server *s, const char *service, bool serving);
+/* The same for every service the server knows ("" included). */
+void rpc_server_set_serving_all(struct rpc_server *s, bool serving);
+
+/* Whether gRPC core reported that its listener failed to accept (out of
+ * descriptors): gRPC 1.51 never accepts on that listener again. Set from
+ * the log hook (rpc_log_to_daemon_log); any thread. */
+bool rpc_accept_failed(void);
 
 /* Graceful shutdown: stops accepting calls, marks health NOT_SERVING,
  * cancels calls still open after grace_ms (their cancel callbacks run), and

@@ -87,10 +87,11 @@ static void pump(struct watcher *w);
 static void on_watch_sent(struct rpc_call *c, int err, void *arg) {
   struct watcher *w = arg;
   w->sending = false;
-  if (err) { /* The call is gone; the cancel callback finishes it. */
-    if (!w->call) watcher_free(w);
+  if (!w->call) {    /* Cancelled while this send was out, and left to us: */
+    watcher_free(w); /* the send may still have gone through (err 0). */
     return;
   }
+  if (err) return; /* The call is gone; the cancel callback finishes it. */
   pump(w);
 }
 
@@ -191,6 +192,13 @@ void rpc_server_set_serving(struct rpc_server *s, const char *service, bool serv
   if (!service) service = "";
   if (h->shutting_down || rpc_health_add(h, service) != 0) return;
   find(h, service)->serving = serving;
+  notify_watchers(h);
+}
+
+void rpc_server_set_serving_all(struct rpc_server *s, bool serving) {
+  struct rpc_health *h = s->health;
+  if (h->shutting_down) return;
+  for (struct service_status *st = h->services; st; st = st->next) st->serving = serving;
   notify_watchers(h);
 }
 

@@ -304,17 +304,24 @@ static void arm_unknown(struct rpc_server *s) {
 
 /* ---------------------------------------------------------------- start */
 
+#define RPC_HANDSHAKE_TIMEOUT_MS 10000
+
 static grpc_server *create_grpc_server(struct rpc_server *s) {
-  grpc_arg args[3];
+  grpc_arg args[4];
   memset(args, 0, sizeof(args));
-  args[0].type = args[1].type = args[2].type = GRPC_ARG_INTEGER;
+  args[0].type = args[1].type = args[2].type = args[3].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = s->max_recv_bytes > INT32_MAX ? INT32_MAX : (int)s->max_recv_bytes;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
   args[1].value.integer = s->max_send_bytes > INT32_MAX ? INT32_MAX : (int)s->max_send_bytes;
   args[2].key = GRPC_ARG_ALLOW_REUSEPORT; /* A taken port must fail to bind. */
   args[2].value.integer = 0;
-  grpc_channel_args ch_args = {.num_args = 3, .args = args};
+  /* A connection that has not finished its (TLS and) HTTP/2 handshake in this
+   * time is closed: silent connections cannot hold descriptors for gRPC's
+   * default two minutes. */
+  args[3].key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
+  args[3].value.integer = RPC_HANDSHAKE_TIMEOUT_MS;
+  grpc_channel_args ch_args = {.num_args = 4, .args = args};
   return grpc_server_create(&ch_args, NULL);
 }
 

@@ -122,18 +122,22 @@ static int record(struct dl *dl, struct dl_job *j, struct state *s) {
 }
 
 int dl_commit(struct dl *dl, const char *job, int64_t step) {
-  struct dl_job *j = dl_find_job(dl, job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", job ? job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int rc = dl_job_get(dl, job, &j);
+  if (rc < 0) return rc;
   struct state s = {0};
   pthread_rwlock_rdlock(&j->lock);
   pthread_mutex_lock(&j->commit_mu);
-  int rc = capture(j, step, &s);
+  if (j->deleted) { /* DeleteLoader won: writing now would bring keys back */
+    stk_set_detail("no dataloader job '%s'", j->name);
+    rc = STK_ENOENT;
+  }
+  if (rc == 0) rc = capture(j, step, &s);
+  if (rc == 0) rc = dl_job_check_data(j); /* snapshots of lanes that read zeros */
   if (rc == 0) rc = record(dl, j, &s);
   pthread_mutex_unlock(&j->commit_mu);
   pthread_rwlock_unlock(&j->lock);
+  dl_job_put(dl, j);
   state_free(&s);
   return rc;
 }
@@ -159,19 +163,19 @@ static void write_blob(struct dl_wbuf *w, bool partial, int64_t step, const uint
 
 int dl_export_state(struct dl *dl, const char *job, int64_t step, uint8_t **ret_blob,
                     size_t *ret_len) {
-  struct dl_job *j = dl_find_job(dl, job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", job ? job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int rc = dl_job_get(dl, job, &j);
+  if (rc < 0) return rc;
   struct state s = {0};
   struct dl_wbuf w = {0};
   uint8_t *cfg = NULL;
   size_t cfg_len = 0;
   pthread_rwlock_rdlock(&j->lock);
-  int rc = capture(j, step, &s);
+  rc = capture(j, step, &s);
+  if (rc == 0) rc = dl_job_check_data(j);
   if (rc == 0) rc = dl_config_encode(j, &cfg, &cfg_len);
   pthread_rwlock_unlock(&j->lock);
+  dl_job_put(dl, j);
   if (rc == 0) {
     write_blob(&w, dl->opts.parts > 1, step, cfg, cfg_len, &s);
     if (w.failed) rc = STK_ENOMEM;

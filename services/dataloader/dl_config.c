@@ -11,6 +11,7 @@
 
 #include "dl_codec.h"
 #include "dl_internal.h"
+#include "dl_map_guard.h"
 #include "dl_perm.h"
 #include "stk_error.h"
 
@@ -68,6 +69,28 @@ int dl_ds_find(const struct dl_job *j, const char *name) {
   return -1;
 }
 
+void dl_ds_clear(struct dl_ds *ds) {
+  dl_source_free(ds->src); /* its maps first: they name the fault group */
+  dl_fault_group_free(ds->faults);
+  if (ds->spec) stoker__v1__dataset_spec__free_unpacked(ds->spec, NULL);
+  memset(ds, 0, sizeof *ds);
+}
+
+/* Opens the dataset with its maps in the dataset's own fault group, so a
+ * file truncated later breaks this dataset's job only (dl_job_check_data). */
+static int open_ds(struct dl *dl, struct dl_ds *ds) {
+  if (!(ds->faults = dl_fault_group_new())) return STK_ENOMEM;
+  dl_fault_scope_enter(ds->faults);
+  int rc = dl->opts.open_source(dl->opts.open_source_arg, ds->spec, &ds->src);
+  dl_fault_scope_leave();
+  const char *path;
+  if (rc == 0 && dl_fault_group_broken(ds->faults, &path)) {
+    stk_set_detail("dataset %s: %s shrank while it was opened", ds->spec->name, path);
+    rc = STK_ECORRUPT;
+  }
+  return rc;
+}
+
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec) {
   int rc = dl_validate_name("dataset", spec->name);
   if (rc < 0) return rc;
@@ -81,28 +104,38 @@ int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *sp
    * versions take as their default. */
   if (ds.spec->format == STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC && !ds.spec->block_tokens)
     ds.spec->block_tokens = DL_LLMC_BLOCK_TOKENS;
-  if ((rc = dl->opts.open_source(dl->opts.open_source_arg, ds.spec, &ds.src)) < 0) {
-    stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
+  if ((rc = open_ds(dl, &ds)) < 0) {
+    dl_ds_clear(&ds);
     return rc;
   }
   ds.units = dl_source_units(ds.src);
   if (ds.units < j->C) {
     stk_set_detail("dataset %s has %llu units, fewer than the %u lanes", spec->name,
                    (unsigned long long)ds.units, j->C);
-    stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
-    dl_source_free(ds.src);
+    dl_ds_clear(&ds);
     return STK_EINVAL;
   }
   struct dl_ds *arr = realloc(j->ds, (j->n_ds + 1) * sizeof *arr);
   if (!arr) {
-    stoker__v1__dataset_spec__free_unpacked(ds.spec, NULL);
-    dl_source_free(ds.src);
+    dl_ds_clear(&ds);
     return STK_ENOMEM;
   }
   ds.key = dl_hash_str(spec->name);
   ds.shards = ds.units < j->L ? (uint32_t)ds.units : j->L;
   j->ds = arr;
   j->ds[j->n_ds++] = ds;
+  return 0;
+}
+
+int dl_job_check_data(const struct dl_job *j) {
+  for (uint32_t d = 0; d < j->n_ds; d++) {
+    const char *path;
+    if (!dl_fault_group_broken(j->ds[d].faults, &path)) continue;
+    stk_set_detail("job %s: dataset %s: %s was truncated or shrank while the job read it; the "
+                   "job's data is lost (restore the file and restart, or delete the job)",
+                   j->name, j->ds[d].spec->name, path);
+    return STK_ECORRUPT;
+  }
   return 0;
 }
 
@@ -146,10 +179,7 @@ int dl_job_alloc(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_jo
 
 void dl_job_free(struct dl_job *j) {
   if (!j) return;
-  for (uint32_t d = 0; d < j->n_ds; d++) {
-    dl_source_free(j->ds[d].src);
-    stoker__v1__dataset_spec__free_unpacked(j->ds[d].spec, NULL);
-  }
+  for (uint32_t d = 0; d < j->n_ds; d++) dl_ds_clear(&j->ds[d]);
   free(j->ds);
   for (uint32_t v = 0; v < j->n_ver; v++) dl_version_clear(&j->ver[v]);
   free(j->ver);

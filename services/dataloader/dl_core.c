@@ -1,6 +1,6 @@
 /*
  * dl_core: the dataloader's entry points that are not about serving —
- * open/close, the job table, create, info and commit. Serving lives in
+ * open/close, create and info (the job table is dl_jobs.c). Serving lives in
  * dl_serve.c, configuration changes in dl_update.c, export/import in
  * dl_export.c.
  */
@@ -22,6 +22,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   if (!o->max_batch_bytes) o->max_batch_bytes = 256u << 20;
   if (!o->max_step) o->max_step = INT64_C(1) << 40;
   if (!o->max_replay_lines) o->max_replay_lines = 1u << 20;
+  if (!o->max_replay_tokens) o->max_replay_tokens = UINT64_C(1) << 30;
   if (!o->snapshot_every_lines) o->snapshot_every_lines = 32;
   if (!o->max_snapshots_per_lane) o->max_snapshots_per_lane = 256;
   if (!o->keep_commits) o->keep_commits = 2;
@@ -49,42 +50,15 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
 void dl_close(struct dl *dl) {
   if (!dl) return;
   dl_helper_free(dl->helper);
-  for (size_t i = 0; i < dl->n_jobs; i++) dl_job_free(dl->jobs[i]);
-  free(dl->jobs);
+  dl_jobs_close(dl);
   kv_close(dl->kv);
   pthread_mutex_destroy(&dl->mu);
   free(dl);
 }
 
-struct dl_job *dl_find_job(struct dl *dl, const char *name) {
-  struct dl_job *j = NULL;
-  if (!name) return NULL;
-  pthread_mutex_lock(&dl->mu);
-  for (size_t i = 0; i < dl->n_jobs && !j; i++)
-    if (strcmp(dl->jobs[i]->name, name) == 0) j = dl->jobs[i];
-  pthread_mutex_unlock(&dl->mu);
-  return j;
-}
-
-int dl_add_job(struct dl *dl, struct dl_job *j) {
-  int rc = 0;
-  pthread_mutex_lock(&dl->mu);
-  for (size_t i = 0; i < dl->n_jobs; i++)
-    if (strcmp(dl->jobs[i]->name, j->name) == 0) rc = STK_EEXIST;
-  struct dl_job **arr = rc ? NULL : realloc(dl->jobs, (dl->n_jobs + 1) * sizeof *arr);
-  if (rc == 0 && !arr) rc = STK_ENOMEM;
-  if (rc == 0) {
-    dl->jobs = arr;
-    dl->jobs[dl->n_jobs++] = j;
-  }
-  pthread_mutex_unlock(&dl->mu);
-  if (rc == STK_EEXIST) stk_set_detail("dataloader job '%s' exists", j->name);
-  return rc;
-}
-
 int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec) {
   if (!spec) return STK_EINVAL;
-  if (spec->job && dl_find_job(dl, spec->job)) {
+  if (spec->job && dl_job_name_taken(dl, spec->job)) {
     stk_set_detail("dataloader job '%s' exists", spec->job);
     return STK_EEXIST;
   }
@@ -103,12 +77,7 @@ int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec) {
     dl_job_free(j);
     return rc;
   }
-  if ((rc = dl_store_put_config(dl, j, true)) < 0) {
-    pthread_mutex_lock(&dl->mu);
-    dl->n_jobs--;
-    pthread_mutex_unlock(&dl->mu);
-    dl_job_free(j);
-  }
+  if ((rc = dl_store_put_config(dl, j, true)) < 0) dl_remove_job(dl, j); /* frees it */
   return rc;
 }
 
@@ -136,6 +105,10 @@ static int fill_info(const struct dl_job *j, Stoker__V1__LoaderInfo *info) {
   s->datasets = ds;
   info->spec = s;
   info->committed_step = j->n_commits ? j->commits[j->n_commits - 1].step : -1;
+  if (dl_job_check_data(j) < 0) { /* its data was lost under it */
+    info->failed = true;
+    info->failure = (char *)stk_detail();
+  }
   if (j->dl->opts.parts > 1) {
     info->part = j->dl->opts.part;
     info->parts = j->dl->opts.parts;
@@ -149,13 +122,15 @@ static int fill_info(const struct dl_job *j, Stoker__V1__LoaderInfo *info) {
 }
 
 int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info) {
-  struct dl_job *j = dl_find_job(dl, job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", job ? job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int got = dl_job_get(dl, job, &j);
+  if (got == STK_ESTATE && dl_failed_info(dl, job, ret_info) == 0) return 0;
+  if (got < 0) return got;
   Stoker__V1__LoaderInfo *info = malloc(sizeof *info);
-  if (!info) return STK_ENOMEM;
+  if (!info) {
+    dl_job_put(dl, j);
+    return STK_ENOMEM;
+  }
   stoker__v1__loader_info__init(info);
   pthread_rwlock_rdlock(&j->lock);
   pthread_mutex_lock(&j->commit_mu);
@@ -174,6 +149,7 @@ int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_inf
   }
   pthread_mutex_unlock(&j->commit_mu);
   pthread_rwlock_unlock(&j->lock);
+  dl_job_put(dl, j);
   if (info->spec) {
     for (size_t d = 0; d < info->spec->n_datasets; d++) free(info->spec->datasets[d]);
     free(info->spec->datasets);
@@ -186,17 +162,17 @@ int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_inf
 }
 
 int dl_lane_lines_generated(struct dl *dl, const char *job, uint32_t lane, uint64_t *ret_lines) {
-  struct dl_job *j = dl_find_job(dl, job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", job ? job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int rc = dl_job_get(dl, job, &j);
+  if (rc < 0) return rc;
   if (lane >= j->C) {
     stk_set_detail("job %s has %u lanes", j->name, j->C);
-    return STK_EINVAL;
+    rc = STK_EINVAL;
+  } else {
+    *ret_lines = __atomic_load_n(&j->lanes[lane].generated, __ATOMIC_RELAXED);
   }
-  *ret_lines = __atomic_load_n(&j->lanes[lane].generated, __ATOMIC_RELAXED);
-  return 0;
+  dl_job_put(dl, j);
+  return rc;
 }
 
 void dl_info_free(Stoker__V1__LoaderInfo *info) {

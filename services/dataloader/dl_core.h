@@ -16,9 +16,11 @@
  *
  * Errors: STK_EINVAL (bad argument; nothing changed), STK_ENOENT (unknown
  * job), STK_EEXIST (job exists), STK_ERANGE (the step needs more replay than
- * opts.max_replay_lines from any restorable state, or the lane ran out of
- * data), STK_EIO / STK_ECORRUPT (store or dataset), STK_ENOMEM. A reason is
- * left in stk_detail().
+ * opts.max_replay_lines or opts.max_replay_tokens from any restorable state, or the lane ran out of
+ * data), STK_EIO / STK_ECORRUPT (store or dataset; STK_ECORRUPT too for a
+ * job whose dataset file shrank under it: its data is lost), STK_ESTATE (a
+ * job that failed to load at start), STK_ENOMEM. A reason is left in
+ * stk_detail().
  */
 #ifndef STK_DL_CORE_H
 #define STK_DL_CORE_H
@@ -43,6 +45,7 @@ struct dl_opts {
   uint64_t max_batch_bytes;        /* Largest token payload of one reply; 0: 256 MiB. */
   int64_t max_step;                /* Steps above are refused; 0: 2^40. */
   uint64_t max_replay_lines;       /* Lines one lane may regenerate for a call; 0: 2^20. */
+  uint64_t max_replay_tokens;      /* Tokens of those lines (long lines cost more); 0: 2^30. */
   uint32_t snapshot_every_lines;   /* In-memory lane snapshot spacing; 0: 32. */
   uint32_t max_snapshots_per_lane; /* In-memory snapshots kept per lane; 0: 256. */
   uint32_t keep_commits;           /* Committed states kept restorable; 0: 2. */
@@ -58,7 +61,10 @@ struct dl_opts {
   uint32_t part, parts;
 };
 
-/* Opens the store and reloads every job (reopening its datasets). */
+/* Opens the store and reloads every job (reopening its datasets). A job
+ * that cannot be reloaded (a dataset missing or unreadable, a corrupt
+ * record) is kept as failed, with the reason: its calls fail with
+ * STK_ESTATE naming it, dl_get_info shows it, dl_delete_job removes it. */
 int dl_open(const struct dl_opts *opts, struct dl **ret_dl);
 /* Frees everything; accepts NULL. No call may be in flight. */
 void dl_close(struct dl *dl);
@@ -72,7 +78,9 @@ int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec);
 /* The job's creation spec with the current (latest version's) seq_len,
  * global_batch and datasets/weights, the latest committed step (-1: none),
  * this instance's part/parts (0/0 when it serves the whole job) and the
- * lines each lane generated here. Free with dl_info_free. */
+ * lines each lane generated here; failed and failure for a job that cannot
+ * serve (failed to load: spec holds only the name; data lost). Free with
+ * dl_info_free. */
 int dl_get_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info);
 void dl_info_free(Stoker__V1__LoaderInfo *info);
 
@@ -143,6 +151,16 @@ int dl_import_state(struct dl *dl, const uint8_t *blob, size_t len, int64_t *ret
  * request's job). */
 int dl_import_states(struct dl *dl, const char *job, const uint8_t *const *blobs,
                      const size_t *lens, size_t n, int64_t *ret_step);
+
+/* Removes the job — loaded, or failed to load at start — and every key it
+ * stored (one synced write); calls in flight finish first, later ones get
+ * STK_ENOENT. */
+int dl_delete_job(struct dl *dl, const char *job);
+
+/* Every job, sorted by name, each as dl_get_info gives it (failed ones
+ * with failed and failure set). Free with dl_list_free. */
+int dl_list_jobs(struct dl *dl, Stoker__V1__ListLoadersResponse **ret_resp);
+void dl_list_free(Stoker__V1__ListLoadersResponse *resp);
 
 /* Lines lane `lane` of job generated in this instance since it opened
  * the job (replays included; lanes of other parts stay 0). */

@@ -176,6 +176,12 @@ static void install(struct dl_job *j, const struct blob *b, struct dl_commit *po
 static int replace(struct dl *dl, struct dl_job *old, struct dl_job *nj, const struct blob *b,
                    struct dl_commit *pos) {
   pthread_rwlock_wrlock(&old->lock);
+  if (old->deleted) { /* DeleteLoader won: writing now would bring keys back */
+    pthread_rwlock_unlock(&old->lock);
+    dl_job_free(nj);
+    stk_set_detail("dataloader job '%s' was deleted meanwhile", old->name);
+    return STK_ENOENT;
+  }
   swap_contents(old, nj);
   int rc = dl_store_replace(dl, old, pos, (uint8_t *const *)b->lanes, b->lens);
   if (rc < 0)
@@ -209,9 +215,13 @@ static int import_job(struct dl *dl, const char *job, const struct blob *b, int6
     dl_job_free(nj);
     return rc;
   }
-  struct dl_job *old = dl_find_job(dl, nj->name);
-  if (old) {
+  struct dl_job *old = NULL;
+  rc = dl_job_get(dl, nj->name, &old);
+  if (rc == 0) {
     rc = replace(dl, old, nj, b, &pos);
+    dl_job_put(dl, old);
+  } else if (rc != STK_ENOENT) { /* a job that failed to load: delete it first */
+    dl_job_free(nj);
   } else if ((rc = dl_store_replace(dl, nj, &pos, (uint8_t *const *)b->lanes, b->lens)) == 0) {
     install(nj, b, &pos);
     if ((rc = dl_add_job(dl, nj)) < 0) dl_job_free(nj);

@@ -24,6 +24,7 @@
 struct dl_ds {
   Stoker__V1__DatasetSpec *spec; /* Own copy (unpacked from our own packing). */
   struct dl_source *src;
+  struct dl_fault_group *faults; /* its maps' SIGBUS record (formats/dl_map_guard.h) */
   uint64_t units;
   uint64_t key;    /* Hash of the name: keys this dataset's shuffles. */
   uint32_t shards; /* Ld = min(L, units) */
@@ -127,7 +128,11 @@ struct dl_job {
   pthread_rwlock_t lock; /* read: serving; write: configuration changes */
   pthread_mutex_t commit_mu;
   struct dl *dl;
+  unsigned refs; /* the table's and each call's (dl->mu); the last frees */
+  bool deleted;  /* DeleteLoader removed its keys (set under lock and commit_mu) */
 };
+
+struct dl_failed;
 
 struct dl {
   struct kv *kv;
@@ -136,6 +141,8 @@ struct dl {
   pthread_mutex_t mu;       /* guards the job table */
   struct dl_job **jobs;
   size_t n_jobs;
+  struct dl_failed *failed; /* jobs that failed to load at start (dl_jobs.c) */
+  size_t n_failed;
 };
 
 /* ---- dl_config.c: validation, versions, serialization ---- */
@@ -145,6 +152,12 @@ int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job 
 void dl_job_free(struct dl_job *j);
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec);
 int dl_ds_find(const struct dl_job *j, const char *name);
+void dl_ds_clear(struct dl_ds *ds); /* frees the reader, its fault group and the spec */
+/* STK_ECORRUPT with a detail naming the dataset and file when a read
+ * through one of the job's dataset maps faulted (the file shrank under it):
+ * whatever was read since is zeros, so every call that read data checks this
+ * after reading and throws its result away; the job stays broken. */
+int dl_job_check_data(const struct dl_job *j);
 void dl_version_clear(struct dl_version *v);
 int dl_version_copy(const struct dl_version *src, struct dl_version *dst);
 void dl_version_sort_blocked(struct dl_version *v);
@@ -220,6 +233,8 @@ int dl_store_put_config(struct dl *dl, struct dl_job *j, bool is_new);
 int dl_store_commit(struct dl *dl, struct dl_job *j, const struct dl_commit *list, uint32_t n,
                     uint8_t *const *blobs, const size_t *lens, const struct dl_commit *drop,
                     uint32_t n_drop);
+/* Deletes every stored key of the job, synced. */
+int dl_store_delete(struct dl *dl, const char *job);
 /* Replaces every stored key of the job. */
 int dl_store_replace(struct dl *dl, struct dl_job *j, const struct dl_commit *c,
                      uint8_t *const *blobs, const size_t *lens);
@@ -242,9 +257,22 @@ int dl_default_open_source(void *arg, const Stoker__V1__DatasetSpec *spec,
 static inline bool dl_owns_lane(const struct dl *dl, uint32_t c) {
   return c % dl->opts.parts == dl->opts.part;
 }
-struct dl_job *dl_find_job(struct dl *dl, const char *name);
-int dl_add_job(struct dl *dl, struct dl_job *j);
 void dl_commit_clear(struct dl_commit *c);
+
+/* ---- dl_jobs.c: the job table ---- */
+/* The loaded job `name` with a reference (give it back with dl_job_put):
+ * STK_ENOENT, or STK_ESTATE with the reason for a job that failed to load. */
+int dl_job_get(struct dl *dl, const char *name, struct dl_job **ret_job);
+void dl_job_put(struct dl *dl, struct dl_job *j);        /* accepts NULL */
+bool dl_job_name_taken(struct dl *dl, const char *name); /* loaded or failed */
+/* Adds j holding the table's reference; STK_EEXIST when the name is taken. */
+int dl_add_job(struct dl *dl, struct dl_job *j);
+/* Takes j out of the table (dropping the table's reference). */
+void dl_remove_job(struct dl *dl, struct dl_job *j);
+int dl_add_failed(struct dl *dl, const char *name, const char *reason);
+/* The info of a failed job; STK_ENOENT when `job` is not one. */
+int dl_failed_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info);
+void dl_jobs_close(struct dl *dl); /* dl_close: frees every entry */
 
 /* Exported state blobs (dl_commit.c writes them, dl_import.c reads them).
  * DLX3: every lane, in order; DLX4: a part's lanes, each named; both end in

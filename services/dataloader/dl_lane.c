@@ -95,7 +95,7 @@ static int insert_markers(struct dl_job *j, struct dl_gen *g) {
     size_t b = g->seg_x[i], e = i + 1 < g->n_seg ? g->seg_x[i + 1] : u->n_tokens;
     g->seg_x[i] = (uint32_t)w;
     if (j->add_bos && g->seg_new[i]) x[w++] = j->bos_id;
-    memcpy(x + w, u->tokens + b, (e - b) * sizeof *x);
+    if (e > b) memcpy(x + w, u->tokens + b, (e - b) * sizeof *x); /* empty: tokens may be NULL */
     w += e - b;
     if (j->add_eos) x[w++] = j->eos_id;
   }

@@ -34,6 +34,7 @@ struct task {
   struct dl_batch batch;
   Stoker__V1__LoaderInfo *info;
   Stoker__V1__ExplainResponse *explain;
+  Stoker__V1__ListLoadersResponse *list;
   uint8_t *blob;
   size_t blob_len;
   int64_t step;
@@ -225,6 +226,20 @@ static void reply_empty(struct task *t) {
   rpc_reply(t->call, &e.base);
 }
 
+static int run_list(struct task *t) {
+  return dl_list_jobs(t->a->dl, &t->list);
+}
+
+static void reply_list(struct task *t) {
+  rpc_reply(t->call, &t->list->base);
+  dl_list_free(t->list);
+}
+
+static int run_delete(struct task *t) {
+  const Stoker__V1__DeleteLoaderRequest *r = (const void *)t->req;
+  return dl_delete_job(t->a->dl, r->job);
+}
+
 static int run_export(struct task *t) {
   const Stoker__V1__ExportStateRequest *r = (const void *)t->req;
   t->step = r->step;
@@ -257,6 +272,8 @@ HANDLER(get_batch, run_get_batch, reply_batch)
 HANDLER(explain, run_explain, reply_explain)
 HANDLER(commit, run_commit, reply_empty)
 HANDLER(export_state, run_export, reply_state)
+HANDLER(list_loaders, run_list, reply_list)
+HANDLER(delete_loader, run_delete, reply_empty)
 
 static const struct rpc_method_def dataloader_methods[] = {
     {"CreateLoader", RPC_UNARY, handle_create_loader},
@@ -268,6 +285,8 @@ static const struct rpc_method_def dataloader_methods[] = {
     {"ExportState", RPC_UNARY, handle_export_state},
     {"ImportState", RPC_UNARY, handle_import_state},
     {"Explain", RPC_UNARY, handle_explain},
+    {"ListLoaders", RPC_UNARY, handle_list_loaders},
+    {"DeleteLoader", RPC_UNARY, handle_delete_loader},
 };
 
 static void register_metrics(struct dl_rpc *a, struct metrics *m) {

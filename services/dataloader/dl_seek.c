@@ -4,8 +4,9 @@
  * generator (sequential reads cost nothing extra), an in-memory snapshot
  * (taken every snapshot_every_lines lines; committed ones pinned and
  * reloaded from RocksDB at open), or the initial state. The replay a call
- * may need is bounded by max_replay_lines, so a hostile far-away step is
- * refused instead of burning CPU.
+ * may need is bounded by max_replay_lines and by max_replay_tokens (lines
+ * of a long seq_len cost that much more each), so a hostile far-away step
+ * is refused instead of holding a worker.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,22 @@ static uint64_t distance(const struct dl_job *j, uint32_t c, uint32_t vi0, uint6
   uint64_t d = dl_lane_version_end(j, vi0, c) - k0;
   for (uint32_t m = vi0 + 1; m < vi; m++) d = sat_add(d, dl_lane_version_end(j, m, c));
   return sat_add(d, k);
+}
+
+static uint64_t sat_mul(uint64_t a, uint64_t b) {
+  return b && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* Tokens the generator produces from (vi0, k0) to (vi, k): each version's
+ * lines at its own T = seq_len + 1. */
+static uint64_t distance_tokens(const struct dl_job *j, uint32_t c, uint32_t vi0, uint64_t k0,
+                                uint32_t vi, uint64_t k) {
+  uint64_t t0 = (uint64_t)j->ver[vi0].seq_len + 1;
+  if (vi0 == vi) return sat_mul(k - k0, t0);
+  uint64_t d = sat_mul(dl_lane_version_end(j, vi0, c) - k0, t0);
+  for (uint32_t m = vi0 + 1; m < vi; m++)
+    d = sat_add(d, sat_mul(dl_lane_version_end(j, m, c), (uint64_t)j->ver[m].seq_len + 1));
+  return sat_add(d, sat_mul(k, (uint64_t)j->ver[vi].seq_len + 1));
 }
 
 static void maybe_snap(struct dl_job *j, uint32_t c, const struct dl_gen *g) {
@@ -96,8 +113,13 @@ int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32
       bk = s->k;
     }
   }
-  if (distance(j, c, bvi, bk, vi, k) > j->dl->opts.max_replay_lines) {
-    stk_set_detail("job %s lane %u: the step is too far from any restorable state", j->name, c);
+  const struct dl_opts *o = &j->dl->opts;
+  if (distance(j, c, bvi, bk, vi, k) > o->max_replay_lines ||
+      distance_tokens(j, c, bvi, bk, vi, k) > o->max_replay_tokens) {
+    stk_set_detail("job %s lane %u: the step is too far from any restorable state (more than "
+                   "%llu lines or %llu tokens to replay)",
+                   j->name, c, (unsigned long long)o->max_replay_lines,
+                   (unsigned long long)o->max_replay_tokens);
     return STK_ERANGE;
   }
   int rc = keep ? 0 : restore(j, c, g, snap, from_live);

@@ -228,13 +228,12 @@ static int run_all(struct dl *dl, struct dl_job *j, const struct req *q, struct 
 static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                  bool want_tokens, uint32_t *dest, size_t dest_bytes, struct sink *s,
                  struct req *q) {
-  struct dl_job *j = dl_find_job(dl, job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", job ? job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int got = dl_job_get(dl, job, &j);
+  if (got < 0) return got;
   pthread_rwlock_rdlock(&j->lock);
-  int rc = plan(dl, j, step, rank, world, q);
+  int rc = dl_job_check_data(j);
+  if (rc == 0) rc = plan(dl, j, step, rank, world, q);
   uint32_t *tmp = NULL;
   size_t bytes = (size_t)q->lines * q->t * 4 + 4;
   if (rc == 0 && want_tokens) s->tokens = dest && bytes <= dest_bytes ? dest : malloc(bytes);
@@ -243,7 +242,10 @@ static int serve(struct dl *dl, const char *job, int64_t step, uint32_t rank, ui
   if (rc == 0 && s->out.explain && !(s->run_begin = calloc(q->lines + 1, sizeof(size_t))))
     rc = STK_ENOMEM;
   if (rc == 0) rc = run_all(dl, j, q, s, tmp);
+  /* After reading: a file that shrank meanwhile left zeros in the lines. */
+  if (rc == 0) rc = dl_job_check_data(j);
   pthread_rwlock_unlock(&j->lock);
+  dl_job_put(dl, j);
   free(tmp);
   return rc;
 }

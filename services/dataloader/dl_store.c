@@ -180,6 +180,19 @@ static int load_commits(struct dl *dl, struct dl_job *j) {
   return rc;
 }
 
+int dl_store_delete(struct dl *dl, const char *job) {
+  struct kv_batch *b = kv_batch_new();
+  if (!b) return STK_ENOMEM;
+  char begin[KEY_MAX], end[KEY_MAX], key[KEY_MAX];
+  size_t nb = key_job(begin, job, ""), ne = key_job(end, job, "");
+  end[ne - 1] = '/' + 1;
+  kv_batch_delete_range(b, begin, nb, end, ne);
+  kv_batch_delete(b, key, (size_t)snprintf(key, KEY_MAX, "dlc/%s", job));
+  int rc = kv_write(dl->kv, b, true);
+  kv_batch_free(b);
+  return rc;
+}
+
 static int load_job(struct dl *dl, const char *name) {
   char key[KEY_MAX];
   void *val;
@@ -206,7 +219,14 @@ int dl_store_load(struct dl *dl) {
     if (klen - 4 >= sizeof name) continue;
     memcpy(name, k + 4, klen - 4);
     name[klen - 4] = 0;
-    rc = load_job(dl, name);
+    /* One job that cannot load (a dataset gone, say) must not stop the
+     * others: it is kept as failed, with the reason, until deleted. */
+    stk_clear_detail();
+    if ((rc = load_job(dl, name)) < 0 && rc != STK_ENOMEM) {
+      char reason[600];
+      snprintf(reason, sizeof reason, "%s: %s", stk_strerror(rc), stk_detail());
+      rc = dl_add_failed(dl, name, reason);
+    }
   }
   if (rc == 0) rc = kv_iter_error(it);
   kv_iter_free(it);

@@ -123,9 +123,7 @@ static int make_version(struct dl *dl, struct dl_job *j,
 
 static void drop_datasets(struct dl_job *j, uint32_t n_ds) {
   while (j->n_ds > n_ds) {
-    struct dl_ds *d = &j->ds[--j->n_ds];
-    dl_source_free(d->src);
-    stoker__v1__dataset_spec__free_unpacked(d->spec, NULL);
+    dl_ds_clear(&j->ds[--j->n_ds]);
   }
 }
 
@@ -159,13 +157,16 @@ static int apply(struct dl *dl, struct dl_job *j, const Stoker__V1__UpdateMixtur
 
 int dl_update_mixture(struct dl *dl, const Stoker__V1__UpdateMixtureRequest *req) {
   if (!req) return STK_EINVAL;
-  struct dl_job *j = dl_find_job(dl, req->job);
-  if (!j) {
-    stk_set_detail("no dataloader job '%s'", req->job ? req->job : "");
-    return STK_ENOENT;
-  }
+  struct dl_job *j = NULL;
+  int rc = dl_job_get(dl, req->job, &j);
+  if (rc < 0) return rc;
   pthread_rwlock_wrlock(&j->lock);
-  int rc = apply(dl, j, req);
+  if (j->deleted) { /* DeleteLoader won: writing now would bring keys back */
+    stk_set_detail("no dataloader job '%s'", j->name);
+    rc = STK_ENOENT;
+  }
+  if (rc == 0) rc = apply(dl, j, req);
   pthread_rwlock_unlock(&j->lock);
+  dl_job_put(dl, j);
   return rc;
 }

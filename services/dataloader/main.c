@@ -30,6 +30,7 @@ struct dataloader_config {
   uint64_t keep_commits;
   int64_t max_step;
   uint64_t max_replay_lines;
+  uint64_t max_replay_tokens;
   uint64_t snapshot_every_lines;
   uint64_t max_snapshots_per_lane;
   char *shm_dir; /* "auto", "" (off) or a path */
@@ -61,6 +62,9 @@ static const struct cfg_option dataloader_options[] = {
     DL_ROW("max-replay-lines", CFG_UINT64, max_replay_lines, "1048576", 1, (int64_t)1 << 40,
            "Lines one lane may regenerate for a call; a step further from any saved state is "
            "refused (OUT_OF_RANGE)."),
+    DL_ROW("max-replay-tokens", CFG_UINT64, max_replay_tokens, "1073741824", 1, (int64_t)1 << 50,
+           "Tokens of the lines one lane may regenerate for a call (long lines cost more "
+           "each); a step further is refused (OUT_OF_RANGE)."),
     DL_ROW("snapshot-every-lines", CFG_UINT64, snapshot_every_lines, "32", 1, 1 << 20,
            "Spacing of the in-memory lane snapshots that bound replay."),
     DL_ROW("max-snapshots-per-lane", CFG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
@@ -159,6 +163,7 @@ static int open_core(struct dataloader *d) {
       .max_batch_bytes = d->cfg.max_batch_bytes,
       .max_step = d->cfg.max_step,
       .max_replay_lines = d->cfg.max_replay_lines,
+      .max_replay_tokens = d->cfg.max_replay_tokens,
       .snapshot_every_lines = (uint32_t)d->cfg.snapshot_every_lines,
       .max_snapshots_per_lane = (uint32_t)d->cfg.max_snapshots_per_lane,
       .keep_commits = (uint32_t)d->cfg.keep_commits,

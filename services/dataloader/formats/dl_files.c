@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dl_map_guard.h"
 #include "dl_roots.h"
 #include "stk_error.h"
 
@@ -54,7 +55,7 @@ int dl_map_open(const char *path, struct dl_map *ret_map) {
     close(fd);
     return STK_EINVAL;
   }
-  struct dl_map m = {NULL, (size_t)st.st_size};
+  struct dl_map m = {NULL, (size_t)st.st_size, NULL};
   if (m.size > 0) {
     void *p = mmap(NULL, m.size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -63,6 +64,11 @@ int dl_map_open(const char *path, struct dl_map *ret_map) {
       return STK_EIO;
     }
     m.data = p;
+    if ((rc = dl_map_guard_add(p, m.size, path, &m.guard)) < 0) {
+      munmap(p, m.size);
+      close(fd);
+      return rc;
+    }
   }
   close(fd);
   *ret_map = m;
@@ -70,6 +76,8 @@ int dl_map_open(const char *path, struct dl_map *ret_map) {
 }
 
 void dl_map_close(struct dl_map *m) {
+  dl_map_guard_remove(m->guard); /* before the range can be mapped again */
+  m->guard = NULL;
   if (m->data) munmap((void *)m->data, m->size);
   m->data = NULL;
   m->size = 0;

@@ -9,12 +9,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct dl_map_slot;
+
 struct dl_map {
   const uint8_t *data; /* NULL when size is 0 */
   size_t size;
+  struct dl_map_slot *guard; /* registration with dl_map_guard.h */
 };
 
-/* Maps path read-only. Errors: STK_ENOENT, STK_EIO (detail names the file). */
+/* Maps path read-only, registered with dl_map_guard (in the calling
+ * thread's fault scope): a read past the end of a file truncated later
+ * gives zeros and marks the scope's group broken instead of killing the
+ * process. Errors: STK_ENOENT, STK_EIO (detail names the file), STK_ENOMEM. */
 int dl_map_open(const char *path, struct dl_map *ret_map);
 void dl_map_close(struct dl_map *m);
 

@@ -207,6 +207,30 @@ static void handle_explain(struct rpc_call *c, const ProtobufCMessage *m, void *
   dl_explain_free(resp);
 }
 
+static void handle_list(struct rpc_call *c, const ProtobufCMessage *m, void *data) {
+  struct fake_loader *f = data;
+  Stoker__V1__ListLoadersResponse *resp = NULL;
+  int err = dl_list_jobs(f->dl, &resp);
+  if (err < 0) {
+    fail_detail(c, err);
+    return;
+  }
+  rpc_reply(c, &resp->base);
+  dl_list_free(resp);
+}
+
+static void handle_delete(struct rpc_call *c, const ProtobufCMessage *m, void *data) {
+  struct fake_loader *f = data;
+  const Stoker__V1__DeleteLoaderRequest *req = (const Stoker__V1__DeleteLoaderRequest *)m;
+  int err = dl_delete_job(f->dl, req->job);
+  if (err < 0) {
+    fail_detail(c, err);
+    return;
+  }
+  Stoker__V1__Empty e = STOKER__V1__EMPTY__INIT;
+  rpc_reply(c, &e.base);
+}
+
 static const struct rpc_method_def defs[] = {
     {"CreateLoader", RPC_UNARY, handle_create},
     {"GetLoader", RPC_UNARY, handle_get},
@@ -217,7 +241,15 @@ static const struct rpc_method_def defs[] = {
     {"ExportState", RPC_UNARY, handle_export},
     {"ImportState", RPC_UNARY, handle_import},
     {"Explain", RPC_UNARY, handle_explain},
+    {"ListLoaders", RPC_UNARY, handle_list},
+    {"DeleteLoader", RPC_UNARY, handle_delete},
 };
+
+void fake_loader_reopen(struct fake_loader *f) {
+  dl_close(f->dl);
+  struct dl_opts o = {.dir = f->dir};
+  assert_int_equal(dl_open(&o, &f->dl), 0);
+}
 
 void fake_loader_start(struct fake_loader *f) {
   memset(f, 0, sizeof(*f));

@@ -31,6 +31,9 @@ struct fake_loader {
 void fake_loader_start(struct fake_loader *f);
 /* Shuts down, joins the thread, closes the core, removes the directory. */
 void fake_loader_stop(struct fake_loader *f);
+/* Closes and reopens the core on the same store, as a daemon restart does
+ * (no call may be in flight: the tests' calls are synchronous). */
+void fake_loader_reopen(struct fake_loader *f);
 int fake_loader_get(struct fake_loader *f, const int *field);
 void fake_loader_set(struct fake_loader *f, int *field, int value);
 

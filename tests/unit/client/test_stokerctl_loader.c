@@ -1,7 +1,8 @@
 /*
  * The stokerctl binary's loader commands against the real dataloader core
- * served in-process (fake_loader.h): create, show, mixture, explain, commit
- * as tables and JSON, exit codes from the --help table, and `health`
+ * served in-process (fake_loader.h): create, show, list, delete, mixture,
+ * explain, commit as tables and JSON (a job whose dataset went missing
+ * listed as failed with the reason), exit codes from the --help table, and `health`
  * checking the dataloader when given. The binary's path is argv[1].
  */
 #include <cjson/cJSON.h>
@@ -19,6 +20,7 @@
 
 #include "cli_run.h"
 
+#include "dl_synthetic.h"
 #include "fake_loader.h"
 
 static const char *stokerctl;
@@ -113,6 +115,58 @@ static void test_explain_commit_mixture(void **state) {
   assert_int_equal(r.rc, 2);
 }
 
+static void test_list_delete_failed(void **state) {
+  static struct cli_run r;
+  char path[128], cmd[400];
+  snprintf(path, sizeof(path), "%s-corpus.bin", fake.dir);
+  assert_int_equal(dl_synthetic_write_llmc(path, 0, 400, 100, 300, 1), 0);
+  snprintf(cmd, sizeof(cmd),
+           "loader create f --dataset web=file://%s:llmc --seq-len 63 --global-batch 4 --lanes 1",
+           path);
+  run(&r, cmd);
+  assert_int_equal(r.rc, 0);
+  run(&r, "loader create ok --dataset web=synthetic:100:20:300:1 --seq-len 15 --global-batch 2");
+  assert_int_equal(r.rc, 0);
+  assert_int_equal(unlink(path), 0);
+  fake_loader_reopen(&fake); /* a restart: "f" cannot load */
+
+  run(&r, "loader list");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "JOB"));
+  assert_non_null(strstr(r.out, "failed"));
+  assert_non_null(strstr(r.out, "corpus.bin"));
+  assert_non_null(strstr(r.out, "ok "));
+  run(&r, "--json loader list");
+  assert_int_equal(r.rc, 0);
+  cJSON *arr = cJSON_Parse(r.out);
+  assert_int_equal(cJSON_GetArraySize(arr), 3); /* f, j (the tests before), ok: by name */
+  cJSON *f0 = cJSON_GetArrayItem(arr, 0);
+  assert_string_equal(cJSON_GetObjectItem(f0, "job")->valuestring, "f");
+  assert_true(cJSON_IsTrue(cJSON_GetObjectItem(f0, "failed")));
+  assert_non_null(strstr(cJSON_GetObjectItem(f0, "failure")->valuestring, "corpus.bin"));
+  assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 2), "failed"));
+  cJSON_Delete(arr);
+  run(&r, "loader show f");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "failed: "));
+  run(&r, "loader commit f 1");
+  assert_int_equal(r.rc, 3); /* FAILED_PRECONDITION */
+  assert_non_null(strstr(r.err, "failed to load"));
+
+  run(&r, "loader delete f");
+  assert_int_equal(r.rc, 0);
+  assert_string_equal(r.out, "loader \"f\" deleted\n");
+  run(&r, "loader delete f");
+  assert_int_equal(r.rc, 2);
+  run(&r, "loader list");
+  assert_null(strstr(r.out, "failed"));
+  run(&r, "loader delete ok");
+  assert_int_equal(r.rc, 0);
+  run(&r, "loader delete --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "loader delete JOB"));
+}
+
 static void test_health_and_missing_address(void **state) {
   static struct cli_run r;
   char args[512];
@@ -135,6 +189,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_show),
       cmocka_unit_test(test_explain_commit_mixture),
+      cmocka_unit_test(test_list_delete_failed),
       cmocka_unit_test(test_health_and_missing_address),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

@@ -144,6 +144,85 @@ static void test_bad_specs(void **state) {
   rm(dir);
 }
 
+/* A text corpus whose blocks hold empty documents (units of no tokens),
+ * served on one lane with BOS and/or EOS inserted: every marker is placed
+ * around nothing, and no copy reads from a unit that has no tokens (the
+ * sanitized build once found a memcpy from NULL here). */
+static void test_empty_documents_with_markers(void **state) {
+  char *dir = t_tmpdir();
+  char path[300], db[300];
+  snprintf(path, sizeof path, "%s/corpus.jsonl", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  for (int i = 0; i < 400; i++)
+    fprintf(f, i % 7 == 3 ? "{\"text\": \"doc %d\"}\n" : "{\"text\": \"\"}\n", i);
+  assert_int_equal(fclose(f), 0);
+  for (int markers = 1; markers <= 3; markers++) {
+    snprintf(db, sizeof db, "%s/db%d", dir, markers);
+    struct dl *dl = t_open(db, 0);
+    Stoker__V1__StorageRef src = STOKER__V1__STORAGE_REF__INIT;
+    Stoker__V1__DatasetSpec ds = STOKER__V1__DATASET_SPEC__INIT, *dsp = &ds;
+    Stoker__V1__LoaderSpec s = STOKER__V1__LOADER_SPEC__INIT;
+    src.uri = path;
+    ds.name = "t";
+    ds.source = &src;
+    ds.weight = 1;
+    ds.format = STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_TEXT;
+    ds.block_bytes = 64; /* about four lines per unit: many units of empty documents */
+    s.job = "t";
+    s.datasets = &dsp;
+    s.n_datasets = 1;
+    s.seq_len = 15;
+    s.global_batch = 2;
+    s.logical_shards = 1;
+    s.lanes = 1;
+    s.add_bos = markers & 1;
+    s.add_eos = (markers & 2) != 0;
+    s.bos_id = 1000;
+    s.eos_id = 1001;
+    assert_int_equal(dl_create_job(dl, &s), 0);
+    size_t eos = 0;
+    for (int64_t step = 0; step < 40; step++) {
+      struct dl_batch b;
+      assert_int_equal(dl_get_batch(dl, "t", step, 0, 1, &b), 0);
+      for (size_t i = 0; i < (size_t)b.lines * b.line_tokens; i++) eos += b.tokens[i] == 1001;
+      dl_batch_free(&b);
+    }
+    if (s.add_eos) assert_true(eos > 100); /* mostly markers of empty documents */
+    dl_close(dl);
+  }
+  rm(dir);
+}
+
+/* Replay is bounded in tokens as well as lines: with long lines, a step whose
+ * replay is far below the line bound can still cost a worker seconds, and
+ * is refused. Explain and Commit, which replay the same way, are bounded too. */
+static void test_replay_bounded_in_tokens(void **state) {
+  char *dir = t_tmpdir();
+  struct dl_opts o = {.dir = dir, .max_replay_tokens = 1u << 22};
+  struct dl *dl = NULL;
+  assert_int_equal(dl_open(&o, &dl), 0);
+  struct tspec t = BASE;
+  t.seq_len = 4095; /* T = 4096: 4 lines per lane per step */
+  t.global_batch = 8;
+  t.lanes = 2;
+  t.uris[0] = "synthetic:4000:100:3000:7";
+  assert_int_equal(t_create(dl, &t), 0);
+  struct dl_batch b;
+  assert_int_equal(dl_get_batch(dl, "h", 100, 0, 1, &b), 0); /* 400 lines, 1.6M tokens */
+  dl_batch_free(&b);
+  /* 8,000 lines from step 100: far below 2^20 lines, 32M tokens over 2^22. */
+  expect_batch_err(dl, "h", 2100, 0, 1, STK_ERANGE);
+  assert_non_null(strstr(stk_detail(), "tokens"));
+  Stoker__V1__ExplainResponse *e;
+  assert_int_equal(dl_explain(dl, "h", 2100, 0, 1, &e), STK_ERANGE);
+  assert_int_equal(dl_commit(dl, "h", 2100), STK_ERANGE);
+  assert_int_equal(dl_get_batch(dl, "h", 101, 0, 1, &b), 0); /* near steps still served */
+  dl_batch_free(&b);
+  dl_close(dl);
+  rm(dir);
+}
+
 static double first_batch_ms(const char *uri) {
   char *dir = t_tmpdir();
   struct dl *dl = t_open(dir, 0);
@@ -173,6 +252,8 @@ static void test_first_batch_flat(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_empty_documents_with_markers),
+      cmocka_unit_test(test_replay_bounded_in_tokens),
       cmocka_unit_test(test_hostile_requests),
       cmocka_unit_test(test_bad_specs),
       cmocka_unit_test(test_state_blob_bit_flips),

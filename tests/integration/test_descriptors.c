@@ -1,0 +1,199 @@
+/*
+ * File descriptors (issue 12, item 2; the shared daemon layer, so the
+ * coordinator stands in for all three daemons): a daemon started with a low
+ * soft RLIMIT_NOFILE raises it to the hard limit, and idle connections to
+ * the metrics port cannot pile up descriptors (at most 32 stay open, a new
+ * one closing the oldest) nor lock a scraper out. Health follows the
+ * descriptors: NOT_SERVING when few are left, and for good once gRPC's
+ * listener failed an accept for want of them (gRPC 1.51 never accepts on it
+ * again, so new clients cannot connect whatever is freed).
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "grpc/health/v1/health.pb-c.h"
+#include "harness.h"
+
+static int open_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+/* The soft "Max open files" of a process. */
+static unsigned long long soft_nofile(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  unsigned long long soft = 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "Max open files", 14) == 0) soft = strtoull(line + 14, NULL, 10);
+  fclose(f);
+  return soft;
+}
+
+static void test_soft_limit_raised(void **state) {
+  struct rlimit mine;
+  assert_int_equal(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max <= 256) skip(); /* nothing to raise to */
+  struct rlimit low = {256, mine.rlim_max};
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0); /* inherited by the daemon */
+  struct harness_daemon *d = harness_daemon_start(NULL);
+  assert_int_equal(setrlimit(RLIMIT_NOFILE, &mine), 0);
+  assert_non_null(d);
+  assert_int_equal(soft_nofile(d->pid), (unsigned long long)mine.rlim_max);
+  harness_daemon_free(d);
+}
+
+static int connect_to(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_true(fd >= 0);
+  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  return fd;
+}
+
+static void test_idle_metrics_connections_capped(void **state) {
+  int port = 0;
+  struct harness_daemon *d = harness_daemon_start_metrics(NULL, &port);
+  assert_non_null(d);
+  char *body = harness_http_get(port, "/metrics"); /* settles the daemon's descriptors */
+  assert_non_null(body);
+  free(body);
+  int before = open_fds(d->pid);
+  enum { N = 200 };
+  int fds[N];
+  for (int i = 0; i < N; i++) fds[i] = connect_to(port);
+  harness_sleep_ms(300);
+  int during = open_fds(d->pid);
+  assert_true(during <= before + 32 + 2);
+  body = harness_http_get(port, "/metrics"); /* a scrape still gets through */
+  assert_non_null(body);
+  assert_non_null(strstr(body, "stoker_build_info"));
+  free(body);
+  for (int i = 0; i < N; i++) close(fds[i]);
+  assert_true(harness_daemon_alive(d));
+  harness_daemon_free(d);
+}
+
+static int health(struct stk_client *c) {
+  int status = -1;
+  assert_int_equal(stk_health_check(c, "", 3000, &status), 0);
+  return status;
+}
+
+/* Polls the whole server's health over c until it is want (5 s). */
+static int health_becomes(struct stk_client *c, int want) {
+  int64_t end = harness_now_ms() + 5000;
+  int st = health(c);
+  while (st != want && harness_now_ms() < end) {
+    harness_sleep_ms(100);
+    st = health(c);
+  }
+  return st;
+}
+
+/* The daemon's descriptors are limited (prlimit) to 96 more than it holds;
+ * idle connections to its gRPC port use them up. */
+static void test_health_follows_descriptors(void **state) {
+  struct harness_daemon *d = harness_daemon_start(NULL);
+  assert_non_null(d);
+  struct stk_client *c = harness_client(d); /* connected before the flood */
+  assert_int_equal(health(c), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  int base = open_fds(d->pid);
+  struct rlimit lim = {(rlim_t)base + 96, (rlim_t)base + 96};
+  assert_int_equal(prlimit(d->pid, RLIMIT_NOFILE, &lim, NULL), 0);
+  int port = atoi(strrchr(d->addr, ':') + 1);
+
+  enum { N = 140 };
+  int fds[N];
+  for (int i = 0; i < 72; i++) fds[i] = connect_to(port); /* fewer than 32 left */
+  assert_int_equal(
+      health_becomes(c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING),
+      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  for (int i = 72; i < N; i++) fds[i] = connect_to(port); /* past the limit: accept fails */
+  harness_sleep_ms(500);
+  for (int i = 0; i < N; i++) close(fds[i]);
+  int64_t end = harness_now_ms() + 5000;
+  while (open_fds(d->pid) > base + 4 && harness_now_ms() < end) harness_sleep_ms(100);
+  harness_sleep_ms(1500); /* several guard periods with descriptors to spare */
+  /* Descriptors are back, but gRPC no longer accepts: health must say so. */
+  assert_int_equal(health(c), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  assert_true(harness_daemon_alive(d));
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+/* Few descriptors left, none lacking yet: NOT_SERVING, and SERVING again
+ * once the idle connections are gone. */
+static void test_health_recovers(void **state) {
+  struct harness_daemon *d = harness_daemon_start(NULL);
+  assert_non_null(d);
+  struct stk_client *c = harness_client(d);
+  assert_int_equal(health(c), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  int base = open_fds(d->pid);
+  struct rlimit lim = {(rlim_t)base + 96, (rlim_t)base + 96};
+  assert_int_equal(prlimit(d->pid, RLIMIT_NOFILE, &lim, NULL), 0);
+  int port = atoi(strrchr(d->addr, ':') + 1);
+  int fds[72];
+  for (int i = 0; i < 72; i++) fds[i] = connect_to(port); /* fewer than 32 left */
+  assert_int_equal(
+      health_becomes(c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING),
+      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
+  for (int i = 0; i < 72; i++) close(fds[i]);
+  assert_int_equal(
+      health_becomes(c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING),
+      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+/* A connection that never speaks is closed after the 10 s handshake timeout
+ * (gRPC's default would hold it two minutes). */
+static void test_silent_connection_closed(void **state) {
+  struct harness_daemon *d = harness_daemon_start(NULL);
+  assert_non_null(d);
+  int fd = connect_to(atoi(strrchr(d->addr, ':') + 1));
+  int64_t end = harness_now_ms() + 15000;
+  ssize_t got = 1;
+  while (got > 0 && harness_now_ms() < end) { /* the server's SETTINGS, then the close */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char buf[256];
+    if (poll(&p, 1, 500) == 1) got = recv(fd, buf, sizeof buf, 0);
+  }
+  assert_true(got <= 0); /* closed by the daemon */
+  close(fd);
+  harness_daemon_free(d);
+}
+
+int main(int argc, char **argv) {
+  if (harness_init(argc, argv) != 0) return 2;
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_soft_limit_raised),
+      cmocka_unit_test(test_idle_metrics_connections_capped),
+      cmocka_unit_test(test_silent_connection_closed),
+      cmocka_unit_test(test_health_recovers),
+      cmocka_unit_test(test_health_follows_descriptors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
