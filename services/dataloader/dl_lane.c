@@ -88,8 +88,7 @@ static int build_pieces(struct dl_gen *g) {
   g->seg_doc = malloc((n + 1) * sizeof *g->seg_doc);
   g->seg_doc_off = malloc((n + 1) * sizeof *g->seg_doc_off);
   g->seg_blk = calloc(n + 1, 1);
-  if (!g->seg_x || !g->seg_new || !g->seg_doc || !g->seg_doc_off || !g->seg_blk)
-    return STK_ENOMEM;
+  if (!g->seg_x || !g->seg_new || !g->seg_doc || !g->seg_doc_off || !g->seg_blk) return STK_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     size_t di = i - lead; /* wraps for the lead piece, unused then */
     g->seg_x[i] = lead && i == 0 ? 0 : u->doc_starts[di];

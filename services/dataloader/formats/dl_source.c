@@ -29,7 +29,8 @@ int dl_source_base_init(struct dl_source *s, const struct dl_source_ops *ops,
   return 0;
 }
 
-int dl_source_set_files(struct dl_source *s, char *const *paths, size_t n, const char *drop_suffix) {
+int dl_source_set_files(struct dl_source *s, char *const *paths, size_t n,
+                        const char *drop_suffix) {
   if (!(s->file_names = calloc(n + 1, sizeof *s->file_names))) return STK_ENOMEM;
   s->n_files = (uint32_t)n;
   for (size_t i = 0; i < n; i++) {

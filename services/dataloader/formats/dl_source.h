@@ -79,11 +79,11 @@ struct dl_unit {
   uint32_t *doc_starts; /* [n_docs] offsets in tokens where documents start; first is 0 unless
                            the unit begins mid-document (llm.c blocks). */
   size_t n_docs;
-  uint32_t file;      /* The file holding the unit (dl_source_file_name). */
-  uint32_t *doc_rel;  /* [n_docs] or NULL (then doc_rel[i] = i + 1): which document
-                         starts at doc_starts[i], counted from the unit's first one, as
-                         dl_source_unit_docs explains; readers that drop documents
-                         left empty (strip ids, empty text) set it. */
+  uint32_t file;     /* The file holding the unit (dl_source_file_name). */
+  uint32_t *doc_rel; /* [n_docs] or NULL (then doc_rel[i] = i + 1): which document
+                        starts at doc_starts[i], counted from the unit's first one, as
+                        dl_source_unit_docs explains; readers that drop documents
+                        left empty (strip ids, empty text) set it. */
   /* Borrowed form (dl_source_read_unit_runs only; tokens == NULL): the tokens
    * are n_runs runs of little-endian uint32 inside the reader's memory map,
    * valid while the source is open. Run i holds tokens [run_at[i],

@@ -126,7 +126,7 @@ static void test_strip_and_directory(void **state) {
   assert_int_equal(dl_source_total_weight(s), 24);
   check_unit(s, 1, tokens + 5, 4); /* 11 inside a document stays */
   uint32_t doc2[] = {15};
-  check_unit(s, 5, doc2, 1); /* 14 15 16: first and last stripped */
+  check_unit(s, 5, doc2, 1);               /* 14 15 16: first and last stripped */
   assert_int_equal(dl_source_files(s), 2); /* files are named as blocklists name them */
   assert_string_equal(dl_source_file_name(s, 0), "a");
   assert_string_equal(dl_source_file_name(s, 1), "b");
