@@ -12,9 +12,13 @@
  * or follows a delimiter), numbered from 0 in file order. Naming the
  * document a block's pieces belong to needs the number of document starts
  * before the block: each file gets an index of that count (and of the last
- * start) every INDEX_STRIDE tokens, built with one scan of the file the
- * first time a document is asked for and kept while the source is open
- * (16 bytes per 32768 tokens); a lookup then scans at most one stride.
+ * start) every `stride` tokens, built with one scan of the file the first
+ * time a document is asked for and kept while the source is open. The
+ * stride is the smallest multiple of the block size of at least 4096
+ * tokens (32768 for blocks larger than that), so blocks mostly begin on an
+ * entry: a lookup scans at most 4096 tokens past one for blocks up to 32768
+ * tokens (none for the default), and the index takes at most 16 bytes per
+ * 4096 tokens (0.1% of a uint32 file).
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,11 +30,12 @@
 #include "stk_error.h"
 
 #define HEADER_BYTES 1024
-#define INDEX_STRIDE 32768u
+#define STRIDE_MIN   4096u
+#define STRIDE_MAX   32768u
 #define NO_START     UINT64_MAX
 
 /* The document index of a file (built once, then read without a lock):
- * entry q describes the tokens before q * INDEX_STRIDE. */
+ * entry q describes the tokens before q * stride. */
 struct doc_index {
   uint64_t *starts; /* [n] document starts before the entry's token */
   uint64_t *last;   /* [n] the last of them (NO_START: none) */
@@ -54,6 +59,7 @@ struct llmc {
   size_t n_files;
   uint64_t block_tokens;
   uint32_t eot;
+  uint64_t stride;          /* tokens per document index entry */
   pthread_mutex_t index_mu; /* serializes index builds */
 };
 
@@ -282,7 +288,7 @@ static int ensure_index(struct llmc *l, struct lfile *f) {
   pthread_mutex_lock(&l->index_mu);
   int rc = 0;
   if (!f->indexed) {
-    struct doc_index x = {.n = f->n_tokens / INDEX_STRIDE + 1};
+    struct doc_index x = {.n = f->n_tokens / l->stride + 1};
     x.starts = malloc(x.n * sizeof *x.starts);
     x.last = malloc(x.n * sizeof *x.last);
     if (x.starts && x.last) {
@@ -290,7 +296,7 @@ static int ensure_index(struct llmc *l, struct lfile *f) {
       for (uint64_t q = 0; q < x.n; q++) {
         x.starts[q] = count;
         x.last[q] = last;
-        uint64_t b = q * INDEX_STRIDE, e = b + INDEX_STRIDE;
+        uint64_t b = q * l->stride, e = b + l->stride;
         count_starts(l, f, b, e < f->n_tokens ? e : f->n_tokens, &count, &last);
       }
       x.docs = count;
@@ -309,10 +315,10 @@ static int ensure_index(struct llmc *l, struct lfile *f) {
 /* Documents starting before token b of f and the last of them. */
 static void starts_before(const struct llmc *l, const struct lfile *f, uint64_t b,
                           uint64_t *ret_count, uint64_t *ret_last) {
-  uint64_t q = b / INDEX_STRIDE;
+  uint64_t q = b / l->stride;
   *ret_count = f->index.starts[q];
   *ret_last = f->index.last[q];
-  count_starts(l, f, q * INDEX_STRIDE, b, ret_count, ret_last);
+  count_starts(l, f, q * l->stride, b, ret_count, ret_last);
 }
 
 static int llmc_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs) {
@@ -409,6 +415,9 @@ int dl_llmc_open(const struct dl_source_opts *opts, struct dl_source **ret_sourc
   pthread_mutex_init(&l->index_mu, NULL);
   l->block_tokens = opts->block_tokens ? opts->block_tokens : DL_LLMC_BLOCK_TOKENS;
   l->eot = opts->eot_id < 0 ? 50256u : (uint32_t)opts->eot_id;
+  l->stride = l->block_tokens > STRIDE_MAX
+                  ? STRIDE_MAX
+                  : (STRIDE_MIN + l->block_tokens - 1) / l->block_tokens * l->block_tokens;
   rc = dl_source_base_init(&l->base, &llmc_ops, opts);
   if (rc == 0) rc = dl_source_set_files(&l->base, paths, n, NULL);
   if (rc == 0) rc = open_files(l, paths);

@@ -119,8 +119,9 @@ int dl_source_read_unit_delimited(struct dl_source *s, uint64_t u, struct dl_uni
  * tokens lead_offset, lead_offset + 1, ... of document base - 1 (the unit
  * began inside it). Offsets count the document's tokens as read (strip ids
  * removed). llm.c and text sources build their file's index on the first
- * call (one pass over the file, 16 bytes per 32768 tokens or 8 bytes per
- * text block kept); later calls read at most one stride of tokens. */
+ * call (one pass over the file; at most 16 bytes per 4096 tokens, or 8
+ * bytes per text block, kept); later calls read at most 4096 tokens
+ * (32768 for llm.c blocks larger than that) past an index entry. */
 struct dl_unit_docs {
   uint64_t base;
   uint64_t lead_offset;
