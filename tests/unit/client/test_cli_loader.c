@@ -122,6 +122,24 @@ static void test_mixture_flags(void **state) {
   assert_int_equal(parse(&a, "--from-step", "3", NULL), 0);
   assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), STK_EINVAL);
   assert_non_null(strstr(err, "nothing to change"));
+  /* Documents blocked alone are a change; FILE is what lies between the
+   * first and the last '/'. */
+  assert_int_equal(parse(&a, "--from-step", "9", "--block-document", "web/part_0.bin/42",
+                         "--block-document", "code/x/y.jsonl/7", NULL),
+                   0);
+  assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), 0);
+  assert_int_equal(m.req.n_block_documents, 2);
+  assert_string_equal(m.req.block_documents[0]->dataset, "web");
+  assert_string_equal(m.req.block_documents[0]->file, "part_0.bin");
+  assert_int_equal(m.req.block_documents[0]->document, 42);
+  assert_string_equal(m.req.block_documents[1]->file, "x/y.jsonl");
+  assert_int_equal(m.req.block_documents[1]->document, 7);
+  const char *bad[] = {"web/42", "/f/1", "web//1", "web/f/x", "web/f/"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(parse(&a, "--from-step", "9", "--block-document", bad[i], NULL), 0);
+    assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), STK_EINVAL);
+    assert_non_null(strstr(err, "DATASET/FILE/DOC"));
+  }
 }
 
 /* Renders into a string through a memory stream. */
