@@ -87,7 +87,8 @@ struct dl_gen {
   uint8_t *seg_new;      /* [n_seg] 1: the piece starts a document */
   uint64_t *seg_doc;     /* [n_seg] index of the piece's document in unit.file (when ids) */
   uint64_t *seg_doc_off; /* [n_seg] offset of the piece's first token in it (when ids) */
-  uint8_t *seg_blk;      /* [n_seg] 1: the piece's document is blocked in version vi */
+  uint8_t *seg_blk;      /* [n_seg] 1: the piece's document is blocked in version vi
+                            (allocated once a version blocks documents of the dataset) */
   size_t n_seg;
   size_t n_blk; /* pieces blocked; 0: seg_blk is all 0 */
   bool ids;     /* seg_doc and seg_doc_off are set (dl_source_unit_docs was asked) */

@@ -78,17 +78,14 @@ int dl_gen_fit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
 
 /* Splits the unit into pieces (document or leading fragment) and builds the
  * served tokens with BOS/EOS inserted. Which documents the pieces belong to
- * is asked only when needed (name_pieces). */
+ * is asked only when needed (name_pieces; its arrays are allocated then). */
 static int build_pieces(struct dl_gen *g) {
   const struct dl_unit *u = &g->unit;
   size_t lead = (u->n_docs == 0 || u->doc_starts[0] > 0) ? 1 : 0;
   size_t n = u->n_docs + lead;
   g->seg_x = malloc((n + 1) * sizeof *g->seg_x);
   g->seg_new = malloc(n + 1);
-  g->seg_doc = malloc((n + 1) * sizeof *g->seg_doc);
-  g->seg_doc_off = malloc((n + 1) * sizeof *g->seg_doc_off);
-  g->seg_blk = calloc(n + 1, 1);
-  if (!g->seg_x || !g->seg_new || !g->seg_doc || !g->seg_doc_off || !g->seg_blk) return STK_ENOMEM;
+  if (!g->seg_x || !g->seg_new) return STK_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     size_t di = i - lead; /* wraps for the lead piece, unused then */
     g->seg_x[i] = lead && i == 0 ? 0 : u->doc_starts[di];
@@ -105,6 +102,9 @@ static int name_pieces(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t 
   struct dl_unit_docs docs;
   int rc = dl_source_unit_docs(j->ds[d].src, unit, &docs);
   if (rc < 0) return rc;
+  if (!g->seg_doc) g->seg_doc = malloc((g->n_seg + 1) * sizeof *g->seg_doc);
+  if (!g->seg_doc_off) g->seg_doc_off = malloc((g->n_seg + 1) * sizeof *g->seg_doc_off);
+  if (!g->seg_doc || !g->seg_doc_off) return STK_ENOMEM;
   const struct dl_unit *u = &g->unit;
   size_t lead = g->n_seg > u->n_docs;
   for (size_t i = 0; i < g->n_seg; i++) {
@@ -125,6 +125,7 @@ static int mark_blocked(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t
   if (!dl_version_blocks_docs(v, d)) return 0;
   int rc = name_pieces(j, g, d, unit);
   if (rc < 0) return rc;
+  if (!g->seg_blk && !(g->seg_blk = malloc(g->n_seg + 1))) return STK_ENOMEM;
   for (size_t i = 0; i < g->n_seg; i++) {
     g->seg_blk[i] = dl_version_doc_blocked(v, d, g->unit.file, g->seg_doc[i]);
     g->n_blk += g->seg_blk[i];
