@@ -97,7 +97,9 @@ static void write_text(void) {
 
 static void write_corpora(void) {
   char path[300];
-  snprintf(g_dir, sizeof g_dir, "%s", t_tmpdir());
+  char *tmp = t_tmpdir();
+  snprintf(g_dir, sizeof g_dir, "%s", tmp);
+  free(tmp);
   const char *sub[] = {"mm", "llmc", "text"};
   for (int i = 0; i < 3; i++) {
     snprintf(path, sizeof path, "%s/%s", g_dir, sub[i]);
