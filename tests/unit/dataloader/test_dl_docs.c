@@ -10,7 +10,7 @@
  * when the block starts in the middle of a unit (llm.c blocks being read
  * without their pieces, the fast path, switch to whole reads); batches stay
  * the same at any world size, after a restart from a commit and after an
- * export/import.
+ * export/import. Stored configurations from before (DLC1) are still read.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "dl_core.h"
+#include "dl_internal.h"
 #include "dl_source.h"
 #include "dl_synthetic.h"
 #include "dl_test.h"
@@ -504,6 +505,34 @@ static void test_block_documents_survive_restart(void **state) {
   dl_close(dl);
 }
 
+/* Configurations stored before blocked documents existed (DLC1: the same
+ * without each version's document list) are still read, with none blocked. */
+static void test_config_v1_still_read(void **state) {
+  (void)state;
+  struct dl *dl = open_dl("db-config");
+  enum kind llmc = LLMC;
+  create(dl, "c", &llmc, 1, 37);
+  uint8_t *v2, *again;
+  size_t len, again_len;
+  assert_int_equal(dl_config_encode(dl_find_job(dl, "c"), &v2, &len), 0);
+  /* One version: its document count (0) is the last 8 bytes. */
+  uint8_t *v1 = malloc(len);
+  memcpy(v1, v2, len - 8);
+  const uint32_t magic_v1 = 0x31434C44u; /* "DLC1" */
+  memcpy(v1, &magic_v1, 4);
+  struct dl_job *j = NULL;
+  assert_int_equal(dl_config_decode(dl, v1, len - 8, &j), 0);
+  assert_int_equal(j->ver[0].n_doc_blocked, 0);
+  assert_int_equal(dl_config_encode(j, &again, &again_len), 0);
+  assert_int_equal(again_len, len);
+  assert_memory_equal(again, v2, len); /* written back as DLC2 */
+  dl_job_free(j);
+  free(v1);
+  free(v2);
+  free(again);
+  dl_close(dl);
+}
+
 static int setup(void **state) {
   (void)state;
   write_corpora();
@@ -526,6 +555,7 @@ int main(void) {
       cmocka_unit_test(test_block_documents_refused),
       cmocka_unit_test(test_block_documents_resume_rescale),
       cmocka_unit_test(test_block_documents_survive_restart),
+      cmocka_unit_test(test_config_v1_still_read),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
