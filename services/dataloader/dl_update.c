@@ -91,13 +91,21 @@ static int add_doc_blocks(struct dl_job *j, const Stoker__V1__UpdateMixtureReque
       realloc(v->doc_blocked, (v->n_doc_blocked + req->n_block_documents) * sizeof *b);
   if (!b) return STK_ENOMEM;
   v->doc_blocked = b;
+  const Stoker__V1__DocumentRef *prev = NULL; /* refs usually come grouped by file */
+  int d = -1;
+  uint32_t file = 0;
+  uint64_t docs = 0;
   for (size_t i = 0; i < req->n_block_documents; i++) {
     const Stoker__V1__DocumentRef *r = req->block_documents[i];
-    int d = r->dataset ? dl_ds_find(j, r->dataset) : -1;
-    uint32_t file = 0;
-    uint64_t docs = 0;
-    int rc = d < 0 ? STK_EINVAL : dl_source_find_file(j->ds[d].src, r->file, &file);
-    if (rc == 0) rc = dl_source_file_docs(j->ds[d].src, file, &docs);
+    int rc = 0;
+    if (!prev || !r->dataset || !r->file || strcmp(r->dataset, prev->dataset) != 0 ||
+        strcmp(r->file, prev->file) != 0) {
+      prev = NULL;
+      d = r->dataset ? dl_ds_find(j, r->dataset) : -1;
+      rc = d < 0 ? STK_EINVAL : dl_source_find_file(j->ds[d].src, r->file, &file);
+      if (rc == 0) rc = dl_source_file_docs(j->ds[d].src, file, &docs);
+      if (rc == 0) prev = r;
+    }
     if (rc == STK_ENOMEM) return rc;
     if (rc < 0 || r->document >= docs) {
       stk_set_detail("block_documents: no document %llu in file '%s' of dataset '%s'",
