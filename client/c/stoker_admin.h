@@ -74,7 +74,7 @@ int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
                    Stoker__V1__LoaderInfo **ret_info);
 
 /* A new configuration version from req->from_step on (new weights, new or
- * removed datasets, seq_len, global_batch, blocked units). */
+ * removed datasets, seq_len, global_batch, blocked units and documents). */
 int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
                               int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info);
 
@@ -85,7 +85,8 @@ int stk_loader_list(struct stk_client *c, int64_t timeout_ms,
 /* Removes the job and what it stored from one process. STK_ENOENT. */
 int stk_loader_delete(struct stk_client *c, const char *job, int64_t timeout_ms);
 
-/* Provenance of a slice: one LineSource per run of tokens from one unit. */
+/* Provenance of a slice: one LineSource per piece of a document in a line
+ * (dataset, file, document index in the file, offsets in it and in its unit). */
 int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
                        uint32_t world, int64_t timeout_ms, Stoker__V1__ExplainResponse **ret_resp);
 

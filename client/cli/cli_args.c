@@ -56,6 +56,7 @@ static const struct {
     {"eos", FLAG_VALUE, 0},
     {"max-doc-tokens", FLAG_VALUE, 0},
     {"from-step", FLAG_VALUE, 0},
+    {"block-document", FLAG_VALUE, 0},
     {"rank", FLAG_VALUE, 0},
     {"world", FLAG_VALUE, 0},
     {"progress", FLAG_SWITCH, 0},

@@ -64,7 +64,10 @@ cJSON *fmt_explain_json(const char *job, int64_t step, uint32_t rank, uint32_t w
     cJSON *x = cJSON_CreateObject();
     cJSON_AddNumberToObject(x, "line", l->line);
     add_str(x, "dataset", l->dataset);
+    add_str(x, "file", l->file);
     cJSON_AddNumberToObject(x, "document", (double)l->document);
+    cJSON_AddNumberToObject(x, "doc_token_begin", (double)l->doc_token_begin);
+    cJSON_AddNumberToObject(x, "doc_token_end", (double)l->doc_token_end);
     cJSON_AddNumberToObject(x, "unit", (double)l->unit);
     cJSON_AddNumberToObject(x, "token_begin", (double)l->token_begin);
     cJSON_AddNumberToObject(x, "token_end", (double)l->token_end);
@@ -165,20 +168,22 @@ void fmt_loader_show(const Stoker__V1__LoaderInfo *info, FILE *out) {
 }
 
 void fmt_explain_table(const Stoker__V1__ExplainResponse *resp, FILE *out) {
-  static const char *const headers[] = {"LINE",   "DATASET", "DOCUMENT", "UNIT",
-                                        "TOKENS", "EPOCH",   "LANE"};
-  struct table *t = table_new(7, headers);
+  static const char *const headers[] = {"LINE", "DATASET", "FILE",  "DOCUMENT", "DOC TOKENS",
+                                        "UNIT", "TOKENS",  "EPOCH", "LANE"};
+  struct table *t = table_new(9, headers);
   if (!t) return;
   for (size_t i = 0; i < resp->n_sources; i++) {
     const Stoker__V1__LineSource *l = resp->sources[i];
-    char line[16], doc[24], unit[24], range[48], epoch[16], lane[16];
+    char line[16], doc[24], doc_range[48], unit[24], range[48], epoch[16], lane[16];
     snprintf(line, sizeof(line), "%u", l->line);
     snprintf(doc, sizeof(doc), "%" PRIu64, l->document);
+    snprintf(doc_range, sizeof(doc_range), "%" PRIu64 "-%" PRIu64, l->doc_token_begin,
+             l->doc_token_end);
     snprintf(unit, sizeof(unit), "%" PRIu64, l->unit);
     snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, l->token_begin, l->token_end);
     snprintf(epoch, sizeof(epoch), "%u", l->epoch);
     snprintf(lane, sizeof(lane), "%u", l->lane);
-    const char *row[] = {line, l->dataset, doc, unit, range, epoch, lane};
+    const char *row[] = {line, l->dataset, l->file, doc, doc_range, unit, range, epoch, lane};
     table_add(t, row);
   }
   table_print(t, out);

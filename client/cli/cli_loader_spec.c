@@ -163,6 +163,36 @@ int cli_loader_spec_from_args(const struct cli_args *a, const char *job,
   return 0;
 }
 
+/* Every --block-document DATASET/FILE/DOC into r's block_documents. */
+static int doc_refs(const struct cli_args *a, struct cli_doc_refs *d, char *err, size_t err_len) {
+  d->n = 0;
+  for (int i = 0; i < a->n_flags; i++) {
+    if (strcmp(a->flags[i].name, "block-document") != 0) continue;
+    const char *v = a->flags[i].value ? a->flags[i].value : "";
+    const char *first = strchr(v, '/'), *last = strrchr(v, '/');
+    uint64_t doc;
+    size_t ds_len = first ? (size_t)(first - v) : 0;
+    size_t file_len = first && last > first ? (size_t)(last - first - 1) : 0;
+    if (ds_len == 0 || file_len == 0 || ds_len >= 512 || file_len >= 512 ||
+        cli_parse_uint(last + 1, UINT64_MAX, &doc) < 0) {
+      snprintf(err, err_len, "--block-document: expected DATASET/FILE/DOC, got \"%s\"", v);
+      return STK_EINVAL;
+    }
+    char *ds = d->text[d->n][0], *file = d->text[d->n][1];
+    memcpy(ds, v, ds_len);
+    ds[ds_len] = '\0';
+    memcpy(file, first + 1, file_len);
+    file[file_len] = '\0';
+    stoker__v1__document_ref__init(&d->refs[d->n]);
+    d->refs[d->n].dataset = ds;
+    d->refs[d->n].file = file;
+    d->refs[d->n].document = doc;
+    d->ptrs[d->n] = &d->refs[d->n];
+    d->n++;
+  }
+  return 0;
+}
+
 int cli_mixture_from_args(const struct cli_args *a, const char *job, struct cli_mixture *out,
                           char *err, size_t err_len) {
   Stoker__V1__UpdateMixtureRequest *r = &out->req;
@@ -172,16 +202,20 @@ int cli_mixture_from_args(const struct cli_args *a, const char *job, struct cli_
   r->job = (char *)job;
   if (num(a, "from-step", INT64_MAX, &from, &from_set, err, err_len) < 0 ||
       datasets(a, &out->d, err, err_len) < 0 ||
-      shape(a, &r->seq_len, &r->global_batch, err, err_len) < 0)
+      shape(a, &r->seq_len, &r->global_batch, err, err_len) < 0 ||
+      doc_refs(a, &out->docs, err, err_len) < 0)
     return STK_EINVAL;
   if (!from_set) {
     snprintf(err, err_len, "--from-step S is required");
     return STK_EINVAL;
   }
-  if (out->d.n == 0 && !r->seq_len && !r->global_batch) {
-    snprintf(err, err_len, "nothing to change (give --dataset, --seq-len or --global-batch)");
+  if (out->d.n == 0 && !r->seq_len && !r->global_batch && out->docs.n == 0) {
+    snprintf(err, err_len,
+             "nothing to change (give --dataset, --seq-len, --global-batch or --block-document)");
     return STK_EINVAL;
   }
+  r->n_block_documents = out->docs.n;
+  r->block_documents = out->docs.n ? out->docs.ptrs : NULL;
   r->from_step = (int64_t)from;
   r->n_datasets = out->d.n;
   r->datasets = out->d.n ? out->d.ptrs : NULL;

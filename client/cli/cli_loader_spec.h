@@ -30,9 +30,18 @@ struct cli_loader_spec {
   struct cli_datasets d;
 };
 
+/* Documents named by --block-document DATASET/FILE/DOC and their storage. */
+struct cli_doc_refs {
+  size_t n;
+  Stoker__V1__DocumentRef refs[CLI_MAX_FLAGS];
+  Stoker__V1__DocumentRef *ptrs[CLI_MAX_FLAGS];
+  char text[CLI_MAX_FLAGS][2][512]; /* Dataset, file. */
+};
+
 struct cli_mixture {
   Stoker__V1__UpdateMixtureRequest req;
   struct cli_datasets d;
+  struct cli_doc_refs docs;
 };
 
 /* Parses one NAME=URI[:FORMAT][@WEIGHT] into d's next slot. Returns 0 or
@@ -46,7 +55,10 @@ int cli_loader_spec_from_args(const struct cli_args *a, const char *job,
                               struct cli_loader_spec *out, char *err, size_t err_len);
 
 /* Fills out from job and --from-step (required), --dataset (optional: the
- * new mixture), --seq-len, --global-batch; at least one change. */
+ * new mixture), --seq-len, --global-batch, --block-document DATASET/FILE/DOC
+ * (repeatable: documents never served again, named as `loader explain`
+ * names them; FILE is everything between the first and the last '/');
+ * at least one change. */
 int cli_mixture_from_args(const struct cli_args *a, const char *job, struct cli_mixture *out,
                           char *err, size_t err_len);
 

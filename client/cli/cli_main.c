@@ -119,9 +119,10 @@ static const struct cli_command commands[] = {
      NULL},
     {{"loader", "mixture"},
      1,
-     "from-step dataset seq-len global-batch",
+     "from-step dataset seq-len global-batch block-document",
      cli_loader_mixture,
-     "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N]",
+     "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N] "
+     "[--block-document DATASET/FILE/DOC]...",
      "new configuration from step S on",
      NULL},
     {{"loader", "explain"},

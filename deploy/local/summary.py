@@ -15,6 +15,7 @@ Usage: ... | summary.py OUT_DIR STOKERCTL [JOB] [--reference LOG --restored STEP
        (STOKER_DATALOADER set)
 """
 import argparse
+import itertools
 import json
 import re
 import shutil
@@ -71,12 +72,16 @@ def explain(ctl, job, step):
 
 def check_no_repeats(ctl, job, last):
     """Every (dataset, epoch, unit) is served as disjoint token ranges that
-    together form [0, n): nothing twice, nothing skipped."""
+    together form [0, n): nothing twice, nothing skipped; and no token of a
+    document (file, index in the file) is served twice in an epoch."""
     ranges = {}
+    docs = {}
     for step in range(0, last):  # Loader steps: trainer step s used loader step s - 1.
         for s in explain(ctl, job, step):
             key = (s["dataset"], s["epoch"], s["unit"])
             ranges.setdefault(key, []).append((s["token_begin"], s["token_end"]))
+            doc = (s["dataset"], s["epoch"], s["file"], s["document"])
+            docs.setdefault(doc, []).append((s["doc_token_begin"], s["doc_token_end"]))
     tokens = 0
     for key, rs in ranges.items():
         rs.sort()
@@ -88,8 +93,14 @@ def check_no_repeats(ctl, job, last):
                 return False
             at = e
         tokens += at
+    for key, rs in docs.items():
+        rs.sort()
+        for (_, e), (b, _) in itertools.pairwise(rs):
+            if b < e:
+                print(f"  FAIL: document {key} tokens [{b}, {e}) served twice: {rs}")
+                return False
     print(f"  no data repeated or skipped: steps 1..{last}, {len(ranges)} units, "
-          f"{tokens} tokens each served exactly once")
+          f"{len(docs)} documents, {tokens} tokens each served exactly once")
     return True
 
 

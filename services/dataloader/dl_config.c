@@ -20,7 +20,6 @@
 #define MAX_LANES        4096u
 #define MAX_SHARDS       (1u << 20)
 #define MAX_DATASETS     256u
-#define CONFIG_MAGIC     0x31434C44u /* "DLC1" */
 
 int dl_validate_name(const char *what, const char *name) {
   size_t n = name ? strlen(name) : 0;

@@ -115,8 +115,10 @@ int dl_get_batch_into(struct dl *dl, const char *job, int64_t step, uint32_t ran
                       uint32_t *dest, size_t dest_bytes, struct dl_batch *ret_batch);
 void dl_batch_free(struct dl_batch *b); /* Leaves borrowed tokens alone. */
 
-/* Provenance of the same slice: one LineSource per run of tokens taken from
- * one unit (line = index in the slice). Free with dl_explain_free. */
+/* Provenance of the same slice: one LineSource per piece of a document in
+ * a line (line = index in the slice): dataset, file and index of the
+ * document in it, the piece's offsets in the document and in its unit.
+ * Free with dl_explain_free. */
 int dl_explain(struct dl *dl, const char *job, int64_t step, uint32_t rank, uint32_t world,
                Stoker__V1__ExplainResponse **ret_resp);
 void dl_explain_free(Stoker__V1__ExplainResponse *resp);
@@ -125,8 +127,9 @@ void dl_explain_free(Stoker__V1__ExplainResponse *resp);
  * UpdateMixtureRequest): a new mixture (datasets listed with weights;
  * listed datasets not yet in the job are opened and added, known ones keep
  * their position; unlisted ones get weight 0), seq_len, global_batch,
- * blocked units. from_step must be greater than every kept committed step;
- * versions starting at or after it are replaced. Synced before returning. */
+ * blocked units, blocked documents (dataset, file as Explain names it,
+ * index in the file; the rest of their units is served). from_step must be greater than every kept
+ * committed step; versions starting at or after it are replaced. Synced before returning. */
 int dl_update_mixture(struct dl *dl, const Stoker__V1__UpdateMixtureRequest *req);
 
 /* Makes the state after `step` durable (synced): a restart resumes from it

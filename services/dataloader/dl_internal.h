@@ -35,6 +35,12 @@ struct dl_block {
   uint64_t unit;
 };
 
+/* A blocked document: document `doc` of file `file` of dataset ds. */
+struct dl_doc_block {
+  uint32_t ds, file;
+  uint64_t doc;
+};
+
 /* One configuration version, in force for steps [from_step, next's from_step). */
 struct dl_version {
   uint64_t id; /* Never reused (snapshots name versions by id). */
@@ -44,6 +50,8 @@ struct dl_version {
   uint32_t n_weights;
   struct dl_block *blocked; /* [n_blocked] sorted by (ds, unit) */
   size_t n_blocked;
+  struct dl_doc_block *doc_blocked; /* [n_doc_blocked] sorted by (ds, file, doc) */
+  size_t n_doc_blocked;
 };
 
 /* Per (lane, dataset) progress through the lane's shards. */
@@ -76,10 +84,15 @@ struct dl_gen {
   uint32_t *xtok; /* [n_xtok] (== unit.tokens when nothing is inserted; NULL when the
                      unit is borrowed: read through dl_unit_copy) */
   size_t n_xtok;
-  uint32_t *seg_x;   /* [n_seg] served offset where each piece starts */
-  uint64_t *seg_doc; /* [n_seg] document number of each piece */
-  uint8_t *seg_new;  /* [n_seg] 1: the piece starts a document */
+  uint32_t *seg_x;       /* [n_seg] served offset where each piece starts */
+  uint8_t *seg_new;      /* [n_seg] 1: the piece starts a document */
+  uint64_t *seg_doc;     /* [n_seg] index of the piece's document in unit.file (when ids) */
+  uint64_t *seg_doc_off; /* [n_seg] offset of the piece's first token in it (when ids) */
+  uint8_t *seg_blk;      /* [n_seg] 1: the piece's document is blocked in version vi
+                            (allocated once a version blocks documents of the dataset) */
   size_t n_seg;
+  size_t n_blk; /* pieces blocked; 0: seg_blk is all 0 */
+  bool ids;     /* seg_doc and seg_doc_off are set (dl_source_unit_docs was asked) */
   /* A delimited unit (unit.raw != NULL, dl_lane_take.c) is read as lines
    * are filled: raw_pos is the raw index matching served offset `off`, and
    * the unit is charged to its dataset's mixing counter, from served
@@ -162,6 +175,10 @@ void dl_version_clear(struct dl_version *v);
 int dl_version_copy(const struct dl_version *src, struct dl_version *dst);
 void dl_version_sort_blocked(struct dl_version *v);
 bool dl_version_blocked(const struct dl_version *v, uint32_t ds, uint64_t unit);
+bool dl_version_doc_blocked(const struct dl_version *v, uint32_t ds, uint32_t file, uint64_t doc);
+/* Whether the version blocks any document of dataset ds. */
+bool dl_version_blocks_docs(const struct dl_version *v, uint32_t ds);
+void dl_version_sort_doc_blocked(struct dl_version *v);
 double dl_version_weight(const struct dl_version *v, uint32_t ds);
 int dl_check_shape(const struct dl *dl, uint32_t seq_len, uint32_t global_batch);
 /* Serialized configuration (spec, datasets, versions); decode reopens datasets. */

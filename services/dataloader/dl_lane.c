@@ -13,6 +13,14 @@
  * The state is a pointer (version, line, unit, offset, per-shard counts) and
  * serializes to a small blob; the unit being read is a cache re-read after a
  * restore.
+ *
+ * Blocked documents: a unit's pieces keep their place in the unit's served
+ * coordinates, and the pieces of documents the version blocks are skipped
+ * over when reached (the offset jumps past them). So snapshots, replays and
+ * a version that starts in the middle of a unit need nothing new: the
+ * offset means the same thing whatever is blocked, and from a version's
+ * first line on its blocklist decides what is left. Mixing charges only
+ * the tokens served.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,12 +36,17 @@ static void unit_drop(struct dl_gen *g) {
   memset(&g->unit, 0, sizeof g->unit);
   free(g->seg_x);
   free(g->seg_doc);
+  free(g->seg_doc_off);
   free(g->seg_new);
+  free(g->seg_blk);
   g->xtok = NULL;
   g->seg_x = NULL;
   g->seg_doc = NULL;
+  g->seg_doc_off = NULL;
   g->seg_new = NULL;
-  g->n_xtok = g->n_seg = 0;
+  g->seg_blk = NULL;
+  g->n_xtok = g->n_seg = g->n_blk = 0;
+  g->ids = false;
 }
 
 void dl_gen_free(struct dl_gen *g) {
@@ -64,23 +77,59 @@ int dl_gen_fit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
 }
 
 /* Splits the unit into pieces (document or leading fragment) and builds the
- * served tokens with BOS/EOS inserted. */
+ * served tokens with BOS/EOS inserted. Which documents the pieces belong to
+ * is asked only when needed (name_pieces; its arrays are allocated then). */
 static int build_pieces(struct dl_gen *g) {
   const struct dl_unit *u = &g->unit;
   size_t lead = (u->n_docs == 0 || u->doc_starts[0] > 0) ? 1 : 0;
   size_t n = u->n_docs + lead;
-  g->seg_x = malloc(n * sizeof *g->seg_x);
-  g->seg_doc = malloc(n * sizeof *g->seg_doc);
-  g->seg_new = malloc(n);
-  if (!g->seg_x || !g->seg_doc || !g->seg_new) return STK_ENOMEM;
+  g->seg_x = malloc((n + 1) * sizeof *g->seg_x);
+  g->seg_new = malloc(n + 1);
+  if (!g->seg_x || !g->seg_new) return STK_ENOMEM;
   for (size_t i = 0; i < n; i++) {
     size_t di = i - lead; /* wraps for the lead piece, unused then */
     g->seg_x[i] = lead && i == 0 ? 0 : u->doc_starts[di];
     g->seg_new[i] = !(lead && i == 0);
-    g->seg_doc[i] = g->seg_new[i] ? u->first_doc + di : (u->first_doc ? u->first_doc - 1 : 0);
-    if (lead && i == 0 && u->n_docs == 0) g->seg_doc[i] = u->first_doc;
   }
   g->n_seg = n;
+  return 0;
+}
+
+/* Names each piece's document (its index in unit.file and the piece's
+ * offset in it), asking the reader once per unit load. */
+static int name_pieces(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit) {
+  if (g->ids) return 0;
+  struct dl_unit_docs docs;
+  int rc = dl_source_unit_docs(j->ds[d].src, unit, &docs);
+  if (rc < 0) return rc;
+  if (!g->seg_doc) g->seg_doc = malloc((g->n_seg + 1) * sizeof *g->seg_doc);
+  if (!g->seg_doc_off) g->seg_doc_off = malloc((g->n_seg + 1) * sizeof *g->seg_doc_off);
+  if (!g->seg_doc || !g->seg_doc_off) return STK_ENOMEM;
+  const struct dl_unit *u = &g->unit;
+  size_t lead = g->n_seg > u->n_docs;
+  for (size_t i = 0; i < g->n_seg; i++) {
+    size_t di = i - lead;
+    bool piece_lead = lead && i == 0;
+    uint64_t rel = piece_lead ? 0 : u->doc_rel ? u->doc_rel[di] : di + 1;
+    g->seg_doc[i] = docs.base + rel - 1;
+    g->seg_doc_off[i] = piece_lead ? docs.lead_offset : 0;
+  }
+  g->ids = true;
+  return 0;
+}
+
+/* Marks the pieces whose documents version vi blocks (none: n_blk 0). */
+static int mark_blocked(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit) {
+  const struct dl_version *v = &j->ver[g->vi];
+  g->n_blk = 0;
+  if (!dl_version_blocks_docs(v, d)) return 0;
+  int rc = name_pieces(j, g, d, unit);
+  if (rc < 0) return rc;
+  if (!g->seg_blk && !(g->seg_blk = malloc(g->n_seg + 1))) return STK_ENOMEM;
+  for (size_t i = 0; i < g->n_seg; i++) {
+    g->seg_blk[i] = dl_version_doc_blocked(v, d, g->unit.file, g->seg_doc[i]);
+    g->n_blk += g->seg_blk[i];
+  }
   return 0;
 }
 
@@ -106,11 +155,13 @@ static int insert_markers(struct dl_job *j, struct dl_gen *g) {
 
 /* Reads a unit. Without markers the served tokens are the unit's: where the
  * reader can, the unit is delimited (read while lines fill, dl_lane_take.c)
- * or, when `whole` (Explain needs pieces), borrowed from the reader's map,
- * so a line is filled with one copy. */
+ * or, when `whole` (Explain needs pieces) or version vi blocks documents of
+ * the dataset, borrowed from the reader's map, so a line is filled with one
+ * copy. */
 static int load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit, bool whole) {
   unit_drop(g);
   bool plain = !j->add_bos && !j->add_eos;
+  whole = whole || dl_version_blocks_docs(&j->ver[g->vi], d);
   struct dl_source *src = j->ds[d].src;
   int rc = !plain  ? dl_source_read_unit(src, unit, &g->unit)
            : whole ? dl_source_read_unit_runs(src, unit, &g->unit)
@@ -128,9 +179,10 @@ static int load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t un
   if (plain) {
     g->xtok = g->unit.tokens; /* NULL in the borrowed form */
     g->n_xtok = g->unit.n_tokens;
-    return 0;
+  } else if ((rc = insert_markers(j, g)) < 0) {
+    return rc;
   }
-  return insert_markers(j, g);
+  return mark_blocked(j, g, d, unit);
 }
 
 int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit) {
@@ -148,9 +200,51 @@ static int read_whole(struct dl_job *j, struct dl_gen *g) {
   return 0;
 }
 
+/* Served offset where piece i ends. */
+static uint64_t piece_end(const struct dl_gen *g, size_t i) {
+  return i + 1 < g->n_seg ? g->seg_x[i + 1] : g->n_xtok;
+}
+
+/* Index of the piece holding served offset off. */
+static size_t piece_at(const struct dl_gen *g, uint64_t off) {
+  size_t lo = 0, hi = g->n_seg;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (g->seg_x[mid] <= off)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Moves the offset past pieces of blocked documents (a whole unit). */
+static void skip_blocked(struct dl_gen *g) {
+  if (g->n_blk == 0) return;
+  while (g->off < g->n_xtok) {
+    size_t i = piece_at(g, g->off);
+    if (!g->seg_blk[i]) return;
+    g->off = piece_end(g, i);
+  }
+}
+
+/* Tokens of a whole unit still to be served from the offset on. */
+static uint64_t tokens_left(const struct dl_gen *g) {
+  uint64_t n = g->n_xtok - g->off;
+  if (g->n_blk == 0 || g->off >= g->n_xtok) return n;
+  for (size_t i = piece_at(g, g->off); i < g->n_seg; i++) {
+    if (!g->seg_blk[i]) continue;
+    uint64_t b = g->seg_x[i] > g->off ? g->seg_x[i] : g->off;
+    n -= piece_end(g, i) - b;
+  }
+  return n;
+}
+
 /* Whether the current unit has nothing left to serve. */
 static bool unit_done(struct dl_gen *g) {
-  return dl_gen_delimited(g) ? dl_gen_take_done(g) : g->off >= g->n_xtok;
+  if (dl_gen_delimited(g)) return dl_gen_take_done(g);
+  skip_blocked(g);
+  return g->off >= g->n_xtok;
 }
 
 static int pick_dataset(const struct dl_job *j, const struct dl_gen *g) {
@@ -228,7 +322,7 @@ static int next_unit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
     g->off = 0;
     if (unit_done(g)) continue;
     s->flags |= DL_LDS_TOOK;
-    if (!dl_gen_delimited(g)) s->taken += g->n_xtok;
+    if (!dl_gen_delimited(g)) s->taken += tokens_left(g);
     g->cur_ds = d;
     g->cur_unit = unit;
     g->cur_epoch = s->epoch;
@@ -236,19 +330,20 @@ static int next_unit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
   }
 }
 
-/* Index of the piece holding served offset off. */
-static size_t piece_at(const struct dl_gen *g, uint64_t off) {
-  size_t lo = 0, hi = g->n_seg;
-  while (hi - lo > 1) {
-    size_t mid = (lo + hi) / 2;
-    if (g->seg_x[mid] <= off)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
+/* The document tokens of served range [b, e) of piece i, as offsets in
+ * the document (inserted BOS/EOS are not the document's). */
+static void doc_range(const struct dl_job *j, const struct dl_gen *g, size_t i, uint64_t b,
+                      uint64_t e, uint64_t *ret_begin, uint64_t *ret_end) {
+  uint64_t first = g->seg_x[i] + (j->add_bos && g->seg_new[i]);
+  uint64_t last = piece_end(g, i) - j->add_eos; /* past the document's last token */
+  if (last < first) last = first;
+  b = b < first ? first : b > last ? last : b;
+  e = e < first ? first : e > last ? last : e;
+  *ret_begin = g->seg_doc_off[i] + (b - first);
+  *ret_end = g->seg_doc_off[i] + (e - first);
 }
 
+/* One source entry: n tokens of one piece at the offset. */
 static int add_run(struct dl_job *j, const struct dl_gen *g, struct dl_line_out *o, size_t n) {
   if (o->n_runs == o->cap_runs) {
     size_t cap = o->cap_runs ? o->cap_runs * 2 : 16;
@@ -262,11 +357,16 @@ static int add_run(struct dl_job *j, const struct dl_gen *g, struct dl_line_out 
   stoker__v1__line_source__init(s);
   s->line = o->line;
   s->dataset = strdup(j->ds[g->cur_ds].spec->name);
-  if (!s->dataset) {
+  s->file = strdup(dl_source_file_name(j->ds[g->cur_ds].src, g->unit.file));
+  if (!s->dataset || !s->file) {
+    free(s->dataset);
+    free(s->file);
     free(s);
     return STK_ENOMEM;
   }
-  s->document = g->seg_doc[piece_at(g, g->off)];
+  size_t i = piece_at(g, g->off);
+  s->document = g->seg_doc[i];
+  doc_range(j, g, i, g->off, g->off + n, &s->doc_token_begin, &s->doc_token_end);
   s->token_begin = g->off;
   s->token_end = g->off + n;
   s->epoch = g->cur_epoch;
@@ -303,12 +403,17 @@ int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_o
       g->cur_ds = -1;
       if ((rc = next_unit(j, c, g)) < 0) break;
     }
-    if (dl_gen_delimited(g) && out && out->explain && (rc = read_whole(j, g)) < 0) break;
+    bool explain = out && out->explain;
+    if (dl_gen_delimited(g) && explain && (rc = read_whole(j, g)) < 0) break;
+    if (explain && (rc = name_pieces(j, g, (uint32_t)g->cur_ds, g->cur_unit)) < 0) break;
     size_t n;
     if (dl_gen_delimited(g)) {
       n = dl_gen_take(g, out, fill, t - fill);
     } else {
-      n = g->n_xtok - g->off;
+      /* One piece at a time where pieces matter: a source entry per
+       * document piece, and blocked pieces skipped at the loop's top. */
+      uint64_t end = explain || g->n_blk ? piece_end(g, piece_at(g, g->off)) : g->n_xtok;
+      n = end - g->off;
       if (n > t - fill) n = t - fill;
       if (out) rc = emit(j, g, out, fill, n);
     }
@@ -329,12 +434,28 @@ int dl_gen_next_version(struct dl_job *j, struct dl_gen *g) {
   g->charge_from = g->off; /* a delimited unit counts in the new version from here */
   if (g->cur_ds < 0 || unit_done(g)) return 0;
   const struct dl_version *v = &j->ver[g->vi];
-  if (dl_version_blocked(v, (uint32_t)g->cur_ds, g->cur_unit)) {
+  uint32_t d = (uint32_t)g->cur_ds;
+  if (dl_version_blocked(v, d, g->cur_unit)) {
     unit_drop(g);
     g->cur_ds = -1;
     g->off = 0;
-  } else if (!dl_gen_delimited(g) && dl_version_weight(v, (uint32_t)g->cur_ds) > 0) {
-    g->ds[g->cur_ds].taken += g->n_xtok - g->off;
+    return 0;
+  }
+  /* The new version's blocked documents apply to the rest of the unit: a
+   * delimited unit is read whole from here (nothing is charged twice: the
+   * counters of the new version start at 0), a whole one re-marked. */
+  int rc = 0;
+  if (dl_gen_delimited(g) && dl_version_blocks_docs(v, d)) {
+    uint64_t off = g->off;
+    rc = load_unit(j, g, d, g->cur_unit, true);
+    g->off = off;
+  } else if (!dl_gen_delimited(g)) {
+    rc = mark_blocked(j, g, d, g->cur_unit);
+  }
+  if (rc < 0) return rc;
+  if (!dl_gen_delimited(g) && dl_version_weight(v, d) > 0) {
+    skip_blocked(g);
+    g->ds[d].taken += tokens_left(g);
   }
   return 0;
 }

@@ -255,6 +255,7 @@ static void sink_free(struct sink *s) {
   free(s->starts);
   for (size_t i = 0; i < s->out.n_runs; i++) {
     free(s->out.runs[i]->dataset);
+    free(s->out.runs[i]->file);
     free(s->out.runs[i]);
   }
   free(s->out.runs);
@@ -351,6 +352,7 @@ void dl_explain_free(Stoker__V1__ExplainResponse *resp) {
   if (!resp) return;
   for (size_t i = 0; i < resp->n_sources; i++) {
     free(resp->sources[i]->dataset);
+    free(resp->sources[i]->file);
     free(resp->sources[i]);
   }
   free(resp->sources);

@@ -3,7 +3,7 @@
  * The new version starts from the one in force at from_step and changes
  * what the request names: mixture (new datasets opened and appended to the
  * job's table; a known dataset keeps its position, so nothing repeats),
- * seq_len, global_batch, blocked units. Versions at or after from_step are
+ * seq_len, global_batch, blocked units and documents. Versions at or after from_step are
  * replaced. Everything is validated and built aside, stored with a synced
  * write, and only then swapped in; a failure changes nothing.
  */
@@ -76,6 +76,50 @@ static int add_blocks(struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *
   return 0;
 }
 
+/* Blocked documents: each names a dataset of the job, one of its files (as
+ * Explain names it) and a document of that file (counting the file's
+ * documents may build its index: one pass over the file). */
+static int add_doc_blocks(struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req,
+                          struct dl_version *v) {
+  if (req->n_block_documents == 0) return 0;
+  if (req->n_block_documents > (1u << 20) ||
+      v->n_doc_blocked + req->n_block_documents > (1u << 24)) {
+    stk_set_detail("too many blocked documents");
+    return STK_EINVAL;
+  }
+  struct dl_doc_block *b =
+      realloc(v->doc_blocked, (v->n_doc_blocked + req->n_block_documents) * sizeof *b);
+  if (!b) return STK_ENOMEM;
+  v->doc_blocked = b;
+  const Stoker__V1__DocumentRef *prev = NULL; /* refs usually come grouped by file */
+  int d = -1;
+  uint32_t file = 0;
+  uint64_t docs = 0;
+  for (size_t i = 0; i < req->n_block_documents; i++) {
+    const Stoker__V1__DocumentRef *r = req->block_documents[i];
+    int rc = 0;
+    if (!prev || !r->dataset || !r->file || strcmp(r->dataset, prev->dataset) != 0 ||
+        strcmp(r->file, prev->file) != 0) {
+      prev = NULL;
+      d = r->dataset ? dl_ds_find(j, r->dataset) : -1;
+      rc = d < 0 ? STK_EINVAL : dl_source_find_file(j->ds[d].src, r->file, &file);
+      if (rc == 0) rc = dl_source_file_docs(j->ds[d].src, file, &docs);
+      if (rc == 0) prev = r;
+    }
+    if (rc == STK_ENOMEM) return rc;
+    if (rc < 0 || r->document >= docs) {
+      stk_set_detail("block_documents: no document %llu in file '%s' of dataset '%s'",
+                     (unsigned long long)r->document, r->file ? r->file : "",
+                     r->dataset ? r->dataset : "");
+      return STK_EINVAL;
+    }
+    b[v->n_doc_blocked++] =
+        (struct dl_doc_block){.ds = (uint32_t)d, .file = file, .doc = r->document};
+  }
+  dl_version_sort_doc_blocked(v);
+  return 0;
+}
+
 static int check_step(struct dl *dl, struct dl_job *j, int64_t from) {
   int64_t committed = -1;
   for (uint32_t i = 0; i < j->n_commits; i++)
@@ -118,6 +162,7 @@ static int make_version(struct dl *dl, struct dl_job *j,
   rc = dl_check_shape(dl, v->seq_len, v->global_batch);
   if (rc == 0 && req->n_datasets) rc = set_mixture(dl, j, req, v);
   if (rc == 0) rc = add_blocks(j, req, v);
+  if (rc == 0) rc = add_doc_blocks(j, req, v);
   return rc;
 }
 

@@ -6,7 +6,21 @@
  * tokens of one file. Reading drops the end-of-text delimiters and reports
  * where documents start, looking one token past the block edges so that the
  * answer does not depend on where blocks fall.
+ *
+ * Documents: a file's documents are its runs of tokens between delimiters
+ * (a document starts at each non-delimiter token that is the file's first
+ * or follows a delimiter), numbered from 0 in file order. Naming the
+ * document a block's pieces belong to needs the number of document starts
+ * before the block: each file gets an index of that count (and of the last
+ * start) every `stride` tokens, built with one scan of the file the first
+ * time a document is asked for and kept while the source is open. The
+ * stride is the smallest multiple of the block size of at least 4096
+ * tokens (32768 for blocks larger than that), so blocks mostly begin on an
+ * entry: a lookup scans at most 4096 tokens past one for blocks up to 32768
+ * tokens (none for the default), and the index takes at most 16 bytes per
+ * 4096 tokens (0.1% of a uint32 file).
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +30,18 @@
 #include "stk_error.h"
 
 #define HEADER_BYTES 1024
+#define STRIDE_MIN   4096u
+#define STRIDE_MAX   32768u
+#define NO_START     UINT64_MAX
+
+/* The document index of a file (built once, then read without a lock):
+ * entry q describes the tokens before q * stride. */
+struct doc_index {
+  uint64_t *starts; /* [n] document starts before the entry's token */
+  uint64_t *last;   /* [n] the last of them (NO_START: none) */
+  uint64_t n;
+  uint64_t docs; /* documents in the file */
+};
 
 struct lfile {
   char *path;
@@ -23,6 +49,8 @@ struct lfile {
   size_t token_bytes; /* 2 or 4 */
   uint64_t n_tokens;
   uint64_t first_unit;
+  struct doc_index index;
+  bool indexed; /* read with acquire: index is complete */
 };
 
 struct llmc {
@@ -31,6 +59,8 @@ struct llmc {
   size_t n_files;
   uint64_t block_tokens;
   uint32_t eot;
+  uint64_t stride;          /* tokens per document index entry */
+  pthread_mutex_t index_mu; /* serializes index builds */
 };
 
 static uint32_t tok_at(const struct lfile *f, uint64_t i) {
@@ -126,7 +156,7 @@ static bool starts_doc(const struct llmc *l, const struct lfile *f, uint64_t b, 
  * is a document's first or last token (looking past the block's edges, so
  * that the answer does not depend on where blocks fall). */
 static bool next_piece(const struct llmc *l, const struct lfile *f, uint64_t *i, uint64_t end,
-                       struct piece *p) {
+                       struct piece *p, uint32_t *starts_seen) {
   while (*i < end) {
     uint64_t b = *i;
     while (b < end && tok_at(f, b) == l->eot) b++;
@@ -134,6 +164,7 @@ static bool next_piece(const struct llmc *l, const struct lfile *f, uint64_t *i,
     uint64_t e = find_eot(l, f, b, end);
     *i = e;
     bool first = b == 0 || tok_at(f, b - 1) == l->eot;
+    *starts_seen += first; /* every document starting here counts, even one left empty */
     *p = (struct piece){b, e, starts_doc(l, f, b, first)};
     if (l->base.n_strip_ids) {
       if (first && is_strip(l, f, b)) p->b++;
@@ -162,16 +193,18 @@ static int llmc_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) 
   const struct lfile *f = find_file(l, u);
   uint64_t i = (u - f->first_unit) * l->block_tokens, end = i + llmc_weight(s, u);
   size_t n = 0, cap = 0;
+  uint32_t seen = 0;
   ret_unit->tokens = malloc((end - i + 1) * sizeof(uint32_t));
   if (!ret_unit->tokens) return STK_ENOMEM;
   struct piece p;
-  while (next_piece(l, f, &i, end, &p)) {
-    if (p.doc_start && dl_unit_add_doc(ret_unit, &cap, (uint32_t)n) < 0) return STK_ENOMEM;
+  while (next_piece(l, f, &i, end, &p, &seen)) {
+    if (p.doc_start && dl_unit_add_doc_rel(ret_unit, &cap, (uint32_t)n, seen) < 0)
+      return STK_ENOMEM;
     copy_piece(f, &p, ret_unit->tokens + n);
     n += p.e - p.b;
   }
   ret_unit->n_tokens = n;
-  ret_unit->first_doc = u;
+  ret_unit->file = (uint32_t)(f - l->files);
   return 0;
 }
 
@@ -201,17 +234,18 @@ static int llmc_read_runs(struct dl_source *s, uint64_t u, struct dl_unit *ret_u
     return llmc_read(s, u, ret_unit);
   uint64_t i = (u - f->first_unit) * l->block_tokens, end = i + llmc_weight(s, u);
   size_t doc_cap = 0, run_cap = 0;
+  uint32_t seen = 0;
   if (!(ret_unit->run_at = malloc(sizeof *ret_unit->run_at))) return STK_ENOMEM;
   ret_unit->run_at[0] = 0;
   struct piece p;
-  while (next_piece(l, f, &i, end, &p)) {
+  while (next_piece(l, f, &i, end, &p, &seen)) {
     uint32_t n = ret_unit->run_at[ret_unit->n_runs];
-    if (p.doc_start && dl_unit_add_doc(ret_unit, &doc_cap, n) < 0) return STK_ENOMEM;
+    if (p.doc_start && dl_unit_add_doc_rel(ret_unit, &doc_cap, n, seen) < 0) return STK_ENOMEM;
     const uint8_t *src = (const uint8_t *)tokens_of(f) + p.b * 4;
     if (add_run(ret_unit, &run_cap, src, (uint32_t)(p.e - p.b)) < 0) return STK_ENOMEM;
   }
   ret_unit->n_tokens = ret_unit->run_at[ret_unit->n_runs];
-  ret_unit->first_doc = u;
+  ret_unit->file = (uint32_t)(f - l->files);
   return 0;
 }
 
@@ -226,8 +260,86 @@ static int llmc_read_delimited(struct dl_source *s, uint64_t u, struct dl_unit *
   ret_unit->raw_begin = (u - f->first_unit) * l->block_tokens;
   ret_unit->raw_end = ret_unit->raw_begin + llmc_weight(s, u);
   ret_unit->delim = l->eot;
-  ret_unit->first_doc = u;
+  ret_unit->file = (uint32_t)(f - l->files);
   return 0;
+}
+
+/* Counts the document starts in [from, to) into *count, the last of them
+ * into *last (left alone when there is none). */
+static void count_starts(const struct llmc *l, const struct lfile *f, uint64_t from, uint64_t to,
+                         uint64_t *count, uint64_t *last) {
+  uint64_t p = from;
+  if (p < to && tok_at(f, p) != l->eot && (p == 0 || tok_at(f, p - 1) == l->eot)) {
+    ++*count;
+    *last = p;
+  }
+  while ((p = find_eot(l, f, p, to)) < to) {
+    while (p < to && tok_at(f, p) == l->eot) p++;
+    if (p < to) {
+      ++*count;
+      *last = p;
+    }
+  }
+}
+
+/* Builds f's document index (one scan of the file) unless it exists. */
+static int ensure_index(struct llmc *l, struct lfile *f) {
+  if (__atomic_load_n(&f->indexed, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&l->index_mu);
+  int rc = 0;
+  if (!f->indexed) {
+    struct doc_index x = {.n = f->n_tokens / l->stride + 1};
+    x.starts = malloc(x.n * sizeof *x.starts);
+    x.last = malloc(x.n * sizeof *x.last);
+    if (x.starts && x.last) {
+      uint64_t count = 0, last = NO_START;
+      for (uint64_t q = 0; q < x.n; q++) {
+        x.starts[q] = count;
+        x.last[q] = last;
+        uint64_t b = q * l->stride, e = b + l->stride;
+        count_starts(l, f, b, e < f->n_tokens ? e : f->n_tokens, &count, &last);
+      }
+      x.docs = count;
+      f->index = x;
+      __atomic_store_n(&f->indexed, true, __ATOMIC_RELEASE);
+    } else {
+      free(x.starts);
+      free(x.last);
+      rc = STK_ENOMEM;
+    }
+  }
+  pthread_mutex_unlock(&l->index_mu);
+  return rc;
+}
+
+/* Documents starting before token b of f and the last of them. */
+static void starts_before(const struct llmc *l, const struct lfile *f, uint64_t b,
+                          uint64_t *ret_count, uint64_t *ret_last) {
+  uint64_t q = b / l->stride;
+  *ret_count = f->index.starts[q];
+  *ret_last = f->index.last[q];
+  count_starts(l, f, q * l->stride, b, ret_count, ret_last);
+}
+
+static int llmc_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs) {
+  struct llmc *l = (struct llmc *)s;
+  struct lfile *f = (struct lfile *)find_file(l, u);
+  int rc = ensure_index(l, f);
+  if (rc < 0) return rc;
+  uint64_t b = (u - f->first_unit) * l->block_tokens, last;
+  starts_before(l, f, b, &ret_docs->base, &last);
+  /* The block may begin inside document base - 1, which started at last:
+   * its tokens before b, less a stripped first token, come first. */
+  ret_docs->lead_offset = 0;
+  if (last != NO_START) ret_docs->lead_offset = b - last - (s->n_strip_ids && is_strip(l, f, last));
+  return 0;
+}
+
+static int llmc_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs) {
+  struct llmc *l = (struct llmc *)s;
+  int rc = ensure_index(l, &l->files[file]);
+  if (rc == 0) *ret_docs = l->files[file].index.docs;
+  return rc;
 }
 
 static void llmc_free(struct dl_source *s) {
@@ -235,8 +347,11 @@ static void llmc_free(struct dl_source *s) {
   for (size_t i = 0; i < l->n_files; i++) {
     dl_map_close(&l->files[i].map);
     free(l->files[i].path);
+    free(l->files[i].index.starts);
+    free(l->files[i].index.last);
   }
   free(l->files);
+  pthread_mutex_destroy(&l->index_mu);
   dl_source_base_close(s);
   free(l);
 }
@@ -245,7 +360,9 @@ static const struct dl_source_ops llmc_ops = {.unit_weight = llmc_weight,
                                               .read_unit = llmc_read,
                                               .free = llmc_free,
                                               .read_runs = llmc_read_runs,
-                                              .read_delimited = llmc_read_delimited};
+                                              .read_delimited = llmc_read_delimited,
+                                              .unit_docs = llmc_unit_docs,
+                                              .file_docs = llmc_file_docs};
 
 static int list_files(const char *path, char ***ret, size_t *ret_n) {
   if (dl_is_dir(path)) {
@@ -295,9 +412,14 @@ int dl_llmc_open(const struct dl_source_opts *opts, struct dl_source **ret_sourc
     return STK_ENOMEM;
   }
   l->n_files = n;
+  pthread_mutex_init(&l->index_mu, NULL);
   l->block_tokens = opts->block_tokens ? opts->block_tokens : DL_LLMC_BLOCK_TOKENS;
   l->eot = opts->eot_id < 0 ? 50256u : (uint32_t)opts->eot_id;
+  l->stride = l->block_tokens > STRIDE_MAX
+                  ? STRIDE_MAX
+                  : (STRIDE_MIN + l->block_tokens - 1) / l->block_tokens * l->block_tokens;
   rc = dl_source_base_init(&l->base, &llmc_ops, opts);
+  if (rc == 0) rc = dl_source_set_files(&l->base, paths, n, NULL);
   if (rc == 0) rc = open_files(l, paths);
   dl_paths_free(paths, n);
   if (rc < 0) {

@@ -196,7 +196,18 @@ static int megatron_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_un
   ret_unit->n_tokens = strip_doc(s, ret_unit->tokens, n);
   ret_unit->doc_starts[0] = 0;
   ret_unit->n_docs = 1;
-  ret_unit->first_doc = u;
+  ret_unit->file = (uint32_t)(p - ((const struct megatron *)s)->parts);
+  return 0;
+}
+
+/* A unit is document u - first_unit of its part. */
+static int megatron_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs) {
+  ret_docs->base = u - find_part((const struct megatron *)s, u)->first_unit;
+  return 0;
+}
+
+static int megatron_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs) {
+  *ret_docs = ((const struct megatron *)s)->parts[file].n_docs;
   return 0;
 }
 
@@ -212,8 +223,11 @@ static void megatron_free(struct dl_source *s) {
   free(m);
 }
 
-static const struct dl_source_ops megatron_ops = {
-    .unit_weight = megatron_weight, .read_unit = megatron_read, .free = megatron_free};
+static const struct dl_source_ops megatron_ops = {.unit_weight = megatron_weight,
+                                                  .read_unit = megatron_read,
+                                                  .free = megatron_free,
+                                                  .unit_docs = megatron_unit_docs,
+                                                  .file_docs = megatron_file_docs};
 
 /* The dataset prefixes named by path: a directory's *.idx files, or one
  * prefix (a trailing .bin or .idx is dropped). */
@@ -274,6 +288,7 @@ int dl_megatron_open(const struct dl_source_opts *opts, struct dl_source **ret_s
   }
   m->n_parts = n;
   rc = dl_source_base_init(&m->base, &megatron_ops, opts);
+  if (rc == 0) rc = dl_source_set_files(&m->base, prefixes, n, NULL);
   if (rc == 0) rc = open_parts(m, prefixes);
   dl_paths_free(prefixes, n);
   if (rc < 0) {

@@ -29,9 +29,25 @@ int dl_source_base_init(struct dl_source *s, const struct dl_source_ops *ops,
   return 0;
 }
 
+int dl_source_set_files(struct dl_source *s, char *const *paths, size_t n,
+                        const char *drop_suffix) {
+  if (!(s->file_names = calloc(n + 1, sizeof *s->file_names))) return STK_ENOMEM;
+  s->n_files = (uint32_t)n;
+  for (size_t i = 0; i < n; i++) {
+    const char *slash = strrchr(paths[i], '/');
+    const char *name = slash ? slash + 1 : paths[i];
+    size_t len = strlen(name), lx = drop_suffix ? strlen(drop_suffix) : 0;
+    if (lx && len > lx && strcmp(name + len - lx, drop_suffix) == 0) len -= lx;
+    if (!(s->file_names[i] = strndup(name, len))) return STK_ENOMEM;
+  }
+  return 0;
+}
+
 void dl_source_base_close(struct dl_source *s) {
   free(s->name);
   free(s->strip_ids);
+  for (uint32_t i = 0; s->file_names && i < s->n_files; i++) free(s->file_names[i]);
+  free(s->file_names);
 }
 
 bool dl_source_is_strip_id(const struct dl_source *s, uint32_t token) {
@@ -47,6 +63,21 @@ int dl_unit_add_doc(struct dl_unit *unit, size_t *cap, uint32_t offset) {
     unit->doc_starts = p;
     *cap = n;
   }
+  unit->doc_starts[unit->n_docs++] = offset;
+  return 0;
+}
+
+int dl_unit_add_doc_rel(struct dl_unit *unit, size_t *cap, uint32_t offset, uint32_t rel) {
+  if (unit->n_docs == *cap) {
+    size_t n = *cap ? *cap * 2 : 4;
+    uint32_t *p = realloc(unit->doc_starts, n * sizeof *p);
+    if (p) unit->doc_starts = p;
+    uint32_t *r = realloc(unit->doc_rel, n * sizeof *r);
+    if (r) unit->doc_rel = r;
+    if (!p || !r) return STK_ENOMEM;
+    *cap = n;
+  }
+  unit->doc_rel[unit->n_docs] = rel;
   unit->doc_starts[unit->n_docs++] = offset;
   return 0;
 }
@@ -90,6 +121,44 @@ uint64_t dl_source_unit_weight(const struct dl_source *s, uint64_t u) {
 
 uint64_t dl_source_total_weight(const struct dl_source *s) {
   return s->total_weight;
+}
+
+int dl_source_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs) {
+  if (u >= s->n_units) {
+    stk_set_detail("%s: unit %llu out of range (%llu units)", s->name, (unsigned long long)u,
+                   (unsigned long long)s->n_units);
+    return STK_ERANGE;
+  }
+  struct dl_unit_docs d = {0};
+  int rc = s->ops->unit_docs(s, u, &d);
+  if (rc == 0) *ret_docs = d;
+  return rc;
+}
+
+uint32_t dl_source_files(const struct dl_source *s) {
+  return s->n_files;
+}
+
+const char *dl_source_file_name(const struct dl_source *s, uint32_t file) {
+  return file < s->n_files ? s->file_names[file] : "";
+}
+
+int dl_source_find_file(const struct dl_source *s, const char *name, uint32_t *ret_file) {
+  for (uint32_t i = 0; name && i < s->n_files; i++)
+    if (strcmp(s->file_names[i], name) == 0) {
+      *ret_file = i;
+      return 0;
+    }
+  stk_set_detail("%s: no file '%s' in the dataset", s->name, name ? name : "");
+  return STK_ENOENT;
+}
+
+int dl_source_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs) {
+  if (file >= s->n_files) {
+    stk_set_detail("%s: file %u out of range (%u files)", s->name, file, s->n_files);
+    return STK_ERANGE;
+  }
+  return s->ops->file_docs(s, file, ret_docs);
 }
 
 enum read_form { COPIED, BORROWED, DELIMITED };
@@ -163,10 +232,12 @@ void dl_unit_free(struct dl_unit *unit) {
   if (!unit) return;
   free(unit->tokens);
   free(unit->doc_starts);
+  free(unit->doc_rel);
   free(unit->run_src);
   free(unit->run_at);
   unit->tokens = NULL;
   unit->doc_starts = NULL;
+  unit->doc_rel = NULL;
   unit->run_src = NULL;
   unit->run_at = NULL;
   unit->n_tokens = 0;

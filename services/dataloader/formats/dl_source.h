@@ -19,6 +19,14 @@
  * Reading a unit yields its tokens with the tokenizer-added BOS/EOS ids
  * (strip_ids) removed, plus the offsets where documents start inside it.
  *
+ * Documents have identities of their own: (file, index of the document in
+ * that file). A unit lies in one file; dl_source_unit_docs says which
+ * document each of its pieces belongs to. Megatron and the synthetic source
+ * know that from their units; llm.c and text files learn it from an index
+ * of each file (documents counted per stride of the file), built on first
+ * need with one pass over the file and kept while the source is open, so
+ * serving that never asks pays nothing.
+ *
  * Thread safety: after open, every function may be called from any thread.
  */
 #ifndef STK_DL_SOURCE_H
@@ -71,8 +79,11 @@ struct dl_unit {
   uint32_t *doc_starts; /* [n_docs] offsets in tokens where documents start; first is 0 unless
                            the unit begins mid-document (llm.c blocks). */
   size_t n_docs;
-  uint64_t first_doc; /* Document number of doc_starts[0] within the dataset where known
-                         (Megatron), else the unit number. */
+  uint32_t file;     /* The file holding the unit (dl_source_file_name). */
+  uint32_t *doc_rel; /* [n_docs] or NULL (then doc_rel[i] = i + 1): which document
+                        starts at doc_starts[i], counted from the unit's first one, as
+                        dl_source_unit_docs explains; readers that drop documents
+                        left empty (strip ids, empty text) set it. */
   /* Borrowed form (dl_source_read_unit_runs only; tokens == NULL): the tokens
    * are n_runs runs of little-endian uint32 inside the reader's memory map,
    * valid while the source is open. Run i holds tokens [run_at[i],
@@ -102,6 +113,29 @@ int dl_source_read_unit_runs(struct dl_source *s, uint64_t u, struct dl_unit *re
  * little-endian host, no strip ids) returns the delimited form: no token is
  * read until the caller takes them (dl_take.h), once, into a batch. */
 int dl_source_read_unit_delimited(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+/* Where a unit's documents are in its file (unit.file): the document
+ * starting at doc_starts[i] is document base + doc_rel[i] - 1 of the file,
+ * and tokens before doc_starts[0] (or every token when n_docs is 0) are
+ * tokens lead_offset, lead_offset + 1, ... of document base - 1 (the unit
+ * began inside it). Offsets count the document's tokens as read (strip ids
+ * removed). llm.c and text sources build their file's index on the first
+ * call (one pass over the file; at most 16 bytes per 4096 tokens, or 8
+ * bytes per text block, kept); later calls read at most 4096 tokens
+ * (32768 for llm.c blocks larger than that) past an index entry. */
+struct dl_unit_docs {
+  uint64_t base;
+  uint64_t lead_offset;
+};
+int dl_source_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs);
+/* The dataset's files, in unit order; names are the file names inside the
+ * dataset's directory (or the file's own name; a Megatron prefix's). */
+uint32_t dl_source_files(const struct dl_source *s);
+const char *dl_source_file_name(const struct dl_source *s, uint32_t file);
+/* Index of the file with that name; STK_ENOENT when none. */
+int dl_source_find_file(const struct dl_source *s, const char *name, uint32_t *ret_file);
+/* Number of documents in a file (builds its index where needed). */
+int dl_source_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs);
+
 /* Copies tokens [off, off + n) of a unit of the copied or borrowed form to dst. */
 void dl_unit_copy(const struct dl_unit *unit, size_t off, size_t n, uint32_t *dst);
 void dl_unit_free(struct dl_unit *unit);

@@ -19,6 +19,10 @@ struct dl_source_ops {
   int (*read_runs)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
   /* Optional (NULL: read_runs): may fill the delimited form of *ret_unit. */
   int (*read_delimited)(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit);
+  /* dl_source_unit_docs for a unit in range. */
+  int (*unit_docs)(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs);
+  /* dl_source_file_docs for a file in range. */
+  int (*file_docs)(struct dl_source *s, uint32_t file, uint64_t *ret_docs);
 };
 
 struct dl_source {
@@ -28,12 +32,17 @@ struct dl_source {
   uint64_t total_weight;
   uint32_t *strip_ids; /* sorted copy of opts->strip_ids */
   size_t n_strip_ids;
+  char **file_names; /* [n_files] */
+  uint32_t n_files;
 };
 
 /* Sets the common fields (copies name and strip ids). */
 int dl_source_base_init(struct dl_source *s, const struct dl_source_ops *ops,
                         const struct dl_source_opts *opts);
-/* Frees what dl_source_base_init allocated (not s itself). */
+/* Sets the file names from the files' paths (their last component, less
+ * `drop_suffix` when it ends them; NULL: none). */
+int dl_source_set_files(struct dl_source *s, char *const *paths, size_t n, const char *drop_suffix);
+/* Frees what dl_source_base_init and dl_source_set_files allocated (not s itself). */
 void dl_source_base_close(struct dl_source *s);
 bool dl_source_is_strip_id(const struct dl_source *s, uint32_t token);
 
@@ -44,5 +53,7 @@ int dl_text_open(const struct dl_source_opts *opts, struct dl_source **ret_sourc
 
 /* Grows a unit's doc_starts by one entry; 0 or STK_ENOMEM. */
 int dl_unit_add_doc(struct dl_unit *unit, size_t *cap, uint32_t offset);
+/* The same with its doc_rel entry (the unit's doc_rel kept at n_docs entries). */
+int dl_unit_add_doc_rel(struct dl_unit *unit, size_t *cap, uint32_t offset, uint32_t rel);
 
 #endif

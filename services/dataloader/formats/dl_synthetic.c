@@ -55,7 +55,19 @@ static int synthetic_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_u
   ret_unit->n_tokens = len;
   ret_unit->doc_starts[0] = 0;
   ret_unit->n_docs = 1;
-  ret_unit->first_doc = u;
+  return 0;
+}
+
+/* One "file" whose document u is unit u. */
+static int synthetic_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs) {
+  (void)s;
+  ret_docs->base = u;
+  return 0;
+}
+
+static int synthetic_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs) {
+  (void)file;
+  *ret_docs = s->n_units;
   return 0;
 }
 
@@ -64,8 +76,11 @@ static void synthetic_free(struct dl_source *s) {
   free(s);
 }
 
-static const struct dl_source_ops synthetic_ops = {
-    .unit_weight = synthetic_weight, .read_unit = synthetic_read, .free = synthetic_free};
+static const struct dl_source_ops synthetic_ops = {.unit_weight = synthetic_weight,
+                                                   .read_unit = synthetic_read,
+                                                   .free = synthetic_free,
+                                                   .unit_docs = synthetic_unit_docs,
+                                                   .file_docs = synthetic_file_docs};
 
 int dl_source_open_synthetic(const char *name, uint64_t n_docs, uint32_t min_len, uint32_t max_len,
                              uint64_t seed, struct dl_source **ret) {
@@ -74,7 +89,9 @@ int dl_source_open_synthetic(const char *name, uint64_t n_docs, uint32_t min_len
   struct synthetic *y = calloc(1, sizeof *y);
   if (!y) return STK_ENOMEM;
   struct dl_source_opts opts = {.name = name ? name : "synthetic"};
+  char *file = "synthetic";
   rc = dl_source_base_init(&y->base, &synthetic_ops, &opts);
+  if (rc == 0) rc = dl_source_set_files(&y->base, &file, 1, NULL);
   if (rc < 0) {
     synthetic_free(&y->base);
     return rc;

@@ -14,7 +14,7 @@
  * written below.
  *
  * Units of the in-memory source are documents (unit u = document u), weight =
- * length; dl_unit.first_doc = u and doc_starts = {0}.
+ * length; doc_starts = {0}; its one file, "synthetic", holds document u as unit u.
  */
 #ifndef STK_DL_SYNTHETIC_H
 #define STK_DL_SYNTHETIC_H

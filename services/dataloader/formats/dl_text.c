@@ -6,6 +6,13 @@
  * line (JSONL) or paragraph (plain) that STARTS in a block of block_bytes
  * bytes of a file, so units are known from file sizes alone and blocks are
  * cut without reading. Recently read units are kept in a small LRU cache.
+ *
+ * Documents of a file are numbered from 0 in file order: every non-blank
+ * JSONL line, every paragraph (also one whose text tokenizes to nothing).
+ * A unit's first document number is the count of documents starting in
+ * the blocks before it: an index of those counts (8 bytes per block) is
+ * built with one pass over the file (line ends only, nothing tokenized) the
+ * first time a document is asked for.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -24,6 +31,8 @@ struct tfile {
   struct dl_map map;
   bool jsonl;
   uint64_t first_unit;
+  uint64_t *docs_before; /* [blocks + 1] documents starting before each block (index) */
+  bool indexed;          /* read with acquire: docs_before is complete */
 };
 
 struct cached {
@@ -37,7 +46,8 @@ struct text {
   size_t n_files;
   uint64_t block_bytes;
   struct dl_tokenizer *tok;
-  pthread_mutex_t lock; /* guards cache and clock */
+  pthread_mutex_t lock;     /* guards cache and clock */
+  pthread_mutex_t index_mu; /* serializes index builds */
   struct cached cache[CACHE_UNITS];
   uint64_t clock;
 };
@@ -47,6 +57,7 @@ struct builder {
   struct dl_tokens toks;
   struct dl_unit *unit;
   size_t doc_cap;
+  uint32_t seen; /* documents met so far (also those without tokens) */
 };
 
 static const struct tfile *find_file(const struct text *t, uint64_t u) {
@@ -86,9 +97,10 @@ static bool blank(const struct tfile *f, size_t p, size_t e) {
 /* Tokenizes one document into the builder. */
 static int add_doc(struct text *t, struct builder *b, const char *s, size_t len) {
   size_t before = b->toks.n;
+  b->seen++;
   int rc = dl_tokenizer_encode(t->tok, s, len, &b->toks);
   if (rc < 0 || b->toks.n == before) return rc;
-  return dl_unit_add_doc(b->unit, &b->doc_cap, (uint32_t)before);
+  return dl_unit_add_doc_rel(b->unit, &b->doc_cap, (uint32_t)before, b->seen);
 }
 
 static int bad_line(const struct tfile *f, size_t p, const char *what) {
@@ -152,13 +164,15 @@ static int read_block(struct text *t, const struct tfile *f, uint64_t start, uin
 static int copy_unit(const struct dl_unit *from, struct dl_unit *to) {
   to->tokens = malloc((from->n_tokens + 1) * sizeof(uint32_t));
   to->doc_starts = malloc((from->n_docs + 1) * sizeof(uint32_t));
-  if (!to->tokens || !to->doc_starts) return STK_ENOMEM;
+  to->doc_rel = malloc((from->n_docs + 1) * sizeof(uint32_t));
+  if (!to->tokens || !to->doc_starts || !to->doc_rel) return STK_ENOMEM;
   /* An empty unit may carry NULL arrays: memcpy must not see them. */
   if (from->n_tokens) memcpy(to->tokens, from->tokens, from->n_tokens * sizeof(uint32_t));
   if (from->n_docs) memcpy(to->doc_starts, from->doc_starts, from->n_docs * sizeof(uint32_t));
+  if (from->n_docs) memcpy(to->doc_rel, from->doc_rel, from->n_docs * sizeof(uint32_t));
   to->n_tokens = from->n_tokens;
   to->n_docs = from->n_docs;
-  to->first_doc = from->first_doc;
+  to->file = from->file;
   return 0;
 }
 
@@ -202,8 +216,69 @@ static int text_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) 
   rc = read_block(t, f, start, start + text_weight(s, u), &b);
   ret_unit->tokens = b.toks.ids;
   ret_unit->n_tokens = b.toks.n;
-  ret_unit->first_doc = u;
+  ret_unit->file = (uint32_t)(f - t->files);
   if (rc == 0) cache_put(t, u, ret_unit);
+  return rc;
+}
+
+/* Documents starting in [start, end) of f, by read_block's rules. */
+static uint64_t count_docs(const struct tfile *f, uint64_t start, uint64_t end) {
+  uint64_t n = 0;
+  size_t p = start;
+  if (p > 0 && data(f)[p - 1] != '\n') p = line_end(f, p) + 1;
+  while (p < end) {
+    size_t e = line_end(f, p);
+    if (f->jsonl) {
+      n += !blank(f, p, e);
+    } else {
+      size_t pe = paragraph(f, p, e);
+      if (pe > 0) {
+        n++;
+        e = pe;
+      }
+    }
+    p = e + 1;
+  }
+  return n;
+}
+
+/* Builds f's index (one pass over its lines) unless it exists. */
+static int ensure_index(struct text *t, struct tfile *f) {
+  if (__atomic_load_n(&f->indexed, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&t->index_mu);
+  int rc = 0;
+  if (!f->indexed) {
+    uint64_t blocks = (f->map.size + t->block_bytes - 1) / t->block_bytes;
+    uint64_t *x = malloc((blocks + 1) * sizeof *x);
+    if (x) {
+      x[0] = 0;
+      for (uint64_t k = 0; k < blocks; k++) {
+        uint64_t b = k * t->block_bytes, e = b + t->block_bytes;
+        x[k + 1] = x[k] + count_docs(f, b, e < f->map.size ? e : f->map.size);
+      }
+      f->docs_before = x;
+      __atomic_store_n(&f->indexed, true, __ATOMIC_RELEASE);
+    } else {
+      rc = STK_ENOMEM;
+    }
+  }
+  pthread_mutex_unlock(&t->index_mu);
+  return rc;
+}
+
+static int text_unit_docs(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs) {
+  struct text *t = (struct text *)s;
+  struct tfile *f = (struct tfile *)find_file(t, u);
+  int rc = ensure_index(t, f);
+  if (rc == 0) ret_docs->base = f->docs_before[u - f->first_unit];
+  return rc;
+}
+
+static int text_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs) {
+  struct text *t = (struct text *)s;
+  struct tfile *f = &t->files[file];
+  int rc = ensure_index(t, f);
+  if (rc == 0) *ret_docs = f->docs_before[(f->map.size + t->block_bytes - 1) / t->block_bytes];
   return rc;
 }
 
@@ -212,17 +287,22 @@ static void text_free(struct dl_source *s) {
   for (size_t i = 0; i < t->n_files; i++) {
     dl_map_close(&t->files[i].map);
     free(t->files[i].path);
+    free(t->files[i].docs_before);
   }
   for (int i = 0; i < CACHE_UNITS; i++) dl_unit_free(&t->cache[i].copy);
   free(t->files);
   dl_tokenizer_free(t->tok);
   pthread_mutex_destroy(&t->lock);
+  pthread_mutex_destroy(&t->index_mu);
   dl_source_base_close(s);
   free(t);
 }
 
-static const struct dl_source_ops text_ops = {
-    .unit_weight = text_weight, .read_unit = text_read, .free = text_free};
+static const struct dl_source_ops text_ops = {.unit_weight = text_weight,
+                                              .read_unit = text_read,
+                                              .free = text_free,
+                                              .unit_docs = text_unit_docs,
+                                              .file_docs = text_file_docs};
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t ls = strlen(s), lx = strlen(suffix);
@@ -269,9 +349,11 @@ int dl_text_open(const struct dl_source_opts *opts, struct dl_source **ret_sourc
     return STK_ENOMEM;
   }
   pthread_mutex_init(&t->lock, NULL);
+  pthread_mutex_init(&t->index_mu, NULL);
   t->n_files = n;
   t->block_bytes = opts->block_bytes ? opts->block_bytes : 65536;
   rc = dl_source_base_init(&t->base, &text_ops, opts);
+  if (rc == 0) rc = dl_source_set_files(&t->base, paths, n, NULL);
   if (rc == 0) rc = dl_tokenizer_new(opts->tokenizer, &t->tok);
   if (rc == 0) rc = open_files(t, paths);
   dl_paths_free(paths, n);

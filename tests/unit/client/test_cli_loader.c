@@ -122,6 +122,24 @@ static void test_mixture_flags(void **state) {
   assert_int_equal(parse(&a, "--from-step", "3", NULL), 0);
   assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), STK_EINVAL);
   assert_non_null(strstr(err, "nothing to change"));
+  /* Documents blocked alone are a change; FILE is what lies between the
+   * first and the last '/'. */
+  assert_int_equal(parse(&a, "--from-step", "9", "--block-document", "web/part_0.bin/42",
+                         "--block-document", "code/x/y.jsonl/7", NULL),
+                   0);
+  assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), 0);
+  assert_int_equal(m.req.n_block_documents, 2);
+  assert_string_equal(m.req.block_documents[0]->dataset, "web");
+  assert_string_equal(m.req.block_documents[0]->file, "part_0.bin");
+  assert_int_equal(m.req.block_documents[0]->document, 42);
+  assert_string_equal(m.req.block_documents[1]->file, "x/y.jsonl");
+  assert_int_equal(m.req.block_documents[1]->document, 7);
+  const char *bad[] = {"web/42", "/f/1", "web//1", "web/f/x", "web/f/"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    assert_int_equal(parse(&a, "--from-step", "9", "--block-document", bad[i], NULL), 0);
+    assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), STK_EINVAL);
+    assert_non_null(strstr(err, "DATASET/FILE/DOC"));
+  }
 }
 
 /* Renders into a string through a memory stream. */
@@ -187,12 +205,17 @@ static void test_explain_table_and_json(void **state) {
   l[0].line = 0;
   l[0].dataset = "web";
   l[0].document = 123456;
+  l[0].file = "web-00.bin";
+  l[0].doc_token_begin = 40;
+  l[0].doc_token_end = 330;
   l[0].unit = 77;
   l[0].token_begin = 10;
   l[0].token_end = 300;
   l[1].line = 1;
   l[1].dataset = "code";
   l[1].document = 5;
+  l[1].file = "code";
+  l[1].doc_token_end = 9;
   l[1].unit = 5;
   l[1].token_end = 9;
   l[1].epoch = 2;
@@ -201,14 +224,19 @@ static void test_explain_table_and_json(void **state) {
   r.sources = lp;
   r.n_sources = 2;
   char *text = render(explain, &r);
-  assert_string_equal(text, "LINE  DATASET  DOCUMENT  UNIT  TOKENS  EPOCH  LANE\n"
-                            "0     web      123456    77    10-300  0      0\n"
-                            "1     code     5         5     0-9     2      3\n");
+  assert_string_equal(text,
+                      "LINE  DATASET  FILE        DOCUMENT  DOC TOKENS  UNIT  TOKENS  EPOCH  LANE\n"
+                      "0     web      web-00.bin  123456    40-330      77    10-300  0      0\n"
+                      "1     code     code        5         0-9         5     0-9     2      3\n");
   free(text);
   cJSON *o = fmt_explain_json("j", 4, 1, 2, &r);
   cJSON *src = cJSON_GetObjectItem(o, "sources");
   assert_int_equal(cJSON_GetArraySize(src), 2);
   assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "token_end")->valuedouble, 300);
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "file")->valuestring,
+                      "web-00.bin");
+  assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "doc_token_begin")->valuedouble,
+                   40);
   assert_int_equal(cJSON_GetObjectItem(o, "world")->valuedouble, 2);
   cJSON_Delete(o);
 }

@@ -79,6 +79,39 @@ static void test_create_show(void **state) {
   assert_non_null(strstr(r.err, "--dataset"));
 }
 
+/* The document of step 12's first source, blocked from step 12 on with
+ * --block-document as explain names it, is gone from step 12's explain. */
+static void block_a_document(struct cli_run *r) {
+  char args[512], doc[300];
+  run(r, "--json loader explain j 12");
+  assert_int_equal(r->rc, 0);
+  cJSON *o = cJSON_Parse(r->out);
+  cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "sources"), 0);
+  snprintf(doc, sizeof(doc), "%s/%s/%.0f", cJSON_GetObjectItem(first, "dataset")->valuestring,
+           cJSON_GetObjectItem(first, "file")->valuestring,
+           cJSON_GetObjectItem(first, "document")->valuedouble);
+  cJSON_Delete(o);
+  snprintf(args, sizeof(args), "loader mixture j --from-step 12 --block-document %s", doc);
+  run(r, args);
+  assert_int_equal(r->rc, 0);
+  run(r, "--json loader explain j 12");
+  assert_int_equal(r->rc, 0);
+  o = cJSON_Parse(r->out);
+  cJSON *src = cJSON_GetObjectItem(o, "sources");
+  for (int i = 0; i < cJSON_GetArraySize(src); i++) {
+    cJSON *l = cJSON_GetArrayItem(src, i);
+    char got[300];
+    snprintf(got, sizeof(got), "%s/%s/%.0f", cJSON_GetObjectItem(l, "dataset")->valuestring,
+             cJSON_GetObjectItem(l, "file")->valuestring,
+             cJSON_GetObjectItem(l, "document")->valuedouble);
+    assert_string_not_equal(got, doc);
+  }
+  cJSON_Delete(o);
+  run(r, "loader mixture j --from-step 13 --block-document web/synthetic/1000");
+  assert_int_equal(r->rc, 1); /* web has documents 0..999: INVALID_ARGUMENT */
+  assert_non_null(strstr(r->err, "no document 1000"));
+}
+
 static void test_explain_commit_mixture(void **state) {
   static struct cli_run r;
   run(&r, create_args);
@@ -111,6 +144,7 @@ static void test_explain_commit_mixture(void **state) {
           "--global-batch 16");
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "\"global_batch\":16"));
+  block_a_document(&r);
   run(&r, "loader commit nope 1");
   assert_int_equal(r.rc, 2);
 }

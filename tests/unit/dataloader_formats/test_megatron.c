@@ -65,7 +65,11 @@ static void check_unit(struct dl_source *s, uint64_t u, const uint32_t *want, si
   assert_memory_equal(unit.tokens, want, n * sizeof *want);
   assert_int_equal(unit.n_docs, 1);
   assert_int_equal(unit.doc_starts[0], 0);
-  assert_int_equal(unit.first_doc, u);
+  struct dl_unit_docs docs;
+  assert_int_equal(dl_source_unit_docs(s, u, &docs), 0);
+  /* Three documents per file here: unit u is document u % 3 of file u / 3. */
+  assert_int_equal(unit.file, u / 3);
+  assert_int_equal(docs.base, u % 3);
   dl_unit_free(&unit);
 }
 
@@ -122,7 +126,17 @@ static void test_strip_and_directory(void **state) {
   assert_int_equal(dl_source_total_weight(s), 24);
   check_unit(s, 1, tokens + 5, 4); /* 11 inside a document stays */
   uint32_t doc2[] = {15};
-  check_unit(s, 5, doc2, 1); /* 14 15 16: first and last stripped */
+  check_unit(s, 5, doc2, 1);               /* 14 15 16: first and last stripped */
+  assert_int_equal(dl_source_files(s), 2); /* files are named as blocklists name them */
+  assert_string_equal(dl_source_file_name(s, 0), "a");
+  assert_string_equal(dl_source_file_name(s, 1), "b");
+  uint32_t file = 9;
+  assert_int_equal(dl_source_find_file(s, "b", &file), 0);
+  assert_int_equal(file, 1);
+  assert_int_equal(dl_source_find_file(s, "c", &file), STK_ENOENT);
+  uint64_t docs = 0;
+  assert_int_equal(dl_source_file_docs(s, 1, &docs), 0);
+  assert_int_equal(docs, 3);
   dl_source_free(s);
   tmpdir_remove(dir);
 }

@@ -46,7 +46,10 @@ static void test_units_trace(void **state) {
     assert_int_equal(unit.n_tokens, w);
     assert_int_equal(unit.n_docs, 1);
     assert_int_equal(unit.doc_starts[0], 0);
-    assert_int_equal(unit.first_doc, u);
+    struct dl_unit_docs docs;
+    assert_int_equal(dl_source_unit_docs(s, u, &docs), 0);
+    assert_int_equal(unit.file, 0);
+    assert_int_equal(docs.base, u); /* unit u is document u of the one file */
     for (size_t p = 0; p < unit.n_tokens; p++) {
       uint64_t d;
       uint32_t pos;
