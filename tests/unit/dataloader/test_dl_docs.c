@@ -514,7 +514,10 @@ static void test_config_v1_still_read(void **state) {
   create(dl, "c", &llmc, 1, 37);
   uint8_t *v2, *again;
   size_t len, again_len;
-  assert_int_equal(dl_config_encode(dl_find_job(dl, "c"), &v2, &len), 0);
+  struct dl_job *cj = NULL;
+  assert_int_equal(dl_job_get(dl, "c", &cj), 0);
+  assert_int_equal(dl_config_encode(cj, &v2, &len), 0);
+  dl_job_put(dl, cj);
   /* One version: its document count (0) is the last 8 bytes. */
   uint8_t *v1 = malloc(len);
   memcpy(v1, v2, len - 8);
