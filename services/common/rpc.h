@@ -3,8 +3,8 @@
  *
  * Server. A daemon registers services from their protobuf-c descriptors
  * with a table of handlers; one generic dispatcher accepts calls, unpacks
- * requests and runs the handler on the daemon's libuv loop thread (gRPC
- * completion-queue threads post completions to the loop). A handler
+ * requests and runs the handler on the daemon's libuv loop thread (the loop
+ * thread itself reads gRPC's completion queue, rpc_loop.c). A handler
  * finishes the call exactly once, now or later, with rpc_reply(),
  * rpc_fail() or (streams) rpc_finish(); the call is freed then, so its
  * pointer must not be used afterwards. Unknown methods answer
@@ -68,7 +68,6 @@ struct rpc_server_opts {
   const char *token_file;         /* Bearer token; NULL: no authentication. */
   size_t max_recv_bytes;          /* 0: 64 MiB. */
   size_t max_send_bytes;          /* 0: 64 MiB. */
-  unsigned cq_threads;            /* Completion-queue threads; 0: 1. */
   struct metrics *metrics;        /* Per-method metrics; may be NULL. */
 };
 

@@ -2,7 +2,7 @@
  * rpc_internal: what the rpc_*.c files share and users of rpc.h never see.
  * The server is split by concern (lifecycle in rpc_server.c, one call's
  * batches in rpc_call.c, health in rpc_health.c, TLS and tokens in
- * rpc_security.c, completion-queue threads in rpc_loop.c); this header is
+ * rpc_security.c, the loop driving the completion queue in rpc_loop.c); this header is
  * the seam between them. Tests may also use the raw client call at the end.
  */
 #ifndef STK_RPC_INTERNAL_H
@@ -35,17 +35,17 @@ struct rpc_tag {
 
 /* ------------------------------------------------------------- rpc_loop.c */
 
-/* Completion-queue threads that post every completed tag to a uv loop. */
+/* The loop thread reading cq and running each completed tag's fn. */
 struct rpc_pump;
 
-/* On the loop thread. Starts n_threads threads reading cq. */
-int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, unsigned n_threads,
-                   struct rpc_pump **ret_pump);
+/* On the loop thread: from now on the loop drives cq (and the watcher
+ * thread wakes it for libuv's events). */
+int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, struct rpc_pump **ret_pump);
 /* Any thread: runs tag->fn(tag, ok) on the loop soon (deferred callbacks). */
 void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok);
-/* On the loop, once nothing is outstanding on cq: shuts cq down, joins the
- * threads, destroys cq, closes the async handle, then runs closed(arg) from
- * its close callback and frees the pump. */
+/* On the loop, once nothing is outstanding on cq: joins the watcher, shuts
+ * cq down and drains it, destroys cq, closes the loop handles, then runs
+ * closed(arg) from the last close callback and frees the pump. */
 void rpc_pump_stop(struct rpc_pump *p, void (*closed)(void *arg), void *arg);
 
 /* ----------------------------------------------------------- rpc_server.c */
@@ -87,7 +87,6 @@ struct rpc_server {
   char *auth_header; /* "Bearer <token>" or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
-  unsigned cq_threads;
   struct metrics *metrics;
   struct rpc_method **methods;
   size_t n_methods;

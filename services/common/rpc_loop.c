@@ -1,32 +1,76 @@
 /*
- * rpc_loop: the bridge between gRPC's completion queue and a daemon's libuv
- * loop. gRPC reports finished batches on threads that block in
- * grpc_completion_queue_next; the service state belongs to the loop thread.
- * So the CQ threads only push each completed tag onto a locked FIFO and
- * wake the loop with uv_async_send; the loop drains the whole FIFO on each
- * wakeup (wakeups coalesce) and runs the tags' callbacks in order.
+ * rpc_loop: the daemon's libuv loop thread drives gRPC's completion queue
+ * itself, so a call's completions run where they are read, with no thread
+ * hand-off between gRPC and the service state.
  *
- * The FIFO links the tags themselves (struct rpc_tag has next/ok), so
- * posting never allocates and cannot fail.
+ * How. While a server runs, an idle handle keeps libuv's own poll from
+ * blocking, and a prepare handle (run just before that poll on each loop
+ * iteration) blocks in grpc_completion_queue_next instead, until the next
+ * libuv timer is due, and runs each completed tag's callback right there.
+ * The loop thread is then gRPC's poller too: it reads the sockets, runs the
+ * handlers and writes the replies without waking another thread.
+ *
+ * libuv's other events (threadpool completions, signals, the metrics
+ * socket) would not end that wait, so one watcher thread polls libuv's
+ * backend descriptor (its epoll set) and, when it turns readable, kicks the
+ * queue with a call on a lame channel (gRPC core has no public "wake"):
+ * the call fails at once and its completion ends the wait. The watcher then
+ * sleeps until the loop has run an iteration, so it kicks at most once per
+ * iteration, and never for gRPC's own traffic.
+ *
+ * rpc_pump_post queues a tag to run on the loop from any thread (deferred
+ * callbacks); those run before the loop blocks again.
  */
 #include "rpc_internal.h"
 
 #include "stk_error.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Completions run per loop iteration at most, so timers and libuv's
+ * events are not starved under a flood of calls. */
+#define DRIVE_BUDGET 256
+/* The longest wait in the queue: a safety net for a missed wakeup and the
+ * bound of a UV_RUN_NOWAIT iteration that finds nothing to do. */
+#define MAX_WAIT_MS 250
 
 struct rpc_pump {
   uv_loop_t *loop;
   grpc_completion_queue *cq;
-  uv_async_t async;
-  pthread_t *threads;
-  unsigned n_threads;
+  grpc_channel *lame; /* Calls on it fail at once: the kicks. */
+  uv_prepare_t drive;
+  uv_idle_t spin;
+  uv_async_t async; /* Posts from other threads when the loop sleeps in libuv. */
+  bool stopped;
+  int open_handles;
   pthread_mutex_t mu;
-  struct rpc_tag *head; /* FIFO of completed tags, under mu. */
+  struct rpc_tag *head; /* FIFO of posted tags, under mu. */
   struct rpc_tag *tail;
+  /* The watcher, under mu: it polls while polling is set and otherwise
+   * waits until iteration moves past the one it last kicked in. */
+  pthread_t watcher;
+  bool watcher_started;
+  pthread_cond_t cond;
+  unsigned long iteration;
+  bool polling;
+  bool quit;
+  int quit_fd; /* eventfd: ends the watcher's poll at stop. */
   void (*closed)(void *arg);
   void *closed_arg;
+};
+
+/* A kick: a call on the lame channel and what its failed batch fills. */
+struct kick {
+  struct rpc_tag tag;
+  grpc_call *call;
+  grpc_metadata_array trailing;
+  grpc_status_code status;
+  grpc_slice details;
 };
 
 void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok) {
@@ -42,16 +86,14 @@ void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok) {
   uv_async_send(&p->async);
 }
 
-static void *cq_thread(void *arg) {
-  struct rpc_pump *p = arg;
-  for (;;) {
-    grpc_event ev = grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    if (ev.type == GRPC_QUEUE_SHUTDOWN) return NULL;
-    if (ev.type == GRPC_OP_COMPLETE) rpc_pump_post(p, ev.tag, ev.success != 0);
-  }
+static bool posted_pending(struct rpc_pump *p) {
+  pthread_mutex_lock(&p->mu);
+  bool any = p->head != NULL;
+  pthread_mutex_unlock(&p->mu);
+  return any;
 }
 
-static void drain(struct rpc_pump *p) {
+static void run_posted(struct rpc_pump *p) {
   pthread_mutex_lock(&p->mu);
   struct rpc_tag *t = p->head;
   p->head = p->tail = NULL;
@@ -64,52 +106,186 @@ static void drain(struct rpc_pump *p) {
 }
 
 static void on_async(uv_async_t *a) {
-  drain(a->data);
+  run_posted(a->data);
 }
 
-static void on_async_closed(uv_handle_t *h) {
+/* ------------------------------------------------------------ the kick */
+
+static void on_kick_done(struct rpc_tag *tag, bool ok) {
+  (void)ok;
+  struct kick *k = RPC_CONTAINER(tag, struct kick, tag);
+  grpc_metadata_array_destroy(&k->trailing);
+  grpc_slice_unref(k->details);
+  grpc_call_unref(k->call);
+  free(k);
+}
+
+/* Any thread: makes a completion appear on the queue soon. */
+static void kick(struct rpc_pump *p) {
+  struct kick *k = calloc(1, sizeof(*k));
+  if (!k) return; /* The wait ends at MAX_WAIT_MS anyway. */
+  k->tag.fn = on_kick_done;
+  grpc_metadata_array_init(&k->trailing);
+  k->details = grpc_empty_slice();
+  k->call = grpc_channel_create_call(p->lame, NULL, GRPC_PROPAGATE_DEFAULTS, p->cq,
+                                     grpc_slice_from_static_string("/stoker.rpc/Kick"), NULL,
+                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_op ops[2] = {{0}};
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[1].data.recv_status_on_client.trailing_metadata = &k->trailing;
+  ops[1].data.recv_status_on_client.status = &k->status;
+  ops[1].data.recv_status_on_client.status_details = &k->details;
+  if (!k->call || grpc_call_start_batch(k->call, ops, 2, &k->tag, NULL) != GRPC_CALL_OK) {
+    if (k->call) grpc_call_unref(k->call);
+    grpc_metadata_array_destroy(&k->trailing);
+    free(k);
+  }
+}
+
+static void *watch_libuv(void *arg) {
+  struct rpc_pump *p = arg;
+  struct pollfd fds[2] = {{.fd = uv_backend_fd(p->loop), .events = POLLIN},
+                          {.fd = p->quit_fd, .events = POLLIN}};
+  unsigned long kicked_in = 0;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->quit && p->iteration == kicked_in) pthread_cond_wait(&p->cond, &p->mu);
+    if (p->quit) break;
+    p->polling = true;
+    pthread_mutex_unlock(&p->mu);
+    int n = poll(fds, 2, -1);
+    pthread_mutex_lock(&p->mu);
+    p->polling = false;
+    if (p->quit) break;
+    if (n > 0 && (fds[0].revents & (POLLIN | POLLERR | POLLHUP))) {
+      kicked_in = p->iteration;
+      pthread_mutex_unlock(&p->mu);
+      kick(p);
+      pthread_mutex_lock(&p->mu);
+    } else if (n < 0 && errno != EINTR) {
+      break; /* Cannot watch: the wait's bound keeps the loop going. */
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* ------------------------------------------------------------ the drive */
+
+static void on_spin(uv_idle_t *h) {
+  (void)h; /* Its only purpose: libuv polls without blocking while active. */
+}
+
+/* How long the loop may wait in the queue: until libuv's next timer. */
+static int wait_ms(struct rpc_pump *p) {
+  if (posted_pending(p)) return 0;
+  uv_idle_stop(&p->spin); /* Else libuv reports 0 because of it. */
+  int t = uv_backend_timeout(p->loop);
+  uv_idle_start(&p->spin, on_spin);
+  return t < 0 || t > MAX_WAIT_MS ? MAX_WAIT_MS : t;
+}
+
+static gpr_timespec deadline_in(int ms) {
+  if (ms <= 0) return gpr_inf_past(GPR_CLOCK_MONOTONIC);
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+static void on_drive(uv_prepare_t *h) {
   struct rpc_pump *p = h->data;
+  pthread_mutex_lock(&p->mu);
+  p->iteration++;
+  if (!p->polling) pthread_cond_signal(&p->cond);
+  pthread_mutex_unlock(&p->mu);
+  run_posted(p);
+  int ms = wait_ms(p);
+  for (int n = 0; n < DRIVE_BUDGET && !p->stopped; n++) {
+    grpc_event ev = grpc_completion_queue_next(p->cq, deadline_in(n == 0 ? ms : 0), NULL);
+    if (ev.type != GRPC_OP_COMPLETE) break;        /* Timeout (shutdown is rpc_pump_stop's). */
+    if (n == 0 && ms > 0) uv_update_time(p->loop); /* Handlers read uv_now. */
+    struct rpc_tag *t = ev.tag;
+    t->fn(t, ev.success != 0);
+    if (!p->stopped) run_posted(p);
+  }
+}
+
+/* ------------------------------------------------------- start and stop */
+
+static void on_handle_closed(uv_handle_t *h) {
+  struct rpc_pump *p = h->data;
+  if (--p->open_handles > 0) return;
   void (*closed)(void *) = p->closed;
   void *arg = p->closed_arg;
+  pthread_cond_destroy(&p->cond);
   pthread_mutex_destroy(&p->mu);
-  free(p->threads);
+  if (p->quit_fd >= 0) close(p->quit_fd);
   free(p);
   if (closed) closed(arg);
 }
 
-int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, unsigned n_threads,
-                   struct rpc_pump **ret_pump) {
+static void close_handles(struct rpc_pump *p) {
+  p->open_handles = 3;
+  uv_close((uv_handle_t *)&p->drive, on_handle_closed);
+  uv_close((uv_handle_t *)&p->spin, on_handle_closed);
+  uv_close((uv_handle_t *)&p->async, on_handle_closed);
+}
+
+static void stop_watcher(struct rpc_pump *p) {
+  if (!p->watcher_started) return;
+  pthread_mutex_lock(&p->mu);
+  p->quit = true;
+  pthread_cond_signal(&p->cond);
+  pthread_mutex_unlock(&p->mu);
+  uint64_t one = 1;
+  if (write(p->quit_fd, &one, sizeof(one)) < 0) { /* An eventfd write cannot fail here. */
+  }
+  pthread_join(p->watcher, NULL);
+  p->watcher_started = false;
+}
+
+int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, struct rpc_pump **ret_pump) {
   struct rpc_pump *p = calloc(1, sizeof(*p));
   if (!p) return STK_ENOMEM;
-  p->threads = calloc(n_threads, sizeof(*p->threads));
-  if (!p->threads || uv_async_init(loop, &p->async, on_async) != 0) {
-    free(p->threads);
-    free(p);
-    return STK_ENOMEM;
-  }
   p->loop = loop;
   p->cq = cq;
-  p->async.data = p;
+  p->quit_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   pthread_mutex_init(&p->mu, NULL);
-  for (; p->n_threads < n_threads; p->n_threads++) {
-    if (pthread_create(&p->threads[p->n_threads], NULL, cq_thread, p) != 0) break;
-  }
-  if (p->n_threads == 0) {
-    stk_set_detail("rpc: cannot start completion-queue threads");
-    uv_close((uv_handle_t *)&p->async, on_async_closed); /* Frees p; cq stays the caller's. */
+  pthread_cond_init(&p->cond, NULL);
+  uv_prepare_init(loop, &p->drive);
+  uv_idle_init(loop, &p->spin);
+  uv_async_init(loop, &p->async, on_async);
+  p->drive.data = p->spin.data = p->async.data = p;
+  p->lame = grpc_lame_client_channel_create(NULL, GRPC_STATUS_UNAVAILABLE, "rpc loop kick");
+  if (p->quit_fd < 0 || !p->lame || pthread_create(&p->watcher, NULL, watch_libuv, p) != 0) {
+    if (p->lame) grpc_channel_destroy(p->lame);
+    stk_set_detail("rpc: cannot start the loop's completion-queue watcher");
+    close_handles(p); /* Frees p; cq stays the caller's. */
     return STK_EINTERNAL;
   }
+  p->watcher_started = true;
+  uv_prepare_start(&p->drive, on_drive);
+  uv_idle_start(&p->spin, on_spin);
   *ret_pump = p;
   return 0;
 }
 
 void rpc_pump_stop(struct rpc_pump *p, void (*closed)(void *arg), void *arg) {
+  p->stopped = true; /* on_drive may be below us on the stack: it stops. */
+  stop_watcher(p);
+  uv_prepare_stop(&p->drive);
+  uv_idle_stop(&p->spin);
   grpc_completion_queue_shutdown(p->cq);
-  for (unsigned i = 0; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
-  drain(p); /* Nothing should be left; run whatever is, in order. */
+  for (;;) { /* Kicks still in flight; nothing else should be left. */
+    grpc_event ev = grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type == GRPC_OP_COMPLETE) ((struct rpc_tag *)ev.tag)->fn(ev.tag, ev.success != 0);
+  }
+  run_posted(p);
   grpc_completion_queue_destroy(p->cq);
   p->cq = NULL;
+  grpc_channel_destroy(p->lame);
+  p->lame = NULL;
   p->closed = closed;
   p->closed_arg = arg;
-  uv_close((uv_handle_t *)&p->async, on_async_closed);
+  close_handles(p);
 }

@@ -4,9 +4,9 @@
  * methods, and a graceful shutdown that leaves the loop clean.
  *
  * Threads. Every function of rpc.h's server part runs on the loop thread
- * (or before the loop runs). cq_threads threads block in
- * grpc_completion_queue_next and post each completed tag to the loop
- * (rpc_loop.c); every callback below therefore runs on the loop.
+ * (or before the loop runs). The loop thread itself waits in
+ * grpc_completion_queue_next and runs each completed tag (rpc_loop.c);
+ * every callback below therefore runs on the loop.
  *
  * Call lifecycle (the contract handlers rely on):
  *   1. Arrival. Each method keeps RPC_ARMED requests armed with
@@ -36,8 +36,8 @@
  * grpc_server_cancel_all_calls (cancel callbacks run; handlers finish).
  * When the notify tag has arrived, every armed request has come back and
  * every call is freed, the shutdown path itself destroys the grpc_server,
- * shuts down and drains the CQ, joins the CQ threads and closes the loop
- * handles (async, grace timer); done runs from the last close callback.
+ * joins the loop's watcher thread, shuts down and drains the CQ and closes
+ * the loop handles (drive, idle, async, grace timer); done runs from the last close callback.
  * After done, the loop holds nothing of ours and rpc_server_free only frees
  * memory (it may be called from done). A server never started runs done at
  * once, from rpc_server_shutdown itself.
@@ -114,7 +114,6 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   s->listen = strdup(opts->listen);
   s->max_recv_bytes = opts->max_recv_bytes ? opts->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
   s->max_send_bytes = opts->max_send_bytes ? opts->max_send_bytes : RPC_DEFAULT_MAX_BYTES;
-  s->cq_threads = opts->cq_threads ? opts->cq_threads : 1;
   s->metrics = opts->metrics;
   err = s->listen ? 0 : STK_ENOMEM;
   if (!err) err = rpc_security_server_creds(opts, &s->creds);
@@ -358,7 +357,7 @@ static int bind_and_start(struct rpc_server *s, char *ret_bound, size_t bound_le
     stk_set_detail("%s", why);
     return errnum == EADDRINUSE ? STK_EUNAVAIL : STK_EIO;
   }
-  err = rpc_pump_start(s->loop, s->cq, s->cq_threads, &s->pump);
+  err = rpc_pump_start(s->loop, s->cq, &s->pump);
   if (err) return err;
   grpc_server_start(s->server);
   write_bound(s->listen, port, ret_bound, bound_len);

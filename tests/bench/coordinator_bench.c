@@ -8,6 +8,11 @@
  * job state. The heartbeat phase runs ROUNDS windows of SECONDS after a
  * settling second; p50 and p99 are the medians of the windows' figures
  * (this VM's speed drifts within a minute), p99_all_ms pools every window.
+ * Then one rank leaves and the heartbeats go on: each survivor told to
+ * rejoin joins again, and generation_propagation_s is the time from the
+ * Leave's reply to the last survivor holding the new generation.
+ * With BENCH_COORD_PID set, the coordinator's CPU per heartbeat and its
+ * memory per rank come from /proc; the bench's own CPU from getrusage.
  * Prints one JSON line per rank count.
  *
  * Usage: coordinator_bench ADDR RANKS [HEARTBEAT_INTERVAL_MS] [SECONDS] [ROUNDS]
@@ -24,10 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
-#define CHANNELS  8
-#define SETTLE_MS 1000.0 /* Heartbeats sent right after the rendezvous: not counted. */
+#define CHANNELS             8
+#define SETTLE_MS            1000.0 /* Heartbeats sent right after the rendezvous: not counted. */
+#define LAST_CALL_MS         3000 /* min_ranks is ranks - 1: how long a round waits for the last. */
+#define PROPAGATION_LIMIT_MS 120000.0
+#define CALL_TIMEOUT_MS      300000 /* A 100,000-rank rendezvous on a loaded VM is slow. */
 
 struct latencies {
   pthread_mutex_t lock;
@@ -41,6 +50,27 @@ struct pending {
   struct latencies *lat;
   double start_ms;
   uint64_t *ret_generation; /* Join: where to store the generation. */
+  struct propagation *prop; /* Set in the propagation phase. */
+  uint32_t rank;
+};
+
+/* The propagation phase: each rank heartbeats (HB) until told to rejoin,
+ * joins (JOINING), and holds the new generation (DONE). */
+enum { RANK_HB, RANK_JOINING, RANK_DONE };
+
+struct propagation {
+  struct rpc_client **clients;
+  char **members;
+  const char *job;
+  uint64_t old_generation;
+  _Atomic unsigned char *state;
+  uint64_t *generation;
+  atomic_long told;         /* Survivors whose heartbeat carried the new generation. */
+  atomic_long last_told_us; /* Since t0, of the latest of them. */
+  atomic_long done;         /* Survivors that rejoined into it. */
+  atomic_long last_done_us; /* Since t0, of the latest survivor to finish. */
+  double t0_ms;
+  struct latencies lat;
 };
 
 static double now_ms(void) {
@@ -59,8 +89,14 @@ static void record(struct latencies *lat, double ms) {
   pthread_mutex_unlock(&lat->lock);
 }
 
+static void start_call(struct rpc_client *c, struct latencies *lat, const char *method,
+                       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                       uint64_t *ret_generation);
+static void propagation_reply(struct pending *p, ProtobufCMessage *resp);
+
 static void call_done(void *arg, const struct rpc_status *st, ProtobufCMessage *resp) {
   struct pending *p = arg;
+  if (p->prop && st->code == RPC_OK) propagation_reply(p, resp);
   if (st->code != RPC_OK) {
     if (atomic_fetch_add(&p->lat->errors, 1) < 5)
       fprintf(stderr, "bench: call failed: %s %s\n", rpc_code_name(st->code), st->message);
@@ -73,18 +109,59 @@ static void call_done(void *arg, const struct rpc_status *st, ProtobufCMessage *
   free(p);
 }
 
-static void start_call(struct rpc_client *c, struct latencies *lat, const char *method,
-                       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
-                       uint64_t *ret_generation) {
+static void start_call_for(struct rpc_client *c, struct latencies *lat, const char *method,
+                           const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                           uint64_t *ret_generation, struct propagation *prop, uint32_t rank) {
   struct pending *p = calloc(1, sizeof(*p));
   p->lat = lat;
   p->start_ms = now_ms();
   p->ret_generation = ret_generation;
+  p->prop = prop;
+  p->rank = rank;
   atomic_fetch_add(&lat->outstanding, 1);
-  if (rpc_client_unary_async(c, method, req, resp_desc, 60000, call_done, p, NULL) != 0) {
+  /* Joins wait for the round without a deadline (the job's join_timeout_ms
+   * bounds them), so gRPC arms no timer per parked call. */
+  int64_t timeout_ms = strstr(method, "/Join") ? 0 : CALL_TIMEOUT_MS;
+  if (rpc_client_unary_async(c, method, req, resp_desc, timeout_ms, call_done, p, NULL) != 0) {
     atomic_fetch_add(&lat->errors, 1);
     atomic_fetch_sub(&lat->outstanding, 1);
     free(p);
+  }
+}
+
+static void start_call(struct rpc_client *c, struct latencies *lat, const char *method,
+                       const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                       uint64_t *ret_generation) {
+  start_call_for(c, lat, method, req, resp_desc, ret_generation, NULL, 0);
+}
+
+/* On a client completion thread: a heartbeat that says rejoin starts the
+ * rank's Join; a Join's reply with a newer generation finishes the rank. */
+static void propagation_reply(struct pending *p, ProtobufCMessage *resp) {
+  struct propagation *pr = p->prop;
+  uint32_t r = p->rank;
+  if (resp->descriptor == &stoker__v1__heartbeat_response__descriptor) {
+    Stoker__V1__HeartbeatResponse *hb = (Stoker__V1__HeartbeatResponse *)resp;
+    bool told = hb->action == STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_RESTART ||
+                hb->generation != pr->old_generation;
+    unsigned char hb_state = RANK_HB;
+    if (!told || !atomic_compare_exchange_strong(&pr->state[r], &hb_state, RANK_JOINING)) return;
+    atomic_store(&pr->last_told_us, (long)((now_ms() - pr->t0_ms) * 1e3));
+    atomic_fetch_add(&pr->told, 1);
+    Stoker__V1__JoinRequest jr = STOKER__V1__JOIN_REQUEST__INIT;
+    jr.job = (char *)pr->job;
+    jr.host = "bench";
+    jr.member_id = pr->members[r];
+    jr.address = pr->members[r];
+    start_call_for(pr->clients[r % CHANNELS], &pr->lat, "/stoker.v1.Coordinator/Join", &jr.base,
+                   &stoker__v1__join_response__descriptor, NULL, pr, r);
+  } else if (resp->descriptor == &stoker__v1__join_response__descriptor) {
+    uint64_t gen = ((Stoker__V1__JoinResponse *)resp)->generation;
+    if (gen <= pr->old_generation) return;
+    pr->generation[r] = gen;
+    atomic_store(&pr->state[r], RANK_DONE);
+    atomic_store(&pr->last_done_us, (long)((now_ms() - pr->t0_ms) * 1e3));
+    atomic_fetch_add(&pr->done, 1);
   }
 }
 
@@ -148,11 +225,12 @@ static double steal_pct(const struct cpu_times *a, const struct cpu_times *b) {
 static int create_job(struct rpc_client *c, const char *name, uint32_t ranks, uint32_t hb_ms) {
   Stoker__V1__JobSpec spec = STOKER__V1__JOB_SPEC__INIT;
   spec.name = (char *)name;
-  spec.min_ranks = ranks;
+  spec.min_ranks = ranks - 1; /* The round after one loss closes without it. */
   spec.max_ranks = ranks;
   spec.heartbeat_interval_ms = hb_ms;
   spec.heartbeat_misses = 3;
-  spec.last_call_ms = 0;
+  spec.last_call_ms = LAST_CALL_MS;
+  spec.join_timeout_ms = CALL_TIMEOUT_MS;
   Stoker__V1__CreateJobRequest req = STOKER__V1__CREATE_JOB_REQUEST__INIT;
   req.spec = &spec;
   ProtobufCMessage *resp = NULL;
@@ -162,6 +240,45 @@ static int create_job(struct rpc_client *c, const char *name, uint32_t ranks, ui
   if (err) fprintf(stderr, "bench: CreateJob: %s\n", st.message);
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
   return err;
+}
+
+/* The coordinator's process figures (BENCH_COORD_PID); zero without. */
+static double coord_cpu_s(void) {
+  const char *pid = getenv("BENCH_COORD_PID");
+  char path[64], buf[1024];
+  if (!pid) return 0;
+  snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  const char *p = strrchr(buf, ')');
+  unsigned long long ut = 0, st = 0;
+  if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+    return 0;
+  return (double)(ut + st) / 100.0; /* USER_HZ */
+}
+
+static double coord_rss_bytes(void) {
+  const char *pid = getenv("BENCH_COORD_PID");
+  char path[64], line[256];
+  if (!pid) return 0;
+  snprintf(path, sizeof(path), "/proc/%s/status", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  double kb = 0;
+  while (fgets(line, sizeof(line), f))
+    if (sscanf(line, "VmRSS: %lf", &kb) == 1) break;
+  fclose(f);
+  return kb * 1024;
+}
+
+static double self_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec / 1e6;
 }
 
 /* Health Check round trips, one at a time: the baseline latency. */
@@ -182,6 +299,10 @@ int main(int argc, char **argv) {
   }
   const char *addr = argv[1];
   uint32_t ranks = (uint32_t)strtoul(argv[2], NULL, 10);
+  if (ranks < 2) {
+    fprintf(stderr, "bench: RANKS must be at least 2\n");
+    return 1;
+  }
   uint32_t hb_ms = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 5000;
   double seconds = argc > 4 ? strtod(argv[4], NULL) : 10;
   int rounds = argc > 5 ? atoi(argv[5]) : 3;
@@ -202,6 +323,7 @@ int main(int argc, char **argv) {
   snprintf(job, sizeof(job), "bench-%" PRIu32 "-%ld", ranks, (long)time(NULL));
   if (create_job(clients[0], job, ranks, hb_ms) != 0) return 1;
 
+  double rss_before = coord_rss_bytes();
   /* Rendezvous: N concurrent Joins, all answered when the round closes. */
   struct latencies join_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
   uint64_t *generation = calloc(ranks, sizeof(uint64_t));
@@ -235,6 +357,7 @@ int main(int argc, char **argv) {
   double start = now_ms(), gap_ms = (double)hb_ms / ranks;
   double window_ms = seconds * 1e3, end_ms = SETTLE_MS + rounds * window_ms;
   struct cpu_times window_cpu = {0};
+  double coord_cpu_start = 0, self_cpu_start = 0;
   int window = -1;
   uint64_t sent = 0;
   for (;;) {
@@ -246,6 +369,10 @@ int main(int argc, char **argv) {
       struct cpu_times now = read_cpu_times();
       if (window >= 0) round_steal[window] = steal_pct(&window_cpu, &now);
       window_cpu = now;
+      if (window < 0) {
+        coord_cpu_start = coord_cpu_s();
+        self_cpu_start = self_cpu_s();
+      }
       window = w;
     }
     uint32_t r = (uint32_t)(sent % ranks);
@@ -260,6 +387,9 @@ int main(int argc, char **argv) {
   }
   struct cpu_times end_cpu = read_cpu_times();
   round_steal[rounds - 1] = steal_pct(&window_cpu, &end_cpu);
+  double coord_cpu_hb = coord_cpu_s() - coord_cpu_start,
+         self_cpu_hb = self_cpu_s() - self_cpu_start;
+  double rss_after = coord_rss_bytes();
   wait_outstanding(&warm_lat);
   struct latencies all_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
   long hb_errors = atomic_load(&warm_lat.errors);
@@ -292,6 +422,57 @@ int main(int argc, char **argv) {
   wait_outstanding(&sat_lat);
   double max_per_s = (double)sat_lat.n / ((now_ms() - sat_start) / 1e3);
 
+  /* Propagation: rank 0 leaves; the others keep heartbeating on schedule
+   * until each has rejoined and holds the new generation. */
+  struct propagation prop = {.clients = clients,
+                             .members = members,
+                             .job = job,
+                             .old_generation = generation[1],
+                             .generation = generation,
+                             .lat = {.lock = PTHREAD_MUTEX_INITIALIZER}};
+  prop.state = calloc(ranks, sizeof(*prop.state));
+  prop.state[0] = RANK_DONE;
+  Stoker__V1__LeaveRequest lr = STOKER__V1__LEAVE_REQUEST__INIT;
+  lr.job = job;
+  lr.member_id = members[0];
+  lr.generation = generation[0];
+  ProtobufCMessage *lresp = NULL;
+  struct rpc_status lst;
+  if (rpc_client_unary(clients[0], "/stoker.v1.Coordinator/Leave", &lr.base,
+                       &stoker__v1__empty__descriptor, 10000, &lresp, &lst) != 0) {
+    fprintf(stderr, "bench: Leave: %s\n", lst.message);
+    return 1;
+  }
+  if (lresp) protobuf_c_message_free_unpacked(lresp, NULL);
+  struct latencies prop_hb_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  prop.t0_ms = now_ms();
+  double coord_cpu_prop = coord_cpu_s();
+  for (uint64_t k = 0; atomic_load(&prop.done) < (long)ranks - 1; k++) {
+    double due = (double)k * gap_ms;
+    if (due >= PROPAGATION_LIMIT_MS) break;
+    sleep_until(prop.t0_ms + due);
+    uint32_t r = (uint32_t)(k % ranks);
+    if (atomic_load(&prop.state[r]) == RANK_JOINING || r == 0) continue;
+    hr.member_id = members[r];
+    hr.generation = generation[r];
+    start_call_for(clients[r % CHANNELS], &prop_hb_lat, "/stoker.v1.Coordinator/Heartbeat",
+                   &hr.base, &stoker__v1__heartbeat_response__descriptor, NULL, &prop, r);
+  }
+  coord_cpu_prop = coord_cpu_s() - coord_cpu_prop;
+  wait_outstanding(&prop_hb_lat);
+  wait_outstanding(&prop.lat);
+  double propagation_s = atomic_load(&prop.told) == (long)ranks - 1
+                             ? (double)atomic_load(&prop.last_told_us) / 1e6
+                             : -1;
+  double rejoin_s = atomic_load(&prop.done) == (long)ranks - 1
+                        ? (double)atomic_load(&prop.last_done_us) / 1e6
+                        : -1;
+  fprintf(stderr,
+          "bench: %" PRIu32 " ranks: rank 0 left; %ld survivors had the new generation, the "
+          "last %.3f s after; %ld rejoined, the last %.3f s after; coordinator CPU %.2f s\n",
+          ranks, atomic_load(&prop.told), propagation_s, atomic_load(&prop.done), rejoin_s,
+          coord_cpu_prop);
+
   struct latencies base_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
   measure_baseline(clients[0], &base_lat, 2000);
 
@@ -303,10 +484,15 @@ int main(int argc, char **argv) {
          "heartbeats_per_s\":%.1f,"
          "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"rendezvous_s\":%.3f,\"baseline_health_p50_ms\":%.3f,"
          "\"baseline_health_p99_ms\":%.3f,\"p50_ratio\":%.2f,\"p99_ratio\":%.2f,\"rounds\":%d,"
-         "\"p99_all_ms\":%.3f,\"steal_pct\":%.1f}\n",
+         "\"p99_all_ms\":%.3f,\"steal_pct\":%.1f,\"generation_propagation_s\":%.3f,"
+         "\"rejoin_s\":%.3f,\"bytes_per_rank\":%.0f,\"coordinator_cpu_us_per_heartbeat\":%.1f,"
+         "\"client_cpu_us_per_heartbeat\":%.1f}\n",
          ranks, hb_ms, all_lat.n, hb_errors + atomic_load(&join_lat.errors),
          (double)all_lat.n / elapsed_s, ranks * 1000.0 / hb_ms, max_per_s, p50, p99, rendezvous_s,
-         b50, b99, b50 > 0 ? p50 / b50 : 0, b99 > 0 ? p99 / b99 : 0, rounds, p99_all, steal);
+         b50, b99, b50 > 0 ? p50 / b50 : 0, b99 > 0 ? p99 / b99 : 0, rounds, p99_all, steal,
+         propagation_s, rejoin_s, (rss_after - rss_before) / ranks,
+         all_lat.n ? coord_cpu_hb * 1e6 / (double)all_lat.n : 0,
+         all_lat.n ? self_cpu_hb * 1e6 / (double)all_lat.n : 0);
 
   for (uint32_t r = 0; r < ranks; r++) free(members[r]);
   free(members);
@@ -321,6 +507,9 @@ int main(int argc, char **argv) {
   free(round_p99);
   free(base_lat.ms);
   free(sat_lat.ms);
+  free(prop_hb_lat.ms);
+  free(prop.lat.ms);
+  free((void *)prop.state);
   for (int i = 0; i < CHANNELS; i++) rpc_client_free(clients[i]);
   return 0;
 }
