@@ -378,6 +378,51 @@ def test_loader_equals_stokerctl(daemons):
     assert e.value.code == grpc.StatusCode.NOT_FOUND
 
 
+def test_loader_list_and_delete_equal_stokerctl(daemons):
+    addr = daemons["dataloader"].addr
+    for job in ("la", "lb"):
+        ctl(
+            "--dataloader",
+            addr,
+            "loader",
+            "create",
+            job,
+            "--dataset",
+            "w=synthetic:40:5:90:3",
+            "--seq-len",
+            "16",
+            "--global-batch",
+            "4",
+        )
+    jobs = Jobs(dataloader=addr)
+    listed = [ld.as_dict() for ld in jobs.loaders()]
+    (theirs,) = ctl("--dataloader", addr, "loader", "list")
+    assert [d["job"] for d in listed] == ["la", "lb"]
+    assert listed == theirs
+    jobs.delete_loader("la")
+    assert [ld.job for ld in jobs.loaders()] == ["lb"]
+    with pytest.raises(StokerError) as e:
+        jobs.loader("la")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(StokerError) as e:
+        jobs.delete_loader("la")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_loader_that_failed_to_load_shows_as_stokerctl_shows_it():
+    info = dl_pb.LoaderInfo(
+        spec=dl_pb.LoaderSpec(job="gone"), committed_step=4, failed=True, failure="no dataset"
+    )
+    ld = Loader.from_proto(info)
+    assert ld.failed and ld.failure == "no dataset"
+    assert ld.as_dict() == {
+        "job": "gone",
+        "committed_step": 4,
+        "failed": True,
+        "failure": "no dataset",
+    }
+
+
 def test_a_scaled_out_loader_equals_stokerctl(tmp_path):
     for i in (0, 1):
         (tmp_path / f"p{i}").mkdir()

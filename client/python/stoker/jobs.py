@@ -403,7 +403,10 @@ class Loader:
     part can resume from). part, parts: the scale-out of the process that
     answered (0 and 0: one process serves the whole job). spec: None when
     the service sent none. lane_lines_generated: lines each lane generated
-    since the process opened the job (summed over the parts).
+    since the process opened the job (summed over the parts). failed,
+    failure: the job could not be loaded (a dataset gone at the daemon's
+    start, data lost under it) and why; its calls fail until it is deleted
+    or its data comes back.
     """
 
     job: str
@@ -412,6 +415,8 @@ class Loader:
     part: int
     parts: int
     lane_lines_generated: tuple[int, ...]
+    failed: bool = False
+    failure: str = ""
 
     @classmethod
     def from_proto(cls, m: dl_pb.LoaderInfo) -> Loader:
@@ -423,14 +428,19 @@ class Loader:
             part=m.part,
             parts=m.parts,
             lane_lines_generated=tuple(m.lane_lines_generated),
+            failed=m.failed,
+            failure=m.failure,
         )
 
     def as_dict(self) -> dict[str, Any]:
         """stokerctl's object: the spec's fields at the top level, without
-        part, parts and lane_lines_generated."""
+        part, parts and lane_lines_generated (a job that failed to load has
+        only its name, committed step and why)."""
         out: dict[str, Any] = {"job": self.job, "committed_step": self.committed_step}
+        if self.failed:
+            out.update(failed=True, failure=self.failure)
         s = self.spec
-        if s is None:
+        if s is None or not s.datasets:
             return out
         out.update(
             seq_len=s.seq_len,
@@ -928,6 +938,37 @@ class Jobs:
                 ) from None
             out.append(Loader.from_proto(reply))
         return out
+
+    def loaders(self) -> builtins.list[Loader]:
+        """Every job of every dataloader address given (``stokerctl loader
+        list``), part by part, each process's by name; failed ones included."""
+        conns = self._connections("STOKER_DATALOADER")
+        out: builtins.list[Loader] = []
+        for conn in conns:
+            reply = conn.unary(
+                DATALOADER + "ListLoaders",
+                dl_pb.ListLoadersRequest(),
+                dl_pb.ListLoadersResponse,
+                retry=True,
+            )
+            out.extend(Loader.from_proto(m) for m in reply.loaders)
+        return out
+
+    def delete_loader(self, job: str) -> None:
+        """Removes the job and what it stored from every part, in part order
+        (``stokerctl loader delete``); a failure names the part when there
+        are several. NOT_FOUND when no part knows the job."""
+        req = _request(dl_pb.DeleteLoaderRequest, "job", job=job)
+        conns = self._connections("STOKER_DATALOADER")
+        for i, conn in enumerate(conns):
+            try:
+                conn.unary(DATALOADER + "DeleteLoader", req, common_pb2.Empty)
+            except StokerError as e:
+                if len(conns) == 1:
+                    raise
+                raise StokerError(
+                    e.code, f"dataloader part {i} of {len(conns)}: {e.details}", e.method
+                ) from None
 
     def loader(self, job: str) -> Loader:
         """The dataloader job (``stokerctl loader show``): its spec and
