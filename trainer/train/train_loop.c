@@ -66,6 +66,7 @@ static int setup(struct train *t) {
   fsdp_free(t->fsdp);
   t->fsdp = NULL;
   if (!err) err = fsdp_new(&t->o.cfg, t->group, &fo, &t->fsdp);
+  if (!err) fsdp_set_before_update(t->fsdp, train_ckpt_fence, t);
   if (!err && from > 0) err = train_restore(t, from);
   if (!err) err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
   t->step = from;
