@@ -164,6 +164,17 @@ bool stk_ckpt_stage_released(struct stk_ckpt_stage *s) {
   return r;
 }
 
+int stk_ckpt_stage_wait(struct stk_ckpt_stage *s, uint64_t *ret_bytes) {
+  if (!s) return client_fail(STK_EINVAL, "stage wait");
+  pthread_mutex_lock(&s->mu); /* No priority raise: only a fence is waited for by training. */
+  while (!s->done) pthread_cond_wait(&s->cv, &s->mu);
+  int err = s->err;
+  if (err) client_set_error(s->err_code, "%s", s->msg);
+  if (!err && ret_bytes) *ret_bytes = s->bytes;
+  pthread_mutex_unlock(&s->mu);
+  return err;
+}
+
 int stk_ckpt_stage_finish(struct stk_ckpt_stage *s, uint64_t *ret_bytes) {
   if (!s) return 0;
   pthread_mutex_lock(&s->mu);

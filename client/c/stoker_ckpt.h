@@ -206,6 +206,12 @@ int stk_ckpt_stage_fence(struct stk_ckpt_stage *s);
 /* True once the buffers are free (stk_ckpt_stage_fence would not wait). */
 bool stk_ckpt_stage_released(struct stk_ckpt_stage *s);
 
+/* Waits for the service's reply (the shard staged) without freeing s, so
+ * that another thread may still fence on it: 0 or the save's error (its
+ * message in stk_client_last_error on this thread). ret_bytes may be
+ * NULL. */
+int stk_ckpt_stage_wait(struct stk_ckpt_stage *s, uint64_t *ret_bytes);
+
 /* Waits for the service's reply (the shard staged), joins the thread and
  * frees s. 0, or the save's error (stk_client_last_error tells the
  * service's reason on this thread). ret_bytes may be NULL. Accepts NULL

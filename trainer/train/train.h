@@ -68,15 +68,27 @@ struct train_opts {
   bool ckpt_test_early;       /* early: staging done before the next step starts. */
 };
 
-/* A checkpoint staging in the background and not committed yet. Its
- * tensors are the live FSDP shards (no snapshot): the next step's update
- * fences on the stage (fsdp_set_before_update) before it writes them. */
+/* A checkpoint on its way: its pipeline thread (attempt, loader export,
+ * staging, barrier, commit) runs beside training. Its tensors are the live
+ * FSDP shards (no snapshot): the next step's update fences on the stage
+ * (fsdp_set_before_update) before it writes them. */
 struct train_pending {
-  int64_t step; /* 0: none. */
+  int64_t step;
+  bool running; /* The pipeline thread exists (not joined yet). */
+  pthread_t thread;
   char attempt[STK_CKPT_ATTEMPT_MAX];
-  struct stk_ckpt_stage *stage;
+  struct stk_ckpt_tensor *ts; /* Shard tensors, then rank 0's state and loader tensors. */
+  size_t n_shard_tensors;
+  uint64_t *dims;    /* Shapes and boxes of the tensors. */
+  char (*names)[32]; /* Their names. */
   uint8_t *loader_blob;
   uint64_t state[4];
+  pthread_mutex_t mu; /* Guards what follows against the pipeline thread. */
+  pthread_cond_t cv;
+  struct stk_ckpt_stage *stage; /* Freed by the loop's thread after the join. */
+  bool started;                 /* The stage exists, or the pipeline failed before. */
+  bool done;
+  int err;
   int64_t fence_wait_us; /* What the next update's fence waited; -1: no update yet. */
 };
 
@@ -115,15 +127,16 @@ int train_loader_ensure(struct train *t);
  * imports the dataloader state. */
 int train_restore(struct train *t, int64_t step);
 
-/* Starts staging this rank's shards in the background (step must be the
- * last step trained); the next step's update waits for the copy. */
+/* Starts the checkpoint of step (the last step trained) in the
+ * background, after reaping the previous one; the next step's update
+ * waits for the copy of the shards. */
 int train_ckpt_start(struct train *t, int64_t step);
 /* The before-update hook: waits until the pending stage no longer reads
  * the shards. */
 int train_ckpt_fence(void *train);
-/* Waits for the pending save to be staged, meets the other ranks and
- * (rank 0) commits it and commits the loader. No-op without one. */
-int train_ckpt_finish(struct train *t);
+/* Reaps the checkpoint pipeline once it is done (wait: until it is): 0
+ * or its error. No-op without one. */
+int train_ckpt_finish(struct train *t, bool wait);
 void train_ckpt_drop(struct train *t);
 
 /* Trains one generation until the steps are done (0), STOP (1) or a

@@ -1,18 +1,23 @@
 /*
- * Saving checkpoints. At step S rank 0 begins an attempt and hands its id
- * to the others through the KV store; every rank starts staging its FSDP
- * shards (param, Adam m and v of every unit: 1-D flat shards of the padded
- * global size, box [rank*count, (rank+1)*count)) in the background with
- * stk_ckpt_stage_start, straight from the live shards: no snapshot. The
- * next step's forward and backward only read the shards; its optimizer
- * update is the first write, and it fences on the stage first
- * (fsdp_set_before_update -> train_ckpt_fence), so the checkpoint holds
- * exactly the state after step S. Rank 0 also saves "trainer/state" (step,
- * optimizer steps, seed, loader blob length) and "loader/state" (the
- * dataloader export: with several dataloader parts, every part's state in
- * the client library's envelope). After the next step (or at the end):
- * wait until staged, barrier, rank 0 commits and commits the loader at S
- * on every part.
+ * Saving checkpoints, off the training loop. At step S the loop only notes
+ * where this rank's FSDP shards are (param, Adam m and v of every unit:
+ * 1-D flat shards of the padded global size, box [rank*count,
+ * (rank+1)*count)) and starts the checkpoint's pipeline thread, which:
+ * shares the attempt (rank 0 begins it and hands its id to the others
+ * through the KV store), exports the dataloader state (rank 0), stages the
+ * shards with stk_ckpt_stage_start straight from the live shards (no
+ * snapshot), waits until the shard is staged, meets the other ranks
+ * (barrier) and (rank 0) commits, then commits the loader at S on every
+ * part. Meanwhile the next step's forward and backward only read the
+ * shards; its optimizer update is the first write, and it fences first
+ * (fsdp_set_before_update -> train_ckpt_fence: until the stage has copied
+ * every byte), so the checkpoint holds exactly the state after step S.
+ * Rank 0 also saves "trainer/state" (step, optimizer steps, seed, loader
+ * blob length) and "loader/state" (the dataloader export: with several
+ * dataloader parts, every part's state in the client library's envelope).
+ * The loop reaps the pipeline after each step once it is done (its error
+ * fails the generation as a failed step does), before the next checkpoint
+ * starts, and at the end.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,7 +54,7 @@ static int share_attempt(struct train *t, int64_t step) {
 
 /* Fills the shard tensors (3 per unit) into ts, pointing at the live shards. */
 static size_t shard_tensors(struct train *t, struct stk_ckpt_tensor *ts, uint64_t *dims,
-                            char (*names)[32]) {
+                            char (*names)[32]) { /* On the loop's thread: fsdp is its own. */
   int U = fsdp_unit_count(t->fsdp);
   size_t n = 0;
   for (int u = 0; u < U; u++) {
@@ -76,7 +81,7 @@ static size_t shard_tensors(struct train *t, struct stk_ckpt_tensor *ts, uint64_
 static size_t state_tensors(struct train *t, int64_t step, struct stk_ckpt_tensor *ts,
                             uint64_t *dims, size_t len) {
   struct train_pending *p = &t->pend;
-  p->state[0] = (uint64_t)step, p->state[1] = (uint64_t)fsdp_steps_done(t->fsdp);
+  p->state[0] = (uint64_t)step; /* state[1], the optimizer steps, noted at start. */
   p->state[2] = t->o.seed, p->state[3] = len;
   dims[0] = sizeof(p->state), dims[1] = 0, dims[2] = sizeof(p->state);
   dims[3] = len, dims[4] = 0, dims[5] = len;
@@ -102,57 +107,26 @@ static void sleep_before_tensor(void *arg, size_t i) {
   nanosleep(&ts, NULL);
 }
 
+/* Pipeline: the attempt, the loader export (rank 0), the stage started. */
 static int stage(struct train *t, int64_t step) {
-  size_t nt = 3 * (size_t)fsdp_unit_count(t->fsdp) + 2, blob_len = 0;
-  struct stk_ckpt_tensor *ts = calloc(nt, sizeof(*ts));
-  uint64_t *dims = calloc(3 * nt, sizeof(*dims));
-  char(*names)[32] = calloc(nt, 32);
-  int err = (!ts || !dims || !names) ? STK_ENOMEM : 0;
-  if (!err && t->m.rank == 0)
-    err = stk_loader_export_all(t->loader, t->o.data_job, step - 1, 30000, &t->pend.loader_blob,
-                                &blob_len);
-  if (!err) {
-    size_t n = shard_tensors(t, ts, dims, names);
-    if (t->m.rank == 0) n += state_tensors(t, step, ts + n, dims + 3 * n, blob_len);
-    struct stk_ckpt_stage_opts so = {.low_priority = t->o.ckpt_low_priority};
-    if (t->o.ckpt_test_delay_ms > 0) {
-      slow_hook = (struct slow_hook){.ms = t->o.ckpt_test_delay_ms, .middle = n / 2};
-      so.before_tensor = sleep_before_tensor, so.hook_arg = &slow_hook;
-    }
-    err = stk_ckpt_stage_start(t->ckpt, t->pend.attempt, t->m.rank, ts, n, &so, &t->pend.stage);
-  }
-  free(ts), free(dims), free(names); /* The stage copied them. */
-  t->pend.step = err ? 0 : step;
-  t->pend.fence_wait_us = -1;
-  if (!err && t->o.ckpt_test_early) err = stk_ckpt_stage_fence(t->pend.stage);
-  return err;
-}
-
-int train_ckpt_fence(void *arg) {
-  struct train *t = arg;
-  if (!t->pend.stage) return 0;
-  int64_t t0 = train_now_us();
-  int err = stk_ckpt_stage_fence(t->pend.stage);
-  t->pend.fence_wait_us = train_now_us() - t0;
-  return err;
-}
-
-void train_ckpt_drop(struct train *t) {
   struct train_pending *p = &t->pend;
-  (void)stk_ckpt_stage_finish(p->stage, NULL); /* Never leave a stage reading the shards. */
-  p->stage = NULL;
-  free(p->loader_blob);
-  p->loader_blob = NULL;
-  p->step = 0;
-}
-
-int train_ckpt_start(struct train *t, int64_t step) {
-  train_ckpt_drop(t);
   int err = share_attempt(t, step);
-  if (err) return err;
-  if (!strcmp(t->pend.attempt, "-")) return 0; /* Committed already (before a restart). */
-  err = stage(t, step);
-  if (err) train_ckpt_drop(t);
+  if (err || !strcmp(p->attempt, "-")) return err; /* "-": committed already (a restart). */
+  size_t n = p->n_shard_tensors, blob_len = 0;
+  if (t->m.rank == 0)
+    err = stk_loader_export_all(t->loader, t->o.data_job, step - 1, 30000, &p->loader_blob,
+                                &blob_len);
+  if (!err && t->m.rank == 0) n += state_tensors(t, step, p->ts + n, p->dims + 3 * n, blob_len);
+  struct stk_ckpt_stage_opts so = {.low_priority = t->o.ckpt_low_priority};
+  if (t->o.ckpt_test_delay_ms > 0) {
+    slow_hook = (struct slow_hook){.ms = t->o.ckpt_test_delay_ms, .middle = n / 2};
+    so.before_tensor = sleep_before_tensor, so.hook_arg = &slow_hook;
+  }
+  struct stk_ckpt_stage *s = NULL;
+  if (!err) err = stk_ckpt_stage_start(t->ckpt, p->attempt, t->m.rank, p->ts, n, &so, &s);
+  pthread_mutex_lock(&p->mu);
+  p->stage = s;
+  pthread_mutex_unlock(&p->mu);
   return err;
 }
 
@@ -163,25 +137,109 @@ static int commit(struct train *t) {
   if (err) return err;
   printf("[%s] checkpoint committed at step %" PRId64 " (%s)\n", t->o.member, t->pend.step,
          ref.uri);
+  fflush(stdout);
   return stk_loader_commit_all(t->loader, t->o.data_job, t->pend.step - 1, 30000);
 }
 
-int train_ckpt_finish(struct train *t) {
+static void set_state(struct train_pending *p, bool started, bool done, int err) {
+  pthread_mutex_lock(&p->mu);
+  p->started |= started, p->done |= done;
+  if (err && !p->err) p->err = err;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void *pipeline_main(void *arg) {
+  struct train *t = arg;
   struct train_pending *p = &t->pend;
-  if (!p->step) return 0;
-  int err = stk_ckpt_stage_finish(p->stage, NULL);
-  p->stage = NULL;
-  if (err)
-    fprintf(stderr, "checkpoint save failed: %s (%s)\n", stk_strerror(err),
-            stk_client_last_error(NULL));
-  if (t->m.rank == 0 && p->fence_wait_us >= 0)
+  int err = stage(t, p->step);
+  set_state(p, true, false, err);
+  if (!err && p->stage) {
+    err = stk_ckpt_stage_wait(p->stage, NULL);
+    if (err)
+      fprintf(stderr, "checkpoint save failed: %s (%s)\n", stk_strerror(err),
+              stk_client_last_error(NULL));
+    char name[48];
+    snprintf(name, sizeof(name), "ckpt-%" PRId64, p->step);
+    if (!err) err = stk_barrier(t->coord, name, 60000);
+    if (!err && t->m.rank == 0) err = commit(t);
+  }
+  set_state(p, true, true, err);
+  return NULL;
+}
+
+int train_ckpt_fence(void *arg) {
+  struct train *t = arg;
+  struct train_pending *p = &t->pend;
+  if (!p->running) return 0;
+  int64_t t0 = train_now_us();
+  pthread_mutex_lock(&p->mu);
+  while (!p->started) pthread_cond_wait(&p->cv, &p->mu);
+  struct stk_ckpt_stage *s = p->stage; /* Freed only by this thread, after the join. */
+  pthread_mutex_unlock(&p->mu);
+  int err = s ? stk_ckpt_stage_fence(s) : 0;
+  if (p->fence_wait_us < 0) p->fence_wait_us = train_now_us() - t0;
+  return err;
+}
+
+/* Joins the pipeline (if wait, or once it is done) and frees it. */
+static int reap(struct train *t, bool wait) {
+  struct train_pending *p = &t->pend;
+  if (!p->running) return 0;
+  pthread_mutex_lock(&p->mu);
+  bool done = p->done;
+  pthread_mutex_unlock(&p->mu);
+  if (!done && !wait) return 0;
+  pthread_join(p->thread, NULL);
+  p->running = false;
+  (void)stk_ckpt_stage_finish(p->stage, NULL); /* Its outcome is in p->err. */
+  if (t->m.rank == 0 && !p->err && p->fence_wait_us >= 0)
     printf("[%s] checkpoint at step %" PRId64 " staged; the next update waited %" PRId64
            " us for it\n",
            t->o.member, p->step, p->fence_wait_us);
-  char name[48];
-  snprintf(name, sizeof(name), "ckpt-%" PRId64, p->step);
-  if (!err) err = stk_barrier(t->coord, name, 60000);
-  if (!err && t->m.rank == 0) err = commit(t);
-  train_ckpt_drop(t);
+  free(p->loader_blob), free(p->ts), free(p->dims), free(p->names);
+  int err = p->err;
+  *p = (struct train_pending){.mu = p->mu, .cv = p->cv};
   return err;
+}
+
+void train_ckpt_drop(struct train *t) {
+  (void)reap(t, true); /* Never leave a stage reading the shards. */
+}
+
+int train_ckpt_finish(struct train *t, bool wait) {
+  return reap(t, wait);
+}
+
+int train_ckpt_start(struct train *t, int64_t step) {
+  int err = reap(t, true); /* The previous checkpoint (long done, as a rule). */
+  if (err) return err;
+  struct train_pending *p = &t->pend;
+  size_t nt = 3 * (size_t)fsdp_unit_count(t->fsdp) + 2;
+  p->ts = calloc(nt, sizeof(*p->ts));
+  p->dims = calloc(3 * nt, sizeof(*p->dims));
+  p->names = calloc(nt, sizeof(*p->names));
+  if (!p->ts || !p->dims || !p->names) err = STK_ENOMEM;
+  if (!err) {
+    p->n_shard_tensors = shard_tensors(t, p->ts, p->dims, p->names);
+    p->state[1] = (uint64_t)fsdp_steps_done(t->fsdp);
+    p->step = step;
+    p->fence_wait_us = -1;
+    p->started = p->done = false, p->err = 0, p->stage = NULL;
+    if (pthread_create(&p->thread, NULL, pipeline_main, t)) err = STK_ENOMEM;
+  }
+  if (err) {
+    free(p->ts), free(p->dims), free(p->names);
+    *p = (struct train_pending){.mu = p->mu, .cv = p->cv};
+    return err;
+  }
+  p->running = true;
+  if (t->o.ckpt_test_early) { /* Staging done before the next step starts. */
+    pthread_mutex_lock(&p->mu);
+    while (!p->started) pthread_cond_wait(&p->cv, &p->mu);
+    struct stk_ckpt_stage *s = p->stage;
+    pthread_mutex_unlock(&p->mu);
+    if (s) (void)stk_ckpt_stage_fence(s);
+  }
+  return 0;
 }

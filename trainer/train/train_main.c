@@ -92,6 +92,8 @@ int main(int argc, char **argv) {
   if (train_parse_args(argc, argv, &t.o) != 0) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
   pthread_mutex_init(&t.group_mu, NULL);
+  pthread_mutex_init(&t.pend.mu, NULL);
+  pthread_cond_init(&t.pend.cv, NULL);
   int err = connect_all(&t);
   if (!err) {
     stk_on_action(t.coord, on_action, &t);
