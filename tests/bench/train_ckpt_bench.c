@@ -9,19 +9,24 @@
  * Rounds; in each, the memcpy baseline (one rank's shard copied by one
  * thread alone into a buffer touched beforehand, median of 3, the ranks
  * idle), then every variant once (order rotating by round): PLAIN steps
- * without a checkpoint, then step S, which starts a checkpoint, and step
- * S + 1, whose update fences on it and after which the rank waits until
- * its shard is staged. The variants:
- *   background      stk_ckpt_stage_start from the live shards; the update
- *                   of step S + 1 fences (what stoker-train does)
+ * without a checkpoint, then step S, after which the rank starts a
+ * checkpoint, and step S + 1. The variants:
+ *   background      what stoker-train does: a pipeline thread per rank
+ *                   begins the attempt (rank 0; the others wait for its
+ *                   id), stages the live shards (stk_ckpt_stage_start) and
+ *                   waits until staged; the update of step S + 1 fences on
+ *                   the stage (fsdp_set_before_update)
  *   background_low  the same with the staging thread at nice 19
- *   snapshot        the previous design: memcpy of the shards into a
- *                   buffer of the rank's, then staged from it
+ *   snapshot        the previous stoker-train: the attempt, a memcpy of
+ *                   the shards into a buffer of the rank's and staging from
+ *                   it, all in the loop; after step S + 1 the rank waits
+ *                   until staged
  * A variant's checkpoint costs (t_S + t_S+1) - 2 x the median plain step
- * of the same round and variant, rank 0's wall times; the ratio is that
- * over the memcpy baseline of the round, and the JSON holds the median over
- * rounds. Commit and delete of each checkpoint run between phases,
- * untimed.
+ * of the same round and variant, rank 0's wall times (step S's includes
+ * starting the checkpoint, S + 1's the fence and, for snapshot, the wait);
+ * the ratio is that over the memcpy baseline of the round, and the JSON
+ * holds the median over rounds. The pipeline's join, the commit and the
+ * delete of each checkpoint run after step S + 1, untimed.
  *
  *   train_ckpt_bench ADDR ROUNDS   (env BENCH_CKPT_CHANNELS, default 1024;
  *                                   BENCH_CKPT_LAYERS, default 4;
@@ -56,6 +61,9 @@ static const char *addr;
 static int rounds, plain;
 static pthread_barrier_t bar;
 static char attempt[STK_CKPT_ATTEMPT_MAX];
+static pthread_mutex_t attempt_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t attempt_cv = PTHREAD_COND_INITIALIZER;
+static int attempt_seq;
 static int64_t ckpt_step;
 
 /* Per round and variant: rank 0's times; the memcpy baseline per round. */
@@ -69,9 +77,17 @@ struct rank {
   const char *const *addrs;
   struct fsdp *f;
   struct stk_client *ckpt;
+  enum variant variant;
   struct stk_ckpt_stage *pending; /* The checkpoint started at step S. */
-  struct stk_ckpt_stage *stage;   /* The one the next update fences on (not SNAPSHOT's). */
-  float *snap;                    /* SNAPSHOT's copy of the shards. */
+  /* Background variants: the pipeline thread and what the fence needs. */
+  pthread_t pipe;
+  bool running, started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct stk_ckpt_stage *stage; /* Set by the pipeline (under mu) once started. */
+  int pipe_rc;
+  int seen_seq; /* Attempts seen (share_attempt). */
+  float *snap;  /* SNAPSHOT's copy of the shards. */
   double fence_wait;
 };
 
@@ -95,10 +111,14 @@ static double median(double *v, int n) {
 
 static int fence(void *arg) {
   struct rank *k = arg;
-  if (!k->stage) return 0;
+  if (!k->running) return 0;
   double t0 = now_s();
-  int rc = stk_ckpt_stage_fence(k->stage);
-  k->fence_wait = now_s() - t0;
+  pthread_mutex_lock(&k->mu);
+  while (!k->started) pthread_cond_wait(&k->cv, &k->mu);
+  struct stk_ckpt_stage *s = k->stage;
+  pthread_mutex_unlock(&k->mu);
+  int rc = s ? stk_ckpt_stage_fence(s) : 0;
+  if (k->fence_wait == 0) k->fence_wait = now_s() - t0;
   return rc;
 }
 
@@ -136,40 +156,87 @@ static size_t tensors(struct rank *k, bool from_snap, struct stk_ckpt_tensor *ts
   return n;
 }
 
-/* Step S's checkpoint: rank 0 begins it, every rank starts staging. */
-static int start_ckpt(struct rank *k, enum variant v) {
+/* Rank 0 begins the attempt and publishes its id; the others wait for it
+ * (stoker-train hands it over through the coordinator's KV store). */
+static int share_attempt(struct rank *k) {
   int rc = 0;
+  pthread_mutex_lock(&attempt_mu);
   if (k->r == 0) {
     ckpt_step++;
     rc = stk_ckpt_begin(k->ckpt, JOB, ckpt_step, W, 30000, attempt);
     if (rc) fprintf(stderr, "begin: %s\n", stk_client_last_error(NULL)), failed = 1;
+    attempt_seq++;
+    pthread_cond_broadcast(&attempt_cv);
   }
-  pthread_barrier_wait(&bar); /* The attempt id, as stoker-train's KV hand-over. */
-  if (failed) return STK_EIO;
+  while (attempt_seq <= k->seen_seq) pthread_cond_wait(&attempt_cv, &attempt_mu);
+  k->seen_seq = attempt_seq;
+  pthread_mutex_unlock(&attempt_mu);
+  return failed ? STK_EIO : rc;
+}
+
+static int stage(struct rank *k, bool from_snap, bool low) {
   struct stk_ckpt_tensor ts[3 * 64];
   uint64_t dims[9 * 64];
   char names[3 * 64][32];
   if (fsdp_unit_count(k->f) > 64) return STK_EINVAL;
-  size_t n = tensors(k, v == SNAPSHOT, ts, dims, names);
-  struct stk_ckpt_stage_opts so = {.low_priority = v == BACKGROUND_LOW};
-  rc = stk_ckpt_stage_start(k->ckpt, attempt, (uint32_t)k->r, ts, n, &so, &k->pending);
-  k->stage = v == SNAPSHOT ? NULL : k->pending; /* A snapshot leaves the shards free. */
+  size_t n = tensors(k, from_snap, ts, dims, names);
+  struct stk_ckpt_stage_opts so = {.low_priority = low};
+  return stk_ckpt_stage_start(k->ckpt, attempt, (uint32_t)k->r, ts, n, &so, &k->pending);
+}
+
+/* The background variants' pipeline thread: attempt, stage, wait staged. */
+static void *pipeline_main(void *arg) {
+  struct rank *k = arg;
+  int rc = share_attempt(k);
+  if (!rc) rc = stage(k, false, k->variant == BACKGROUND_LOW);
+  pthread_mutex_lock(&k->mu);
+  k->stage = k->pending, k->started = true, k->pipe_rc = rc;
+  pthread_cond_broadcast(&k->cv);
+  pthread_mutex_unlock(&k->mu);
+  if (!rc) rc = stk_ckpt_stage_wait(k->pending, NULL);
+  if (rc) fprintf(stderr, "rank %d: stage: %s\n", k->r, stk_client_last_error(NULL));
+  k->pipe_rc = rc;
+  return NULL;
+}
+
+/* Step S's checkpoint: background: the pipeline thread; snapshot: the
+ * previous stoker-train (attempt, memcpy of the shards, staged from it). */
+static int start_ckpt(struct rank *k, enum variant v) {
+  k->variant = v;
+  if (v != SNAPSHOT) {
+    k->started = false, k->stage = k->pending = NULL;
+    k->running = pthread_create(&k->pipe, NULL, pipeline_main, k) == 0;
+    return k->running ? 0 : STK_ENOMEM;
+  }
+  int rc = share_attempt(k);
+  return rc ? rc : stage(k, true, false);
+}
+
+/* After step S + 1: snapshot waits until staged (the previous stoker-train
+ * did, then met the others); background reaps its pipeline untimed later. */
+static int after_next_step(struct rank *k) {
+  if (k->variant != SNAPSHOT) return 0;
+  int rc = stk_ckpt_stage_wait(k->pending, NULL);
+  if (rc) fprintf(stderr, "rank %d: stage: %s\n", k->r, stk_client_last_error(NULL));
   return rc;
 }
 
-/* Waits until the rank's shard is staged. */
-static int finish_ckpt(struct rank *k) {
-  int rc = stk_ckpt_stage_finish(k->pending, NULL);
-  if (rc) fprintf(stderr, "rank %d: stage: %s\n", k->r, stk_client_last_error(NULL));
+/* Untimed: the pipeline joined, the stage freed. */
+static int reap(struct rank *k) {
+  int rc = 0;
+  if (k->running) pthread_join(k->pipe, NULL), rc = k->pipe_rc;
+  k->running = false;
+  int rc2 = stk_ckpt_stage_finish(k->pending, NULL);
   k->pending = k->stage = NULL;
-  return rc;
+  return rc ? rc : rc2;
 }
 
 /* Rank 0 commits and deletes the checkpoint (untimed). */
 static int commit_ckpt(struct rank *k) {
+  int rc = reap(k);
+  if (rc) failed = 1;
   pthread_barrier_wait(&bar);
-  int rc = 0;
-  if (k->r == 0) {
+  if (!failed && k->r == 0) {
     rc = stk_ckpt_commit(k->ckpt, attempt, 120000, NULL);
     if (!rc) rc = stk_ckpt_delete(k->ckpt, JOB, ckpt_step, 60000);
     if (rc) fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL)), failed = 1;
@@ -191,7 +258,7 @@ static int run_variant(struct rank *k, int round, enum variant v, int *i) {
   int rc = step(k, (*i)++);
   if (!rc) rc = start_ckpt(k, v);
   if (!rc) rc = step(k, (*i)++);
-  if (!rc) rc = finish_ckpt(k);
+  if (!rc) rc = after_next_step(k);
   double dt = now_s() - t0;
   if (!rc && k->r == 0) {
     memcpy(plain_s[round][v], t, sizeof(t));
@@ -300,6 +367,8 @@ int main(int argc, char **argv) {
   double load0 = load_avg();
   for (int r = 0; r < W; r++) {
     k[r] = (struct rank){.r = r, .addrs = addrs};
+    pthread_mutex_init(&k[r].mu, NULL);
+    pthread_cond_init(&k[r].cv, NULL);
     if (ring_listen("127.0.0.1", &k[r].listener, addr_buf[r])) return 1;
     addrs[r] = addr_buf[r];
   }
