@@ -25,8 +25,10 @@
  * of the same round and variant, rank 0's wall times (step S's includes
  * starting the checkpoint, S + 1's the fence and, for snapshot, the wait);
  * the ratio is that over the memcpy baseline of the round, and the JSON
- * holds the median over rounds. The pipeline's join, the commit and the
- * delete of each checkpoint run after step S + 1, untimed.
+ * holds the median over rounds. Beside it, the blocked ratio: the time the
+ * slowest rank's loop was held by the checkpoint itself (starting it, the
+ * fence, snapshot's wait), the steps left out, over the memcpy. The pipeline's join, the commit and
+ * the delete of each checkpoint run after step S + 1, untimed.
  *
  *   train_ckpt_bench ADDR ROUNDS   (env BENCH_CKPT_CHANNELS, default 1024;
  *                                   BENCH_CKPT_LAYERS, default 4;
@@ -69,6 +71,9 @@ static int64_t ckpt_step;
 /* Per round and variant: rank 0's times; the memcpy baseline per round. */
 static double plain_s[MAX_ROUNDS][NVARIANTS][MAX_PLAIN], ckpt_s[MAX_ROUNDS][NVARIANTS];
 static double fence_s[MAX_ROUNDS][NVARIANTS], memcpy_s[MAX_ROUNDS];
+/* Per rank: the time its loop was held by the checkpoint itself (starting
+ * it, the fence, snapshot's wait until staged), without the steps. */
+static double blocked_s[MAX_ROUNDS][NVARIANTS][W];
 static size_t shard_bytes;
 static _Atomic int failed;
 
@@ -256,10 +261,14 @@ static int run_variant(struct rank *k, int round, enum variant v, int *i) {
   k->fence_wait = 0;
   double t0 = now_s();
   int rc = step(k, (*i)++);
+  double b0 = now_s();
   if (!rc) rc = start_ckpt(k, v);
+  double b1 = now_s();
   if (!rc) rc = step(k, (*i)++);
+  double b2 = now_s();
   if (!rc) rc = after_next_step(k);
   double dt = now_s() - t0;
+  blocked_s[round][v][k->r] = (b1 - b0) + k->fence_wait + (now_s() - b2);
   if (!rc && k->r == 0) {
     memcpy(plain_s[round][v], t, sizeof(t));
     ckpt_s[round][v] = dt;
@@ -401,9 +410,17 @@ int main(int argc, char **argv) {
     printf(",\"%s_ratio\":%.3f,\"%s_ratio_rounds\":", variant_names[v], median(ratio[v], rounds),
            variant_names[v]);
     print_rounds(ratio[v], rounds);
-    double f[MAX_ROUNDS];
-    for (int r = 0; r < rounds; r++) f[r] = fence_s[r][v];
-    printf(",\"%s_fence_s\":%.4f", variant_names[v], median(f, rounds));
+    double f[MAX_ROUNDS], b[MAX_ROUNDS];
+    for (int r = 0; r < rounds; r++) {
+      f[r] = fence_s[r][v], b[r] = 0;
+      for (int q = 0; q < W; q++)
+        if (blocked_s[r][v][q] > b[r]) b[r] = blocked_s[r][v][q];
+      b[r] /= memcpy_s[r];
+    }
+    printf(",\"%s_fence_s\":%.4f,\"%s_blocked_ratio\":%.3f,\"%s_blocked_ratio_rounds\":",
+           variant_names[v], median(f, rounds), variant_names[v], median(b, rounds),
+           variant_names[v]);
+    print_rounds(b, rounds);
   }
   printf(",\"loadavg_start\":%.2f,\"loadavg_end\":%.2f}\n", load0, load_avg());
   return 0;
