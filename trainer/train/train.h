@@ -63,8 +63,9 @@ struct train_opts {
   enum fsdp_precision precision; /* --mixed-precision bf16|fp32 */
   bool ckpt_low_priority;        /* --ckpt-stage-priority low: staging at nice 19. */
   /* --ckpt-stage-test: forces an interleaving of staging and training. */
-  int64_t ckpt_test_delay_ms; /* slow:MS: the staging thread sleeps MS before its first
-                                 and its middle tensor (the next update must fence). */
+  int64_t ckpt_test_delay_ms; /* slow:MS: the staging thread waits until the next update
+                                 is at the fence, then sleeps MS before its first and its
+                                 middle tensor. */
   bool ckpt_test_early;       /* early: staging done before the next step starts. */
 };
 
@@ -87,6 +88,8 @@ struct train_pending {
   pthread_cond_t cv;
   struct stk_ckpt_stage *stage; /* Freed by the loop's thread after the join. */
   bool started;                 /* The stage exists, or the pipeline failed before. */
+  bool at_fence;                /* An update reached the fence (or the pipeline is reaped). */
+  size_t middle_tensor;         /* --ckpt-stage-test slow: where the stage sleeps again. */
   bool done;
   int err;
   int64_t fence_wait_us; /* What the next update's fence waited; -1: no update yet. */

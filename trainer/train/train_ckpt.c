@@ -92,19 +92,25 @@ static size_t state_tensors(struct train *t, int64_t step, struct stk_ckpt_tenso
   return len ? 2 : 1;
 }
 
-/* The test interleavings of --ckpt-stage-test slow:MS: the staging thread
- * sleeps before the first and the middle tensor. */
-struct slow_hook {
-  int64_t ms;
-  size_t middle;
-};
-static struct slow_hook slow_hook;
-
-static void sleep_before_tensor(void *arg, size_t i) {
-  const struct slow_hook *h = arg;
-  if (i != 0 && i != h->middle) return;
-  struct timespec ts = {.tv_sec = h->ms / 1000, .tv_nsec = (h->ms % 1000) * 1000000};
+/* The test interleaving of --ckpt-stage-test slow:MS: before its first
+ * tensor the staging thread waits until the next update is at the fence
+ * (or the pipeline is being reaped), then sleeps MS, and sleeps MS again
+ * before its middle tensor, so the update surely waits for the copy. */
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
   nanosleep(&ts, NULL);
+}
+
+static void hold_before_tensor(void *arg, size_t i) {
+  struct train *t = arg;
+  struct train_pending *p = &t->pend;
+  if (i != 0 && i != p->middle_tensor) return;
+  if (i == 0) {
+    pthread_mutex_lock(&p->mu);
+    while (!p->at_fence) pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+  }
+  sleep_ms(t->o.ckpt_test_delay_ms);
 }
 
 /* Pipeline: the attempt, the loader export (rank 0), the stage started. */
@@ -119,8 +125,8 @@ static int stage(struct train *t, int64_t step) {
   if (!err && t->m.rank == 0) n += state_tensors(t, step, p->ts + n, p->dims + 3 * n, blob_len);
   struct stk_ckpt_stage_opts so = {.low_priority = t->o.ckpt_low_priority};
   if (t->o.ckpt_test_delay_ms > 0) {
-    slow_hook = (struct slow_hook){.ms = t->o.ckpt_test_delay_ms, .middle = n / 2};
-    so.before_tensor = sleep_before_tensor, so.hook_arg = &slow_hook;
+    p->middle_tensor = n / 2;
+    so.before_tensor = hold_before_tensor, so.hook_arg = t;
   }
   struct stk_ckpt_stage *s = NULL;
   if (!err) err = stk_ckpt_stage_start(t->ckpt, p->attempt, t->m.rank, p->ts, n, &so, &s);
@@ -174,6 +180,8 @@ int train_ckpt_fence(void *arg) {
   if (!p->running) return 0;
   int64_t t0 = train_now_us();
   pthread_mutex_lock(&p->mu);
+  p->at_fence = true;
+  pthread_cond_broadcast(&p->cv);
   while (!p->started) pthread_cond_wait(&p->cv, &p->mu);
   struct stk_ckpt_stage *s = p->stage; /* Freed only by this thread, after the join. */
   pthread_mutex_unlock(&p->mu);
@@ -188,6 +196,8 @@ static int reap(struct train *t, bool wait) {
   if (!p->running) return 0;
   pthread_mutex_lock(&p->mu);
   bool done = p->done;
+  if (wait) p->at_fence = true; /* No update will come: a held stage goes on. */
+  pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   if (!done && !wait) return 0;
   pthread_join(p->thread, NULL);
@@ -225,7 +235,7 @@ int train_ckpt_start(struct train *t, int64_t step) {
     p->state[1] = (uint64_t)fsdp_steps_done(t->fsdp);
     p->step = step;
     p->fence_wait_us = -1;
-    p->started = p->done = false, p->err = 0, p->stage = NULL;
+    p->started = p->done = p->at_fence = false, p->err = 0, p->stage = NULL;
     if (pthread_create(&p->thread, NULL, pipeline_main, t)) err = STK_ENOMEM;
   }
   if (err) {
