@@ -393,9 +393,12 @@ int main(int argc, char **argv) {
       for (int p = 0; p < plain; p++) step_s[nsteps++] = plain_s[round][v][p];
       cost[v][round] = ckpt_s[round][v] - 2 * pm;
       ratio[v][round] = cost[v][round] / memcpy_s[round];
-      fprintf(stderr, "; %s: plain %.3f s, S+S1 %.3f s, cost %.4f s, ratio %.3f, fence %.4f s",
+      fprintf(stderr,
+              "; %s: plain %.3f s, S+S1 %.3f s, cost %.4f s, ratio %.3f, fence %.4f s, "
+              "blocked by rank %.4f %.4f %.4f %.4f s",
               variant_names[v], pm, ckpt_s[round][v], cost[v][round], ratio[v][round],
-              fence_s[round][v]);
+              fence_s[round][v], blocked_s[round][v][0], blocked_s[round][v][1],
+              blocked_s[round][v][2], blocked_s[round][v][3]);
     }
     fprintf(stderr, "\n");
   }
