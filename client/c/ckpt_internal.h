@@ -18,6 +18,22 @@ bool ckpt_box_valid(const struct stk_ckpt_box *box, const uint64_t *shape);
 /* Points msg at box's arrays (no copy; msg lives no longer than box). */
 void ckpt_box_msg(const struct stk_ckpt_box *box, Stoker__V1__Box *msg);
 
+/* ---- ckpt_write.c: the save with hooks (ckpt_stage.c runs it) ---- */
+
+struct ckpt_save_hooks {
+  /* Before tensor i's bytes are read; i = n after the last one. May block. */
+  void (*before_tensor)(void *arg, size_t i);
+  /* Once, when the caller's buffers are no longer read: every byte copied
+   * into a segment or packed into a sent message, or the save failed. */
+  void (*released)(void *arg);
+  void *arg;
+};
+
+/* stk_ckpt_save with hooks (h may be NULL). */
+int ckpt_save_hooked(struct stk_client *c, const char *attempt, uint32_t rank,
+                     const struct stk_ckpt_tensor *tensors, size_t n_tensors,
+                     const struct ckpt_save_hooks *h, uint64_t *ret_bytes);
+
 /* ---- ckpt_seg.c: zero-copy staging segments of one write stream ---- */
 
 struct ckpt_seg;

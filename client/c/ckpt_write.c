@@ -241,21 +241,34 @@ void stk_ckpt_writer_abort(struct stk_ckpt_writer *w) {
   free(w);
 }
 
-int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
-                  const struct stk_ckpt_tensor *tensors, size_t n_tensors, uint64_t *ret_bytes) {
-  if (n_tensors > 0 && !tensors) return client_fail(STK_EINVAL, "save");
-  struct stk_ckpt_writer *w;
-  int err = stk_ckpt_writer_open(c, attempt, rank, 0, &w);
-  if (err < 0) return err;
+int ckpt_save_hooked(struct stk_client *c, const char *attempt, uint32_t rank,
+                     const struct stk_ckpt_tensor *tensors, size_t n_tensors,
+                     const struct ckpt_save_hooks *h, uint64_t *ret_bytes) {
+  bool released = false;
+  struct stk_ckpt_writer *w = NULL;
+  int err = (n_tensors > 0 && !tensors) ? client_fail(STK_EINVAL, "save") : 0;
+  if (!err) err = stk_ckpt_writer_open(c, attempt, rank, 0, &w);
   for (size_t i = 0; i < n_tensors && err == 0; i++) {
     const struct stk_ckpt_tensor *t = &tensors[i];
+    if (h && h->before_tensor) h->before_tensor(h->arg, i);
     err = stk_ckpt_write_chunk(w, t->name, t->dtype, t->global_shape, &t->box, t->data, t->len);
   }
-  if (err < 0 && !w->failed) { /* Our own failure: the server has not failed the call. */
+  if (h && h->before_tensor && !err) h->before_tensor(h->arg, n_tensors);
+  /* Every byte is in a segment or a packed message now: the buffers are free. */
+  if (h && h->released) h->released(h->arg), released = true;
+  if (w && err < 0 && !w->failed) { /* Our own failure: the server has not failed the call. */
     stk_ckpt_writer_abort(w);
-    return client_fail(err, err == STK_EINVAL ? "save: bad tensor" : "save");
+    err = client_fail(err, err == STK_EINVAL ? "save: bad tensor" : "save");
+  } else if (w) {
+    err = stk_ckpt_writer_finish(w, false, ret_bytes, NULL);
   }
-  return stk_ckpt_writer_finish(w, false, ret_bytes, NULL);
+  if (h && h->released && !released) h->released(h->arg);
+  return err;
+}
+
+int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
+                  const struct stk_ckpt_tensor *tensors, size_t n_tensors, uint64_t *ret_bytes) {
+  return ckpt_save_hooked(c, attempt, rank, tensors, n_tensors, NULL, ret_bytes);
 }
 
 /* ------------------------------------------------------------ async save */

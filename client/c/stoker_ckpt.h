@@ -161,6 +161,63 @@ int stk_ckpt_save_async(struct stk_client *c, const char *attempt, uint32_t rank
                         const struct stk_ckpt_tensor *tensors, size_t n_tensors,
                         stk_ckpt_saved_fn done, void *arg);
 
+/*
+ * Staging in the background, for checkpoints that cost the training loop
+ * (almost) nothing: stk_ckpt_stage_start saves rank's shard as
+ * stk_ckpt_save does, on a thread of its own, reading the caller's buffers
+ * in place: no snapshot copy. The caller goes on (a trainer runs the next
+ * step's forward and backward) and must not change the buffers until
+ * stk_ckpt_stage_fence returned: a trainer calls it right before its
+ * optimizer update overwrites the parameters and optimizer state. The
+ * fence returns once every byte is in staging (copied into the service's
+ * shared memory, or packed into a sent gRPC message), before the service's
+ * "staged" reply; stk_ckpt_stage_finish waits for that reply and frees the
+ * stage. The checkpoint thus holds exactly the buffers' contents at start.
+ */
+struct stk_ckpt_stage;
+
+struct stk_ckpt_stage_opts {
+  /* The staging thread runs at nice 19, so that its copy takes only the
+   * CPU time the caller's threads leave; a fence that has to wait puts it
+   * back at nice 0 (needs RLIMIT_NICE >= 20 or CAP_SYS_NICE; otherwise it
+   * stays at 19 and the fence waits for it at that priority). */
+  bool low_priority;
+  /* Called on the staging thread before tensor i's bytes are read, and
+   * with i = n_tensors after the last one (before the fence lets go); it
+   * may block. For tests (forcing interleavings) and progress. NULL: none. */
+  void (*before_tensor)(void *arg, size_t i);
+  void *hook_arg;
+};
+
+/* Starts staging tensors[0..n_tensors) of rank's shard of attempt. The
+ * tensor array, names, shapes and boxes are copied; the data buffers are
+ * read in place. opts may be NULL (defaults: normal priority, no hook).
+ * The client must outlive the stage. */
+int stk_ckpt_stage_start(struct stk_client *c, const char *attempt, uint32_t rank,
+                         const struct stk_ckpt_tensor *tensors, size_t n_tensors,
+                         const struct stk_ckpt_stage_opts *opts, struct stk_ckpt_stage **ret_stage);
+
+/* Waits until the stage no longer reads the buffers: every byte staged, or
+ * the save failed (the buffers are free either way; stk_ckpt_stage_finish
+ * tells which). Returns 0 (STK_EINVAL for NULL). May be called any number
+ * of times. */
+int stk_ckpt_stage_fence(struct stk_ckpt_stage *s);
+
+/* True once the buffers are free (stk_ckpt_stage_fence would not wait). */
+bool stk_ckpt_stage_released(struct stk_ckpt_stage *s);
+
+/* Waits for the service's reply (the shard staged) without freeing s, so
+ * that another thread may still fence on it: 0 or the save's error (its
+ * message in stk_client_last_error on this thread). ret_bytes may be
+ * NULL. */
+int stk_ckpt_stage_wait(struct stk_ckpt_stage *s, uint64_t *ret_bytes);
+
+/* Waits for the service's reply (the shard staged), joins the thread and
+ * frees s. 0, or the save's error (stk_client_last_error tells the
+ * service's reason on this thread). ret_bytes may be NULL. Accepts NULL
+ * (returns 0). */
+int stk_ckpt_stage_finish(struct stk_ckpt_stage *s, uint64_t *ret_bytes);
+
 /* A committed checkpoint: its step, where its manifest lives, when it
  * committed (Unix ms) and the coordinator generation that wrote it. */
 struct stk_ckpt_ref {

@@ -98,6 +98,14 @@ int fsdp_step(struct fsdp *f, const int32_t *tokens, const int32_t *targets, int
 
 /* This rank's vote for the next fsdp_step (cleared by a successful step). */
 void fsdp_set_vote(struct fsdp *f, bool vote);
+/* Runs fn(arg) in every later fsdp_step after every collective succeeded
+ * and right before the optimizer writes this rank's shards (parameters,
+ * m, v): nothing else in a step writes them, so a checkpoint staged from
+ * the shards in the background (stk_ckpt_stage_start) fences here while
+ * the forward and backward ran beside it. A nonzero return fails the step
+ * with it and leaves the shards untouched. fn NULL: none. */
+void fsdp_set_before_update(struct fsdp *f, int (*fn)(void *arg), void *arg);
+
 /* How many ranks voted in the last successful step (the same on every
  * rank); 0 after a failed step. */
 int fsdp_votes(const struct fsdp *f);

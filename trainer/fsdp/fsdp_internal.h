@@ -105,8 +105,10 @@ struct fsdp {
   int64_t coll_wait_ns;
   uint64_t bytes_moved, gather_bytes;
   int64_t nsteps_stat;
-  float vote; /* This rank's, for the next step. */
-  int votes;  /* Summed over ranks by the last step. */
+  float vote;                      /* This rank's, for the next step. */
+  int votes;                       /* Summed over ranks by the last step. */
+  int (*before_update)(void *arg); /* fsdp_set_before_update; NULL: none. */
+  void *before_update_arg;
 
   /* One step's rendezvous, under mu. */
   pthread_mutex_t mu;

@@ -157,12 +157,18 @@ int fsdp_step(struct fsdp *f, const int32_t *tokens, const int32_t *targets, int
   f->votes = 0;
   if (rc) return rc;
   float loss = f->red[1] / (float)f->world;
-  rc = apply_optimizer(f);
+  rc = f->before_update ? f->before_update(f->before_update_arg) : 0;
+  if (!rc) rc = apply_optimizer(f);
   if (rc) return rc;
   f->votes = (int)(f->red[2] + 0.5f); /* A small integer sum: exact in f32. */
   f->vote = 0.0f;
   if (ret_loss) *ret_loss = loss;
   return 0;
+}
+
+void fsdp_set_before_update(struct fsdp *f, int (*fn)(void *arg), void *arg) {
+  f->before_update = fn;
+  f->before_update_arg = arg;
 }
 
 void fsdp_set_vote(struct fsdp *f, bool vote) {

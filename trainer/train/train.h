@@ -3,9 +3,9 @@
  * coordinator job, builds a TCP ring with the other ranks through the
  * generation's KV store, streams its slice of each global batch from the
  * dataloader, trains the reference GPT with FSDP, checkpoints every N steps
- * through the checkpoint service (asynchronously: the step goes on once the
- * shard is staged) and, on RESTART or a failed collective, rejoins at the
- * new world size and restores the latest committed checkpoint, resharded.
+ * through the checkpoint service (in the background: the shards are
+ * staged while the next step's forward and backward run) and, on RESTART or a failed collective,
+ * rejoins at the new world size and restores the latest committed checkpoint, resharded.
  *
  * Steps: trainer step s (1-based, "s steps done") trains on the loader's
  * step s - 1 (the loader counts from 0), so a checkpoint at step S holds
@@ -61,21 +61,38 @@ struct train_opts {
   const char *ring_host;   /* Ring listens on and publishes this host (NULL: 127.0.0.1). */
   int64_t ring_timeout_ms;
   enum fsdp_precision precision; /* --mixed-precision bf16|fp32 */
+  bool ckpt_low_priority;        /* --ckpt-stage-priority low: staging at nice 19. */
+  /* --ckpt-stage-test: forces an interleaving of staging and training. */
+  int64_t ckpt_test_delay_ms; /* slow:MS: the staging thread waits until the next update
+                                 is at the fence, then sleeps MS before its first and its
+                                 middle tensor. */
+  bool ckpt_test_early;       /* early: staging done before the next step starts. */
 };
 
-/* A checkpoint saved asynchronously and not committed yet. */
+/* A checkpoint on its way: its pipeline thread (attempt, loader export,
+ * staging, barrier, commit) runs beside training. Its tensors are the live
+ * FSDP shards (no snapshot): the next step's update fences on the stage
+ * (fsdp_set_before_update) before it writes them. */
 struct train_pending {
-  int64_t step; /* 0: none. */
+  int64_t step;
+  bool running; /* The pipeline thread exists (not joined yet). */
+  pthread_t thread;
   char attempt[STK_CKPT_ATTEMPT_MAX];
-  float *buf; /* The snapshot of this rank's shards (param, m, v per unit). */
-  uint8_t *loader_blob;
-  uint64_t *dims;    /* Shapes and boxes of the tensors saved. */
+  struct stk_ckpt_tensor *ts; /* Shard tensors, then rank 0's state and loader tensors. */
+  size_t n_shard_tensors;
+  uint64_t *dims;    /* Shapes and boxes of the tensors. */
   char (*names)[32]; /* Their names. */
+  uint8_t *loader_blob;
   uint64_t state[4];
-  pthread_mutex_t mu;
+  pthread_mutex_t mu; /* Guards what follows against the pipeline thread. */
   pthread_cond_t cv;
+  struct stk_ckpt_stage *stage; /* Freed by the loop's thread after the join. */
+  bool started;                 /* The stage exists, or the pipeline failed before. */
+  bool at_fence;                /* An update reached the fence (or the pipeline is reaped). */
+  size_t middle_tensor;         /* --ckpt-stage-test slow: where the stage sleeps again. */
   bool done;
   int err;
+  int64_t fence_wait_us; /* What the next update's fence waited; -1: no update yet. */
 };
 
 struct train {
@@ -113,12 +130,16 @@ int train_loader_ensure(struct train *t);
  * imports the dataloader state. */
 int train_restore(struct train *t, int64_t step);
 
-/* Snapshots this rank's shards and saves them asynchronously (step must be
- * the last step trained). */
+/* Starts the checkpoint of step (the last step trained) in the
+ * background, after reaping the previous one; the next step's update
+ * waits for the copy of the shards. */
 int train_ckpt_start(struct train *t, int64_t step);
-/* Waits for the pending save to be staged, meets the other ranks and
- * (rank 0) commits it and commits the loader. No-op without one. */
-int train_ckpt_finish(struct train *t);
+/* The before-update hook: waits until the pending stage no longer reads
+ * the shards. */
+int train_ckpt_fence(void *train);
+/* Reaps the checkpoint pipeline once it is done (wait: until it is): 0
+ * or its error. No-op without one. */
+int train_ckpt_finish(struct train *t, bool wait);
 void train_ckpt_drop(struct train *t);
 
 /* Trains one generation until the steps are done (0), STOP (1) or a
@@ -132,5 +153,6 @@ int train_dump_params(struct train *t, const char *path);
 void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len);
 
 int64_t train_now_ms(void);
+int64_t train_now_us(void);
 
 #endif

@@ -17,6 +17,10 @@ static void usage(const char *prog) {
       "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
       "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
       "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n"
+      "  [--ckpt-stage-priority low|normal] (checkpoint staging thread at nice 19 or 0)\n"
+      "  [--ckpt-stage-test slow:MS|early] (tests: staging waits for the next update's\n"
+      "                     fence, then sleeps MS before its first and middle tensor; or\n"
+      "                     staging is waited for before the next step)\n"
       "  [--ring-host HOST]  (address the ring listens on and publishes; env STOKER_RING_HOST,\n"
       "                       default 127.0.0.1; a pod passes its IP)\n"
       "  [--tls-ca FILE]     (TLS to every service, verified with this CA; env STOKER_TLS_CA)\n"
@@ -59,6 +63,18 @@ static int set_flag(struct train_opts *o, const char *k, const char *v) {
     if (strcmp(v, "bf16") && strcmp(v, "fp32")) return -1;
     o->precision = !strcmp(v, "bf16") ? FSDP_PRECISION_BF16 : FSDP_PRECISION_FP32;
     return 0;
+  }
+  if (!strcmp(k, "--ckpt-stage-priority")) {
+    if (strcmp(v, "low") && strcmp(v, "normal")) return -1;
+    o->ckpt_low_priority = !strcmp(v, "low");
+    return 0;
+  }
+  if (!strcmp(k, "--ckpt-stage-test")) {
+    char *end = NULL;
+    if (!strcmp(v, "early")) return (o->ckpt_test_early = true), 0;
+    if (strncmp(v, "slow:", 5)) return -1;
+    o->ckpt_test_delay_ms = strtoll(v + 5, &end, 10);
+    return (*end || o->ckpt_test_delay_ms <= 0) ? -1 : 0;
   }
   long long n = strtoll(v, NULL, 10);
   if (!strcmp(k, "--steps"))

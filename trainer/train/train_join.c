@@ -22,6 +22,12 @@ int64_t train_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t train_now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 void train_drop_group(struct train *t) {
   pthread_mutex_lock(&t->group_mu);
   struct coll_group *g = t->group;

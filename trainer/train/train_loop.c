@@ -66,6 +66,7 @@ static int setup(struct train *t) {
   fsdp_free(t->fsdp);
   t->fsdp = NULL;
   if (!err) err = fsdp_new(&t->o.cfg, t->group, &fo, &t->fsdp);
+  if (!err) fsdp_set_before_update(t->fsdp, train_ckpt_fence, t);
   if (!err && from > 0) err = train_restore(t, from);
   if (!err) err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
   t->step = from;
@@ -111,7 +112,7 @@ static int one_step(struct train *t) {
   if (t->m.rank == 0)
     printf("[%s] step %" PRId64 " loss %.4f tokens/s %.0f world %u\n", t->o.member, t->step,
            (double)loss, tps, t->m.world_size);
-  err = train_ckpt_finish(t); /* The previous step's checkpoint, staged meanwhile. */
+  err = train_ckpt_finish(t, false); /* An earlier checkpoint, if its pipeline is done. */
   bool periodic = t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0;
   if (votes > 0)
     printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)\n", t->o.member, t->step,
@@ -130,7 +131,7 @@ int train_run_generation(struct train *t) {
     if (a == STK_ACTION_STOP) err = 1;
     if (a == STK_ACTION_RESTART) err = STK_EABORTED;
   }
-  if (!err) err = train_ckpt_finish(t);
+  if (!err) err = train_ckpt_finish(t, true);
   if (!err && t->o.dump_params) err = train_dump_params(t, t->o.dump_params);
   if (!err) (void)stk_barrier(t->coord, "done", 30000); /* Nobody leaves mid-collective. */
   train_ckpt_drop(t);

@@ -4,7 +4,9 @@
  * into a fresh fsdp at the same world size that then continues bit for
  * bit like the original, load validation, and a dead peer: when one rank's
  * group is killed, fsdp_step fails on every rank instead of hanging, and the
- * shards are left untouched.
+ * shards are left untouched. The before-update hook (where a background
+ * checkpoint fences) runs once per step on shards the step has not written
+ * yet, and its error fails the step with the shards untouched.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -203,11 +205,77 @@ static void test_dead_peer_fails_step(void **state) {
   assert_int_equal(a.step_rc[1], STK_ECANCELED);
 }
 
+/* The before-update hook: it runs once per step, after forward and
+ * backward left the shards as the last update made them (a checkpoint
+ * staged from them in the background reads exactly that state until it
+ * lets go), and its error fails the step with the shards untouched. */
+struct hook_arg {
+  struct fsdp *f;
+  struct saved before; /* The shards after the last update. */
+  int calls, intact, fail_with;
+};
+
+static int hook(void *p) {
+  struct hook_arg *h = p;
+  h->calls++;
+  for (int k = 0; k < h->before.U; k++) {
+    struct fsdp_shard s;
+    fsdp_shard(h->f, k, &s);
+    size_t n = s.count * sizeof(float);
+    if (memcmp(s.param, h->before.s[k].param, n) || memcmp(s.adam_m, h->before.s[k].adam_m, n) ||
+        memcmp(s.adam_v, h->before.s[k].adam_v, n))
+      h->intact = 0;
+  }
+  return h->fail_with;
+}
+
+static int hook_body(int rank, struct coll_group *g, void *p) {
+  struct hook_arg *h = (struct hook_arg *)p + rank;
+  struct fsdp_opts o;
+  train_opts(&o);
+  float loss[1];
+  int rc = fsdp_new(&train_small, g, &o, &h->f);
+  if (rc) return rc;
+  fsdp_set_before_update(h->f, hook, h);
+  h->intact = 1;
+  for (int step = 0; step < 3 && !rc; step++) {
+    rc = save(h->f, &h->before);
+    if (!rc) rc = train_steps(h->f, train_small.vocab_size, rank, W3, step, 1, loss);
+    if (!rc && fsdp_steps_done(h->f) == step + 1 && !h->intact) rc = -102;
+    saved_free(&h->before);
+  }
+  h->fail_with = STK_EIO; /* Every rank's hook fails the fourth step. */
+  if (!rc) rc = save(h->f, &h->before);
+  if (!rc && train_steps(h->f, train_small.vocab_size, rank, W3, 3, 1, loss) != STK_EIO) rc = -103;
+  if (!rc && fsdp_steps_done(h->f) != 3) rc = -104;
+  if (!rc) hook(h); /* The shards as before the failed step. */
+  saved_free(&h->before);
+  fsdp_set_before_update(h->f, NULL, NULL);
+  if (!rc) rc = train_steps(h->f, train_small.vocab_size, rank, W3, 3, 1, loss);
+  if (!rc && fsdp_steps_done(h->f) != 4) rc = -105;
+  fsdp_free(h->f);
+  return rc;
+}
+
+static void test_before_update_hook(void **state) {
+  (void)state;
+  struct hook_arg h[W3];
+  memset(h, 0, sizeof(h));
+  int rc[RANKS_MAX];
+  ranks_run(W3, 20000, hook_body, h, rc);
+  for (int r = 0; r < W3; r++) {
+    assert_int_equal(rc[r], 0);
+    assert_int_equal(h[r].calls, 5); /* Three steps, the failed one, the check after it. */
+    assert_true(h[r].intact);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shard_layout),
       cmocka_unit_test(test_save_load_roundtrip),
       cmocka_unit_test(test_dead_peer_fails_step),
+      cmocka_unit_test(test_before_update_hook),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
