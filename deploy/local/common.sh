@@ -20,13 +20,18 @@ start_services() { # exports STOKER_COORDINATOR, STOKER_DATALOADER, STOKER_CHECK
   start_daemon coordinator
   export STOKER_COORDINATOR=$(cat "$work/coordinator.addr")
   start_daemon dataloader --data-root "$work" # the corpus is made under $work
-  start_daemon checkpoint --coordinator "$STOKER_COORDINATOR"
+  start_daemon checkpoint --coordinator "$STOKER_COORDINATOR" --storage "$(ckpt_storage)"
   export STOKER_DATALOADER=$(cat "$work/dataloader.addr")
   export STOKER_CHECKPOINT=$(cat "$work/checkpoint.addr")
   ctl health
 }
 
 ctl() { "$bin/client/cli/stokerctl" "$@"; }
+
+# Where the checkpoint service stores (the job spec names it too, so that
+# `stokerctl job show` says where a job's data and checkpoints are).
+ckpt_storage() { echo "file://$work/checkpoint-store"; }
+job_storage_flags() { echo --dataset "file://$work/corpus" --checkpoint-storage "$(ckpt_storage)"; }
 
 make_corpus() { # about 2 MiB of text in $work/corpus
   say "preparing a small corpus from the licence texts on this machine"

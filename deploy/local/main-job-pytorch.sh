@@ -44,8 +44,9 @@ make_corpus
 job=demo-pt
 steps=${STOKER_STEPS:-100}
 say "creating job $job: 2..4 nodes, heartbeat 300ms, 3 misses, last call 1s"
+# shellcheck disable=SC2046 # job_storage_flags is two flag pairs, split on purpose
 ctl job create "$job" --min 2 --max 4 --heartbeat 300ms --misses 3 --last-call 1s \
-  --label team=research --label framework=pytorch >/dev/null
+  --label team=research --label framework=pytorch $(job_storage_flags) >/dev/null
 ctl job show "$job"
 
 export OMP_NUM_THREADS=1

@@ -35,8 +35,9 @@ start_services
 make_corpus
 
 say "creating job demo: 2..4 ranks, heartbeat 300ms, 3 misses, last call 1s"
+# shellcheck disable=SC2046 # job_storage_flags is two flag pairs, split on purpose
 ctl job create demo --min 2 --max 4 --heartbeat 300ms --misses 3 --last-call 1s \
-  --label team=research >/dev/null
+  --label team=research $(job_storage_flags) >/dev/null
 ctl job show demo
 
 steps=${STOKER_STEPS:-200}
