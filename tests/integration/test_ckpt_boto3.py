@@ -4,6 +4,7 @@ stoker-checkpoint wrote to s3rver: it finds the manifest by listing the
 job's prefix, parses it with the build's descriptor set (no generated
 code), and checks every object's size and per-1-MiB-block CRC32C.
 Usage: test_ckpt_boto3.py PROTOSET ENDPOINT BUCKET PREFIX JOB STEP"""
+
 import sys
 
 try:
@@ -48,13 +49,18 @@ def manifest_class(path):
 def main():
     protoset, endpoint, bucket, prefix, job, step = sys.argv[1:7]
     assert crc32c(b"123456789") == 0xE3069283, "CRC32C self-test"
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                      aws_access_key_id="S3RVER", aws_secret_access_key="S3RVER",
-                      config=Config(s3={"addressing_style": "path"}))
-    base = "%s%s/step-%012d/" % (prefix, job, int(step))
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="S3RVER",
+        aws_secret_access_key="S3RVER",
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    base = f"{prefix}{job}/step-{int(step):012d}/"
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=base).get("Contents", [])]
     manifests = [k for k in keys if k.endswith("/manifest.pb")]
-    assert len(manifests) == 1, "manifests under %s: %r" % (base, keys)
+    assert len(manifests) == 1, f"manifests under {base}: {keys!r}"
     Manifest = manifest_class(protoset)
     m = Manifest()
     m.ParseFromString(s3.get_object(Bucket=bucket, Key=manifests[0])["Body"].read())
@@ -65,11 +71,10 @@ def main():
     for o in m.objects:
         body = s3.get_object(Bucket=bucket, Key=adir + o.key)["Body"].read()
         assert len(body) == o.size, (o.key, len(body), o.size)
-        crcs = [crc32c(body[i:i + block]) for i in range(0, len(body), block)]
+        crcs = [crc32c(body[i : i + block]) for i in range(0, len(body), block)]
         assert crcs == list(o.block_crc32c), "CRC32C mismatch in " + o.key
         total += len(body)
-    print("ok %d objects, %d bytes, %d chunks verified by boto3" %
-          (len(m.objects), total, len(m.chunks)))
+    print(f"ok {len(m.objects)} objects, {total} bytes, {len(m.chunks)} chunks verified by boto3")
 
 
 if __name__ == "__main__":

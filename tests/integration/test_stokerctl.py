@@ -7,6 +7,7 @@ job pause|resume|stop|delete.
 
 Usage: test_stokerctl.py COORDINATOR_BINARY STOKERCTL_BINARY
 """
+
 import json
 import os
 import shutil
@@ -22,12 +23,22 @@ COORD, CTL = sys.argv[1], sys.argv[2]
 
 def start_daemon(root):
     ready = os.path.join(root, "ready")
-    proc = subprocess.Popen([COORD, "--listen", "127.0.0.1:0", "--data-dir",
-                             os.path.join(root, "data"), "--ready-file", ready,
-                             "--log-level", "warn"])
+    proc = subprocess.Popen(
+        [
+            COORD,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            os.path.join(root, "data"),
+            "--ready-file",
+            ready,
+            "--log-level",
+            "warn",
+        ]
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
-        assert proc.poll() is None, "coordinator exited with %s" % proc.returncode
+        assert proc.poll() is None, f"coordinator exited with {proc.returncode}"
         if os.path.exists(ready):
             with open(ready) as f:
                 addr = f.readline().strip()
@@ -51,7 +62,7 @@ class Ctl:
 
     def ok(self, *args, json_out=False):
         rc, out, err = self.run(*args, json_out=json_out)
-        assert rc == 0, "stokerctl %s: exit %d, stderr %r" % (" ".join(args), rc, err)
+        assert rc == 0, f"stokerctl {' '.join(args)}: exit {rc}, stderr {err!r}"
         return out
 
     def json(self, *args):
@@ -59,19 +70,35 @@ class Ctl:
         return [json.loads(line) for line in out.splitlines() if line.strip()]
 
     def fails(self, code, *args, json_out=False):
-        rc, out, err = self.run(*args, json_out=json_out)
-        assert rc == code, "stokerctl %s: exit %d, want %d (stderr %r)" % (
-            " ".join(args), rc, code, err)
+        rc, _, err = self.run(*args, json_out=json_out)
+        assert rc == code, f"stokerctl {' '.join(args)}: exit {rc}, want {code} (stderr {err!r})"
         lines = err.strip("\n").split("\n")
-        assert len(lines) == 1 and lines[0].startswith("stokerctl: "), \
-            "stokerctl %s: stderr is not one 'stokerctl: ' line: %r" % (" ".join(args), err)
+        assert len(lines) == 1 and lines[0].startswith("stokerctl: "), (
+            f"stokerctl {' '.join(args)}: stderr is not one 'stokerctl: ' line: {err!r}"
+        )
         return lines[0]
 
 
 def test_create_list_show(c):
-    out = c.ok("job", "create", "demo", "--min", "1", "--max", "4", "--heartbeat", "200ms",
-               "--misses", "5", "--last-call", "300ms", "--label", "team=nlp",
-               "--dataset", "file:///data/corpus")
+    out = c.ok(
+        "job",
+        "create",
+        "demo",
+        "--min",
+        "1",
+        "--max",
+        "4",
+        "--heartbeat",
+        "200ms",
+        "--misses",
+        "5",
+        "--last-call",
+        "300ms",
+        "--label",
+        "team=nlp",
+        "--dataset",
+        "file:///data/corpus",
+    )
     assert "demo" in out and "WAITING" in out, out
     [job] = c.json("job", "create", "other", "--min", "2", "--max", "2")
     assert job["name"] == "other" and job["state"] == "WAITING", job
@@ -80,7 +107,7 @@ def test_create_list_show(c):
     table = c.ok("jobs", "list")
     lines = table.splitlines()
     assert lines[0].split()[:2] == ["NAME", "STATE"], table
-    assert [l.split()[0] for l in lines[1:]] == ["demo", "other"], table
+    assert [line.split()[0] for line in lines[1:]] == ["demo", "other"], table
 
     jobs = c.json("jobs", "list")
     assert [j["name"] for j in jobs] == ["demo", "other"], jobs
@@ -108,13 +135,13 @@ def test_errors(c):
     c.fails(2, "job", "pause", "nope")
     c.fails(2, "job", "delete", "nope")
     c.fails(2, "job", "scale", "nope", "2")
-    c.fails(1, "job", "create", "x1", "--min", "1")            # --max missing
+    c.fails(1, "job", "create", "x1", "--min", "1")  # --max missing
     c.fails(1, "job", "create", "Bad Name", "--min", "1", "--max", "1")
     c.fails(1, "job", "frobnicate", "demo")
     c.fails(1, "jobs", "list", "--no-such-flag")
-    c.fails(1, "job", "scale", "demo", "9")                    # above max_ranks
+    c.fails(1, "job", "scale", "demo", "9")  # above max_ranks
     c.fails(3, "job", "create", "demo", "--min", "1", "--max", "1")  # exists
-    rc, out, err = c.run()
+    rc, _, err = c.run()
     assert rc == 1, (rc, err)
     # Nothing above created anything.
     assert [j["name"] for j in c.json("jobs", "list")] == ["demo", "other"]
@@ -129,10 +156,10 @@ def test_lifecycle(c):
     assert job["state"] in ("PAUSING", "PAUSED"), job
     [job] = c.json("job", "resume", "demo")
     assert job["state"] == "WAITING", job
-    c.fails(3, "job", "delete", "demo")                        # not stopped
+    c.fails(3, "job", "delete", "demo")  # not stopped
     [job] = c.json("job", "stop", "demo")
     assert job["state"] == "STOPPED", job
-    c.fails(3, "job", "resume", "demo")                        # terminal
+    c.fails(3, "job", "resume", "demo")  # terminal
     c.ok("job", "delete", "demo")
     c.fails(2, "job", "show", "demo")
     c.ok("job", "delete", "other", "--force")
@@ -144,7 +171,7 @@ def test_unreachable(c):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    rc, out, err = c.run("jobs", "list", addr="127.0.0.1:%d" % port)
+    rc, _, err = c.run("jobs", "list", addr=f"127.0.0.1:{port}")
     assert rc == 4, (rc, err)
     assert err.count("\n") == 1 and err.startswith("stokerctl: "), err
 
@@ -159,7 +186,7 @@ def main():
             t(c)
             print("ok", t.__name__)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0, "coordinator exit status %s" % proc.returncode
+        assert proc.wait(timeout=20) == 0, f"coordinator exit status {proc.returncode}"
     finally:
         if proc and proc.poll() is None:
             proc.kill()

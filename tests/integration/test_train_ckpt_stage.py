@@ -19,34 +19,63 @@ next step's update would change every later step).
 
 Usage: test_train_ckpt_stage.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
+
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_elastic import corpus, launch, start, wait_all, workspace  # noqa: E402
+from test_train_elastic import corpus, launch, start, wait_all, workspace
 
 STEPS, EVERY = 6, 2
-MODES = {"slow": ["--ckpt-stage-test", "slow:200"], "early": ["--ckpt-stage-test", "early"],
-         "none": []}
+MODES = {
+    "slow": ["--ckpt-stage-test", "slow:200"],
+    "early": ["--ckpt-stage-test", "early"],
+    "none": [],
+}
 
 
 def create_job(ctl, env, job):
-    subprocess.run([ctl, "job", "create", job, "--min", "2", "--max", "2", "--heartbeat",
-                    "300ms", "--misses", "20", "--last-call", "500ms"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            ctl,
+            "job",
+            "create",
+            job,
+            "--min",
+            "2",
+            "--max",
+            "2",
+            "--heartbeat",
+            "300ms",
+            "--misses",
+            "20",
+            "--last-call",
+            "500ms",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def train(bins, env, work, job, data, extra):
     train_bin, ctl = bins[3], bins[4]
     create_job(ctl, env, job)
     out = os.path.join(work, f"{job}.bin")
-    procs = launch(train_bin, env, work, job, [f"{job}0", f"{job}1"],
-                   ["--corpus", data, "--steps", str(STEPS), "--dump-params", out, *extra])
+    procs = launch(
+        train_bin,
+        env,
+        work,
+        job,
+        [f"{job}0", f"{job}1"],
+        ["--corpus", data, "--steps", str(STEPS), "--dump-params", out, *extra],
+    )
     wait_all(procs, 120)
-    logs = "".join(open(os.path.join(work, f"{job}-{job}{i}.log")).read() for i in range(2))
-    return open(out, "rb").read(), logs  # Either member may be rank 0.
+    logs = "".join(Path(work, f"{job}-{job}{i}.log").read_text() for i in range(2))
+    return Path(out).read_bytes(), logs  # Either member may be rank 0.
 
 
 def main():
@@ -58,31 +87,48 @@ def main():
         daemons.append(p)
         p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
         daemons.append(p)
-        env = dict(os.environ, STOKER_COORDINATOR=caddr, STOKER_DATALOADER=daddr,
-                   STOKER_CHECKPOINT=kaddr, OMP_NUM_THREADS="1")
+        env = dict(
+            os.environ,
+            STOKER_COORDINATOR=caddr,
+            STOKER_DATALOADER=daddr,
+            STOKER_CHECKPOINT=kaddr,
+            OMP_NUM_THREADS="1",
+        )
         data = corpus(work)
         final, logs = {}, {}
         for mode, flags in MODES.items():
             every = str(EVERY) if flags else "0"
-            final[mode], logs[mode] = train(bins, env, work, mode, data,
-                                            ["--checkpoint-every", every, *flags])
+            final[mode], logs[mode] = train(
+                bins, env, work, mode, data, ["--checkpoint-every", every, *flags]
+            )
             assert len(final[mode]) > 0
         assert final["slow"] == final["none"], "a slow background checkpoint changed training"
         assert final["early"] == final["none"], "a checkpoint changed training"
-        waits = {int(s): int(us) for s, us in re.findall(
-            r"checkpoint at step (\d+) staged; the next update waited (\d+) us", logs["slow"])}
+        waits = {
+            int(s): int(us)
+            for s, us in re.findall(
+                r"checkpoint at step (\d+) staged; the next update waited (\d+) us", logs["slow"]
+            )
+        }
         assert sorted(waits) == [2, 4], f"fence waits logged: {waits}"
         assert all(us >= 200000 for us in waits.values()), f"the fence did not wait: {waits}"
         print(f"slow staging: the updates after steps 2 and 4 waited {waits} us")
         for mode in ("slow", "early"):
             for step in (2, 4):
                 job = f"{mode}-from{step}"
-                got, _ = train(bins, env, work, job, data,
-                               ["--data-job", mode, "--restore-from", str(step),
-                                "--checkpoint-every", "0"])
+                got, _ = train(
+                    bins,
+                    env,
+                    work,
+                    job,
+                    data,
+                    ["--data-job", mode, "--restore-from", str(step), "--checkpoint-every", "0"],
+                )
                 assert got == final["none"], f"{mode}: resumed from step {step}, params differ"
-        print(f"restored from steps 2 and 4 and trained on: {len(final['none']) // 4} parameters"
-              " bit-identical to the uninterrupted run")
+        print(
+            f"restored from steps 2 and 4 and trained on: {len(final['none']) // 4} parameters"
+            " bit-identical to the uninterrupted run"
+        )
     print("ok")
 
 

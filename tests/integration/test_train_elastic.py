@@ -10,6 +10,7 @@ ranks gives bit-identical parameters (every unit gathered and compared).
 
 Usage: test_train_elastic.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
+
 import contextlib
 import json
 import os
@@ -21,10 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "deploy", "local"))
-import summary  # noqa: E402  (the main job's Explain check and log parser)
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "local")
+)
+import summary  # The main job's Explain check and log parser.
 
 STEPS, EVERY = 80, 10
 
@@ -33,12 +36,23 @@ def start(binary, work, name, *extra):
     ready = os.path.join(work, name + ".addr")
     if name.startswith("dataloader"):  # it serves the corpus made under work
         extra = ("--data-root", work, *extra)
-    p = subprocess.Popen([binary, "--listen", "127.0.0.1:0", "--data-dir",
-                          os.path.join(work, name), "--ready-file", ready,
-                          "--log-level", "warn", *extra])
+    p = subprocess.Popen(
+        [
+            binary,
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            os.path.join(work, name),
+            "--ready-file",
+            ready,
+            "--log-level",
+            "warn",
+            *extra,
+        ]
+    )
     for _ in range(600):
         if os.path.exists(ready) and os.path.getsize(ready) > 0:
-            return p, open(ready).read().strip()
+            return p, Path(ready).read_text().strip()
         if p.poll() is not None:
             break
         time.sleep(0.05)
@@ -49,8 +63,25 @@ def corpus(work):
     d = os.path.join(work, "corpus")
     os.makedirs(d)
     rnd = random.Random(7)
-    words = ["stoker", "shard", "ring", "gather", "loss", "step", "token", "the", "a",
-             "checkpoint", "rank", "model", "batch", "of", "and", "to", "train"]
+    words = [
+        "stoker",
+        "shard",
+        "ring",
+        "gather",
+        "loss",
+        "step",
+        "token",
+        "the",
+        "a",
+        "checkpoint",
+        "rank",
+        "model",
+        "batch",
+        "of",
+        "and",
+        "to",
+        "train",
+    ]
     for i in range(4):
         with open(os.path.join(d, f"part-{i}.txt"), "w") as f:
             for k in range(1500):  # Paragraphs (the text reader's documents).
@@ -61,17 +92,23 @@ def corpus(work):
 
 
 def job_json(ctl, env, job):
-    out = subprocess.run([ctl, "--json", "job", "show", job], env=env, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [ctl, "--json", "job", "show", job], env=env, check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out)
 
 
 def launch(train, env, work, job, members, extra):
     procs = {}
     for m in members:
-        log = open(os.path.join(work, f"{job}-{m}.log"), "w")
-        procs[m] = subprocess.Popen([train, "--job", job, "--member", m, *extra],
-                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+        # The child holds its own descriptor of the log once started.
+        with open(os.path.join(work, f"{job}-{m}.log"), "w") as log:
+            procs[m] = subprocess.Popen(
+                [train, "--job", job, "--member", m, *extra],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
     return procs
 
 
@@ -83,14 +120,46 @@ def wait_all(procs, timeout):
 
 
 def elastic_run(bins, env, work, data):
-    coord, dl, ck, train, ctl = bins
-    subprocess.run([ctl, "job", "create", "el", "--min", "2", "--max", "4", "--heartbeat",
-                    "500ms", "--misses", "6", "--last-call", "1s"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    train, ctl = bins[3], bins[4]
+    subprocess.run(
+        [
+            ctl,
+            "job",
+            "create",
+            "el",
+            "--min",
+            "2",
+            "--max",
+            "4",
+            "--heartbeat",
+            "500ms",
+            "--misses",
+            "6",
+            "--last-call",
+            "1s",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     final = os.path.join(work, "final.bin")
-    procs = launch(train, env, work, "el", [f"r{i}" for i in range(4)],
-                   ["--corpus", data, "--steps", str(STEPS), "--checkpoint-every", str(EVERY),
-                    "--dump-params", final])
+    procs = launch(
+        train,
+        env,
+        work,
+        "el",
+        [f"r{i}" for i in range(4)],
+        [
+            "--corpus",
+            data,
+            "--steps",
+            str(STEPS),
+            "--checkpoint-every",
+            str(EVERY),
+            "--dump-params",
+            final,
+        ],
+    )
     end = time.time() + 60
     while True:
         j = job_json(ctl, env, "el")
@@ -106,7 +175,7 @@ def elastic_run(bins, env, work, data):
 
 
 def check_logs(work):
-    text = "".join(open(os.path.join(work, f"el-r{i}.log")).read() for i in range(4))
+    text = "".join(Path(work, f"el-r{i}.log").read_text() for i in range(4))
     restored = re.findall(r"restored step (\d+) at world size 3", text)
     assert len(restored) == 3, "the three survivors did not restore at world size 3"
     steps = summary.read_logs(text)
@@ -120,15 +189,47 @@ def check_logs(work):
 
 def verify_at_two(bins, env, work, data):
     train, ctl = bins[3], bins[4]
-    subprocess.run([ctl, "job", "create", "verify", "--min", "2", "--max", "2", "--heartbeat",
-                    "200ms", "--last-call", "500ms"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            ctl,
+            "job",
+            "create",
+            "verify",
+            "--min",
+            "2",
+            "--max",
+            "2",
+            "--heartbeat",
+            "200ms",
+            "--last-call",
+            "500ms",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     out = os.path.join(work, "two.bin")
-    procs = launch(train, env, work, "verify", ["v0", "v1"],
-                   ["--data-job", "el", "--corpus", data, "--steps", str(STEPS),
-                    "--restore-from", str(STEPS), "--dump-params", out])
+    procs = launch(
+        train,
+        env,
+        work,
+        "verify",
+        ["v0", "v1"],
+        [
+            "--data-job",
+            "el",
+            "--corpus",
+            data,
+            "--steps",
+            str(STEPS),
+            "--restore-from",
+            str(STEPS),
+            "--dump-params",
+            out,
+        ],
+    )
     wait_all(procs, 60)
-    a, b = open(os.path.join(work, "final.bin"), "rb").read(), open(out, "rb").read()
+    a, b = Path(work, "final.bin").read_bytes(), Path(out).read_bytes()
     assert len(a) > 0 and a == b, "parameters restored at 2 ranks differ"
     print(f"restored at 2 ranks: {len(a) // 4} parameters bit-identical")
 
@@ -145,7 +246,7 @@ def workspace(prefix):
     except BaseException:
         for f in sorted(os.listdir(work)):
             if f.endswith(".log"):
-                sys.stderr.write(f"--- {f}\n" + open(os.path.join(work, f)).read()[-3000:])
+                sys.stderr.write(f"--- {f}\n" + Path(work, f).read_text()[-3000:])
         raise
     finally:
         for p in procs:
@@ -164,8 +265,13 @@ def main():
         daemons.append(p)
         p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
         daemons.append(p)
-        env = dict(os.environ, STOKER_COORDINATOR=caddr, STOKER_DATALOADER=daddr,
-                   STOKER_CHECKPOINT=kaddr, OMP_NUM_THREADS="1")
+        env = dict(
+            os.environ,
+            STOKER_COORDINATOR=caddr,
+            STOKER_DATALOADER=daddr,
+            STOKER_CHECKPOINT=kaddr,
+            OMP_NUM_THREADS="1",
+        )
         os.environ.update(env)
         data = corpus(work)
         elastic_run(bins, env, work, data)
@@ -173,6 +279,7 @@ def main():
         assert summary.check_no_repeats(bins[4], "el", STEPS), "data repeated or skipped"
         verify_at_two(bins, env, work, data)
     print("ok")
+
 
 if __name__ == "__main__":
     main()

@@ -17,28 +17,45 @@ into one) all finish with those same parameters.
 
 Usage: test_train_loader_parts.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
+
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "deploy", "local"))
-from test_train_elastic import corpus, launch, start, wait_all, workspace  # noqa: E402
-import summary  # noqa: E402  (the trainer's log parser)
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "local")
+)
+import summary  # The trainer's log parser.
+from test_train_elastic import corpus, launch, start, wait_all, workspace
 
 STEPS, EVERY = 8, 4
-CREATE = ["--dataset", "web=synthetic:1000:20:300:1@3", "--dataset", "code=synthetic:200:10:50:2",
-          "--seq-len", "127", "--global-batch", "8", "--seed", "5", "--shards", "8", "--lanes",
-          "4", "--eos", "7"]
+CREATE = [
+    "--dataset",
+    "web=synthetic:1000:20:300:1@3",
+    "--dataset",
+    "code=synthetic:200:10:50:2",
+    "--seq-len",
+    "127",
+    "--global-batch",
+    "8",
+    "--seed",
+    "5",
+    "--shards",
+    "8",
+    "--lanes",
+    "4",
+    "--eos",
+    "7",
+]
 
 
 def ctl(bins, env, addrs, *args, rc=0):
-    p = subprocess.run([bins[4], "--dataloader", addrs, *args], env=env, capture_output=True,
-                       text=True)
+    p = subprocess.run(
+        [bins[4], "--dataloader", addrs, *args], env=env, capture_output=True, text=True
+    )
     assert p.returncode == rc, f"{args}: exit {p.returncode}, want {rc}: {p.stderr}"
     return p.stdout
 
@@ -52,13 +69,15 @@ def check_ctl(bins, env, whole, parts):
     for addrs in (whole, parts):
         ctl(bins, env, addrs, "loader", "create", "cx", *CREATE)
     ctl(bins, env, parts, "loader", "create", "cx", *CREATE, rc=3)  # Exists on part 0.
-    assert ctl_json(bins, env, parts, "loader", "show", "cx") == \
-        ctl_json(bins, env, whole, "loader", "show", "cx")
+    assert ctl_json(bins, env, parts, "loader", "show", "cx") == ctl_json(
+        bins, env, whole, "loader", "show", "cx"
+    )
     for args in (["3", "--rank", "1", "--world", "2"], ["6", "--rank", "0", "--world", "4"]):
         want = ctl(bins, env, whole, "--json", "loader", "explain", "cx", *args)
         assert ctl(bins, env, parts, "--json", "loader", "explain", "cx", *args) == want, args
-        assert ctl(bins, env, parts, "loader", "explain", "cx", *args) == \
-            ctl(bins, env, whole, "loader", "explain", "cx", *args), args
+        assert ctl(bins, env, parts, "loader", "explain", "cx", *args) == ctl(
+            bins, env, whole, "loader", "explain", "cx", *args
+        ), args
     args = ["loader", "explain", "cx", "3", "--rank", "1", "--world", "2"]  # Lines 28-31.
     half = ctl_json(bins, env, p0, *args)["sources"]
     assert 0 < len(half) < len(ctl_json(bins, env, whole, *args)["sources"]), "not partial"
@@ -66,8 +85,17 @@ def check_ctl(bins, env, whole, parts):
     ctl(bins, env, p0, "loader", "commit", "cx", "7")
     assert ctl_json(bins, env, p0, "loader", "show", "cx")["committed_step"] == 7
     assert ctl_json(bins, env, parts, "loader", "show", "cx")["committed_step"] == 5
-    mix = ["loader", "mixture", "cx", "--from-step", "9", "--dataset",
-           "web=synthetic:1000:20:300:1@1", "--global-batch", "16"]
+    mix = [
+        "loader",
+        "mixture",
+        "cx",
+        "--from-step",
+        "9",
+        "--dataset",
+        "web=synthetic:1000:20:300:1@1",
+        "--global-batch",
+        "16",
+    ]
     ctl(bins, env, whole, "loader", "commit", "cx", "5")
     for addrs in (whole, parts):
         ctl(bins, env, addrs, *mix)
@@ -84,22 +112,55 @@ def check_ctl(bins, env, whole, parts):
 
 def train(bins, env, work, job, loader, data, *extra):
     """Two ranks of coordinator job `job`; returns the dumped parameters."""
-    subprocess.run([bins[4], "job", "create", job, "--min", "2", "--max", "2", "--heartbeat",
-                    "200ms", "--last-call", "300ms"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            bins[4],
+            "job",
+            "create",
+            job,
+            "--min",
+            "2",
+            "--max",
+            "2",
+            "--heartbeat",
+            "200ms",
+            "--last-call",
+            "300ms",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     out = os.path.join(work, f"{job}.bin")
-    procs = launch(bins[3], env, work, job, [f"{job}0", f"{job}1"],
-                   ["--dataloader", loader, "--corpus", data, "--steps", str(STEPS),
-                    "--checkpoint-every", str(EVERY), "--dump-params", out, *extra])
+    procs = launch(
+        bins[3],
+        env,
+        work,
+        job,
+        [f"{job}0", f"{job}1"],
+        [
+            "--dataloader",
+            loader,
+            "--corpus",
+            data,
+            "--steps",
+            str(STEPS),
+            "--checkpoint-every",
+            str(EVERY),
+            "--dump-params",
+            out,
+            *extra,
+        ],
+    )
     wait_all(procs, 120)
-    params = open(out, "rb").read()
+    params = Path(out).read_bytes()
     assert len(params) > 0
     return params
 
 
 def log(work, job):
     """Both ranks' logs (rank 0, whichever member it is, logs the steps)."""
-    return "".join(open(os.path.join(work, f"{job}-{job}{i}.log")).read() for i in range(2))
+    return "".join(Path(work, f"{job}-{job}{i}.log").read_text() for i in range(2))
 
 
 def check_training(bins, env, work, whole, parts, data):
@@ -107,15 +168,20 @@ def check_training(bins, env, work, whole, parts, data):
     two = train(bins, env, work, "two", parts, data)
     losses = summary.read_logs(log(work, "one"))
     assert sorted(losses) == list(range(1, STEPS + 1)), log(work, "one")
-    assert [v[0] for v in summary.read_logs(log(work, "two")).values()] == \
-        [v[0] for v in losses.values()], "the per-step loss differs with two loader parts"
+    assert [v[0] for v in summary.read_logs(log(work, "two")).values()] == [
+        v[0] for v in losses.values()
+    ], "the per-step loss differs with two loader parts"
     assert one == two, "parameters trained with two loader parts differ"
     assert "checkpoint committed at step 4" in log(work, "two")
     print(f"two loader parts: {STEPS} steps, loss and {len(one) // 4} parameters identical")
-    for job, data_job, loader in (("rp", "two", parts), ("r21", "one", parts),
-                                  ("r12", "two", whole)):
-        got = train(bins, env, work, job, loader, data, "--data-job", data_job,
-                    "--restore-from", str(EVERY))
+    for job, data_job, loader in (
+        ("rp", "two", parts),
+        ("r21", "one", parts),
+        ("r12", "two", whole),
+    ):
+        got = train(
+            bins, env, work, job, loader, data, "--data-job", data_job, "--restore-from", str(EVERY)
+        )
         assert f"restored step {EVERY} at world size 2" in log(work, job), log(work, job)
         assert got == one, f"restore of {data_job} against {loader}: parameters differ"
         for addr in loader.split(","):  # The checkpoint's loader state reached every process.
@@ -139,12 +205,14 @@ def main():
         parts = ",".join(addrs)
         p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
         daemons.append(p)
-        env = dict(os.environ, STOKER_COORDINATOR=caddr, STOKER_CHECKPOINT=kaddr,
-                   OMP_NUM_THREADS="1")
+        env = dict(
+            os.environ, STOKER_COORDINATOR=caddr, STOKER_CHECKPOINT=kaddr, OMP_NUM_THREADS="1"
+        )
         env.pop("STOKER_DATALOADER", None)
         check_ctl(bins, env, whole, parts)
         check_training(bins, env, work, whole, parts, corpus(work))
     print("ok")
+
 
 if __name__ == "__main__":
     main()

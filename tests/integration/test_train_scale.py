@@ -13,16 +13,15 @@ how long a step takes: every wait is for an outcome, with a generous deadline
 
 Usage: test_train_scale.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
+
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_elastic import corpus, job_json, launch, start, workspace  # noqa: E402
+from test_train_elastic import corpus, job_json, launch, start, workspace
 
 EVERY = 50000  # The periodic interval: never reached here.
 MEMBERS = ["s0", "s1", "s2"]
@@ -54,16 +53,47 @@ def exited(procs):
 
 def scale_down(bins, env, work, data):
     ctl, train = bins[4], bins[3]
-    subprocess.run([ctl, "job", "create", "sc", "--min", "2", "--max", "3", "--heartbeat",
-                    "300ms", "--misses", "20", "--last-call", "1s"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
-    procs = launch(train, env, work, "sc", MEMBERS,
-                   ["--corpus", data, "--steps", str(2 * EVERY), "--checkpoint-every",
-                    str(EVERY), "--mixed-precision", "bf16"])
+    subprocess.run(
+        [
+            ctl,
+            "job",
+            "create",
+            "sc",
+            "--min",
+            "2",
+            "--max",
+            "3",
+            "--heartbeat",
+            "300ms",
+            "--misses",
+            "20",
+            "--last-call",
+            "1s",
+        ],
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    procs = launch(
+        train,
+        env,
+        work,
+        "sc",
+        MEMBERS,
+        [
+            "--corpus",
+            data,
+            "--steps",
+            str(2 * EVERY),
+            "--checkpoint-every",
+            str(EVERY),
+            "--mixed-precision",
+            "bf16",
+        ],
+    )
     wait_for("three ranks training", lambda: all_training(ctl, env), 120)
     assert (job_json(ctl, env, "sc").get("latest_checkpoint") or {}).get("step", 0) == 0
-    subprocess.run([ctl, "job", "scale", "sc", "2"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([ctl, "job", "scale", "sc", "2"], env=env, check=True, stdout=subprocess.DEVNULL)
     gone = wait_for("the surplus rank to exit", lambda: exited(procs), 240)
     assert len(gone) == 1, f"{gone} exited"
     surplus = gone[0]
@@ -79,15 +109,24 @@ def check_checkpoint(ctl, env, work, procs, surplus):
         assert f"checkpoint now at step {step} " in log(work, m), f"{m} did not save at {step}"
     survivors = [m for m in MEMBERS if m != surplus]
     want = f"restored step {step} at world size 2"
-    wait_for("the survivors to restore",
-             lambda: all(want in log(work, m) for m in survivors), 120)
-    j = wait_for("two ranks training past the checkpoint",
-                 lambda: (lambda j: j if j.get("world_size") == 2 and all(
-                     x.get("step", 0) > step for x in j.get("members") or []) else None)(
-                     job_json(ctl, env, "sc")), 120)
+    wait_for("the survivors to restore", lambda: all(want in log(work, m) for m in survivors), 120)
+    j = wait_for(
+        "two ranks training past the checkpoint",
+        lambda: (
+            lambda j: (
+                j
+                if j.get("world_size") == 2
+                and all(x.get("step", 0) > step for x in j.get("members") or [])
+                else None
+            )
+        )(job_json(ctl, env, "sc")),
+        120,
+    )
     assert len(j["members"]) == 2
-    print(f"scaled 3 -> 2: checkpoint now at step {step}, {surplus} left, "
-          f"{' and '.join(survivors)} restored at world size 2")
+    print(
+        f"scaled 3 -> 2: checkpoint now at step {step}, {surplus} left, "
+        f"{' and '.join(survivors)} restored at world size 2"
+    )
     return survivors
 
 
@@ -109,14 +148,20 @@ def main():
         running.append(p)
         p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
         running.append(p)
-        env = dict(os.environ, STOKER_COORDINATOR=caddr, STOKER_DATALOADER=daddr,
-                   STOKER_CHECKPOINT=kaddr, OMP_NUM_THREADS="1")
+        env = dict(
+            os.environ,
+            STOKER_COORDINATOR=caddr,
+            STOKER_DATALOADER=daddr,
+            STOKER_CHECKPOINT=kaddr,
+            OMP_NUM_THREADS="1",
+        )
         data = corpus(work)
         procs, surplus = scale_down(bins, env, work, data)
         running.extend(procs.values())
         survivors = check_checkpoint(bins[4], env, work, procs, surplus)
         stop_all(bins[4], env, work, procs, survivors)
     print("ok")
+
 
 if __name__ == "__main__":
     main()

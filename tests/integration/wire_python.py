@@ -6,11 +6,13 @@ stoker.protoset descriptor set the build produces, exactly as grpcurl
 
 Usage: wire_python.py COORDINATOR_BINARY PROTOSET
 """
+
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -45,7 +47,7 @@ class Client:
         resp_cls = message_class(self.pool, mdesc.output_type.full_name)
         req = req_cls(**request_fields)
         stub = self.channel.unary_unary(
-            "/%s/%s" % (service, method),
+            f"/{service}/{method}",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=resp_cls.FromString,
         )
@@ -56,9 +58,9 @@ def expect_code(fn, code):
     try:
         fn()
     except grpc.RpcError as e:
-        assert e.code() == code, "expected %s, got %s: %s" % (code, e.code(), e.details())
+        assert e.code() == code, f"expected {code}, got {e.code()}: {e.details()}"
         return e.details()
-    raise AssertionError("expected %s, call succeeded" % code)
+    raise AssertionError(f"expected {code}, call succeeded")
 
 
 def main():
@@ -66,24 +68,32 @@ def main():
     pool = load_pool(protoset)
     with tempfile.TemporaryDirectory() as tmp:
         ready = os.path.join(tmp, "ready")
-        proc = subprocess.Popen([daemon, "--listen", "127.0.0.1:0", "--data-dir",
-                                 os.path.join(tmp, "data"), "--ready-file", ready])
+        proc = subprocess.Popen(
+            [
+                daemon,
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                os.path.join(tmp, "data"),
+                "--ready-file",
+                ready,
+            ]
+        )
         try:
             deadline = time.time() + 30
-            while not (os.path.exists(ready) and open(ready).read().strip()):
+            while not (os.path.exists(ready) and Path(ready).read_text().strip()):
                 assert proc.poll() is None, "daemon exited early"
                 assert time.time() < deadline, "daemon not ready in 30 s"
                 time.sleep(0.05)
-            addr = open(ready).read().strip()
+            addr = Path(ready).read_text().strip()
             channel = grpc.insecure_channel(addr)
             c = Client(pool, channel)
 
             health = c.call("grpc.health.v1.Health", "Check", {"service": ""})
-            assert health.status == 1, "health status %d" % health.status
+            assert health.status == 1, f"health status {health.status}"
             print("ok health Check SERVING")
 
-            spec = {"name": "wire-job", "min_ranks": 1, "max_ranks": 2,
-                    "labels": {"team": "llm"}}
+            spec = {"name": "wire-job", "min_ranks": 1, "max_ranks": 2, "labels": {"team": "llm"}}
             spec_cls = message_class(pool, "stoker.v1.JobSpec")
             job = c.call("stoker.v1.Coordinator", "CreateJob", {"spec": spec_cls(**spec)})
             assert job.spec.name == "wire-job" and job.spec.max_ranks == 2
@@ -96,25 +106,32 @@ def main():
             assert [j.spec.name for j in listed.jobs] == ["wire-job"]
             print("ok GetJob and ListJobs")
 
-            expect_code(lambda: c.call("stoker.v1.Coordinator", "GetJob", {"job": "nope"}),
-                        grpc.StatusCode.NOT_FOUND)
-            expect_code(lambda: c.call("stoker.v1.Coordinator", "CreateJob",
-                                       {"spec": spec_cls(name="Bad/Name", min_ranks=1,
-                                                         max_ranks=1)}),
-                        grpc.StatusCode.INVALID_ARGUMENT)
+            expect_code(
+                lambda: c.call("stoker.v1.Coordinator", "GetJob", {"job": "nope"}),
+                grpc.StatusCode.NOT_FOUND,
+            )
+            expect_code(
+                lambda: c.call(
+                    "stoker.v1.Coordinator",
+                    "CreateJob",
+                    {"spec": spec_cls(name="Bad/Name", min_ranks=1, max_ranks=1)},
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,
+            )
             print("ok NOT_FOUND and INVALID_ARGUMENT")
 
             raw = channel.unary_unary("/stoker.v1.Coordinator/NoSuchMethod")
             expect_code(lambda: raw(b"", timeout=5), grpc.StatusCode.UNIMPLEMENTED)
             garbage = channel.unary_unary("/stoker.v1.Coordinator/GetJob")
-            expect_code(lambda: garbage(b"\xff\xff\xff", timeout=5),
-                        grpc.StatusCode.INVALID_ARGUMENT)
+            expect_code(
+                lambda: garbage(b"\xff\xff\xff", timeout=5), grpc.StatusCode.INVALID_ARGUMENT
+            )
             print("ok UNIMPLEMENTED and malformed payload")
             channel.close()
         finally:
             proc.terminate()
             rc = proc.wait(timeout=30)
-        assert rc == 0, "daemon exit status %d after SIGTERM" % rc
+        assert rc == 0, f"daemon exit status {rc} after SIGTERM"
         print("ok graceful exit on SIGTERM")
 
 
