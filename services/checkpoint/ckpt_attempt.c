@@ -522,20 +522,6 @@ static bool split_key(const char *rel, size_t *ret_dir_len, const char **ret_att
   return true;
 }
 
-static bool attempt_journaled(struct ckpt_service *s, const char *attempt, size_t len) {
-  char id[CKPT_ATTEMPT_MAX_BYTES + 1];
-  if (len == 0 || len > CKPT_ATTEMPT_MAX_BYTES) return false;
-  memcpy(id, attempt, len);
-  id[len] = '\0';
-  struct ckpt_jkey k;
-  ckpt_jkey_attempt(&k, id);
-  void *v;
-  size_t n;
-  if (kv_get(s->kv, NULL, k.b, k.len, &v, &n) != 0) return false;
-  free(v);
-  return true;
-}
-
 /* Whether a manifest is listed under the attempt directory dir (of len). */
 static bool has_manifest(const struct ckpt_keylist *l, size_t skip, const char *dir, size_t len) {
   for (size_t i = 0; i < l->n; i++) {
@@ -559,7 +545,7 @@ int attempt_collect_run(struct ckpt_service *s, const char *job) {
     if (strncmp(l.keys[i], jobdir, skip) != 0 ||
         !split_key(rel, &dir_len, &att, &att_len, &manifest))
       continue;
-    if (manifest || has_manifest(&l, skip, rel, dir_len) || attempt_journaled(s, att, att_len))
+    if (manifest || has_manifest(&l, skip, rel, dir_len) || ckpt_gc_attempt_journaled(s, att, att_len))
       continue;
     err = storage_delete(s->st, l.keys[i]);
   }

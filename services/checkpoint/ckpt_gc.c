@@ -117,6 +117,21 @@ int ckpt_delete_run(struct ckpt_service *s, const char *job, int64_t step) {
 
 /* ---- Orphaned multipart uploads ---- */
 
+bool ckpt_gc_attempt_journaled(struct ckpt_service *s, const char *attempt, size_t len) {
+  char id[CKPT_ATTEMPT_MAX_BYTES + 1];
+  if (len == 0 || len > CKPT_ATTEMPT_MAX_BYTES) return false;
+  memcpy(id, attempt, len);
+  id[len] = '\0';
+  struct ckpt_jkey k;
+  ckpt_jkey_attempt(&k, id);
+  void *v;
+  size_t n;
+  if (kv_get(s->kv, NULL, k.b, k.len, &v, &n) != 0) return false;
+  free(v);
+  return true;
+}
+
+
 struct upload_ref {
   char *key, *id;
 };
@@ -208,7 +223,7 @@ int ckpt_gc_orphan_uploads(struct ckpt_service *s, int64_t now_ms, uint64_t grac
   for (size_t i = 0; i < l.n; i++) {
     char id[CKPT_ATTEMPT_MAX_BYTES + 1];
     attempt_of_key(l.v[i].key + l.skip, id);
-    if (attempt_known(s, id, strlen(id))) continue;
+    if (ckpt_gc_attempt_journaled(s, id, strlen(id))) continue;
     int e = storage_mpu_abort(s->st, l.v[i].key, l.v[i].id);
     if (e == 0) aborted++;
     if (e && e != STK_ENOENT && !err) err = e; /* ENOENT: completed or aborted meanwhile. */

@@ -302,6 +302,8 @@ struct ckpt_keylist {
 /* Appends every key under prefix (storage_list). */
 int ckpt_keylist_list(struct ckpt_service *s, const char *prefix, struct ckpt_keylist *l);
 void ckpt_keylist_free(struct ckpt_keylist *l);
+/* Whether attempt (len bytes, not NUL-terminated) has an A/ record. */
+bool ckpt_gc_attempt_journaled(struct ckpt_service *s, const char *attempt, size_t len);
 int ckpt_delete_dir(struct ckpt_service *s, const char *dir_key);
 /* Aborts every multipart upload under dir_key (an aborted attempt's
  * directory), journaled or not: an upload created just before a crash and
