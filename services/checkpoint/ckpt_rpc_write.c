@@ -69,6 +69,7 @@ static void reply(struct ckpt_rpc_writer *x, bool durable) {
   Stoker__V1__WriteResponse r = STOKER__V1__WRITE_RESPONSE__INIT;
   r.bytes_staged = x->w ? ckpt_write_bytes(x->w) : 0;
   r.durable = durable;
+  r.staged = true; /* Every reply comes after "last" was consumed. */
   struct rpc_call *c = x->call;
   x->call = NULL;
   rpc_reply(c, &r.base);
