@@ -545,7 +545,8 @@ int attempt_collect_run(struct ckpt_service *s, const char *job) {
     if (strncmp(l.keys[i], jobdir, skip) != 0 ||
         !split_key(rel, &dir_len, &att, &att_len, &manifest))
       continue;
-    if (manifest || has_manifest(&l, skip, rel, dir_len) || ckpt_gc_attempt_journaled(s, att, att_len))
+    if (manifest || has_manifest(&l, skip, rel, dir_len) ||
+        ckpt_gc_attempt_journaled(s, att, att_len))
       continue;
     err = storage_delete(s->st, l.keys[i]);
   }

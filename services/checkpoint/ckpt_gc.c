@@ -131,7 +131,6 @@ bool ckpt_gc_attempt_journaled(struct ckpt_service *s, const char *attempt, size
   return true;
 }
 
-
 struct upload_ref {
   char *key, *id;
 };
