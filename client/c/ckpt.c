@@ -132,3 +132,13 @@ int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_m
   protobuf_c_message_free_unpacked(resp, NULL);
   return 0;
 }
+
+int stk_ckpt_abort(struct stk_client *c, const char *attempt, const char *reason,
+                   int64_t timeout_ms) {
+  if (!attempt || !attempt[0]) return client_fail(STK_EINVAL, "abort");
+  Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
+  req.attempt = (char *)attempt;
+  req.reason = (char *)(reason ? reason : "");
+  return client_call(c, CKPT_METHOD("Abort"), &req.base, &stoker__v1__empty__descriptor, timeout_ms,
+                     NULL);
+}

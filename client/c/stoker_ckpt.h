@@ -233,6 +233,14 @@ struct stk_ckpt_ref {
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
                     struct stk_ckpt_ref *ret_ref);
 
+/* Aborts an open attempt (reason, may be NULL, is named in the writers'
+ * error): its writers fail with STK_EABORTED, what it staged and uploaded
+ * is freed and deleted. Returns once that is done; 0 also for an attempt
+ * already aborted. Errors: STK_ENOENT (unknown to the service), STK_ESTATE
+ * (committing or committed: delete the step instead). */
+int stk_ckpt_abort(struct stk_client *c, const char *attempt, const char *reason,
+                   int64_t timeout_ms);
+
 /* ------------------------------------------------------------- restore */
 
 /* A box to fetch and where its row-major bytes go (len = box elements x

@@ -56,5 +56,6 @@ int cli_ckpt_list(const struct cli_ctx *x);
 int cli_ckpt_show(const struct cli_ctx *x);
 int cli_ckpt_verify(const struct cli_ctx *x);
 int cli_ckpt_delete(const struct cli_ctx *x);
+int cli_ckpt_abort(const struct cli_ctx *x);
 
 #endif

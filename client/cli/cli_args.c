@@ -60,6 +60,7 @@ static const struct {
     {"rank", FLAG_VALUE, 0},
     {"world", FLAG_VALUE, 0},
     {"progress", FLAG_SWITCH, 0},
+    {"reason", FLAG_VALUE, 0},
 };
 
 static int find_flag(const char *name, size_t len) {

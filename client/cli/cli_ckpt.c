@@ -1,6 +1,6 @@
 /*
  * stokerctl's checkpoint subcommands: checkpoint list, show, verify,
- * delete. Each is: check operands, connect to the checkpoint service
+ * delete, abort. Each is: check operands, connect to the checkpoint service
  * (--checkpoint / STOKER_CHECKPOINT, default 127.0.0.1:7072), call through
  * libstoker-client, print a table or JSON, map the outcome to an exit code.
  * Verify on a terminal re-reads the checkpoint object by object with Read
@@ -91,6 +91,23 @@ int cli_ckpt_delete(const struct cli_ctx *x) {
       print_json(o);
     } else {
       printf("checkpoint %s step %" PRId64 " deleted\n", x->name, step);
+    }
+  }
+  return finish(x, c, err);
+}
+
+int cli_ckpt_abort(const struct cli_ctx *x) {
+  struct stk_client *c = NULL;
+  int rc = connect_ckpt(x, &c);
+  if (rc) return rc;
+  int err = stk_ckpt_abort(c, x->name, cli_flag_value(x->args, "reason"), 0);
+  if (err == 0) {
+    if (x->args->json) {
+      cJSON *o = cJSON_CreateObject();
+      cJSON_AddStringToObject(o, "aborted_attempt", x->name);
+      print_json(o);
+    } else {
+      printf("checkpoint attempt %s aborted\n", x->name);
     }
   }
   return finish(x, c, err);

@@ -162,6 +162,15 @@ static const struct cli_command commands[] = {
      "JOB STEP",
      "delete a committed checkpoint",
      NULL},
+    {{"checkpoint", "abort"},
+     1,
+     "reason",
+     cli_ckpt_abort,
+     "ATTEMPT [--reason TEXT]",
+     "abort an open checkpoint attempt",
+     "  --reason TEXT   named in the error its writers get\n"
+     "Its writers fail, its staging memory is freed and what it uploaded is deleted;\n"
+     "exits 0 also when the attempt was already aborted, 3 once it committed.\n"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -136,7 +136,7 @@ void ckpt_delete(struct ckpt_service *s, const Stoker__V1__DeleteCheckpointReque
 
 static int run_gc(struct call_job *j) {
   j->resp = &empty_msg.base;
-  return ckpt_gc_run(j->s, j->job);
+  return attempt_collect_run(j->s, j->job);
 }
 
 void ckpt_gc(struct ckpt_service *s, const char *job, ckpt_done_fn done, void *arg) {
@@ -231,12 +231,38 @@ static int import_from_storage(struct ckpt_service *s, const char *job) {
   return err;
 }
 
+/* Whether storage was listed for the job's manifests before (I/<job>/). */
+static bool imported_before(struct ckpt_service *s, const char *job) {
+  struct ckpt_jkey k;
+  ckpt_jkey_step(&k, 'I', job, -1);
+  void *v;
+  size_t len;
+  if (kv_get(s->kv, NULL, k.b, k.len, &v, &len) != 0) return false;
+  free(v);
+  return true;
+}
+
+/* The journal is authoritative for a job once its storage was listed: the
+ * import ran (and journaled what it found) and this service is the only
+ * writer under its prefix, so a job with no C/ record after that has no
+ * checkpoint, and List answers it without listing the bucket again. */
+static int import_once(struct ckpt_service *s, const char *job) {
+  if (imported_before(s, job)) return 0;
+  int err = import_from_storage(s, job);
+  if (err) return err;
+  struct ckpt_jkey k;
+  ckpt_jkey_step(&k, 'I', job, -1);
+  return kv_put(s->kv, k.b, k.len, "", 0, true);
+}
+
 static int run_list(struct call_job *j) {
   int64_t *steps;
   size_t n;
   int err = ckpt_committed_steps(j->s, j->job, &steps, &n);
   if (!err && n == 0) {
-    err = import_from_storage(j->s, j->job);
+    free(steps);
+    steps = NULL;
+    err = import_once(j->s, j->job);
     if (!err) err = ckpt_committed_steps(j->s, j->job, &steps, &n);
   }
   if (err) return err;

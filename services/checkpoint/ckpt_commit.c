@@ -267,61 +267,6 @@ int ckpt_commit_run(struct ckpt_service *s, const char *attempt, struct commit_r
   return err;
 }
 
-/* Aborts the open uploads and deletes the objects the journal knows. */
-static void abort_objects(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec) {
-  struct ckpt_jkey k;
-  ckpt_jkey_attempt_prefix(&k, 'O', rec->attempt);
-  struct kv_iter *it;
-  if (kv_iter_prefix(s->kv, NULL, k.b, k.len, &it) != 0) return;
-  for (; kv_iter_valid(it); kv_iter_next(it)) {
-    size_t len;
-    const void *v = kv_iter_value(it, &len);
-    Stoker__V1__JournalObject *o = (Stoker__V1__JournalObject *)ckpt_journal_unpack(
-        &stoker__v1__journal_object__descriptor, v, len);
-    if (!o) continue;
-    char name[CKPT_OBJECT_MAX_BYTES + 1], *key = NULL;
-    ckpt_object_name(o->rank, o->index, name);
-    if (ckpt_key_object(s->prefix, rec->job, rec->step, rec->attempt, name, &key) == 0) {
-      if (o->upload_id && o->upload_id[0] && !o->done) storage_mpu_abort(s->st, key, o->upload_id);
-      storage_delete(s->st, key);
-    }
-    free(key);
-    stoker__v1__journal_object__free_unpacked(o, NULL);
-  }
-  kv_iter_free(it);
-}
-
-int ckpt_abort_run(struct ckpt_service *s, const char *attempt) {
-  Stoker__V1__JournalAttempt *rec;
-  struct ckpt_jkey k;
-  ckpt_jkey_attempt(&k, attempt);
-  int err = ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
-                             (ProtobufCMessage **)&rec);
-  if (err) return err == STK_ENOENT ? 0 : err;
-  char *key = NULL;
-  /* The manifest first: whatever happens next, the attempt never exists. */
-  err = ckpt_key_manifest(s->prefix, rec->job, rec->step, rec->attempt, &key);
-  if (!err) err = storage_delete(s->st, key);
-  free(key);
-  if (!err) {
-    abort_objects(s, rec);
-    if (ckpt_key_attempt_dir(s->prefix, rec->job, rec->step, rec->attempt, &key) == 0) {
-      ckpt_abort_uploads_under(s, key); /* Uploads and objects the journal never */
-      ckpt_delete_dir(s, key);          /* heard of (best effort). */
-    }
-    free(key);
-    struct kv_batch *b = kv_batch_new();
-    if (!b) err = STK_ENOMEM;
-    if (b) {
-      ckpt_journal_drop_attempt(b, attempt);
-      err = kv_write(s->kv, b, true);
-    }
-    kv_batch_free(b);
-  }
-  stoker__v1__journal_attempt__free_unpacked(rec, NULL);
-  return err;
-}
-
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;

@@ -4,9 +4,7 @@
  * Deleting a committed checkpoint journals the intent (D/ record, and the
  * C/ record goes in the same synced batch), deletes the manifest first (the
  * checkpoint stops existing), then its objects, then the intent; recovery
- * finishes an interrupted deletion. Orphan GC removes attempt directories
- * that have no manifest and no journal record (LIST is used only to find
- * garbage, never for correctness), and aborts the multipart uploads under
+ * finishes an interrupted deletion. Orphan upload GC aborts the multipart uploads under
  * the service's prefix that no open attempt owns once they are older than
  * a grace period: an upload begun just before a crash, before its upload
  * id reached the journal, is otherwise never aborted and its parts are
@@ -21,14 +19,9 @@
 #include "ckpt_service_int.h"
 #include "stk_error.h"
 
-struct keylist {
-  char **keys;
-  size_t n, cap;
-};
-
 static int collect(void *arg, const char *key, uint64_t size) {
   (void)size;
-  struct keylist *l = arg;
+  struct ckpt_keylist *l = arg;
   if (l->n == l->cap) {
     size_t cap = l->cap ? l->cap * 2 : 32;
     char **k = realloc(l->keys, cap * sizeof(*k));
@@ -41,19 +34,23 @@ static int collect(void *arg, const char *key, uint64_t size) {
   return 0;
 }
 
-static void keylist_free(struct keylist *l) {
+int ckpt_keylist_list(struct ckpt_service *s, const char *prefix, struct ckpt_keylist *l) {
+  return storage_list(s->st, prefix, collect, l);
+}
+
+void ckpt_keylist_free(struct ckpt_keylist *l) {
   for (size_t i = 0; i < l->n; i++) free(l->keys[i]);
   free(l->keys);
 }
 
 int ckpt_delete_dir(struct ckpt_service *s, const char *dir_key) {
-  struct keylist l = {0};
+  struct ckpt_keylist l = {0};
   int err = storage_list(s->st, dir_key, collect, &l);
   for (size_t i = 0; i < l.n; i++) {
     int e = storage_delete(s->st, l.keys[i]);
     if (e && !err) err = e;
   }
-  keylist_free(&l);
+  ckpt_keylist_free(&l);
   return err;
 }
 
@@ -118,24 +115,9 @@ int ckpt_delete_run(struct ckpt_service *s, const char *job, int64_t step) {
   return err ? err : ckpt_delete_finish(s, job, step);
 }
 
-/* ---- Orphans ---- */
+/* ---- Orphaned multipart uploads ---- */
 
-/* "step-N/attempt-ID/rest" after the job directory: the attempt directory
- * (job dir + first two segments) and whether rest is the manifest. */
-static bool split_key(const char *rel, size_t *ret_dir_len, const char **ret_attempt,
-                      size_t *ret_attempt_len, bool *ret_manifest) {
-  const char *s1 = strchr(rel, '/');
-  if (!s1 || strncmp(s1 + 1, "attempt-", 8) != 0) return false;
-  const char *s2 = strchr(s1 + 1, '/');
-  if (!s2) return false;
-  *ret_attempt = s1 + 9;
-  *ret_attempt_len = (size_t)(s2 - (s1 + 9));
-  *ret_dir_len = (size_t)(s2 + 1 - rel);
-  *ret_manifest = strcmp(s2 + 1, "manifest.pb") == 0;
-  return true;
-}
-
-static bool attempt_known(struct ckpt_service *s, const char *attempt, size_t len) {
+bool ckpt_gc_attempt_journaled(struct ckpt_service *s, const char *attempt, size_t len) {
   char id[CKPT_ATTEMPT_MAX_BYTES + 1];
   if (len == 0 || len > CKPT_ATTEMPT_MAX_BYTES) return false;
   memcpy(id, attempt, len);
@@ -148,40 +130,6 @@ static bool attempt_known(struct ckpt_service *s, const char *attempt, size_t le
   free(v);
   return true;
 }
-
-/* Whether a manifest is listed under the attempt directory dir (of len). */
-static bool has_manifest(const struct keylist *l, size_t skip, const char *dir, size_t len) {
-  for (size_t i = 0; i < l->n; i++) {
-    const char *k = l->keys[i] + skip;
-    if (strncmp(k, dir, len) == 0 && strcmp(k + len, "manifest.pb") == 0) return true;
-  }
-  return false;
-}
-
-int ckpt_gc_run(struct ckpt_service *s, const char *job) {
-  char *jobdir;
-  int err = ckpt_key_job_dir(s->prefix, job, &jobdir);
-  if (err) return err;
-  struct keylist l = {0};
-  err = storage_list(s->st, jobdir, collect, &l);
-  size_t skip = strlen(jobdir);
-  for (size_t i = 0; !err && i < l.n; i++) {
-    const char *rel = l.keys[i] + skip, *att;
-    size_t dir_len, att_len;
-    bool manifest;
-    if (strncmp(l.keys[i], jobdir, skip) != 0 ||
-        !split_key(rel, &dir_len, &att, &att_len, &manifest))
-      continue;
-    if (manifest || has_manifest(&l, skip, rel, dir_len) || attempt_known(s, att, att_len))
-      continue;
-    err = storage_delete(s->st, l.keys[i]);
-  }
-  keylist_free(&l);
-  free(jobdir);
-  return err;
-}
-
-/* ---- Orphaned multipart uploads ---- */
 
 struct upload_ref {
   char *key, *id;
@@ -274,7 +222,7 @@ int ckpt_gc_orphan_uploads(struct ckpt_service *s, int64_t now_ms, uint64_t grac
   for (size_t i = 0; i < l.n; i++) {
     char id[CKPT_ATTEMPT_MAX_BYTES + 1];
     attempt_of_key(l.v[i].key + l.skip, id);
-    if (attempt_known(s, id, strlen(id))) continue;
+    if (ckpt_gc_attempt_journaled(s, id, strlen(id))) continue;
     int e = storage_mpu_abort(s->st, l.v[i].key, l.v[i].id);
     if (e == 0) aborted++;
     if (e && e != STK_ENOENT && !err) err = e; /* ENOENT: completed or aborted meanwhile. */

@@ -1,11 +1,10 @@
 /*
- * The checkpoint adapter's unary methods: Begin, Commit, List, GetManifest,
- * Delete, Verify, and GetStagingInfo (answered at once). Each becomes one core call whose
- * completion answers the call on the loop. The core may take long (Commit waits until every rank's
- * bytes are durable), so each call keeps a small record: a cancelled or
- * drained call is answered at once and the record only waits for the core's
- * completion to be freed. Write and Read live in ckpt_rpc_write.c and
- * ckpt_rpc_read.c.
+ * The checkpoint adapter's unary methods: Begin, Commit, Abort, List,
+ * GetManifest, Delete, Verify, and GetStagingInfo (answered at once). Each becomes one core call
+ * whose completion answers the call on the loop. The core may take long (Commit waits until every
+ * rank's bytes are durable), so each call keeps a small record: a cancelled or drained call is
+ * answered at once and the record only waits for the core's completion to be freed. Write and Read
+ * live in ckpt_rpc_write.c and ckpt_rpc_read.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +92,7 @@ static void start(struct rpc_call *call, const ProtobufCMessage *req, struct ckp
 
 UNARY(begin, ckpt_begin, Stoker__V1__BeginRequest, false)
 UNARY(commit, ckpt_commit, Stoker__V1__CommitCheckpointRequest, true)
+UNARY(abort, ckpt_abort, Stoker__V1__AbortCheckpointRequest, false)
 UNARY(list, ckpt_list, Stoker__V1__ListCheckpointsRequest, false)
 UNARY(get_manifest, ckpt_get_manifest, Stoker__V1__GetManifestRequest, false)
 UNARY(delete, ckpt_delete, Stoker__V1__DeleteCheckpointRequest, false)
@@ -111,6 +111,7 @@ static const struct rpc_method_def checkpoint_methods[] = {
     {"Begin", RPC_UNARY, handle_begin},
     {"Write", RPC_CLIENT_STREAM, ckpt_rpc_handle_write},
     {"Commit", RPC_UNARY, handle_commit},
+    {"Abort", RPC_UNARY, handle_abort},
     {"List", RPC_UNARY, handle_list},
     {"GetManifest", RPC_UNARY, handle_get_manifest},
     {"Read", RPC_SERVER_STREAM, ckpt_rpc_handle_read},

@@ -5,11 +5,12 @@
  * staging budget pushes back on the rank through gRPC flow control.
  *
  * The first chunk names the attempt and rank (every later one must repeat
- * them) and opens the core's writer. After the chunk marked `last` the reply
- * goes out when the core says STAGED, or DURABLE when the rank asked
- * wait_durable. The writer is kept after the reply until the rank is durable
- * (for the uploaded-bytes metric); a stream that ends or is cancelled before
- * `last` leaves the rank unfinished, so the attempt cannot commit until
+ * them, or leave the attempt empty) and opens the core's writer. A bad
+ * stream aborts the attempt like a bad chunk (the core checks each chunk's
+ * attempt and rank; a malformed message is reported to the core). After the chunk marked `last` the
+ * reply goes out when the core says STAGED, or DURABLE when the rank asked wait_durable. The writer
+ * is kept after the reply until the rank is durable (for the uploaded-bytes metric); a stream that
+ * ends or is cancelled before `last` leaves the rank unfinished, so the attempt cannot commit until
  * another stream finishes the rank.
  *
  * The record lives until the call is finished, no receive is outstanding
@@ -68,6 +69,7 @@ static void reply(struct ckpt_rpc_writer *x, bool durable) {
   Stoker__V1__WriteResponse r = STOKER__V1__WRITE_RESPONSE__INIT;
   r.bytes_staged = x->w ? ckpt_write_bytes(x->w) : 0;
   r.durable = durable;
+  r.staged = true; /* Every reply comes after "last" was consumed. */
   struct rpc_call *c = x->call;
   x->call = NULL;
   rpc_reply(c, &r.base);
@@ -96,12 +98,7 @@ static bool feed_held(struct ckpt_rpc_writer *x) {
 
 /* The first chunk opens the writer; later ones must name the same rank. */
 static int bind_writer(struct ckpt_rpc_writer *x, const Stoker__V1__WriteChunk *ch) {
-  if (x->w) {
-    if (strcmp(ch->attempt, x->attempt) == 0 && ch->rank == x->rank) return 0;
-    fail(x, RPC_INVALID_ARGUMENT, "%s",
-         "every chunk of a stream must name the same attempt and rank");
-    return -1;
-  }
+  if (x->w) return 0; /* The core checks that the chunk names the stream's attempt and rank. */
   if (strlen(ch->attempt) >= sizeof(x->attempt)) {
     fail(x, RPC_INVALID_ARGUMENT, "%s", "attempt id too long");
     return -1;
@@ -124,6 +121,11 @@ static void got(struct rpc_call *call, ProtobufCMessage *msg, int err, void *arg
   x->receiving = false;
   if (err < 0 || !x->call) {
     if (msg) protobuf_c_message_free_unpacked(msg, NULL);
+    if (err == STK_EINVAL && x->w && x->call) {
+      ckpt_write_abort(x->w, STK_EINVAL, "malformed WriteChunk");
+      fail(x, RPC_INVALID_ARGUMENT, "%s", stk_detail());
+      return;
+    }
     fail(x, err == STK_EINVAL ? RPC_INVALID_ARGUMENT : RPC_CANCELLED, "%s",
          err == STK_EINVAL ? "malformed WriteChunk" : "cancelled before the last chunk");
     return;

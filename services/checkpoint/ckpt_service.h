@@ -64,12 +64,16 @@ struct ckpt_service_opts {
   uint32_t keep_last;            /* Retention: keep the newest K committed steps; 0 = all. */
   uint32_t keep_every;           /* ... and every step divisible by M; 0 = none. */
   uint32_t attempt_timeout_ms;   /* Abort attempts not finished by then; 600000. */
-  uint32_t read_piece_bytes;     /* Most bytes per ReadChunk; 4 MiB. */
-  uint32_t read_concurrency;     /* Restore threads (pieces fetched at once, all reads); 8. */
-  const char *shm_dir;           /* Zero-copy staging directory (ckpt_shm.h), absolute, on
-                                    tmpfs; NULL or "": off. Unique to this service on the host. */
-  uint64_t shm_pool_bytes;       /* Released segments kept for reuse, at most this many bytes
-                                    (capped at the budget); 0: none. */
+  uint32_t attempt_idle_timeout_ms; /* Abort an abandoned attempt (a rank unfinished, no
+                                       stream attached, nothing fed) this long; 120000. */
+  uint32_t max_open_attempts;       /* Attempts not yet committed or aborted, at most; Begin
+                                       answers STK_EBUSY beyond; 16 default. */
+  uint32_t read_piece_bytes;        /* Most bytes per ReadChunk; 4 MiB. */
+  uint32_t read_concurrency;        /* Restore threads (pieces fetched at once, all reads); 8. */
+  const char *shm_dir;              /* Zero-copy staging directory (ckpt_shm.h), absolute, on
+                                       tmpfs; NULL or "": off. Unique to this service on the host. */
+  uint64_t shm_pool_bytes;          /* Released segments kept for reuse, at most this many bytes
+                                       (capped at the budget); 0: none. */
   /* Multipart uploads under the prefix that no open attempt owns are aborted
    * once this old (at open, then periodically); 1 h default. */
   uint32_t orphan_upload_grace_ms;
@@ -91,6 +95,7 @@ struct ckpt_service_stats {
   uint64_t waits;             /* Feeds answered CKPT_WRITE_WAIT. */
   /* Multipart uploads no open attempt owned, aborted by orphan GC. */
   uint64_t orphan_uploads_aborted;
+  uint64_t abandoned; /* Open attempts aborted as abandoned (attempt_idle_timeout_ms). */
 };
 
 /*
@@ -159,6 +164,10 @@ int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
  */
 int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *chunk);
 
+/* A bad stream found by the caller (a malformed message): aborts the
+ * writer's attempt with err and msg, as a bad chunk does. */
+void ckpt_write_abort(struct ckpt_writer *w, int err, const char *msg);
+
 /* Bytes this writer has had consumed. */
 uint64_t ckpt_write_bytes(const struct ckpt_writer *w);
 
@@ -211,6 +220,15 @@ void ckpt_delete(struct ckpt_service *s, const Stoker__V1__DeleteCheckpointReque
  * every object; err STK_ECORRUPT (resp still given) if anything is wrong. */
 void ckpt_verify(struct ckpt_service *s, const Stoker__V1__VerifyCheckpointRequest *req,
                  ckpt_done_fn done, void *arg);
+
+/* Aborts an open attempt (writers get STK_EABORTED, staging is freed at
+ * once), cleans it up in storage and the journal, then collects the job's
+ * orphaned attempt directories (as ckpt_gc). resp: Stoker__V1__Empty once
+ * cleaned; at once for an attempt already aborted. STK_ENOENT: not known
+ * here (never begun, or over for more than 10 min); STK_ESTATE: committing
+ * or committed. */
+void ckpt_abort(struct ckpt_service *s, const Stoker__V1__AbortCheckpointRequest *req,
+                ckpt_done_fn done, void *arg);
 
 /* Deletes what no manifest and no journal record claims under the job's
  * directory (attempts of a lost journal). resp: Stoker__V1__Empty. */

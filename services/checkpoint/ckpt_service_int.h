@@ -1,10 +1,16 @@
 /*
  * ckpt_service_int: the service's private state, shared by its files
- * (ckpt_service.c: lifecycle and calls; ckpt_staging.c: writers and the
- * memory budget; ckpt_upload.c: parts, objects and ranks; ckpt_commit.c,
- * ckpt_recover.c, ckpt_gc.c: the blocking protocol steps; ckpt_restore.c:
- * reads and verify). Everything here is owned by the loop thread except
- * what the worker jobs carry.
+ * (ckpt_service.c: lifecycle, Begin and Commit; ckpt_attempt.c: the
+ * attempt's table, state machine, budget release, abort, cleanup and
+ * collection; ckpt_events.c: deferred events and answers; ckpt_staging.c:
+ * writers and the memory budget; ckpt_upload.c: parts, objects and ranks;
+ * ckpt_commit.c, ckpt_recover.c, ckpt_gc.c: the blocking protocol steps;
+ * ckpt_restore.c: reads and verify). Everything here is owned by the loop
+ * thread except what the worker jobs carry.
+ *
+ * Call graph between these files (no cycles): ckpt_service, ckpt_calls,
+ * ckpt_staging(_shm), ckpt_upload, ckpt_recover -> ckpt_attempt ->
+ * {ckpt_events, ckpt_gc, ckpt_pool, ckpt_journal, ckpt_shm, storage}.
  */
 #ifndef STK_CKPT_SERVICE_INT_H
 #define STK_CKPT_SERVICE_INT_H
@@ -26,11 +32,12 @@ static inline void u64copy(uint64_t *dst, const uint64_t *src, size_t n) {
   if (n) memcpy(dst, src, n * sizeof(*dst));
 }
 
+/* The state diagram is in ckpt_attempt.c; only that file changes it. */
 enum attempt_state {
   ATT_OPEN,       /* Ranks writing or uploads in flight. */
   ATT_COMMITTING, /* The commit job runs. */
   ATT_ABORTING,   /* Waiting for its jobs, then the cleanup job. */
-  ATT_DONE,       /* Committed or aborted; kept for ckpt_commit answers. */
+  ATT_DONE,       /* Committed or aborted; kept for Commit and Abort answers. */
 };
 
 struct chunk_rec {
@@ -98,6 +105,7 @@ struct hook_call {
 struct commit_wait {
   ckpt_done_fn done;
   void *arg;
+  bool abort; /* An Abort call: answered Empty once aborted. */
   struct commit_wait *next;
 };
 
@@ -109,6 +117,8 @@ struct attempt {
   uint32_t world;
   int64_t created_at_ms;
   uint64_t deadline_ms; /* uv_now */
+  uint64_t active_ms;   /* uv_now of the last stream opened, closed or fed. */
+  bool collect;         /* Its cleanup also collects the job's orphaned directories. */
   enum attempt_state state;
   int result; /* When DONE: 0 committed, else the abort reason. */
   char *result_msg;
@@ -159,6 +169,7 @@ struct ckpt_service {
   uv_async_t events_async;
   struct wevent *events, *events_tail;
   struct attempt *attempts;
+  uint32_t begins_pending; /* Begin jobs in flight (counted against max_open_attempts). */
   struct ckpt_writer *wait_head, *wait_tail;
   uint64_t staged;
   uint32_t parts_outstanding; /* Parts handed to upload, not yet done. */
@@ -183,46 +194,77 @@ struct commit_result {
   char manifest_key[STORAGE_KEY_MAX + 1];
 };
 
-/* ---- ckpt_service.c ---- */
+/* ---- ckpt_events.c (leaf) ---- */
+int64_t svc_now_ms(void);
+void svc_probe(struct ckpt_service *s, const char *point);
 void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
                     int err, const char *msg);
-void svc_abort(struct attempt *a, int err, const char *msg);
-void svc_attempt_done(struct attempt *a, int result, const char *msg);
-struct attempt *svc_find_attempt(struct ckpt_service *s, const char *id);
-void svc_maybe_closed(struct ckpt_service *s);
-void svc_probe(struct ckpt_service *s, const char *point);
-void svc_check_abort(struct attempt *a);
+/* Drops the events of a writer being closed. */
 void svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w);
-/* Answers done(arg, err, msg) from a later loop callback. */
+/* Fires queued commit hooks, then delivers queued writer events. */
+void svc_deliver_events(struct ckpt_service *s);
+void svc_drop_events(struct ckpt_service *s);
+void svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const char *uri);
+void svc_free_hooks(struct hook_call *h);
+/* Answer done(arg, ...) from a later loop callback: an error, a's
+ * reference, or a static reply. */
 void svc_fail_later(struct ckpt_service *s, ckpt_done_fn done, void *arg, int err, const char *msg);
+void svc_ref_later(struct ckpt_service *s, struct attempt *a, ckpt_done_fn done, void *arg);
+void svc_reply_later(struct ckpt_service *s, const ProtobufCMessage *resp, ckpt_done_fn done,
+                     void *arg);
 #define FAIL_LATER(...)                                                                            \
   do {                                                                                             \
     svc_fail_later(__VA_ARGS__);                                                                   \
     return;                                                                                        \
   } while (0)
-int64_t svc_now_ms(void);
 
+/* ---- ckpt_attempt.c (loop thread unless marked blocking) ---- */
+struct attempt *attempt_find(struct ckpt_service *s, const char *id);
+/* Attempts not DONE. */
+uint32_t attempt_count_live(const struct ckpt_service *s);
+/* 0, or STK_EBUSY (detail set) when max_open_attempts are open or begun. */
+int attempt_admit(struct ckpt_service *s);
+/* A new OPEN attempt in the table (NULL: out of memory). */
+struct attempt *attempt_new(struct ckpt_service *s, const char *id, const char *job, int64_t step,
+                            uint32_t world, int64_t created_at_ms);
 /* Remembers an outcome found by recovery so that Commit(attempt) can answer
  * it; a commit also queues the commit hook. */
-void svc_attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec,
-                           int result, const struct commit_result *cr);
-
-/* ---- ckpt_staging.c ---- */
-void staging_release(struct ckpt_service *s, size_t cap_bytes);
-void staging_wake(struct ckpt_service *s);
-void staging_free_part(struct ckpt_service *s, struct part *p);
-void staging_free_attempt(struct attempt *a);
-/* Gives up o's segment (object done or freed) and its budget share. */
-void staging_release_segment(struct ckpt_service *s, struct obj *o);
-/* At close: gives up every segment of a (its jobs have all finished). */
-void staging_drop_segments(struct attempt *a);
+void attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec, int result,
+                       int64_t committed_at_ms, const char *manifest_uri);
+/* A stream of a was opened, closed or fed (for the abandoned-attempt rule). */
+void attempt_touch(struct attempt *a);
+/* OPEN -> COMMITTING; false in any other state. */
+bool attempt_commit_start(struct attempt *a);
+/* COMMITTING -> DONE(0); calls the commit hook. */
+void attempt_committed(struct attempt *a, int64_t committed_at_ms, const char *manifest_uri);
+/* OPEN or COMMITTING -> ABORTING: fails a's writers, frees its unsent
+ * staging, cleans up once its jobs are over. No-op when already ending. */
+void attempt_abort(struct attempt *a, int err, const char *msg);
+/* Called whenever an aborting attempt may have no jobs left. */
+void attempt_check_abort(struct attempt *a);
+/* Budget: a part's or a segment's memory goes back; waiters are resumed. */
+void attempt_free_part(struct ckpt_service *s, struct part *p);
+void attempt_release_segment(struct ckpt_service *s, struct obj *o);
+void attempt_budget_wake(struct ckpt_service *s);
+void attempt_wait_add(struct ckpt_service *s, struct ckpt_writer *w);
+void attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w);
+/* Removes segment files of attempts that are over or unknown. */
+void attempt_sweep_segments(struct ckpt_service *s);
+/* From the sweep timer: timeouts, abandoned attempts, pruning, segments. */
+void attempt_sweep(struct ckpt_service *s);
+/* At close, once every job is over. */
+void attempt_free_all(struct ckpt_service *s);
+/* Blocking: deletes the manifest key, aborts uploads, deletes objects and
+ * drops the attempt's records (recovery and the cleanup job). */
+int attempt_cleanup_run(struct ckpt_service *s, const char *attempt);
+/* Blocking: deletes what no manifest and no A/ record claims under the
+ * job's directory (attempts of a lost journal). */
+int attempt_collect_run(struct ckpt_service *s, const char *job);
 
 /* ---- ckpt_staging_shm.c ---- */
 /* Feeds a validated chunk whose bytes are in shm segment c->shm_name
  * (len bytes at c->shm_offset): 0, CKPT_WRITE_WAIT or a negative error. */
 int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len);
-/* Removes segment files of attempts that are over or unknown. */
-void staging_sweep_segments(struct ckpt_service *s);
 /* ckpt_staging.c helpers shared with ckpt_staging_shm.c. */
 struct obj *staging_obj_new(struct attempt *a, uint32_t rank);
 int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
@@ -231,8 +273,6 @@ int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t l
 struct part *staging_open_part(struct obj *o);
 /* p took n more bytes; once full it goes to the uploader. */
 void staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n);
-void staging_wait_add(struct ckpt_service *s, struct ckpt_writer *w);
-void staging_wait_remove(struct ckpt_service *s, struct ckpt_writer *w);
 void staging_relieve(struct ckpt_service *s);
 
 /* ---- ckpt_upload.c ---- */
@@ -245,7 +285,6 @@ void upload_release_held(struct attempt *a, bool force);
 
 /* ---- ckpt_commit.c (blocking) ---- */
 int ckpt_commit_run(struct ckpt_service *s, const char *attempt, struct commit_result *ret);
-int ckpt_abort_run(struct ckpt_service *s, const char *attempt);
 int ckpt_retention_run(struct ckpt_service *s, const char *job);
 int ckpt_committed_steps(struct ckpt_service *s, const char *job, int64_t **ret, size_t *ret_n);
 int ckpt_journal_parts(struct kv *kv, const char *attempt, uint32_t rank, uint32_t index,
@@ -256,7 +295,15 @@ char *ckpt_manifest_uri(const struct ckpt_service *s, const char *key);
 /* ---- ckpt_gc.c (blocking) ---- */
 int ckpt_delete_run(struct ckpt_service *s, const char *job, int64_t step);
 int ckpt_delete_finish(struct ckpt_service *s, const char *job, int64_t step);
-int ckpt_gc_run(struct ckpt_service *s, const char *job);
+struct ckpt_keylist {
+  char **keys;
+  size_t n, cap;
+};
+/* Appends every key under prefix (storage_list). */
+int ckpt_keylist_list(struct ckpt_service *s, const char *prefix, struct ckpt_keylist *l);
+void ckpt_keylist_free(struct ckpt_keylist *l);
+/* Whether attempt (len bytes, not NUL-terminated) has an A/ record. */
+bool ckpt_gc_attempt_journaled(struct ckpt_service *s, const char *attempt, size_t len);
 int ckpt_delete_dir(struct ckpt_service *s, const char *dir_key);
 /* Aborts every multipart upload under dir_key (an aborted attempt's
  * directory), journaled or not: an upload created just before a crash and

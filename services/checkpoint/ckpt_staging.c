@@ -23,49 +23,6 @@
 
 /* ---- Budget ---- */
 
-void staging_wake(struct ckpt_service *s) {
-  for (struct ckpt_writer *w = s->wait_head; w; w = w->next_wait)
-    svc_post_event(s, w, CKPT_WRITE_RESUME, 0, "");
-}
-
-void staging_free_part(struct ckpt_service *s, struct part *p) {
-  s->staged -= p->cap;
-  if (!p->borrowed) free(p->buf);
-  free(p);
-}
-
-void staging_release_segment(struct ckpt_service *s, struct obj *o) {
-  if (!o->seg) return;
-  s->staged -= o->seg->size;
-  ckpt_shm_release(s->shm, o->seg);
-  o->seg = NULL;
-  staging_wake(s);
-}
-
-void staging_wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
-  if (!w->waiting) return;
-  struct ckpt_writer **pp = &s->wait_head, *prev = NULL;
-  while (*pp && *pp != w) {
-    prev = *pp;
-    pp = &(*pp)->next_wait;
-  }
-  if (*pp) *pp = w->next_wait;
-  if (s->wait_tail == w) s->wait_tail = prev;
-  w->waiting = false;
-  w->next_wait = NULL;
-}
-
-void staging_wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
-  if (w->waiting) return;
-  w->waiting = true;
-  w->next_wait = NULL;
-  if (s->wait_tail)
-    s->wait_tail->next_wait = w;
-  else
-    s->wait_head = w;
-  s->wait_tail = w;
-}
-
 /* Nothing is uploading, so nothing will free memory: seal every open object
  * so that its partial part is uploaded. */
 void staging_relieve(struct ckpt_service *s) {
@@ -275,23 +232,39 @@ static int check_chunk(const struct ckpt_service *s, const Stoker__V1__WriteChun
 
 /* ---- Streams ---- */
 
+/* A bad write aborts its attempt (every writer of it gets FAILED with msg)
+ * and answers err with the same message. */
+static int reject(struct attempt *a, int err, const char *detail) {
+  char msg[320];
+  snprintf(msg, sizeof(msg), "%s", detail);
+  if (a->state == ATT_OPEN) attempt_abort(a, err, msg);
+  stk_set_detail("%s", msg);
+  return err;
+}
+
 int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
                     ckpt_write_event_fn on_event, void *arg, struct ckpt_writer **ret_writer) {
   if (s->closing) return STK_EUNAVAIL;
-  struct attempt *a = attempt ? svc_find_attempt(s, attempt) : NULL;
+  struct attempt *a = attempt ? attempt_find(s, attempt) : NULL;
   if (!a) {
     stk_set_detail("unknown attempt");
     return STK_ENOENT;
   }
-  if (rank >= a->world) {
-    stk_set_detail("rank %u outside a world of %u", rank, a->world);
-    return STK_EINVAL;
-  }
-  if (a->state != ATT_OPEN || a->ranks[rank].last_fed) {
-    stk_set_detail("attempt %s rank %u takes no more data", a->id, rank);
+  char msg[200];
+  if (a->state != ATT_OPEN) {
+    stk_set_detail("attempt %s takes no more data (%s)", a->id,
+                   a->state == ATT_DONE && a->result == 0 ? "committed" : "committing or aborted");
     return STK_ESTATE;
   }
-  if (a->ranks[rank].writer) {
+  if (rank >= a->world) {
+    snprintf(msg, sizeof(msg), "attempt %s: rank %u outside a world of %u", a->id, rank, a->world);
+    return reject(a, STK_EINVAL, msg);
+  }
+  if (a->ranks[rank].last_fed) {
+    snprintf(msg, sizeof(msg), "attempt %s rank %u: data after the last chunk", a->id, rank);
+    return reject(a, STK_EINVAL, msg);
+  }
+  if (a->ranks[rank].writer) { /* A reconnect racing the old stream's end: retry. */
     stk_set_detail("rank %u of attempt %s already has a stream", rank, a->id);
     return STK_EBUSY;
   }
@@ -303,17 +276,22 @@ int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
   w->on_event = on_event;
   w->arg = arg;
   a->ranks[rank].writer = w;
+  attempt_touch(a);
   *ret_writer = w;
   return 0;
+}
+
+void ckpt_write_abort(struct ckpt_writer *w, int err, const char *msg) {
+  if (!w->att) return;
+  char full[320];
+  snprintf(full, sizeof(full), "attempt %s rank %u: %s", w->att->id, w->rank, msg);
+  reject(w->att, err, full);
 }
 
 static int feed_fail(struct ckpt_writer *w, int err) {
   char msg[320];
   snprintf(msg, sizeof(msg), "attempt %s rank %u: %s", w->att->id, w->rank, stk_detail());
-  struct attempt *a = w->att;
-  svc_abort(a, err, msg); /* Detaches w and posts FAILED. */
-  stk_set_detail("%s", msg);
-  return err;
+  return reject(w->att, err, msg); /* Detaches w and posts FAILED. */
 }
 
 static void finish_stream(struct ckpt_writer *w) {
@@ -336,6 +314,7 @@ int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
     stk_set_detail("the checkpoint service is closing");
     return STK_EUNAVAIL;
   }
+  attempt_touch(w->att);
   if (w->att->ranks[w->rank].last_fed) {
     stk_set_detail("data after the last chunk");
     return feed_fail(w, STK_EINVAL);
@@ -353,12 +332,12 @@ int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
   } else if (has_data) {
     struct rank_state *rs = &w->att->ranks[w->rank];
     if (s->staged + growth(s, rs->cur, c->data.len) > s->o.staging_budget_bytes) {
-      staging_wait_add(s, w);
+      attempt_wait_add(s, w);
       s->stats.waits++;
       staging_relieve(s);
       return CKPT_WRITE_WAIT;
     }
-    staging_wait_remove(s, w);
+    attempt_wait_remove(s, w);
     err = place(w, c);
     if (err) return feed_fail(w, err);
     w->bytes += c->data.len;
@@ -374,59 +353,11 @@ uint64_t ckpt_write_bytes(const struct ckpt_writer *w) {
 void ckpt_write_close(struct ckpt_writer *w) {
   if (!w) return;
   struct ckpt_service *s = w->svc;
-  staging_wait_remove(s, w);
+  attempt_wait_remove(s, w);
   svc_forget_writer(s, w);
-  if (w->att && w->att->ranks[w->rank].writer == w) w->att->ranks[w->rank].writer = NULL;
+  if (w->att && w->att->ranks[w->rank].writer == w) {
+    w->att->ranks[w->rank].writer = NULL;
+    attempt_touch(w->att);
+  }
   free(w);
-}
-
-/* ---- Freeing an attempt's staging ---- */
-
-static void drop_unsent(struct ckpt_service *s, struct obj *o) {
-  if (o->cur) {
-    staging_free_part(s, o->cur);
-    o->cur = NULL;
-  }
-  while (o->waiting) {
-    struct part *p = o->waiting;
-    o->waiting = p->next;
-    s->parts_outstanding--;
-    staging_free_part(s, p);
-  }
-}
-
-void staging_free_attempt(struct attempt *a) {
-  struct ckpt_service *s = a->svc;
-  for (uint32_t r = 0; r < a->world; r++) {
-    struct rank_state *rs = &a->ranks[r];
-    if (rs->writer) {
-      staging_wait_remove(s, rs->writer);
-      if (a->state == ATT_DONE) {
-        rs->writer->att = NULL;
-        rs->writer = NULL;
-      }
-    }
-    for (struct obj *o = rs->objs; o; o = o->next) drop_unsent(s, o);
-    if (a->state != ATT_DONE || a->jobs > 0) continue;
-    while (rs->objs) {
-      struct obj *o = rs->objs;
-      rs->objs = o->next;
-      for (size_t i = 0; i < o->n_chunks; i++) free(o->chunks[i].tensor);
-      staging_release_segment(s, o);
-      free(o->chunks);
-      free(o->upload_id);
-      free(o);
-    }
-    rs->objs_tail = rs->cur = NULL;
-  }
-  /* Writers of other attempts may fit now. */
-  staging_wake(s);
-}
-
-void staging_drop_segments(struct attempt *a) {
-  for (uint32_t r = 0; r < a->world; r++)
-    for (struct obj *o = a->ranks[r].objs; o; o = o->next) {
-      drop_unsent(a->svc, o);
-      staging_release_segment(a->svc, o);
-    }
 }

@@ -95,7 +95,7 @@ static int take(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t
   }
   if (s->staged + seg->size > s->o.staging_budget_bytes) {
     ckpt_shm_unmap(seg);
-    staging_wait_add(s, w);
+    attempt_wait_add(s, w);
     s->stats.waits++;
     staging_relieve(s);
     return CKPT_WRITE_WAIT;
@@ -116,7 +116,7 @@ int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uin
   struct ckpt_shm_seg *seg = NULL;
   int err = take(w, c, len, &seg);
   if (err) return err;
-  staging_wait_remove(s, w);
+  attempt_wait_remove(s, w);
   if (rs->cur) upload_seal(rs->cur);
   struct obj *o = staging_obj_new(w->att, w->rank);
   if (!o) {
@@ -128,13 +128,4 @@ int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uin
   s->staged += seg->size;
   if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
   return follow_on(s, o, c, len);
-}
-
-static bool attempt_live(void *arg, const char *attempt) {
-  struct attempt *a = svc_find_attempt(arg, attempt);
-  return a && a->state != ATT_DONE;
-}
-
-void staging_sweep_segments(struct ckpt_service *s) {
-  if (s->shm) ckpt_shm_sweep(s->shm, attempt_live, s);
 }

@@ -40,6 +40,8 @@ struct checkpoint_config {
   uint64_t keep_last;
   uint64_t keep_every;
   int64_t attempt_timeout_ms;
+  int64_t attempt_idle_timeout_ms;
+  uint64_t max_open_attempts;
   int64_t orphan_upload_grace_ms;
   char *coordinator;
   char *coordinator_token_file;
@@ -87,6 +89,10 @@ static const struct cfg_option checkpoint_options[] = {
            "Retention: also keep every step divisible by M; 0: none.", 0),
     CK_ROW("attempt-timeout", CFG_DURATION, attempt_timeout_ms, "10m", 100, 86400000,
            "An attempt whose ranks have not all finished by then is aborted.", 0),
+    CK_ROW("attempt-idle-timeout", CFG_DURATION, attempt_idle_timeout_ms, "2m", 100, 86400000,
+           "An attempt with unfinished ranks, no stream and no data this long is aborted.", 0),
+    CK_ROW("max-open-attempts", CFG_UINT64, max_open_attempts, "16", 1, 4096,
+           "Attempts open at once, at most; Begin answers RESOURCE_EXHAUSTED beyond.", 0),
     CK_ROW("orphan-upload-grace", CFG_DURATION, orphan_upload_grace_ms, "1h", 1000, 2592000000,
            "Multipart uploads that no open attempt owns are aborted once this old.", 0),
     CK_ROW("coordinator", CFG_STRING, coordinator, "", 0, 0,
@@ -257,6 +263,8 @@ static int open_core(struct checkpoint *ck) {
       .keep_last = (uint32_t)ck->cfg.keep_last,
       .keep_every = (uint32_t)ck->cfg.keep_every,
       .attempt_timeout_ms = (uint32_t)ck->cfg.attempt_timeout_ms,
+      .attempt_idle_timeout_ms = (uint32_t)ck->cfg.attempt_idle_timeout_ms,
+      .max_open_attempts = (uint32_t)ck->cfg.max_open_attempts,
       .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
       .read_concurrency = (uint32_t)ck->cfg.read_concurrency,
       .shm_dir = ck->shm_dir,

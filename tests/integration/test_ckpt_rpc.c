@@ -76,6 +76,112 @@ static int write_one(struct rpc_client *rc, Stoker__V1__WriteChunk *ch, char *ms
   return st.code;
 }
 
+/* A stream of n chunks; returns the Write status, *ret (may be NULL) the
+ * reply. */
+static int write_stream(struct rpc_client *rc, Stoker__V1__WriteChunk **ch, size_t n,
+                        Stoker__V1__WriteResponse **ret, char *msg, size_t len) {
+  struct rpc_client_cstream *s = NULL;
+  if (rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
+                              &stoker__v1__write_response__descriptor, 10000, &s) != 0)
+    return RPC_UNAVAILABLE;
+  for (size_t i = 0; i < n; i++) rpc_client_cstream_write(s, &ch[i]->base);
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(s, &resp, &st);
+  if (ret)
+    *ret = (Stoker__V1__WriteResponse *)resp;
+  else if (resp)
+    protobuf_c_message_free_unpacked(resp, NULL);
+  snprintf(msg, len, "%s", st.message);
+  return st.code;
+}
+
+/* A u8 [64] chunk of rank (bytes [32 rank, +32)). */
+static void rank_chunk(Stoker__V1__WriteChunk *ch, Stoker__V1__Box *box, uint64_t *off,
+                       const char *attempt, uint32_t rank, bool last, bool wait_durable) {
+  static uint8_t data[32];
+  static uint64_t n = 32, shape = 64;
+  *off = 32 * (uint64_t)rank;
+  stoker__v1__box__init(box);
+  box->n_offsets = box->n_sizes = 1;
+  box->offsets = off;
+  box->sizes = &n;
+  stoker__v1__write_chunk__init(ch);
+  ch->attempt = (char *)attempt;
+  ch->rank = rank;
+  ch->tensor = "t";
+  ch->dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  ch->n_global_shape = 1;
+  ch->global_shape = &shape;
+  ch->box = box;
+  ch->data.data = data;
+  ch->data.len = 32;
+  ch->last = last;
+  ch->wait_durable = wait_durable;
+}
+
+static int abort_call(struct rpc_client *rc, const char *attempt, char *msg, size_t len) {
+  Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
+  req.attempt = (char *)attempt;
+  req.reason = "operator";
+  ProtobufCMessage *resp = NULL;
+  int rc_ = tck_call(rc, "Abort", &req.base, &stoker__v1__empty__descriptor, &resp, msg, len);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return rc_;
+}
+
+/* The Write reply says staged and durable; Abort ends an attempt; a stream
+ * that switches rank aborts its attempt at once (not at the timeout). */
+static void test_write_reply_abort_switch(void **state) {
+  struct harness_daemon *d = start_ck();
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[64], msg[512];
+  Stoker__V1__WriteChunk c0, c1, *one[1];
+  Stoker__V1__Box b0, b1;
+  uint64_t o0, o1;
+  Stoker__V1__WriteResponse *r = NULL;
+  assert_int_equal(tck_begin(rc, "w", 1, 2, attempt), RPC_OK);
+  rank_chunk(&c0, &b0, &o0, attempt, 0, true, false);
+  one[0] = &c0;
+  assert_int_equal(write_stream(rc, one, 1, &r, msg, sizeof(msg)), RPC_OK);
+  assert_true(r->staged);
+  assert_int_equal(r->bytes_staged, 32);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  rank_chunk(&c1, &b1, &o1, attempt, 1, true, true);
+  one[0] = &c1;
+  assert_int_equal(write_stream(rc, one, 1, &r, msg, sizeof(msg)), RPC_OK);
+  assert_true(r->staged);
+  assert_true(r->durable);
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(abort_call(rc, attempt, msg, sizeof(msg)), RPC_FAILED_PRECONDITION);
+
+  /* Abort: Commit then answers ABORTED with the reason; Abort again is OK. */
+  assert_int_equal(tck_begin(rc, "w", 2, 2, attempt), RPC_OK);
+  rank_chunk(&c0, &b0, &o0, attempt, 0, true, false);
+  one[0] = &c0;
+  assert_int_equal(write_stream(rc, one, 1, NULL, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(abort_call(rc, attempt, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_ABORTED);
+  assert_non_null(strstr(msg, "aborted by request: operator"));
+  assert_int_equal(abort_call(rc, attempt, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(abort_call(rc, "0123456789abcdef0123456789abcdef", msg, sizeof(msg)),
+                   RPC_NOT_FOUND);
+
+  /* A stream that switches rank: INVALID_ARGUMENT, and the attempt is over
+   * at once (Commit answers the same, well before the 3 s timeout). */
+  assert_int_equal(tck_begin(rc, "w", 3, 2, attempt), RPC_OK);
+  Stoker__V1__WriteChunk *two[2] = {&c0, &c1};
+  rank_chunk(&c0, &b0, &o0, attempt, 0, false, false);
+  rank_chunk(&c1, &b1, &o1, attempt, 1, true, false);
+  assert_int_equal(write_stream(rc, two, 2, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "rank 1 on a stream of rank 0"));
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(msg, "rank 1 on a stream of rank 0"));
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
 static int hostile_chunk(struct rpc_client *rc, const char *attempt, const char *tensor,
                          uint64_t off, uint64_t n, uint64_t shape, char *msg, size_t len) {
   uint8_t data[64] = {0};
@@ -267,9 +373,8 @@ int main(int argc, char **argv) {
   }
   test_argv = argv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_roundtrip_reshard),
-      cmocka_unit_test(test_hostile),
-      cmocka_unit_test(test_corrupt_object),
+      cmocka_unit_test(test_roundtrip_reshard),        cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_write_reply_abort_switch), cmocka_unit_test(test_corrupt_object),
       cmocka_unit_test(test_coordinator_report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -203,7 +203,9 @@ static void handle_status(struct s3_req *r, long status) {
   bool conflict = status == 409 && r->res.error_code &&
                   strcmp(r->res.error_code, "ConditionalRequestConflict") == 0;
   if (status == 503 || status == 429) slow_down(c);
-  if (status >= 500 || status == 429 || conflict)
+  /* 501 NotImplemented is permanent (the store lacks the operation): asking
+   * again cannot change it. */
+  if ((status >= 500 && status != 501) || status == 429 || conflict)
     retry_or_fail(r, err);
   else
     finish(r, err);

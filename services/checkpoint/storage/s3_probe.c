@@ -3,6 +3,7 @@
  */
 #include "s3_probe.h"
 
+#include "log.h"
 #include "stk_error.h"
 
 #include <stdio.h>
@@ -60,7 +61,14 @@ static int probe_multipart(struct s3_sync *s, const char *key, struct s3_caps *c
   caps->multipart_abort =
       aborted && (!caps->multipart_list_parts || run(s, &list, NULL) == STK_ENOENT);
   struct s3_op uploads = {.kind = S3_OP_MPU_LIST_UPLOADS, .prefix = key, .max_keys = 1};
-  caps->multipart_list_uploads = run(s, &uploads, NULL) == 0;
+  long status = 0;
+  int list_err = run(s, &uploads, &status);
+  caps->multipart_list_uploads = list_err == 0;
+  if (list_err)
+    log_warn("storage.probe",
+             "ListMultipartUploads answered %ld (%s), asked once: orphaned multipart uploads "
+             "will not be found",
+             status, stk_strerror(list_err));
   free(id);
   return err;
 }

@@ -90,8 +90,8 @@ static void serve(struct fake_s3 *f, int fd) {
   char hdr[512];
   int n = snprintf(hdr, sizeof(hdr),
                    "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n%s%s%s\r\n",
-                   r.status, strcmp(method, "HEAD") == 0 ? 0 : blen, r.etag[0] ? "ETag: " : "",
-                   r.etag, r.etag[0] ? "\r\n" : "");
+                   r.status, strcmp(method, "HEAD") == 0 ? (size_t)r.head_size : blen,
+                   r.etag[0] ? "ETag: " : "", r.etag, r.etag[0] ? "\r\n" : "");
   write_all(fd, hdr, (size_t)n);
   if (strcmp(method, "HEAD") != 0 && blen) write_all(fd, r.body, blen);
   free(r.body);

@@ -9,11 +9,13 @@
 #define STK_TEST_FAKE_S3_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct fake_s3_reply {
-  int status;    /* 200 unless set. */
-  char etag[64]; /* Sent as an ETag header when non-empty. */
-  char *body;    /* malloc'd by the handler (freed by the server), or NULL. */
+  int status;         /* 200 unless set. */
+  char etag[64];      /* Sent as an ETag header when non-empty. */
+  char *body;         /* malloc'd by the handler (freed by the server), or NULL. */
+  uint64_t head_size; /* HEAD: the Content-Length announced (no body is sent). */
 };
 
 /* Runs on the server thread: method ("GET"), path ("/bucket/key", still

@@ -223,6 +223,30 @@ static void test_unsupported(void **state) {
   assert_int_equal(fake_s3_requests(f->srv), before); /* not even asked */
 }
 
+/* 501 is permanent: the probe asks ListMultipartUploads once, even with
+ * eight attempts allowed. */
+static void test_unsupported_asked_once(void **state) {
+  struct fixture *f = *state;
+  mode = MODE_UNSUPPORTED;
+  struct s3_config cfg = {.endpoint = f->endpoint,
+                          .region = "us-east-1",
+                          .bucket = BUCKET,
+                          .access_key = "AK",
+                          .secret_key = "SK",
+                          .max_attempts = 8,
+                          .backoff_base_ms = 1,
+                          .backoff_max_ms = 5};
+  assert_int_equal(storage_open_s3(&cfg, "deploy", &f->st), 0);
+  assert_false(storage_caps(f->st)->multipart_list_uploads);
+  int asked = 0;
+  char line[2048];
+  for (size_t i = 0; i < fake_s3_requests(f->srv); i++) {
+    fake_s3_request(f->srv, i, line, sizeof(line));
+    asked += strncmp(line, "GET ", 4) == 0 && strstr(line, "?uploads") != NULL;
+  }
+  assert_int_equal(asked, 1);
+}
+
 static void test_time_parse(void **state) {
   (void)state;
   int64_t ms = -1;
@@ -255,6 +279,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sub_prefix_and_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_no_progress, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unsupported, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unsupported_asked_once, setup, teardown),
       cmocka_unit_test(test_time_parse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,6 +40,7 @@ UNARY(handle_commit, ckpt_commit, Stoker__V1__CommitCheckpointRequest)
 UNARY(handle_list, ckpt_list, Stoker__V1__ListCheckpointsRequest)
 UNARY(handle_manifest, ckpt_get_manifest, Stoker__V1__GetManifestRequest)
 UNARY(handle_delete, ckpt_delete, Stoker__V1__DeleteCheckpointRequest)
+UNARY(handle_abort, ckpt_abort, Stoker__V1__AbortCheckpointRequest)
 UNARY(handle_verify, ckpt_verify, Stoker__V1__VerifyCheckpointRequest)
 
 /* ---------------------------------------------------------------- Write */
@@ -205,7 +206,8 @@ static const struct rpc_method_def defs[] = {
     {"Begin", RPC_UNARY, handle_begin},          {"Write", RPC_CLIENT_STREAM, handle_write},
     {"Commit", RPC_UNARY, handle_commit},        {"List", RPC_UNARY, handle_list},
     {"GetManifest", RPC_UNARY, handle_manifest}, {"Read", RPC_SERVER_STREAM, handle_read},
-    {"Delete", RPC_UNARY, handle_delete},        {"Verify", RPC_UNARY, handle_verify},
+    {"Delete", RPC_UNARY, handle_delete},        {"Abort", RPC_UNARY, handle_abort},
+    {"Verify", RPC_UNARY, handle_verify},
 };
 
 static void service_closed(void *arg) {

@@ -2,7 +2,7 @@
  * The stokerctl binary's checkpoint commands against the real checkpoint
  * core served in-process (fake_ckpt.h): list, show (table and --json),
  * verify (clean, with a progress bar, and after a byte of an object was
- * flipped on storage), delete, and exit codes from the --help table. The
+ * flipped on storage), delete, abort, and exit codes from the --help table. The
  * checkpoint is written with libstoker-client. The binary's path is argv[1].
  */
 #include <cjson/cJSON.h>
@@ -146,6 +146,34 @@ static void test_verify_delete(void **state) {
   assert_int_equal(r.rc, 2);
 }
 
+/* checkpoint abort: an open attempt is aborted (its Commit then fails),
+ * again is fine, a committed one exits 3, an unknown one 2; --help. */
+static void test_abort(void **state) {
+  (void)state;
+  struct stk_client_opts o = {.address = fake.server.addr};
+  struct stk_client *c;
+  assert_int_equal(stk_ckpt_connect(&o, &c), 0);
+  char att[STK_CKPT_ATTEMPT_MAX], cmd[256];
+  assert_int_equal(stk_ckpt_begin(c, "a", 7, 2, 0, att), 0);
+  struct cli_run r;
+  snprintf(cmd, sizeof(cmd), "checkpoint abort %s --reason 'rank 1 died'", att);
+  run(&r, cmd);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "aborted"));
+  assert_int_equal(stk_ckpt_commit(c, att, 0, NULL), STK_EABORTED);
+  assert_non_null(strstr(stk_client_last_error(NULL), "rank 1 died"));
+  snprintf(cmd, sizeof(cmd), "checkpoint abort %s --json", att);
+  run(&r, cmd);
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "\"aborted_attempt\""));
+  run(&r, "checkpoint abort 0123456789abcdef0123456789abcdef");
+  assert_int_equal(r.rc, 2);
+  run(&r, "checkpoint abort --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "--reason TEXT"));
+  stk_client_free(c);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s STOKERCTL\n", argv[0]);
@@ -155,6 +183,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_list_show),
       cmocka_unit_test(test_verify_delete),
+      cmocka_unit_test(test_abort),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,286 @@
+/*
+ * The attempt lifecycle (services/checkpoint/ckpt_attempt.c): every bad
+ * write aborts its attempt at once with a clear error (a rank outside the
+ * world, a chunk that switches rank, a stream reopened after "last"); the
+ * Abort call (writers fail, staging freed, storage cleaned, the job's
+ * orphaned attempt directories collected, idempotent, refused once
+ * committed); an abandoned attempt is aborted and its staging freed after
+ * attempt_idle_timeout_ms; max_open_attempts caps Begin with STK_EBUSY.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "ckpt_svc_fixture.h"
+#include "stk_error.h"
+
+struct ev {
+  bool failed;
+  int err;
+  char msg[320];
+};
+
+static void on_ev(void *arg, enum ckpt_write_event e, int err, const char *msg) {
+  struct ev *v = arg;
+  if (e != CKPT_WRITE_FAILED) return;
+  v->failed = true;
+  v->err = err;
+  snprintf(v->msg, sizeof(v->msg), "%s", msg);
+}
+
+/* 64 bytes of a 1-D f32 tensor [16] from rank, without "last". */
+static int feed_some(struct ckpt_writer *w, const char *att, uint32_t rank, bool last) {
+  static uint8_t data[64];
+  static uint64_t shape[1] = {16}, offs[1] = {0}, sizes[1] = {16};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = offs;
+  box.sizes = sizes;
+  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
+  c.attempt = (char *)att;
+  c.rank = rank;
+  char name[32];
+  snprintf(name, sizeof(name), "w%u", rank);
+  c.tensor = name;
+  c.dtype = STOKER__V1__DTYPE__DTYPE_F32;
+  c.n_global_shape = 1;
+  c.global_shape = shape;
+  c.box = &box;
+  c.data.data = data;
+  c.data.len = sizeof(data);
+  c.last = last;
+  return ckpt_write_feed(w, &c);
+}
+
+/* Ends rank's stream: a chunk with no tensor and "last". */
+static int feed_last(struct ckpt_writer *w, const char *att, uint32_t rank) {
+  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
+  c.attempt = (char *)att;
+  c.rank = rank;
+  c.last = true;
+  return ckpt_write_feed(w, &c);
+}
+
+static uint64_t staged(struct fx *f) {
+  struct ckpt_service_stats st;
+  ckpt_service_get_stats(f->svc, &st);
+  return st.staged_bytes;
+}
+
+struct call {
+  bool done;
+  int err;
+  char msg[320];
+};
+
+static void on_done(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
+  struct call *c = arg;
+  (void)resp;
+  c->done = true;
+  c->err = err;
+  snprintf(c->msg, sizeof(c->msg), "%s", msg ? msg : "");
+}
+
+static int do_abort(struct fx *f, const char *att, char *ret_msg, size_t len) {
+  struct call c = {0};
+  Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
+  req.attempt = (char *)att;
+  req.reason = "test";
+  ckpt_abort(f->svc, &req, on_done, &c);
+  fx_run_until(f, &c.done, 10000);
+  if (ret_msg) snprintf(ret_msg, len, "%s", c.msg);
+  return c.err;
+}
+
+/* Begin at world 2, rank 0 stages 64 bytes and stays attached. */
+static void start(struct fx *f, char att[65], struct ckpt_writer **w0, struct ev *v) {
+  assert_int_equal(fx_begin(f, "j", 1, 2, att), 0);
+  assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, v, w0), 0);
+  assert_int_equal(feed_some(*w0, att, 0, false), 0);
+  assert_true(staged(f) > 0);
+}
+
+/* The attempt was aborted: rank 0 failed with err, Commit answers the
+ * same error (once cleaned up) and staging is free. */
+static void check_aborted(struct fx *f, const char *att, struct ev *v, int err, const char *text) {
+  fx_run_until(f, &v->failed, 5000);
+  assert_int_equal(v->err, err);
+  assert_non_null(strstr(v->msg, text));
+  char msg[320];
+  assert_int_equal(fx_commit(f, att, msg, sizeof(msg)), err);
+  assert_non_null(strstr(msg, text));
+  assert_int_equal(staged(f), 0);
+}
+
+static void test_rank_outside_world_aborts(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  char att[65];
+  struct ckpt_writer *w0, *w;
+  struct ev v = {0}, v2 = {0};
+  start(&f, att, &w0, &v);
+  assert_int_equal(ckpt_write_open(f.svc, att, 2, on_ev, &v2, &w), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "outside a world of 2"));
+  check_aborted(&f, att, &v, STK_EINVAL, "rank 2 outside a world of 2");
+  ckpt_write_close(w0);
+  fx_fini(&f);
+}
+
+static void test_switching_rank_aborts(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  char att[65];
+  struct ckpt_writer *w0;
+  struct ev v = {0};
+  start(&f, att, &w0, &v);
+  assert_int_equal(feed_some(w0, att, 1, false), STK_EINVAL);
+  check_aborted(&f, att, &v, STK_EINVAL, "on a stream of rank 0");
+  ckpt_write_close(w0);
+  fx_fini(&f);
+}
+
+static void test_reopen_after_last_aborts(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  char att[65];
+  struct ckpt_writer *w0, *w1, *again;
+  struct ev v = {0}, v1 = {0};
+  start(&f, att, &w0, &v);
+  assert_int_equal(ckpt_write_open(f.svc, att, 1, on_ev, &v1, &w1), 0);
+  assert_int_equal(feed_some(w1, att, 1, true), 0);
+  ckpt_write_close(w1);
+  assert_int_equal(ckpt_write_open(f.svc, att, 1, on_ev, &v1, &again), STK_EINVAL);
+  check_aborted(&f, att, &v, STK_EINVAL, "rank 1: data after the last chunk");
+  ckpt_write_close(w0);
+  fx_fini(&f);
+}
+
+static void test_abort_call(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  /* An orphaned attempt directory of the job (a lost journal). */
+  char orphan[512];
+  snprintf(orphan, sizeof(orphan),
+           "mkdir -p %s/j/step-000000000001/attempt-00000000000000000000000000000000 && "
+           "echo x > %s/j/step-000000000001/attempt-00000000000000000000000000000000/"
+           "rank-00000-0000.bin",
+           f.data, f.data);
+  assert_int_equal(system(orphan), 0);
+  char att[65], msg[320];
+  struct ckpt_writer *w0;
+  struct ev v = {0};
+  start(&f, att, &w0, &v);
+  assert_int_equal(do_abort(&f, att, msg, sizeof(msg)), 0);
+  check_aborted(&f, att, &v, STK_EABORTED, "aborted by request: test");
+  snprintf(orphan, sizeof(orphan), "%s/j/step-000000000001", f.data);
+  struct stat sb;
+  char obj[600];
+  snprintf(obj, sizeof(obj), "%s/attempt-00000000000000000000000000000000/rank-00000-0000.bin",
+           orphan);
+  assert_int_not_equal(stat(obj, &sb), 0);         /* Collected. */
+  assert_int_equal(do_abort(&f, att, NULL, 0), 0); /* Again: already aborted. */
+  assert_int_equal(do_abort(&f, "0123456789abcdef0123456789abcdef", msg, sizeof(msg)), STK_ENOENT);
+  /* A committed attempt cannot be aborted. */
+  char att2[65];
+  struct ckpt_writer *w;
+  struct ev v2 = {0};
+  assert_int_equal(fx_begin(&f, "j", 2, 1, att2), 0);
+  assert_int_equal(ckpt_write_open(f.svc, att2, 0, on_ev, &v2, &w), 0);
+  assert_int_equal(feed_some(w, att2, 0, true), 0);
+  assert_int_equal(fx_commit(&f, att2, NULL, 0), 0);
+  assert_int_equal(do_abort(&f, att2, msg, sizeof(msg)), STK_ESTATE);
+  assert_non_null(strstr(msg, "committed"));
+  ckpt_write_close(w);
+  ckpt_write_close(w0);
+  fx_fini(&f);
+}
+
+static void test_abandoned_attempt_freed(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  f.opts.attempt_idle_timeout_ms = 200; /* The attempt timeout stays 10 min. */
+  assert_int_equal(fx_open(&f), 0);
+  char att[65];
+  struct ckpt_writer *w0;
+  struct ev v = {0};
+  start(&f, att, &w0, &v);
+  ckpt_write_close(w0); /* The rank went away before "last". */
+  assert_true(staged(&f) > 0);
+  char msg[320];
+  assert_int_equal(fx_commit(&f, att, msg, sizeof(msg)), STK_ETIMEDOUT); /* Within 60 s. */
+  assert_non_null(strstr(msg, "abandoned"));
+  assert_int_equal(staged(&f), 0);
+  struct ckpt_service_stats st;
+  ckpt_service_get_stats(f.svc, &st);
+  assert_int_equal(st.abandoned, 1);
+  fx_fini(&f);
+}
+
+static void test_attached_attempt_not_abandoned(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  f.opts.attempt_idle_timeout_ms = 100;
+  assert_int_equal(fx_open(&f), 0);
+  char att[65];
+  struct ckpt_writer *w0, *w1;
+  struct ev v = {0}, v1 = {0};
+  start(&f, att, &w0, &v);
+  for (int i = 0; i < 6; i++) { /* 600 ms idle, a stream attached. */
+    usleep(100 * 1000);
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+  }
+  assert_false(v.failed); /* A stream is attached: not abandoned. */
+  assert_int_equal(feed_last(w0, att, 0), 0);
+  assert_int_equal(ckpt_write_open(f.svc, att, 1, on_ev, &v1, &w1), 0);
+  assert_int_equal(feed_some(w1, att, 1, true), 0);
+  assert_int_equal(fx_commit(&f, att, NULL, 0), 0);
+  ckpt_write_close(w0);
+  ckpt_write_close(w1);
+  fx_fini(&f);
+}
+
+static void test_open_attempts_capped(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  f.opts.max_open_attempts = 2;
+  assert_int_equal(fx_open(&f), 0);
+  char a1[65], a2[65], a3[65];
+  assert_int_equal(fx_begin(&f, "j", 1, 4, a1), 0);
+  assert_int_equal(fx_begin(&f, "j", 2, 4, a2), 0);
+  assert_int_equal(fx_begin(&f, "j", 3, 4, a3), STK_EBUSY);
+  assert_non_null(strstr(stk_detail(), "max-open-attempts"));
+  assert_int_equal(do_abort(&f, a1, NULL, 0), 0);
+  assert_int_equal(fx_begin(&f, "j", 3, 4, a3), 0); /* Room again. */
+  fx_fini(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rank_outside_world_aborts),
+      cmocka_unit_test(test_switching_rank_aborts),
+      cmocka_unit_test(test_reopen_after_last_aborts),
+      cmocka_unit_test(test_abort_call),
+      cmocka_unit_test(test_abandoned_attempt_freed),
+      cmocka_unit_test(test_attached_attempt_not_abandoned),
+      cmocka_unit_test(test_open_attempts_capped),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

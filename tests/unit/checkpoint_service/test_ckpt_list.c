@@ -1,0 +1,118 @@
+/*
+ * List against a store that counts its requests (the loopback fake S3 of
+ * ../checkpoint_storage): a job the journal knows no checkpoint of is
+ * looked for in storage once; later Lists, also after a restart, answer
+ * from the journal without listing the bucket again.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ckpt_svc_fixture.h"
+#include "fake_s3.h"
+#include "s3_config.h"
+#include "storage.h"
+
+/* Enough of S3 for the probe and an empty bucket. */
+static void handler(void *arg, const char *method, const char *path, const char *query,
+                    struct fake_s3_reply *r) {
+  (void)arg;
+  (void)path;
+  char v[64];
+  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
+  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
+  bool list_q = fake_s3_query(query, "list-type", v, sizeof(v));
+  if (strcmp(method, "GET") == 0 && list_q) {
+    r->body = strdup("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
+  } else if (strcmp(method, "GET") == 0 && uploads_q) {
+    r->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+                     "</ListMultipartUploadsResult>");
+  } else if (strcmp(method, "GET") == 0 && id_q) {
+    r->status = 404;
+    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
+  } else if (strcmp(method, "POST") == 0 && uploads_q) {
+    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
+                     "</InitiateMultipartUploadResult>");
+  } else if (strcmp(method, "PUT") == 0) {
+    snprintf(r->etag, sizeof(r->etag), "\"e\"");
+  } else if (strcmp(method, "DELETE") == 0) {
+    r->status = 204;
+  } else {
+    r->status = 404;
+  }
+}
+
+/* ListObjectsV2 requests served so far. */
+static int listings(struct fake_s3 *srv) {
+  int n = 0;
+  char line[2048];
+  for (size_t i = 0; i < fake_s3_requests(srv); i++) {
+    fake_s3_request(srv, i, line, sizeof(line));
+    n += strncmp(line, "GET ", 4) == 0 && strstr(line, "list-type=2") != NULL;
+  }
+  return n;
+}
+
+static void open_over(struct fx *f, struct fake_s3 *srv, struct storage **ret_st) {
+  char endpoint[64];
+  snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", fake_s3_port(srv));
+  struct s3_config cfg = {.endpoint = endpoint,
+                          .region = "us-east-1",
+                          .bucket = "stoker-test",
+                          .access_key = "AK",
+                          .secret_key = "SK",
+                          .max_attempts = 2,
+                          .backoff_base_ms = 1,
+                          .backoff_max_ms = 5};
+  assert_int_equal(storage_open_s3(&cfg, "store", ret_st), 0);
+  f->opts.storage = *ret_st;
+  f->opts.storage_url = "s3://stoker-test/store";
+  assert_int_equal(fx_open(f), 0);
+}
+
+static void test_list_unknown_job_lists_once(void **state) {
+  (void)state;
+  struct fake_s3 *srv = fake_s3_start(handler, NULL);
+  assert_non_null(srv);
+  struct fx f;
+  fx_init(&f);
+  struct storage *st;
+  open_over(&f, srv, &st);
+  int64_t steps[4];
+  size_t n = 9;
+  int before = listings(srv);
+  assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
+  assert_int_equal(n, 0);
+  assert_int_equal(listings(srv), before + 1); /* Looked for in storage once. */
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
+    assert_int_equal(n, 0);
+  }
+  assert_int_equal(listings(srv), before + 1); /* Not again. */
+  assert_int_equal(fx_list(&f, "other", steps, 4, &n), 0);
+  assert_int_equal(listings(srv), before + 2); /* Another job: once too. */
+  /* After a restart the journal still knows. */
+  fx_close(&f);
+  storage_free(st);
+  before = listings(srv);
+  open_over(&f, srv, &st);
+  assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
+  assert_int_equal(listings(srv), before);
+  fx_fini(&f);
+  storage_free(st);
+  fake_s3_stop(srv);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_list_unknown_job_lists_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
