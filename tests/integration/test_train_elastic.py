@@ -178,6 +178,13 @@ def check_logs(work):
     text = "".join(Path(work, f"el-r{i}.log").read_text() for i in range(4))
     restored = re.findall(r"restored step (\d+) at world size 3", text)
     assert len(restored) == 3, "the three survivors did not restore at world size 3"
+    # A survivor says what failed when its peer died: the collective, its
+    # neighbours and the reason, never a stale message of an earlier call.
+    failures = re.findall(r"generation 1 failed at step \d+: (.*)", text)
+    assert failures, "no survivor reported the failure of generation 1"
+    for why in failures:
+        assert why.strip() and "no dataloader job" not in why and not why.endswith("()"), why
+    assert any("collectives: ring" in w and "(this is rank" in w for w in failures), failures
     steps = summary.read_logs(text)
     assert sorted(steps) == list(range(1, STEPS + 1)), "not every step was logged"
     assert {v[2] for v in steps.values()} == {3, 4}

@@ -1,12 +1,30 @@
 /*
  * coll.c: the backend-independent part of the collective interface: the
  * element sizes, which both backends and the FSDP layer need to turn
- * element counts into byte counts, and the bf16 conversions FSDP's mixed
- * precision uses around bf16 collectives.
+ * element counts into byte counts, the bf16 conversions FSDP's mixed
+ * precision uses around bf16 collectives, and the record of what broke a
+ * group.
  */
 #include "coll.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "stk_error.h"
+
+int coll_failed(struct coll_group *g, const char *op, int rc) {
+  if (g->why[0]) return rc; /* Later failures follow from the first. */
+  int n = g->size, r = g->rank;
+  const char *detail = stk_detail();
+  snprintf(g->why, sizeof(g->why), "%s %s: %s (this is rank %d of %d; previous rank %d, next %d)",
+           g->ops->name, op, detail[0] ? detail : stk_strerror(rc), r, n, (r + n - 1) % n,
+           (r + 1) % n);
+  return rc;
+}
+
+const char *coll_why(const struct coll_group *g) {
+  return g->why;
+}
 
 size_t coll_dtype_size(enum coll_dtype dt) {
   switch (dt) {

@@ -13,7 +13,9 @@
  * Every collective has a deadline: a peer that dies or stalls makes the
  * call fail with STK_ETIMEDOUT (or STK_EIO when a connection breaks)
  * instead of hanging; the group is then unusable and must be aborted and
- * rebuilt (after a RESTART from the coordinator, say).
+ * rebuilt (after a RESTART from the coordinator, say). coll_why() then says
+ * in one line what failed first: the collective, this rank's neighbours and
+ * the backend's reason (a broken connection, a timeout).
  *
  * Threading: one thread drives a group at a time. Calls block until the
  * local part of the collective is complete.
@@ -46,6 +48,7 @@ struct coll_group {
   int rank;
   int size;
   int64_t timeout_ms; /* Per collective. */
+  char why[320];      /* The first failure, for coll_why(); "" while none. */
 };
 
 size_t coll_dtype_size(enum coll_dtype dt);
@@ -56,17 +59,26 @@ size_t coll_dtype_size(enum coll_dtype dt);
 void coll_bf16_from_f32(uint16_t *dst, const float *src, size_t n);
 void coll_f32_from_bf16(float *dst, const uint16_t *src, size_t n);
 
+/* Records the first failure of g (op failed with rc; the backend's detail
+ * is the calling thread's stk_detail()) and returns rc. */
+int coll_failed(struct coll_group *g, const char *op, int rc);
+/* What failed first in g ("" while nothing did). */
+const char *coll_why(const struct coll_group *g);
+
 static inline int coll_all_gather(struct coll_group *g, const void *send, void *recv, size_t count,
                                   enum coll_dtype dt) {
-  return g->ops->all_gather(g, send, recv, count, dt);
+  int rc = g->ops->all_gather(g, send, recv, count, dt);
+  return rc ? coll_failed(g, "all-gather", rc) : 0;
 }
 static inline int coll_reduce_scatter(struct coll_group *g, const void *send, void *recv,
                                       size_t count, enum coll_dtype dt) {
-  return g->ops->reduce_scatter(g, send, recv, count, dt);
+  int rc = g->ops->reduce_scatter(g, send, recv, count, dt);
+  return rc ? coll_failed(g, "reduce-scatter", rc) : 0;
 }
 static inline int coll_all_reduce(struct coll_group *g, void *buf, size_t count,
                                   enum coll_dtype dt) {
-  return g->ops->all_reduce(g, buf, count, dt);
+  int rc = g->ops->all_reduce(g, buf, count, dt);
+  return rc ? coll_failed(g, "all-reduce", rc) : 0;
 }
 static inline void coll_abort(struct coll_group *g) {
   g->ops->abort(g);

@@ -92,6 +92,7 @@ struct train_pending {
   size_t middle_tensor;         /* --ckpt-stage-test slow: where the stage sleeps again. */
   bool done;
   int err;
+  char msg[320];         /* Why err: the failing call's message, taken on its thread. */
   int64_t fence_wait_us; /* What the next update's fence waited; -1: no update yet. */
 };
 
@@ -108,7 +109,8 @@ struct train {
   atomic_bool ckpt_wanted; /* CHECKPOINT_NOW heard; voted on at the next step. */
   bool not_needed;         /* The coordinator refused the join (job stopped or scaled down). */
   char not_needed_why[256];
-  int64_t step; /* Last step trained (or restored). */
+  char why[640]; /* What failed this generation, in words (train_why); "" while nothing. */
+  int64_t step;  /* Last step trained (or restored). */
   struct train_pending pend;
   int32_t *inputs, *targets;
 };
@@ -145,6 +147,9 @@ void train_ckpt_drop(struct train *t);
 /* Trains one generation until the steps are done (0), STOP (1) or a
  * failure that needs a rejoin (negative). */
 int train_run_generation(struct train *t);
+/* Records what failed (printf format), unless something was recorded
+ * already this generation; returns err. */
+int train_why(struct train *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Gathers every unit and (rank 0) writes them to path. */
 int train_dump_params(struct train *t, const char *path);

@@ -150,7 +150,11 @@ static int commit(struct train *t) {
 static void set_state(struct train_pending *p, bool started, bool done, int err) {
   pthread_mutex_lock(&p->mu);
   p->started |= started, p->done |= done;
-  if (err && !p->err) p->err = err;
+  if (err && !p->err) {
+    p->err = err; /* The failing call ran on this thread: its message is here. */
+    const char *m = stk_client_last_error(NULL);
+    snprintf(p->msg, sizeof(p->msg), "%s", m && m[0] ? m : stk_strerror(err));
+  }
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
 }
@@ -208,7 +212,7 @@ static int reap(struct train *t, bool wait) {
            " us for it\n",
            t->o.member, p->step, p->fence_wait_us);
   free(p->loader_blob), free(p->ts), free(p->dims), free(p->names);
-  int err = p->err;
+  int err = train_why(t, p->err, "checkpoint of step %" PRId64 ": %s", p->step, p->msg);
   *p = (struct train_pending){.mu = p->mu, .cv = p->cv};
   return err;
 }

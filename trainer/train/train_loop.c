@@ -6,10 +6,12 @@
  * (CHECKPOINT_NOW) in it.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll.h"
 #include "train.h"
 
 /* Creates the loader on part c unless it has it already. */
@@ -53,10 +55,26 @@ int train_loader_ensure(struct train *t) {
   return 0;
 }
 
+int train_why(struct train *t, int err, const char *fmt, ...) {
+  if (err == 0 || t->why[0]) return err;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(t->why, sizeof(t->why), fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+/* The client's message for a failed call, or the error's name. */
+static const char *client_why(int err) {
+  const char *m = stk_client_last_error(NULL);
+  return m && m[0] ? m : stk_strerror(err);
+}
+
 /* FSDP at this world size, restored when there is a checkpoint; the stream. */
 static int setup(struct train *t) {
   int64_t from = t->o.restore_from > 0 ? t->o.restore_from : t->m.checkpoint_step;
   int err = t->m.rank == 0 ? train_loader_ensure(t) : 0;
+  if (err) return train_why(t, err, "dataloader job %s: %s", t->o.data_job, client_why(err));
   struct fsdp_opts fo;
   fsdp_opts_default(&fo);
   fo.max_inflight_units = t->o.limiter_k, fo.seed = t->o.seed;
@@ -67,20 +85,27 @@ static int setup(struct train *t) {
   t->fsdp = NULL;
   if (!err) err = fsdp_new(&t->o.cfg, t->group, &fo, &t->fsdp);
   if (!err) fsdp_set_before_update(t->fsdp, train_ckpt_fence, t);
-  if (!err && from > 0) err = train_restore(t, from);
-  if (!err) err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
+  if (err) return train_why(t, err, "model setup: %s", stk_strerror(err));
+  if (from > 0 && (err = train_restore(t, from)) != 0)
+    return train_why(t, err, "restoring step %" PRId64 ": %s", from, client_why(err));
+  err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
+  if (err) return train_why(t, err, "barrier 'ready' of the ranks: %s", client_why(err));
   t->step = from;
-  if (!err && from < t->o.steps)
+  if (from < t->o.steps) {
     err = stk_loader_stream_all(t->loader, t->o.data_job, from, t->m.rank, t->m.world_size, 4,
                                 &t->stream);
-  return err;
+    if (err) return train_why(t, err, "opening the batch stream: %s", client_why(err));
+  }
+  return 0;
 }
 
 /* Splits the batch's lines of T+1 tokens into inputs and targets. */
 static int take_batch(struct train *t, int *ret_B) {
   struct stk_batch b;
   int err = stk_batch_stream_next(t->stream, 120000, &b);
-  if (err) return err;
+  if (err)
+    return train_why(t, err, "no batch for step %" PRId64 " from the dataloader: %s", t->step,
+                     client_why(err));
   int T = t->o.seq_len, B = (int)b.lines;
   if (b.step != t->step || b.line_tokens != (uint32_t)T + 1 ||
       B * (int)t->m.world_size != t->o.global_batch)
@@ -101,8 +126,14 @@ static int one_step(struct train *t) {
   float loss = 0;
   int err = take_batch(t, &B);
   fsdp_set_vote(t->fsdp, atomic_load(&t->ckpt_wanted));
-  if (!err) err = fsdp_step(t->fsdp, t->inputs, t->targets, B, t->o.seq_len, &loss);
   if (err) return err;
+  err = fsdp_step(t->fsdp, t->inputs, t->targets, B, t->o.seq_len, &loss);
+  if (err) {
+    const char *why = t->group ? coll_why(t->group) : "";
+    return train_why(t, err, "step %" PRId64 "'s collectives: %s%s", t->step + 1,
+                     why[0] ? why : stk_strerror(err),
+                     err == STK_EIO || err == STK_ETIMEDOUT ? " (a peer died or left?)" : "");
+  }
   t->step++;
   int votes = fsdp_votes(t->fsdp); /* The same on every rank. */
   if (votes > 0) atomic_store(&t->ckpt_wanted, false);
@@ -122,14 +153,17 @@ static int one_step(struct train *t) {
 }
 
 int train_run_generation(struct train *t) {
+  t->why[0] = '\0';
   int err = train_join(t);
+  if (err) train_why(t, err, "joining job %s: %s", t->o.job, client_why(err));
   if (!err) err = setup(t);
   while (!err && t->step < t->o.steps) {
     err = one_step(t);
     enum stk_action a = stk_poll_action(t->coord);
     if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
     if (a == STK_ACTION_STOP) err = 1;
-    if (a == STK_ACTION_RESTART) err = STK_EABORTED;
+    if (a == STK_ACTION_RESTART)
+      err = train_why(t, STK_EABORTED, "the coordinator asked for a restart");
   }
   if (!err) err = train_ckpt_finish(t, true);
   if (!err && t->o.dump_params) err = train_dump_params(t, t->o.dump_params);

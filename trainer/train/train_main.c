@@ -56,8 +56,9 @@ static int run(struct train *t) {
              t->not_needed_why);
       break;
     }
-    fprintf(stderr, "[%s] generation %" PRIu64 " failed at step %" PRId64 ": %s (%s)\n",
-            t->o.member, t->m.generation, t->step, stk_strerror(err), stk_client_last_error(NULL));
+    fprintf(stderr, "[%s] generation %" PRIu64 " failed at step %" PRId64 ": %s\n", t->o.member,
+            t->m.generation, t->step, t->why[0] ? t->why : stk_strerror(err));
+    t->why[0] = '\0';
     train_drop_group(t);
     if (err != STK_EABORTED && wait_for_verdict(t) == 1) break;
   }
