@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -18,9 +19,13 @@ import torch
 import torch.distributed.checkpoint as dcp
 from conftest import binary
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
 from stoker import StokerError
 from stoker.checkpoint import METADATA_TENSOR, StokerReader, StokerWriter, storage_name
+from stoker.connection import Connection
+from stoker.v1 import checkpoint_pb2 as ckpt_pb
+from stoker.v1 import common_pb2
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -291,3 +296,40 @@ def test_a_dtype_without_a_checkpoint_type_is_refused_before_anything_is_sent(da
     with pytest.raises(StokerError) as nf:
         StokerReader("bad", addr).latest_step()
     assert nf.value.code == grpc.StatusCode.NOT_FOUND  # nothing was begun or committed
+
+
+class _FailingPlanner(DefaultSavePlanner):
+    """Fails while the writer resolves one item: a rank's write breaking
+    after the attempt began (out of memory, a tensor it cannot read)."""
+
+    def resolve_data(self, write_item: Any) -> Any:
+        if write_item.index.fqn == "broken":
+            raise RuntimeError("cannot read tensor 'broken'")
+        return super().resolve_data(write_item)
+
+
+def test_a_rank_whose_write_fails_aborts_the_attempt_at_once(daemons):
+    addr = daemons["checkpoint"].addr
+    writer = StokerWriter("wf", addr)
+    state = {"a": torch.ones(8), "broken": torch.zeros(4)}
+    with pytest.raises(CheckpointException):
+        dcp.save(
+            state,
+            storage_writer=writer,
+            planner=_FailingPlanner(),
+            checkpoint_id=3,
+            no_dist=True,
+        )
+    # Aborted now, not after the service's idle timeout: a commit is refused
+    # at once with the rank's reason (it would wait minutes otherwise).
+    conn = Connection(addr, timeout=10)
+    t0 = time.monotonic()
+    with pytest.raises(StokerError) as e:
+        conn.unary(
+            "/stoker.v1.Checkpoint/Commit",
+            ckpt_pb.CommitCheckpointRequest(attempt=writer._attempt),
+            common_pb2.CheckpointRef,
+        )
+    assert e.value.code != grpc.StatusCode.DEADLINE_EXCEEDED, e.value
+    assert "cannot read tensor 'broken'" in e.value.details, e.value.details
+    assert time.monotonic() - t0 < 5

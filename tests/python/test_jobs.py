@@ -26,6 +26,7 @@ from stoker.checkpoint import StokerWriter
 from stoker.connection import Connection
 from stoker.jobs import ChunkEntry, Job, JobEvent, Loader
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
+from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as coord_pb
 from stoker.v1 import dataloader_pb2 as dl_pb
 
@@ -499,4 +500,28 @@ def test_checkpoints_equal_stokerctl(daemons):
 
     with pytest.raises(StokerError) as e:
         jobs.checkpoint("ck", 15)
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_abort_checkpoint_ends_an_open_attempt(daemons):
+    addr = daemons["checkpoint"].addr
+    jobs = Jobs(checkpoint=addr)
+    conn = Connection(addr)
+    begun = conn.unary(
+        "/stoker.v1.Checkpoint/Begin",
+        ckpt_pb.BeginRequest(job="ab", step=5, world=1),
+        ckpt_pb.BeginResponse,
+    )
+    jobs.abort_checkpoint(begun.attempt, reason="operator said so")
+    jobs.abort_checkpoint(begun.attempt)  # Already aborted: fine.
+    with pytest.raises(StokerError) as e:
+        conn.unary(
+            "/stoker.v1.Checkpoint/Commit",
+            ckpt_pb.CommitCheckpointRequest(attempt=begun.attempt),
+            common_pb2.CheckpointRef,
+        )
+    assert e.value.code in (grpc.StatusCode.ABORTED, grpc.StatusCode.FAILED_PRECONDITION)
+    assert len(jobs.checkpoints("ab")) == 0
+    with pytest.raises(StokerError) as e:
+        jobs.abort_checkpoint("0123456789abcdef0123456789abcdef")
     assert e.value.code == grpc.StatusCode.NOT_FOUND

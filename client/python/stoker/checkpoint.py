@@ -34,6 +34,7 @@ manifest alone: its tensors load like any DCP checkpoint's, its blobs as
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -253,9 +254,13 @@ class StokerWriter(StorageWriter):
 
         try:
             self.conn.client_stream(SERVICE + "Write", messages(), pb.WriteResponse)
-        except StokerError:
+        except StokerError as e:
+            self._abort(rp.attempt, failed[0] if failed else e)
             if failed:
                 raise failed[0] from None
+            raise
+        except BaseException as e:
+            self._abort(rp.attempt, e)
             raise
         fut: Future[list[WriteResult]] = Future()
         fut.set_result(results)
@@ -306,6 +311,19 @@ class StokerWriter(StorageWriter):
                 staging.discard()
             raise
         yield pb.WriteChunk(attempt=rp.attempt, rank=rp.rank, last=True)
+
+    def _abort(self, attempt: str, why: BaseException) -> None:
+        """This rank cannot write its part: ends the attempt at once (the
+        other ranks' writes fail, its staging is freed) rather than leaving
+        it to the service's idle timeout. Best effort: the save's own error
+        is what the caller sees."""
+        reason = f"rank's write failed: {type(why).__name__}: {why}"[:500]
+        with contextlib.suppress(StokerError):
+            self.conn.unary(
+                SERVICE + "Abort",
+                pb.AbortCheckpointRequest(attempt=attempt, reason=reason),
+                common_pb2.Empty,
+            )
 
     @staticmethod
     def _emit(msg: pb.WriteChunk, raw: Any, staging: ShmStaging | None) -> Iterator[pb.WriteChunk]:

@@ -999,6 +999,18 @@ class Jobs:
         )
         return Manifest.from_proto(reply)
 
+    def abort_checkpoint(self, attempt: str, reason: str = "") -> None:
+        """Ends an open checkpoint attempt (``stokerctl checkpoint abort``):
+        its writers fail with ABORTED naming ``reason``, its staging is freed
+        and what it uploaded is deleted. Aborting one already aborted is fine;
+        NOT_FOUND for an attempt the service does not know,
+        FAILED_PRECONDITION once it commits."""
+        self._checkpoint().unary(
+            CHECKPOINT + "Abort",
+            _request(ckpt_pb.AbortCheckpointRequest, "attempt", attempt=attempt, reason=reason),
+            common_pb2.Empty,
+        )
+
     def verify(self, job: str, step: int) -> VerifyReport:
         """Re-reads every byte of the checkpoint and checks every block CRC
         on the service (``stokerctl checkpoint verify``). Bad blocks are in
