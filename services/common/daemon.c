@@ -29,7 +29,7 @@ struct daemon {
   struct metrics_http *http;
   struct rpc_server *rpc;
   struct fd_guard *fds; /* health from descriptor headroom */
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
   daemon_stop_fn on_stop;
   void *stop_arg;
   daemon_drain_fn on_drain;
@@ -132,6 +132,21 @@ static void rpc_drained(void *arg) {
   d->on_stop(d, d->stop_arg);
 }
 
+/* SIGHUP: re-read what an operator rotates without a restart (the token). */
+static void on_sighup(uv_signal_t *h, int signum) {
+  struct daemon *d = h->data;
+  (void)signum;
+  if (d->stopping) return;
+  stk_clear_detail();
+  int rc = rpc_server_reload_token(d->rpc);
+  if (rc)
+    log_error("reload", "signal=SIGHUP token file not reloaded, the old token stays: %s",
+              stk_detail()[0] ? stk_detail() : stk_strerror(rc));
+  else
+    log_info("reload", "signal=SIGHUP token=%s",
+             nonempty(d->opts->token_file) ? "reloaded" : "off");
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   struct daemon *d = h->data;
   if (d->stopping) return;
@@ -140,6 +155,7 @@ static void on_signal(uv_signal_t *h, int signum) {
            (long long)d->opts->shutdown_grace_ms);
   uv_signal_stop(&d->sigterm);
   uv_signal_stop(&d->sigint);
+  uv_signal_stop(&d->sighup);
   fd_guard_stop(d->fds);
   d->fds = NULL;
   metrics_http_stop(d->http);
@@ -199,9 +215,11 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
   }
   uv_signal_init(&d->loop, &d->sigterm);
   uv_signal_init(&d->loop, &d->sigint);
-  d->sigterm.data = d->sigint.data = d;
+  uv_signal_init(&d->loop, &d->sighup);
+  d->sigterm.data = d->sigint.data = d->sighup.data = d;
   uv_signal_start(&d->sigterm, on_signal, SIGTERM);
   uv_signal_start(&d->sigint, on_signal, SIGINT);
+  uv_signal_start(&d->sighup, on_sighup, SIGHUP);
   signal(SIGPIPE, SIG_IGN);
   if (nonempty(d->opts->ready_file)) {
     rc = write_ready_file(d->opts->ready_file, d->bound, err, err_len);
@@ -221,6 +239,7 @@ static void close_handle(uv_handle_t *h, void *arg) {
 void daemon_service_closed(struct daemon *d) {
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
+  uv_close((uv_handle_t *)&d->sighup, NULL);
 }
 
 int daemon_run(struct daemon *d) {

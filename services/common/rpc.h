@@ -119,6 +119,12 @@ bool rpc_accept_failed(void);
 void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(void *arg),
                          void *arg);
 
+/* Re-reads the server's token file (a daemon's SIGHUP): calls from now on
+ * must carry the new token. On failure (file gone, empty) the old token
+ * stays and the error comes back with a detail. 0 without a token file.
+ * Loop thread. */
+int rpc_server_reload_token(struct rpc_server *s);
+
 /* Frees a server after shutdown completed. Accepts NULL. */
 void rpc_server_free(struct rpc_server *s);
 

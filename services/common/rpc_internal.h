@@ -85,6 +85,7 @@ struct rpc_server {
   char *listen;
   grpc_server_credentials *creds;
   char *auth_header; /* "Bearer <token>" or NULL. */
+  char *token_file;  /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
   struct metrics *metrics;

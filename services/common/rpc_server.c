@@ -86,6 +86,7 @@ static void fail_new(struct rpc_server *s) {
   if (s->creds) grpc_server_credentials_release(s->creds);
   rpc_health_free(s->health);
   free(s->auth_header);
+  free(s->token_file);
   free(s->listen);
   free(s);
   grpc_shutdown();
@@ -118,6 +119,7 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   err = s->listen ? 0 : STK_ENOMEM;
   if (!err) err = rpc_security_server_creds(opts, &s->creds);
   if (!err && opts->token_file) err = rpc_security_load_token(opts->token_file, &s->auth_header);
+  if (!err && opts->token_file && !(s->token_file = strdup(opts->token_file))) err = STK_ENOMEM;
   if (!err) err = rpc_health_new(s);
   if (err) {
     fail_new(s);
@@ -473,6 +475,16 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
   else
     start_grace_timer(s, grace_ms);
   maybe_finish_shutdown(s);
+}
+
+int rpc_server_reload_token(struct rpc_server *s) {
+  if (!s->token_file) return 0;
+  char *header = NULL;
+  int err = rpc_security_load_token(s->token_file, &header);
+  if (err) return err; /* The old token stays. */
+  free(s->auth_header);
+  s->auth_header = header;
+  return 0;
 }
 
 void rpc_server_free(struct rpc_server *s) {

@@ -1,9 +1,13 @@
 """Bearer tokens at the real coordinator, as RFC 6750 reads them (for unknown methods too): the
 scheme in any case and one or more spaces before the token; any other
 scheme, a wrong token or none is UNAUTHENTICATED. Also the package's own
-Connection with a token file."""
+Connection with a token file, and SIGHUP re-reading the daemon's token file."""
 
 from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -78,3 +82,40 @@ def test_listening_beyond_loopback_without_tls_or_token_is_warned(tmp_path):
         Daemon("coordinator", root, listen=listen).stop()
         log = (root / "coordinator.log").read_text()
         assert ("beyond loopback" in log) == warned, (listen, log)
+
+
+def test_sighup_rereads_the_token_file_and_keeps_the_old_token_on_a_bad_one(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("first-token\n")
+    d = Daemon("coordinator", tmp_path, "--token-file", str(token))
+    log = tmp_path / "coordinator.log"
+
+    def code(tok: str) -> grpc.StatusCode:
+        try:
+            Jobs(d.addr, security=Security(token=tok)).show("nope")
+        except StokerError as e:
+            return e.code
+        return grpc.StatusCode.OK
+
+    def hup_until(done: Callable[[], bool]) -> None:
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while not done():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+
+    try:
+        assert code("first-token") == grpc.StatusCode.NOT_FOUND  # Reaches the handler.
+        token.write_text("second-token\n")
+        assert code("second-token") == grpc.StatusCode.UNAUTHENTICATED  # Not before SIGHUP.
+        hup_until(lambda: code("second-token") == grpc.StatusCode.NOT_FOUND)
+        assert code("first-token") == grpc.StatusCode.UNAUTHENTICATED
+        # A token file emptied by mistake: refused, the second token stays.
+        token.write_text("")
+        hup_until(lambda: "token file not reloaded" in log.read_text())
+        assert code("second-token") == grpc.StatusCode.NOT_FOUND
+        assert code("") == grpc.StatusCode.UNAUTHENTICATED
+        assert d.proc.poll() is None  # SIGHUP never stops the daemon.
+    finally:
+        d.stop()
