@@ -150,6 +150,9 @@ int train_run_generation(struct train *t);
 /* Records what failed (printf format), unless something was recorded
  * already this generation; returns err. */
 int train_why(struct train *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The service's message for err, the last call that failed on this thread,
+ * or err's name when the failure was local. */
+const char *train_client_why(int err);
 
 /* Gathers every unit and (rank 0) writes them to path. */
 int train_dump_params(struct train *t, const char *path);

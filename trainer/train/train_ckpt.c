@@ -152,8 +152,7 @@ static void set_state(struct train_pending *p, bool started, bool done, int err)
   p->started |= started, p->done |= done;
   if (err && !p->err) {
     p->err = err; /* The failing call ran on this thread: its message is here. */
-    const char *m = stk_client_last_error(NULL);
-    snprintf(p->msg, sizeof(p->msg), "%s", m && m[0] ? m : stk_strerror(err));
+    snprintf(p->msg, sizeof(p->msg), "%s", train_client_why(err));
   }
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);

@@ -64,8 +64,7 @@ int train_why(struct train *t, int err, const char *fmt, ...) {
   return err;
 }
 
-/* The client's message for a failed call, or the error's name. */
-static const char *client_why(int err) {
+const char *train_client_why(int err) {
   const char *m = stk_client_last_error(NULL);
   return m && m[0] ? m : stk_strerror(err);
 }
@@ -74,7 +73,7 @@ static const char *client_why(int err) {
 static int setup(struct train *t) {
   int64_t from = t->o.restore_from > 0 ? t->o.restore_from : t->m.checkpoint_step;
   int err = t->m.rank == 0 ? train_loader_ensure(t) : 0;
-  if (err) return train_why(t, err, "dataloader job %s: %s", t->o.data_job, client_why(err));
+  if (err) return train_why(t, err, "dataloader job %s: %s", t->o.data_job, train_client_why(err));
   struct fsdp_opts fo;
   fsdp_opts_default(&fo);
   fo.max_inflight_units = t->o.limiter_k, fo.seed = t->o.seed;
@@ -87,14 +86,14 @@ static int setup(struct train *t) {
   if (!err) fsdp_set_before_update(t->fsdp, train_ckpt_fence, t);
   if (err) return train_why(t, err, "model setup: %s", stk_strerror(err));
   if (from > 0 && (err = train_restore(t, from)) != 0)
-    return train_why(t, err, "restoring step %" PRId64 ": %s", from, client_why(err));
+    return train_why(t, err, "restoring step %" PRId64 ": %s", from, train_client_why(err));
   err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
-  if (err) return train_why(t, err, "barrier 'ready' of the ranks: %s", client_why(err));
+  if (err) return train_why(t, err, "barrier 'ready' of the ranks: %s", train_client_why(err));
   t->step = from;
   if (from < t->o.steps) {
     err = stk_loader_stream_all(t->loader, t->o.data_job, from, t->m.rank, t->m.world_size, 4,
                                 &t->stream);
-    if (err) return train_why(t, err, "opening the batch stream: %s", client_why(err));
+    if (err) return train_why(t, err, "opening the batch stream: %s", train_client_why(err));
   }
   return 0;
 }
@@ -105,7 +104,7 @@ static int take_batch(struct train *t, int *ret_B) {
   int err = stk_batch_stream_next(t->stream, 120000, &b);
   if (err)
     return train_why(t, err, "no batch for step %" PRId64 " from the dataloader: %s", t->step,
-                     client_why(err));
+                     train_client_why(err));
   int T = t->o.seq_len, B = (int)b.lines;
   if (b.step != t->step || b.line_tokens != (uint32_t)T + 1 ||
       B * (int)t->m.world_size != t->o.global_batch)
@@ -155,7 +154,7 @@ static int one_step(struct train *t) {
 int train_run_generation(struct train *t) {
   t->why[0] = '\0';
   int err = train_join(t);
-  if (err) train_why(t, err, "joining job %s: %s", t->o.job, client_why(err));
+  if (err) train_why(t, err, "joining job %s: %s", t->o.job, train_client_why(err));
   if (!err) err = setup(t);
   while (!err && t->step < t->o.steps) {
     err = one_step(t);

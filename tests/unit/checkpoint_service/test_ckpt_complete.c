@@ -112,22 +112,10 @@ static void test_lost_complete_answer(void **state) {
   (void)state;
   struct fake_s3 *srv = fake_s3_start(handler, NULL);
   assert_non_null(srv);
-  char endpoint[64];
-  snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", fake_s3_port(srv));
-  struct s3_config cfg = {.endpoint = endpoint,
-                          .region = "us-east-1",
-                          .bucket = "stoker-test",
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = 3,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
   struct storage *st;
-  assert_int_equal(storage_open_s3(&cfg, "store", &st), 0);
   struct fx f;
   fx_init(&f);
-  f.opts.storage = st;
-  f.opts.storage_url = "s3://stoker-test/store";
+  fx_use_s3(&f, fake_s3_port(srv), 3, &st);
   f.opts.part_bytes = 5 << 20;
   assert_int_equal(fx_open(&f), 0);
   char msg[320];

@@ -61,19 +61,7 @@ static int listings(struct fake_s3 *srv) {
 }
 
 static void open_over(struct fx *f, struct fake_s3 *srv, struct storage **ret_st) {
-  char endpoint[64];
-  snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", fake_s3_port(srv));
-  struct s3_config cfg = {.endpoint = endpoint,
-                          .region = "us-east-1",
-                          .bucket = "stoker-test",
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = 2,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
-  assert_int_equal(storage_open_s3(&cfg, "store", ret_st), 0);
-  f->opts.storage = *ret_st;
-  f->opts.storage_url = "s3://stoker-test/store";
+  fx_use_s3(f, fake_s3_port(srv), 2, ret_st);
   assert_int_equal(fx_open(f), 0);
 }
 
