@@ -164,20 +164,27 @@ def main() -> None:
     ckpt_rounds = env_int("BENCH_CKPT_ROUNDS", 5)
     ckpt_bytes = env_int("BENCH_BYTES", 512 << 20)
     t0 = time.monotonic()
+    parts = set((os.environ.get("BENCH_PARTS") or "data,ckpt").split(","))
+    if not parts <= {"data", "ckpt"}:
+        raise SystemExit(f"BENCH_PARTS: {sorted(parts)} is not a subset of data,ckpt")
     out: dict[str, Any] = {"bench": "python"}
-    data = data_part(args, rounds, seconds)
-    out.update({k: data.pop(k) for k in ("data_vs_c_ratio", "data_vs_best_peer_ratio")})
-    ckpt = python_ckpt.run(ckpt_bytes, ckpt_rounds, args.tmp)
-    out.update(
-        {
-            k: ckpt.pop(k)
-            for k in (
-                "ckpt_stall_vs_best_peer_ratio",
-                "ckpt_durable_vs_best_peer_ratio",
-                "ckpt_load_vs_best_peer_ratio",
-            )
-        }
-    )
+    data: dict[str, Any] = {}
+    ckpt: dict[str, Any] = {}
+    if "data" in parts:
+        data = data_part(args, rounds, seconds)
+        out.update({k: data.pop(k) for k in ("data_vs_c_ratio", "data_vs_best_peer_ratio")})
+    if "ckpt" in parts:
+        ckpt = python_ckpt.run(ckpt_bytes, ckpt_rounds, args.tmp)
+        out.update(
+            {
+                k: ckpt.pop(k)
+                for k in (
+                    "ckpt_stall_vs_best_peer_ratio",
+                    "ckpt_durable_vs_best_peer_ratio",
+                    "ckpt_load_vs_best_peer_ratio",
+                )
+            }
+        )
     out["peers"] = peers()
     out.update(data)
     out.update(ckpt)
