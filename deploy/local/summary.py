@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The main job's summary: reads the ranks' logs on stdin, prints the loss
-curve (a text sparkline, and a PNG through gnuplot when it is installed) and
-tokens/s, then proves with the dataloader's Explain that no data was served
+curve (a text sparkline, and a PNG through gnuplot when it is installed),
+the held-out loss curve when the ranks logged one (`eval step N loss X`: the
+training loss follows how hard each step's batch is, the held-out loss on
+one fixed set shows the learning) and tokens/s, then proves with the dataloader's Explain that no data was served
 twice (or skipped) over every step trained: steps 1..last, each once, at
 world size 1 (the whole global batch). Exits 1 when the proof fails.
 
@@ -23,6 +25,7 @@ import subprocess
 import sys
 
 LINE = re.compile(r"step (\d+) loss ([0-9.e+-]+) tokens/s ([0-9.]+) world (\d+)")
+EVAL_LINE = re.compile(r"eval step (\d+) loss ([0-9.e+-]+)")
 TOLERANCE = 1e-4
 
 
@@ -37,6 +40,12 @@ def read_logs(text):
     return dict(sorted(steps.items()))
 
 
+def read_eval(text):
+    """Last held-out loss logged per step."""
+    evals = {int(m[1]): float(m[2]) for m in map(EVAL_LINE.search, text.splitlines()) if m}
+    return dict(sorted(evals.items()))
+
+
 def sparkline(values, width=60):
     bars = "▁▂▃▄▅▆▇█"
     if not values:
@@ -49,7 +58,7 @@ def sparkline(values, width=60):
     return "".join(bars[int((v - lo) / span * (len(bars) - 1))] for v in vals)
 
 
-def plot(steps, out_dir):
+def plot(steps, evals, out_dir):
     if not shutil.which("gnuplot"):
         print("  (gnuplot not installed: no PNG)")
         return
@@ -57,9 +66,16 @@ def plot(steps, out_dir):
     with open(data, "w") as f:
         for s, (loss, _, _) in steps.items():
             f.write(f"{s} {loss}\n")
+    series = f"'{data}' with lines title 'training loss'"
+    if evals:
+        eval_data = f"{out_dir}/eval-loss.dat"
+        with open(eval_data, "w") as f:
+            for s, loss in evals.items():
+                f.write(f"{s} {loss}\n")
+        series += f", '{eval_data}' with linespoints lw 2 title 'held-out loss'"
     png = f"{out_dir}/loss.png"
     script = (f"set terminal png size 800,400; set output '{png}'; set xlabel 'step';"
-              f"set ylabel 'loss'; plot '{data}' with lines title 'loss'")
+              f"set ylabel 'loss'; plot {series}")
     subprocess.run(["gnuplot", "-e", script], check=True)
     print(f"  loss curve: {png}")
 
@@ -130,7 +146,9 @@ def main():
     ap.add_argument("--reference", help="log of an uninterrupted run of the same job")
     ap.add_argument("--restored", type=int, default=0, help="step the survivors restored")
     args = ap.parse_args()
-    steps = read_logs(sys.stdin.read())
+    text = sys.stdin.read()
+    steps = read_logs(text)
+    evals = read_eval(text)
     if not steps:
         print("  no steps logged")
         return 1
@@ -138,10 +156,14 @@ def main():
     last = max(steps)
     print(f"  steps trained: 1..{last}; loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     print(f"  loss curve: {sparkline(losses)}")
+    if evals:
+        ev = list(evals.values())
+        print(f"  held-out loss, steps {min(evals)}..{max(evals)}: {ev[0]:.3f} -> {ev[-1]:.3f} "
+              f"{sparkline(ev)}")
     for w in sorted({v[2] for v in steps.values()}, reverse=True):
         tps = sorted(v[1] for v in steps.values() if v[2] == w)
         print(f"  tokens/s at {w} ranks: median {tps[len(tps) // 2]:.0f}")
-    plot(steps, args.out_dir)
+    plot(steps, evals, args.out_dir)
     ok = check_no_repeats(args.ctl, args.job, last)
     if args.reference:
         with open(args.reference) as f:

@@ -192,6 +192,23 @@ def check_logs(work):
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     print(f"loss {first:.3f} -> {last:.3f}; restored at step {restored[0]}")
     assert last < first - 0.5, "the loss did not decrease"
+    check_heldout(text, int(restored[0]))
+
+
+def check_heldout(text, restored):
+    """The held-out loss is logged every 10 steps and falls; at the restored
+    step it is logged twice, at 4 ranks before the kill and at 3 after the
+    restore: the same held-out set at any world size and the same restored
+    parameters give the same loss."""
+    rows = re.findall(r"eval step (\d+) loss ([0-9.]+) world (\d+)", text)
+    evals = {(int(s), int(w)): float(v) for s, v, w in rows}
+    by_step = {s: v for (s, _), v in sorted(evals.items(), key=lambda kv: kv[0][1])}
+    assert sorted(by_step) == list(range(10, STEPS + 1, 10)), f"held-out steps: {sorted(by_step)}"
+    print(f"held-out loss {by_step[10]:.3f} -> {by_step[STEPS]:.3f}")
+    assert by_step[STEPS] < by_step[10] - 0.3, "the held-out loss did not fall"
+    before, after = evals.get((restored, 4)), evals.get((restored, 3))
+    assert before is not None and after is not None, f"no held-out loss at step {restored}: {rows}"
+    assert abs(after - before) <= 1e-4 * before, f"held-out loss {before} at 4 ranks, {after} at 3"
 
 
 def verify_at_two(bins, env, work, data):

@@ -67,6 +67,8 @@ struct train_opts {
                                  is at the fence, then sleeps MS before its first and its
                                  middle tensor. */
   bool ckpt_test_early;       /* early: staging done before the next step starts. */
+  int eval_every;             /* Held-out loss every N steps (and after the last); 0: never. */
+  int eval_batches;           /* Loader steps in the held-out set (those after the last step). */
 };
 
 /* A checkpoint on its way: its pipeline thread (attempt, loader export,
@@ -113,6 +115,8 @@ struct train {
   int64_t step;  /* Last step trained (or restored). */
   struct train_pending pend;
   int32_t *inputs, *targets;
+  int32_t *eval_inputs, *eval_targets; /* This rank's held-out slice (train_eval.c). */
+  int eval_lines;                      /* Its lines; 0: not fetched at this world size. */
 };
 
 /* Flags and environment; prints usage and returns -1 when they are bad. */
@@ -162,5 +166,11 @@ void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len);
 
 int64_t train_now_ms(void);
 int64_t train_now_us(void);
+
+/* The held-out loss when this step is due for one (train_eval.c); rank 0
+ * prints it. Every rank calls it after every step. */
+int train_eval_maybe(struct train *t);
+/* Forgets the held-out slice (the next generation's world size may differ). */
+void train_eval_free(struct train *t);
 
 #endif

@@ -17,6 +17,8 @@ static void usage(const char *prog) {
       "  [--checkpoint-every N] [--limiter K] [--channels C] [--layers L] [--heads NH]\n"
       "  [--seq-len T] [--global-batch B] [--lr LR] [--seed S] [--restore-from STEP]\n"
       "  [--dump-params FILE] [--ring-timeout-ms MS] [--mixed-precision bf16|fp32]\n"
+      "  [--eval-every N] [--eval-batches K] (held-out loss every N steps, default 10, 0: off;\n"
+      "                     on the K loader steps after the last trained one, default 4)\n"
       "  [--ckpt-stage-priority low|normal] (checkpoint staging thread at nice 19 or 0)\n"
       "  [--ckpt-stage-test slow:MS|early] (tests: staging waits for the next update's\n"
       "                     fence, then sleeps MS before its first and middle tensor; or\n"
@@ -40,6 +42,8 @@ static void defaults(struct train_opts *o) {
       .lr = 2e-3f,
       .seed = 1234,
       .ring_timeout_ms = 15000,
+      .eval_every = 10,
+      .eval_batches = 4,
   };
   o->coordinator = getenv("STOKER_COORDINATOR");
   o->dataloader = getenv(STK_LOADER_ENV);
@@ -99,6 +103,10 @@ static int set_flag(struct train_opts *o, const char *k, const char *v) {
     o->seed = (uint64_t)n;
   else if (!strcmp(k, "--restore-from"))
     o->restore_from = n;
+  else if (!strcmp(k, "--eval-every"))
+    o->eval_every = (int)n;
+  else if (!strcmp(k, "--eval-batches"))
+    o->eval_batches = (int)n;
   else if (!strcmp(k, "--ring-timeout-ms"))
     o->ring_timeout_ms = n;
   else
@@ -114,7 +122,8 @@ int train_parse_args(int argc, char **argv, struct train_opts *ret_opts) {
   if (!o->data_job) o->data_job = o->job;
   o->cfg.max_seq_len = o->seq_len;
   if (bad || !o->coordinator || !o->job || !o->member || o->steps < 0 || o->global_batch <= 0 ||
-      o->seq_len <= 0 || model_config_check(&o->cfg) != 0) {
+      o->seq_len <= 0 || o->eval_every < 0 || o->eval_batches < 1 ||
+      model_config_check(&o->cfg) != 0) {
     usage(argv[0]);
     return -1;
   }

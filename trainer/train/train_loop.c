@@ -90,6 +90,9 @@ static int setup(struct train *t) {
   err = stk_barrier(t->coord, "ready", 120000); /* The loader state is in place. */
   if (err) return train_why(t, err, "barrier 'ready' of the ranks: %s", train_client_why(err));
   t->step = from;
+  /* Again at the restored step, at this world size: the same held-out set
+   * and the restored parameters give the loss logged before (tested). */
+  if (from > 0 && (err = train_eval_maybe(t)) != 0) return err;
   if (from < t->o.steps) {
     err = stk_loader_stream_all(t->loader, t->o.data_job, from, t->m.rank, t->m.world_size, 4,
                                 &t->stream);
@@ -142,7 +145,8 @@ static int one_step(struct train *t) {
   if (t->m.rank == 0)
     printf("[%s] step %" PRId64 " loss %.4f tokens/s %.0f world %u\n", t->o.member, t->step,
            (double)loss, tps, t->m.world_size);
-  err = train_ckpt_finish(t, false); /* An earlier checkpoint, if its pipeline is done. */
+  err = train_eval_maybe(t);
+  if (!err) err = train_ckpt_finish(t, false); /* An earlier checkpoint, if its pipeline is done. */
   bool periodic = t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0;
   if (votes > 0)
     printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)\n", t->o.member, t->step,
@@ -170,5 +174,6 @@ int train_run_generation(struct train *t) {
   train_ckpt_drop(t);
   stk_batch_stream_free(t->stream);
   t->stream = NULL;
+  train_eval_free(t);
   return err;
 }
