@@ -102,6 +102,7 @@ int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t
   req.job = (char *)job;
   req.step = step;
   req.world = world;
+  req.generation = __atomic_load_n(&c->ckpt_generation, __ATOMIC_RELAXED);
   ProtobufCMessage *resp = NULL;
   int err = client_call(c, CKPT_METHOD("Begin"), &req.base, &stoker__v1__begin_response__descriptor,
                         timeout_ms, &resp);
@@ -111,6 +112,10 @@ int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t
   if (err == 0) snprintf(ret_attempt, STK_CKPT_ATTEMPT_MAX, "%s", id);
   protobuf_c_message_free_unpacked(resp, NULL);
   return err < 0 ? client_fail(err, "begin: bad attempt id") : 0;
+}
+
+void stk_ckpt_set_generation(struct stk_client *c, uint64_t generation) {
+  if (c) __atomic_store_n(&c->ckpt_generation, generation, __ATOMIC_RELAXED);
 }
 
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,

@@ -48,6 +48,7 @@ struct stk_client {
   struct rpc_client_opts ro;
   pthread_mutex_t mu;
   struct membership m;
+  uint64_t ckpt_generation; /* stk_ckpt_set_generation (atomic loads and stores). */
 };
 
 /* One asynchronous unary call waited on by one thread. */

@@ -80,6 +80,11 @@ uint64_t stk_ckpt_box_elems(const struct stk_ckpt_box *box);
 int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t world,
                    int64_t timeout_ms, char ret_attempt[STK_CKPT_ATTEMPT_MAX]);
 
+/* The coordinator generation the ranks writing through this client are in
+ * (0: not known, the default); later begins name it, and the service lists
+ * each checkpoint with the generation that wrote it. Any thread. */
+void stk_ckpt_set_generation(struct stk_client *c, uint64_t generation);
+
 struct stk_ckpt_writer;
 
 /* Opens rank's Write stream of attempt. The writer belongs to one thread at

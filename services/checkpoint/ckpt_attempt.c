@@ -241,6 +241,7 @@ static void answer_waits(struct attempt *a) {
   ref.step = a->step;
   ref.uri = a->manifest_uri;
   ref.committed_at_ms = a->committed_at_ms;
+  ref.generation = a->generation;
   const char *msg = a->result_msg ? a->result_msg : stk_strerror(a->result);
   while (w) {
     struct commit_wait *n = w->next;

@@ -156,7 +156,7 @@ static void free_list(ProtobufCMessage *msg) {
 }
 
 static int list_add(Stoker__V1__ListCheckpointsResponse *r, int64_t step, char *uri,
-                    int64_t at_ms) {
+                    int64_t at_ms, uint64_t generation) {
   Stoker__V1__CheckpointRef **n =
       realloc(r->checkpoints, (r->n_checkpoints + 1) * sizeof(*r->checkpoints));
   if (!n) return STK_ENOMEM;
@@ -171,6 +171,7 @@ static int list_add(Stoker__V1__ListCheckpointsResponse *r, int64_t step, char *
   ref->step = step;
   ref->uri = uri;
   ref->committed_at_ms = at_ms;
+  ref->generation = generation;
   r->checkpoints[r->n_checkpoints++] = ref;
   return 0;
 }
@@ -276,7 +277,8 @@ static int run_list(struct call_job *j) {
     if (ckpt_journal_get(j->s->kv, &k, &stoker__v1__journal_attempt__descriptor,
                          (ProtobufCMessage **)&rec) != 0)
       continue; /* Deleted meanwhile. */
-    err = list_add(r, rec->step, ckpt_manifest_uri(j->s, rec->manifest_key), rec->committed_at_ms);
+    err = list_add(r, rec->step, ckpt_manifest_uri(j->s, rec->manifest_key), rec->committed_at_ms,
+                   rec->generation);
     stoker__v1__journal_attempt__free_unpacked(rec, NULL);
   }
   free(steps);

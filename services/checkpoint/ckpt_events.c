@@ -133,6 +133,7 @@ static void late_fire(uv_timer_t *t) {
     ref.step = f->a->step;
     ref.uri = f->a->manifest_uri;
     ref.committed_at_ms = f->a->committed_at_ms;
+    ref.generation = f->a->generation;
     f->done(f->arg, 0, "", &ref.base);
   } else if (f->resp) {
     f->done(f->arg, 0, "", f->resp);

@@ -251,9 +251,11 @@ static void begin_after(struct ckpt_task *t) {
   struct begin_job *j = (struct begin_job *)t;
   struct ckpt_service *s = j->s;
   s->begins_pending--;
-  if (j->err == 0 &&
-      !attempt_new(s, j->id, j->job, j->rec.step, j->rec.world, j->rec.created_at_ms))
-    j->err = STK_ENOMEM;
+  struct attempt *a =
+      j->err == 0 ? attempt_new(s, j->id, j->job, j->rec.step, j->rec.world, j->rec.created_at_ms)
+                  : NULL;
+  if (a) a->generation = j->rec.generation;
+  if (j->err == 0 && !a) j->err = STK_ENOMEM;
   if (j->err) {
     j->done(j->arg, j->err, j->msg[0] ? j->msg : stk_strerror(j->err), NULL);
   } else {
@@ -287,6 +289,7 @@ void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckp
   j->rec.job = j->job;
   j->rec.step = req->step;
   j->rec.world = req->world;
+  j->rec.generation = req->generation;
   j->rec.created_at_ms = svc_now_ms();
   s->begins_pending++;
   ckpt_pool_submit(s->work, &j->t);

@@ -115,6 +115,7 @@ struct attempt {
   char *job;
   int64_t step;
   uint32_t world;
+  uint64_t generation; /* Of the writing ranks, from Begin (0: not known). */
   int64_t created_at_ms;
   uint64_t deadline_ms; /* uv_now */
   uint64_t active_ms;   /* uv_now of the last stream opened, closed or fed. */

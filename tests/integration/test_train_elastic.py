@@ -211,6 +211,24 @@ def check_heldout(text, restored):
     assert abs(after - before) <= 1e-4 * before, f"held-out loss {before} at 4 ranks, {after} at 3"
 
 
+def check_generations(ctl, env):
+    """`checkpoint list` names the generation that wrote each checkpoint
+    (the trainer tells the service at Begin): generation 1 before the kill,
+    2 after the restore, never 0 (unknown), never going back."""
+    out = subprocess.run(
+        [ctl, "--json", "checkpoint", "list", "el"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    rows = sorted((c["step"], c["generation"]) for c in json.loads(out)["checkpoints"])
+    gens = [g for _, g in rows]
+    assert gens and 0 not in gens, f"checkpoints without a generation: {rows}"
+    assert {1, 2} <= set(gens) and gens == sorted(gens), f"generations by step: {rows}"
+    print(f"checkpoint generations by step: {rows}")
+
+
 def verify_at_two(bins, env, work, data):
     train, ctl = bins[3], bins[4]
     subprocess.run(
@@ -301,6 +319,7 @@ def main():
         elastic_run(bins, env, work, data)
         check_logs(work)
         assert summary.check_no_repeats(bins[4], "el", STEPS), "data repeated or skipped"
+        check_generations(bins[4], env)
         verify_at_two(bins, env, work, data)
     print("ok")
 

@@ -72,6 +72,7 @@ const char *train_client_why(int err) {
 /* FSDP at this world size, restored when there is a checkpoint; the stream. */
 static int setup(struct train *t) {
   int64_t from = t->o.restore_from > 0 ? t->o.restore_from : t->m.checkpoint_step;
+  stk_ckpt_set_generation(t->ckpt, t->m.generation); /* Listed with each checkpoint. */
   int err = t->m.rank == 0 ? train_loader_ensure(t) : 0;
   if (err) return train_why(t, err, "dataloader job %s: %s", t->o.data_job, train_client_why(err));
   struct fsdp_opts fo;
