@@ -55,7 +55,7 @@ static void check(uv_timer_t *t) {
   bool serving = !g->low && !g->accept_dead;
   if (serving != g->serving) {
     g->serving = serving;
-    rpc_server_set_serving_all(g->rpc, serving);
+    rpc_server_set_unhealthy(g->rpc, RPC_UNHEALTHY_DESCRIPTORS, !serving);
   }
 }
 

@@ -108,6 +108,15 @@ void rpc_server_set_serving(struct rpc_server *s, const char *service, bool serv
 /* The same for every service the server knows ("" included). */
 void rpc_server_set_serving_all(struct rpc_server *s, bool serving);
 
+/* Reasons a daemon reports NOT_SERVING for every service; it is SERVING
+ * again only once none holds (so two watchers of the daemon's state, say
+ * descriptors and workers, never clear each other's verdict). */
+enum rpc_unhealthy {
+  RPC_UNHEALTHY_DESCRIPTORS = 1u << 0,   /* fd_guard.h */
+  RPC_UNHEALTHY_WORKERS_STUCK = 1u << 1, /* every worker on one task too long */
+};
+void rpc_server_set_unhealthy(struct rpc_server *s, enum rpc_unhealthy why, bool holds);
+
 /* Whether gRPC core reported that its listener failed to accept (out of
  * descriptors): gRPC 1.51 never accepts on that listener again. Set from
  * the log hook (rpc_log_to_daemon_log); any thread. */

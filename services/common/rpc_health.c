@@ -42,6 +42,7 @@ struct rpc_health {
   struct service_status *services;
   struct watcher *watchers;
   bool shutting_down;
+  unsigned unhealthy; /* enum rpc_unhealthy bits that hold. */
 };
 
 static struct service_status *find(struct rpc_health *h, const char *name) {
@@ -200,6 +201,13 @@ void rpc_server_set_serving_all(struct rpc_server *s, bool serving) {
   if (h->shutting_down) return;
   for (struct service_status *st = h->services; st; st = st->next) st->serving = serving;
   notify_watchers(h);
+}
+
+void rpc_server_set_unhealthy(struct rpc_server *s, enum rpc_unhealthy why, bool holds) {
+  struct rpc_health *h = s->health;
+  unsigned before = h->unhealthy;
+  h->unhealthy = holds ? before | why : before & ~(unsigned)why;
+  if ((before == 0) != (h->unhealthy == 0)) rpc_server_set_serving_all(s, h->unhealthy == 0);
 }
 
 void rpc_health_shutdown(struct rpc_health *h) {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dl_rpc_internal.h"
+#include "log.h"
 #include "shm_ring.h"
 #include "stk_error.h"
 
@@ -115,7 +116,18 @@ static void task_done(uv_work_t *w, int status) {
   free(t);
 }
 
-/* Queues run on the threadpool; reply (or the error) follows on the loop. */
+/* The job a request names (its string field "job"), "" when it names none:
+ * the scheduler's queue for it. */
+static const char *request_job(const ProtobufCMessage *req) {
+  const ProtobufCFieldDescriptor *f =
+      protobuf_c_message_descriptor_get_field_by_name(req->descriptor, "job");
+  if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED) return "";
+  const char *job = *(char *const *)((const char *)req + f->offset);
+  return job ? job : "";
+}
+
+/* Queues run on a worker (fair shares per job, dl_sched.h); reply (or the
+ * error) follows on the loop. */
 static void submit(struct rpc_call *call, const ProtobufCMessage *req, struct dl_rpc *a,
                    task_run_fn run, task_reply_fn reply) {
   struct task *t = calloc(1, sizeof(*t));
@@ -129,10 +141,10 @@ static void submit(struct rpc_call *call, const ProtobufCMessage *req, struct dl
   t->run = run;
   t->reply = reply;
   t->work.data = t;
-  int rc = uv_queue_work(a->loop, &t->work, task_work, task_done);
+  int rc = dl_sched_submit(a->sched, request_job(req), &t->work, task_work, task_done);
   if (rc) {
     free(t);
-    rpc_fail(call, RPC_INTERNAL, "cannot queue work: %s", uv_strerror(rc));
+    rpc_fail_err(call, rc, "cannot queue work");
   }
 }
 
@@ -306,6 +318,41 @@ static void register_metrics(struct dl_rpc *a, struct metrics *m) {
                       NULL);
 }
 
+/* Every second: health follows whether the workers are stuck. */
+static void check_stuck(uv_timer_t *timer) {
+  struct dl_rpc *a = timer->data;
+  bool stuck = dl_sched_stuck(a->sched, a->stuck_ms);
+  if (stuck == a->stuck) return;
+  a->stuck = stuck;
+  if (stuck)
+    log_error("workers_stuck",
+              "every worker has been on one call for over %llu ms and %llu calls wait: "
+              "NOT_SERVING until one comes free",
+              (unsigned long long)a->stuck_ms, (unsigned long long)dl_sched_waiting(a->sched));
+  else
+    log_info("workers_free", "a worker came free: serving again");
+  rpc_server_set_unhealthy(a->rpc, RPC_UNHEALTHY_WORKERS_STUCK, stuck);
+}
+
+static int start_stuck_timer(struct dl_rpc *a) {
+  if (!(a->stuck_timer = calloc(1, sizeof(*a->stuck_timer)))) return STK_ENOMEM;
+  uv_timer_init(a->loop, a->stuck_timer);
+  a->stuck_timer->data = a;
+  uv_timer_start(a->stuck_timer, check_stuck, 1000, 1000);
+  uv_unref((uv_handle_t *)a->stuck_timer); /* Keeps no loop alive by itself. */
+  return 0;
+}
+
+static void stuck_timer_closed(uv_handle_t *h) {
+  free(h);
+}
+
+static void stop_stuck_timer(struct dl_rpc *a) {
+  if (!a->stuck_timer) return;
+  uv_close((uv_handle_t *)a->stuck_timer, stuck_timer_closed);
+  a->stuck_timer = NULL;
+}
+
 /* The directory of shared-memory rings, when the options name one. */
 static int open_shm_dir(struct dl_rpc *a, const struct dl_rpc_opts *opts) {
   if (!opts || !opts->shm_dir || !opts->shm_dir[0]) return 0;
@@ -325,11 +372,19 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
   if (!a) return STK_ENOMEM;
   a->dl = dl;
   a->loop = loop;
+  a->rpc = s;
   a->shm_dirfd = -1;
+  a->stuck_ms = opts && opts->stuck_ms ? opts->stuck_ms : 60000;
   a->tokens_field =
       protobuf_c_message_descriptor_get_field_by_name(&stoker__v1__batch__descriptor, "tokens")->id;
-  int rc = open_shm_dir(a, opts);
+  int rc = dl_sched_new(loop, opts && opts->workers ? opts->workers : 4, &a->sched);
   if (rc) {
+    free(a);
+    return rc;
+  }
+  rc = open_shm_dir(a, opts);
+  if (rc) {
+    dl_sched_free(a->sched);
     free(a);
     return rc;
   }
@@ -337,8 +392,10 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
   a->default_prefetch = opts && opts->default_prefetch ? opts->default_prefetch : 2;
   if (a->default_prefetch > a->max_prefetch) a->default_prefetch = a->max_prefetch;
   register_metrics(a, opts ? opts->metrics : NULL);
-  rc = rpc_server_add_service(s, &stoker__v1__dataloader__descriptor, dataloader_methods,
-                              sizeof(dataloader_methods) / sizeof(dataloader_methods[0]), a);
+  rc = start_stuck_timer(a);
+  if (!rc)
+    rc = rpc_server_add_service(s, &stoker__v1__dataloader__descriptor, dataloader_methods,
+                                sizeof(dataloader_methods) / sizeof(dataloader_methods[0]), a);
   if (rc) {
     dl_rpc_free(a);
     return rc;
@@ -349,11 +406,14 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
 
 void dl_rpc_drain(struct dl_rpc *a) {
   a->draining = true;
+  stop_stuck_timer(a);
   dl_rpc_stream_drain(a);
 }
 
 void dl_rpc_free(struct dl_rpc *a) {
   if (!a) return;
+  stop_stuck_timer(a); /* Closed by the loop's last run, if the daemon never drained. */
+  dl_sched_free(a->sched);
   if (a->shm_dirfd >= 0) shm_ring_dir_close(a->shm_dir, a->shm_dirfd);
   free(a->shm_dir);
   free(a);

@@ -27,6 +27,9 @@ struct dl_rpc_opts {
   const char *shm_dir;
   const char *shm_owner; /* Recorded in the dir (auto dirs): see shm_ring.h. */
   uint64_t shm_ring_bytes;
+  uint32_t workers;  /* The loop's threadpool size (UV_THREADPOOL_SIZE); 0: 4. */
+  uint64_t stuck_ms; /* Health says NOT_SERVING while every worker has been on one
+                        task this long and calls wait (dl_sched.h); 0: 60 s. */
 };
 
 /* Registers stoker.v1.Dataloader on s, served by dl on loop (the server's

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "dl_rpc.h"
+#include "dl_sched.h"
 
 struct dl_stream;
 
@@ -26,6 +27,11 @@ struct dl_rpc {
   char *shm_dir;           /* Its path. */
   uint64_t shm_ring_bytes; /* Largest ring of one stream. */
   uint32_t tokens_field;   /* Batch.tokens' field number (sent borrowed). */
+  struct dl_sched *sched;  /* Every core call goes through it (fair shares per job). */
+  struct rpc_server *rpc;  /* For health: NOT_SERVING while the workers are stuck. */
+  uv_timer_t *stuck_timer; /* Checks dl_sched_stuck every second; NULL once closed. */
+  uint64_t stuck_ms;
+  bool stuck;
 };
 
 /* Shared-memory delivery of one stream (dl_rpc_ring.c): after the first

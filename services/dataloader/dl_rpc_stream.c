@@ -210,9 +210,9 @@ static void start_generation(struct dl_stream *s) {
   }
   s->gen_want = want;
   s->work.data = s;
-  int rc = uv_queue_work(s->a->loop, &s->work, gen_work, gen_done);
+  int rc = dl_sched_submit(s->a->sched, s->req->job, &s->work, gen_work, gen_done);
   if (rc)
-    stop(s, RPC_INTERNAL, uv_strerror(rc));
+    stop(s, RPC_INTERNAL, stk_strerror(rc));
   else
     s->generating = true;
 }

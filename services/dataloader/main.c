@@ -27,6 +27,7 @@ struct dataloader_config {
   uint64_t max_prefetch;
   uint64_t default_prefetch;
   uint64_t worker_threads;
+  int64_t worker_stuck_ms;
   uint64_t keep_commits;
   int64_t max_step;
   uint64_t max_replay_lines;
@@ -54,7 +55,11 @@ static const struct cfg_option dataloader_options[] = {
     DL_ROW("default-prefetch", CFG_UINT64, default_prefetch, "2", 1, 1024,
            "Prefetch depth of a StreamBatches call that asks for 0."),
     DL_ROW("worker-threads", CFG_UINT64, worker_threads, "4", 1, 1024,
-           "Threads generating batches and writing state (the libuv threadpool size)."),
+           "Threads generating batches and writing state (the libuv threadpool size); jobs "
+           "with work share them fairly."),
+    DL_ROW("worker-stuck-after", CFG_DURATION, worker_stuck_ms, "60s", 1, (int64_t)1 << 40,
+           "Health turns NOT_SERVING while every worker has been on one call this long and "
+           "calls wait (back to SERVING once one comes free)."),
     DL_ROW("keep-commits", CFG_UINT64, keep_commits, "2", 1, 1000,
            "Committed states per job kept restorable; older snapshots are deleted."),
     DL_ROW("max-step", CFG_INT64, max_step, "1099511627776", 1, (int64_t)1 << 62,
@@ -202,6 +207,8 @@ static int register_adapter(struct dataloader *d) {
       .shm_dir = d->shm_dir,
       .shm_owner = d->shm_owner,
       .shm_ring_bytes = d->cfg.shm_ring_bytes,
+      .workers = (uint32_t)d->cfg.worker_threads,
+      .stuck_ms = (uint64_t)d->cfg.worker_stuck_ms,
   };
   rc = dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
   if (rc) log_error("startup", "%s: %s", stk_strerror(rc), stk_detail());

@@ -1,7 +1,8 @@
 /*
  * grpc.health.v1.Health as every server serves it: Check for the whole
  * server, a registered service and an unknown one, status changes, and
- * Watch streams that report the current status and then each change.
+ * Watch streams that report the current status and then each change; the
+ * reasons a daemon is unhealthy (rpc_server_set_unhealthy) combine.
  */
 #include "rpc_fixture.h"
 
@@ -49,6 +50,42 @@ static void test_check(void **state) {
   fx_set_serving(&f, "", false);
   assert_int_equal(check(c, ""), NOT_SERVING);
   fx_set_serving(&f, "stoker.test.Test", true);
+  assert_int_equal(check(c, "stoker.test.Test"), SERVING);
+  rpc_client_free(c);
+  fx_stop(&f, 1000);
+}
+
+struct unhealthy_args {
+  enum rpc_unhealthy why;
+  bool holds;
+};
+
+static void set_unhealthy_on_loop(struct fixture *f, void *arg) {
+  struct unhealthy_args *a = arg;
+  rpc_server_set_unhealthy(f->srv, a->why, a->holds);
+}
+
+static void set_unhealthy(struct fixture *f, enum rpc_unhealthy why, bool holds) {
+  struct unhealthy_args a = {why, holds};
+  fx_on_loop(f, set_unhealthy_on_loop, &a);
+}
+
+/* Two reasons to be unhealthy (descriptors, stuck workers): the daemon
+ * serves again only once neither holds; clearing one does not clear the
+ * other's verdict. */
+static void test_unhealthy_reasons(void **state) {
+  struct fixture f = {0};
+  fx_start(&f, NULL);
+  struct rpc_client *c = fx_client(&f, NULL);
+  set_unhealthy(&f, RPC_UNHEALTHY_DESCRIPTORS, true);
+  assert_int_equal(check(c, ""), NOT_SERVING);
+  assert_int_equal(check(c, "stoker.test.Test"), NOT_SERVING);
+  set_unhealthy(&f, RPC_UNHEALTHY_WORKERS_STUCK, true);
+  set_unhealthy(&f, RPC_UNHEALTHY_DESCRIPTORS, false);
+  assert_int_equal(check(c, ""), NOT_SERVING);
+  assert_int_equal(check(c, "stoker.test.Test"), NOT_SERVING);
+  set_unhealthy(&f, RPC_UNHEALTHY_WORKERS_STUCK, false);
+  assert_int_equal(check(c, ""), SERVING);
   assert_int_equal(check(c, "stoker.test.Test"), SERVING);
   rpc_client_free(c);
   fx_stop(&f, 1000);
@@ -169,6 +206,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_watch_cancelled_during_send),
       cmocka_unit_test(test_check),
+      cmocka_unit_test(test_unhealthy_reasons),
       cmocka_unit_test(test_watch_reports_changes),
       cmocka_unit_test(test_watch_ends_at_shutdown),
   };
