@@ -3,6 +3,13 @@
  * at least 2 GiB plus a 100 MiB one into WORK, then measures in one run:
  *   raw       memcpy of batch-sized chunks from an mmap of the page-cached
  *             files (the ceiling: what serving tokens costs at the least);
+ *   raw_random  memcpy of the same files in loader-sized units (llm.c
+ *             blocks: BENCH_BLOCK_TOKENS or the default 32768 tokens) in a
+ *             random order, as a shuffling loader must read them (a seeded
+ *             shuffle, not the loader's own permutation);
+ *   tcp       one loopback TCP stream carrying batch-sized messages from a
+ *             sender thread to this one (what the kernel alone costs a
+ *             trainer on another host; the wire path's ceiling);
  *   embedded  the core in-process (dl_core.h) serving consecutive steps to
  *             one rank on one thread;
  *   grpc      one client streaming the same rank's batches (StreamBatches,
@@ -23,13 +30,18 @@
  * Prints one JSON line. Usage:
  *   dataloader_bench ADDR WORK [SECONDS] [ENCODER_JSON VOCAB_BPE TEXT_FILE]
  */
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -130,6 +142,105 @@ static double raw_tokens_per_s(const struct mapped *m) {
     }
   }
   return (double)bytes / 4 / (now_s() - t0);
+}
+
+/* Tokens per second of memcpy of whole units in a random order over the
+ * corpus, one pass: what a loader that shuffles units must at least read. */
+static double raw_random_tokens_per_s(const struct mapped *m) {
+  static uint32_t *dst;
+  static size_t *order, n_units, unit_bytes;
+  if (!order) {
+    const char *block = getenv("BENCH_BLOCK_TOKENS");
+    unit_bytes = (size_t)(block ? strtoul(block, NULL, 10) : 32768) * 4;
+    if (unit_bytes == 0 || unit_bytes > BATCH_TOKENS * 4) unit_bytes = 32768 * 4;
+    for (int f = 0; f < LARGE_FILES; f++) n_units += (m->len[f] - 1024) / unit_bytes;
+    order = malloc(n_units * sizeof *order);
+    dst = malloc(BATCH_TOKENS * 4);
+    if (!order || !dst) die("malloc", STK_ENOMEM);
+    size_t k = 0;
+    for (int f = 0; f < LARGE_FILES; f++)
+      for (size_t u = 0; u < (m->len[f] - 1024) / unit_bytes; u++) order[k++] = (size_t)f << 40 | u;
+    uint64_t x = SEED * 0x9E3779B97F4A7C15ull;
+    for (size_t i = n_units - 1; i > 0; i--) { /* Fisher-Yates, xorshift. */
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      size_t j = (size_t)(x % (i + 1)), t = order[i];
+      order[i] = order[j], order[j] = t;
+    }
+  }
+  size_t at = 0;
+  double t0 = now_s();
+  for (size_t i = 0; i < n_units; i++) {
+    size_t f = order[i] >> 40, u = order[i] & ((1ull << 40) - 1);
+    if (at + unit_bytes > BATCH_TOKENS * 4) at = 0;
+    memcpy((uint8_t *)dst + at, m->p[f] + 1024 + u * unit_bytes, unit_bytes);
+    __asm__ volatile("" : : "r"(dst) : "memory");
+    at += unit_bytes;
+  }
+  return (double)(n_units * unit_bytes) / 4 / (now_s() - t0);
+}
+
+/* One loopback TCP stream: a sender thread writes batch-sized messages for
+ * as long as the socket takes them (it blocks, using no CPU, while no phase
+ * reads); tcp_tokens_per_s reads whole messages for `seconds`. */
+struct tcp_stream {
+  int rx, tx;
+  pthread_t sender;
+  uint8_t *msg;
+};
+
+static void *tcp_send_main(void *arg) {
+  struct tcp_stream *s = arg;
+  for (;;) {
+    for (size_t off = 0; off < BATCH_TOKENS * 4;) {
+      ssize_t n = send(s->tx, s->msg + off, BATCH_TOKENS * 4 - off, MSG_NOSIGNAL);
+      if (n <= 0) return NULL; /* The reader closed: the bench is over. */
+      off += (size_t)n;
+    }
+  }
+}
+
+static void tcp_open(struct tcp_stream *s) {
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int one = 1, lis = socket(AF_INET, SOCK_STREAM, 0);
+  if (lis < 0 || bind(lis, (struct sockaddr *)&a, sizeof a) || listen(lis, 1) ||
+      getsockname(lis, (struct sockaddr *)&a, &len))
+    die("tcp listen", STK_EIO);
+  s->tx = socket(AF_INET, SOCK_STREAM, 0);
+  if (s->tx < 0 || connect(s->tx, (struct sockaddr *)&a, sizeof a)) die("tcp connect", STK_EIO);
+  s->rx = accept(lis, NULL, NULL);
+  close(lis);
+  if (s->rx < 0) die("tcp accept", STK_EIO);
+  setsockopt(s->tx, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  s->msg = malloc(BATCH_TOKENS * 4);
+  if (!s->msg) die("malloc", STK_ENOMEM);
+  memset(s->msg, 7, BATCH_TOKENS * 4);
+  if (pthread_create(&s->sender, NULL, tcp_send_main, s)) die("tcp sender", STK_ENOMEM);
+}
+
+static double tcp_tokens_per_s(struct tcp_stream *s, double seconds) {
+  static uint8_t *buf;
+  if (!buf && !(buf = malloc(BATCH_TOKENS * 4))) die("malloc", STK_ENOMEM);
+  uint64_t bytes = 0;
+  double t0 = now_s(), t;
+  do {
+    for (size_t off = 0; off < BATCH_TOKENS * 4;) { /* One whole message, as a batch. */
+      ssize_t n = recv(s->rx, buf + off, BATCH_TOKENS * 4 - off, 0);
+      if (n <= 0) die("tcp recv", STK_EIO);
+      off += (size_t)n;
+    }
+    bytes += BATCH_TOKENS * 4;
+    t = now_s() - t0;
+  } while (t < seconds);
+  return (double)bytes / 4 / t;
+}
+
+static void tcp_close(struct tcp_stream *s) {
+  shutdown(s->rx, SHUT_RDWR);
+  close(s->rx);
+  pthread_join(s->sender, NULL);
+  close(s->tx);
+  free(s->msg);
 }
 
 /* A loader spec over one llm.c directory. */
@@ -296,22 +407,29 @@ static double median(const double *v, int n) {
 }
 
 #define MAX_ROUNDS 16
-enum { RAW, EMBEDDED, GRPC, WIRE, PHASES };
-static const char *const phase_name[PHASES] = {"raw", "embedded", "grpc", "wire"};
+enum { RAW, EMBEDDED, GRPC, WIRE, RAW_RANDOM, TCP, PHASES };
+static const char *const phase_name[PHASES] = {"raw",  "embedded",   "grpc",
+                                               "wire", "raw_random", "tcp"};
 
 /* The interleaved rounds: rate[phase][round], and base[phase][round] the
  * raw rate around that phase (the mean of the raw passes just before and
  * just after it), which its ratio is taken against. */
 static void rounds(const struct mapped *m, struct dl *large, struct grpc_stream *shm,
-                   struct grpc_stream *wire, int n, double seconds, double rate[PHASES][MAX_ROUNDS],
-                   double base[PHASES][MAX_ROUNDS]) {
+                   struct grpc_stream *wire, struct tcp_stream *tcp, int n, double seconds,
+                   double rate[PHASES][MAX_ROUNDS], double base[PHASES][MAX_ROUNDS]) {
   int64_t step = 1;
   double before = raw_tokens_per_s(m);
   for (int r = 0; r < n; r++) {
     rate[RAW][r] = base[RAW][r] = before;
     for (int p = EMBEDDED; p < PHASES; p++) {
-      rate[p][r] = p == EMBEDDED ? embedded_tokens_per_s(large, &step, seconds / n)
-                                 : grpc_tokens_per_s(p == GRPC ? shm : wire, seconds / n);
+      if (p == EMBEDDED)
+        rate[p][r] = embedded_tokens_per_s(large, &step, seconds / n);
+      else if (p == RAW_RANDOM)
+        rate[p][r] = raw_random_tokens_per_s(m);
+      else if (p == TCP)
+        rate[p][r] = tcp_tokens_per_s(tcp, seconds / n);
+      else
+        rate[p][r] = grpc_tokens_per_s(p == GRPC ? shm : wire, seconds / n);
       double after = raw_tokens_per_s(m);
       base[p][r] = (before + after) / 2;
       before = after;
@@ -322,6 +440,13 @@ static void rounds(const struct mapped *m, struct dl *large, struct grpc_stream 
               rate[p][r] / base[p][r]);
     fprintf(stderr, "\n");
   }
+}
+
+/* Median over rounds of phase p's rate over phase q's in the same round. */
+static double pair_ratio_median(double rate[PHASES][MAX_ROUNDS], int p, int q, int n) {
+  double ratio[MAX_ROUNDS];
+  for (int r = 0; r < n; r++) ratio[r] = rate[q][r] > 0 ? rate[p][r] / rate[q][r] : 0;
+  return median(ratio, n);
 }
 
 /* Median over rounds of phase p's ratio to the raw rate around it. */
@@ -356,8 +481,11 @@ int main(int argc, char **argv) {
     grpc_open(addr, work, true, &wire);
   }
   double rate[PHASES][MAX_ROUNDS], base[PHASES][MAX_ROUNDS];
+  struct tcp_stream tcp;
+  tcp_open(&tcp);
   raw_tokens_per_s(&m); /* Faults the baseline's mapping in. */
-  rounds(&m, large, &shm, &wire, n_rounds, seconds, rate, base);
+  rounds(&m, large, &shm, &wire, &tcp, n_rounds, seconds, rate, base);
+  tcp_close(&tcp);
   grpc_close(&shm);
   grpc_close(&wire);
   dl_close(large);
@@ -369,12 +497,17 @@ int main(int argc, char **argv) {
          ",\"raw_tokens_per_s\":%.0f,\"embedded_tokens_per_s\":%.0f,"
          "\"grpc_tokens_per_s\":%.0f,\"grpc_wire_tokens_per_s\":%.0f,\"embedded_ratio\":%.3f,"
          "\"grpc_ratio\":%.3f,\"grpc_wire_ratio\":%.3f,"
+         "\"raw_random_tokens_per_s\":%.0f,\"tcp_tokens_per_s\":%.0f,"
+         "\"embedded_random_ratio\":%.3f,"
+         "\"grpc_wire_tcp_ratio\":%.3f,"
          "\"first_batch_s_small\":%.4f,\"first_batch_s_large\":%.4f,\"bpe_mb_per_s\":%s}\n",
          SEQ_LEN, GLOBAL_BATCH, n_rounds, corpus_tokens, corpus_tokens * 4,
          median(rate[RAW], n_rounds), median(rate[EMBEDDED], n_rounds),
          median(rate[GRPC], n_rounds), median(rate[WIRE], n_rounds),
          ratio_median(rate, base, EMBEDDED, n_rounds), ratio_median(rate, base, GRPC, n_rounds),
-         ratio_median(rate, base, WIRE, n_rounds), first_small, first_large, bpe_text);
+         ratio_median(rate, base, WIRE, n_rounds), median(rate[RAW_RANDOM], n_rounds),
+         median(rate[TCP], n_rounds), pair_ratio_median(rate, EMBEDDED, RAW_RANDOM, n_rounds),
+         pair_ratio_median(rate, WIRE, TCP, n_rounds), first_small, first_large, bpe_text);
   for (int f = 0; f < LARGE_FILES; f++) munmap((void *)m.p[f], m.len[f]);
   return 0;
 }
