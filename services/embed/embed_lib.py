@@ -27,6 +27,7 @@ Usage: embed_lib.py --ld LD --objcopy OBJCOPY --ar AR --nm NM
            --out LIB.a --header H [--header H ...] ARCHIVE...
 Writes LIB.a and LIB.a.symbols (the global symbols left, one a line).
 """
+
 import argparse
 import os
 import re
@@ -41,8 +42,9 @@ def run(*cmd):
 
 
 def defined_globals(nm, obj):
-    out = subprocess.run([nm, "-g", "--defined-only", obj], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        [nm, "-g", "--defined-only", obj], check=True, capture_output=True, text=True
+    ).stdout
     return sorted({line.split()[-1] for line in out.splitlines() if len(line.split()) == 3})
 
 

@@ -9,13 +9,16 @@ test_embed_clash.c runs such a program.
 
 Usage: link_check.py CC... --plain LIB.a... --embed LIB.a...
 """
+
 import os
 import subprocess
 import sys
 import tempfile
 
 CLASHING = ["kv_open", "crc32c", "strbuf_append", "storage_open", "attempt_find"]
-SOURCE = "".join(f"int {n}(void);\nint {n}(void) {{ return 1; }}\n" for n in CLASHING) + """
+SOURCE = (
+    "".join(f"int {n}(void);\nint {n}(void) {{ return 1; }}\n" for n in CLASHING)
+    + """
 int dl_open(void);
 int ckpt_service_open(void);
 int coord_open(void);
@@ -24,20 +27,21 @@ int main(void) {
   return cores[0] == 0;
 }
 """
+)
 
 
 def link(cc, src, libs, out):
-    cmd = cc + [src, "-o", out, "-Wl,--unresolved-symbols=ignore-all", "-Wl,--start-group"] + \
-        libs + ["-Wl,--end-group"]
+    ignore = "-Wl,--unresolved-symbols=ignore-all"
+    cmd = [*cc, src, "-o", out, ignore, "-Wl,--start-group", *libs, "-Wl,--end-group"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
 
 
 def main():
     args = sys.argv[1:]
-    cc = args[:args.index("--plain")]
-    plain = args[args.index("--plain") + 1:args.index("--embed")]
-    embed = args[args.index("--embed") + 1:]
+    cc = args[: args.index("--plain")]
+    plain = args[args.index("--plain") + 1 : args.index("--embed")]
+    embed = args[args.index("--embed") + 1 :]
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "clash.c")
         with open(src, "w") as f:
