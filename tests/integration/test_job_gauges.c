@@ -46,10 +46,10 @@ static char *scrape(int port) {
   return copy;
 }
 
-/* Polls /metrics until every line of want is in it (10 s); returns the body
+/* Polls /metrics until every line of want is in it (30 s); returns the body
  * that had them, or fails with the last one. */
 static char *wait_lines(int port, const char *const *want, size_t n) {
-  for (int64_t deadline = harness_now_ms() + 10000;; harness_sleep_ms(50)) {
+  for (int64_t deadline = harness_now_ms() + 30000;; harness_sleep_ms(50)) {
     char *body = scrape(port);
     size_t found = 0;
     while (found < n && strstr(body, want[found])) found++;
@@ -160,7 +160,7 @@ static void test_dataloader_queue_depth(void **state) {
   while (g.done < 2) pthread_cond_wait(&g.cv, &g.mu);
   pthread_mutex_unlock(&g.mu);
   /* The streams ended: the job's series are gone, the families stay. */
-  for (int64_t deadline = harness_now_ms() + 10000;; harness_sleep_ms(50)) {
+  for (int64_t deadline = harness_now_ms() + 30000;; harness_sleep_ms(50)) {
     body = scrape(port);
     if (!strstr(body, "job=\"slow\"")) break;
     if (harness_now_ms() > deadline)
