@@ -1,7 +1,8 @@
 /*
  * A trainer that embeds the service cores and has functions of its own
- * under the generic names the cores use inside (kv_open, log_event, crc32c,
- * strbuf_append, metrics_new, storage_open, attempt_find): linked against
+ * under generic names the tree's static libraries define (kv_open,
+ * log_event, crc32c, strbuf_append, metrics_new, storage_open,
+ * attempt_find): linked against
  * the embeddable libraries of services/embed (all three in one program), it
  * builds and runs, and each side calls its own code. The dataloader core
  * opens its RocksDB state, creates a synthetic job, serves the same batch
