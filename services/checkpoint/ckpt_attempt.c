@@ -135,6 +135,7 @@ void attempt_budget_wake(struct ckpt_service *s) {
 
 void attempt_free_part(struct ckpt_service *s, struct part *p) {
   s->staged -= p->cap;
+  p->obj->att->staged_bytes -= p->cap;
   if (!p->borrowed) free(p->buf);
   free(p);
 }
@@ -142,6 +143,7 @@ void attempt_free_part(struct ckpt_service *s, struct part *p) {
 void attempt_release_segment(struct ckpt_service *s, struct obj *o) {
   if (!o->seg) return;
   s->staged -= o->seg->size;
+  o->att->staged_bytes -= o->seg->size;
   ckpt_shm_release(s->shm, o->seg);
   o->seg = NULL;
   attempt_budget_wake(s);

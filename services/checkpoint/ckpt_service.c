@@ -203,6 +203,16 @@ void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_st
   ret_stats->staged_bytes = s->staged;
 }
 
+size_t ckpt_service_attempt_staging(const struct ckpt_service *s, struct ckpt_attempt_staging *ret,
+                                    size_t cap) {
+  size_t n = 0;
+  for (const struct attempt *a = s->attempts; a; a = a->next, n++)
+    if (n < cap)
+      ret[n] = (struct ckpt_attempt_staging){
+          .job = a->job, .staged_bytes = a->staged_bytes, .open = a->state != ATT_DONE};
+  return n;
+}
+
 void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret) {
   stoker__v1__staging_info__init(ret);
   if (!s->shm || s->closing) return;

@@ -116,6 +116,18 @@ void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *a
 
 void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_stats *ret_stats);
 
+/* One attempt's staging, for per-job figures (the daemon's gauges). */
+struct ckpt_attempt_staging {
+  const char *job;       /* Owned by s; valid until control returns to the loop. */
+  uint64_t staged_bytes; /* Staging memory it holds now (as staged_bytes counts). */
+  bool open;             /* Not yet committed or aborted. */
+};
+/* Fills ret[0..cap) with the attempts s keeps (open ones, and those that
+ * ended within the last 10 minutes); returns how many there are (may
+ * exceed cap). Loop thread. */
+size_t ckpt_service_attempt_staging(const struct ckpt_service *s, struct ckpt_attempt_staging *ret,
+                                    size_t cap);
+
 /* Fills ret with how ranks may stage through shared memory (strings owned
  * by s; an empty shm_dir when off). Synchronous. */
 void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret);

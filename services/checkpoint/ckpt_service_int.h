@@ -131,6 +131,7 @@ struct attempt {
   uint64_t done_at_ms; /* uv_now when DONE (pruned later). */
   uint64_t held_at_ms; /* uv_now when a segment's PUT was first held (held_any). */
   bool held_any;
+  uint64_t staged_bytes; /* Its share of svc->staged (buffer capacity, segments). */
   struct commit_wait *waits;
   struct attempt *next;
 };

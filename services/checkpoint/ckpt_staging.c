@@ -58,6 +58,7 @@ static int part_reserve(struct ckpt_service *s, struct part *p, size_t need) {
   uint8_t *b = realloc(p->buf, cap);
   if (!b) return STK_ENOMEM;
   s->staged += cap - p->cap;
+  p->obj->att->staged_bytes += cap - p->cap;
   if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
   p->buf = b;
   p->cap = cap;

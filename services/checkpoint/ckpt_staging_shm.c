@@ -126,6 +126,7 @@ int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uin
   o->seg = seg;
   rs->shm = true;
   s->staged += seg->size;
+  w->att->staged_bytes += seg->size;
   if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
   return follow_on(s, o, c, len);
 }

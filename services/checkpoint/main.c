@@ -7,6 +7,7 @@
  * register the gRPC adapter, start serving, run until SIGTERM, close the
  * core (uploads and commits in flight finish or stay journaled), exit.
  */
+#include "ckpt_job_metrics.h"
 #include "ckpt_rpc.h"
 #include "ckpt_rpc_report.h"
 #include "ckpt_service.h"
@@ -316,6 +317,8 @@ static int register_adapter(struct checkpoint *ck) {
   ck->orphan_uploads =
       metrics_counter(m, "stoker_checkpoint_orphan_uploads_aborted_total",
                       "Multipart uploads no open attempt owned, aborted by GC.", NULL);
+  /* Fails only out of memory: the per-job gauges are then missing. */
+  metrics_add_collector(m, ckpt_job_metrics_collect, &ck->svc);
   uv_timer_init(daemon_loop(ck->daemon), &ck->stats_timer);
   ck->stats_timer.data = ck;
   uv_timer_start(&ck->stats_timer, publish_stats, 500, 500);

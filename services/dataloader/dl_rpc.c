@@ -316,6 +316,8 @@ static void register_metrics(struct dl_rpc *a, struct metrics *m) {
                       "Stream batches delivered through a shared-memory ring (tokens not "
                       "in the message).",
                       NULL);
+  /* Fails only out of memory: the per-job gauges are then missing. */
+  metrics_add_collector(m, dl_rpc_job_metrics_collect, a);
 }
 
 /* Every second: health follows whether the workers are stuck. */

@@ -87,4 +87,16 @@ void dl_rpc_count_served(struct dl_rpc *a, const struct dl_batch *b);
 void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, void *svc);
 void dl_rpc_stream_drain(struct dl_rpc *a);
 
+/* One open stream's queue, for the per-job gauges (dl_rpc_metrics.c). */
+struct dl_stream_queue {
+  const char *job; /* The request's; valid while the stream is open. */
+  uint32_t ready;  /* Batches generated and not yet sent (at most its prefetch). */
+};
+/* Fills ret[0..cap) with the open streams' queues (loop thread); returns
+ * how many streams are open (may exceed cap). */
+size_t dl_rpc_stream_queues(const struct dl_rpc *a, struct dl_stream_queue *ret, size_t cap);
+/* The collector of the per-job gauges (metrics.h), arg the adapter; runs
+ * on the loop (the daemon's metrics endpoint renders there). */
+void dl_rpc_job_metrics_collect(struct strbuf *out, void *arg);
+
 #endif

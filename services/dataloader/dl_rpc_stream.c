@@ -329,6 +329,13 @@ void dl_rpc_stream_drain(struct dl_rpc *a) {
   }
 }
 
+size_t dl_rpc_stream_queues(const struct dl_rpc *a, struct dl_stream_queue *ret, size_t cap) {
+  size_t n = 0;
+  for (const struct dl_stream *s = a->streams; s; s = s->next, n++)
+    if (n < cap) ret[n] = (struct dl_stream_queue){.job = s->req->job, .ready = s->n_ready};
+  return n;
+}
+
 void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
   struct dl_rpc *a = svc;
   const Stoker__V1__StreamBatchesRequest *r = (const void *)req;

@@ -6,6 +6,7 @@
  * orphaned attempt directories collected, idempotent, refused once
  * committed); an abandoned attempt is aborted and its staging freed after
  * attempt_idle_timeout_ms; max_open_attempts caps Begin with STK_EBUSY.
+ * Throughout, the attempts' staging shares sum to the service's staging.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -68,9 +69,17 @@ static int feed_last(struct ckpt_writer *w, const char *att, uint32_t rank) {
   return ckpt_write_feed(w, &c);
 }
 
+/* The service's staging memory, checked against the attempts' shares (what
+ * the per-job gauges sum) on every call: equal through every lifecycle. */
 static uint64_t staged(struct fx *f) {
   struct ckpt_service_stats st;
   ckpt_service_get_stats(f->svc, &st);
+  struct ckpt_attempt_staging a[64];
+  size_t n = ckpt_service_attempt_staging(f->svc, a, 64);
+  assert_true(n <= 64);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; i++) sum += a[i].staged_bytes;
+  assert_int_equal(sum, st.staged_bytes);
   return st.staged_bytes;
 }
 

@@ -1,0 +1,272 @@
+/*
+ * Per-job gauges of the real dataloader and checkpoint daemons under load:
+ * two streams of one job whose client does not read keep
+ * stoker_dataloader_job_queued_batches at the sum of their prefetch depths
+ * (and the series go once the streams end); bytes written to open attempts
+ * and not yet uploaded show in stoker_checkpoint_job_staging_bytes, summed
+ * over a job's attempts, and drop to 0 when the attempts are aborted. Each
+ * loaded /metrics also passes `promtool check metrics` when promtool is on
+ * PATH (that half says so and is skipped without it; the values are
+ * checked either way). Arguments: the dataloader and checkpoint binaries.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "test_ckpt_helpers.h"
+#include "test_dl_helpers.h"
+
+static char *dl_binary, *ckpt_binary;
+
+/* Starts binary with a metrics endpoint (*ret_port). */
+static struct harness_daemon *start(char *binary, const char *const *args, int *ret_port) {
+  char *argv[] = {"it_job_gauges", binary, NULL};
+  assert_int_equal(harness_init(2, argv), 0);
+  struct harness_daemon *d = harness_daemon_start_metrics(args, ret_port);
+  assert_non_null(d);
+  return d;
+}
+
+/* The body of /metrics (headers cut off), malloc'd. */
+static char *scrape(int port) {
+  char *resp = harness_http_get(port, "/metrics");
+  assert_non_null(resp);
+  char *body = strstr(resp, "\r\n\r\n");
+  assert_non_null(body);
+  char *copy = strdup(body + 4);
+  free(resp);
+  return copy;
+}
+
+/* Polls /metrics until every line of want is in it (30 s); returns the body
+ * that had them, or fails with the last one. */
+static char *wait_lines(int port, const char *const *want, size_t n) {
+  for (int64_t deadline = harness_now_ms() + 30000;; harness_sleep_ms(50)) {
+    char *body = scrape(port);
+    size_t found = 0;
+    while (found < n && strstr(body, want[found])) found++;
+    if (found == n) return body;
+    if (harness_now_ms() > deadline) fail_msg("no \"%s\" in:\n%s", want[found], body);
+    free(body);
+  }
+}
+
+/* promtool check metrics on body: no complaint, exit 0. */
+static void promtool_check(const char *body, const char *what) {
+  if (system("command -v promtool > /dev/null 2>&1") != 0) {
+    print_message("promtool not on PATH: `promtool check metrics` of %s skipped\n", what);
+    return;
+  }
+  char path[] = "/tmp/stoker-gauges-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+  close(fd);
+  char cmd[128], out[4096] = "";
+  snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  int status = pclose(p);
+  unlink(path);
+  if (status != 0 || n > 0)
+    fail_msg("%s: promtool check metrics (status %d):\n%s", what, status, out);
+}
+
+/* ------------------------------------------------------------ dataloader */
+
+/* A client that takes no message until opened: every message callback
+ * waits, so the daemon's sends stall (flow control) and its queue fills. */
+struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+  int done;
+};
+
+static void gate_msg(void *arg, ProtobufCMessage *msg) {
+  struct gate *g = arg;
+  protobuf_c_message_free_unpacked(msg, NULL);
+  pthread_mutex_lock(&g->mu);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_done(void *arg, const struct rpc_status *st) {
+  struct gate *g = arg;
+  (void)st;
+  pthread_mutex_lock(&g->mu);
+  g->done++;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static struct rpc_client_call *open_stream(struct rpc_client *rc, struct gate *g, const char *job,
+                                           uint32_t rank, uint32_t prefetch) {
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = (char *)job;
+  req.rank = rank;
+  req.world = 2;
+  req.prefetch = prefetch;
+  struct rpc_client_call *call = NULL;
+  assert_int_equal(rpc_client_stream_async(rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
+                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
+                                           gate_done, g, &call),
+                   0);
+  return call;
+}
+
+static void test_dataloader_queue_depth(void **state) {
+  (void)state;
+  int port;
+  const char *args[] = {"--max-prefetch", "8", NULL};
+  struct harness_daemon *d = start(dl_binary, args, &port);
+  struct rpc_client *rc = harness_rpc(d);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "slow", "synthetic:4000:16:4000:3", 0, 4095, 256); /* 2 MiB a rank's batch. */
+  char msg[512] = "";
+  assert_int_equal(tdl_create(rc, &t.spec, msg, sizeof(msg)), RPC_OK);
+
+  struct gate g = {.open = false};
+  pthread_mutex_init(&g.mu, NULL);
+  pthread_cond_init(&g.cv, NULL);
+  struct rpc_client_call *calls[2] = {open_stream(rc, &g, "slow", 0, 3),
+                                      open_stream(rc, &g, "slow", 1, 2)};
+  const char *want[] = {
+      "# TYPE stoker_dataloader_job_queued_batches gauge\n",
+      "\nstoker_dataloader_job_streams{job=\"slow\"} 2\n",
+      "\nstoker_dataloader_job_queued_batches{job=\"slow\"} 5\n", /* 3 + 2, both stalled. */
+      "\nstoker_dataloader_jobs_unlabelled 0\n",
+  };
+  char *body = wait_lines(port, want, 4);
+  promtool_check(body, "the dataloader's /metrics with two stalled streams");
+  free(body);
+
+  pthread_mutex_lock(&g.mu);
+  g.open = true;
+  pthread_cond_broadcast(&g.cv);
+  pthread_mutex_unlock(&g.mu);
+  for (int i = 0; i < 2; i++) rpc_client_call_cancel(calls[i]);
+  pthread_mutex_lock(&g.mu);
+  while (g.done < 2) pthread_cond_wait(&g.cv, &g.mu);
+  pthread_mutex_unlock(&g.mu);
+  /* The streams ended: the job's series are gone, the families stay. */
+  for (int64_t deadline = harness_now_ms() + 30000;; harness_sleep_ms(50)) {
+    body = scrape(port);
+    if (!strstr(body, "job=\"slow\"")) break;
+    if (harness_now_ms() > deadline)
+      fail_msg("series of job slow left after its streams:\n%s", body);
+    free(body);
+  }
+  assert_non_null(strstr(body, "# TYPE stoker_dataloader_job_streams gauge\n"));
+  free(body);
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+  pthread_mutex_destroy(&g.mu);
+  pthread_cond_destroy(&g.cv);
+}
+
+/* ------------------------------------------------------------ checkpoint */
+
+/* Opens a Write stream of attempt's rank and sends bytes of tensor "t"
+ * (uint8, global shape {world * bytes}) without "last": they stay staged. */
+static struct rpc_client_cstream *write_unfinished(struct rpc_client *rc, const char *attempt,
+                                                   uint32_t rank, uint32_t world, size_t bytes) {
+  struct rpc_client_cstream *s = NULL;
+  assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
+                                           &stoker__v1__write_response__descriptor, 60000, &s),
+                   0);
+  uint64_t shape[1] = {(uint64_t)world * bytes}, off[1] = {(uint64_t)rank * bytes},
+           size[1] = {bytes};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = off;
+  box.sizes = size;
+  uint8_t *data = calloc(1, bytes);
+  assert_non_null(data);
+  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
+  ch.attempt = (char *)attempt;
+  ch.rank = rank;
+  ch.tensor = "t";
+  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  ch.n_global_shape = 1;
+  ch.global_shape = shape;
+  ch.box = &box;
+  ch.data.data = data;
+  ch.data.len = bytes;
+  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
+  free(data);
+  return s;
+}
+
+static void abort_attempt(struct rpc_client *rc, const char *attempt) {
+  Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
+  req.attempt = (char *)attempt;
+  assert_int_equal(tck_call(rc, "Abort", &req.base, &stoker__v1__empty__descriptor, NULL, NULL, 0),
+                   RPC_OK);
+}
+
+static void test_checkpoint_staged_bytes(void **state) {
+  (void)state;
+  int port;
+  struct harness_daemon *d = start(ckpt_binary, NULL, &port);
+  struct rpc_client *rc = harness_rpc(d);
+  char a1[64], a2[64], a3[64];
+  assert_int_equal(tck_begin(rc, "held", 10, 2, a1), RPC_OK);
+  assert_int_equal(tck_begin(rc, "held", 20, 2, a2), RPC_OK);
+  assert_int_equal(tck_begin(rc, "idle", 10, 1, a3), RPC_OK);
+  /* Under one part (16 MiB): staged, not uploaded, until "last". */
+  struct rpc_client_cstream *w1 = write_unfinished(rc, a1, 0, 2, 300000);
+  struct rpc_client_cstream *w2 = write_unfinished(rc, a2, 1, 2, 200000);
+  const char *want[] = {
+      "# TYPE stoker_checkpoint_job_staging_bytes gauge\n",
+      "\nstoker_checkpoint_job_staging_bytes{job=\"held\"} 500000\n",
+      "\nstoker_checkpoint_job_staging_bytes{job=\"idle\"} 0\n",
+      "\nstoker_checkpoint_job_open_attempts{job=\"held\"} 2\n",
+      "\nstoker_checkpoint_job_open_attempts{job=\"idle\"} 1\n",
+      "\nstoker_checkpoint_jobs_unlabelled 0\n",
+  };
+  char *body = wait_lines(port, want, 6);
+  promtool_check(body, "the checkpoint daemon's /metrics with staged bytes");
+  free(body);
+
+  abort_attempt(rc, a1);
+  abort_attempt(rc, a2);
+  const char *after[] = {
+      "\nstoker_checkpoint_job_staging_bytes{job=\"held\"} 0\n",
+      "\nstoker_checkpoint_job_open_attempts{job=\"held\"} 0\n",
+      "\nstoker_checkpoint_job_open_attempts{job=\"idle\"} 1\n",
+  };
+  free(wait_lines(port, after, 3));
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(w1, &resp, &st);
+  assert_int_equal(st.code, RPC_ABORTED);
+  rpc_client_cstream_finish(w2, &resp, &st);
+  assert_int_equal(st.code, RPC_ABORTED);
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s STOKER_DATALOADER STOKER_CHECKPOINT\n", argv[0]);
+    return 2;
+  }
+  dl_binary = argv[1];
+  ckpt_binary = argv[2];
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dataloader_queue_depth),
+      cmocka_unit_test(test_checkpoint_staged_bytes),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
