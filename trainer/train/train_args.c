@@ -3,6 +3,8 @@
  * taken from the environment (STOKER_COORDINATOR, STOKER_DATALOADER,
  * STOKER_CHECKPOINT). Defaults give a tiny model that trains in seconds.
  */
+#include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,12 @@ static void usage(const char *prog) {
       prog, prog);
 }
 
+/* An environment variable's value; NULL when unset or empty. */
+static const char *env(const char *name) {
+  const char *v = getenv(name);
+  return v && v[0] ? v : NULL;
+}
+
 static void defaults(struct train_opts *o) {
   *o = (struct train_opts){
       .cfg = {.vocab_size = 256, .channels = 64, .n_layer = 2, .n_head = 4},
@@ -45,15 +53,69 @@ static void defaults(struct train_opts *o) {
       .eval_every = 10,
       .eval_batches = 4,
   };
-  o->coordinator = getenv("STOKER_COORDINATOR");
-  o->dataloader = getenv(STK_LOADER_ENV);
-  o->checkpoint = getenv(STK_CKPT_ENV);
-  o->ring_host = getenv("STOKER_RING_HOST");
-  o->tls_ca = getenv("STOKER_TLS_CA");
-  o->token_file = getenv("STOKER_TOKEN_FILE");
+  o->coordinator = env("STOKER_COORDINATOR");
+  o->dataloader = env(STK_LOADER_ENV);
+  o->checkpoint = env(STK_CKPT_ENV);
+  o->ring_host = env("STOKER_RING_HOST");
+  o->tls_ca = env("STOKER_TLS_CA");
+  o->token_file = env("STOKER_TOKEN_FILE");
 }
 
-/* One "--flag value" pair; -1 when the flag is unknown. */
+/* The numeric flags: where each goes and its bounds. */
+enum num_kind { NUM_INT, NUM_INT64, NUM_U64, NUM_FLOAT };
+struct num_flag {
+  const char *name;
+  enum num_kind kind;
+  size_t offset; /* In struct train_opts. */
+  double min, max;
+};
+
+#define NUM(name, kind, field, lo, hi)                                                             \
+  { name, kind, offsetof(struct train_opts, field), lo, hi }
+static const struct num_flag num_flags[] = {
+    NUM("--steps", NUM_INT64, steps, 0, 1e15),
+    NUM("--checkpoint-every", NUM_INT64, checkpoint_every, 0, 1e15),
+    NUM("--limiter", NUM_INT, limiter_k, 0, 1024),
+    NUM("--channels", NUM_INT, cfg.channels, 1, 65536),
+    NUM("--layers", NUM_INT, cfg.n_layer, 1, 1024),
+    NUM("--heads", NUM_INT, cfg.n_head, 1, 1024),
+    NUM("--seq-len", NUM_INT, seq_len, 1, 1 << 20),
+    NUM("--global-batch", NUM_INT, global_batch, 1, 1 << 24),
+    NUM("--lr", NUM_FLOAT, lr, 0, 10),
+    NUM("--seed", NUM_U64, seed, 0, 1.8e19),
+    NUM("--restore-from", NUM_INT64, restore_from, 0, 1e15),
+    NUM("--eval-every", NUM_INT, eval_every, 0, 1e9),
+    NUM("--eval-batches", NUM_INT, eval_batches, 1, 1 << 16),
+    NUM("--ring-timeout-ms", NUM_INT64, ring_timeout_ms, 1, 1e12),
+};
+#undef NUM
+
+/* A numeric flag, parsed whole and bounded; the message names the flag. */
+static int set_number(struct train_opts *o, const char *k, const char *v) {
+  for (size_t i = 0; i < sizeof(num_flags) / sizeof(num_flags[0]); i++) {
+    const struct num_flag *f = &num_flags[i];
+    if (strcmp(k, f->name)) continue;
+    char *end = NULL;
+    errno = 0;
+    double d = f->kind == NUM_FLOAT ? strtod(v, &end) : (double)strtoll(v, &end, 10);
+    if (!v[0] || *end || errno == ERANGE || d < f->min || d > f->max) {
+      fprintf(stderr, "stoker-train: %s: expected %s in [%.15g, %.15g], got '%s'\n", k,
+              f->kind == NUM_FLOAT ? "a number" : "an integer", f->min, f->max, v);
+      return -2;
+    }
+    char *at = (char *)o + f->offset;
+    if (f->kind == NUM_INT) *(int *)at = (int)d;
+    if (f->kind == NUM_INT64) *(int64_t *)at = strtoll(v, NULL, 10);
+    if (f->kind == NUM_U64) *(uint64_t *)at = (uint64_t)strtoull(v, NULL, 10);
+    if (f->kind == NUM_FLOAT) *(float *)at = (float)d;
+    return 0;
+  }
+  fprintf(stderr, "stoker-train: unknown flag %s\n", k);
+  return -2;
+}
+
+/* One "--flag value" pair; -1 when a value is not one of the choices,
+ * -2 when the problem was printed already. */
 static int set_flag(struct train_opts *o, const char *k, const char *v) {
   const char *const str_keys[] = {"--coordinator", "--dataloader", "--checkpoint", "--job",
                                   "--data-job",    "--member",     "--corpus",     "--dump-params",
@@ -80,50 +142,33 @@ static int set_flag(struct train_opts *o, const char *k, const char *v) {
     o->ckpt_test_delay_ms = strtoll(v + 5, &end, 10);
     return (*end || o->ckpt_test_delay_ms <= 0) ? -1 : 0;
   }
-  long long n = strtoll(v, NULL, 10);
-  if (!strcmp(k, "--steps"))
-    o->steps = n;
-  else if (!strcmp(k, "--checkpoint-every"))
-    o->checkpoint_every = n;
-  else if (!strcmp(k, "--limiter"))
-    o->limiter_k = (int)n;
-  else if (!strcmp(k, "--channels"))
-    o->cfg.channels = (int)n;
-  else if (!strcmp(k, "--layers"))
-    o->cfg.n_layer = (int)n;
-  else if (!strcmp(k, "--heads"))
-    o->cfg.n_head = (int)n;
-  else if (!strcmp(k, "--seq-len"))
-    o->seq_len = (int)n;
-  else if (!strcmp(k, "--global-batch"))
-    o->global_batch = (int)n;
-  else if (!strcmp(k, "--lr"))
-    o->lr = strtof(v, NULL);
-  else if (!strcmp(k, "--seed"))
-    o->seed = (uint64_t)n;
-  else if (!strcmp(k, "--restore-from"))
-    o->restore_from = n;
-  else if (!strcmp(k, "--eval-every"))
-    o->eval_every = (int)n;
-  else if (!strcmp(k, "--eval-batches"))
-    o->eval_batches = (int)n;
-  else if (!strcmp(k, "--ring-timeout-ms"))
-    o->ring_timeout_ms = n;
-  else
-    return -1;
-  return 0;
+  return set_number(o, k, v);
 }
 
 int train_parse_args(int argc, char **argv, struct train_opts *ret_opts) {
   struct train_opts *o = ret_opts;
   defaults(o);
-  int bad = argc % 2 == 0;
-  for (int i = 1; !bad && i + 1 < argc; i += 2) bad = set_flag(o, argv[i], argv[i + 1]) != 0;
+  int bad = 0;
+  if (argc % 2 == 0) {
+    fprintf(stderr, "stoker-train: %s has no value\n", argv[argc - 1]);
+    bad = -2;
+  }
+  for (int i = 1; !bad && i + 1 < argc; i += 2) {
+    bad = set_flag(o, argv[i], argv[i + 1]);
+    if (bad == -1)
+      fprintf(stderr, "stoker-train: %s: '%s' is not a choice\n", argv[i], argv[i + 1]);
+  }
   if (!o->data_job) o->data_job = o->job;
   o->cfg.max_seq_len = o->seq_len;
-  if (bad || !o->coordinator || !o->job || !o->member || o->steps < 0 || o->global_batch <= 0 ||
-      o->seq_len <= 0 || o->eval_every < 0 || o->eval_batches < 1 ||
-      model_config_check(&o->cfg) != 0) {
+  const char *missing = !o->coordinator ? "--coordinator (or STOKER_COORDINATOR)"
+                        : !o->job       ? "--job"
+                        : !o->member    ? "--member"
+                                        : NULL;
+  if (!bad && missing) fprintf(stderr, "stoker-train: %s is required\n", missing);
+  if (!bad && !missing && model_config_check(&o->cfg) != 0)
+    fprintf(stderr, "stoker-train: --heads %d does not divide --channels %d\n", o->cfg.n_head,
+            o->cfg.channels);
+  if (bad || missing || model_config_check(&o->cfg) != 0) {
     usage(argv[0]);
     return -1;
   }
