@@ -22,12 +22,11 @@ Usage: test_train_ckpt_stage.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN S
 
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_elastic import corpus, launch, start, wait_all, workspace
+from train_harness import corpus, create_job, launch, services, wait_all, workspace
 
 STEPS, EVERY = 6, 2
 MODES = {
@@ -37,33 +36,9 @@ MODES = {
 }
 
 
-def create_job(ctl, env, job):
-    subprocess.run(
-        [
-            ctl,
-            "job",
-            "create",
-            job,
-            "--min",
-            "2",
-            "--max",
-            "2",
-            "--heartbeat",
-            "300ms",
-            "--misses",
-            "20",
-            "--last-call",
-            "500ms",
-        ],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-
-
 def train(bins, env, work, job, data, extra):
     train_bin, ctl = bins[3], bins[4]
-    create_job(ctl, env, job)
+    create_job(ctl, env, job, 2, 2, "300ms", "500ms", misses=20)
     out = os.path.join(work, f"{job}.bin")
     procs = launch(
         train_bin,
@@ -81,19 +56,7 @@ def train(bins, env, work, job, data, extra):
 def main():
     bins = sys.argv[1:6]
     with workspace("stoker-train-ckpt-stage.") as (work, daemons):
-        p, caddr = start(bins[0], work, "coordinator")
-        daemons.append(p)
-        p, daddr = start(bins[1], work, "dataloader")
-        daemons.append(p)
-        p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
-        daemons.append(p)
-        env = dict(
-            os.environ,
-            STOKER_COORDINATOR=caddr,
-            STOKER_DATALOADER=daddr,
-            STOKER_CHECKPOINT=kaddr,
-            OMP_NUM_THREADS="1",
-        )
+        env = services(bins, work, daemons)
         data = corpus(work)
         final, logs = {}, {}
         for mode, flags in MODES.items():

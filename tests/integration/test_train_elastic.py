@@ -11,16 +11,12 @@ ranks gives bit-identical parameters (every unit gathered and compared).
 Usage: test_train_elastic.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
 
-import contextlib
 import json
 import os
-import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,120 +24,14 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "local")
 )
 import summary  # The main job's Explain check and log parser.
+from train_harness import corpus, create_job, job_json, launch, services, wait_all, workspace
 
 STEPS, EVERY = 80, 10
 
 
-def start(binary, work, name, *extra):
-    ready = os.path.join(work, name + ".addr")
-    if name.startswith("dataloader"):  # it serves the corpus made under work
-        extra = ("--data-root", work, *extra)
-    p = subprocess.Popen(
-        [
-            binary,
-            "--listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            os.path.join(work, name),
-            "--ready-file",
-            ready,
-            "--log-level",
-            "warn",
-            *extra,
-        ]
-    )
-    for _ in range(600):
-        if os.path.exists(ready) and os.path.getsize(ready) > 0:
-            return p, Path(ready).read_text().strip()
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise SystemExit(f"{name} did not start")
-
-
-def corpus(work):
-    d = os.path.join(work, "corpus")
-    os.makedirs(d)
-    rnd = random.Random(7)
-    words = [
-        "stoker",
-        "shard",
-        "ring",
-        "gather",
-        "loss",
-        "step",
-        "token",
-        "the",
-        "a",
-        "checkpoint",
-        "rank",
-        "model",
-        "batch",
-        "of",
-        "and",
-        "to",
-        "train",
-    ]
-    for i in range(4):
-        with open(os.path.join(d, f"part-{i}.txt"), "w") as f:
-            for k in range(1500):  # Paragraphs (the text reader's documents).
-                f.write(" ".join(rnd.choice(words) for _ in range(12)) + ".\n")
-                if k % 4 == 3:
-                    f.write("\n")
-    return d
-
-
-def job_json(ctl, env, job):
-    out = subprocess.run(
-        [ctl, "--json", "job", "show", job], env=env, check=True, capture_output=True, text=True
-    ).stdout
-    return json.loads(out)
-
-
-def launch(train, env, work, job, members, extra):
-    procs = {}
-    for m in members:
-        # The child holds its own descriptor of the log once started.
-        with open(os.path.join(work, f"{job}-{m}.log"), "w") as log:
-            procs[m] = subprocess.Popen(
-                [train, "--job", job, "--member", m, *extra],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-    return procs
-
-
-def wait_all(procs, timeout):
-    end = time.time() + timeout
-    for m, p in procs.items():
-        rc = p.wait(timeout=max(1, end - time.time()))
-        assert rc == 0, f"{m} exited {rc}"
-
-
 def elastic_run(bins, env, work, data):
     train, ctl = bins[3], bins[4]
-    subprocess.run(
-        [
-            ctl,
-            "job",
-            "create",
-            "el",
-            "--min",
-            "2",
-            "--max",
-            "4",
-            "--heartbeat",
-            "500ms",
-            "--misses",
-            "6",
-            "--last-call",
-            "1s",
-        ],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    create_job(ctl, env, "el", 2, 4, "500ms", "1s", misses=6)
     final = os.path.join(work, "final.bin")
     procs = launch(
         train,
@@ -231,25 +121,7 @@ def check_generations(ctl, env):
 
 def verify_at_two(bins, env, work, data):
     train, ctl = bins[3], bins[4]
-    subprocess.run(
-        [
-            ctl,
-            "job",
-            "create",
-            "verify",
-            "--min",
-            "2",
-            "--max",
-            "2",
-            "--heartbeat",
-            "200ms",
-            "--last-call",
-            "500ms",
-        ],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    create_job(ctl, env, "verify", 2, 2, "200ms", "500ms")
     out = os.path.join(work, "two.bin")
     procs = launch(
         train,
@@ -276,44 +148,10 @@ def verify_at_two(bins, env, work, data):
     print(f"restored at 2 ranks: {len(a) // 4} parameters bit-identical")
 
 
-@contextlib.contextmanager
-def workspace(prefix):
-    """A temporary directory and a list for the processes started in it: on
-    failure the tail of every *.log there is printed; in every case the
-    processes still running are killed and the directory is removed."""
-    work = tempfile.mkdtemp(prefix=prefix)
-    procs = []
-    try:
-        yield work, procs
-    except BaseException:
-        for f in sorted(os.listdir(work)):
-            if f.endswith(".log"):
-                sys.stderr.write(f"--- {f}\n" + Path(work, f).read_text()[-3000:])
-        raise
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-        shutil.rmtree(work, ignore_errors=True)
-
-
 def main():
     bins = sys.argv[1:6]
     with workspace("stoker-train-elastic.") as (work, daemons):
-        p, caddr = start(bins[0], work, "coordinator")
-        daemons.append(p)
-        p, daddr = start(bins[1], work, "dataloader")
-        daemons.append(p)
-        p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
-        daemons.append(p)
-        env = dict(
-            os.environ,
-            STOKER_COORDINATOR=caddr,
-            STOKER_DATALOADER=daddr,
-            STOKER_CHECKPOINT=kaddr,
-            OMP_NUM_THREADS="1",
-        )
+        env = services(bins, work, daemons)
         os.environ.update(env)
         data = corpus(work)
         elastic_run(bins, env, work, data)

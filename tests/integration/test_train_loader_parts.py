@@ -29,7 +29,7 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "local")
 )
 import summary  # The trainer's log parser.
-from test_train_elastic import corpus, launch, start, wait_all, workspace
+from train_harness import corpus, create_job, launch, start, wait_all, workspace
 
 STEPS, EVERY = 8, 4
 CREATE = [
@@ -112,25 +112,7 @@ def check_ctl(bins, env, whole, parts):
 
 def train(bins, env, work, job, loader, data, *extra):
     """Two ranks of coordinator job `job`; returns the dumped parameters."""
-    subprocess.run(
-        [
-            bins[4],
-            "job",
-            "create",
-            job,
-            "--min",
-            "2",
-            "--max",
-            "2",
-            "--heartbeat",
-            "200ms",
-            "--last-call",
-            "300ms",
-        ],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    create_job(bins[4], env, job, 2, 2, "200ms", "300ms")
     out = os.path.join(work, f"{job}.bin")
     procs = launch(
         bins[3],

@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_train_elastic import corpus, job_json, launch, start, workspace
+from train_harness import corpus, create_job, job_json, launch, services, workspace
 
 EVERY = 50000  # The periodic interval: never reached here.
 MEMBERS = ["s0", "s1", "s2"]
@@ -53,27 +53,7 @@ def exited(procs):
 
 def scale_down(bins, env, work, data):
     ctl, train = bins[4], bins[3]
-    subprocess.run(
-        [
-            ctl,
-            "job",
-            "create",
-            "sc",
-            "--min",
-            "2",
-            "--max",
-            "3",
-            "--heartbeat",
-            "300ms",
-            "--misses",
-            "20",
-            "--last-call",
-            "1s",
-        ],
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    create_job(ctl, env, "sc", 2, 3, "300ms", "1s", misses=20)
     procs = launch(
         train,
         env,
@@ -142,19 +122,7 @@ def stop_all(ctl, env, work, procs, survivors):
 def main():
     bins = sys.argv[1:6]
     with workspace("stoker-train-scale.") as (work, running):
-        p, caddr = start(bins[0], work, "coordinator", "--scale-timeout-beats", "1000")
-        running.append(p)
-        p, daddr = start(bins[1], work, "dataloader")
-        running.append(p)
-        p, kaddr = start(bins[2], work, "checkpoint", "--coordinator", caddr)
-        running.append(p)
-        env = dict(
-            os.environ,
-            STOKER_COORDINATOR=caddr,
-            STOKER_DATALOADER=daddr,
-            STOKER_CHECKPOINT=kaddr,
-            OMP_NUM_THREADS="1",
-        )
+        env = services(bins, work, running, ("--scale-timeout-beats", "1000"))
         data = corpus(work)
         procs, surplus = scale_down(bins, env, work, data)
         running.extend(procs.values())

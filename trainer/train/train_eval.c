@@ -79,9 +79,12 @@ static int heldout_loss(struct train *t, float *ret_loss) {
   if (!err) err = model_set_batch(m, t->eval_inputs, t->eval_targets);
   float sum = 0;
   if (!err) err = model_forward(m, params, &sum);
-  if (!err && t->group && t->m.world_size > 1) {
-    err = coll_all_reduce(t->group, &sum, 1, COLL_F32);
-    if (err) train_why(t, err, "held-out loss: %s", coll_why(t->group));
+  if (!err && t->group && t->m.world_size > 1) err = coll_all_reduce(t->group, &sum, 1, COLL_F32);
+  if (err && err != STK_ENOMEM && t->group) { /* A gather or the all-reduce failed. */
+    const char *why = coll_why(t->group);
+    train_why(t, err, "the held-out loss at step %" PRId64 "'s collectives: %s%s", t->step,
+              why[0] ? why : stk_strerror(err),
+              err == STK_EIO || err == STK_ETIMEDOUT ? " (a peer died or left?)" : "");
   }
   model_free(m);
   for (int u = 0; u < U; u++) free(params[u]);
