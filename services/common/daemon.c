@@ -34,6 +34,8 @@ struct daemon {
   void *stop_arg;
   daemon_drain_fn on_drain;
   void *drain_arg;
+  daemon_reload_fn on_reload;
+  void *reload_arg;
   bool stopping;
   char bound[128];
 };
@@ -132,7 +134,9 @@ static void rpc_drained(void *arg) {
   d->on_stop(d, d->stop_arg);
 }
 
-/* SIGHUP: re-read what an operator rotates without a restart (the token). */
+/* SIGHUP: re-read what an operator rotates without a restart: the token
+ * file, then the TLS certificate, key and client CA. Each is kept as it
+ * was when its files do not load (logged as an error naming the file). */
 static void on_sighup(uv_signal_t *h, int signum) {
   struct daemon *d = h->data;
   (void)signum;
@@ -145,6 +149,15 @@ static void on_sighup(uv_signal_t *h, int signum) {
   else
     log_info("reload", "signal=SIGHUP token=%s",
              nonempty(d->opts->token_file) ? "reloaded" : "off");
+  stk_clear_detail();
+  rc = rpc_server_reload_tls(d->rpc);
+  if (rc)
+    log_error("reload",
+              "signal=SIGHUP TLS certificates not reloaded, the old ones stay in use: %s",
+              stk_detail()[0] ? stk_detail() : stk_strerror(rc));
+  else
+    log_info("reload", "signal=SIGHUP tls=%s", nonempty(d->opts->tls_cert) ? "reloaded" : "off");
+  if (d->on_reload) d->on_reload(d, d->reload_arg);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -167,6 +180,11 @@ static void on_signal(uv_signal_t *h, int signum) {
 void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg) {
   d->on_drain = fn;
   d->drain_arg = arg;
+}
+
+void daemon_on_reload(struct daemon *d, daemon_reload_fn fn, void *arg) {
+  d->on_reload = fn;
+  d->reload_arg = arg;
 }
 
 /* True for an address only this host can reach: 127.x, [::1], localhost. */

@@ -5,7 +5,9 @@
  * init (loop, logging, metrics, RPC server) -> the service registers its
  * methods -> start (bind, metrics endpoint, ready file, signal handlers) ->
  * run the loop -> on SIGTERM or SIGINT: stop accepting, let calls finish
- * within the grace period, let the service flush, exit 0.
+ * within the grace period, let the service flush, exit 0. On SIGHUP the
+ * token file and the TLS files are read again (daemon_on_reload: the
+ * service's own files too); what does not load is logged and kept as it was.
  */
 #ifndef STK_DAEMON_H
 #define STK_DAEMON_H
@@ -136,6 +138,13 @@ struct metrics *daemon_metrics(struct daemon *d);
  * hold the shutdown for the grace period. Optional; set before start. */
 typedef void (*daemon_drain_fn)(struct daemon *d, void *arg);
 void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg);
+
+/* Called on the loop on SIGHUP, after the shared files (token, TLS) were
+ * re-read: the service re-reads its own (a client's CA, its token). It
+ * logs what it could not load and keeps what it had then. Optional; set
+ * before start. */
+typedef void (*daemon_reload_fn)(struct daemon *d, void *arg);
+void daemon_on_reload(struct daemon *d, daemon_reload_fn fn, void *arg);
 
 /* Binds, starts the metrics endpoint and signal handlers, writes the ready
  * file. on_stop runs once a stop signal arrived and calls have drained. */
