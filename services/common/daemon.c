@@ -152,8 +152,7 @@ static void on_sighup(uv_signal_t *h, int signum) {
   stk_clear_detail();
   rc = rpc_server_reload_tls(d->rpc);
   if (rc)
-    log_error("reload",
-              "signal=SIGHUP TLS certificates not reloaded, the old ones stay in use: %s",
+    log_error("reload", "signal=SIGHUP TLS certificates not reloaded, the old ones stay in use: %s",
               stk_detail()[0] ? stk_detail() : stk_strerror(rc));
   else
     log_info("reload", "signal=SIGHUP tls=%s", nonempty(d->opts->tls_cert) ? "reloaded" : "off");

@@ -2,8 +2,9 @@
  * rpc_internal: what the rpc_*.c files share and users of rpc.h never see.
  * The server is split by concern (lifecycle in rpc_server.c, one call's
  * batches in rpc_call.c, health in rpc_health.c, the server's TLS files in
- * rpc_server_tls.c, tokens and client TLS in rpc_security.c, the loop driving the completion queue in rpc_loop.c); this header is
- * the seam between them. Tests may also use the raw client call at the end.
+ * rpc_server_tls.c, tokens and client TLS in rpc_security.c, the loop driving the completion queue
+ * in rpc_loop.c); this header is the seam between them. Tests may also use the raw client call at
+ * the end.
  */
 #ifndef STK_RPC_INTERNAL_H
 #define STK_RPC_INTERNAL_H
@@ -85,8 +86,8 @@ struct rpc_server {
   char *listen;
   grpc_server_credentials *creds;
   struct rpc_server_tls *tls; /* NULL: plaintext. */
-  char *auth_header; /* "Bearer <token>" or NULL. */
-  char *token_file;  /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
+  char *auth_header;          /* "Bearer <token>" or NULL. */
+  char *token_file; /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
   struct metrics *metrics;
@@ -153,6 +154,16 @@ bool rpc_security_token_ok(const grpc_metadata_array *md, const char *header);
 /* TLS or insecure channel credentials from the PEM files in opts. */
 int rpc_security_channel_creds(const struct rpc_client_opts *opts,
                                grpc_channel_credentials **ret_creds);
+
+/* -------------------------------------------------------- rpc_tls_check.c */
+
+/* Checks PEM texts with OpenSSL (paths only name them in the detail):
+ * every certificate of cert_pem and ca_pem parses, key_pem parses and
+ * matches cert_pem's first certificate. cert_pem and key_pem both or
+ * neither; ca_pem may be NULL. STK_EINVAL with a detail naming the file
+ * and the reason. Leaves this thread's OpenSSL error queue empty. */
+int rpc_tls_check(const char *cert_path, const char *cert_pem, const char *key_path,
+                  const char *key_pem, const char *ca_path, const char *ca_pem);
 
 /* ------------------------------------------------------- rpc_server_tls.c */
 

@@ -74,12 +74,14 @@ int rpc_security_channel_creds(const struct rpc_client_opts *opts,
     free(ca);
     return err;
   }
+  err = rpc_tls_check(opts->tls_cert_file, cert, opts->tls_key_file, key, opts->tls_ca_file, ca);
   grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
   grpc_channel_credentials *creds =
-      grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+      err ? NULL : grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
   free(ca);
   free(cert);
   free(key);
+  if (err) return err;
   if (!creds) {
     stk_set_detail("rpc: invalid TLS files for the client");
     return STK_EINVAL;

@@ -4,12 +4,11 @@
  * gRPC through its certificate-config fetcher so that they can be replaced
  * while the server runs (a daemon's SIGHUP).
  *
- * Checked before gRPC sees them: every certificate of the chain parses,
- * the private key parses (an encrypted key is refused, never prompted
- * for) and matches the first certificate, the client CA bundle parses. A
- * bad file fails start-up, or leaves a reload without effect, with a
- * detail that names the file and the reason; gRPC would otherwise only
- * fail the next handshakes, or keep the old files while saying little.
+ * Checked before gRPC sees them (rpc_tls_check.c): the chain parses, the
+ * key matches it, the client CA parses. A bad file fails start-up, or
+ * leaves a reload without effect, with a detail that names the file and
+ * the reason; gRPC would otherwise only fail the next handshakes, or keep
+ * the old files while saying little.
  *
  * Threads. rpc_server_tls_reload runs on the loop thread; gRPC calls the
  * fetcher on whichever thread accepts a connection, before each
@@ -25,9 +24,7 @@
 
 #include "stk_error.h"
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,82 +37,6 @@ struct rpc_server_tls {
   grpc_ssl_server_certificate_config *pending; /* Guarded by mu; not yet taken by gRPC. */
 };
 
-/* Why OpenSSL refused, in its words ("" when it kept no reason). */
-static const char *openssl_reason(void) {
-  const char *why = ERR_reason_error_string(ERR_peek_last_error());
-  return why ? why : "";
-}
-
-/* Parses every certificate of a PEM bundle; ret_first (may be NULL) gets
- * the first one, which the caller frees. */
-static int check_certs(const char *path, const char *pem, X509 **ret_first) {
-  BIO *bio = BIO_new_mem_buf(pem, -1);
-  if (!bio) return STK_ENOMEM;
-  X509 *first = PEM_read_bio_X509_AUX(bio, NULL, NULL, NULL);
-  int err = 0, n = 1;
-  if (!first) {
-    stk_set_detail("rpc: %s holds no PEM certificate (%s)", path, openssl_reason());
-    err = STK_EINVAL;
-  }
-  for (X509 *next; !err && (next = PEM_read_bio_X509(bio, NULL, NULL, NULL)) != NULL; n++)
-    X509_free(next);
-  /* The loop ends at the end of the text (no further BEGIN line), or at a
-   * certificate that does not parse. */
-  unsigned long last = ERR_peek_last_error();
-  if (!err && !(ERR_GET_LIB(last) == ERR_LIB_PEM && ERR_GET_REASON(last) == PEM_R_NO_START_LINE)) {
-    stk_set_detail("rpc: certificate %d in %s does not parse (%s)", n + 1, path, openssl_reason());
-    err = STK_EINVAL;
-  }
-  BIO_free(bio);
-  if (!err && ret_first)
-    *ret_first = first;
-  else
-    X509_free(first);
-  return err;
-}
-
-/* Refuses to ask for a passphrase: a daemon has no one to ask. */
-static int no_passphrase(char *buf, int size, int rwflag, void *arg) {
-  (void)buf, (void)size, (void)rwflag, (void)arg;
-  return -1;
-}
-
-/* The key parses and belongs to cert (the chain's first certificate). */
-static int check_key(const char *key_path, const char *key_pem, const char *cert_path, X509 *cert) {
-  BIO *bio = BIO_new_mem_buf(key_pem, -1);
-  if (!bio) return STK_ENOMEM;
-  EVP_PKEY *key = PEM_read_bio_PrivateKey(bio, NULL, no_passphrase, NULL);
-  BIO_free(bio);
-  int err = 0;
-  if (!key) {
-    stk_set_detail("rpc: %s holds no usable PEM private key (%s; encrypted keys are refused)",
-                   key_path, openssl_reason());
-    err = STK_EINVAL;
-  } else if (X509_check_private_key(cert, key) != 1) {
-    stk_set_detail("rpc: the private key in %s does not match the certificate in %s", key_path,
-                   cert_path);
-    err = STK_EINVAL;
-  }
-  EVP_PKEY_free(key);
-  return err;
-}
-
-/* The three PEM texts, checked. cert and key are set on success; ca only
- * when t has a client CA file. */
-static int check_pems(const struct rpc_server_tls *t, const char *cert, const char *key,
-                      const char *ca) {
-  ERR_clear_error(); /* Only our own reasons below. */
-  X509 *leaf = NULL;
-  int err = check_certs(t->cert_file, cert, &leaf);
-  if (!err) err = check_key(t->key_file, key, t->cert_file, leaf);
-  if (!err && ca) err = check_certs(t->client_ca_file, ca, NULL);
-  X509_free(leaf);
-  /* OpenSSL's error queue is per thread and gRPC's handshakes read it on
-   * this thread too: leave nothing behind. */
-  ERR_clear_error();
-  return err;
-}
-
 /* Reads and checks the files; ret_config is a new config for gRPC. */
 static int load_config(const struct rpc_server_tls *t,
                        grpc_ssl_server_certificate_config **ret_config) {
@@ -123,7 +44,7 @@ static int load_config(const struct rpc_server_tls *t,
   int err = rpc_security_read_file(t->cert_file, &cert, NULL);
   if (!err) err = rpc_security_read_file(t->key_file, &key, NULL);
   if (!err && t->client_ca_file) err = rpc_security_read_file(t->client_ca_file, &ca, NULL);
-  if (!err) err = check_pems(t, cert, key, ca);
+  if (!err) err = rpc_tls_check(t->cert_file, cert, t->key_file, key, t->client_ca_file, ca);
   grpc_ssl_server_certificate_config *config = NULL;
   if (!err) {
     grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
@@ -143,8 +64,8 @@ static int load_config(const struct rpc_server_tls *t,
 }
 
 /* gRPC's fetcher: any thread, before each handshake. */
-static grpc_ssl_certificate_config_reload_status fetch(void *arg,
-                                                       grpc_ssl_server_certificate_config **config) {
+static grpc_ssl_certificate_config_reload_status
+fetch(void *arg, grpc_ssl_server_certificate_config **config) {
   struct rpc_server_tls *t = arg;
   pthread_mutex_lock(&t->mu);
   grpc_ssl_server_certificate_config *fresh = t->pending;

@@ -4,7 +4,9 @@
  * serves a client that trusts its CA; with a client CA it refuses clients
  * without a certificate or with one from another CA. rpc_server_reload_tls
  * swaps the certificate for new handshakes, keeps open connections, and
- * keeps the old certificate when the new files do not check out.
+ * keeps the old certificate when the new files do not check out. Files
+ * that do not check out (rpc_tls_check) are refused at start, server or
+ * client, with the file's name and the reason.
  */
 #include "rpc_fixture.h"
 
@@ -41,7 +43,7 @@ enum {
 };
 
 static const char *const names[N_PATHS] = {
-    "server-ca.pem", "server.pem",   "server.key",   "client-ca.pem", "client.pem",  "client.key",
+    "server-ca.pem", "server.pem",   "server.key",   "client-ca.pem", "client.pem", "client.key",
     "stranger.pem",  "stranger.key", "other-ca.pem", "server2.pem",   "server2.key"};
 
 /* Returns the Echo result of a client with the given TLS files. */
@@ -126,6 +128,15 @@ static void test_bad_tls_files(void **state) {
   struct rpc_client_opts co = {.target = "127.0.0.1:1", .tls_ca_file = "/nonexistent.pem"};
   struct rpc_client *c = NULL;
   assert_int_equal(rpc_client_new(&co, &c), STK_EINVAL);
+  assert_null(c);
+  co.tls_ca_file = paths[SERVER_KEY]; /* A key where the CA belongs. */
+  assert_int_equal(rpc_client_new(&co, &c), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "holds no PEM certificate"));
+  co.tls_ca_file = paths[SERVER_CA];
+  co.tls_cert_file = paths[CLIENT_CERT];
+  co.tls_key_file = paths[STRANGER_KEY];
+  assert_int_equal(rpc_client_new(&co, &c), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "does not match"));
   assert_null(c);
 }
 
@@ -236,12 +247,9 @@ int main(int argc, char **argv) {
   }
   gen_script = argv[1];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_tls_server),
-      cmocka_unit_test(test_mutual_tls),
-      cmocka_unit_test(test_tls_name_override),
-      cmocka_unit_test(test_bad_tls_files),
-      cmocka_unit_test(test_tls_reload),
-      cmocka_unit_test(test_reload_without_tls),
+      cmocka_unit_test(test_tls_server),        cmocka_unit_test(test_mutual_tls),
+      cmocka_unit_test(test_tls_name_override), cmocka_unit_test(test_bad_tls_files),
+      cmocka_unit_test(test_tls_reload),        cmocka_unit_test(test_reload_without_tls),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
