@@ -141,9 +141,10 @@ void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg);
 
 /* Called on the loop on SIGHUP, after the shared files (token, TLS) were
  * re-read: the service re-reads its own (a client's CA, its token). It
- * logs what it could not load and keeps what it had then. Optional; set
- * before start. */
-typedef void (*daemon_reload_fn)(struct daemon *d, void *arg);
+ * logs what it could not load, keeps what it had then and returns an
+ * error (counted in stoker_reloads_total{result="failure"}), else 0.
+ * Optional; set before start. */
+typedef int (*daemon_reload_fn)(struct daemon *d, void *arg);
 void daemon_on_reload(struct daemon *d, daemon_reload_fn fn, void *arg);
 
 /* Binds, starts the metrics endpoint and signal handlers, writes the ready
