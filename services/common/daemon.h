@@ -87,10 +87,17 @@ struct daemon_options {
        0,                                                                                          \
        0,                                                                                          \
        NULL,                                                                                       \
-       "PEM server certificate; set with tls-key to serve TLS.",                                   \
+       "PEM server certificate; set with tls-key to serve TLS. Re-read on SIGHUP.",                \
        0},                                                                                         \
-      {"tls-key", CFG_STRING, offsetof(type, member.tls_key), "", 0,                               \
-       0,         NULL,       "PEM private key of tls-cert.", 0},                                  \
+      {"tls-key",                                                                                  \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.tls_key),                                                             \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "PEM private key of tls-cert. Re-read on SIGHUP.",                                          \
+       0},                                                                                         \
       {"tls-client-ca",                                                                            \
        CFG_STRING,                                                                                 \
        offsetof(type, member.tls_client_ca),                                                       \
@@ -98,7 +105,8 @@ struct daemon_options {
        0,                                                                                          \
        0,                                                                                          \
        NULL,                                                                                       \
-       "PEM CA bundle; set: clients must present a certificate it signed (mutual TLS).",           \
+       "PEM CA bundle; set: clients must present a certificate it signed (mutual TLS). "           \
+       "Re-read on SIGHUP.",                                                                       \
        0},                                                                                         \
       {"token-file",                                                                               \
        CFG_STRING,                                                                                 \
@@ -107,7 +115,8 @@ struct daemon_options {
        0,                                                                                          \
        0,                                                                                          \
        NULL,                                                                                       \
-       "File holding the bearer token every call must carry; empty: no token needed.",             \
+       "File holding the bearer token every call must carry; empty: no token needed. "             \
+       "Re-read on SIGHUP.",                                                                       \
        CFG_SECRET},                                                                                \
       {"max-message-size", CFG_SIZE, offsetof(type, member.max_message_bytes), "64MiB", 1024,      \
        (int64_t)1 << 31,   NULL,     "Largest request or reply message.",      0},                 \
