@@ -38,7 +38,9 @@ class CA:
         )
         self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
 
-    def _builder(self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+    def _builder(
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey
+    ) -> x509.CertificateBuilder:
         now = datetime.datetime.now(datetime.timezone.utc)
         return (
             x509.CertificateBuilder()
