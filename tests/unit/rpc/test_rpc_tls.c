@@ -218,6 +218,36 @@ static void test_tls_reload(void **state) {
   fx_stop(&f, 1000);
 }
 
+/* Mutual TLS: a reload also swaps the CA that client certificates must
+ * chain to. */
+static void test_client_ca_reload(void **state) {
+  char ca[200];
+  snprintf(ca, sizeof(ca), "%s/live-client-ca.pem", dir);
+  put_file(ca, paths[CLIENT_CA]);
+  struct fixture f = {0};
+  struct rpc_server_opts o = {.tls_cert_file = paths[SERVER_CERT],
+                              .tls_key_file = paths[SERVER_KEY],
+                              .tls_client_ca_file = ca};
+  fx_start(&f, &o);
+  struct rpc_status st;
+  assert_int_equal(echo_with(&f, paths[SERVER_CA], paths[CLIENT_CERT], paths[CLIENT_KEY], &st), 0);
+  assert_int_not_equal(
+      echo_with(&f, paths[SERVER_CA], paths[STRANGER_CERT], paths[STRANGER_KEY], &st), 0);
+  put_file(ca, paths[OTHER_CA]); /* The stranger's CA. */
+  assert_int_equal(reload(&f, NULL, 0), 0);
+  assert_int_equal(echo_with(&f, paths[SERVER_CA], paths[STRANGER_CERT], paths[STRANGER_KEY], &st),
+                   0);
+  assert_int_not_equal(echo_with(&f, paths[SERVER_CA], paths[CLIENT_CERT], paths[CLIENT_KEY], &st),
+                       0);
+  char why[512];
+  put_file(ca, paths[SERVER_KEY]); /* Not a certificate. */
+  assert_int_equal(reload(&f, why, sizeof(why)), STK_EINVAL);
+  assert_non_null(strstr(why, ca));
+  assert_int_equal(echo_with(&f, paths[SERVER_CA], paths[STRANGER_CERT], paths[STRANGER_KEY], &st),
+                   0);
+  fx_stop(&f, 1000);
+}
+
 static void test_reload_without_tls(void **state) {
   struct fixture f = {0};
   fx_start(&f, NULL);
@@ -247,9 +277,10 @@ int main(int argc, char **argv) {
   }
   gen_script = argv[1];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_tls_server),        cmocka_unit_test(test_mutual_tls),
-      cmocka_unit_test(test_tls_name_override), cmocka_unit_test(test_bad_tls_files),
-      cmocka_unit_test(test_tls_reload),        cmocka_unit_test(test_reload_without_tls),
+      cmocka_unit_test(test_tls_server),         cmocka_unit_test(test_mutual_tls),
+      cmocka_unit_test(test_tls_name_override),  cmocka_unit_test(test_bad_tls_files),
+      cmocka_unit_test(test_tls_reload),         cmocka_unit_test(test_client_ca_reload),
+      cmocka_unit_test(test_reload_without_tls),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
