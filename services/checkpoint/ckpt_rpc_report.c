@@ -6,6 +6,10 @@
  * backoff from 100 ms to 5 s; ReportCheckpoint is idempotent, so a retry of
  * a report that did land changes nothing. The first failure of a report
  * and every tenth retry are logged; outcomes and failed tries are counted.
+ * A reload (SIGHUP) builds a new client on the loop and leaves it in
+ * `next`; the thread takes it before its next try (a retry waiting in
+ * backoff is woken) and frees the one it replaces, so a client is only
+ * ever used and freed by the thread.
  */
 #include "ckpt_rpc_report.h"
 
@@ -29,7 +33,8 @@ struct item {
 };
 
 struct ckpt_report {
-  struct rpc_client *client;
+  struct rpc_client *client; /* The thread's own. */
+  struct rpc_client *next;   /* Guarded by mu: left by ckpt_report_reload for the thread. */
   struct metric_counter *reported, *refused, *dropped, *failures; /* NULL: not counted. */
   pthread_t thread;
   pthread_mutex_t mu;
@@ -38,6 +43,14 @@ struct ckpt_report {
   bool stopping;
   struct timespec stop_by; /* CLOCK_REALTIME: give up retrying then. */
 };
+
+static struct rpc_client_opts client_opts(const struct ckpt_report_opts *opts) {
+  return (struct rpc_client_opts){.target = opts->target,
+                                  .token = opts->token,
+                                  .tls_ca_file = opts->tls_ca_file,
+                                  .tls_cert_file = opts->tls_cert_file,
+                                  .tls_key_file = opts->tls_key_file};
+}
 
 static void item_free(struct item *it) {
   free(it->job);
@@ -56,7 +69,8 @@ static bool past(const struct timespec *t) {
   return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
 }
 
-/* Waits delay_ms unless stopping with its deadline passed; false then. */
+/* Waits delay_ms unless stopping with its deadline passed (false then)
+ * or a reload left a new client (retry with it now). */
 static bool backoff(struct ckpt_report *r, int64_t delay_ms) {
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
@@ -67,7 +81,7 @@ static bool backoff(struct ckpt_report *r, int64_t delay_ms) {
     until.tv_nsec -= 1000000000;
   }
   pthread_mutex_lock(&r->mu);
-  while (!(r->stopping && past(&r->stop_by)) && !past(&until))
+  while (!(r->stopping && past(&r->stop_by)) && !past(&until) && !r->next)
     pthread_cond_timedwait(&r->cv, &r->mu, r->stopping ? &r->stop_by : &until);
   bool go_on = !(r->stopping && past(&r->stop_by));
   pthread_mutex_unlock(&r->mu);
@@ -76,6 +90,17 @@ static bool backoff(struct ckpt_report *r, int64_t delay_ms) {
 
 static void count(struct metric_counter *c) {
   if (c) metric_counter_add(c, 1);
+}
+
+/* The reporter thread: switches to the client a reload left, if any. */
+static void take_next_client(struct ckpt_report *r) {
+  pthread_mutex_lock(&r->mu);
+  struct rpc_client *next = r->next;
+  r->next = NULL;
+  pthread_mutex_unlock(&r->mu);
+  if (!next) return;
+  rpc_client_free(r->client);
+  r->client = next;
 }
 
 static void send_one(struct ckpt_report *r, const struct item *it) {
@@ -87,6 +112,7 @@ static void send_one(struct ckpt_report *r, const struct item *it) {
   for (int64_t delay_ms = 100;; delay_ms = delay_ms * 2 > 5000 ? 5000 : delay_ms * 2) {
     struct rpc_status st = {0};
     ProtobufCMessage *resp = NULL;
+    take_next_client(r);
     int rc = rpc_client_unary(r->client, "/stoker.v1.Coordinator/ReportCheckpoint", &req.base,
                               &stoker__v1__empty__descriptor, 10000, &resp, &st);
     if (rc == 0) {
@@ -135,11 +161,7 @@ static void *run(void *arg) {
 int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **ret_report) {
   struct ckpt_report *r = calloc(1, sizeof(*r));
   if (!r) return STK_ENOMEM;
-  struct rpc_client_opts o = {.target = opts->target,
-                              .token = opts->token,
-                              .tls_ca_file = opts->tls_ca_file,
-                              .tls_cert_file = opts->tls_cert_file,
-                              .tls_key_file = opts->tls_key_file};
+  struct rpc_client_opts o = client_opts(opts);
   if (opts->metrics) {
     const char *name = "stoker_checkpoint_coordinator_reports_total";
     const char *help = "Commit reports to the coordinator, by outcome.";
@@ -165,6 +187,20 @@ int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **re
     return STK_ENOMEM;
   }
   *ret_report = r;
+  return 0;
+}
+
+int ckpt_report_reload(struct ckpt_report *r, const struct ckpt_report_opts *opts) {
+  struct rpc_client_opts o = client_opts(opts);
+  struct rpc_client *fresh = NULL;
+  int rc = rpc_client_new(&o, &fresh);
+  if (rc) return rc; /* The client in use stays. */
+  pthread_mutex_lock(&r->mu);
+  struct rpc_client *untaken = r->next;
+  r->next = fresh;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  rpc_client_free(untaken);
   return 0;
 }
 
@@ -205,6 +241,7 @@ void ckpt_report_free(struct ckpt_report *r, int64_t timeout_ms) {
   pthread_mutex_unlock(&r->mu);
   pthread_join(r->thread, NULL);
   rpc_client_free(r->client);
+  rpc_client_free(r->next);
   pthread_mutex_destroy(&r->mu);
   pthread_cond_destroy(&r->cv);
   free(r);

@@ -7,7 +7,8 @@
  * coordinator refuses (unknown job, say) is logged and dropped. Outcomes are
  * counted in stoker_checkpoint_coordinator_reports_total{result="reported",
  * "refused", "dropped"} and failed tries in
- * stoker_checkpoint_coordinator_report_failures_total.
+ * stoker_checkpoint_coordinator_report_failures_total. The client can be
+ * replaced while reports flow (ckpt_report_reload, the daemon's SIGHUP).
  */
 #ifndef STK_CKPT_RPC_REPORT_H
 #define STK_CKPT_RPC_REPORT_H
@@ -27,6 +28,13 @@ struct ckpt_report_opts {
 };
 
 int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **ret_report);
+
+/* Builds a client from opts (metrics ignored), for a coordinator whose
+ * CA, client certificate or token changed: the reporter thread uses it
+ * from its next try on (a retry waiting is woken). On failure (a file that
+ * does not load; stk_detail() says which and why) the client in use stays.
+ * Any thread. */
+int ckpt_report_reload(struct ckpt_report *r, const struct ckpt_report_opts *opts);
 
 /* Queues a report (copies the strings). Any thread. */
 void ckpt_report_commit(struct ckpt_report *r, const char *job, int64_t step, const char *uri);

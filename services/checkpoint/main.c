@@ -99,13 +99,17 @@ static const struct cfg_option checkpoint_options[] = {
     CK_ROW("coordinator", CFG_STRING, coordinator, "", 0, 0,
            "Coordinator HOST:PORT told of each commit (ReportCheckpoint); empty: none.", 0),
     CK_ROW("coordinator-token-file", CFG_STRING, coordinator_token_file, "", 0, 0,
-           "File holding the bearer token for the coordinator; empty: none.", CFG_SECRET),
+           "File holding the bearer token for the coordinator; empty: none. Re-read on SIGHUP.",
+           CFG_SECRET),
     CK_ROW("coordinator-tls-ca", CFG_STRING, coordinator_tls_ca, "", 0, 0,
-           "PEM CA bundle: reach the coordinator over TLS, verifying it; empty: plaintext.", 0),
+           "PEM CA bundle: reach the coordinator over TLS, verifying it; empty: plaintext. "
+           "Re-read on SIGHUP.",
+           0),
     CK_ROW("coordinator-tls-cert", CFG_STRING, coordinator_tls_cert, "", 0, 0,
-           "PEM client certificate for a coordinator that asks for mutual TLS.", 0),
+           "PEM client certificate for a coordinator that asks for mutual TLS. Re-read on SIGHUP.",
+           0),
     CK_ROW("coordinator-tls-key", CFG_STRING, coordinator_tls_key, "", 0, 0,
-           "PEM private key of coordinator-tls-cert.", 0),
+           "PEM private key of coordinator-tls-cert. Re-read on SIGHUP.", 0),
     CK_ROW("shm-dir", CFG_STRING, shm_dir, "auto", 0, 0,
            "Directory (tmpfs) where ranks on this host stage zero-copy; auto: "
            "/dev/shm/stoker-ckpt-HASH of data-dir; empty: off (bytes over gRPC only).",
@@ -208,33 +212,69 @@ static char *read_token(const char *path) {
   return strdup(buf);
 }
 
+static const char *nonempty(const char *s) {
+  return s && s[0] ? s : NULL;
+}
+
+/* The reporter's options: the coordinator flags and token. */
+static struct ckpt_report_opts reporter_opts(struct checkpoint *ck, const char *token) {
+  const struct checkpoint_config *c = &ck->cfg;
+  return (struct ckpt_report_opts){
+      .target = c->coordinator,
+      .token = token,
+      .tls_ca_file = nonempty(c->coordinator_tls_ca),
+      .tls_cert_file = nonempty(c->coordinator_tls_cert),
+      .tls_key_file = nonempty(c->coordinator_tls_key),
+      .metrics = daemon_metrics(ck->daemon),
+  };
+}
+
 static int start_reporter(struct checkpoint *ck) {
-  if (!ck->cfg.coordinator || !ck->cfg.coordinator[0]) return 0;
-  const char *tf = ck->cfg.coordinator_token_file;
-  if (tf && tf[0] && !(ck->token = read_token(tf))) {
+  if (!nonempty(ck->cfg.coordinator)) return 0;
+  const char *tf = nonempty(ck->cfg.coordinator_token_file);
+  if (tf && !(ck->token = read_token(tf))) {
     log_error("startup", "cannot read coordinator-token-file %s", tf);
     return STK_EINVAL;
   }
-  const struct checkpoint_config *c = &ck->cfg;
-  bool tls = c->coordinator_tls_ca && c->coordinator_tls_ca[0];
-  if (ck->token && !tls)
+  if (ck->token && !nonempty(ck->cfg.coordinator_tls_ca))
     log_warn("insecure",
              "coordinator-token-file is set without coordinator-tls-ca: the token "
              "crosses the network in clear to %s",
-             c->coordinator);
-  struct ckpt_report_opts o = {
-      .target = c->coordinator,
-      .token = ck->token,
-      .tls_ca_file = tls ? c->coordinator_tls_ca : NULL,
-      .tls_cert_file =
-          c->coordinator_tls_cert && c->coordinator_tls_cert[0] ? c->coordinator_tls_cert : NULL,
-      .tls_key_file =
-          c->coordinator_tls_key && c->coordinator_tls_key[0] ? c->coordinator_tls_key : NULL,
-      .metrics = daemon_metrics(ck->daemon),
-  };
+             ck->cfg.coordinator);
+  struct ckpt_report_opts o = reporter_opts(ck, ck->token);
+  stk_clear_detail();
   int rc = ckpt_report_new(&o, &ck->report);
-  if (rc) log_error("startup", "coordinator %s: %s", ck->cfg.coordinator, stk_strerror(rc));
+  if (rc)
+    log_error("startup", "coordinator %s: %s", ck->cfg.coordinator,
+              stk_detail()[0] ? stk_detail() : stk_strerror(rc));
   return rc;
+}
+
+/* SIGHUP: the coordinator's CA, our client certificate and the token file
+ * are read again into a new client; what does not load is logged and the
+ * client in use stays. */
+static int reload_reporter(struct daemon *d, void *arg) {
+  struct checkpoint *ck = arg;
+  (void)d;
+  if (!ck->report) return 0;
+  const char *tf = nonempty(ck->cfg.coordinator_token_file);
+  char *token = tf ? read_token(tf) : NULL;
+  stk_clear_detail();
+  int rc = tf && !token ? STK_EINVAL : 0;
+  if (rc) stk_set_detail("cannot read coordinator-token-file %s", tf);
+  struct ckpt_report_opts o = reporter_opts(ck, token);
+  if (!rc) rc = ckpt_report_reload(ck->report, &o);
+  if (rc) {
+    log_error("reload",
+              "signal=SIGHUP coordinator client not reloaded, the old one stays in use: %s",
+              stk_detail()[0] ? stk_detail() : stk_strerror(rc));
+    free(token);
+    return rc;
+  }
+  free(ck->token);
+  ck->token = token;
+  log_info("reload", "signal=SIGHUP coordinator_client=reloaded");
+  return 0;
 }
 
 static void on_commit(void *arg, const char *job, int64_t step, const char *manifest_uri) {
@@ -404,6 +444,7 @@ int main(int argc, char **argv) {
   if (!rc) rc = register_adapter(&ck);
   if (!rc) {
     daemon_on_drain(ck.daemon, drain_service, &ck);
+    daemon_on_reload(ck.daemon, reload_reporter, &ck);
     rc = daemon_start(ck.daemon, stop_service, &ck, err, sizeof(err));
     if (rc) log_error("startup", "%s", err);
   }

@@ -34,6 +34,9 @@ struct daemon {
   void *stop_arg;
   daemon_drain_fn on_drain;
   void *drain_arg;
+  daemon_reload_fn on_reload;
+  void *reload_arg;
+  struct metric_gauge *reload_ok; /* stoker_reload_last_successful */
   bool stopping;
   char bound[128];
 };
@@ -80,6 +83,11 @@ int daemon_new(const char *name, const struct daemon_options *opts, char *err, s
   uv_loop_init(&d->loop);
   d->metrics = metrics_new();
   publish_build_info(d);
+  d->reload_ok = metrics_gauge(d->metrics, "stoker_reload_last_successful",
+                               "1 when the last SIGHUP reloaded every file (or none came), 0 "
+                               "when some file did not load.",
+                               NULL);
+  metric_gauge_set(d->reload_ok, 1);
   metrics_add_collector(d->metrics, metrics_process_collect, NULL);
   struct rpc_server_opts ro = {
       .listen = opts->listen,
@@ -132,19 +140,42 @@ static void rpc_drained(void *arg) {
   d->on_stop(d, d->stop_arg);
 }
 
-/* SIGHUP: re-read what an operator rotates without a restart (the token). */
+/* The reload series, as Prometheus's own: an alert can tell that a SIGHUP
+ * left some file unloaded. */
+static void publish_reload(struct daemon *d, bool ok) {
+  metric_counter_add(metrics_counter(d->metrics, "stoker_reloads_total",
+                                     "SIGHUP reloads, by result (failure: some file did not load "
+                                     "and what it held stays as it was).",
+                                     ok ? "result=\"success\"" : "result=\"failure\""),
+                     1);
+  metric_gauge_set(d->reload_ok, ok ? 1 : 0);
+}
+
+/* SIGHUP: re-read what an operator rotates without a restart: the token
+ * file, the TLS certificate, key and client CA, then the service's own
+ * files. Each is kept as it was when its files do not load (logged as an
+ * error naming the file). */
 static void on_sighup(uv_signal_t *h, int signum) {
   struct daemon *d = h->data;
   (void)signum;
   if (d->stopping) return;
   stk_clear_detail();
-  int rc = rpc_server_reload_token(d->rpc);
-  if (rc)
+  int token_rc = rpc_server_reload_token(d->rpc);
+  if (token_rc)
     log_error("reload", "signal=SIGHUP token file not reloaded, the old token stays: %s",
-              stk_detail()[0] ? stk_detail() : stk_strerror(rc));
+              stk_detail()[0] ? stk_detail() : stk_strerror(token_rc));
   else
     log_info("reload", "signal=SIGHUP token=%s",
              nonempty(d->opts->token_file) ? "reloaded" : "off");
+  stk_clear_detail();
+  int tls_rc = rpc_server_reload_tls(d->rpc);
+  if (tls_rc)
+    log_error("reload", "signal=SIGHUP TLS certificates not reloaded, the old ones stay in use: %s",
+              stk_detail()[0] ? stk_detail() : stk_strerror(tls_rc));
+  else
+    log_info("reload", "signal=SIGHUP tls=%s", nonempty(d->opts->tls_cert) ? "reloaded" : "off");
+  int service_rc = d->on_reload ? d->on_reload(d, d->reload_arg) : 0;
+  publish_reload(d, !token_rc && !tls_rc && !service_rc);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -167,6 +198,11 @@ static void on_signal(uv_signal_t *h, int signum) {
 void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg) {
   d->on_drain = fn;
   d->drain_arg = arg;
+}
+
+void daemon_on_reload(struct daemon *d, daemon_reload_fn fn, void *arg) {
+  d->on_reload = fn;
+  d->reload_arg = arg;
 }
 
 /* True for an address only this host can reach: 127.x, [::1], localhost. */

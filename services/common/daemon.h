@@ -5,7 +5,9 @@
  * init (loop, logging, metrics, RPC server) -> the service registers its
  * methods -> start (bind, metrics endpoint, ready file, signal handlers) ->
  * run the loop -> on SIGTERM or SIGINT: stop accepting, let calls finish
- * within the grace period, let the service flush, exit 0.
+ * within the grace period, let the service flush, exit 0. On SIGHUP the
+ * token file and the TLS files are read again (daemon_on_reload: the
+ * service's own files too); what does not load is logged and kept as it was.
  */
 #ifndef STK_DAEMON_H
 #define STK_DAEMON_H
@@ -85,10 +87,17 @@ struct daemon_options {
        0,                                                                                          \
        0,                                                                                          \
        NULL,                                                                                       \
-       "PEM server certificate; set with tls-key to serve TLS.",                                   \
+       "PEM server certificate; set with tls-key to serve TLS. Re-read on SIGHUP.",                \
        0},                                                                                         \
-      {"tls-key", CFG_STRING, offsetof(type, member.tls_key), "", 0,                               \
-       0,         NULL,       "PEM private key of tls-cert.", 0},                                  \
+      {"tls-key",                                                                                  \
+       CFG_STRING,                                                                                 \
+       offsetof(type, member.tls_key),                                                             \
+       "",                                                                                         \
+       0,                                                                                          \
+       0,                                                                                          \
+       NULL,                                                                                       \
+       "PEM private key of tls-cert. Re-read on SIGHUP.",                                          \
+       0},                                                                                         \
       {"tls-client-ca",                                                                            \
        CFG_STRING,                                                                                 \
        offsetof(type, member.tls_client_ca),                                                       \
@@ -96,7 +105,8 @@ struct daemon_options {
        0,                                                                                          \
        0,                                                                                          \
        NULL,                                                                                       \
-       "PEM CA bundle; set: clients must present a certificate it signed (mutual TLS).",           \
+       "PEM CA bundle; set: clients must present a certificate it signed (mutual TLS). "           \
+       "Re-read on SIGHUP.",                                                                       \
        0},                                                                                         \
       {"token-file",                                                                               \
        CFG_STRING,                                                                                 \
@@ -105,7 +115,8 @@ struct daemon_options {
        0,                                                                                          \
        0,                                                                                          \
        NULL,                                                                                       \
-       "File holding the bearer token every call must carry; empty: no token needed.",             \
+       "File holding the bearer token every call must carry; empty: no token needed. "             \
+       "Re-read on SIGHUP.",                                                                       \
        CFG_SECRET},                                                                                \
       {"max-message-size", CFG_SIZE, offsetof(type, member.max_message_bytes), "64MiB", 1024,      \
        (int64_t)1 << 31,   NULL,     "Largest request or reply message.",      0},                 \
@@ -136,6 +147,14 @@ struct metrics *daemon_metrics(struct daemon *d);
  * hold the shutdown for the grace period. Optional; set before start. */
 typedef void (*daemon_drain_fn)(struct daemon *d, void *arg);
 void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg);
+
+/* Called on the loop on SIGHUP, after the shared files (token, TLS) were
+ * re-read: the service re-reads its own (a client's CA, its token). It
+ * logs what it could not load, keeps what it had then and returns an
+ * error (counted in stoker_reloads_total{result="failure"}), else 0.
+ * Optional; set before start. */
+typedef int (*daemon_reload_fn)(struct daemon *d, void *arg);
+void daemon_on_reload(struct daemon *d, daemon_reload_fn fn, void *arg);
 
 /* Binds, starts the metrics endpoint and signal handlers, writes the ready
  * file. on_stop runs once a stop signal arrived and calls have drained. */

@@ -134,6 +134,13 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
  * Loop thread. */
 int rpc_server_reload_token(struct rpc_server *s);
 
+/* Re-reads the server's TLS certificate, key and client CA (a daemon's
+ * SIGHUP) and checks them (the chain parses, the key matches it, the CA
+ * parses): new connections are served with them, open ones keep theirs.
+ * On failure the certificates in use stay and the error comes back with a
+ * detail naming the file and the reason. 0 without TLS. Loop thread. */
+int rpc_server_reload_tls(struct rpc_server *s);
+
 /* Frees a server after shutdown completed. Accepts NULL. */
 void rpc_server_free(struct rpc_server *s);
 

@@ -1,9 +1,10 @@
 /*
  * rpc_internal: what the rpc_*.c files share and users of rpc.h never see.
  * The server is split by concern (lifecycle in rpc_server.c, one call's
- * batches in rpc_call.c, health in rpc_health.c, TLS and tokens in
- * rpc_security.c, the loop driving the completion queue in rpc_loop.c); this header is
- * the seam between them. Tests may also use the raw client call at the end.
+ * batches in rpc_call.c, health in rpc_health.c, the server's TLS files in
+ * rpc_server_tls.c, tokens and client TLS in rpc_security.c, the loop driving the completion queue
+ * in rpc_loop.c); this header is the seam between them. Tests may also use the raw client call at
+ * the end.
  */
 #ifndef STK_RPC_INTERNAL_H
 #define STK_RPC_INTERNAL_H
@@ -84,8 +85,9 @@ struct rpc_server {
   uv_loop_t *loop;
   char *listen;
   grpc_server_credentials *creds;
-  char *auth_header; /* "Bearer <token>" or NULL. */
-  char *token_file;  /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
+  struct rpc_server_tls *tls; /* NULL: plaintext. */
+  char *auth_header;          /* "Bearer <token>" or NULL. */
+  char *token_file; /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
   struct metrics *metrics;
@@ -142,9 +144,9 @@ void rpc_health_shutdown(struct rpc_health *h);
 
 /* --------------------------------------------------------- rpc_security.c */
 
-/* TLS or insecure server credentials from the PEM files in opts. */
-int rpc_security_server_creds(const struct rpc_server_opts *opts,
-                              grpc_server_credentials **ret_creds);
+/* Reads a whole small file (at most 1 MiB) into a NUL-terminated malloc'd
+ * string; ret_len may be NULL. STK_EINVAL with a detail naming the file. */
+int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len);
 /* Reads token_file; ret_header is malloc'd "Bearer <token>". */
 int rpc_security_load_token(const char *token_file, char **ret_header);
 /* Constant-time check of the authorization metadata against header. */
@@ -152,6 +154,34 @@ bool rpc_security_token_ok(const grpc_metadata_array *md, const char *header);
 /* TLS or insecure channel credentials from the PEM files in opts. */
 int rpc_security_channel_creds(const struct rpc_client_opts *opts,
                                grpc_channel_credentials **ret_creds);
+
+/* -------------------------------------------------------- rpc_tls_check.c */
+
+/* Checks PEM texts with OpenSSL (paths only name them in the detail):
+ * every certificate of cert_pem and ca_pem parses, key_pem parses and
+ * matches cert_pem's first certificate. cert_pem and key_pem both or
+ * neither; ca_pem may be NULL. STK_EINVAL with a detail naming the file
+ * and the reason. Leaves this thread's OpenSSL error queue empty. */
+int rpc_tls_check(const char *cert_path, const char *cert_pem, const char *key_path,
+                  const char *key_pem, const char *ca_path, const char *ca_pem);
+
+/* ------------------------------------------------------- rpc_server_tls.c */
+
+/* The server's TLS files and what gRPC's certificate-config fetcher hands
+ * out (the threading is told in rpc_server_tls.c). */
+struct rpc_server_tls;
+
+/* Reads and checks opts' certificate, key and client CA (tls_cert_file and
+ * tls_key_file set). STK_EINVAL with a detail naming the file and why. */
+int rpc_server_tls_new(const struct rpc_server_opts *opts, struct rpc_server_tls **ret_tls);
+/* Server credentials that ask t for their certificates before each
+ * handshake (the first time at bind). t must outlive them and the server. */
+int rpc_server_tls_creds(struct rpc_server_tls *t, grpc_server_credentials **ret_creds);
+/* Reads and checks the files again; new handshakes use them. On an error
+ * (detail as rpc_server_tls_new) the certificates in use stay. Loop thread. */
+int rpc_server_tls_reload(struct rpc_server_tls *t);
+/* After the server and its credentials are gone. Accepts NULL. */
+void rpc_server_tls_free(struct rpc_server_tls *t);
 
 /* ------------------------------------------------------------ rpc_client.c */
 

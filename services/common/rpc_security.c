@@ -1,8 +1,10 @@
 /*
- * rpc_security: TLS credentials and bearer tokens, both optional. Files are
- * read once, at server or client creation, so that a typo in a path fails
- * start-up with a clear detail instead of every later handshake. The token
- * check is constant-time so response timing does not leak the token.
+ * rpc_security: a client's TLS credentials and the server's bearer token,
+ * both optional (the server's TLS files are rpc_server_tls.c's). Files are
+ * read at server or client creation, so that a typo in a path fails
+ * start-up with a clear detail instead of every later handshake; the
+ * server re-reads its token file when asked (rpc_server_reload_token). The
+ * token check is constant-time so response timing does not leak the token.
  */
 #include "rpc_internal.h"
 
@@ -16,8 +18,7 @@
 
 #define MAX_PEM_BYTES (1u << 20)
 
-/* Reads a whole small file into a NUL-terminated malloc'd string. */
-static int read_file(const char *path, char **ret_text, size_t *ret_len) {
+int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
     stk_set_detail("rpc: cannot open %s: %s", path, strerror(errno));
@@ -47,43 +48,13 @@ static int read_pair(const char *cert_file, const char *key_file, char **cert, c
     stk_set_detail("rpc: a TLS certificate needs its key and the key its certificate");
     return STK_EINVAL;
   }
-  int err = read_file(cert_file, cert, NULL);
-  if (!err) err = read_file(key_file, key, NULL);
+  int err = rpc_security_read_file(cert_file, cert, NULL);
+  if (!err) err = rpc_security_read_file(key_file, key, NULL);
   if (err) {
     free(*cert);
     *cert = NULL;
   }
   return err;
-}
-
-int rpc_security_server_creds(const struct rpc_server_opts *opts,
-                              grpc_server_credentials **ret_creds) {
-  if (!opts->tls_cert_file) {
-    *ret_creds = grpc_insecure_server_credentials_create();
-    return 0;
-  }
-  char *cert, *key, *ca = NULL;
-  int err = read_pair(opts->tls_cert_file, opts->tls_key_file, &cert, &key);
-  if (err) return err;
-  if (opts->tls_client_ca_file && (err = read_file(opts->tls_client_ca_file, &ca, NULL)) != 0) {
-    free(cert);
-    free(key);
-    return err;
-  }
-  grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
-  grpc_ssl_client_certificate_request_type req =
-      ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-         : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE;
-  grpc_server_credentials *creds = grpc_ssl_server_credentials_create_ex(ca, &pair, 1, req, NULL);
-  free(cert);
-  free(key);
-  free(ca);
-  if (!creds) {
-    stk_set_detail("rpc: invalid TLS certificate or key (%s)", opts->tls_cert_file);
-    return STK_EINVAL;
-  }
-  *ret_creds = creds;
-  return 0;
 }
 
 int rpc_security_channel_creds(const struct rpc_client_opts *opts,
@@ -97,18 +68,20 @@ int rpc_security_channel_creds(const struct rpc_client_opts *opts,
     return 0;
   }
   char *ca, *cert, *key;
-  int err = read_file(opts->tls_ca_file, &ca, NULL);
+  int err = rpc_security_read_file(opts->tls_ca_file, &ca, NULL);
   if (err) return err;
   if ((err = read_pair(opts->tls_cert_file, opts->tls_key_file, &cert, &key)) != 0) {
     free(ca);
     return err;
   }
+  err = rpc_tls_check(opts->tls_cert_file, cert, opts->tls_key_file, key, opts->tls_ca_file, ca);
   grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
   grpc_channel_credentials *creds =
-      grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+      err ? NULL : grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
   free(ca);
   free(cert);
   free(key);
+  if (err) return err;
   if (!creds) {
     stk_set_detail("rpc: invalid TLS files for the client");
     return STK_EINVAL;
@@ -120,7 +93,7 @@ int rpc_security_channel_creds(const struct rpc_client_opts *opts,
 int rpc_security_load_token(const char *token_file, char **ret_header) {
   char *text;
   size_t n;
-  int err = read_file(token_file, &text, &n);
+  int err = rpc_security_read_file(token_file, &text, &n);
   if (err) return err;
   while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = '\0';
   if (n == 0 || strlen(text) != n) {

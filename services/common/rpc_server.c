@@ -84,6 +84,7 @@ static void maybe_finish_shutdown(struct rpc_server *s);
 
 static void fail_new(struct rpc_server *s) {
   if (s->creds) grpc_server_credentials_release(s->creds);
+  rpc_server_tls_free(s->tls); /* After the credentials that call its fetcher. */
   rpc_health_free(s->health);
   free(s->auth_header);
   free(s->token_file);
@@ -104,6 +105,16 @@ static int check_opts(const struct rpc_server_opts *o) {
   return 0;
 }
 
+/* TLS credentials that can be reloaded, or plaintext. */
+static int server_creds(struct rpc_server *s, const struct rpc_server_opts *opts) {
+  if (!opts->tls_cert_file) {
+    s->creds = grpc_insecure_server_credentials_create();
+    return 0;
+  }
+  int err = rpc_server_tls_new(opts, &s->tls);
+  return err ? err : rpc_server_tls_creds(s->tls, &s->creds);
+}
+
 int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
                    struct rpc_server **ret_server) {
   int err = check_opts(opts);
@@ -117,7 +128,7 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   s->max_send_bytes = opts->max_send_bytes ? opts->max_send_bytes : RPC_DEFAULT_MAX_BYTES;
   s->metrics = opts->metrics;
   err = s->listen ? 0 : STK_ENOMEM;
-  if (!err) err = rpc_security_server_creds(opts, &s->creds);
+  if (!err) err = server_creds(s, opts);
   if (!err && opts->token_file) err = rpc_security_load_token(opts->token_file, &s->auth_header);
   if (!err && opts->token_file && !(s->token_file = strdup(opts->token_file))) err = STK_ENOMEM;
   if (!err) err = rpc_health_new(s);
@@ -485,6 +496,10 @@ int rpc_server_reload_token(struct rpc_server *s) {
   free(s->auth_header);
   s->auth_header = header;
   return 0;
+}
+
+int rpc_server_reload_tls(struct rpc_server *s) {
+  return s->tls ? rpc_server_tls_reload(s->tls) : 0;
 }
 
 void rpc_server_free(struct rpc_server *s) {

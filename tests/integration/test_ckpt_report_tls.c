@@ -3,8 +3,13 @@
  * wants a bearer token: with --coordinator-tls-ca and the token file, a
  * commit reaches the coordinator's GetJob; without the CA (plaintext
  * against TLS) the report never lands and its failed tries are counted in
- * stoker_checkpoint_coordinator_report_failures_total. The PKI is made at
- * test time by tests/unit/rpc/gen_certs.sh (server cert for 127.0.0.1).
+ * stoker_checkpoint_coordinator_report_failures_total. SIGHUP re-reads the
+ * CA and the token file into a new client: a report retried against a CA
+ * that did not sign the coordinator's certificate lands once the right CA
+ * is in the file; a CA file that does not parse is refused (counted in
+ * stoker_reloads_total{result="failure"}) and the client in use stays; a
+ * new token is sent from then on. The PKI is made at test time by
+ * tests/unit/rpc/gen_certs.sh (server cert for 127.0.0.1).
  * argv: stoker-checkpoint, stoker-coordinator, gen_certs.sh.
  */
 #include <setjmp.h>
@@ -15,6 +20,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <signal.h>
 
 #include "test_ckpt_helpers.h"
 
@@ -144,6 +150,71 @@ static void test_plaintext_against_tls_is_counted(void **state) {
   harness_daemon_free(d);
 }
 
+/* Copies file from to to. */
+static void put_file(const char *to, const char *from) {
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", from, to);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* SIGHUP to d, then waits until its metrics count `reloads` reloads with
+ * `result` ("success", "failure"): the reload is done then. */
+static void hup(struct harness_daemon *d, int port, const char *result, int reloads) {
+  char want[128];
+  snprintf(want, sizeof(want), "stoker_reloads_total{result=\"%s\"} %d\n", result, reloads);
+  assert_int_equal(kill(d->pid, SIGHUP), 0);
+  bool seen = false;
+  for (int64_t deadline = harness_now_ms() + 10000; !seen && harness_now_ms() < deadline;) {
+    char *page = harness_http_get(port, "/metrics");
+    seen = page && strstr(page, want);
+    free(page);
+    if (!seen) harness_sleep_ms(50);
+  }
+  assert_true(seen);
+}
+
+static void test_sighup_reloads_the_coordinator_ca_and_token(void **state) {
+  struct fixture *f = *state;
+  char ca[320], token[320];
+  snprintf(ca, sizeof(ca), "%s", pki_path("live-ca.pem"));
+  snprintf(token, sizeof(token), "%s", pki_path("live-token"));
+  put_file(ca, pki_path("other-ca.pem")); /* Did not sign the coordinator's certificate. */
+  put_file(token, pki_path("token"));
+  const char *args[] = {
+      "--part-size", "5MiB", f->target, "--coordinator-tls-ca", ca, "--coordinator-token-file",
+      token,         NULL};
+  int port = 0;
+  struct harness_daemon *d = harness_daemon_start_metrics(args, &port);
+  assert_non_null(d);
+  commit_step(d, "gpt", 42);
+  assert_int_equal(latest_step(f->cc, "gpt", 42, 500), 0); /* Retried, refused by TLS. */
+  put_file(ca, pki_path("server-ca.pem"));
+  hup(d, port, "success", 1);
+  assert_int_equal(latest_step(f->cc, "gpt", 42, 10000), 42); /* The retry used the new CA. */
+
+  FILE *junk = fopen(ca, "w");
+  assert_non_null(junk);
+  fputs("not a certificate\n", junk);
+  fclose(junk);
+  hup(d, port, "failure", 1);
+  commit_step(d, "gpt", 43);
+  assert_int_equal(latest_step(f->cc, "gpt", 43, 10000), 43); /* The client in use stayed. */
+
+  put_file(ca, pki_path("server-ca.pem"));
+  junk = fopen(token, "w");
+  assert_non_null(junk);
+  fputs("not-the-token\n", junk);
+  fclose(junk);
+  hup(d, port, "success", 2);
+  commit_step(d, "gpt", 44); /* Refused by the coordinator (UNAUTHENTICATED): dropped. */
+  assert_int_equal(latest_step(f->cc, "gpt", 44, 500), 43);
+  put_file(token, pki_path("token"));
+  hup(d, port, "success", 3);
+  commit_step(d, "gpt", 45);
+  assert_int_equal(latest_step(f->cc, "gpt", 45, 10000), 45);
+  harness_daemon_free(d);
+}
+
 static int setup_pki(void **state) {
   (void)state;
   if (harness_tmpdir_new(pki, sizeof(pki))) return -1;
@@ -170,6 +241,8 @@ int main(int argc, char **argv) {
                                       teardown_coordinator),
       cmocka_unit_test_setup_teardown(test_plaintext_against_tls_is_counted, setup_coordinator,
                                       teardown_coordinator),
+      cmocka_unit_test_setup_teardown(test_sighup_reloads_the_coordinator_ca_and_token,
+                                      setup_coordinator, teardown_coordinator),
   };
   return cmocka_run_group_tests(tests, setup_pki, teardown_pki);
 }

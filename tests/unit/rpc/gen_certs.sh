@@ -1,7 +1,8 @@
 #!/bin/sh
 # Makes a throwaway PKI for the rpc TLS tests in directory $1: a server CA
 # and a server certificate for 127.0.0.1 / localhost, a client CA and a
-# client certificate it signed, and an unrelated CA (to be refused).
+# client certificate it signed, and an unrelated CA (to be refused) with a
+# server certificate of its own (server2, for certificate rotation).
 set -eu
 cd "$1"
 
@@ -27,3 +28,5 @@ leaf server server-ca "subjectAltName=IP:127.0.0.1,DNS:localhost
 extendedKeyUsage=serverAuth"
 leaf client client-ca "extendedKeyUsage=clientAuth"
 leaf stranger other-ca "extendedKeyUsage=clientAuth"
+leaf server2 other-ca "subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth"
