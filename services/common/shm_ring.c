@@ -269,14 +269,19 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
   return 0;
 }
 
-uint64_t shm_ring_next_free(const struct shm_ring *r, uint32_t ahead) {
-  /* The last sequence is in slot (last - 1) % slots; the turn starts at the
-   * next one, slot last % slots, whose next sequence is last + 1. */
-  for (uint32_t d = 0; d < r->slots; d++) {
-    uint32_t slot = (uint32_t)((r->last_seq + d) % r->slots);
+uint64_t shm_ring_next_free(const struct shm_ring *r, uint64_t after) {
+  /* Sequence s lives in slot (s - 1) % slots; the turn covers the `slots`
+   * sequences after the last written, each in a slot of its own. Starting
+   * above `after` (not counting free slots from the start, as an earlier
+   * version did) keeps answers growing when the client releases a slot
+   * between two probes: counting again would answer the same sequence
+   * twice, and two batches would be written into one slot. */
+  uint64_t from = after > r->last_seq ? after : r->last_seq;
+  for (uint64_t seq = from + 1; seq <= r->last_seq + r->slots; seq++) {
+    uint32_t slot = (uint32_t)((seq - 1) % r->slots);
     uint64_t done = __atomic_load_n(&r->released[slot], __ATOMIC_ACQUIRE);
     if (r->written[slot] != 0 && done < r->written[slot]) continue; /* The client's. */
-    if (ahead-- == 0) return r->last_seq + 1 + d;
+    return seq;
   }
   return 0;
 }

@@ -99,11 +99,13 @@ uint64_t shm_ring_slot_bytes(const struct shm_ring *r);
 /* The slot that holds sequence seq (>= 1). */
 uint8_t *shm_ring_slot(const struct shm_ring *r, uint64_t seq);
 
-/* Daemon: the sequence the (ahead + 1)-th free slot, in turn from the one
- * after the last written, would get; 0 when fewer slots are free. Nothing
- * is reserved: probing ahead = 0, 1, ... gives growing sequences of
- * distinct slots, valid until shm_ring_written. */
-uint64_t shm_ring_next_free(const struct shm_ring *r, uint32_t ahead);
+/* Daemon: the smallest sequence above `after` (and above the last
+ * written) whose slot is free, among the next `slots` sequences; 0 when
+ * none is. Nothing is reserved: probing with after = 0, then each answer
+ * in turn, gives growing sequences of distinct slots, valid until
+ * shm_ring_written, however the client releases slots meanwhile (a slot it
+ * frees behind the probe is passed over, and reused on a later turn). */
+uint64_t shm_ring_next_free(const struct shm_ring *r, uint64_t after);
 
 /* Daemon: sequence seq (from shm_ring_next_free, in growing order) is
  * written and handed to the client. */

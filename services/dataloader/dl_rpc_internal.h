@@ -54,7 +54,7 @@ void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint
  * generated (as uint32 tokens; *ret_bytes of room) and its sequence: a free
  * slot, or NULL when the ring is not in use (generate inline) or has no
  * further free slot (*ret_full). */
-uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, uint64_t *ret_seq,
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint64_t after, uint64_t *ret_seq,
                               size_t *ret_bytes, bool *ret_full);
 /* The batch of sequence seq (from dl_stream_ring_dest) is queued. */
 void dl_stream_ring_written(struct dl_stream_ring *r, uint64_t seq);

@@ -52,13 +52,13 @@ void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint
   }
 }
 
-uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint32_t ahead, uint64_t *ret_seq,
+uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint64_t after, uint64_t *ret_seq,
                               size_t *ret_bytes, bool *ret_full) {
   *ret_full = false;
   *ret_bytes = 0;
   *ret_seq = 0;
   if (!r->ring || r->off) return NULL;
-  uint64_t seq = shm_ring_next_free(r->ring, ahead);
+  uint64_t seq = shm_ring_next_free(r->ring, after);
   if (!seq) {
     *ret_full = true;
     return NULL;

@@ -198,7 +198,8 @@ static void start_generation(struct dl_stream *s) {
      * overwrite the slot size of the batches already given a slot (they
      * would go inline). */
     size_t bytes = 0;
-    uint32_t *dest = dl_stream_ring_dest(&s->shm, want, &s->gen_seq[want], &bytes, &full);
+    uint64_t after = want ? s->gen_seq[want - 1] : 0; /* Probes go on from the last answer. */
+    uint32_t *dest = dl_stream_ring_dest(&s->shm, after, &s->gen_seq[want], &bytes, &full);
     if (full) break;
     s->gen_dest[want] = dest;
     if (dest) s->gen_dest_bytes = bytes;
