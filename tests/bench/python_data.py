@@ -12,7 +12,8 @@ Subjects (each keeps its iterator between phases, so a phase continues the
 stream where the last one stopped; an epoch's end starts the next epoch):
 - ``stoker``: ``stoker.data.StokerDataset`` through torchdata's
   ``StatefulDataLoader(ds, batch_size=None)`` (tokens through the daemon's
-  shared-memory ring);
+  shared-memory ring, received by libstoker-client when ``STOKER_CLIENT_LIBRARY``
+  names it, as ``tests/bench/run`` does);
 - ``c``: the C client (``dl_stream_helper``, another process) on a second job
   of the same spec: the same service and transport without Python;
 - ``numpy``: a map-style ``torch.utils.data.Dataset`` of lines over a
