@@ -22,10 +22,14 @@ int stk_loader_connect(const struct stk_client_opts *opts, struct stk_client **r
 /* What a batch owns: the reply and, when its bytes could not be viewed in
  * place, an aligned host-order copy of the tokens; or (an assembled batch)
  * no reply, the tokens and the document starts. A batch delivered through
- * shared memory also holds its ring slot (released when freed). */
+ * shared memory also holds its ring slot (released when freed). A batch of
+ * an 8-byte-token stream has int64 tokens instead: its slot in place, or a
+ * widened copy of the reply's uint32 tokens (wide). */
 struct batch_owner {
   Stoker__V1__Batch *msg;
   uint32_t *copy;
+  int64_t *wide;
+  const int64_t *tokens_i64;
   uint32_t *starts;
   struct loader_ring *ring;
   uint64_t seq;
@@ -53,13 +57,34 @@ static int view_tokens(struct batch_owner *o, const uint8_t *p, size_t n,
   return 0;
 }
 
+/* int64 tokens of n little-endian words of token_bytes (4: the reply's
+ * uint32 tokens, widened; 8: a slot written as int64) at p: in place when
+ * possible, else a copy. */
+static int view_tokens_i64(struct batch_owner *o, const uint8_t *p, size_t n, uint32_t token_bytes,
+                           const int64_t **ret_tokens) {
+  if (token_bytes == 8 && host_little_endian() && ((uintptr_t)p % sizeof(int64_t)) == 0) {
+    *ret_tokens = (const int64_t *)(const void *)p;
+    return 0;
+  }
+  o->wide = malloc(n * sizeof(int64_t) + 1);
+  if (!o->wide) return STK_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = 0;
+    for (uint32_t k = 0; k < token_bytes; k++) v |= (uint64_t)p[token_bytes * i + k] << (8 * k);
+    o->wide[i] = (int64_t)v;
+  }
+  *ret_tokens = o->wide;
+  return 0;
+}
+
 /* True when the reply's sizes agree with each other (and, for a batch in
- * shared memory, with the ring's slots). */
-static bool batch_consistent(const Stoker__V1__Batch *m, const struct loader_ring *ring) {
+ * shared memory, with the ring's slots at token_bytes a token). */
+static bool batch_consistent(const Stoker__V1__Batch *m, const struct loader_ring *ring,
+                             uint32_t token_bytes) {
   uint64_t n = (uint64_t)m->lines * m->line_tokens;
   if (m->shm_seq == 0 && m->tokens.len != n * sizeof(uint32_t)) return false;
   if (m->shm_seq != 0 && (!ring || m->tokens.len != 0 || m->lines > UINT32_MAX / 4 ||
-                          n * sizeof(uint32_t) > loader_ring_slot_bytes(ring)))
+                          n * token_bytes > loader_ring_slot_bytes(ring)))
     return false;
   for (size_t i = 0; i < m->n_doc_starts; i++) {
     if (m->doc_starts[i] >= n || (i > 0 && m->doc_starts[i] <= m->doc_starts[i - 1])) return false;
@@ -68,13 +93,22 @@ static bool batch_consistent(const Stoker__V1__Batch *m, const struct loader_rin
 }
 
 int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch) {
-  return loader_batch_from_ring(msg, partial_ok, NULL, ret_batch);
+  return loader_batch_from_ring(msg, partial_ok, NULL, 4, ret_batch);
+}
+
+/* The batch's tokens at the stream's width: uint32 into *ret_tokens or
+ * int64 into o->tokens_i64. */
+static int take_tokens(struct batch_owner *o, const uint8_t *bytes, bool in_ring, size_t n,
+                       uint32_t token_bytes, const uint32_t **ret_tokens) {
+  if (token_bytes != 8) return view_tokens(o, bytes, n, ret_tokens);
+  return view_tokens_i64(o, bytes, n, in_ring ? 8 : 4, &o->tokens_i64);
 }
 
 int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader_ring *ring,
-                           struct stk_batch *ret_batch) {
+                           uint32_t token_bytes, struct stk_batch *ret_batch) {
   Stoker__V1__Batch *m = (Stoker__V1__Batch *)msg;
-  if (!batch_consistent(m, ring)) {
+  if (token_bytes != 8) token_bytes = 4;
+  if (!batch_consistent(m, ring, token_bytes)) {
     protobuf_c_message_free_unpacked(msg, NULL);
     client_set_error(15, "malformed batch from the dataloader");
     return STK_ECORRUPT;
@@ -95,7 +129,8 @@ int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader
   const uint32_t *tokens = NULL;
   const uint8_t *bytes = m->shm_seq ? loader_ring_slot(ring, m->shm_seq) : m->tokens.data;
   if (o) o->msg = m;
-  if (!o || view_tokens(o, bytes, (size_t)m->lines * m->line_tokens, &tokens) < 0) {
+  if (!o || take_tokens(o, bytes, m->shm_seq != 0, (size_t)m->lines * m->line_tokens, token_bytes,
+                        &tokens) < 0) {
     if (m->shm_seq) loader_ring_release(ring, m->shm_seq);
     free(o);
     protobuf_c_message_free_unpacked(msg, NULL);
@@ -104,7 +139,10 @@ int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader
   if (m->shm_seq) {
     o->ring = loader_ring_ref(ring);
     o->seq = m->shm_seq;
-    if (o->copy) loader_ring_release(o->ring, o->seq), o->seq = 0; /* Copied out already. */
+    if (o->copy || o->wide) { /* Copied out already. */
+      loader_ring_release(o->ring, o->seq);
+      o->seq = 0;
+    }
   }
   *ret_batch = (struct stk_batch){
       .step = m->step,
@@ -150,11 +188,22 @@ void stk_batch_free(struct stk_batch *b) {
     if (o->ring && o->seq) loader_ring_release(o->ring, o->seq);
     loader_ring_unref(o->ring);
     free(o->copy);
+    free(o->wide);
     free(o->starts);
     if (o->msg) protobuf_c_message_free_unpacked(&o->msg->base, NULL);
     free(o);
   }
   memset(b, 0, sizeof(*b));
+}
+
+const int64_t *stk_batch_tokens_i64(const struct stk_batch *b) {
+  const struct batch_owner *o = b ? b->priv_ : NULL;
+  return o ? o->tokens_i64 : NULL;
+}
+
+uint32_t stk_batch_ring_slots(const struct stk_batch *b) {
+  const struct batch_owner *o = b ? b->priv_ : NULL;
+  return o && o->ring && o->seq ? loader_ring_slots(o->ring) : 0;
 }
 
 /* ----------------------------------------------------------- the calls */

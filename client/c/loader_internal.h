@@ -30,6 +30,7 @@ int loader_ring_attach(const char *path, const uint8_t nonce[16], struct loader_
 struct loader_ring *loader_ring_ref(struct loader_ring *r);
 void loader_ring_unref(struct loader_ring *r); /* Accepts NULL. */
 uint64_t loader_ring_slot_bytes(const struct loader_ring *r);
+uint32_t loader_ring_slots(const struct loader_ring *r);
 const uint8_t *loader_ring_slot(const struct loader_ring *r, uint64_t seq);
 /* A batch views seq in its slot from now on: STK_ECORRUPT (with the
  * error set) when a batch still views another sequence there. */
@@ -38,9 +39,11 @@ int loader_ring_take(struct loader_ring *r, uint64_t seq);
 void loader_ring_release(struct loader_ring *r, uint64_t seq);
 
 /* As loader_batch_from_msg, for a stream with a ring (may be NULL): a
- * batch with shm_seq views its slot until freed. */
+ * batch with shm_seq views its slot until freed. token_bytes 8: the ring
+ * holds int64 tokens and the batch's tokens are int64
+ * (stk_batch_tokens_i64; inline ones widened); otherwise uint32. */
 int loader_batch_from_ring(ProtobufCMessage *msg, bool partial_ok, struct loader_ring *ring,
-                           struct stk_batch *ret_batch);
+                           uint32_t token_bytes, struct stk_batch *ret_batch);
 
 /* The reply a batch views (NULL for an assembled batch). */
 const Stoker__V1__Batch *loader_batch_msg(const struct stk_batch *b);
@@ -59,9 +62,10 @@ int loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, 
                            uint32_t world, int64_t timeout_ms, bool partial_ok,
                            stk_batch_done_fn done, void *arg);
 
-/* stk_batch_stream_open, accepting partial batches when partial_ok. */
+/* stk_batch_stream_open_opts (opts not NULL), accepting partial batches
+ * when partial_ok. */
 int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
-                       uint32_t world, uint32_t prefetch, bool partial_ok,
+                       uint32_t world, const struct stk_batch_stream_opts *opts, bool partial_ok,
                        struct stk_batch_stream **ret_stream);
 
 /* The stream of a scaled-out job: one partial stream per part, assembled

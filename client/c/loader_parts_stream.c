@@ -131,7 +131,8 @@ int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const 
   }
   int err = 0;
   for (uint32_t i = 0; err == 0 && i < n; i++) {
-    err = loader_stream_open(parts[i], job, from_step, rank, world, prefetch, true, &ps->subs[i]);
+    struct stk_batch_stream_opts o = {.prefetch = prefetch};
+    err = loader_stream_open(parts[i], job, from_step, rank, world, &o, true, &ps->subs[i]);
     if (err == 0) ps->n = i + 1;
     if (err < 0) err = loader_part_failed(n, i, err);
   }

@@ -55,6 +55,10 @@ uint64_t loader_ring_slot_bytes(const struct loader_ring *r) {
   return shm_ring_slot_bytes(r->ring);
 }
 
+uint32_t loader_ring_slots(const struct loader_ring *r) {
+  return shm_ring_slots(r->ring);
+}
+
 const uint8_t *loader_ring_slot(const struct loader_ring *r, uint64_t seq) {
   return shm_ring_slot(r->ring, seq);
 }

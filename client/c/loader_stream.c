@@ -12,7 +12,13 @@
  * names the ring, the iterator maps it (loader_ring.c) and later batches
  * view their slots in place. Where the ring cannot be opened (the daemon
  * is on another host, or another user's), the iterator ends that call and
- * reopens it from the next step without shared memory, once.
+ * reopens it from the next step without shared memory, once (or, opened
+ * with STK_SHM_REQUIRE, ends the stream with STK_ESTATE).
+ *
+ * Token width: a stream opened with token_bytes 8 asks the daemon to write
+ * int64 tokens into its ring (StreamBatchesRequest.shm_token_bytes), so a
+ * trainer that wants int64 (PyTorch's token ids) views them in place;
+ * inline batches of such a stream are widened here.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -105,9 +111,11 @@ struct stk_batch_stream {
   char *job;
   uint32_t rank, world, prefetch;
   /* Shared-memory delivery. */
-  bool shm;          /* Asked for on the current call. */
-  bool reopen;       /* The call ended to fall back to gRPC bytes. */
-  uint8_t nonce[16]; /* This call's. */
+  int shm_mode;         /* enum stk_shm_mode. */
+  uint32_t token_bytes; /* 4 or 8: of the tokens in the ring and of the batches. */
+  bool shm;             /* Asked for on the current call. */
+  bool reopen;          /* The call ended to fall back to gRPC bytes. */
+  uint8_t nonce[16];    /* This call's. */
   struct loader_ring *ring;
   uint64_t last_seq; /* shm_seq of the last ring batch: the next one's is higher. */
 };
@@ -140,6 +148,12 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
     return STK_ECORRUPT;
   }
   int err = take_ring(s, m);
+  if (err < 0 && err != STK_ECORRUPT && s->shm_mode == STK_SHM_REQUIRE) {
+    client_set_error(9, "shared-memory transport required, but the ring %s cannot be opened: %s",
+                     m->shm_path, stk_strerror(err));
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return STK_ESTATE;
+  }
   if (err < 0 && err != STK_ECORRUPT) {
     s->reopen = true; /* Not this host's ring: fall back, from this step. */
     protobuf_c_message_free_unpacked(msg, NULL);
@@ -158,7 +172,7 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
     return err;
   }
   if (m->shm_seq) s->last_seq = m->shm_seq;
-  return loader_batch_from_ring(msg, s->partial_ok, s->ring, b);
+  return loader_batch_from_ring(msg, s->partial_ok, s->ring, s->token_bytes, b);
 }
 
 /* Queues one batch, waiting for room (s->mu held); false once the stream
@@ -251,7 +265,17 @@ static int stream_new(struct stk_client *c, uint32_t prefetch, struct stk_batch_
 
 int stk_batch_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
                           uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream) {
-  return loader_stream_open(c, job, from_step, rank, world, prefetch, false, ret_stream);
+  struct stk_batch_stream_opts o = {.prefetch = prefetch};
+  return loader_stream_open(c, job, from_step, rank, world, &o, false, ret_stream);
+}
+
+int stk_batch_stream_open_opts(struct stk_client *c, const char *job, int64_t from_step,
+                               uint32_t rank, uint32_t world,
+                               const struct stk_batch_stream_opts *opts,
+                               struct stk_batch_stream **ret_stream) {
+  struct stk_batch_stream_opts o = {0};
+  if (opts) o = *opts;
+  return loader_stream_open(c, job, from_step, rank, world, &o, false, ret_stream);
 }
 
 int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_stream) {
@@ -265,10 +289,12 @@ int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_st
   return 0;
 }
 
-/* Asks for shared-memory delivery unless STOKER_DL_SHM=off. */
+/* Asks for shared-memory delivery unless the mode or STOKER_DL_SHM=off
+ * says not to (STK_SHM_REQUIRE: always). */
 static bool want_shm(struct stk_batch_stream *s) {
   const char *env = getenv("STOKER_DL_SHM");
-  if (env && strcmp(env, "off") == 0) return false;
+  if (s->shm_mode == STK_SHM_OFF) return false;
+  if (s->shm_mode == STK_SHM_AUTO && env && strcmp(env, "off") == 0) return false;
   return getrandom(s->nonce, sizeof(s->nonce), 0) == (ssize_t)sizeof(s->nonce);
 }
 
@@ -283,6 +309,7 @@ static int start_call(struct stk_batch_stream *s) {
   if (s->shm) {
     req.shm_nonce.data = s->nonce;
     req.shm_nonce.len = sizeof(s->nonce);
+    req.shm_token_bytes = s->token_bytes;
   }
   struct rpc_client_call *call = NULL;
   s->done = false;
@@ -294,11 +321,13 @@ static int start_call(struct stk_batch_stream *s) {
 }
 
 int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
-                       uint32_t world, uint32_t prefetch, bool partial_ok,
+                       uint32_t world, const struct stk_batch_stream_opts *opts, bool partial_ok,
                        struct stk_batch_stream **ret_stream) {
-  if (!c || !job || !ret_stream || world == 0 || rank >= world || from_step < 0)
+  if (!c || !job || !ret_stream || world == 0 || rank >= world || from_step < 0 ||
+      (opts->token_bytes != 0 && opts->token_bytes != 4 && opts->token_bytes != 8) ||
+      opts->shm < STK_SHM_AUTO || opts->shm > STK_SHM_REQUIRE)
     return client_fail(STK_EINVAL, "stream batches");
-  if (prefetch == 0) prefetch = DEFAULT_PREFETCH;
+  uint32_t prefetch = opts->prefetch ? opts->prefetch : DEFAULT_PREFETCH;
   struct stk_batch_stream *s;
   int err = stream_new(c, prefetch, &s);
   if (err < 0) return client_fail(err, "stream batches");
@@ -307,6 +336,8 @@ int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step,
   s->rank = rank;
   s->world = world;
   s->prefetch = prefetch;
+  s->shm_mode = opts->shm;
+  s->token_bytes = opts->token_bytes == 8 ? 8 : 4;
   s->shm = want_shm(s);
   if (!(s->job = strdup(job))) {
     stream_destroy(s);

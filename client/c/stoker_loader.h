@@ -92,6 +92,46 @@ int stk_loader_import(struct stk_client *c, const char *job, int64_t step, const
 int stk_batch_stream_open(struct stk_client *c, const char *job, int64_t from_step, uint32_t rank,
                           uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream);
 
+/* How a stream may deliver batches (stk_batch_stream_opts.shm). */
+enum stk_shm_mode {
+  STK_SHM_AUTO = 0,    /* The daemon's shared-memory ring when it shares this host (unless
+                        * STOKER_DL_SHM=off), else inline in the messages. */
+  STK_SHM_OFF = 1,     /* Always inline in the messages. */
+  STK_SHM_REQUIRE = 2, /* The ring; a ring this client cannot open (another host) ends the
+                        * stream with STK_ESTATE (FAILED_PRECONDITION) instead of a fallback. */
+};
+
+/* Options of stk_batch_stream_open_opts; zero-initialise (all zero: what
+ * stk_batch_stream_open does). The layout is frozen: a new option comes
+ * with a new open function. */
+struct stk_batch_stream_opts {
+  uint32_t prefetch;    /* 0: 4. */
+  uint32_t token_bytes; /* 0 or 4: uint32 tokens in stk_batch.tokens; 8: int64 tokens, read with
+                         * stk_batch_tokens_i64() (stk_batch.tokens is NULL), written as int64
+                         * by the daemon into its ring (no conversion here) and widened here
+                         * when inline. */
+  int shm;              /* enum stk_shm_mode. */
+};
+
+/* stk_batch_stream_open with options (opts may be NULL: the defaults).
+ * Errors: as stk_batch_stream_open; STK_EINVAL for a token_bytes other
+ * than 0, 4 or 8 or an unknown shm mode. */
+int stk_batch_stream_open_opts(struct stk_client *c, const char *job, int64_t from_step,
+                               uint32_t rank, uint32_t world,
+                               const struct stk_batch_stream_opts *opts,
+                               struct stk_batch_stream **ret_stream);
+
+/* The int64 tokens [lines x line_tokens] of a batch from a stream opened
+ * with token_bytes 8; NULL for any other batch. Valid until stk_batch_free. */
+const int64_t *stk_batch_tokens_i64(const struct stk_batch *b);
+
+/* The number of slots of the shared-memory ring whose slot the batch's
+ * tokens are (in place, until stk_batch_free releases the slot); 0 when the
+ * tokens are not in a ring (inline, or copied out). A trainer that keeps
+ * batches holds slots: the daemon passes over them, and stops once every
+ * slot is held. */
+uint32_t stk_batch_ring_slots(const struct stk_batch *b);
+
 /* The next batch in step order (steps from_step, from_step + 1, ...),
  * waiting up to timeout_ms (< 0: forever). Returns 0 and *ret_batch (free
  * with stk_batch_free), STK_ETIMEDOUT if none arrived in time (the stream

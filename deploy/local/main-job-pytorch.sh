@@ -50,6 +50,8 @@ ctl job create "$job" --min 2 --max 4 --heartbeat 300ms --misses 3 --last-call 1
 ctl job show "$job"
 
 export OMP_NUM_THREADS=1
+# The workers' StokerDataset receives its batch stream through the build's libstoker-client.
+export STOKER_CLIENT_LIBRARY=${STOKER_CLIENT_LIBRARY-$bin/client/c/libstoker-client.so}
 torchrun() { # torchrun NODES_RANGE JOB LOG STEPS: one agent, its own process group (run it with &)
   exec setsid "$root/.venv/bin/torchrun" --nnodes="$1" --nproc-per-node=1 --rdzv-backend=stoker \
     --rdzv-endpoint="$STOKER_COORDINATOR" --rdzv-id="$2" --max-restarts=5 \

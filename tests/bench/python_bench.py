@@ -109,6 +109,11 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
                 + " ".join(f"{n} {rate[n][-1] / 1e6:.0f} M/s" for n in names)
                 + f"; stoker/c {vs_c[-1]:.3f} stoker/best peer {vs_peer[-1]:.3f}"
             )
+        described = {
+            f"data_{x.name}_transport": x.describe()
+            for x in loops
+            if isinstance(x, python_data.Loop) and x.describe
+        }
     finally:
         for loop in loops:
             loop.close()
@@ -127,6 +132,7 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
         "vs_c": [round(x, 3) for x in vs_c],
         "vs_best_peer": [round(x, 3) for x in vs_peer],
     }
+    out.update(described)
     out.update(python_data.describe(corpus))
     out["data_prefetch"] = prefetch
     out["data_seconds_per_phase"] = per

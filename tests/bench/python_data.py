@@ -12,7 +12,8 @@ Subjects (each keeps its iterator between phases, so a phase continues the
 stream where the last one stopped; an epoch's end starts the next epoch):
 - ``stoker``: ``stoker.data.StokerDataset`` through torchdata's
   ``StatefulDataLoader(ds, batch_size=None)`` (tokens through the daemon's
-  shared-memory ring);
+  shared-memory ring, received by libstoker-client when ``STOKER_CLIENT_LIBRARY``
+  names it, as ``tests/bench/run`` does);
 - ``c``: the C client (``dl_stream_helper``, another process) on a second job
   of the same spec: the same service and transport without Python;
 - ``numpy``: a map-style ``torch.utils.data.Dataset`` of lines over a
@@ -189,9 +190,15 @@ class Loop:
     """A training loop over one subject's batches, run phase by phase; the
     iterator lives across phases and is made anew at an epoch's end."""
 
-    def __init__(self, name: str, make: Callable[[], Iterator[Batch]]) -> None:
+    def __init__(
+        self,
+        name: str,
+        make: Callable[[], Iterator[Batch]],
+        describe: Callable[[], str] | None = None,
+    ) -> None:
         self.name = name
         self.make = make
+        self.describe = describe  # How the subject's batches came, when it says.
         self.it = make()
         self.epochs = 0
         self.touch = 0
@@ -251,8 +258,11 @@ def make_loops(addr: str, corpus: str, mds: str, helper: str, prefetch: int) -> 
     before any phase is timed)."""
     create_jobs(addr, corpus, ["py-bench", "c-bench"])
 
+    made: list[StokerDataset] = []
+
     def stoker() -> Iterator[Batch]:
         ds = StokerDataset("py-bench", address=addr, rank=0, world_size=1, prefetch=prefetch)
+        made.append(ds)
         return iter(StatefulDataLoader(ds, batch_size=None))
 
     def numpy_lines() -> Iterator[Batch]:
@@ -264,7 +274,7 @@ def make_loops(addr: str, corpus: str, mds: str, helper: str, prefetch: int) -> 
         return split(DataLoader(streaming_ds, batch_size=LINES))
 
     loops: list[Loop | CLoop] = [
-        Loop("stoker", stoker),
+        Loop("stoker", stoker, lambda: made[-1].transport_in_use),
         CLoop(helper, addr, "c-bench", prefetch),
         Loop("numpy", numpy_lines),
         Loop("streaming", streaming),

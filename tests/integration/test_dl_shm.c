@@ -9,7 +9,11 @@
  * another host) both give the same bytes over gRPC; a nonce of the wrong
  * size is INVALID_ARGUMENT; rings a killed daemon left are removed when it
  * starts again; a clean stop with the default directory leaves nothing in
- * /dev/shm.
+ * /dev/shm. The stream options (stk_batch_stream_open_opts): int64 tokens
+ * are GetBatch's widened, in the ring's slot in place or widened from an
+ * inline batch; STK_SHM_OFF never asks for the ring; STK_SHM_REQUIRE ends
+ * the stream with FAILED_PRECONDITION where the ring cannot be opened;
+ * bad options are STK_EINVAL.
  */
 #include <dirent.h>
 #include <setjmp.h>
@@ -174,6 +178,117 @@ static void test_unreachable_ring_falls_back(void **state) {
   assert_int_equal(rename(moved, f->shm), 0);
 }
 
+/* b (int64 tokens) holds GetBatch's tokens widened and its document starts. */
+static void assert_same_as_get_i64(struct fixture *f, const struct stk_batch *b, uint32_t rank,
+                                   uint32_t world) {
+  Stoker__V1__Batch *want = NULL;
+  assert_int_equal(tdl_get_batch(f->rc, "s", b->step, rank, world, &want), RPC_OK);
+  assert_int_equal(b->lines, want->lines);
+  assert_int_equal(b->line_tokens, want->line_tokens);
+  assert_null(b->tokens);
+  const int64_t *got = stk_batch_tokens_i64(b);
+  assert_non_null(got);
+  size_t n = (size_t)b->lines * b->line_tokens;
+  assert_int_equal(n * 4, want->tokens.len);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t w;
+    memcpy(&w, want->tokens.data + 4 * i, 4);
+    if (got[i] != (int64_t)w) fail_msg("token %zu: %lld, want %u", i, (long long)got[i], w);
+  }
+  assert_int_equal(b->n_doc_starts, want->n_doc_starts);
+  if (want->n_doc_starts)
+    assert_memory_equal(b->doc_starts, want->doc_starts, want->n_doc_starts * 4);
+  tdl_batch_free(want);
+}
+
+static void test_int64_tokens_in_the_ring(void **state) {
+  struct fixture *f = *state;
+  double before = tdl_metric(f->metrics_port, SHM_BATCHES);
+  struct stk_batch_stream_opts o = {.prefetch = 2, .token_bytes = 8};
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open_opts(f->c, "s", 3, 1, 2, &o, &s), 0);
+  int in_ring = 0;
+  for (int i = 0; i < 12; i++) {
+    struct stk_batch b;
+    assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+    assert_int_equal(b.step, 3 + i);
+    assert_same_as_get_i64(f, &b, 1, 2);
+    uint32_t slots = stk_batch_ring_slots(&b);
+    assert_true(slots == 0 || slots == 2 * 2 + 2); /* Inline, or a slot of the ring. */
+    in_ring += slots != 0;
+    stk_batch_free(&b);
+  }
+  /* The first group, generated before a batch sized the ring (at most the
+   * prefetch), goes inline. */
+  assert_true(in_ring >= 12 - 2);
+  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) >= before + in_ring);
+  stk_batch_stream_free(s);
+  /* A uint32 stream's batches have no int64 tokens. */
+  assert_int_equal(stk_batch_stream_open(f->c, "s", 0, 0, 1, 2, &s), 0);
+  struct stk_batch b;
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+  assert_null(stk_batch_tokens_i64(&b));
+  assert_non_null(b.tokens);
+  stk_batch_free(&b);
+  stk_batch_stream_free(s);
+}
+
+static void test_int64_tokens_inline_with_shm_off(void **state) {
+  struct fixture *f = *state;
+  double before = tdl_metric(f->metrics_port, SHM_BATCHES);
+  struct stk_batch_stream_opts o = {.token_bytes = 8, .shm = STK_SHM_OFF};
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open_opts(f->c, "s", 0, 0, 1, &o, &s), 0);
+  for (int i = 0; i < 8; i++) {
+    struct stk_batch b;
+    assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+    assert_same_as_get_i64(f, &b, 0, 1);
+    assert_int_equal(stk_batch_ring_slots(&b), 0);
+    stk_batch_free(&b);
+  }
+  stk_batch_stream_free(s);
+  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) == before);
+}
+
+static void test_required_ring_that_cannot_be_opened(void **state) {
+  struct fixture *f = *state;
+  char moved[320];
+  snprintf(moved, sizeof(moved), "%s/elsewhere", f->tmp);
+  assert_int_equal(rename(f->shm, moved), 0); /* As from another host. */
+  struct stk_batch_stream_opts o = {.prefetch = 1, .token_bytes = 8, .shm = STK_SHM_REQUIRE};
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open_opts(f->c, "s", 0, 0, 1, &o, &s), 0);
+  struct stk_batch b;
+  int err = 0, taken = 0;
+  while (taken < 20 && (err = stk_batch_stream_next(s, 20000, &b)) == 0) {
+    assert_int_equal(stk_batch_ring_slots(&b), 0); /* The batches before the ring: inline. */
+    stk_batch_free(&b);
+    taken++;
+  }
+  assert_int_equal(err, STK_ESTATE);
+  int code = 0;
+  const char *msg = stk_client_last_error(&code);
+  assert_int_equal(code, 9); /* FAILED_PRECONDITION */
+  if (!strstr(msg, "shared-memory transport required"))
+    fail_msg("last error \"%s\" does not say why", msg);
+  stk_batch_stream_free(s);
+  assert_int_equal(rename(moved, f->shm), 0);
+}
+
+static void test_bad_stream_options(void **state) {
+  struct fixture *f = *state;
+  struct stk_batch_stream *s = NULL;
+  struct stk_batch_stream_opts bad_width = {.token_bytes = 2};
+  assert_int_equal(stk_batch_stream_open_opts(f->c, "s", 0, 0, 1, &bad_width, &s), STK_EINVAL);
+  struct stk_batch_stream_opts bad_mode = {.shm = 3};
+  assert_int_equal(stk_batch_stream_open_opts(f->c, "s", 0, 0, 1, &bad_mode, &s), STK_EINVAL);
+  assert_null(s);
+  /* NULL options: stk_batch_stream_open's defaults. */
+  assert_int_equal(stk_batch_stream_open_opts(f->c, "s", 0, 0, 1, NULL, &s), 0);
+  read_checked(f, s, 0, 3, 0, 1);
+  stk_batch_stream_free(s);
+}
+
 static void test_bad_nonce(void **state) {
   struct fixture *f = *state;
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
@@ -275,6 +390,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_held_slots_stop_the_daemon, setup, teardown),
       cmocka_unit_test_setup_teardown(test_off_by_environment, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unreachable_ring_falls_back, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_int64_tokens_in_the_ring, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_int64_tokens_inline_with_shm_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_required_ring_that_cannot_be_opened, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_stream_options, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_nonce, setup, teardown),
       cmocka_unit_test_setup_teardown(test_restart_removes_stale_rings, setup, teardown),
       cmocka_unit_test(test_clean_stop_leaves_nothing),

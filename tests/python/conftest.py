@@ -18,6 +18,11 @@ ROOT = HERE.parents[1]
 BUILD = pathlib.Path(os.environ.get("STOKER_BUILD_DIR", ROOT / "build"))
 if not BUILD.is_absolute():
     BUILD = ROOT / BUILD
+# The stoker package receives batch streams through the build's
+# libstoker-client (stoker._native), as an installed trainer would; a test
+# that wants gRPC Python sets STOKER_CLIENT_LIBRARY=off.
+CLIENT_LIBRARY = BUILD / "client/c/libstoker-client.so"
+os.environ.setdefault("STOKER_CLIENT_LIBRARY", str(CLIENT_LIBRARY))
 
 
 def binary(name: str) -> pathlib.Path:

@@ -1,7 +1,9 @@
 """stoker.data against the real dataloader daemon: determinism, the
 shared-memory and gRPC transports agree, exact resume through
 StatefulDataLoader, rescale 4 -> 3 with the same global batches, reconnect
-across a kill -9 of the daemon, document starts, and clear errors."""
+across a kill -9 of the daemon, document starts, and clear errors. Every
+test runs twice: streams received by libstoker-client (stoker._native) and
+by gRPC Python (STOKER_CLIENT_LIBRARY=off)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,14 @@ from stoker.v1 import dataloader_pb2 as pb
 
 SEQ = 32
 GLOBAL_BATCH = 12
+
+
+@pytest.fixture(autouse=True, params=["libstoker-client", "grpcio"])
+def receiver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which client receives the dataset's streams (shown in its repr)."""
+    if request.param == "grpcio":
+        monkeypatch.setenv("STOKER_CLIENT_LIBRARY", "off")
+    return str(request.param)
 
 
 def create_loader(addr: str, job: str = "pt", docs: int = 400) -> None:
@@ -85,15 +95,15 @@ def test_batches_are_the_ranks_slices_shifted_by_one(daemons):
     assert int((tokens >> 12).max()) < 400 and int((tokens & 0xFFF).max()) < 90
 
 
-def test_same_bytes_on_every_read_and_through_both_transports(daemons):
+def test_same_bytes_on_every_read_and_through_both_transports(daemons, receiver):
     addr = daemons["dataloader"].addr
     create_loader(addr)
     shm = StokerDataset("pt", address=addr, rank=0, world_size=2, steps=6, transport="auto")
     a = list(shm)
-    assert "transport=shm" in repr(shm), repr(shm)
+    assert f"transport=shm ({receiver})" in repr(shm), repr(shm)
     grpc_ds = StokerDataset("pt", address=addr, rank=0, world_size=2, steps=6, transport="grpc")
     b = list(grpc_ds)
-    assert "transport=grpc" in repr(grpc_ds), repr(grpc_ds)
+    assert f"transport=grpc ({receiver})" in repr(grpc_ds), repr(grpc_ds)
     c = list(StokerDataset("pt", address=addr, rank=0, world_size=2, steps=6))
     assert len(a) == len(b) == len(c) == 6
     for x, y, z in zip(a, b, c, strict=True):

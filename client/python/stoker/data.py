@@ -11,15 +11,19 @@ at another with the same global batches (the service's rescale guarantee).
 
 Transport: batches stream with ``StreamBatches`` (the service prefetches).
 A trainer on the daemon's host gets the tokens through the daemon's
-shared-memory ring instead of the socket (``stoker._ring``), written there
-as int64: the yielded tensors are views of the ring's memory (no copy and
-no conversion), and the slot goes back to the daemon when the last tensor
-over it is freed. A trainer that keeps many batches alive gets copies
-instead once it holds half the ring, so the stream never waits on it.
-Elsewhere the tokens come inline over gRPC as uint32 and are converted.
-``transport="auto"`` picks by trying the ring; the ``repr`` shows what is
-in use. A scaled-out loader (several part addresses)
-is read with ``GetBatch`` from every part and assembled here.
+shared-memory ring instead of the socket, written there as int64: the
+yielded tensors are views of the ring's memory (no copy and no conversion),
+and the slot goes back to the daemon when the last tensor over it is freed.
+A trainer that keeps many batches alive gets copies instead once it holds
+half the ring, so the stream never waits on it. Elsewhere the tokens come
+inline over gRPC as uint32 and are converted. ``transport="auto"`` picks by
+trying the ring. The stream is received by libstoker-client when it is
+found (``stoker._native``: the C client's threads receive and run the ring
+protocol, Python wraps the tokens), else by gRPC Python with this module's
+own ring reader (``stoker._ring``); the ``repr`` shows both choices, e.g.
+``transport=shm (libstoker-client)``. A scaled-out loader (several part
+addresses), and each of several DataLoader workers, reads with ``GetBatch``
+(gRPC Python) and assembles here.
 
 Legend: L = lines of the rank's slice, T = seq_len, tokens per line T + 1.
 """
@@ -30,8 +34,8 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -39,6 +43,7 @@ import torch
 from numpy.typing import NDArray
 from torch.utils.data import IterableDataset, get_worker_info
 
+from stoker import _native
 from stoker._ring import NONCE_BYTES, Ring, RingError
 from stoker.connection import DATALOADER, Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
@@ -50,6 +55,8 @@ STATE_VERSION = 1
 TRANSPORTS = ("auto", "shm", "grpc")
 
 Sample = tuple[torch.Tensor, ...]
+T = TypeVar("T")
+NATIVE = "libstoker-client"
 
 
 def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -175,6 +182,12 @@ class StokerDataset(IterableDataset[Sample]):
                 retry=True,
             )
 
+    @property
+    def transport_in_use(self) -> str:
+        """How the batches come (what the repr shows): ``"shm (libstoker-client)"``,
+        ``"grpc (grpcio)"``, ..., or ``"not started"``."""
+        return self._in_use
+
     def __repr__(self) -> str:
         addrs = ",".join(p.address for p in self.parts)
         return (
@@ -212,7 +225,12 @@ class StokerDataset(IterableDataset[Sample]):
         return out
 
     def _streamed(self, rank: int, world: int, end: int | None) -> Iterator[Sample]:
-        stream = _BatchStream(self, rank, world)
+        lib = _native.library() if get_worker_info() is None else None
+        stream: _BatchStream | _NativeBatchStream = (
+            _BatchStream(self, rank, world)
+            if lib is None
+            else _NativeBatchStream(self, rank, world, lib)
+        )
         try:
             while end is None or self._next_step < end:
                 tokens, lines, line_tokens, starts = stream.next(self._next_step)
@@ -315,7 +333,7 @@ class _BatchStream:
         self.rank, self.world = rank, world
         self.conn = ds.parts[0]
         self.use_shm = ds.transport in ("auto", "shm")
-        self.transport = "grpc"
+        self.transport = "grpc (grpcio)"
         self.ring: Ring | None = None
         self.nonce = b""
         self.call: Any = None
@@ -345,25 +363,18 @@ class _BatchStream:
         self.expect = step
 
     def next(self, step: int) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
-        deadline = time.monotonic() + self.ds.timeout
-        delay = 0.05
-        while True:
-            try:
-                if self.call is None or self.expect != step:
-                    self._open(step)
-                b = self._receive()
-                if b.step != step:
-                    raise StokerError(
-                        grpc.StatusCode.DATA_LOSS, f"stream sent step {b.step}, expected {step}"
-                    )
-                self.expect = step + 1
-                return self._payload(b)
-            except StokerError as e:
-                self.close_call()
-                if e.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() + delay > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        return _reopening(self.ds, lambda: self._next(step), self.close_call)
+
+    def _next(self, step: int) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
+        if self.call is None or self.expect != step:
+            self._open(step)
+        b = self._receive()
+        if b.step != step:
+            raise StokerError(
+                grpc.StatusCode.DATA_LOSS, f"stream sent step {b.step}, expected {step}"
+            )
+        self.expect = step + 1
+        return self._payload(b)
 
     def _receive(self) -> pb.Batch:
         if not self.queue:
@@ -412,7 +423,7 @@ class _BatchStream:
             self.ring.close()
         try:
             self.ring = Ring(path, self.nonce)
-            self.transport = "shm"
+            self.transport = "shm (grpcio)"
         except RingError as e:
             if self.ds.transport == "shm":
                 raise StokerError(
@@ -442,6 +453,89 @@ class _BatchStream:
     def close(self) -> None:
         self.close_call()
         self.watchdog.close()
+
+
+def _reopening(ds: StokerDataset, attempt: Callable[[], T], reset: Callable[[], None]) -> T:
+    """attempt() until it succeeds; after a failure, reset() and, if it was
+    UNAVAILABLE (a restarting daemon), again with backoff until the
+    dataset's timeout."""
+    deadline = time.monotonic() + ds.timeout
+    delay = 0.05
+    while True:
+        try:
+            return attempt()
+        except StokerError as e:
+            reset()
+            if e.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+class _NativeBatchStream:
+    """The StreamBatches of a step on through libstoker-client: the C
+    client receives, maps the ring and checks the stream; this wraps each
+    batch's int64 tokens (a view of its ring slot, lent until the last
+    tensor over it is freed) and reopens from the next step after
+    UNAVAILABLE until the dataset's timeout. The C stream falls back to
+    inline bytes by itself where the ring is not on this host."""
+
+    def __init__(self, ds: StokerDataset, rank: int, world: int, lib: Any) -> None:
+        self.ds = ds
+        self.rank, self.world = rank, world
+        self.lib = lib
+        self.stream: _native.NativeStream | None = None
+        self.expect = -1
+        self.transport = f"grpc ({NATIVE})"
+
+    def _open(self, step: int) -> _native.NativeStream:
+        self.close()
+        conn = self.ds.parts[0]
+        self.stream = _native.NativeStream(
+            self.lib,
+            conn.address,
+            conn.security,
+            self.ds.job,
+            step,
+            self.rank,
+            self.world,
+            self.ds.prefetch,
+            _native.SHM_MODES[self.ds.transport],
+            self.ds.timeout,
+        )
+        self.expect = step
+        self.transport = f"grpc ({NATIVE})"
+        return self.stream
+
+    def next(self, step: int) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
+        return _reopening(self.ds, lambda: self._next(step), self.close)
+
+    def _next(self, step: int) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
+        stream = (
+            self.stream if self.stream is not None and self.expect == step else self._open(step)
+        )
+        got, tokens, lines, line_tokens, flat, slots = stream.next(
+            self.ds.timeout, self.ds.doc_starts
+        )
+        if got != step:
+            raise StokerError(grpc.StatusCode.DATA_LOSS, f"stream sent step {got}, expected {step}")
+        self.expect = step + 1
+        if slots:
+            self.transport = f"shm ({NATIVE})"
+            if stream.lent > slots // 2:
+                # The trainer keeps batches: a copy (the view's slot goes
+                # back at once), so the daemon is not kept waiting.
+                tokens = tokens.copy()
+        starts = None if flat is None else _starts(flat, line_tokens)
+        return tokens, lines, line_tokens, starts
+
+    def release(self) -> None:
+        """Nothing to do: a copied-out slot went back when its view was dropped."""
+
+    def close(self) -> None:
+        if self.stream is not None:
+            self.stream.close()
+            self.stream = None
 
 
 class _Lent:
