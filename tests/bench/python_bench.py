@@ -87,8 +87,9 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
     metrics = DataloaderMetrics(args.dataloader_log)
     names = [loop.name for loop in loops]
     rate: dict[str, list[float]] = {n: [] for n in names}
-    shm: dict[str, list[float]] = {"stoker": [], "c": []}
+    shm: dict[str, list[float]] = {"stoker": [], "c": [], "c_u32": []}
     vs_c: list[float] = []
+    vs_c_u32: list[float] = []
     vs_peer: list[float] = []
     per = seconds / rounds
     try:
@@ -103,6 +104,7 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
                     shm[loop.name].append((after[1] - before[1]) / (after[0] - before[0]))
             best = max(rate["numpy"][-1], rate["streaming"][-1])
             vs_c.append(rate["stoker"][-1] / rate["c"][-1])
+            vs_c_u32.append(rate["stoker"][-1] / rate["c_u32"][-1])
             vs_peer.append(rate["stoker"][-1] / best)
             log(
                 f"data round {r + 1}: "
@@ -120,6 +122,7 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
     med = {n: statistics.median(v) for n, v in rate.items()}
     out: dict[str, Any] = {
         "data_vs_c_ratio": round(statistics.median(vs_c), 3),
+        "data_vs_c_uint32_ratio": round(statistics.median(vs_c_u32), 3),
         "data_vs_best_peer_ratio": round(statistics.median(vs_peer), 3),
         "data_best_peer": max(("numpy", "streaming"), key=lambda n: med[n]),
     }
@@ -130,6 +133,7 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
     out["data_rounds_m_tokens_per_s"] = {n: [round(x / 1e6, 1) for x in v] for n, v in rate.items()}
     out["data_ratio_rounds"] = {
         "vs_c": [round(x, 3) for x in vs_c],
+        "vs_c_uint32": [round(x, 3) for x in vs_c_u32],
         "vs_best_peer": [round(x, 3) for x in vs_peer],
     }
     out.update(described)
@@ -142,7 +146,9 @@ def data_part(args: argparse.Namespace, rounds: int, seconds: float) -> dict[str
 def peers() -> dict[str, str]:
     threads = python_ckpt_rank.IO_THREADS
     return {
-        "data_c": "libstoker-client stk_batch_stream (tests/bench/dl_stream_helper.c), same daemon",
+        "data_c": "libstoker-client stk_batch_stream, int64 tokens as the PyTorch loop gets them "
+        "(tests/bench/dl_stream_helper.c), same daemon",
+        "data_c_u32": "the same with uint32 tokens, as the C trainer takes them",
         "data_numpy": "torch.utils.data map-style Dataset of lines over np.memmap, "
         f"DataLoader(batch_size=64, shuffle=True, num_workers=0); torch {version('torch')}",
         "data_streaming": f"mosaicml-streaming {version('mosaicml-streaming')} StreamingDataset "

@@ -15,7 +15,11 @@ stream where the last one stopped; an epoch's end starts the next epoch):
   shared-memory ring, received by libstoker-client when ``STOKER_CLIENT_LIBRARY``
   names it, as ``tests/bench/run`` does);
 - ``c``: the C client (``dl_stream_helper``, another process) on a second job
-  of the same spec: the same service and transport without Python;
+  of the same spec, delivering the same int64 tokens the PyTorch loop gets
+  (the daemon writes them into the ring 8 bytes wide): the same service,
+  transport and output without Python;
+- ``c_u32``: the same on a third job with uint32 tokens, as the C trainer
+  takes them (half the bytes written per batch);
 - ``numpy``: a map-style ``torch.utils.data.Dataset`` of lines over a
   ``np.memmap`` of the token file, ``DataLoader(batch_size=L, shuffle=True)``;
 - ``streaming``: MosaicML ``StreamingDataset`` over the same lines written
@@ -228,11 +232,10 @@ class CLoop:
     """The C client in its own process (dl_stream_helper), driven phase by
     phase over a pipe; between phases it blocks on the pipe."""
 
-    name = "c"
-
-    def __init__(self, helper: str, addr: str, job: str, prefetch: int) -> None:
+    def __init__(self, name: str, helper: str, addr: str, job: str, prefetch: int, width: int):
+        self.name = name
         self.proc = subprocess.Popen(
-            [helper, addr, job, str(prefetch)],
+            [helper, addr, job, str(prefetch), str(width)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -256,7 +259,7 @@ class CLoop:
 def make_loops(addr: str, corpus: str, mds: str, helper: str, prefetch: int) -> list[Loop | CLoop]:
     """Every subject, started and warmed (the first batch of each is taken
     before any phase is timed)."""
-    create_jobs(addr, corpus, ["py-bench", "c-bench"])
+    create_jobs(addr, corpus, ["py-bench", "c-bench", "c32-bench"])
 
     made: list[StokerDataset] = []
 
@@ -275,7 +278,8 @@ def make_loops(addr: str, corpus: str, mds: str, helper: str, prefetch: int) -> 
 
     loops: list[Loop | CLoop] = [
         Loop("stoker", stoker, lambda: made[-1].transport_in_use),
-        CLoop(helper, addr, "c-bench", prefetch),
+        CLoop("c", helper, addr, "c-bench", prefetch, 8),
+        CLoop("c_u32", helper, addr, "c32-bench", prefetch, 4),
         Loop("numpy", numpy_lines),
         Loop("streaming", streaming),
     ]
