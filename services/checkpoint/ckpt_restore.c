@@ -52,7 +52,7 @@ struct piece {
   uint8_t *data; /* The assembled piece (NULL for a read file). */
   uint64_t len;
   uint64_t shm_off; /* Its place in the read file. */
-  bool fetched; /* Its work ran. */
+  bool fetched;     /* Its work ran. */
   int err;
   char msg[320];
 };
@@ -64,9 +64,9 @@ struct ckpt_reader {
   char job[CKPT_JOB_MAX_BYTES + 1];
   int64_t step;
   struct ckpt_manifest *m;
-  int shm_fd;         /* The read file, or -1: pieces go inline. */
-  uint64_t shm_size;  /* Its size when opened. */
-  uint64_t shm_next;  /* Where the next piece started goes. */
+  int shm_fd;        /* The read file, or -1: pieces go inline. */
+  uint64_t shm_size; /* Its size when opened. */
+  uint64_t shm_next; /* Where the next piece started goes. */
   char shm_name[64];
   struct wanted *w;
   size_t n_w;

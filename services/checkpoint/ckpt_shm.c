@@ -287,8 +287,7 @@ struct sweep_arg {
 
 static bool read_file_stale(const struct ckpt_shm *m, const char *name) {
   struct stat st;
-  return ckpt_shm_read_is_name(name) &&
-         fstatat(m->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+  return ckpt_shm_read_is_name(name) && fstatat(m->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
          st.st_mtime + CKPT_SHM_READ_STALE_S < time(NULL);
 }
 

@@ -23,8 +23,8 @@ bool ckpt_shm_read_is_name(const char *name) {
 
 int ckpt_shm_read_check_name(const char *name) {
   size_t len = name ? strnlen(name, PREFIX_LEN + CKPT_SHM_READ_TAG_MAX + 1) : 0;
-  bool ok = len > PREFIX_LEN && len <= PREFIX_LEN + CKPT_SHM_READ_TAG_MAX &&
-            ckpt_shm_read_is_name(name);
+  bool ok =
+      len > PREFIX_LEN && len <= PREFIX_LEN + CKPT_SHM_READ_TAG_MAX && ckpt_shm_read_is_name(name);
   for (size_t i = PREFIX_LEN; ok && i < len; i++)
     ok = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f');
   if (!ok) {
@@ -71,8 +71,8 @@ static int check_header(const char *name, int fd, const uint8_t *nonce) {
   return 0;
 }
 
-int ckpt_shm_read_open(struct ckpt_shm *m, const char *name, const uint8_t *nonce,
-                       size_t nonce_len, int *ret_fd, uint64_t *ret_size) {
+int ckpt_shm_read_open(struct ckpt_shm *m, const char *name, const uint8_t *nonce, size_t nonce_len,
+                       int *ret_fd, uint64_t *ret_size) {
   int err = ckpt_shm_read_check_name(name);
   if (err) return err;
   if (!nonce || nonce_len != CKPT_SHM_READ_NONCE_LEN) {

@@ -42,8 +42,8 @@ int ckpt_shm_read_check_name(const char *name);
  * (with a detail: a bad name or nonce length, missing, a symlink, not a
  * regular file, wrong owner, linked twice, too small or too large, the
  * header does not hold the nonce). */
-int ckpt_shm_read_open(struct ckpt_shm *m, const char *name, const uint8_t *nonce,
-                       size_t nonce_len, int *ret_fd, uint64_t *ret_size);
+int ckpt_shm_read_open(struct ckpt_shm *m, const char *name, const uint8_t *nonce, size_t nonce_len,
+                       int *ret_fd, uint64_t *ret_size);
 
 /* Writes the n buffers of iov (changed: consumed) one after the other at
  * off of fd, all of them (short writes retried). 0 or STK_EIO with a

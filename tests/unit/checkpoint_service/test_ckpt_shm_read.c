@@ -261,8 +261,14 @@ static void test_hostile_requests_write_nothing(void **state) {
     expect_refused(&s->f, &w, others[i], NONCE, sizeof(NONCE), STK_EINVAL, "not a read file name");
     assert_true(untouched(others[i]));
   }
-  const char *bad_names[] = {"",        "read-",   "read-xyz", "../read-1", "read-1/../../x",
-                             "read-AB", "read-0 ", "read-0123456789abcdef0123456789abcdef0"};
+  const char *bad_names[] = {"",
+                             "read-",
+                             "read-xyz",
+                             "../read-1",
+                             "read-1/../../x",
+                             "read-AB",
+                             "read-0 ",
+                             "read-0123456789abcdef0123456789abcdef0"};
   for (size_t i = 0; i < 8; i++)
     expect_refused(&s->f, &w, bad_names[i], NONCE, sizeof(NONCE), STK_EINVAL, "read file");
 
