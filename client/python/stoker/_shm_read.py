@@ -38,8 +38,9 @@ def _token_ok(token: str) -> bool:
 
 def read_directory(conn: Connection) -> tuple[str, int] | None:
     """(directory, largest file) for reads through shared memory, or None when
-    the service is elsewhere, too old, has it off, or STOKER_CKPT_SHM is off. The largest file: FILE_BYTES, or
-    STOKER_CKPT_SHM_READ_BYTES (tests), within what the service accepts."""
+    the service is elsewhere, too old, has it off, or STOKER_CKPT_SHM is off.
+    The largest file: FILE_BYTES, or STOKER_CKPT_SHM_READ_BYTES (tests),
+    within what the service accepts."""
     if os.environ.get("STOKER_CKPT_SHM", "auto") in ("0", "off"):
         return None
     info = conn.unary(
