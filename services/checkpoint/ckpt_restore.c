@@ -42,6 +42,10 @@ struct wanted {
 
 /* Pieces of one read fetched or waiting at once. */
 #define READ_WINDOW 4
+/* A read through shared memory cuts pieces this many times larger: no
+ * message carries them, and fewer, larger ranged GETs cost the store less
+ * (s3rver spent a quarter less CPU per load at 16 MiB than at 4). */
+#define SHM_PIECE_FACTOR 4
 
 /* One piece: fetched and assembled on a restore thread. */
 struct piece {
@@ -244,7 +248,7 @@ static int prepare(struct ckpt_reader *rd) {
     u64copy(w->box.offsets, c->box->offsets, shape.ndim);
     u64copy(w->box.sizes, c->box->sizes, shape.ndim);
     if ((err = ckpt_box_check(&w->box, &shape)) != 0) return err;
-    plan_pieces(w, rd->s->o.read_piece_bytes);
+    plan_pieces(w, (uint64_t)rd->s->o.read_piece_bytes * (rd->shm_fd >= 0 ? SHM_PIECE_FACTOR : 1));
   }
   return rd->shm_fd >= 0 ? check_shm_room(rd) : 0;
 }
