@@ -9,15 +9,24 @@
  * the service's restore threads) while the caller sends the one before:
  * fetching, CRC checks and sending overlap, and memory stays bounded by
  * the window plus the piece the caller holds.
+ *
+ * A read through shared memory (the request names a read file,
+ * ckpt_shm_read.h) writes each piece into that file instead: the wanted
+ * boxes lie there one after the other, row-major, so a piece's place is
+ * the running sum of the pieces before it; its worker writes the fetched
+ * bytes straight there (no assembled copy) and the caller is handed the
+ * piece's offset and length instead of its bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt_crc.h"
 #include "ckpt_dtype.h"
 #include "ckpt_manifest.h"
 #include "ckpt_service_int.h"
+#include "ckpt_shm_read.h"
 #include "stk_error.h"
 
 struct wanted {
@@ -33,6 +42,10 @@ struct wanted {
 
 /* Pieces of one read fetched or waiting at once. */
 #define READ_WINDOW 4
+/* A read through shared memory cuts pieces this many times larger: no
+ * message carries them, and fewer, larger ranged GETs cost the store less
+ * (s3rver spent a quarter less CPU per load at 16 MiB than at 4). */
+#define SHM_PIECE_FACTOR 4
 
 /* One piece: fetched and assembled on a restore thread. */
 struct piece {
@@ -40,9 +53,10 @@ struct piece {
   struct ckpt_reader *rd;
   size_t wi; /* Its wanted entry. */
   struct ckpt_box box;
-  uint8_t *data; /* The assembled piece. */
+  uint8_t *data; /* The assembled piece (NULL for a read file). */
   uint64_t len;
-  bool fetched; /* Its work ran. */
+  uint64_t shm_off; /* Its place in the read file. */
+  bool fetched;     /* Its work ran. */
   int err;
   char msg[320];
 };
@@ -54,6 +68,10 @@ struct ckpt_reader {
   char job[CKPT_JOB_MAX_BYTES + 1];
   int64_t step;
   struct ckpt_manifest *m;
+  int shm_fd;        /* The read file, or -1: pieces go inline. */
+  uint64_t shm_size; /* Its size when opened. */
+  uint64_t shm_next; /* Where the next piece started goes. */
+  char shm_name[64];
   struct wanted *w;
   size_t n_w;
   size_t wi; /* The next piece to start: piece pi of wanted entry wi. */
@@ -150,6 +168,60 @@ static int assemble(const struct ckpt_reader *rd, const struct wanted *w,
   return err;
 }
 
+/* Piece box of wanted entry w, fetched and written at off of the read
+ * file: each read's copies go straight from the fetched bytes, those with
+ * adjacent destinations in one pwritev. */
+static int assemble_shm(const struct ckpt_reader *rd, const struct wanted *w,
+                        const struct ckpt_box *box, uint64_t off, uint64_t *ret_len) {
+  struct ckpt_plan plan;
+  struct ckpt_plan_opts po = {
+      .max_gap_bytes = 256 << 10, .max_read_bytes = 64 << 20, .align_bytes = CKPT_CRC_BLOCK_BYTES};
+  int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, box, &po, &plan);
+  if (err) return err;
+  *ret_len = plan.want_bytes;
+  enum { BATCH = 256 };
+  struct iovec iov[BATCH];
+  for (size_t i = 0; !err && i < plan.n_reads; i++) {
+    const struct ckpt_read *r = &plan.reads[i];
+    uint8_t *buf = malloc(r->len ? r->len : 1);
+    err = buf ? fetch_read(rd, r, buf) : STK_ENOMEM;
+    int n = 0;
+    uint64_t at = 0, end = 0;
+    for (size_t c = r->first_copy; !err && c < r->first_copy + r->n_copies; c++) {
+      const struct ckpt_copy *cp = &plan.copies[c];
+      if (n > 0 && (n == BATCH || cp->dst_offset != end)) {
+        err = ckpt_shm_read_putv(rd->shm_fd, iov, n, off + at);
+        n = 0;
+      }
+      if (n == 0) at = end = cp->dst_offset;
+      iov[n++] = (struct iovec){.iov_base = buf + cp->read_offset, .iov_len = cp->len};
+      end += cp->len;
+    }
+    if (!err && n > 0) err = ckpt_shm_read_putv(rd->shm_fd, iov, n, off + at);
+    free(buf);
+  }
+  ckpt_plan_close(&plan);
+  return err;
+}
+
+/* The bytes of every wanted box together must fit in the read file. */
+static int check_shm_room(const struct ckpt_reader *rd) {
+  uint64_t need = 0;
+  for (size_t i = 0; i < rd->n_w; i++) {
+    uint64_t n;
+    if (__builtin_mul_overflow(ckpt_box_numel(&rd->w[i].box), rd->w[i].elem, &n) ||
+        __builtin_add_overflow(need, n, &need))
+      need = UINT64_MAX;
+  }
+  if (need > rd->shm_size - CKPT_SHM_READ_DATA) {
+    stk_set_detail("shm read file %s holds %llu bytes after its header; the wanted boxes need %llu",
+                   rd->shm_name, (unsigned long long)(rd->shm_size - CKPT_SHM_READ_DATA),
+                   (unsigned long long)need);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
 /* The first job also loads the manifest and checks every wanted box. */
 static int prepare(struct ckpt_reader *rd) {
   int err = ckpt_load_manifest(rd->s, rd->job, rd->step, &rd->m, NULL, NULL);
@@ -176,9 +248,9 @@ static int prepare(struct ckpt_reader *rd) {
     u64copy(w->box.offsets, c->box->offsets, shape.ndim);
     u64copy(w->box.sizes, c->box->sizes, shape.ndim);
     if ((err = ckpt_box_check(&w->box, &shape)) != 0) return err;
-    plan_pieces(w, rd->s->o.read_piece_bytes);
+    plan_pieces(w, (uint64_t)rd->s->o.read_piece_bytes * (rd->shm_fd >= 0 ? SHM_PIECE_FACTOR : 1));
   }
-  return 0;
+  return rd->shm_fd >= 0 ? check_shm_room(rd) : 0;
 }
 
 static void prepare_work(struct ckpt_task *t) {
@@ -193,7 +265,10 @@ static void prepare_work(struct ckpt_task *t) {
 static void piece_work(struct ckpt_task *t) {
   struct piece *p = (struct piece *)t;
   stk_clear_detail();
-  p->err = assemble(p->rd, &p->rd->w[p->wi], &p->box, &p->data, &p->len);
+  if (p->rd->shm_fd >= 0)
+    p->err = assemble_shm(p->rd, &p->rd->w[p->wi], &p->box, p->shm_off, &p->len);
+  else
+    p->err = assemble(p->rd, &p->rd->w[p->wi], &p->box, &p->data, &p->len);
   if (p->err)
     snprintf(p->msg, sizeof(p->msg), "%s", stk_detail()[0] ? stk_detail() : stk_strerror(p->err));
 }
@@ -207,6 +282,7 @@ static void reader_free(struct ckpt_reader *rd) {
   }
   free(rd->w);
   for (unsigned i = 0; i < READ_WINDOW; i++) free(rd->win[i].data);
+  if (rd->shm_fd >= 0) close(rd->shm_fd);
   ckpt_manifest_free(rd->m);
   if (rd->req) stoker__v1__read_request__free_unpacked(rd->req, NULL);
   free(rd);
@@ -227,6 +303,8 @@ static void fill(struct ckpt_reader *rd) {
     struct piece *p = &rd->win[(rd->head + rd->n) % READ_WINDOW];
     *p = (struct piece){.t = {.work = piece_work, .after = rd->t.after}, .rd = rd, .wi = rd->wi};
     piece_box(&rd->w[rd->wi], rd->pi++, &p->box);
+    p->shm_off = rd->shm_next;
+    rd->shm_next += ckpt_box_numel(&p->box) * rd->w[rd->wi].elem;
     rd->n++;
     rd->tasks++;
     ckpt_pool_submit(rd->s->read, &p->t);
@@ -250,8 +328,13 @@ static void deliver(struct ckpt_reader *rd) {
     box.sizes = p->box.sizes;
     rc.tensor = w->tensor;
     rc.box = &box;
-    rc.data.data = p->data;
-    rc.data.len = p->len;
+    if (rd->shm_fd >= 0) {
+      rc.shm_offset = p->shm_off;
+      rc.shm_length = p->len;
+    } else {
+      rc.data.data = p->data;
+      rc.data.len = p->len;
+    }
     bool more = rd->on_piece(rd->arg, &rc);
     free(p->data);
     p->data = NULL;
@@ -288,6 +371,17 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   }
   int err = ckpt_name_check_job(req->job);
   if (!err) err = ckpt_name_check_step(req->step);
+  int shm_fd = -1;
+  uint64_t shm_size = 0;
+  if (!err && ((req->shm_name && req->shm_name[0]) || req->shm_nonce.len > 0)) {
+    if (!s->shm) {
+      stk_set_detail("shared-memory reads are off on this service (no shm dir): read inline");
+      err = STK_ESTATE;
+    } else {
+      err = ckpt_shm_read_open(s->shm, req->shm_name, req->shm_nonce.data, req->shm_nonce.len,
+                               &shm_fd, &shm_size);
+    }
+  }
   if (err) {
     svc_fail_later(s, done, arg, err, stk_detail());
     return NULL;
@@ -302,9 +396,14 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   free(buf);
   if (!rd || !rd->req) {
     free(rd);
+    if (shm_fd >= 0) close(shm_fd);
     svc_fail_later(s, done, arg, STK_ENOMEM, "");
     return NULL;
   }
+  rd->shm_fd = shm_fd;
+  rd->shm_size = shm_size;
+  rd->shm_next = CKPT_SHM_READ_DATA;
+  if (shm_fd >= 0) snprintf(rd->shm_name, sizeof(rd->shm_name), "%s", req->shm_name);
   rd->t.work = prepare_work;
   rd->t.after = read_after;
   rd->s = s;

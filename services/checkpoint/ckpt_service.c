@@ -219,6 +219,7 @@ void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *re
   ret->shm_dir = (char *)ckpt_shm_dir(s->shm);
   ret->shm_token = (char *)ckpt_shm_token(s->shm);
   ret->shm_max_bytes = ckpt_shm_max_bytes(s->shm);
+  ret->shm_read_max_bytes = ckpt_shm_read_max_bytes(s->shm);
 }
 
 /* ---- Begin ---- */

@@ -14,8 +14,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "ckpt_shm_read.h"
 #include "shm_ring.h"
 #include "stk_error.h"
 
@@ -95,7 +97,7 @@ static void dir_each(struct ckpt_shm *m,
 
 static bool ours(const char *name) {
   return strncmp(name, "seg-", 4) == 0 || strncmp(name, "free-", 5) == 0 ||
-         strncmp(name, "instance-", 9) == 0;
+         strncmp(name, "instance-", 9) == 0 || ckpt_shm_read_is_name(name);
 }
 
 static void remove_stale(struct ckpt_shm *m, const char *name, void *arg) {
@@ -165,6 +167,12 @@ const char *ckpt_shm_token(const struct ckpt_shm *m) {
 }
 uint64_t ckpt_shm_max_bytes(const struct ckpt_shm *m) {
   return m->max_bytes;
+}
+uint64_t ckpt_shm_read_max_bytes(const struct ckpt_shm *m) {
+  return m->max_bytes;
+}
+int ckpt_shm_dirfd(const struct ckpt_shm *m) {
+  return m->dirfd;
 }
 uint64_t ckpt_shm_pool_bytes(const struct ckpt_shm *m) {
   return m->pool_bytes;
@@ -277,9 +285,19 @@ struct sweep_arg {
   int removed;
 };
 
+static bool read_file_stale(const struct ckpt_shm *m, const char *name) {
+  struct stat st;
+  return ckpt_shm_read_is_name(name) && fstatat(m->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+         st.st_mtime + CKPT_SHM_READ_STALE_S < time(NULL);
+}
+
 static void sweep_one(struct ckpt_shm *m, const char *name, void *arg) {
   struct sweep_arg *sa = arg;
   char attempt[CKPT_ATTEMPT_MAX_BYTES + 1];
+  if (read_file_stale(m, name)) {
+    if (unlinkat(m->dirfd, name, 0) == 0) sa->removed++;
+    return;
+  }
   if (!entry_attempt(name, attempt) || sa->keep(sa->arg, attempt)) return;
   if (unlinkat(m->dirfd, name, 0) == 0) sa->removed++;
 }

@@ -19,10 +19,13 @@
  *   seg-<attempt>-...  segments written by ranks;
  *   free-<n>           segments kept for reuse (their pages are already
  *                      allocated, so a rank that claims one by renaming it
- *                      copies without page allocation), at most pool_bytes.
+ *                      copies without page allocation), at most pool_bytes;
+ *   read-<tag>         files clients read checkpoints through
+ *                      (ckpt_shm_read.h), removed by the client; the sweep
+ *                      removes those untouched for CKPT_SHM_READ_STALE_S.
  * Opening removes every entry of a previous instance (after a kill -9 no
  * segment outlives the restart); closing removes every entry of these
- * three kinds (the pool, the instance file, segments never handed over)
+ * four kinds (the pool, the instance file, segments never handed over)
  * and the directory if it is then empty.
  *
  * Trust: segments are written by processes of the service's own user (the
@@ -68,6 +71,10 @@ void ckpt_shm_close(struct ckpt_shm *m);
 const char *ckpt_shm_dir(const struct ckpt_shm *m);
 const char *ckpt_shm_token(const struct ckpt_shm *m);
 uint64_t ckpt_shm_max_bytes(const struct ckpt_shm *m);
+/* Largest read file accepted (ckpt_shm_read.h), header included. */
+uint64_t ckpt_shm_read_max_bytes(const struct ckpt_shm *m);
+/* The directory, for ckpt_shm_read's openat. */
+int ckpt_shm_dirfd(const struct ckpt_shm *m);
 /* Bytes in recycled free-* files (as the service last saw them). */
 uint64_t ckpt_shm_pool_bytes(const struct ckpt_shm *m);
 
@@ -88,8 +95,13 @@ void ckpt_shm_unmap(struct ckpt_shm_seg *seg);
  * else removed. Accepts NULL. */
 void ckpt_shm_release(struct ckpt_shm *m, struct ckpt_shm_seg *seg);
 
+/* A read file no one wrote for this long is a dead client's. */
+#define CKPT_SHM_READ_STALE_S 600
+
 /* Removes every seg-* file whose attempt keep() does not claim (attempts
- * that ended, or that this instance never knew). Returns the count. */
+ * that ended, or that this instance never knew), and read-* files not
+ * written for CKPT_SHM_READ_STALE_S (their reader, if any, keeps its
+ * mapping). Returns the count. */
 typedef bool (*ckpt_shm_keep_fn)(void *arg, const char *attempt);
 int ckpt_shm_sweep(struct ckpt_shm *m, ckpt_shm_keep_fn keep, void *arg);
 

@@ -78,7 +78,9 @@ def main() -> None:
         print(f"transport={writer.transport}", flush=True)
     else:
         state = sharded(int(world), zero=True)
-        dcp.load(state, storage_reader=StokerReader(job, addr), checkpoint_id=step)
+        reader = StokerReader(job, addr)
+        dcp.load(state, storage_reader=reader, checkpoint_id=step)
+        print(f"transport={reader.transport}", flush=True)
         loaded = {
             k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in state.items()
         }

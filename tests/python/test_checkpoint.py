@@ -33,8 +33,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 def run_ranks(
     mode: str, addr: str, job: str, step: int, world: int, tmp: pathlib.Path, **env: str
 ) -> list[pathlib.Path]:
-    """Runs dcp_rank.py as `world` processes; each save reports how its
-    bytes went (shared memory or gRPC), checked against STOKER_CKPT_SHM."""
+    """Runs dcp_rank.py as `world` processes; each save or load reports how
+    its bytes went (shared memory or gRPC), checked against STOKER_CKPT_SHM."""
     init = tmp / f"pg-{mode}-{step}-{world}"
     outs = [tmp / f"{mode}-{step}-{world}-{r}.pt" for r in range(world)]
     env = dict(os.environ, OMP_NUM_THREADS="1", **env)
@@ -61,9 +61,8 @@ def run_ranks(
     logs = [p.communicate(timeout=240)[0].decode() for p in procs]
     for r, p in enumerate(procs):
         assert p.returncode == 0, f"rank {r} of {mode} at {world}:\n{logs[r][-3000:]}"
-        if mode != "load":
-            want = "grpc" if env.get("STOKER_CKPT_SHM") == "off" else "shm"
-            assert f"transport={want}" in logs[r], logs[r][-2000:]
+        want = "grpc" if env.get("STOKER_CKPT_SHM") == "off" else "shm"
+        assert f"transport={want}" in logs[r], logs[r][-2000:]
     return outs
 
 
@@ -88,13 +87,46 @@ def assert_bit_exact(path: pathlib.Path) -> None:
             assert got[k] == want, k
 
 
+def read_files(addr: str) -> list[str]:
+    """The read files left in the service's shared-memory directory."""
+    info = Connection(addr).unary(
+        "/stoker.v1.Checkpoint/GetStagingInfo", ckpt_pb.StagingInfoRequest(), ckpt_pb.StagingInfo
+    )
+    assert info.shm_dir and info.shm_read_max_bytes > 4096
+    return [n for n in os.listdir(info.shm_dir) if n.startswith("read-")]
+
+
 def test_save_at_4_loads_at_3_2_1_bit_exactly(daemons, tmp_path):
+    """Loads come through read files in the service's shared memory (the
+    ranks report transport=shm), which are gone afterwards."""
     addr = daemons["checkpoint"].addr
     run_ranks("save", addr, "dcp", 10, 4, tmp_path)
     for world in (3, 2, 1):
         outs = run_ranks("load", addr, "dcp", 10, world, tmp_path)
         for out in outs:
             assert_bit_exact(out)
+    assert read_files(addr) == []
+
+
+def test_loads_inline_when_shared_memory_is_off(daemons, tmp_path):
+    addr = daemons["checkpoint"].addr
+    run_ranks("save", addr, "dcp", 11, 4, tmp_path)
+    for world in (3, 2, 1):
+        for out in run_ranks("load", addr, "dcp", 11, world, tmp_path, STOKER_CKPT_SHM="off"):
+            assert_bit_exact(out)
+
+
+def test_loads_through_small_read_files_in_parts(daemons, tmp_path):
+    """A read file smaller than the wanted boxes: boxes cut into parts, one
+    Read call per file's worth, the file reused; still bit-exact."""
+    addr = daemons["checkpoint"].addr
+    run_ranks("save", addr, "dcp", 12, 4, tmp_path)
+    for world in (3, 1):
+        for out in run_ranks(
+            "load", addr, "dcp", 12, world, tmp_path, STOKER_CKPT_SHM_READ_BYTES=str(4096 + 40)
+        ):
+            assert_bit_exact(out)
+    assert read_files(addr) == []
 
 
 def test_bytes_over_grpc_when_shared_memory_is_off(daemons, tmp_path):
@@ -264,12 +296,10 @@ def test_a_c_trainer_checkpoint_is_read_from_python(daemons, tmp_path):
     state["trainer/state"] = torch.zeros(
         metadata.state_dict_metadata["trainer/state"].size, dtype=torch.uint8
     )
-    dcp.load(
-        state,
-        storage_reader=StokerReader("cj", env["STOKER_CHECKPOINT"]),
-        checkpoint_id=6,
-        no_dist=True,
-    )
+    loader = StokerReader("cj", env["STOKER_CHECKPOINT"])
+    dcp.load(state, storage_reader=loader, checkpoint_id=6, no_dist=True)
+    assert loader.transport == "shm"
+    assert read_files(env["STOKER_CHECKPOINT"]) == []
     assert int.from_bytes(bytes(state["trainer/state"][:8].tolist()), "little") == 6
     want = torch.frombuffer(bytearray(dump.read_bytes()), dtype=torch.float32)
     got = torch.cat([state[n] for n in params])

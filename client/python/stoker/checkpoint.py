@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import re
@@ -72,6 +73,8 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, W
 from torch.futures import Future
 
 from stoker._segments import ShmStaging
+from stoker._shm_read import DATA as SHM_READ_DATA
+from stoker._shm_read import ShmReadFile, read_directory
 from stoker.connection import CHECKPOINT, Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as pb
@@ -508,6 +511,8 @@ class StokerReader(StorageReader):
         self.names: dict[str, str] = {}  # DCP name -> storage name
         self.dtypes: dict[str, torch.dtype] = {}  # storage name -> element type
         self.blob_sizes: dict[str, int] = {}  # storage name -> bytes
+        # How the last read_data's bytes came: "shm" (a read file) or "grpc".
+        self.transport = "grpc"
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         self.step = (
@@ -651,18 +656,23 @@ class StokerReader(StorageReader):
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
         return plans
 
-    def _read(self, wanted: list[pb.ChunkEntry]) -> Iterator[pb.ReadChunk]:
+    def _read(
+        self, wanted: list[pb.ChunkEntry], shm: ShmReadFile | None = None
+    ) -> Iterator[pb.ReadChunk]:
         assert self.step is not None
         req = pb.ReadRequest(job=self.job, step=self.step, wanted=wanted)
+        if shm is not None:
+            req.shm_name, req.shm_nonce = shm.name, shm.nonce
         return iter(
             self.conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=self.conn.timeout)
         )
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
-        """One Read call for every item of the plan: the service coalesces
-        the ranged reads and streams sub-boxes, which land in place."""
-        pending: dict[str, list[_Want]] = defaultdict(list)
-        wanted = []
+        """Every item of the plan in one Read call (the service coalesces the
+        ranged reads and streams sub-boxes): through a shared-memory file on
+        the service's host (``stoker._shm_read``), else inline, where each
+        piece lands in place."""
+        wants = []
         for item in plan.items:
             name = self.names.get(item.storage_index.fqn, storage_name(item.storage_index.fqn))
             w = _Want.of(item, name)
@@ -674,19 +684,79 @@ class StokerReader(StorageReader):
             if w.nbytes(self.dtypes.get(name, torch.uint8)) == 0:
                 self._complete(w, planner)
                 continue
-            pending[name].append(w)
-            wanted.append(pb.ChunkEntry(tensor=name, box=pb.Box(offsets=w.offsets, sizes=w.sizes)))
-        if wanted:
-            for piece in self._read(wanted):
-                self._place(piece, pending, planner)
-        left = [w.item.storage_index.fqn for ws in pending.values() for w in ws]
-        if left:
-            raise StokerError(
-                grpc.StatusCode.DATA_LOSS, f"the service sent no bytes for {sorted(set(left))[:5]}"
-            )
+            wants.append(w)
+        shm = read_directory(self.conn) if wants else None
+        self.transport = "grpc"
+        if shm is None or not self._read_shm(wants, planner, *shm):
+            self._read_inline(wants, planner)
         fut: Future[None] = Future()
         fut.set_result(None)
         return fut
+
+    def _read_inline(self, wants: list[_Want], planner: LoadPlanner) -> None:
+        pending: dict[str, list[_Want]] = defaultdict(list)
+        wanted = []
+        for w in wants:
+            pending[w.name].append(w)
+            box = pb.Box(offsets=w.offsets, sizes=w.sizes)
+            wanted.append(pb.ChunkEntry(tensor=w.name, box=box))
+        if wanted:
+            for piece in self._read(wanted):
+                self._place(piece, pending, planner)
+        _no_bytes([w for ws in pending.values() for w in ws])
+
+    def _read_shm(self, wants: list[_Want], planner: LoadPlanner, d: str, cap: int) -> bool:
+        """The wants through read files of at most cap bytes (a Read call per
+        file's worth, the file reused); False when no file could be made."""
+        room = cap - SHM_READ_DATA
+        groups: list[list[_Part]] = [[]]
+        used = 0
+        for w in wants:
+            for part in _parts(w, self.dtypes.get(w.name, torch.uint8), room):
+                if used + part.nbytes > room and groups[-1]:
+                    groups.append([])
+                    used = 0
+                part.start = SHM_READ_DATA + used
+                groups[-1].append(part)
+                used += part.nbytes
+        size = SHM_READ_DATA + max(sum(p.nbytes for p in g) for g in groups)
+        try:
+            f = ShmReadFile(d, size)
+        except OSError:
+            return False  # e.g. the shm directory is full or not ours
+        self.transport = "shm"
+        try:
+            for g in groups:
+                self._read_group(f, g, planner)
+        finally:
+            f.close()
+        return True
+
+    def _read_group(self, f: ShmReadFile, parts: list[_Part], planner: LoadPlanner) -> None:
+        """One Read call into f; each part is copied out (and its want
+        completed) as soon as the pieces before its end arrived, in order."""
+        wanted = [
+            pb.ChunkEntry(tensor=p.want.name, box=pb.Box(offsets=p.offsets, sizes=p.sizes))
+            for p in parts
+        ]
+        at, done = SHM_READ_DATA, 0
+        for piece in self._read(wanted, f):
+            n = piece.shm_length or len(piece.data)
+            if piece.shm_length == 0:
+                f.write(at, piece.data)  # inline after all (e.g. an empty piece)
+            elif piece.shm_offset != at or at + n > f.size:
+                raise StokerError(
+                    grpc.StatusCode.INTERNAL,
+                    f"shm read piece at {piece.shm_offset} (+{n}), expected at {at}",
+                )
+            at += n
+            while done < len(parts) and parts[done].start + parts[done].nbytes <= at:
+                p = parts[done]
+                done += 1
+                p.copy_out(f, self.dtypes.get(p.want.name, torch.uint8))
+                if p.want.done:
+                    self._complete(p.want, planner)
+        _no_bytes([p.want for p in parts[done:]])
 
     def _place(
         self, piece: pb.ReadChunk, pending: dict[str, list[_Want]], planner: LoadPlanner
@@ -708,6 +778,61 @@ class StokerReader(StorageReader):
         else:
             assert w.target is not None
             planner.commit_tensor(w.item, w.target)
+
+
+def _no_bytes(left: list[_Want]) -> None:
+    if left:
+        names = sorted({w.item.storage_index.fqn for w in left})
+        raise StokerError(grpc.StatusCode.DATA_LOSS, f"the service sent no bytes for {names[:5]}")
+
+
+class _Part:
+    """A box of one want read through a shared-memory file at start (the
+    whole want unless it is larger than the file)."""
+
+    def __init__(self, want: _Want, offsets: list[int], sizes: list[int], nbytes: int) -> None:
+        self.want, self.offsets, self.sizes, self.nbytes = want, offsets, sizes, nbytes
+        self.start = 0
+
+    def copy_out(self, f: ShmReadFile, dtype: torch.dtype) -> None:
+        w = self.want
+        if w.item.type == LoadItemType.BYTE_IO:
+            if not w.blob:
+                w.blob = bytearray(w.total)
+            at = self.offsets[0] - w.offsets[0]
+            w.blob[at : at + self.nbytes] = f.map[self.start : self.start + self.nbytes]
+        else:
+            assert w.target is not None
+            src = f.tensor(self.start, self.nbytes).view(dtype)
+            region = w.target
+            for d, (o, n) in enumerate(zip(self.offsets, self.sizes, strict=True)):
+                region = region.narrow(d, o - w.offsets[d], n)
+            region.copy_(src.reshape(self.sizes) if region.dim() else src.reshape(()))
+            del src
+        w.placed += self.nbytes
+
+
+def _parts(w: _Want, dtype: torch.dtype, limit: int) -> list[_Part]:
+    """w's box cut into boxes of at most limit bytes: runs of one dim's
+    indices with all later dims whole (1 wide in earlier dims), as the
+    service cuts pieces."""
+    elem = 1 if w.item.type == LoadItemType.BYTE_IO else dtype.itemsize
+    if w.total <= limit or not w.sizes:
+        return [_Part(w, list(w.offsets), list(w.sizes), w.total)]
+    d, row = len(w.sizes) - 1, elem
+    while d > 0 and row * w.sizes[d] <= limit:
+        row *= w.sizes[d]
+        d -= 1
+    rows = max(1, limit // row)
+    parts = []
+    for outer in itertools.product(*(range(n) for n in w.sizes[:d])):
+        for r in range(0, w.sizes[d], rows):
+            k = min(rows, w.sizes[d] - r)
+            offsets = [o + i for o, i in zip(w.offsets, outer, strict=False)]
+            offsets += [w.offsets[d] + r, *w.offsets[d + 1 :]]
+            sizes = [1] * d + [k, *w.sizes[d + 1 :]]
+            parts.append(_Part(w, offsets, sizes, row * k))
+    return parts
 
 
 class _Want:

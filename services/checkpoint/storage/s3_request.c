@@ -18,7 +18,8 @@
 #define MAX_QUERY        6
 #define MAX_XML_BYTES    (8u << 20) /* Listings and errors are far smaller. */
 #define MAX_GET_BUFFERED (2ull << 30)
-#define UPLOAD_BUFFER    (1L << 20) /* curl's default 64 KiB: 16x the callbacks. */
+#define UPLOAD_BUFFER    (1L << 20)   /* curl's default 64 KiB: 16x the callbacks. */
+#define DOWNLOAD_BUFFER  (512L << 10) /* curl's default 16 KiB: a recv and a callback each. */
 
 static const char *method_of(enum s3_op_kind k) {
   switch (k) {
@@ -229,6 +230,8 @@ static void set_method(struct s3_req *r, CURL *e) {
   } else if (strcmp(m, "POST") == 0) {
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)r->send_len);
+  } else if (r->op.kind == S3_OP_GET) {
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, DOWNLOAD_BUFFER);
   } else if (strcmp(m, "HEAD") == 0) {
     curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
   } else if (strcmp(m, "DELETE") == 0) {

@@ -3,7 +3,8 @@
  * name check, the refusal of unsafe directories and of segments that are
  * symlinks, hard links, not regular files, empty or too large; mapping the
  * right bytes; recycling into the pool up to its cap; the sweep of
- * segments of unknown attempts; and the cleanup of a previous instance.
+ * segments of unknown attempts and of read files untouched for
+ * CKPT_SHM_READ_STALE_S; and the cleanup of a previous instance.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -188,9 +190,18 @@ static void test_sweep_and_stale(void **state) {
   put_file("seg-" ATT "-0-1", 10, 'a');
   put_file("seg-ffffffffffffffffffffffffffffffff-0-1", 10, 'a');
   put_file("unrelated", 10, 'a');
-  assert_int_equal(ckpt_shm_sweep(m, keep_att, ATT), 1);
+  put_file("read-01", 10, 'a'); /* A read in progress. */
+  put_file("read-02", 10, 'a'); /* A dead client's. */
+  char path[700];
+  snprintf(path, sizeof(path), "%s/read-02", dir);
+  struct timespec old[2] = {{.tv_sec = time(NULL) - CKPT_SHM_READ_STALE_S - 5},
+                            {.tv_sec = time(NULL) - CKPT_SHM_READ_STALE_S - 5}};
+  assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+  assert_int_equal(ckpt_shm_sweep(m, keep_att, ATT), 2);
   assert_true(exists("seg-" ATT "-0-1"));
   assert_false(exists("seg-ffffffffffffffffffffffffffffffff-0-1"));
+  assert_true(exists("read-01"));
+  assert_false(exists("read-02"));
   /* A new instance (after a kill -9) removes everything of the old one. */
   put_file("free-0000000000000009", 10, 'a');
   put_file("instance-00000000000000000000000000000000", 0, 0);
@@ -198,6 +209,7 @@ static void test_sweep_and_stale(void **state) {
   assert_int_equal(ckpt_shm_open(dir, 1 << 20, 0, &m2), 0);
   assert_int_equal(count_prefix("seg-"), 0);
   assert_int_equal(count_prefix("free-"), 0);
+  assert_int_equal(count_prefix("read-"), 0);
   assert_int_equal(count_prefix("instance-"), 1); /* Only the new instance's. */
   ckpt_shm_close(m2);
   ckpt_shm_close(m);
