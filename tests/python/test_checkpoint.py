@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -59,8 +60,9 @@ def run_ranks(
         for r in range(world)
     ]
     logs = [p.communicate(timeout=240)[0].decode() for p in procs]
+    exit_code = -signal.SIGKILL if mode == "async_save_kill" else 0
     for r, p in enumerate(procs):
-        assert p.returncode == 0, f"rank {r} of {mode} at {world}:\n{logs[r][-3000:]}"
+        assert p.returncode == exit_code, f"rank {r} of {mode} at {world}:\n{logs[r][-3000:]}"
         if mode != "load":
             want = "grpc" if env.get("STOKER_CKPT_SHM") == "off" else "shm"
             assert f"transport={want}" in logs[r], logs[r][-2000:]
@@ -86,6 +88,19 @@ def assert_bit_exact(path: pathlib.Path) -> None:
             ), k
         else:
             assert got[k] == want, k
+
+
+def wait_committed(addr: str, job: str, step: int) -> None:
+    reader = StokerReader(job, addr)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if reader.latest_step() == step:
+                return
+        except StokerError as e:
+            assert e.code == grpc.StatusCode.NOT_FOUND
+        assert time.monotonic() < deadline, "the checkpoint never committed"
+        time.sleep(0.1)
 
 
 def test_save_at_4_loads_at_3_2_1_bit_exactly(daemons, tmp_path):
@@ -120,17 +135,41 @@ def test_async_save_returns_once_the_service_has_the_bytes(daemons, tmp_path):
     # are the service's by then, so the checkpoint commits without them.
     addr = daemons["checkpoint"].addr
     run_ranks("async_save_exit", addr, "dcp", 25, 3, tmp_path)
-    reader = StokerReader("dcp", addr)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if reader.latest_step() == 25:
-                break
-        except StokerError as e:
-            assert e.code == grpc.StatusCode.NOT_FOUND
-        assert time.monotonic() < deadline, "the checkpoint never committed"
-        time.sleep(0.1)
+    wait_committed(addr, "dcp", 25)
     for out in run_ranks("load", addr, "dcp", 25, 2, tmp_path):
+        assert_bit_exact(out)
+
+
+def test_async_save_survives_kill_9_of_every_rank_once_it_returned(daemons, tmp_path):
+    # Every rank SIGKILLs itself the moment async_save returns (its
+    # background half, DCP's save that waits for the commit, dies with it):
+    # each rank's bytes and rank 0's metadata are the service's by then.
+    addr = daemons["checkpoint"].addr
+    run_ranks("async_save_kill", addr, "dcp", 26, 4, tmp_path)
+    wait_committed(addr, "dcp", 26)
+    for out in run_ranks("load", addr, "dcp", 26, 3, tmp_path):
+        assert_bit_exact(out)
+
+
+def test_async_save_stages_with_one_collective_and_writes_replicated_items_once(daemons, tmp_path):
+    # DCP's save runs four object collectives (plans gathered and scattered,
+    # results gathered, outcome broadcast); the writer's staging runs one.
+    addr = daemons["checkpoint"].addr
+    for r, out in enumerate(run_ranks("async_save_count", addr, "dcp", 27, 4, tmp_path)):
+        assert json.loads(out.read_text()) == ["all_gather_object"], f"rank {r}"
+    manifest = StokerReader("dcp", addr, step=27).manifest()
+    chunks: dict[str, list[Any]] = {}
+    for c in manifest.chunks:
+        chunks.setdefault(c.tensor, []).append(c)
+    # Every rank holds the plain tensors: each is stored once, whole.
+    for name in ("model.scale", "optim.step", "model.mask"):
+        assert len(chunks[name]) == 1, name
+    assert len(chunks["model.embed.weight"]) == 4  # 37 rows over 4 ranks
+    doc = json.loads(StokerReader("dcp", addr, step=27).read_blob(METADATA_TENSOR))
+    assert doc["entries"]["model.scale"]["chunks"] == [{"offsets": [0], "sizes": [5]}]
+    assert len(doc["entries"]["model.embed.weight"]["chunks"]) == 4
+    assert doc["planner_data"]["extra.dataset.next_step"] == ["extra", "dataset", "next_step"]
+    for out in run_ranks("load", addr, "dcp", 27, 3, tmp_path):
         assert_bit_exact(out)
 
 
