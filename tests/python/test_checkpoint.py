@@ -22,7 +22,7 @@ from conftest import binary
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
-from stoker import StokerError
+from stoker import StokerError, _segmap
 from stoker.checkpoint import METADATA_TENSOR, StokerReader, StokerWriter, storage_name
 from stoker.connection import Connection
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
@@ -372,3 +372,21 @@ def test_a_rank_whose_write_fails_aborts_the_attempt_at_once(daemons):
     assert e.value.code != grpc.StatusCode.DEADLINE_EXCEEDED, e.value
     assert "cannot read tensor 'broken'" in e.value.details, e.value.details
     assert time.monotonic() - t0 < 5
+
+
+def test_a_later_save_copies_into_the_segment_files_this_process_kept_mapped(daemons):
+    # The first save's segment goes back to the service's pool once it is
+    # uploaded; the second save claims that file again and copies into the
+    # mapping it kept (no pwrite, no page faults). Its smaller tensor must
+    # still load exactly: the file is cut to the bytes of this save.
+    addr = daemons["checkpoint"].addr
+    g = torch.Generator().manual_seed(7)
+    first = {"w": torch.randn(4096, 64, generator=g)}
+    second = {"w": torch.randn(1000, 64, generator=g), "b": torch.arange(5)}
+    before = _segmap.reused
+    dcp.save(first, storage_writer=StokerWriter("segmap", addr), checkpoint_id=1, no_dist=True)
+    dcp.save(second, storage_writer=StokerWriter("segmap", addr), checkpoint_id=2, no_dist=True)
+    assert _segmap.reused > before
+    loaded = {"w": torch.zeros(1000, 64), "b": torch.zeros(5, dtype=torch.int64)}
+    dcp.load(loaded, storage_reader=StokerReader("segmap", addr), checkpoint_id=2, no_dist=True)
+    assert torch.equal(loaded["w"], second["w"]) and torch.equal(loaded["b"], second["b"])
