@@ -25,7 +25,8 @@ How a save maps onto the service:
    rank's bytes are durable and the manifest is written.
 
 ``dcp.async_save`` with ``StokerWriter(job, step=s)`` returns once the
-service holds every byte (the writer is its own ``AsyncStager``, see below).
+service holds every byte of the rank (the writer is its own ``AsyncStager``,
+see below and ``stoker._staged_save``).
 
 A checkpoint without that JSON (the C trainer's) is described from its
 manifest alone: its tensors load like any DCP checkpoint's, its blobs as
