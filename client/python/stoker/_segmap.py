@@ -134,6 +134,9 @@ def acquire(directory: str, name: str, cap: int) -> SegFile:
             if os.fstat(fd).st_size < cap:
                 os.ftruncate(fd, cap)  # Python maps no more than the file's size.
             mm = mmap.mmap(fd, cap, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            if alloc > 0:  # The pages it holds, mapped in one call (best effort).
+                with contextlib.suppress(OSError):
+                    mm.madvise(MADV_POPULATE_WRITE, 0, alloc // mmap.PAGESIZE * mmap.PAGESIZE)
         except BaseException:
             os.close(fd)
             with contextlib.suppress(OSError):
