@@ -8,13 +8,20 @@ a 0-d tensor, a bool mask, and a byte item (plain Python objects, as a
 dataset's state_dict).
 
 Usage: dcp_rank.py MODE ADDR JOB STEP RANK WORLD INIT_FILE OUT
-  MODE: save, async_save, async_save_copy, async_save_exit or load
+  MODE: save, async_save, async_save_copy, async_save_exit, async_save_kill
+  (SIGKILL right after async_save returned), async_save_count (writes to
+  OUT, as JSON, the collectives async_save ran before it returned) or load
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -55,6 +62,38 @@ def sharded(world: int, zero: bool) -> dict[str, object]:
     return out
 
 
+# The torch.distributed calls through which DCP and the writer synchronize
+# ranks (each object collective is two gloo operations inside).
+COLLECTIVES = (
+    "all_gather_object",
+    "gather_object",
+    "scatter_object_list",
+    "broadcast_object_list",
+    "all_gather",
+    "all_reduce",
+    "broadcast",
+    "barrier",
+)
+
+
+def count_collectives() -> list[str]:
+    """Wraps COLLECTIVES in torch.distributed; the list grows by one name
+    per call on the training (main) thread."""
+    calls: list[str] = []
+
+    def counted(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if threading.current_thread() is threading.main_thread():
+                calls.append(name)  # (not async_save's background thread)
+            return fn(*args, **kwargs)
+
+        return call
+
+    for name in COLLECTIVES:
+        setattr(dist, name, counted(name, getattr(dist, name)))
+    return calls
+
+
 def main() -> None:
     mode, addr, job, step, rank, world, init_file, out = sys.argv[1:9]
     dist.init_process_group(
@@ -68,11 +107,17 @@ def main() -> None:
         if mode == "save":
             dcp.save(state, storage_writer=writer, checkpoint_id=step)
         else:
+            calls = count_collectives() if mode == "async_save_count" else []
             res = dcp.async_save(state, storage_writer=writer, checkpoint_id=step)
-            if mode == "async_save_exit":
+            if mode == "async_save_count":
+                with open(out, "w") as f:
+                    json.dump(calls, f)
+            if mode in ("async_save_exit", "async_save_kill"):
                 # The service has every byte: the checkpoint must commit
-                # without this process.
+                # without this process (not even its background thread).
                 print(f"transport={writer.transport}", flush=True)
+                if mode == "async_save_kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
                 os._exit(0)
             getattr(res, "upload_completion", res).result()
         print(f"transport={writer.transport}", flush=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from conftest import binary
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
-from stoker import StokerError
+from stoker import StokerError, _segmap
 from stoker.checkpoint import METADATA_TENSOR, StokerReader, StokerWriter, storage_name
 from stoker.connection import Connection
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
@@ -59,10 +60,12 @@ def run_ranks(
         for r in range(world)
     ]
     logs = [p.communicate(timeout=240)[0].decode() for p in procs]
+    exit_code = -signal.SIGKILL if mode == "async_save_kill" else 0
     for r, p in enumerate(procs):
-        assert p.returncode == 0, f"rank {r} of {mode} at {world}:\n{logs[r][-3000:]}"
-        want = "grpc" if env.get("STOKER_CKPT_SHM") == "off" else "shm"
-        assert f"transport={want}" in logs[r], logs[r][-2000:]
+        assert p.returncode == exit_code, f"rank {r} of {mode} at {world}:\n{logs[r][-3000:]}"
+        if exit_code == 0:
+            want = "grpc" if env.get("STOKER_CKPT_SHM") == "off" else "shm"
+            assert f"transport={want}" in logs[r], logs[r][-2000:]
     return outs
 
 
@@ -94,6 +97,19 @@ def read_files(addr: str) -> list[str]:
     )
     assert info.shm_dir and info.shm_read_max_bytes > 4096
     return [n for n in os.listdir(info.shm_dir) if n.startswith("read-")]
+
+
+def wait_committed(addr: str, job: str, step: int) -> None:
+    reader = StokerReader(job, addr)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if reader.latest_step() == step:
+                return
+        except StokerError as e:
+            assert e.code == grpc.StatusCode.NOT_FOUND
+        assert time.monotonic() < deadline, "the checkpoint never committed"
+        time.sleep(0.1)
 
 
 def test_save_at_4_loads_at_3_2_1_bit_exactly(daemons, tmp_path):
@@ -152,17 +168,41 @@ def test_async_save_returns_once_the_service_has_the_bytes(daemons, tmp_path):
     # are the service's by then, so the checkpoint commits without them.
     addr = daemons["checkpoint"].addr
     run_ranks("async_save_exit", addr, "dcp", 25, 3, tmp_path)
-    reader = StokerReader("dcp", addr)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if reader.latest_step() == 25:
-                break
-        except StokerError as e:
-            assert e.code == grpc.StatusCode.NOT_FOUND
-        assert time.monotonic() < deadline, "the checkpoint never committed"
-        time.sleep(0.1)
+    wait_committed(addr, "dcp", 25)
     for out in run_ranks("load", addr, "dcp", 25, 2, tmp_path):
+        assert_bit_exact(out)
+
+
+def test_async_save_survives_kill_9_of_every_rank_once_it_returned(daemons, tmp_path):
+    # Every rank SIGKILLs itself the moment async_save returns (its
+    # background half, DCP's save that waits for the commit, dies with it):
+    # each rank's bytes and rank 0's metadata are the service's by then.
+    addr = daemons["checkpoint"].addr
+    run_ranks("async_save_kill", addr, "dcp", 26, 4, tmp_path)
+    wait_committed(addr, "dcp", 26)
+    for out in run_ranks("load", addr, "dcp", 26, 3, tmp_path):
+        assert_bit_exact(out)
+
+
+def test_async_save_stages_with_one_collective_and_writes_replicated_items_once(daemons, tmp_path):
+    # DCP's save runs four object collectives (plans gathered and scattered,
+    # results gathered, outcome broadcast); the writer's staging runs one.
+    addr = daemons["checkpoint"].addr
+    for r, out in enumerate(run_ranks("async_save_count", addr, "dcp", 27, 4, tmp_path)):
+        assert json.loads(out.read_text()) == ["all_gather_object"], f"rank {r}"
+    manifest = StokerReader("dcp", addr, step=27).manifest()
+    chunks: dict[str, list[Any]] = {}
+    for c in manifest.chunks:
+        chunks.setdefault(c.tensor, []).append(c)
+    # Every rank holds the plain tensors: each is stored once, whole.
+    for name in ("model.scale", "optim.step", "model.mask"):
+        assert len(chunks[name]) == 1, name
+    assert len(chunks["model.embed.weight"]) == 4  # 37 rows over 4 ranks
+    doc = json.loads(StokerReader("dcp", addr, step=27).read_blob(METADATA_TENSOR))
+    assert doc["entries"]["model.scale"]["chunks"] == [{"offsets": [0], "sizes": [5]}]
+    assert len(doc["entries"]["model.embed.weight"]["chunks"]) == 4
+    assert doc["planner_data"]["extra.dataset.next_step"] == ["extra", "dataset", "next_step"]
+    for out in run_ranks("load", addr, "dcp", 27, 3, tmp_path):
         assert_bit_exact(out)
 
 
@@ -363,3 +403,21 @@ def test_a_rank_whose_write_fails_aborts_the_attempt_at_once(daemons):
     assert e.value.code != grpc.StatusCode.DEADLINE_EXCEEDED, e.value
     assert "cannot read tensor 'broken'" in e.value.details, e.value.details
     assert time.monotonic() - t0 < 5
+
+
+def test_a_later_save_copies_into_the_segment_files_this_process_kept_mapped(daemons):
+    # The first save's segment goes back to the service's pool once it is
+    # uploaded; the second save claims that file again and copies into the
+    # mapping it kept (no pwrite, no page faults). Its smaller tensor must
+    # still load exactly: the file is cut to the bytes of this save.
+    addr = daemons["checkpoint"].addr
+    g = torch.Generator().manual_seed(7)
+    first = {"w": torch.randn(4096, 64, generator=g)}
+    second = {"w": torch.randn(1000, 64, generator=g), "b": torch.arange(5)}
+    before = _segmap.reused
+    dcp.save(first, storage_writer=StokerWriter("segmap", addr), checkpoint_id=1, no_dist=True)
+    dcp.save(second, storage_writer=StokerWriter("segmap", addr), checkpoint_id=2, no_dist=True)
+    assert _segmap.reused > before
+    loaded = {"w": torch.zeros(1000, 64), "b": torch.zeros(5, dtype=torch.int64)}
+    dcp.load(loaded, storage_reader=StokerReader("segmap", addr), checkpoint_id=2, no_dist=True)
+    assert torch.equal(loaded["w"], second["w"]) and torch.equal(loaded["b"], second["b"])

@@ -25,7 +25,8 @@ How a save maps onto the service:
    rank's bytes are durable and the manifest is written.
 
 ``dcp.async_save`` with ``StokerWriter(job, step=s)`` returns once the
-service holds every byte (the writer is its own ``AsyncStager``, see below).
+service holds every byte of the rank (the writer is its own ``AsyncStager``,
+see below and ``stoker._staged_save``).
 
 A checkpoint without that JSON (the C trainer's) is described from its
 manifest alone: its tensors load like any DCP checkpoint's, its blobs as
@@ -68,13 +69,13 @@ from torch.distributed.checkpoint.planner import (
     WriteItemType,
 )
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
 from stoker._segments import ShmStaging
 from stoker._shm_read import DATA as SHM_READ_DATA
 from stoker._shm_read import ShmReadFile, read_directory
+from stoker._staged_save import stage_on_service
 from stoker.connection import CHECKPOINT, Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as pb
@@ -178,7 +179,6 @@ class StokerWriter(StorageWriter):
         self.step: int | None = step
         self.chunk_bytes = chunk_bytes
         self.process_group = process_group
-        self._staging = False  # inside stage(): write, do not commit
         self._commit_only = False  # after stage(): the background save only commits
         self._fallback: DefaultStager | None = None
         self.is_coordinator = False
@@ -223,18 +223,22 @@ class StokerWriter(StorageWriter):
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
         if self._commit_only:
             return plans  # stage() wrote everything under its own attempt
-        step = parse_step(None, self.step)
-        begun = self.conn.unary(
-            SERVICE + "Begin",
-            pb.BeginRequest(job=self.job, step=step, world=len(plans)),
-            pb.BeginResponse,
-        )
-        self._attempt = begun.attempt
+        attempt = self.begin(len(plans))
         doc = describe_plans(plans)
         return [
-            replace(p, storage_data=_RankPlan(begun.attempt, i, doc if i == 0 else None))
+            replace(p, storage_data=_RankPlan(attempt, i, doc if i == 0 else None))
             for i, p in enumerate(plans)
         ]
+
+    def begin(self, world: int) -> str:
+        """Begins an attempt at self.step for world ranks (coordinator only)."""
+        begun = self.conn.unary(
+            SERVICE + "Begin",
+            pb.BeginRequest(job=self.job, step=parse_step(None, self.step), world=world),
+            pb.BeginResponse,
+        )
+        self._attempt = str(begun.attempt)
+        return self._attempt
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         if self._commit_only:
@@ -356,10 +360,7 @@ class StokerWriter(StorageWriter):
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Commits: answers once every rank's bytes are durable and the
-        manifest is written (or raises why the attempt failed). Inside
-        stage() it only records the attempt."""
-        if self._staging:
-            return
+        manifest is written (or raises why the attempt failed)."""
         self._commit_only = False
         self.last_commit = self.conn.unary(
             SERVICE + "Commit",
@@ -369,13 +370,14 @@ class StokerWriter(StorageWriter):
 
     # ---- dcp.async_save: returns once the service has the bytes -------------
     # StokerWriter is its own AsyncStager. With a step given to the writer,
-    # stage() runs the planning and every rank's Write stream in the training
-    # thread and returns when the service answered "staged" (bytes in its
-    # memory or in shared-memory segments it owns): async_save returns then,
-    # and the service commits by itself once every byte is durable, even if
-    # the trainer dies. The background half of async_save only waits for that
-    # commit. Without a step (checkpoint_id known only later) staging falls
-    # back to DCP's own CPU copy and the bytes move in the background.
+    # stage() plans and runs this rank's Write stream in the training thread
+    # with one collective (stoker._staged_save) and returns when the service
+    # answered "staged" (bytes in its memory or in shared-memory segments it
+    # owns): async_save returns then, and the service commits by itself once
+    # every byte is durable, even if the trainer dies. The background half of
+    # async_save only waits for that commit. Without a step (checkpoint_id
+    # known only later) staging falls back to DCP's own CPU copy and the
+    # bytes move in the background.
 
     _synchronize_after_execute = False
 
@@ -390,16 +392,8 @@ class StokerWriter(StorageWriter):
             staged = self._fallback.stage(state_dict)
             assert isinstance(staged, dict)
             return staged
-        self._staging = True
-        try:
-            dcp_save(
-                state_dict,
-                storage_writer=self,
-                process_group=self.process_group,
-                checkpoint_id=str(self.default_step),
-            )
-        finally:
-            self._staging = False
+        self.step = self.default_step
+        stage_on_service(self, state_dict, self.process_group)
         self._commit_only = True
         return {}
 
