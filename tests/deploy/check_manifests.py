@@ -3,7 +3,13 @@
 renders, and what the manifests tell the programs exists in them.
 
 - every `--flag` a container command passes to a daemon, stokerctl or
-  stoker-train appears in that program's --help (or usage);
+  stoker-train appears in that program's --help (or usage); for the PyTorch
+  trainer (components/pytorch), the flags before the script in torchrun's
+  --help, the rendezvous backend registered under torchrun's entry point,
+  the flags after it in trainer/python/train_gpt.py's --help, and every
+  STOKER_* variable one the stoker package reads;
+- every `$(NAME)` in a command is a variable of its container (the kubelet
+  leaves an unknown one as written);
 - every `name = value` line of the config files in the ConfigMap is an
   option of the daemon the file is for;
 - every STOKER_<SERVICE>_* variable set is one the daemon reads (its --help
@@ -12,9 +18,11 @@ renders, and what the manifests tell the programs exists in them.
   the ports the daemons listen on; each pod's termination grace is at least
   the daemon's shutdown-grace.
 
-    check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM...
+    check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM... [--python PYTHON]
 PROGRAMs are the paths of stoker-coordinator, stoker-dataloader,
-stoker-checkpoint, stokerctl and stoker-train. Exits 1 listing every mismatch.
+stoker-checkpoint, stokerctl and stoker-train; PYTHON one with torch and the
+stoker package (the project's .venv): without it the PyTorch commands are
+reported as not checked. Exits 1 listing every mismatch.
 """
 
 from __future__ import annotations
@@ -29,6 +37,10 @@ from typing import Any
 import yaml
 
 DAEMONS = ("stoker-coordinator", "stoker-dataloader", "stoker-checkpoint")
+REPO = Path(__file__).resolve().parents[2]
+TRAIN_SCRIPT = "train_gpt.py"  # trainer/python/train_gpt.py, in the image or here
+PYTORCH = ("torchrun", TRAIN_SCRIPT)
+VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def program_help(path: Path) -> str:
@@ -37,6 +49,47 @@ def program_help(path: Path) -> str:
         args = [str(path)]  # prints its usage when flags are missing
     r = subprocess.run(args, capture_output=True, text=True, check=False)
     return r.stdout + r.stderr
+
+
+def pytorch_helps(python: str | None) -> dict[str, str]:
+    """torchrun's and the trainer's --help from PYTHON ({} when it has no
+    torch), and "stoker-rdzv" naming the torchrun.handlers entry points."""
+    if not python or not Path(python).exists():
+        return {}
+    runs = {
+        "torchrun": [python, "-m", "torch.distributed.run", "--help"],
+        TRAIN_SCRIPT: [python, str(REPO / "trainer" / "python" / TRAIN_SCRIPT), "--help"],
+        "stoker-rdzv": [
+            python,
+            "-c",
+            "from importlib.metadata import entry_points as e;"
+            "print(' '.join(x.name for x in e(group='torchrun.handlers')))",
+        ],
+    }
+    out = {}
+    for name, args in runs.items():
+        r = subprocess.run(args, capture_output=True, text=True, check=False)
+        if r.returncode != 0:
+            print(f"{' '.join(args)}: exit {r.returncode}: {r.stderr.strip()[-300:]}")
+            return {}
+        out[name] = r.stdout
+    return out
+
+
+def stoker_package_variables() -> set[str]:
+    """The STOKER_* names the stoker package's source mentions."""
+    names: set[str] = set()
+    for f in (REPO / "client" / "python" / "stoker").glob("*.py"):
+        names.update(re.findall(r"\b(STOKER_[A-Z0-9_]+)\b", f.read_text()))
+    return names
+
+
+def program_of(word: str, helps: dict[str, str]) -> str | None:
+    if word in helps:
+        return word
+    if Path(word).name == TRAIN_SCRIPT:
+        return TRAIN_SCRIPT
+    return None
 
 
 def command_words(container: dict[str, Any]) -> list[str]:
@@ -55,14 +108,22 @@ def duration_ms(text: str) -> int:
 
 
 def main() -> int:
-    render, overlay = sys.argv[1], sys.argv[2]
-    paths = {Path(p).name: Path(p) for p in sys.argv[3:]}
+    argv = sys.argv[1:]
+    python = None
+    if "--python" in argv:
+        i = argv.index("--python")
+        python = argv[i + 1]
+        del argv[i : i + 2]
+    render, overlay = argv[0], argv[1]
+    paths = {Path(p).name: Path(p) for p in argv[2:]}
     rendered = subprocess.run([render, overlay], capture_output=True, text=True, check=False)
     if rendered.returncode != 0:
         print(f"render failed: {rendered.stderr}")
         return 1
     docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
     helps = {p: program_help(paths[p]) for p in (*DAEMONS, "stokerctl", "stoker-train")}
+    torch_helps = pytorch_helps(python)
+    helps.update({p: torch_helps.get(p, "") for p in PYTORCH})
     errors: list[str] = []
     configs: dict[str, str] = {}
     for d in docs:
@@ -79,17 +140,37 @@ def main() -> int:
         for c in pod.get("initContainers", []) + pod["containers"]:
             where = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"
             words = command_words(c)
-            programs = [w for w in words if w in helps]
+            defined = {e["name"] for e in c.get("env", [])}
+            for w in words:
+                for name in VAR_REF.findall(w):
+                    if name not in defined:
+                        errors.append(f"{where}: $({name}) is no variable of the container")
+            # Each program's flags: the words after it up to the next program.
+            starts = [(i, p) for i, w in enumerate(words) if (p := program_of(w, helps))]
+            programs = [p for _, p in starts]
             if not programs:
                 errors.append(f"{where}: runs none of {sorted(helps)}: {words}")
                 continue
-            for program in programs:
+            if any(p in PYTORCH for p in programs) and not torch_helps:
+                print(f"NOT CHECKED {where}: no Python with torch (--python; deploy/python-env.sh)")
+                continue
+            for n, (i, program) in enumerate(starts):
                 text = helps[program]
-                for w in words:
+                end = starts[n + 1][0] if n + 1 < len(starts) else len(words)
+                for w in words[i + 1 : end]:
                     flag = w.split("=", 1)[0]
                     if flag.startswith("--") and not re.search(re.escape(flag) + r"\b", text):
                         errors.append(f"{where}: {program} has no flag {flag}")
+                    if flag == "--rdzv-backend" and program == "torchrun":
+                        backend = w.split("=", 1)[1] if "=" in w else words[words.index(w) + 1]
+                        if backend not in torch_helps["stoker-rdzv"].split():
+                            errors.append(f"{where}: no torchrun rendezvous backend {backend}")
                 checked += 1
+            if any(p in PYTORCH for p in programs):
+                known = stoker_package_variables()
+                for env in c.get("env", []):
+                    if env["name"].startswith("STOKER_") and env["name"] not in known:
+                        errors.append(f"{where}: the stoker package reads no {env['name']}")
             daemon = next((p for p in programs if p in DAEMONS), None)
             if not daemon:
                 continue

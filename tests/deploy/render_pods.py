@@ -13,6 +13,8 @@ This does what the cluster's controllers and DNS would do, and nothing more:
   /etc/hosts (hostAliases) names the others as cluster DNS would: SERVICE for a
   Service's pods, POD.SERVICE for a StatefulSet's pod;
 - a `fieldRef: status.podIP` variable gets the pod's address as its value;
+- `$(NAME)` in a container's command and args becomes the value of its
+  variable NAME (`$$` a literal `$`), as the kubelet expands them;
 - containers' `ports` lists are left out: Kubernetes only documents them,
   podman 4.3 publishes each on the host (two pods of one port would clash);
 - an emptyDir volume becomes a claim POD-NAME listed as the pod's scratch:
@@ -46,6 +48,7 @@ import argparse
 import base64
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,6 +117,16 @@ def job_pods(job: Doc) -> list[Doc]:
     return pods
 
 
+# The kubelet's expansion in command and args: $(NAME) and the escape $$.
+VAR_REF = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """$(NAME) replaced by NAME's value when the container defines it (else
+    left as written, as the kubelet leaves it), $$ by $."""
+    return VAR_REF.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), text)
+
+
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -140,6 +153,10 @@ def localize(pod: Doc, ip: str) -> tuple[list[str], list[dict[str, str]]]:
             if ref == "status.podIP":
                 env.pop("valueFrom")
                 env["value"] = ip
+        values = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+        for key in ("command", "args"):
+            if key in c:
+                c[key] = [expand(str(w), values) for w in c[key]]
     return scratch, secret_volumes
 
 

@@ -15,7 +15,9 @@ import signal
 import subprocess
 import time
 
-from conftest import ROOT, binary
+from conftest import ROOT, Daemon, binary
+
+from stoker.jobs import Jobs
 
 LINE = re.compile(r"^step (\d+) loss (\S+) tokens/s \S+ world (\d+)$", re.M)
 
@@ -207,3 +209,27 @@ def test_checkpoint_now_and_stop_reach_the_loop(daemons, tmp_path):
     assert any(s % 6 >= 0 and s < 1000 for s in steps if s != stopped), steps
     assert stopped in steps, (stopped, steps)
     assert stopped < 100000
+
+
+def test_the_trainer_creates_its_loader_on_every_part(daemons, tmp_path):
+    """STOKER_DATALOADER naming two parts (as the Kubernetes job does): the
+    trainer creates its loader on each part and trains from both."""
+    parts = []
+    for i in range(2):
+        (tmp_path / f"part-{i}").mkdir()
+        parts.append(
+            Daemon("dataloader", tmp_path / f"part-{i}", "--part", f"{i}/2", data_roots=[tmp_path])
+        )
+    a = Agents(daemons, tmp_path, "two")
+    a.env["STOKER_DATALOADER"] = ",".join(p.addr for p in parts)
+    try:
+        a.start(1, "1", steps=4, every=1000)
+        a.wait_all(240)
+        with Jobs(dataloader=a.env["STOKER_DATALOADER"]) as ops:
+            shown = [(ld.part, ld.parts) for ld in ops.loader_parts("two")]
+    finally:
+        a.close()
+        for p in parts:
+            p.stop()
+    assert re.search(r"^step 4 loss .* world 1$", a.text(), re.M), a.text()[-3000:]
+    assert shown == [(0, 2), (1, 2)], shown

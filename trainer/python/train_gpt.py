@@ -75,7 +75,10 @@ def lr_at(step: int, args: argparse.Namespace) -> float:
 
 
 def ensure_loader(args: argparse.Namespace) -> None:
-    """Creates the dataloader job (the first rank to get here wins)."""
+    """Creates the dataloader job on every part of the loader
+    (``STOKER_DATALOADER``, comma-separated for a scaled-out one), part by
+    part as the C trainer does: a part that already has it (another rank,
+    an earlier run) keeps it, a part replaced without its state gets it."""
     spec = dl.LoaderSpec(
         job=args.job,
         seq_len=args.seq_len,
@@ -92,13 +95,16 @@ def ensure_loader(args: argparse.Namespace) -> None:
             )
         ],
     )
-    try:
-        Connection(os.environ["STOKER_DATALOADER"]).unary(
-            "/stoker.v1.Dataloader/CreateLoader", dl.CreateLoaderRequest(spec=spec), dl.LoaderInfo
-        )
-    except StokerError as e:
-        if e.code.name != "ALREADY_EXISTS":
-            raise
+    for address in os.environ["STOKER_DATALOADER"].split(","):
+        try:
+            Connection(address.strip()).unary(
+                "/stoker.v1.Dataloader/CreateLoader",
+                dl.CreateLoaderRequest(spec=spec),
+                dl.LoaderInfo,
+            )
+        except StokerError as e:
+            if e.code.name != "ALREADY_EXISTS":
+                raise
 
 
 class TrainState:
@@ -162,7 +168,8 @@ def main() -> None:
     optim = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1)
 
     # Stoker: this rank's slice of every step, resumable, rescalable.
-    loader = StatefulDataLoader(StokerDataset(args.job), batch_size=None)
+    dataset = StokerDataset(args.job)
+    loader = StatefulDataLoader(dataset, batch_size=None)
     state = {"train": TrainState(model, optim), "data": loader}
     start = latest_checkpoint(args.job)
     if start:
@@ -201,6 +208,9 @@ def main() -> None:
     while step < args.steps:
         t0 = time.perf_counter()
         inputs, targets = next(it)
+        if step == start and rank == 0:
+            # How the tokens came: "shm" on the dataloader's host, else "grpc".
+            print(f"data {dataset!r}", flush=True)
         for g in optim.param_groups:
             g["lr"] = lr_at(step, args)
         loss = model(inputs, targets)
