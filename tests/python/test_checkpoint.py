@@ -22,7 +22,7 @@ from conftest import binary
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
-from stoker import StokerError, _segmap
+from stoker import Jobs, StokerError, _segmap
 from stoker.checkpoint import METADATA_TENSOR, StokerReader, StokerWriter, storage_name
 from stoker.connection import Connection
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
@@ -421,3 +421,25 @@ def test_a_later_save_copies_into_the_segment_files_this_process_kept_mapped(dae
     loaded = {"w": torch.zeros(1000, 64), "b": torch.zeros(5, dtype=torch.int64)}
     dcp.load(loaded, storage_reader=StokerReader("segmap", addr), checkpoint_id=2, no_dist=True)
     assert torch.equal(loaded["w"], second["w"]) and torch.equal(loaded["b"], second["b"])
+
+
+def test_the_writers_generation_is_listed_with_each_checkpoint(daemons, monkeypatch):
+    # The generation comes from the argument, else from STOKER_GENERATION
+    # (the Stoker rendezvous sets it for torchrun's workers); the service
+    # lists it beside each checkpoint. A bad variable is refused at once.
+    addr = daemons["checkpoint"].addr
+    state = {"w": torch.arange(10.0)}
+    dcp.save(
+        state,
+        storage_writer=StokerWriter("gens", addr, generation=7),
+        checkpoint_id=1,
+        no_dist=True,
+    )
+    monkeypatch.setenv("STOKER_GENERATION", "9")
+    dcp.save(state, storage_writer=StokerWriter("gens", addr), checkpoint_id=2, no_dist=True)
+    listed = Jobs(checkpoint=addr).checkpoints("gens")
+    assert [(c.step, c.generation) for c in listed] == [(1, 7), (2, 9)]
+    monkeypatch.setenv("STOKER_GENERATION", "two")
+    with pytest.raises(StokerError) as e:
+        StokerWriter("gens", addr)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "STOKER_GENERATION" in str(e.value)

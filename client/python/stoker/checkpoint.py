@@ -77,6 +77,7 @@ from stoker._shm_read import DATA as SHM_READ_DATA
 from stoker._shm_read import ShmReadFile, read_directory
 from stoker._staged_save import stage_on_service
 from stoker.connection import CHECKPOINT, Connection, Security, address_from_env
+from stoker.elastic import ENV_GENERATION
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as pb
 from stoker.v1 import common_pb2
@@ -157,6 +158,10 @@ class StokerWriter(StorageWriter):
         step: the step when ``dcp.save`` gets no ``checkpoint_id``.
         chunk_bytes: largest chunk per message.
         timeout: seconds for each call (Begin, Commit; Write as a whole).
+        generation: the coordinator generation of the ranks saving, which
+            ``stokerctl checkpoint list`` shows beside the checkpoint;
+            default: ``STOKER_GENERATION``, which the Stoker rendezvous sets
+            for torchrun's workers (0 when unknown).
     """
 
     def __init__(
@@ -169,10 +174,19 @@ class StokerWriter(StorageWriter):
         timeout: float = 600.0,
         security: Security | None = None,
         process_group: Any = None,
+        generation: int | None = None,
     ) -> None:
         super().__init__()
         if chunk_bytes < 1:
             raise invalid_argument("chunk_bytes must be positive")
+        if generation is None:
+            text = os.environ.get(ENV_GENERATION, "") or "0"
+            if not text.isdigit():
+                raise invalid_argument(f"{ENV_GENERATION}={text!r} is not a generation")
+            generation = int(text)
+        if generation < 0:
+            raise invalid_argument(f"generation {generation} is negative")
+        self.generation = generation
         self.job = job
         self.conn = Connection(address_from_env("STOKER_CHECKPOINT", address), security, timeout)
         self.default_step = step
@@ -234,7 +248,12 @@ class StokerWriter(StorageWriter):
         """Begins an attempt at self.step for world ranks (coordinator only)."""
         begun = self.conn.unary(
             SERVICE + "Begin",
-            pb.BeginRequest(job=self.job, step=parse_step(None, self.step), world=world),
+            pb.BeginRequest(
+                job=self.job,
+                step=parse_step(None, self.step),
+                world=world,
+                generation=self.generation,
+            ),
             pb.BeginResponse,
         )
         self._attempt = str(begun.attempt)
