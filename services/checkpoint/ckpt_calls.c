@@ -155,8 +155,8 @@ static void free_list(ProtobufCMessage *msg) {
   free(r);
 }
 
-static int list_add(Stoker__V1__ListCheckpointsResponse *r, int64_t step, char *uri,
-                    int64_t at_ms, uint64_t generation) {
+static int list_add(Stoker__V1__ListCheckpointsResponse *r, int64_t step, char *uri, int64_t at_ms,
+                    uint64_t generation) {
   Stoker__V1__CheckpointRef **n =
       realloc(r->checkpoints, (r->n_checkpoints + 1) * sizeof(*r->checkpoints));
   if (!n) return STK_ENOMEM;
