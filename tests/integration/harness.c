@@ -74,6 +74,25 @@ const char *harness_arg(int i) {
   return i + 1 < test_argc ? test_argv[i + 1] : NULL;
 }
 
+int harness_promtool_check(const char *body, char *ret_out, size_t out_len) {
+  ret_out[0] = '\0';
+  if (system("command -v promtool > /dev/null 2>&1") != 0) return -1;
+  char path[] = "/tmp/stoker-promtool-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd < 0) return 1;
+  size_t len = strlen(body);
+  bool written = write(fd, body, len) == (ssize_t)len;
+  close(fd);
+  char cmd[128];
+  snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
+  FILE *p = written ? popen(cmd, "r") : NULL;
+  size_t n = p ? fread(ret_out, 1, out_len - 1, p) : 0;
+  ret_out[n] = '\0';
+  int status = p ? pclose(p) : 1;
+  unlink(path);
+  return status != 0 ? status : n > 0;
+}
+
 int64_t harness_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

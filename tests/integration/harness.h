@@ -108,6 +108,11 @@ int harness_call(struct rpc_client *rc, const char *method, const ProtobufCMessa
  * NULL when the connection fails. */
 char *harness_http_get(int port, const char *path);
 
+/* `promtool check metrics` over body (a /metrics page): 0 when it passes,
+ * -1 when promtool is not on PATH, else its exit status or 1 when it
+ * printed anything; what it printed goes to ret_out. */
+int harness_promtool_check(const char *body, char *ret_out, size_t out_len);
+
 int64_t harness_now_ms(void);
 void harness_sleep_ms(int64_t ms);
 

@@ -58,21 +58,9 @@ static void expect_in(const char *body, const char *want, const char *service) {
 /* promtool check metrics reads the text on stdin and prints one line per
  * problem; any line, or a non-zero exit, fails. */
 static void promtool_check(const char *body, const char *service) {
-  char path[] = "/tmp/stoker-prom-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, body, strlen(body)), (ssize_t)strlen(body));
-  close(fd);
-  char cmd[256], out[4096] = "";
-  snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
-  size_t n = fread(out, 1, sizeof(out) - 1, p);
-  out[n] = '\0';
-  int status = pclose(p);
-  unlink(path);
-  if (status != 0 || n > 0)
-    fail_msg("%s: promtool check metrics (status %d):\n%s", service, status, out);
+  char out[4096];
+  int rc = harness_promtool_check(body, out, sizeof(out));
+  if (rc != 0) fail_msg("%s: promtool check metrics (%d):\n%s", service, rc, out);
 }
 
 static void test_each_daemon(void **state) {
