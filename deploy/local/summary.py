@@ -3,9 +3,10 @@
 curve (a text sparkline, and a PNG through gnuplot when it is installed),
 the held-out loss curve when the ranks logged one (`eval step N loss X`: the
 training loss follows how hard each step's batch is, the held-out loss on
-one fixed set shows the learning) and tokens/s, then proves with the dataloader's Explain that no data was served
-twice (or skipped) over every step trained: steps 1..last, each once, at
-world size 1 (the whole global batch). Exits 1 when the proof fails.
+one fixed set shows the learning) and tokens/s, then proves with the
+dataloader's Explain that no data was served twice (or skipped) over every
+step trained: steps 1..last, each once, at world size 1 (the whole global
+batch). Exits 1 when the proof fails.
 
 With --reference LOG (an uninterrupted run's log) and --restored STEP it
 also prints, for every step after the restore, the loss next to the

@@ -173,4 +173,8 @@ int train_eval_maybe(struct train *t);
 /* Forgets the held-out slice (the next generation's world size may differ). */
 void train_eval_free(struct train *t);
 
+/* Splits a batch's lines of T + 1 tokens into inputs and targets, T each
+ * (lines x T, row-major). */
+void train_split_lines(const struct stk_batch *b, int32_t *inputs, int32_t *targets);
+
 #endif

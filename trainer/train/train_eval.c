@@ -50,12 +50,8 @@ static int fetch_heldout(struct train *t) {
       return train_why(t, err, "held-out batch (loader step %" PRId64 "): %s", step,
                        train_client_why(err));
     if ((int)b.lines != B || b.line_tokens != (uint32_t)T + 1) err = STK_ECORRUPT;
-    for (int l = 0; !err && l < B; l++)
-      for (int i = 0; i < T; i++) {
-        size_t at = ((size_t)(k * B + l)) * (size_t)T + (size_t)i;
-        t->eval_inputs[at] = (int32_t)b.tokens[l * (T + 1) + i];
-        t->eval_targets[at] = (int32_t)b.tokens[l * (T + 1) + i + 1];
-      }
+    size_t at = (size_t)k * (size_t)B * (size_t)T;
+    if (!err) train_split_lines(&b, t->eval_inputs + at, t->eval_targets + at);
     stk_batch_free(&b);
     if (err)
       return train_why(t, err, "held-out batch (loader step %" PRId64 ") has the wrong shape",

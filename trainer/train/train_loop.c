@@ -102,7 +102,16 @@ static int setup(struct train *t) {
   return 0;
 }
 
-/* Splits the batch's lines of T+1 tokens into inputs and targets. */
+void train_split_lines(const struct stk_batch *b, int32_t *inputs, int32_t *targets) {
+  size_t T = b->line_tokens - 1;
+  for (size_t l = 0; l < b->lines; l++)
+    for (size_t i = 0; i < T; i++) {
+      inputs[l * T + i] = (int32_t)b->tokens[l * (T + 1) + i];
+      targets[l * T + i] = (int32_t)b->tokens[l * (T + 1) + i + 1];
+    }
+}
+
+/* The step's batch, split into inputs and targets. */
 static int take_batch(struct train *t, int *ret_B) {
   struct stk_batch b;
   int err = stk_batch_stream_next(t->stream, 120000, &b);
@@ -113,11 +122,7 @@ static int take_batch(struct train *t, int *ret_B) {
   if (b.step != t->step || b.line_tokens != (uint32_t)T + 1 ||
       B * (int)t->m.world_size != t->o.global_batch)
     err = STK_ECORRUPT;
-  for (int l = 0; !err && l < B; l++)
-    for (int i = 0; i < T; i++) {
-      t->inputs[l * T + i] = (int32_t)b.tokens[l * (T + 1) + i];
-      t->targets[l * T + i] = (int32_t)b.tokens[l * (T + 1) + i + 1];
-    }
+  if (!err) train_split_lines(&b, t->inputs, t->targets);
   stk_batch_free(&b);
   *ret_B = B;
   return err;
