@@ -14,19 +14,14 @@
  *      unknown names and bad values are errors naming FILE:LINE;
  *   3. environment: STOKER_<PREFIX>_<NAME>, the name upper-cased with '-'
  *      turned into '_' (STOKER_COORDINATOR_LISTEN);
- *   4. flags: --name value, --name=value; bools also as --name (true) and
- *      --no-name (false); a bool takes a value only with '='.
+ *   4. flags, parsed by flags.c: --name value, --name=value; bools also as
+ *      --name (true) and --no-name (false).
  *
- * Value syntax per type (field type in the caller's struct in brackets):
- *   CFG_STRING    any text                         [char *, malloc'd]
- *   CFG_BOOL      true/false, yes/no, on/off, 1/0  [bool]
- *   CFG_INT64     decimal integer                  [int64_t]
- *   CFG_UINT64    decimal integer >= 0             [uint64_t]
- *   CFG_DURATION  500ms, 5s, 2m, 1h, or 0          [int64_t milliseconds]
- *   CFG_SIZE      4096, 512B, 64KiB, 16MiB, 1GiB, 1TiB (K/M/G/T the same;
- *                 KB/MB/GB/TB are powers of 1000)  [uint64_t bytes]
- *   CFG_ENUM      one of enum_names                [int: index in enum_names]
- * Numeric rows are checked against [min, max] unless both are 0.
+ * The rows are struct flag_spec (flags.h), which gives the value syntax of
+ * each type. A FLAG_REPEAT row given several times within the config file,
+ * or within the flags, gets each value appended (':'-joined, as PATH is;
+ * its environment variable is such a list); a later layer replaces what
+ * earlier layers gave.
  *
  * Errors are one line in the caller's buffer, naming where the value came
  * from: "--heartbeat-interval: expected a duration like 5s, got 'abc'".
@@ -39,39 +34,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
-enum cfg_type {
-  CFG_STRING,
-  CFG_BOOL,
-  CFG_INT64,
-  CFG_UINT64,
-  CFG_DURATION, /* Stored as int64_t milliseconds. */
-  CFG_SIZE,     /* Stored as uint64_t bytes. */
-  CFG_ENUM,     /* Stored as int. */
-};
-
-/* Option flags. */
-#define CFG_SECRET 1u /* Never printed: the effective config shows "(set)". */
-/* A CFG_STRING that may be given several times: within the config file, and
- * within the flags, each occurrence adds to the list (stored joined by ':',
- * as PATH is; its environment variable is such a list); a later layer
- * replaces what earlier layers gave. */
-#define CFG_REPEAT 2u
-
-struct cfg_option {
-  const char *name; /* "heartbeat-interval": flag and file key. */
-  enum cfg_type type;
-  size_t offset;                 /* offsetof(struct daemon_config, field). */
-  const char *def;               /* Default as text; NULL means "" / 0. */
-  int64_t min, max;              /* Inclusive bounds; both 0: none. */
-  const char *const *enum_names; /* CFG_ENUM: NULL-terminated names. */
-  const char *help;              /* One sentence. */
-  unsigned flags;                /* CFG_SECRET, CFG_REPEAT. */
-};
+#include "flags.h"
 
 struct cfg_table {
   const char *program;    /* "stoker-coordinator" */
   const char *env_prefix; /* "COORDINATOR": STOKER_COORDINATOR_*; NULL: STOKER_* */
-  const struct cfg_option *opts;
+  const struct flag_spec *opts;
   size_t n_opts;
   const char *summary; /* One line shown by --help. */
 };
@@ -94,7 +62,7 @@ int cfg_set(const struct cfg_table *t, void *dst, const char *name, const char *
             const char *where, char *err, size_t err_len);
 
 /* The environment variable for an option: "STOKER_COORDINATOR_LISTEN". */
-void cfg_env_name(const struct cfg_table *t, const struct cfg_option *o, char *out, size_t out_len);
+void cfg_env_name(const struct cfg_table *t, const struct flag_spec *o, char *out, size_t out_len);
 
 /* Usage, summary, and every option with its type, default, bounds or
  * choices, environment variable and help. */

@@ -41,7 +41,7 @@ struct daemon_options {
  * daemon's usual address ("127.0.0.1:7070"). */
 #define DAEMON_OPTION_ROWS(type, member, default_listen, default_data_dir)                         \
   {"listen",                                                                                       \
-   CFG_STRING,                                                                                     \
+   FLAG_STRING,                                                                                    \
    offsetof(type, member.listen),                                                                  \
    default_listen,                                                                                 \
    0,                                                                                              \
@@ -50,7 +50,7 @@ struct daemon_options {
    "gRPC address HOST:PORT to serve on; port 0 picks a free port.",                                \
    0},                                                                                             \
       {"data-dir",                                                                                 \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.data_dir),                                                            \
        default_data_dir,                                                                           \
        0,                                                                                          \
@@ -59,7 +59,7 @@ struct daemon_options {
        "Directory of the daemon's state (RocksDB).",                                               \
        0},                                                                                         \
       {"ready-file",                                                                               \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.ready_file),                                                          \
        "",                                                                                         \
        0,                                                                                          \
@@ -68,7 +68,7 @@ struct daemon_options {
        "When set, the bound HOST:PORT is written here once the daemon is serving.",                \
        0},                                                                                         \
       {"metrics-listen",                                                                           \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.metrics_listen),                                                      \
        "",                                                                                         \
        0,                                                                                          \
@@ -76,12 +76,12 @@ struct daemon_options {
        NULL,                                                                                       \
        "HOST:PORT serving Prometheus metrics at /metrics; empty disables it.",                     \
        0},                                                                                         \
-      {"log-level", CFG_ENUM,          offsetof(type, member.log_level), "info", 0,                \
+      {"log-level", FLAG_ENUM,         offsetof(type, member.log_level), "info", 0,                \
        0,           daemon_log_levels, "Least severe level logged.",     0},                       \
-      {"log-json", CFG_BOOL, offsetof(type, member.log_json),         "false", 0,                  \
-       0,          NULL,     "Log JSON lines instead of text lines.", 0},                          \
+      {"log-json", FLAG_BOOL, offsetof(type, member.log_json),         "false", 0,                 \
+       0,          NULL,      "Log JSON lines instead of text lines.", 0},                         \
       {"tls-cert",                                                                                 \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.tls_cert),                                                            \
        "",                                                                                         \
        0,                                                                                          \
@@ -90,7 +90,7 @@ struct daemon_options {
        "PEM server certificate; set with tls-key to serve TLS. Re-read on SIGHUP.",                \
        0},                                                                                         \
       {"tls-key",                                                                                  \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.tls_key),                                                             \
        "",                                                                                         \
        0,                                                                                          \
@@ -99,7 +99,7 @@ struct daemon_options {
        "PEM private key of tls-cert. Re-read on SIGHUP.",                                          \
        0},                                                                                         \
       {"tls-client-ca",                                                                            \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.tls_client_ca),                                                       \
        "",                                                                                         \
        0,                                                                                          \
@@ -109,7 +109,7 @@ struct daemon_options {
        "Re-read on SIGHUP.",                                                                       \
        0},                                                                                         \
       {"token-file",                                                                               \
-       CFG_STRING,                                                                                 \
+       FLAG_STRING,                                                                                \
        offsetof(type, member.token_file),                                                          \
        "",                                                                                         \
        0,                                                                                          \
@@ -117,11 +117,11 @@ struct daemon_options {
        NULL,                                                                                       \
        "File holding the bearer token every call must carry; empty: no token needed. "             \
        "Re-read on SIGHUP.",                                                                       \
-       CFG_SECRET},                                                                                \
-      {"max-message-size", CFG_SIZE, offsetof(type, member.max_message_bytes), "64MiB", 1024,      \
-       (int64_t)1 << 31,   NULL,     "Largest request or reply message.",      0},                 \
+       FLAG_SECRET},                                                                               \
+      {"max-message-size", FLAG_SIZE, offsetof(type, member.max_message_bytes), "64MiB", 1024,     \
+       (int64_t)1 << 31,   NULL,      "Largest request or reply message.",      0},                \
   {                                                                                                \
-    "shutdown-grace", CFG_DURATION, offsetof(type, member.shutdown_grace_ms), "10s", 0, 3600000,   \
+    "shutdown-grace", FLAG_DURATION, offsetof(type, member.shutdown_grace_ms), "10s", 0, 3600000,  \
         NULL, "On SIGTERM, how long open calls may take before they are cancelled.", 0             \
   }
 

@@ -25,18 +25,18 @@ struct coordinator_config {
   uint64_t scale_timeout_beats;
 };
 
-static const struct cfg_option coordinator_options[] = {
+static const struct flag_spec coordinator_options[] = {
     DAEMON_OPTION_ROWS(struct coordinator_config, daemon, "127.0.0.1:7070",
                        "stoker-data/coordinator"),
-    {"tick", CFG_DURATION, offsetof(struct coordinator_config, tick_ms), "20ms", 1, 1000, NULL,
+    {"tick", FLAG_DURATION, offsetof(struct coordinator_config, tick_ms), "20ms", 1, 1000, NULL,
      "Period of the sweep that expires leases, closes rounds and times out parked joins.", 0},
-    {"max-events-per-job", CFG_UINT64, offsetof(struct coordinator_config, max_events_per_job),
+    {"max-events-per-job", FLAG_UINT64, offsetof(struct coordinator_config, max_events_per_job),
      "10000", 10, 10000000, NULL, "Events kept per job; older ones are deleted.", 0},
-    {"watch-queue-max", CFG_UINT64, offsetof(struct coordinator_config, watch_queue_max), "1024", 1,
-     1000000, NULL, "Events a watcher may fall behind before its stream is ended.", 0},
-    {"stats-flush", CFG_DURATION, offsetof(struct coordinator_config, stats_flush_ms), "2s", 10,
+    {"watch-queue-max", FLAG_UINT64, offsetof(struct coordinator_config, watch_queue_max), "1024",
+     1, 1000000, NULL, "Events a watcher may fall behind before its stream is ended.", 0},
+    {"stats-flush", FLAG_DURATION, offsetof(struct coordinator_config, stats_flush_ms), "2s", 10,
      3600000, NULL, "How often heartbeat statistics (step, loss, tokens/s) are persisted.", 0},
-    {"scale-timeout-beats", CFG_UINT64, offsetof(struct coordinator_config, scale_timeout_beats),
+    {"scale-timeout-beats", FLAG_UINT64, offsetof(struct coordinator_config, scale_timeout_beats),
      "10", 1, 10000, NULL,
      "Heartbeat intervals a scale or pause waits for a checkpoint before going ahead.", 0},
 };

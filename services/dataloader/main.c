@@ -44,48 +44,48 @@ struct dataloader_config {
 #define DL_ROW(name, type, field, def, lo, hi, help)                                               \
   { name, type, offsetof(struct dataloader_config, field), def, lo, hi, NULL, help, 0 }
 
-static const struct cfg_option dataloader_options[] = {
+static const struct flag_spec dataloader_options[] = {
     DAEMON_OPTION_ROWS(struct dataloader_config, daemon, "127.0.0.1:7071",
                        "stoker-data/dataloader"),
-    DL_ROW("max-batch-size", CFG_SIZE, max_batch_bytes, "16MiB", 4096, (int64_t)1 << 30,
+    DL_ROW("max-batch-size", FLAG_SIZE, max_batch_bytes, "16MiB", 4096, (int64_t)1 << 30,
            "Largest token payload of one batch; larger requests fail (keep it at most half of "
            "max-message-size)."),
-    DL_ROW("max-prefetch", CFG_UINT64, max_prefetch, "16", 1, 1024,
+    DL_ROW("max-prefetch", FLAG_UINT64, max_prefetch, "16", 1, 1024,
            "Largest prefetch depth a StreamBatches call may ask for."),
-    DL_ROW("default-prefetch", CFG_UINT64, default_prefetch, "2", 1, 1024,
+    DL_ROW("default-prefetch", FLAG_UINT64, default_prefetch, "2", 1, 1024,
            "Prefetch depth of a StreamBatches call that asks for 0."),
-    DL_ROW("worker-threads", CFG_UINT64, worker_threads, "4", 1, 1024,
+    DL_ROW("worker-threads", FLAG_UINT64, worker_threads, "4", 1, 1024,
            "Threads generating batches and writing state (the libuv threadpool size); jobs "
            "with work share them fairly."),
-    DL_ROW("worker-stuck-after", CFG_DURATION, worker_stuck_ms, "60s", 1, (int64_t)1 << 40,
+    DL_ROW("worker-stuck-after", FLAG_DURATION, worker_stuck_ms, "60s", 1, (int64_t)1 << 40,
            "Health turns NOT_SERVING while every worker has been on one call this long and "
            "calls wait (back to SERVING once one comes free)."),
-    DL_ROW("keep-commits", CFG_UINT64, keep_commits, "2", 1, 1000,
+    DL_ROW("keep-commits", FLAG_UINT64, keep_commits, "2", 1, 1000,
            "Committed states per job kept restorable; older snapshots are deleted."),
-    DL_ROW("max-step", CFG_INT64, max_step, "1099511627776", 1, (int64_t)1 << 62,
+    DL_ROW("max-step", FLAG_INT64, max_step, "1099511627776", 1, (int64_t)1 << 62,
            "Steps above this are refused as invalid."),
-    DL_ROW("max-replay-lines", CFG_UINT64, max_replay_lines, "1048576", 1, (int64_t)1 << 40,
+    DL_ROW("max-replay-lines", FLAG_UINT64, max_replay_lines, "1048576", 1, (int64_t)1 << 40,
            "Lines one lane may regenerate for a call; a step further from any saved state is "
            "refused (OUT_OF_RANGE)."),
-    DL_ROW("max-replay-tokens", CFG_UINT64, max_replay_tokens, "1073741824", 1, (int64_t)1 << 50,
+    DL_ROW("max-replay-tokens", FLAG_UINT64, max_replay_tokens, "1073741824", 1, (int64_t)1 << 50,
            "Tokens of the lines one lane may regenerate for a call (long lines cost more "
            "each); a step further is refused (OUT_OF_RANGE)."),
-    DL_ROW("snapshot-every-lines", CFG_UINT64, snapshot_every_lines, "32", 1, 1 << 20,
+    DL_ROW("snapshot-every-lines", FLAG_UINT64, snapshot_every_lines, "32", 1, 1 << 20,
            "Spacing of the in-memory lane snapshots that bound replay."),
-    DL_ROW("max-snapshots-per-lane", CFG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
+    DL_ROW("max-snapshots-per-lane", FLAG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
            "In-memory lane snapshots kept per lane."),
-    DL_ROW("shm-dir", CFG_STRING, shm_dir, "auto", 0, 0,
+    DL_ROW("shm-dir", FLAG_STRING, shm_dir, "auto", 0, 0,
            "Shared-memory delivery of streamed batches to clients on this host: the directory "
            "of ring files (made 0700); auto: /dev/shm/stoker-dl-HASH of data-dir; empty: off "
            "(tokens over gRPC only)."),
-    DL_ROW("shm-ring-max", CFG_SIZE, shm_ring_bytes, "256MiB", 1 << 20, (int64_t)1 << 40,
+    DL_ROW("shm-ring-max", FLAG_SIZE, shm_ring_bytes, "256MiB", 1 << 20, (int64_t)1 << 40,
            "Largest shared-memory ring of one stream; batches too big for two slots go over "
            "gRPC."),
-    {"data-root", CFG_STRING, offsetof(struct dataloader_config, data_root), "", 0, 0, NULL,
+    {"data-root", FLAG_STRING, offsetof(struct dataloader_config, data_root), "", 0, 0, NULL,
      "Directory whose files (datasets, tokenizer files) clients may name; repeat for more. "
      "Anything else is PERMISSION_DENIED; none: no file is served.",
-     CFG_REPEAT},
-    DL_ROW("part", CFG_STRING, part, "0/1", 0, 0,
+     FLAG_REPEAT},
+    DL_ROW("part", FLAG_STRING, part, "0/1", 0, 0,
            "Scale-out: I/P makes this process part I of P serving each job, generating only "
            "the lanes c with c mod P == I (0/1: the whole job)."),
 };

@@ -37,18 +37,18 @@ struct tcfg {
 static const char *const modes[] = {"fast", "safe", NULL};
 
 #define OFF(f) offsetof(struct tcfg, f)
-static const struct cfg_option opts[] = {
-    {"listen", CFG_STRING, OFF(listen), "127.0.0.1:7070", 0, 0, NULL, "Address to serve on.", 0},
-    {"verbose", CFG_BOOL, OFF(verbose), "false", 0, 0, NULL, "Log more.", 0},
-    {"port", CFG_INT64, OFF(port), "7070", 1, 65535, NULL, "A port.", 0},
-    {"workers", CFG_UINT64, OFF(workers), "4", 1, 64, NULL, "Worker threads.", 0},
-    {"heartbeat-interval", CFG_DURATION, OFF(heartbeat_ms), "5s", 100, 3600000, NULL,
+static const struct flag_spec opts[] = {
+    {"listen", FLAG_STRING, OFF(listen), "127.0.0.1:7070", 0, 0, NULL, "Address to serve on.", 0},
+    {"verbose", FLAG_BOOL, OFF(verbose), "false", 0, 0, NULL, "Log more.", 0},
+    {"port", FLAG_INT64, OFF(port), "7070", 1, 65535, NULL, "A port.", 0},
+    {"workers", FLAG_UINT64, OFF(workers), "4", 1, 64, NULL, "Worker threads.", 0},
+    {"heartbeat-interval", FLAG_DURATION, OFF(heartbeat_ms), "5s", 100, 3600000, NULL,
      "Time between heartbeats.", 0},
-    {"cache-size", CFG_SIZE, OFF(cache_bytes), "64MiB", 0, 0, NULL, "Cache budget.", 0},
-    {"mode", CFG_ENUM, OFF(mode), "safe", 0, 0, modes, "Trade-off.", 0},
-    {"token", CFG_STRING, OFF(token), NULL, 0, 0, NULL, "Bearer token.", CFG_SECRET},
-    {"label", CFG_STRING, OFF(label), "a # b", 0, 0, NULL, "Free text.\nSecond line.", 0},
-    {"root", CFG_STRING, OFF(root), "/default", 0, 0, NULL, "A directory.", CFG_REPEAT},
+    {"cache-size", FLAG_SIZE, OFF(cache_bytes), "64MiB", 0, 0, NULL, "Cache budget.", 0},
+    {"mode", FLAG_ENUM, OFF(mode), "safe", 0, 0, modes, "Trade-off.", 0},
+    {"token", FLAG_STRING, OFF(token), NULL, 0, 0, NULL, "Bearer token.", FLAG_SECRET},
+    {"label", FLAG_STRING, OFF(label), "a # b", 0, 0, NULL, "Free text.\nSecond line.", 0},
+    {"root", FLAG_STRING, OFF(root), "/default", 0, 0, NULL, "A directory.", FLAG_REPEAT},
 };
 static const struct cfg_table table = {"testd", "TESTD", opts, sizeof(opts) / sizeof(opts[0]),
                                        "A daemon for tests."};
@@ -124,7 +124,7 @@ static void test_layers_override(void **state) {
   free(path);
 }
 
-/* A CFG_REPEAT option: repeats add within a layer, a later layer replaces. */
+/* A FLAG_REPEAT option: repeats add within a layer, a later layer replaces. */
 static void test_repeatable(void **state) {
   char *path = write_temp("root = /f1\nroot = /f2\n");
   struct tcfg c;
@@ -177,6 +177,8 @@ static void test_value_syntax(void **state) {
       {"--heartbeat-interval", "100ms", 100},
       {"--heartbeat-interval", "30s", 30000},
       {"--heartbeat-interval", "1h", 3600000},
+      {"--heartbeat-interval", "1m30s", 90000}, /* Sums and fractions, as stokerctl takes. */
+      {"--heartbeat-interval", "1.5s", 1500},
       {"--cache-size", "4096", 4096},
       {"--cache-size", "64KiB", 65536},
       {"--cache-size", "16MiB", 16ull << 20},
@@ -224,8 +226,8 @@ static void test_errors_are_clear(void **state) {
                "99999999999TiB", NULL);
   expect_error("--mode: expected one of fast, safe, got 'slow'", "--mode", "slow", NULL);
   expect_error("--verbose: expected true or false, got 'maybe'", "--verbose=maybe", NULL);
-  expect_error("unknown option '--bogus' (see --help)", "--bogus", "1", NULL);
-  expect_error("unknown option '--no-port' (see --help)", "--no-port", NULL);
+  expect_error("unknown flag --bogus (see --help)", "--bogus", "1", NULL);
+  expect_error("unknown flag --no-port (see --help)", "--no-port", NULL);
   expect_error("--port: missing value", "--port", NULL);
   expect_error("unexpected argument 'stray'", "stray", NULL);
   setenv("STOKER_TESTD_WORKERS", "many", 1);
