@@ -1,7 +1,9 @@
 /*
  * stokerctl's contract with its caller: the command line (flags may appear
- * anywhere), the environment, durations like "1m30s", and the exit codes.
- * Pure functions, so that tests can drive them without a coordinator.
+ * anywhere; parsed by services/common/flags.c from one table), the
+ * environment and the exit codes. Pure functions, so that tests can drive
+ * them without a coordinator. Numbers and durations given to verbs are read
+ * with flag_parse_uint and flag_parse_duration_ms ("1m30s", "1.5s").
  */
 #ifndef STK_CLI_ARGS_H
 #define STK_CLI_ARGS_H
@@ -9,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "flags.h"
 
 #define CLI_MAX_POSITIONAL      16
 #define CLI_MAX_FLAGS           64
@@ -24,11 +28,6 @@ enum cli_exit {
   CLI_EXIT_UNAVAILABLE = 4, /* Unavailable or deadline exceeded. */
   CLI_EXIT_AUTH = 5,        /* Unauthenticated or permission denied. */
   CLI_EXIT_OTHER = 6,
-};
-
-struct cli_flag {
-  const char *name;  /* Without the leading dashes: "label". */
-  const char *value; /* NULL for switches. */
 };
 
 /* Everything on the command line. Strings point into argv. */
@@ -48,14 +47,16 @@ struct cli_args {
   /* Words that are not flags: the subcommand and its operands. */
   int n_pos;
   const char *pos[CLI_MAX_POSITIONAL];
-  /* Subcommand flags in order (repeatable ones appear several times). */
+  /* Subcommand flags in order (repeatable ones appear several times);
+   * name without the dashes, value NULL for switches. */
   int n_flags;
-  struct cli_flag flags[CLI_MAX_FLAGS];
+  struct flag_occurrence flags[CLI_MAX_FLAGS];
 };
 
 /* Parses argv[1..argc-1] ("--name VALUE", "--name=VALUE", switches, and
  * "--" ending flags). Returns 0, or STK_EINVAL with a one-line reason in
- * err (unknown flag, missing value, bad --timeout, too many words). */
+ * err naming the flag (unknown flag, missing value, bad --timeout, too many
+ * words). */
 int cli_parse(int argc, char **argv, struct cli_args *a, char *err, size_t err_len);
 
 /* Fills unset addresses and the token file from STOKER_COORDINATOR,
@@ -66,13 +67,6 @@ void cli_apply_env(struct cli_args *a, const char *(*get)(const char *name));
 /* The last value given for flag name, or NULL. */
 const char *cli_flag_value(const struct cli_args *a, const char *name);
 bool cli_flag_set(const struct cli_args *a, const char *name);
-
-/* "250ms", "5s", "10m", "2h", "1m30s", "1.5s", "0". A unit is required
- * except for 0. Returns 0 or STK_EINVAL / STK_ERANGE (over a day). */
-int cli_parse_duration_ms(const char *s, int64_t *ret_ms);
-
-/* Decimal unsigned integer no larger than max. */
-int cli_parse_uint(const char *s, uint64_t max, uint64_t *ret_value);
 
 /* Splits "key=value" into the buffers. STK_EINVAL when there is no '=',
  * the key is empty, or a part does not fit. */

@@ -27,7 +27,7 @@ static int connect_ckpt(const struct cli_ctx *x, struct stk_client **ret_client)
 /* Operand 2 as a step. */
 static int parse_step(const struct cli_ctx *x, int64_t *ret_step) {
   uint64_t s;
-  if (cli_parse_uint(x->ops[1], INT64_MAX, &s) < 0)
+  if (flag_parse_uint(x->ops[1], INT64_MAX, &s) < 0)
     return cli_usage_error(x, "bad step \"%s\"", x->ops[1]);
   *ret_step = (int64_t)s;
   return 0;

@@ -23,7 +23,7 @@ int table_add(struct table *t, const char *const *cells);
 void table_print(const struct table *t, FILE *out);
 void table_free(struct table *t);
 
-/* "250ms", "5s", "1m30s", "10m", "2h" (the form cli_parse_duration_ms
+/* "250ms", "5s", "1m30s", "10m", "2h" (the form flag_parse_duration_ms
  * reads); "0s" for 0. */
 void fmt_duration_ms(int64_t ms, char *buf, size_t len);
 /* How long ago then_ms was at now_ms (Unix ms): "3s", "2m5s"; "-" when

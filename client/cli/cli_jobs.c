@@ -27,7 +27,7 @@ int cli_jobs_list(const struct cli_ctx *x) {
   char text[CLI_MAX_FLAGS][2][256];
   size_t n = 0;
   for (int i = 0; i < x->args->n_flags; i++) {
-    const struct cli_flag *f = &x->args->flags[i];
+    const struct flag_occurrence *f = &x->args->flags[i];
     if (strcmp(f->name, "label") != 0) continue;
     if (cli_split_label(f->value, text[n][0], 256, text[n][1], 256) < 0)
       return cli_usage_error(x, "--label: expected KEY=VALUE, got \"%s\"", f->value);
@@ -107,7 +107,7 @@ static void print_action(const struct cli_ctx *x, const char *done, const Stoker
 
 int cli_job_scale(const struct cli_ctx *x) {
   uint64_t ranks;
-  if (cli_parse_uint(x->ops[1], UINT32_MAX, &ranks) < 0 || ranks == 0)
+  if (flag_parse_uint(x->ops[1], UINT32_MAX, &ranks) < 0 || ranks == 0)
     return cli_usage_error(x, "bad rank count \"%s\"", x->ops[1]);
   struct stk_client *c;
   int rc = cli_connect(x, x->args->coordinator, &c);

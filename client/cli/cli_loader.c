@@ -145,10 +145,10 @@ int cli_loader_mixture(const struct cli_ctx *x) {
 static int explain_args(const struct cli_ctx *x, int64_t *step, uint32_t *rank, uint32_t *world) {
   uint64_t s, r = 0, w = 1;
   const char *rv = cli_flag_value(x->args, "rank"), *wv = cli_flag_value(x->args, "world");
-  if (cli_parse_uint(x->ops[1], INT64_MAX, &s) < 0)
+  if (flag_parse_uint(x->ops[1], INT64_MAX, &s) < 0)
     return cli_usage_error(x, "bad step \"%s\"", x->ops[1]);
-  if ((rv && cli_parse_uint(rv, UINT32_MAX, &r) < 0) ||
-      (wv && cli_parse_uint(wv, UINT32_MAX, &w) < 0) || w == 0 || r >= w)
+  if ((rv && flag_parse_uint(rv, UINT32_MAX, &r) < 0) ||
+      (wv && flag_parse_uint(wv, UINT32_MAX, &w) < 0) || w == 0 || r >= w)
     return cli_usage_error(x, "need 0 <= --rank < --world (got %s and %s)", rv ? rv : "0",
                            wv ? wv : "1");
   *step = (int64_t)s;
@@ -234,7 +234,7 @@ int cli_loader_explain(const struct cli_ctx *x) {
 
 int cli_loader_commit(const struct cli_ctx *x) {
   uint64_t step;
-  if (cli_parse_uint(x->ops[1], INT64_MAX, &step) < 0)
+  if (flag_parse_uint(x->ops[1], INT64_MAX, &step) < 0)
     return cli_usage_error(x, "bad step \"%s\"", x->ops[1]);
   struct stk_loader *l;
   int rc = connect_loader(x, &l);

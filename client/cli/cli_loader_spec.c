@@ -96,7 +96,7 @@ static int num(const struct cli_args *a, const char *flag, uint64_t max, uint64_
   const char *v = cli_flag_value(a, flag);
   if (ret_set) *ret_set = v != NULL;
   if (!v) return 0;
-  if (cli_parse_uint(v, max, ret_value) < 0) {
+  if (flag_parse_uint(v, max, ret_value) < 0) {
     snprintf(err, err_len, "--%s: bad number \"%s\"", flag, v);
     return STK_EINVAL;
   }
@@ -174,7 +174,7 @@ static int doc_refs(const struct cli_args *a, struct cli_doc_refs *d, char *err,
     size_t ds_len = first ? (size_t)(first - v) : 0;
     size_t file_len = first && last > first ? (size_t)(last - first - 1) : 0;
     if (ds_len == 0 || file_len == 0 || ds_len >= 512 || file_len >= 512 ||
-        cli_parse_uint(last + 1, UINT64_MAX, &doc) < 0) {
+        flag_parse_uint(last + 1, UINT64_MAX, &doc) < 0) {
       snprintf(err, err_len, "--block-document: expected DATASET/FILE/DOC, got \"%s\"", v);
       return STK_EINVAL;
     }

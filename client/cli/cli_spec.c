@@ -16,7 +16,7 @@ static int duration_flag(const struct cli_args *a, const char *flag, uint32_t *r
   const char *v = cli_flag_value(a, flag);
   int64_t ms;
   if (!v) return 0;
-  if (cli_parse_duration_ms(v, &ms) < 0 || ms > UINT32_MAX) {
+  if (flag_parse_duration_ms(v, &ms) < 0 || ms > UINT32_MAX) {
     snprintf(err, err_len, "--%s: bad duration \"%s\" (e.g. 500ms, 5s, 10m)", flag, v);
     return STK_EINVAL;
   }
@@ -32,7 +32,7 @@ static int uint_flag(const struct cli_args *a, const char *flag, bool required, 
     if (required) snprintf(err, err_len, "--%s N is required", flag);
     return required ? STK_EINVAL : 0;
   }
-  if (cli_parse_uint(v, max, ret_value) < 0) {
+  if (flag_parse_uint(v, max, ret_value) < 0) {
     snprintf(err, err_len, "--%s: bad number \"%s\"", flag, v);
     return STK_EINVAL;
   }

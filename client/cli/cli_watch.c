@@ -39,7 +39,7 @@ static void catch_signals(void) {
 int cli_job_watch(const struct cli_ctx *x) {
   uint64_t after = 0;
   const char *v = cli_flag_value(x->args, "after");
-  if (v && cli_parse_uint(v, UINT64_MAX, &after) < 0)
+  if (v && flag_parse_uint(v, UINT64_MAX, &after) < 0)
     return cli_usage_error(x, "--after: bad sequence number \"%s\"", v);
   struct stk_client *c;
   int rc = cli_connect(x, x->args->coordinator, &c);

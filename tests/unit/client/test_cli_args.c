@@ -44,6 +44,11 @@ static void test_flags_anywhere(void **state) {
   assert_string_equal(cli_flag_value(&a, "min"), "2");
   assert_string_equal(cli_flag_value(&a, "max"), "4");
   assert_false(cli_flag_set(&a, "force"));
+  /* Global switches take the shared parser's forms. */
+  assert_int_equal(parse(&a, err, "health", "--json", "--no-json", NULL), 0);
+  assert_false(a.json);
+  assert_int_equal(parse(&a, err, "health", "--json=true", NULL), 0);
+  assert_true(a.json);
 }
 
 static void test_repeated_and_switches(void **state) {
@@ -66,10 +71,13 @@ static void test_bad_flags(void **state) {
   assert_int_equal(parse(&a, err, "health", "--colour", NULL), STK_EINVAL);
   assert_non_null(strstr(err, "unknown flag --colour"));
   assert_int_equal(parse(&a, err, "job", "show", "x", "--coordinator", NULL), STK_EINVAL);
-  assert_non_null(strstr(err, "--coordinator needs a value"));
+  assert_non_null(strstr(err, "--coordinator: missing value"));
   assert_int_equal(parse(&a, err, "job", "delete", "x", "--force=yes", NULL), STK_EINVAL);
   assert_int_equal(parse(&a, err, "health", "--timeout", "soon", NULL), STK_EINVAL);
   assert_non_null(strstr(err, "--timeout"));
+  assert_int_equal(parse(&a, err, "health", "--timeout", "0", NULL), STK_EINVAL);
+  assert_int_equal(parse(&a, err, "health", "--timeout", "25h", NULL), STK_EINVAL);
+  assert_string_equal(err, "--timeout: 25h is out of range [1ms, 1d]");
   /* After "--", words that look like flags are operands. */
   assert_int_equal(parse(&a, err, "job", "show", "--", "--odd", NULL), 0);
   assert_string_equal(a.pos[2], "--odd");
@@ -108,36 +116,14 @@ static void test_env(void **state) {
   assert_null(a.dataloader);
 }
 
-static void test_durations(void **state) {
-  static const struct {
-    const char *text;
-    int64_t ms;
-  } good[] = {{"0", 0},        {"250ms", 250},   {"5s", 5000},   {"10m", 600000},
-              {"2h", 7200000}, {"1m30s", 90000}, {"1.5s", 1500}, {"1h1m1s", 3661000},
-              {"100ms", 100},  {"24h", 86400000}};
-  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-    int64_t ms = -1;
-    assert_int_equal(cli_parse_duration_ms(good[i].text, &ms), 0);
-    assert_int_equal(ms, good[i].ms);
-  }
-  static const char *const bad[] = {"", "5", "s", "-5s", "5x", "5s3", "1.2.3s", " 5s", "5 s"};
-  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    int64_t ms = 42;
-    assert_int_equal(cli_parse_duration_ms(bad[i], &ms), STK_EINVAL);
-    assert_int_equal(ms, 42); /* Untouched on failure. */
-  }
-  int64_t ms;
-  assert_int_equal(cli_parse_duration_ms("25h", &ms), STK_ERANGE);
-}
-
-/* What fmt_duration_ms writes, cli_parse_duration_ms reads back. */
+/* What fmt_duration_ms writes, flag_parse_duration_ms reads back. */
 static void test_duration_round_trip(void **state) {
   static const int64_t values[] = {0, 1, 250, 1000, 5000, 59000, 60000, 90000, 600000, 3661000};
   for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
     char buf[32];
     int64_t back = -1;
     fmt_duration_ms(values[i], buf, sizeof(buf));
-    assert_int_equal(cli_parse_duration_ms(buf, &back), 0);
+    assert_int_equal(flag_parse_duration_ms(buf, &back), 0);
     assert_int_equal(back, values[i]);
   }
   char buf[32];
@@ -150,14 +136,6 @@ static void test_duration_round_trip(void **state) {
 }
 
 static void test_numbers_and_labels(void **state) {
-  uint64_t v = 7;
-  assert_int_equal(cli_parse_uint("42", 100, &v), 0);
-  assert_int_equal(v, 42);
-  assert_int_equal(cli_parse_uint("101", 100, &v), STK_ERANGE);
-  assert_int_equal(cli_parse_uint("-1", 100, &v), STK_EINVAL);
-  assert_int_equal(cli_parse_uint("4x", 100, &v), STK_EINVAL);
-  assert_int_equal(cli_parse_uint("", 100, &v), STK_EINVAL);
-  assert_int_equal(v, 42);
   char k[8], val[8];
   assert_int_equal(cli_split_label("team=ml=x", k, sizeof(k), val, sizeof(val)), 0);
   assert_string_equal(k, "team");
@@ -236,11 +214,15 @@ static void test_exit_codes(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_flags_anywhere),     cmocka_unit_test(test_repeated_and_switches),
-      cmocka_unit_test(test_bad_flags),          cmocka_unit_test(test_env),
-      cmocka_unit_test(test_durations),          cmocka_unit_test(test_duration_round_trip),
-      cmocka_unit_test(test_numbers_and_labels), cmocka_unit_test(test_spec),
-      cmocka_unit_test(test_spec_errors),        cmocka_unit_test(test_exit_codes),
+      cmocka_unit_test(test_flags_anywhere),
+      cmocka_unit_test(test_repeated_and_switches),
+      cmocka_unit_test(test_bad_flags),
+      cmocka_unit_test(test_env),
+      cmocka_unit_test(test_duration_round_trip),
+      cmocka_unit_test(test_numbers_and_labels),
+      cmocka_unit_test(test_spec),
+      cmocka_unit_test(test_spec_errors),
+      cmocka_unit_test(test_exit_codes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -124,7 +124,8 @@ static void test_durations(void **state) {
     assert_int_equal(flag_parse_duration_ms(good[i].text, &ms), 0);
     assert_int_equal(ms, good[i].ms);
   }
-  static const char *const bad[] = {"", "5", "s", "-1s", "5x", "1.s", "1m30", " 5s", ".5s"};
+  static const char *const bad[] = {"",     "5",   "s",   "-1s", "5x",     "1.s",
+                                    "1m30", " 5s", ".5s", "5s3", "1.2.3s", "5 s"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     int64_t ms = 7;
     assert_int_equal(flag_parse_duration_ms(bad[i], &ms), STK_EINVAL);
