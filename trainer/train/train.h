@@ -119,7 +119,9 @@ struct train {
   int eval_lines;                      /* Its lines; 0: not fetched at this world size. */
 };
 
-/* Flags and environment; prints usage and returns -1 when they are bad. */
+/* Flags and environment (train_args.c). Returns 0 with ret_opts filled; 1
+ * when --help or --version was printed (exit 0); -1 when they are bad,
+ * after one line on stderr naming the flag (exit 2). */
 int train_parse_args(int argc, char **argv, struct train_opts *ret_opts);
 
 /* Joins (or rejoins) the job and builds the ring group of the generation.

@@ -86,11 +86,8 @@ static int connect_all(struct train *t) {
 
 int main(int argc, char **argv) {
   static struct train t;
-  if (argc == 2 && strcmp(argv[1], "--version") == 0) {
-    printf("stoker-train %s\n", STK_VERSION);
-    return 0;
-  }
-  if (train_parse_args(argc, argv, &t.o) != 0) return 2;
+  int parsed = train_parse_args(argc, argv, &t.o);
+  if (parsed != 0) return parsed > 0 ? 0 : 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
   pthread_mutex_init(&t.group_mu, NULL);
   pthread_mutex_init(&t.pend.mu, NULL);
