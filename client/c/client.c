@@ -6,7 +6,6 @@
  */
 #include "client_internal.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,19 +47,6 @@ int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms) {
   return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
 }
 
-/* Reads a bearer token from path into buf, trimming surrounding space. */
-static int read_token(const char *path, char *buf, size_t len) {
-  FILE *f = fopen(path, "r");
-  if (!f) return STK_EINVAL;
-  size_t n = fread(buf, 1, len - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  while (n > 0 && isspace((unsigned char)buf[n - 1])) buf[--n] = '\0';
-  size_t skip = strspn(buf, " \t\r\n");
-  memmove(buf, buf + skip, n - skip + 1);
-  return buf[0] ? 0 : STK_EINVAL;
-}
-
 static char *dup_opt(const char *s) {
   return s ? strdup(s) : NULL;
 }
@@ -94,7 +80,7 @@ int client_new_channel(const struct stk_client *c, struct rpc_client **ret_rpc) 
 int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_client) {
   if (!opts || !opts->address || !opts->address[0])
     return client_fail(STK_EINVAL, "no coordinator address");
-  char token[4096];
+  char *token = NULL;
   struct rpc_client_opts ro = {
       .target = opts->address,
       .tls_ca_file = opts->tls_ca_file,
@@ -103,16 +89,18 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
       .token = opts->token,
   };
   if (opts->token_file) {
-    if (read_token(opts->token_file, token, sizeof(token)) < 0) {
-      client_set_error(3, "cannot read a token from %s", opts->token_file);
+    stk_clear_detail();
+    if (rpc_read_token_file(opts->token_file, &token) < 0) {
+      client_set_error(3, "%s", stk_detail());
       return STK_EINVAL;
     }
     ro.token = token;
   }
   struct stk_client *c = calloc(1, sizeof(*c));
+  int err = c ? keep_opts(c, &ro) : STK_ENOMEM;
+  free(token);
   if (!c) return client_fail(STK_ENOMEM, "client");
-  int err = keep_opts(c, &ro);
-  if (err == 0) err = rpc_client_new(&ro, &c->rpc);
+  if (err == 0) err = rpc_client_new(&c->ro, &c->rpc);
   if (err < 0) {
     drop_opts(c);
     free(c);

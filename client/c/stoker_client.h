@@ -44,7 +44,7 @@ struct stk_client_opts {
   const char *tls_cert_file; /* PEM client certificate (mutual TLS). */
   const char *tls_key_file;
   const char *token;          /* Bearer token; NULL: none. */
-  const char *token_file;     /* Read the token from here (whitespace trimmed). */
+  const char *token_file;     /* Read the token from here (rpc_read_token_file's rule). */
   int64_t default_timeout_ms; /* For calls given timeout 0; 0: 30000. */
 };
 

@@ -200,18 +200,6 @@ static int resolve_shm(struct checkpoint *ck, char *err, size_t err_len) {
   return 0;
 }
 
-/* storage.h reads the S3 settings from the environment; options win. */
-static char *read_token(const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return NULL;
-  char buf[4096] = "";
-  char *ok = fgets(buf, sizeof(buf), f);
-  fclose(f);
-  if (!ok) return NULL;
-  buf[strcspn(buf, "\r\n")] = 0;
-  return strdup(buf);
-}
-
 static const char *nonempty(const char *s) {
   return s && s[0] ? s : NULL;
 }
@@ -232,8 +220,9 @@ static struct ckpt_report_opts reporter_opts(struct checkpoint *ck, const char *
 static int start_reporter(struct checkpoint *ck) {
   if (!nonempty(ck->cfg.coordinator)) return 0;
   const char *tf = nonempty(ck->cfg.coordinator_token_file);
-  if (tf && !(ck->token = read_token(tf))) {
-    log_error("startup", "cannot read coordinator-token-file %s", tf);
+  stk_clear_detail();
+  if (tf && rpc_read_token_file(tf, &ck->token) != 0) {
+    log_error("startup", "coordinator-token-file: %s", stk_detail());
     return STK_EINVAL;
   }
   if (ck->token && !nonempty(ck->cfg.coordinator_tls_ca))
@@ -258,10 +247,9 @@ static int reload_reporter(struct daemon *d, void *arg) {
   (void)d;
   if (!ck->report) return 0;
   const char *tf = nonempty(ck->cfg.coordinator_token_file);
-  char *token = tf ? read_token(tf) : NULL;
+  char *token = NULL;
   stk_clear_detail();
-  int rc = tf && !token ? STK_EINVAL : 0;
-  if (rc) stk_set_detail("cannot read coordinator-token-file %s", tf);
+  int rc = tf ? rpc_read_token_file(tf, &token) : 0;
   struct ckpt_report_opts o = reporter_opts(ck, token);
   if (!rc) rc = ckpt_report_reload(ck->report, &o);
   if (rc) {

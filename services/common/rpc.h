@@ -213,9 +213,22 @@ struct rpc_status {
   char message[512];
 };
 
+/* Reads a bearer token file, the one rule for every program: the file
+ * holds at most RPC_TOKEN_FILE_MAX_BYTES; trailing whitespace (the final
+ * newline, a CRLF, spaces) is dropped and nothing else is: what is left
+ * must be non-empty and one word of printable ASCII (no inner space, no
+ * second line, no leading space). ret_token is malloc'd. STK_EINVAL (or
+ * STK_ENOMEM) with a detail naming the file: "token file PATH: empty". */
+#define RPC_TOKEN_FILE_MAX_BYTES 4096
+int rpc_read_token_file(const char *path, char **ret_token);
+
 int rpc_client_new(const struct rpc_client_opts *opts, struct rpc_client **ret_client);
 /* Cancels calls still open, waits for their callbacks, frees. Accepts NULL. */
 void rpc_client_free(struct rpc_client *c);
+/* Calls started from now on carry token (NULL: none); calls already
+ * started keep the one they were sent with. Any thread. 0 or STK_ENOMEM
+ * (the old token stays). */
+int rpc_client_set_token(struct rpc_client *c, const char *token);
 
 /* Unary, asynchronous. done runs once on the client's thread with the
  * status and, on RPC_OK, the reply (owned by the callee). method is

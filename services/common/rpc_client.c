@@ -16,6 +16,7 @@
 #include "stk_error.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,17 @@ struct rpc_client {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   struct rpc_client_call *open; /* Asynchronous calls not yet done, under mu. */
-  grpc_metadata auth;           /* authorization: Bearer ..., if has_auth. */
-  bool has_auth;
+  /* authorization: Bearer ..., or NULL. Immutable once published: a new
+   * token publishes a new one (rpc_client_set_token) and the old one is
+   * kept on retired until free, as a call being started may still read
+   * it. Tokens change rarely, so the list stays short. */
+  _Atomic(struct auth_md *) auth;
+  struct auth_md *retired; /* Under mu. */
+};
+
+struct auth_md {
+  grpc_metadata md;
+  struct auth_md *next_retired;
 };
 
 struct rpc_client_call {
@@ -71,8 +81,9 @@ grpc_call *rpc_client_create_call(struct rpc_client *c, const char *method, int6
 }
 
 size_t rpc_client_initial_md(struct rpc_client *c, grpc_metadata **ret_md) {
-  *ret_md = c->has_auth ? &c->auth : NULL;
-  return c->has_auth ? 1 : 0;
+  struct auth_md *a = atomic_load(&c->auth);
+  *ret_md = a ? &a->md : NULL;
+  return a ? 1 : 0;
 }
 
 static void *client_thread(void *arg) {
@@ -117,13 +128,42 @@ static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channe
   return grpc_channel_create(o->target, cr, &ch_args);
 }
 
-static void set_auth(struct rpc_client *c, const char *token) {
+/* The metadata for token; NULL for no token (or on allocation failure,
+ * then ret_err is STK_ENOMEM). */
+static struct auth_md *auth_new(const char *token, int *ret_err) {
   char *value;
-  if (!token || asprintf(&value, "Bearer %s", token) < 0) return;
-  c->auth.key = grpc_slice_from_static_string("authorization");
-  c->auth.value = grpc_slice_from_copied_string(value);
-  c->has_auth = true;
+  *ret_err = 0;
+  if (!token) return NULL;
+  struct auth_md *a = calloc(1, sizeof(*a));
+  if (!a || asprintf(&value, "Bearer %s", token) < 0) {
+    free(a);
+    *ret_err = STK_ENOMEM;
+    return NULL;
+  }
+  a->md.key = grpc_slice_from_static_string("authorization");
+  a->md.value = grpc_slice_from_copied_string(value);
   free(value);
+  return a;
+}
+
+static void auth_free(struct auth_md *a) {
+  if (!a) return;
+  grpc_slice_unref(a->md.value);
+  free(a);
+}
+
+int rpc_client_set_token(struct rpc_client *c, const char *token) {
+  int err;
+  struct auth_md *a = auth_new(token, &err);
+  if (err) return err;
+  struct auth_md *old = atomic_exchange(&c->auth, a);
+  if (old) {
+    pthread_mutex_lock(&c->mu);
+    old->next_retired = c->retired;
+    c->retired = old;
+    pthread_mutex_unlock(&c->mu);
+  }
+  return 0;
 }
 
 int rpc_client_new(const struct rpc_client_opts *opts, struct rpc_client **ret_client) {
@@ -146,7 +186,13 @@ int rpc_client_new(const struct rpc_client_opts *opts, struct rpc_client **ret_c
   c->cq = grpc_completion_queue_create_for_next(NULL);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  set_auth(c, opts->token);
+  int auth_err;
+  atomic_init(&c->auth, auth_new(opts->token, &auth_err));
+  if (auth_err) {
+    c->thread = 0;
+    rpc_client_free(c);
+    return auth_err;
+  }
   if (pthread_create(&c->thread, NULL, client_thread, c) != 0) {
     c->thread = 0;
     rpc_client_free(c);
@@ -172,7 +218,12 @@ void rpc_client_free(struct rpc_client *c) {
            GRPC_QUEUE_SHUTDOWN) {
     }
   grpc_completion_queue_destroy(c->cq);
-  if (c->has_auth) grpc_slice_unref(c->auth.value);
+  auth_free(atomic_load(&c->auth));
+  while (c->retired) {
+    struct auth_md *next = c->retired->next_retired;
+    auth_free(c->retired);
+    c->retired = next;
+  }
   pthread_cond_destroy(&c->cv);
   pthread_mutex_destroy(&c->mu);
   free(c);

@@ -3,13 +3,16 @@
  * both optional (the server's TLS files are rpc_server_tls.c's). Files are
  * read at server or client creation, so that a typo in a path fails
  * start-up with a clear detail instead of every later handshake; the
- * server re-reads its token file when asked (rpc_server_reload_token). The
+ * server re-reads its token file when asked (rpc_server_reload_token).
+ * rpc_read_token_file is the one token-file reader of every program (the
+ * daemons, the checkpoint service's reporter, libstoker-client). The
  * token check is constant-time so response timing does not leak the token.
  */
 #include "rpc_internal.h"
 
 #include "stk_error.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,17 +93,57 @@ int rpc_security_channel_creds(const struct rpc_client_opts *opts,
   return 0;
 }
 
-int rpc_security_load_token(const char *token_file, char **ret_header) {
-  char *text;
-  size_t n;
-  int err = rpc_security_read_file(token_file, &text, &n);
-  if (err) return err;
-  while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) text[--n] = '\0';
-  if (n == 0 || strlen(text) != n) {
-    free(text);
-    stk_set_detail("rpc: token file %s is empty or not text", token_file);
+/* The one rule for token files (rpc.h): trailing whitespace is dropped,
+ * what is left must be one word of printable ASCII. */
+static int check_token(const char *path, char *text, size_t n) {
+  while (n > 0 && isspace((unsigned char)text[n - 1])) text[--n] = '\0';
+  if (n == 0) {
+    stk_set_detail("token file %s: empty", path);
     return STK_EINVAL;
   }
+  for (size_t i = 0; i < n; i++) {
+    if (text[i] <= ' ' || text[i] >= 0x7f) {
+      stk_set_detail("token file %s: not one word of printable ASCII (byte %zu: 0x%02x)", path, i,
+                     (unsigned char)text[i]);
+      return STK_EINVAL;
+    }
+  }
+  return 0;
+}
+
+int rpc_read_token_file(const char *path, char **ret_token) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    stk_set_detail("token file %s: %s", path, strerror(errno));
+    return STK_EINVAL;
+  }
+  char *buf = malloc(RPC_TOKEN_FILE_MAX_BYTES + 2);
+  size_t n = buf ? fread(buf, 1, RPC_TOKEN_FILE_MAX_BYTES + 1, f) : 0;
+  bool failed = ferror(f);
+  fclose(f);
+  if (!buf) return STK_ENOMEM;
+  buf[n] = '\0';
+  int err = 0;
+  if (failed || n > RPC_TOKEN_FILE_MAX_BYTES) {
+    if (failed)
+      stk_set_detail("token file %s: read error", path);
+    else
+      stk_set_detail("token file %s: larger than %d bytes", path, RPC_TOKEN_FILE_MAX_BYTES);
+    err = STK_EINVAL;
+  }
+  if (!err) err = check_token(path, buf, n);
+  if (err) {
+    free(buf);
+    return err;
+  }
+  *ret_token = buf;
+  return 0;
+}
+
+int rpc_security_load_token(const char *token_file, char **ret_header) {
+  char *text;
+  int err = rpc_read_token_file(token_file, &text);
+  if (err) return err;
   char *header;
   int rc = asprintf(&header, "Bearer %s", text);
   free(text);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -125,6 +126,18 @@ static void test_token(void **state) {
   assert_int_equal(list_jobs(f, right, &code), 0);
   struct stk_client_opts from_file = {.token_file = tok};
   assert_int_equal(list_jobs(f, from_file, &code), 0);
+  /* The client reads its file by the daemons' rule: a leading space is not
+   * trimmed away but refused, and the error names the file. */
+  char spaced[300];
+  fp = fopen(pki_file(f, "spaced-token", spaced, sizeof(spaced)), "w");
+  assert_non_null(fp);
+  fputs(" s3cret-token\n", fp);
+  fclose(fp);
+  struct stk_client_opts bad_file = {.address = f->d->addr, .token_file = spaced};
+  struct stk_client *bad = NULL;
+  assert_int_equal(stk_client_new(&bad_file, &bad), STK_EINVAL);
+  assert_null(bad);
+  assert_non_null(strstr(stk_client_last_error(NULL), spaced));
   struct stk_client_opts wrong = {.token = "s3cret-tokem"};
   assert_int_equal(list_jobs(f, wrong, &code), STK_EUNAUTH);
   assert_int_equal(code, RPC_UNAUTHENTICATED);

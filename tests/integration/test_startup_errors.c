@@ -117,6 +117,40 @@ static void test_data_dir_locked(void **state) {
   }
 }
 
+/* Writes text to DIR/name; ret_path gets the path. */
+static void write_in(const char *dir, const char *name, const char *text, char *ret_path,
+                     size_t len) {
+  snprintf(ret_path, len, "%s/%s", dir, name);
+  FILE *f = fopen(ret_path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* Every daemon reads its token file by the one rule (rpc_read_token_file):
+ * a token with a space in it is refused at start, naming the file; the
+ * checkpoint service reads its coordinator token file the same way. */
+static void test_token_file_rule(void **state) {
+  char dir[256], tok[300], empty[300], args[1024], want[512];
+  assert_int_equal(harness_tmpdir_new(dir, sizeof(dir)), 0);
+  write_in(dir, "two-words", "s3cret token\n", tok, sizeof(tok));
+  write_in(dir, "empty", "\n", empty, sizeof(empty));
+  for (int i = 1; i < test_argc; i++) {
+    snprintf(args, sizeof(args), "--listen 127.0.0.1:0 --data-dir '%s/data%d' --token-file '%s'",
+             dir, i, tok);
+    snprintf(want, sizeof(want), "token file %s: not one word of printable ASCII", tok);
+    expect_failure(test_argv[i], args, want);
+    if (!strstr(test_argv[i], "checkpoint")) continue;
+    snprintf(args, sizeof(args),
+             "--listen 127.0.0.1:0 --data-dir '%s/data%d' --coordinator 127.0.0.1:1 "
+             "--coordinator-token-file '%s'",
+             dir, i, empty);
+    snprintf(want, sizeof(want), "coordinator-token-file: token file %s: empty", empty);
+    expect_failure(test_argv[i], args, want);
+  }
+  harness_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   test_argc = argc;
@@ -125,6 +159,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_grpc_port_in_use),
       cmocka_unit_test(test_metrics_port_in_use),
       cmocka_unit_test(test_data_dir_locked),
+      cmocka_unit_test(test_token_file_rule),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

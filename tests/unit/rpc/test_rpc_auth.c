@@ -1,6 +1,7 @@
 /*
- * Bearer-token authentication: the token file is read at start (trailing
- * newline trimmed, empty refused), every call but health must carry
+ * Bearer-token authentication: the token file is read at start (by the one
+ * reader, rpc_read_token_file: trailing whitespace trimmed, one printable
+ * word or refused), every call but health must carry
  * "authorization: Bearer <token>", and anything else is UNAUTHENTICATED
  * before the handler runs.
  */
@@ -91,6 +92,57 @@ static void test_bad_token_files(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* The one token-file rule: trailing whitespace dropped, nothing else; one
+ * word of printable ASCII; bounded size; errors name the file. */
+static void test_token_file_rule(void **state) {
+  static const struct {
+    const char *text, *want;
+  } good[] = {{"abc\n", "abc"},
+              {"abc\r\n", "abc"},
+              {"abc  \t\n\n", "abc"},
+              {"a.b-c_d~e+f/g==", "a.b-c_d~e+f/g=="}};
+  char path[256];
+  snprintf(path, sizeof(path), "%s/rule", tmp_dir);
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    write_file(path, good[i].text);
+    char *token = NULL;
+    assert_int_equal(rpc_read_token_file(path, &token), 0);
+    assert_string_equal(token, good[i].want);
+    free(token);
+  }
+  static const struct {
+    const char *text, *why;
+  } bad[] = {{"", "empty"},
+             {" \n\n", "empty"},
+             {" abc\n", "printable"},
+             {"ab c\n", "printable"},
+             {"abc\nsecond\n", "printable"},
+             {"ab\x01c", "printable"},
+             {"caf\xc3\xa9", "printable"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    write_file(path, bad[i].text);
+    char *token = (char *)"untouched";
+    assert_int_equal(rpc_read_token_file(path, &token), STK_EINVAL);
+    assert_string_equal(token, "untouched");
+    assert_non_null(strstr(stk_detail(), path));
+    assert_non_null(strstr(stk_detail(), bad[i].why));
+  }
+  char big[RPC_TOKEN_FILE_MAX_BYTES + 2];
+  memset(big, 'a', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  write_file(path, big);
+  char *token = NULL;
+  assert_int_equal(rpc_read_token_file(path, &token), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "larger than 4096 bytes"));
+  big[RPC_TOKEN_FILE_MAX_BYTES] = '\0'; /* Exactly the bound: fine. */
+  write_file(path, big);
+  assert_int_equal(rpc_read_token_file(path, &token), 0);
+  assert_int_equal(strlen(token), RPC_TOKEN_FILE_MAX_BYTES);
+  free(token);
+  assert_int_equal(rpc_read_token_file("/nonexistent/token", &token), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "token file /nonexistent/token: No such file"));
+}
+
 static int setup(void **state) {
   return mkdtemp(tmp_dir) ? 0 : -1;
 }
@@ -105,6 +157,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_bad_token_files),
+      cmocka_unit_test(test_token_file_rule),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
