@@ -139,7 +139,7 @@ int stk_job_watch(struct stk_client *c, const char *job, uint64_t after_seq, stk
   req.after_seq = after_seq;
   struct rpc_client_call *call = NULL;
   pthread_mutex_lock(&w->mu);
-  int err = rpc_client_stream_async(c->rpc, COORD_METHOD("WatchJob"), &req.base,
+  int err = rpc_client_stream_async(client_rpc(c), COORD_METHOD("WatchJob"), &req.base,
                                     &stoker__v1__job_event__descriptor, 0, watch_msg, watch_done, w,
                                     &call);
   if (err == 0 && !w->done) w->call = call;

@@ -73,10 +73,6 @@ static void drop_opts(struct stk_client *c) {
   free((char *)c->ro.token);
 }
 
-int client_new_channel(const struct stk_client *c, struct rpc_client **ret_rpc) {
-  return rpc_client_new(&c->ro, ret_rpc);
-}
-
 int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_client) {
   if (!opts || !opts->address || !opts->address[0])
     return client_fail(STK_EINVAL, "no coordinator address");
@@ -100,9 +96,11 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
   int err = c ? keep_opts(c, &ro) : STK_ENOMEM;
   free(token);
   if (!c) return client_fail(STK_ENOMEM, "client");
+  if (err == 0 && opts->token_file && !(c->token_file = strdup(opts->token_file))) err = STK_ENOMEM;
   if (err == 0) err = rpc_client_new(&c->ro, &c->rpc);
   if (err < 0) {
     drop_opts(c);
+    free(c->token_file);
     free(c);
     const char *d = stk_detail();
     client_set_error(stk_error_to_grpc(err), "%s", d[0] ? d : stk_strerror(err));
@@ -110,6 +108,8 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
   }
   c->default_timeout_ms =
       opts->default_timeout_ms > 0 ? opts->default_timeout_ms : DEFAULT_TIMEOUT_MS;
+  c->token_read_ms = client_now_ms();
+  pthread_mutex_init(&c->token_mu, NULL);
   pthread_mutex_init(&c->mu, NULL);
   membership_init(&c->m);
   *ret_client = c;
@@ -121,7 +121,9 @@ void stk_client_free(struct stk_client *c) {
   membership_stop_heartbeat(c);
   rpc_client_free(c->rpc);
   drop_opts(c);
+  free(c->token_file);
   membership_close(&c->m);
+  pthread_mutex_destroy(&c->token_mu);
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -157,8 +159,8 @@ int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
                  const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
                  int64_t timeout_ms) {
   struct rpc_client_call *call = NULL;
-  int err = rpc_client_unary_async(c->rpc, method, req, resp_desc, client_timeout(c, timeout_ms),
-                                   waiter_done, w, &call);
+  int err = rpc_client_unary_async(client_rpc(c), method, req, resp_desc,
+                                   client_timeout(c, timeout_ms), waiter_done, w, &call);
   pthread_mutex_lock(&w->mu);
   if (err < 0) {
     w->st.code = stk_error_to_grpc(err);
@@ -209,9 +211,9 @@ void waiter_cancel(struct waiter *w) {
   pthread_mutex_unlock(&w->mu);
 }
 
-int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                ProtobufCMessage **ret_resp) {
+static int call_once(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                     ProtobufCMessage **ret_resp) {
   struct waiter w;
   waiter_init(&w);
   waiter_start(&w, c, method, req, resp_desc, timeout_ms);
@@ -221,5 +223,15 @@ int client_call(struct stk_client *c, const char *method, const ProtobufCMessage
     w.resp = NULL;
   }
   waiter_close(&w);
+  return err;
+}
+
+int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                ProtobufCMessage **ret_resp) {
+  int err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
+  /* Refused for its token: a rotated token file gets one more try. */
+  if (err == STK_EUNAUTH && client_token_refresh(c, true) == 1)
+    err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
   return err;
 }

@@ -46,6 +46,9 @@ struct stk_client {
   /* What the channel was made with (owned copies), for extra channels:
    * a batch stream blocks its own completion thread for flow control. */
   struct rpc_client_opts ro;
+  char *token_file;         /* stk_client_opts.token_file (owned); NULL: none. */
+  pthread_mutex_t token_mu; /* Guards ro.token and token_read_ms (client_token.c). */
+  int64_t token_read_ms;    /* When the token file was last read (client_now_ms). */
   pthread_mutex_t mu;
   struct membership m;
   uint64_t ckpt_generation; /* stk_ckpt_set_generation (atomic loads and stores). */
@@ -96,9 +99,24 @@ void client_set_error(int grpc_code, const char *fmt, ...) __attribute__((format
  * returns err. */
 int client_fail(int err, const char *what);
 
-/* Opens another channel to the client's server with the same options.
+/* Opens another channel to the client's server with the same options and
+ * the current token (the CA and certificate files are read again).
  * Errors: as rpc_client_new. */
-int client_new_channel(const struct stk_client *c, struct rpc_client **ret_rpc);
+int client_new_channel(struct stk_client *c, struct rpc_client **ret_rpc);
+
+/* ---- client_token.c: following the token file ---- */
+
+/* How often a call's start may re-read the token file; a variable so that
+ * tests can shorten it (the library does not export it). */
+#define CLIENT_TOKEN_RELOAD_MS 30000
+extern int64_t client_token_reload_ms;
+/* Re-reads the token file when one was given and, unless now, when the
+ * last read is client_token_reload_ms old; a changed token goes to the
+ * channel. Returns 1 when the token changed, 0 when not (or no file or
+ * not due), or the reader's error (the token in use stays). */
+int client_token_refresh(struct stk_client *c, bool now);
+/* The client's channel for a call about to start, after a due refresh. */
+struct rpc_client *client_rpc(struct stk_client *c);
 
 /* Monotonic clock in milliseconds. */
 int64_t client_now_ms(void);

@@ -79,7 +79,7 @@ int loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, 
   req.step = step;
   req.rank = rank;
   req.world = world;
-  int err = rpc_client_unary_async(c->rpc, DL_METHOD("GetBatch"), &req.base,
+  int err = rpc_client_unary_async(client_rpc(c), DL_METHOD("GetBatch"), &req.base,
                                    &stoker__v1__batch__descriptor, client_timeout(c, timeout_ms),
                                    batch_call_done, bc, NULL);
   if (err < 0) {

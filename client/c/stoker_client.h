@@ -43,8 +43,13 @@ struct stk_client_opts {
   const char *tls_ca_file;   /* PEM; set: TLS, verifying the server. */
   const char *tls_cert_file; /* PEM client certificate (mutual TLS). */
   const char *tls_key_file;
-  const char *token;          /* Bearer token; NULL: none. */
-  const char *token_file;     /* Read the token from here (rpc_read_token_file's rule). */
+  const char *token; /* Bearer token; NULL: none. */
+  /* Read the token from here, and again when a call is refused
+   * UNAUTHENTICATED (the call is then sent once more if the token changed)
+   * or at most every 30 s when a call starts; a file that does not read
+   * keeps the token in use. Trailing whitespace is dropped; the rest must
+   * be one word of printable ASCII, the file at most 4096 bytes. */
+  const char *token_file;
   int64_t default_timeout_ms; /* For calls given timeout 0; 0: 30000. */
 };
 

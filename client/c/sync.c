@@ -68,8 +68,8 @@ static int op_start(struct stk_client *c, struct async_op *op, const char *metho
                     const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
                     int64_t timeout_ms) {
   struct rpc_client_call *call; /* Not kept: these calls end on their own. */
-  int err = rpc_client_unary_async(c->rpc, method, req, resp_desc, client_timeout(c, timeout_ms),
-                                   op_done, op, &call);
+  int err = rpc_client_unary_async(client_rpc(c), method, req, resp_desc,
+                                   client_timeout(c, timeout_ms), op_done, op, &call);
   if (err < 0) {
     free(op);
     return client_fail(err, method);
