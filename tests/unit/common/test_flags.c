@@ -105,8 +105,10 @@ static void test_both_spellings(void **state) {
   assert_int_equal(o.budget_bytes, 3ull << 30);
   assert_int_equal(o.precision, 1);
   assert_true(o.json);
+  flag_free(&table, &o);
   assert_int_equal(parse(&o, "--json", "--no-json", NULL), 0);
   assert_false(o.json);
+  flag_free(&table, &o);
   assert_int_equal(parse(&o, "--json=yes", NULL), 0);
   assert_true(o.json);
   flag_free(&table, &o);
@@ -199,9 +201,11 @@ static void test_repeat_listed_positional(void **state) {
   assert_string_equal(listed[1].name, "force");
   assert_null(listed[1].value);
   assert_string_equal(listed[2].value, "y=2");
+  flag_free(&table, &o);
   assert_int_equal(parse(&o, "-h", "--version", NULL), 0);
   assert_true(rest.help);
   assert_true(rest.version);
+  flag_free(&table, &o);
   assert_int_equal(parse(&o, "a", "b", "c", "d", "e", NULL), STK_EINVAL);
   assert_string_equal(err, "too many arguments");
   flag_free(&table, &o);
