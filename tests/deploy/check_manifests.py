@@ -3,7 +3,7 @@
 renders, and what the manifests tell the programs exists in them.
 
 - every `--flag` a container command passes to a daemon, stokerctl or
-  stoker-train appears in that program's --help (or usage); for the PyTorch
+  stoker-train appears in that program's --help; for the PyTorch
   trainer (components/pytorch), the flags before the script in torchrun's
   --help, the rendezvous backend registered under torchrun's entry point,
   the flags after it in trainer/python/train_gpt.py's --help, and every
@@ -44,10 +44,7 @@ VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
 def program_help(path: Path) -> str:
-    args = [str(path), "--help"]
-    if path.name == "stoker-train":
-        args = [str(path)]  # prints its usage when flags are missing
-    r = subprocess.run(args, capture_output=True, text=True, check=False)
+    r = subprocess.run([str(path), "--help"], capture_output=True, text=True, check=False)
     return r.stdout + r.stderr
 
 
