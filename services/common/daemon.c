@@ -97,6 +97,7 @@ int daemon_new(const char *name, const struct daemon_options *opts, char *err, s
       .token_file = nonempty(opts->token_file),
       .max_recv_bytes = opts->max_message_bytes,
       .max_send_bytes = opts->max_message_bytes,
+      .max_connections = opts->max_connections,
       .metrics = d->metrics,
   };
   int rc = rpc_server_new(&d->loop, &ro, &d->rpc);
