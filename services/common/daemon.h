@@ -1,13 +1,14 @@
 /*
  * daemon: what every Stoker daemon does around its service, written once.
  * The options every daemon shares (listen address, data directory, ready
- * file, metrics, logging, TLS, token, message size), and the run sequence:
- * init (loop, logging, metrics, RPC server) -> the service registers its
- * methods -> start (bind, metrics endpoint, ready file, signal handlers) ->
- * run the loop -> on SIGTERM or SIGINT: stop accepting, let calls finish
- * within the grace period, let the service flush, exit 0. On SIGHUP the
- * token file and the TLS files are read again (daemon_on_reload: the
- * service's own files too); what does not load is logged and kept as it was.
+ * file, metrics, logging, TLS, token, message size, connection cap), and
+ * the run sequence: init (loop, logging, metrics, RPC server) -> the
+ * service registers its methods -> start (bind, metrics endpoint, ready
+ * file, signal handlers) -> run the loop -> on SIGTERM or SIGINT: stop
+ * accepting, let calls finish within the grace period, let the service
+ * flush, exit 0. On SIGHUP the token file and the TLS files are read again
+ * (daemon_on_reload: the service's own files too); what does not load is
+ * logged and kept as it was.
  */
 #ifndef STK_DAEMON_H
 #define STK_DAEMON_H

@@ -3,8 +3,8 @@
  * The server is split by concern (lifecycle in rpc_server.c, one call's
  * batches in rpc_call.c, health in rpc_health.c, the server's TLS files in
  * rpc_server_tls.c, tokens and client TLS in rpc_security.c, the loop driving the completion queue
- * in rpc_loop.c); this header is the seam between them. Tests may also use the raw client call at
- * the end.
+ * in rpc_loop.c, the listeners' accept in rpc_accept.c); this header is the seam between them.
+ * Tests may also use the raw client call at the end.
  */
 #ifndef STK_RPC_INTERNAL_H
 #define STK_RPC_INTERNAL_H
