@@ -37,11 +37,15 @@ static long free_fds(void) {
   return (long)rl.rlim_cur - open;
 }
 
-/* Why a new client cannot be taken now, or NULL. */
+/* Why a new client cannot be taken now, or NULL. The accept's figures
+ * count only while it guards the listener (max 0: not started, or
+ * shutting down). */
 static const char *cannot_accept(const struct fd_guard *g, const struct rpc_accept_stats *now) {
-  if (g->low || now->refused_descriptors != g->was.refused_descriptors || !now->reserve_held)
+  if (g->low) return "descriptors";
+  if (!now->max) return NULL;
+  if (now->refused_descriptors != g->was.refused_descriptors || !now->reserve_held)
     return "descriptors";
-  if (now->max && now->live >= now->max) return "limit";
+  if (now->live >= now->max) return "limit";
   return NULL;
 }
 
