@@ -68,6 +68,7 @@ struct rpc_server_opts {
   const char *token_file;         /* Bearer token; NULL: no authentication. */
   size_t max_recv_bytes;          /* 0: 64 MiB. */
   size_t max_send_bytes;          /* 0: 64 MiB. */
+  size_t max_connections;         /* 0: the soft descriptor limit less a reserve. */
   struct metrics *metrics;        /* Per-method metrics; may be NULL. */
 };
 
@@ -117,10 +118,19 @@ enum rpc_unhealthy {
 };
 void rpc_server_set_unhealthy(struct rpc_server *s, enum rpc_unhealthy why, bool holds);
 
-/* Whether gRPC core reported that its listener failed to accept (out of
- * descriptors): gRPC 1.51 never accepts on that listener again. Set from
- * the log hook (rpc_log_to_daemon_log); any thread. */
-bool rpc_accept_failed(void);
+/* What the server's accept did (rpc_accept.c): gRPC connections open now
+ * and the cap, connections closed as soon as accepted (over the cap, or
+ * no descriptor left to hold them), and whether the reserve descriptor
+ * that lets a listener empty its backlog when descriptors run out is held.
+ * Counters only grow. All zero before start. Loop thread. */
+struct rpc_accept_stats {
+  size_t live;
+  size_t max;
+  uint64_t refused_limit;
+  uint64_t refused_descriptors;
+  bool reserve_held;
+};
+void rpc_server_accept_stats(struct rpc_server *s, struct rpc_accept_stats *ret_stats);
 
 /* Graceful shutdown: stops accepting calls, marks health NOT_SERVING,
  * cancels calls still open after grace_ms (their cancel callbacks run), and

@@ -3,8 +3,8 @@
  * The server is split by concern (lifecycle in rpc_server.c, one call's
  * batches in rpc_call.c, health in rpc_health.c, the server's TLS files in
  * rpc_server_tls.c, tokens and client TLS in rpc_security.c, the loop driving the completion queue
- * in rpc_loop.c); this header is the seam between them. Tests may also use the raw client call at
- * the end.
+ * in rpc_loop.c, the listeners' accept in rpc_accept.c); this header is the seam between them.
+ * Tests may also use the raw client call at the end.
  */
 #ifndef STK_RPC_INTERNAL_H
 #define STK_RPC_INTERNAL_H
@@ -90,6 +90,8 @@ struct rpc_server {
   char *token_file; /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
+  size_t max_connections;    /* 0: rpc_accept_default_max() at start. */
+  struct rpc_accept *accept; /* While running: the guard of gRPC's listeners. */
   struct metrics *metrics;
   struct rpc_method **methods;
   size_t n_methods;
@@ -111,6 +113,25 @@ struct rpc_server {
 /* Call accounting, for shutdown: a call counts from arrival to free. */
 void rpc_server_call_opened(struct rpc_server *s);
 void rpc_server_call_closed(struct rpc_server *s);
+
+/* ----------------------------------------------------------- rpc_accept.c */
+
+/* The guard of one server's listeners (see rpc_accept.c). */
+struct rpc_accept;
+
+/* Guards the listening sockets of this process bound to port (gRPC's,
+ * after grpc_server_add_http2_port, before grpc_server_start): at most
+ * max_connections (0: rpc_accept_default_max()) open at once; running out
+ * of descriptors never stops them. Series go to m (may be NULL).
+ * Errors: STK_ENOMEM. */
+int rpc_accept_new(int port, size_t max_connections, struct metrics *m,
+                   struct rpc_accept **ret_accept);
+/* The soft RLIMIT_NOFILE less a reserve (a quarter, at least 64, at most
+ * 1024) for everything else a daemon opens. */
+size_t rpc_accept_default_max(void);
+void rpc_accept_stats(struct rpc_accept *a, struct rpc_accept_stats *ret_stats);
+/* Stops guarding (before gRPC closes the listeners). Accepts NULL. */
+void rpc_accept_free(struct rpc_accept *a);
 
 /* ------------------------------------------------------------- rpc_call.c */
 

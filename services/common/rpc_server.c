@@ -126,6 +126,7 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   s->listen = strdup(opts->listen);
   s->max_recv_bytes = opts->max_recv_bytes ? opts->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
   s->max_send_bytes = opts->max_send_bytes ? opts->max_send_bytes : RPC_DEFAULT_MAX_BYTES;
+  s->max_connections = opts->max_connections;
   s->metrics = opts->metrics;
   err = s->listen ? 0 : STK_ENOMEM;
   if (!err) err = server_creds(s, opts);
@@ -370,6 +371,8 @@ static int bind_and_start(struct rpc_server *s, char *ret_bound, size_t bound_le
     stk_set_detail("%s", why);
     return errnum == EADDRINUSE ? STK_EUNAVAIL : STK_EIO;
   }
+  err = rpc_accept_new(port, s->max_connections, s->metrics, &s->accept);
+  if (err) return err;
   err = rpc_pump_start(s->loop, s->cq, &s->pump);
   if (err) return err;
   grpc_server_start(s->server);
@@ -384,6 +387,8 @@ int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len) {
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   int err = bind_and_start(s, ret_bound, bound_len);
   if (err) {
+    rpc_accept_free(s->accept);
+    s->accept = NULL;
     grpc_server_destroy(s->server); /* Never started: no shutdown needed. */
     grpc_completion_queue_shutdown(s->cq);
     grpc_completion_queue_destroy(s->cq);
@@ -479,6 +484,8 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
   s->done_arg = arg;
   log_debug("rpc.server_shutdown", "listen=%s grace_ms=%lld", s->listen, (long long)grace_ms);
   s->shutdown_tag.fn = on_notified;
+  rpc_accept_free(s->accept); /* Before gRPC closes the listeners and their numbers are reused. */
+  s->accept = NULL;
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   rpc_health_shutdown(s->health);
   if (grace_ms <= 0)
@@ -486,6 +493,10 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
   else
     start_grace_timer(s, grace_ms);
   maybe_finish_shutdown(s);
+}
+
+void rpc_server_accept_stats(struct rpc_server *s, struct rpc_accept_stats *ret_stats) {
+  rpc_accept_stats(s->accept, ret_stats);
 }
 
 int rpc_server_reload_token(struct rpc_server *s) {
