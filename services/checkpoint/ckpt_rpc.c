@@ -1,10 +1,10 @@
 /*
  * The checkpoint adapter's unary methods: Begin, Commit, Abort, List,
  * GetManifest, Delete, Verify, and GetStagingInfo (answered at once), and the method table. Each
- * becomes one core call whose completion answers the call on the loop. The core may take long (Commit waits until every
- * rank's bytes are durable), so each call keeps a small record: a cancelled or drained call is
- * answered at once and the record only waits for the core's completion to be freed. Write and Read
- * live in ckpt_rpc_write.c and ckpt_rpc_read.c.
+ * becomes one core call whose completion answers the call on the loop. The core may take long
+ * (Commit waits until every rank's bytes are durable), so each call keeps a small record: a
+ * cancelled or drained call is answered at once and the record only waits for the core's completion
+ * to be freed. Write and Read live in ckpt_rpc_write.c and ckpt_rpc_read.c.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -116,8 +116,9 @@ struct rpc_method_def {
   { RPC_METHOD_FIELD(svc_type, field), RPC_SERVER_STREAM, fn }
 #define RPC_CLIENT_STREAM_ROW(svc_type, field, fn)                                                 \
   { RPC_METHOD_FIELD(svc_type, field), RPC_CLIENT_STREAM, fn }
-#define RPC_UNSERVED_ROW(svc_type, field) { RPC_METHOD_FIELD(svc_type, field), RPC_UNSERVED, NULL }
-#define RPC_N_ROWS(table)                 (sizeof(table) / sizeof((table)[0]))
+#define RPC_UNSERVED_ROW(svc_type, field)                                                          \
+  { RPC_METHOD_FIELD(svc_type, field), RPC_UNSERVED, NULL }
+#define RPC_N_ROWS(table) (sizeof(table) / sizeof((table)[0]))
 
 /*
  * The one way to write a handler, whatever the call's shape (unary, parked,
@@ -139,7 +140,7 @@ struct rpc_method_def {
  * for GetManifest: protobuf-c's lower-case-with-underscores rule); NULL if
  * the service has none. */
 const ProtobufCMethodDescriptor *rpc_method_by_field(const ProtobufCServiceDescriptor *desc,
-                                                    const char *field);
+                                                     const char *field);
 
 /* Writes the method's path "/pkg.Svc/Method" to buf (the descriptor's
  * names); STK_EINVAL if desc has no method with that field name, STK_ERANGE

@@ -33,7 +33,7 @@ static bool field_matches(const char *method, const char *field) {
 }
 
 const ProtobufCMethodDescriptor *rpc_method_by_field(const ProtobufCServiceDescriptor *desc,
-                                                    const char *field) {
+                                                     const char *field) {
   for (unsigned i = 0; field && i < desc->n_methods; i++)
     if (field_matches(desc->methods[i].name, field)) return &desc->methods[i];
   return NULL;

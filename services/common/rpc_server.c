@@ -200,7 +200,8 @@ int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescripto
   /* Unserved methods are not registered: the generic request answers them
    * UNIMPLEMENTED, as any path the server does not know. */
   for (unsigned i = 0; !err && i < desc->n_methods; i++)
-    if (rows[i]->kind != RPC_UNSERVED) err = add_method(s, desc, &desc->methods[i], rows[i], svc_data);
+    if (rows[i]->kind != RPC_UNSERVED)
+      err = add_method(s, desc, &desc->methods[i], rows[i], svc_data);
   free(rows);
   return err ? err : rpc_health_add(s->health, desc->name);
 }

@@ -48,8 +48,10 @@ static int add(const struct rpc_method_def *defs, size_t n, char *why, size_t wh
 static void test_complete_table(void **state) {
   (void)state;
   static const struct rpc_method_def defs[] = {
-      RPC_UNARY_ROW(SVC, echo, handle),         RPC_SERVER_STREAM_ROW(SVC, count, handle),
-      RPC_CLIENT_STREAM_ROW(SVC, sum, handle),  RPC_UNARY_ROW(SVC, later, handle),
+      RPC_UNARY_ROW(SVC, echo, handle),
+      RPC_SERVER_STREAM_ROW(SVC, count, handle),
+      RPC_CLIENT_STREAM_ROW(SVC, sum, handle),
+      RPC_UNARY_ROW(SVC, later, handle),
       RPC_UNSERVED_ROW(SVC, park),
   };
   char why[300];
@@ -94,9 +96,12 @@ static void test_method_not_in_proto(void **state) {
   const char *wrong[] = {"frobnicate", "Echo", "echo_", "ech", "", NULL};
   for (size_t w = 0; w < sizeof(wrong) / sizeof(wrong[0]); w++) {
     const struct rpc_method_def defs[] = {
-        {wrong[w], RPC_UNARY, handle},           RPC_UNARY_ROW(SVC, echo, handle),
-        RPC_SERVER_STREAM_ROW(SVC, count, handle), RPC_CLIENT_STREAM_ROW(SVC, sum, handle),
-        RPC_UNARY_ROW(SVC, later, handle),         RPC_UNARY_ROW(SVC, park, handle),
+        {wrong[w], RPC_UNARY, handle},
+        RPC_UNARY_ROW(SVC, echo, handle),
+        RPC_SERVER_STREAM_ROW(SVC, count, handle),
+        RPC_CLIENT_STREAM_ROW(SVC, sum, handle),
+        RPC_UNARY_ROW(SVC, later, handle),
+        RPC_UNARY_ROW(SVC, park, handle),
     };
     char why[300];
     size_t n;
@@ -146,8 +151,8 @@ static void test_names_and_paths(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_complete_table),      cmocka_unit_test(test_missing_method),
-      cmocka_unit_test(test_method_twice),        cmocka_unit_test(test_method_not_in_proto),
+      cmocka_unit_test(test_complete_table),         cmocka_unit_test(test_missing_method),
+      cmocka_unit_test(test_method_twice),           cmocka_unit_test(test_method_not_in_proto),
       cmocka_unit_test(test_handler_and_kind_agree), cmocka_unit_test(test_names_and_paths),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
