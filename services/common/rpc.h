@@ -125,9 +125,12 @@ struct rpc_method_def {
  * streaming): the body sees `call`, `svc` (svc_type *) and `req` (const
  * req_type *, NULL for client streams):
  *
- *   RPC_HANDLER(handle_join, struct coord_rpc, Stoker__V1__JoinRequest) {
- *     park(call, svc, coord_join(svc->coord, req, answer_parked, call));
+ *   RPC_HANDLER(handle_get_job, struct coord_rpc, Stoker__V1__GetJobRequest) {
+ *     coord_get_job(svc->coord, req, answer, call);
  *   }
+ *
+ * The kind (unary, streams) is the row's; req_type must be the method's
+ * input type (not checked: protobuf-c gives no descriptor for a C type).
  */
 #define RPC_HANDLER(fn, svc_type, req_type)                                                        \
   static void fn##_typed(struct rpc_call *call, svc_type *svc, const req_type *req);               \
