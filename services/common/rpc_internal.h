@@ -110,6 +110,14 @@ struct rpc_server {
   void *done_arg;
 };
 
+/* ---------------------------------------------------------- rpc_methods.c */
+
+/* Checks defs against desc (rpc_server_add_service's contract) and writes
+ * to ret_rows[i] (desc->n_methods entries) the row of desc->methods[i].
+ * STK_EINVAL with a detail naming the method. */
+int rpc_methods_check(const ProtobufCServiceDescriptor *desc, const struct rpc_method_def *defs,
+                      size_t n_defs, const struct rpc_method_def **ret_rows);
+
 /* Call accounting, for shutdown: a call counts from arrival to free. */
 void rpc_server_call_opened(struct rpc_server *s);
 void rpc_server_call_closed(struct rpc_server *s);

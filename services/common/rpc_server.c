@@ -168,13 +168,8 @@ static void method_metrics(struct rpc_server *s, struct rpc_method *m,
 }
 
 static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *desc,
-                      const struct rpc_method_def *def, void *svc_data) {
-  const ProtobufCMethodDescriptor *md =
-      def->name ? protobuf_c_service_descriptor_get_method_by_name(desc, def->name) : NULL;
-  if (!md || !def->handler) {
-    stk_set_detail("rpc: %s has no method %s", desc->name, def->name ? def->name : "(null)");
-    return STK_EINVAL;
-  }
+                      const ProtobufCMethodDescriptor *md, const struct rpc_method_def *def,
+                      void *svc_data) {
   struct rpc_method *m = calloc(1, sizeof(*m));
   struct rpc_method **grown = realloc(s->methods, (s->n_methods + 1) * sizeof(*grown));
   if (grown) s->methods = grown;
@@ -200,11 +195,16 @@ int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescripto
     stk_set_detail("rpc: services are added before start");
     return STK_EINVAL;
   }
-  for (size_t i = 0; i < n_defs; i++) {
-    int err = add_method(s, desc, &defs[i], svc_data);
-    if (err) return err;
-  }
-  return rpc_health_add(s->health, desc->name);
+  const struct rpc_method_def **rows = calloc(desc->n_methods + 1, sizeof(*rows));
+  if (!rows) return STK_ENOMEM;
+  int err = rpc_methods_check(desc, defs, n_defs, rows);
+  /* Unserved methods are not registered: the generic request answers them
+   * UNIMPLEMENTED, as any path the server does not know. */
+  for (unsigned i = 0; !err && i < desc->n_methods; i++)
+    if (rows[i]->kind != RPC_UNSERVED)
+      err = add_method(s, desc, &desc->methods[i], rows[i], svc_data);
+  free(rows);
+  return err ? err : rpc_health_add(s->health, desc->name);
 }
 
 /* ------------------------------------------------------------- arrivals */

@@ -123,10 +123,12 @@ static void handle_park(struct rpc_call *c, const ProtobufCMessage *req, void *d
   __atomic_add_fetch(&svc->parked, 1, __ATOMIC_SEQ_CST);
 }
 
+#define SVC Stoker__Test__Test_Service
+
 static const struct rpc_method_def test_defs[] = {
-    {"Echo", RPC_UNARY, handle_echo},       {"Count", RPC_SERVER_STREAM, handle_count},
-    {"Sum", RPC_CLIENT_STREAM, handle_sum}, {"Later", RPC_UNARY, handle_later},
-    {"Park", RPC_UNARY, handle_park},
+    RPC_UNARY_ROW(SVC, echo, handle_echo),       RPC_SERVER_STREAM_ROW(SVC, count, handle_count),
+    RPC_CLIENT_STREAM_ROW(SVC, sum, handle_sum), RPC_UNARY_ROW(SVC, later, handle_later),
+    RPC_UNARY_ROW(SVC, park, handle_park),
 };
 
 /* -------------------------------------------------------------- fixture */
@@ -172,8 +174,9 @@ void fx_start(struct fixture *f, const struct rpc_server_opts *opts) {
   assert_int_equal(uv_async_init(&f->loop, &f->cmd, on_cmd), 0);
   f->cmd.data = f;
   assert_int_equal(rpc_server_new(&f->loop, &o, &f->srv), 0);
-  assert_int_equal(
-      rpc_server_add_service(f->srv, &stoker__test__test__descriptor, test_defs, 5, &f->svc), 0);
+  assert_int_equal(rpc_server_add_service(f->srv, &stoker__test__test__descriptor, test_defs,
+                                          RPC_N_ROWS(test_defs), &f->svc),
+                   0);
   assert_int_equal(rpc_server_start(f->srv, f->addr, sizeof(f->addr)), 0);
   assert_non_null(strstr(f->addr, "127.0.0.1:"));
   assert_int_equal(uv_thread_create(&f->thread, run_loop, f), 0);
