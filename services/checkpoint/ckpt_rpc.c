@@ -108,16 +108,16 @@ static void handle_staging_info(struct rpc_call *call, const ProtobufCMessage *r
 }
 
 static const struct rpc_method_def checkpoint_methods[] = {
-    {"Begin", RPC_UNARY, handle_begin},
-    {"Write", RPC_CLIENT_STREAM, ckpt_rpc_handle_write},
-    {"Commit", RPC_UNARY, handle_commit},
-    {"Abort", RPC_UNARY, handle_abort},
-    {"List", RPC_UNARY, handle_list},
-    {"GetManifest", RPC_UNARY, handle_get_manifest},
-    {"Read", RPC_SERVER_STREAM, ckpt_rpc_handle_read},
-    {"Delete", RPC_UNARY, handle_delete},
-    {"Verify", RPC_UNARY, handle_verify},
-    {"GetStagingInfo", RPC_UNARY, handle_staging_info},
+    {"Begin", RPC_UNARY, handle_begin, false},
+    {"Write", RPC_CLIENT_STREAM, ckpt_rpc_handle_write, false},
+    {"Commit", RPC_UNARY, handle_commit, false},
+    {"Abort", RPC_UNARY, handle_abort, false},
+    {"List", RPC_UNARY, handle_list, false},
+    {"GetManifest", RPC_UNARY, handle_get_manifest, false},
+    {"Read", RPC_SERVER_STREAM, ckpt_rpc_handle_read, false},
+    {"Delete", RPC_UNARY, handle_delete, false},
+    {"Verify", RPC_UNARY, handle_verify, false},
+    {"GetStagingInfo", RPC_UNARY, handle_staging_info, false},
 };
 
 static void register_metrics(struct ckpt_rpc *a, struct metrics *m) {

@@ -85,6 +85,11 @@ struct rpc_method_def {
   const char *name; /* As in the .proto, e.g. "Join". */
   enum rpc_kind kind;
   rpc_handler_fn handler;
+  /* The handler usually answers much later (a rendezvous, a barrier, a
+   * watch), so many such calls are open at once. Their completions go
+   * through queues of their own (rpc_loop.c) so that each costs the same
+   * however many are open; they reach the loop a thread hop later. */
+  bool parks;
 };
 
 /* Creates a server whose handlers run on loop. Errors: STK_EINVAL (bad

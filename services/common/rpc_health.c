@@ -142,8 +142,8 @@ static void handle_watch(struct rpc_call *c, const ProtobufCMessage *req, void *
 /* ---------------------------------------------------------------- state */
 
 static const struct rpc_method_def health_defs[] = {
-    {"Check", RPC_UNARY, handle_check},
-    {"Watch", RPC_SERVER_STREAM, handle_watch},
+    {"Check", RPC_UNARY, handle_check, false},
+    {"Watch", RPC_SERVER_STREAM, handle_watch, true},
 };
 
 int rpc_health_new(struct rpc_server *s) {

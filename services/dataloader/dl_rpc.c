@@ -288,17 +288,17 @@ HANDLER(list_loaders, run_list, reply_list)
 HANDLER(delete_loader, run_delete, reply_empty)
 
 static const struct rpc_method_def dataloader_methods[] = {
-    {"CreateLoader", RPC_UNARY, handle_create_loader},
-    {"GetLoader", RPC_UNARY, handle_get_loader},
-    {"GetBatch", RPC_UNARY, handle_get_batch},
-    {"StreamBatches", RPC_SERVER_STREAM, dl_rpc_handle_stream},
-    {"UpdateMixture", RPC_UNARY, handle_update_mixture},
-    {"Commit", RPC_UNARY, handle_commit},
-    {"ExportState", RPC_UNARY, handle_export_state},
-    {"ImportState", RPC_UNARY, handle_import_state},
-    {"Explain", RPC_UNARY, handle_explain},
-    {"ListLoaders", RPC_UNARY, handle_list_loaders},
-    {"DeleteLoader", RPC_UNARY, handle_delete_loader},
+    {"CreateLoader", RPC_UNARY, handle_create_loader, false},
+    {"GetLoader", RPC_UNARY, handle_get_loader, false},
+    {"GetBatch", RPC_UNARY, handle_get_batch, false},
+    {"StreamBatches", RPC_SERVER_STREAM, dl_rpc_handle_stream, false},
+    {"UpdateMixture", RPC_UNARY, handle_update_mixture, false},
+    {"Commit", RPC_UNARY, handle_commit, false},
+    {"ExportState", RPC_UNARY, handle_export_state, false},
+    {"ImportState", RPC_UNARY, handle_import_state, false},
+    {"Explain", RPC_UNARY, handle_explain, false},
+    {"ListLoaders", RPC_UNARY, handle_list_loaders, false},
+    {"DeleteLoader", RPC_UNARY, handle_delete_loader, false},
 };
 
 static void register_metrics(struct dl_rpc *a, struct metrics *m) {

@@ -203,11 +203,15 @@ static void handle_read(struct rpc_call *c, const ProtobufCMessage *m, void *dat
 /* ------------------------------------------------------------ lifecycle */
 
 static const struct rpc_method_def defs[] = {
-    {"Begin", RPC_UNARY, handle_begin},          {"Write", RPC_CLIENT_STREAM, handle_write},
-    {"Commit", RPC_UNARY, handle_commit},        {"List", RPC_UNARY, handle_list},
-    {"GetManifest", RPC_UNARY, handle_manifest}, {"Read", RPC_SERVER_STREAM, handle_read},
-    {"Delete", RPC_UNARY, handle_delete},        {"Abort", RPC_UNARY, handle_abort},
-    {"Verify", RPC_UNARY, handle_verify},
+    {"Begin", RPC_UNARY, handle_begin, false},
+    {"Write", RPC_CLIENT_STREAM, handle_write, false},
+    {"Commit", RPC_UNARY, handle_commit, false},
+    {"List", RPC_UNARY, handle_list, false},
+    {"GetManifest", RPC_UNARY, handle_manifest, false},
+    {"Read", RPC_SERVER_STREAM, handle_read, false},
+    {"Delete", RPC_UNARY, handle_delete, false},
+    {"Abort", RPC_UNARY, handle_abort, false},
+    {"Verify", RPC_UNARY, handle_verify, false},
 };
 
 static void service_closed(void *arg) {

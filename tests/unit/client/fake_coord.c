@@ -199,15 +199,15 @@ static void handle_watch(struct rpc_call *c, const ProtobufCMessage *m, void *da
 }
 
 static const struct rpc_method_def defs[] = {
-    {"Join", RPC_UNARY, handle_join},
-    {"Heartbeat", RPC_UNARY, handle_heartbeat},
-    {"Leave", RPC_UNARY, handle_leave},
-    {"Barrier", RPC_UNARY, handle_barrier},
-    {"KvGet", RPC_UNARY, handle_kv_get},
-    {"KvSet", RPC_UNARY, handle_kv_set},
-    {"ReportCheckpoint", RPC_UNARY, handle_report_checkpoint},
-    {"GetJob", RPC_UNARY, handle_get_job},
-    {"WatchJob", RPC_SERVER_STREAM, handle_watch},
+    {"Join", RPC_UNARY, handle_join, false},
+    {"Heartbeat", RPC_UNARY, handle_heartbeat, false},
+    {"Leave", RPC_UNARY, handle_leave, false},
+    {"Barrier", RPC_UNARY, handle_barrier, false},
+    {"KvGet", RPC_UNARY, handle_kv_get, false},
+    {"KvSet", RPC_UNARY, handle_kv_set, false},
+    {"ReportCheckpoint", RPC_UNARY, handle_report_checkpoint, false},
+    {"GetJob", RPC_UNARY, handle_get_job, false},
+    {"WatchJob", RPC_SERVER_STREAM, handle_watch, false},
 };
 
 void fake_start(struct fake_coord *f) {

@@ -72,7 +72,7 @@ static void handle_stream(struct rpc_call *c, const ProtobufCMessage *m, void *d
 }
 
 static const struct rpc_method_def defs[] = {
-    {"StreamBatches", RPC_SERVER_STREAM, handle_stream},
+    {"StreamBatches", RPC_SERVER_STREAM, handle_stream, false},
 };
 
 void fake_dl_start(struct fake_dl_stream *f, fake_dl_script_fn script) {

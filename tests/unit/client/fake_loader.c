@@ -232,17 +232,17 @@ static void handle_delete(struct rpc_call *c, const ProtobufCMessage *m, void *d
 }
 
 static const struct rpc_method_def defs[] = {
-    {"CreateLoader", RPC_UNARY, handle_create},
-    {"GetLoader", RPC_UNARY, handle_get},
-    {"GetBatch", RPC_UNARY, handle_get_batch},
-    {"StreamBatches", RPC_SERVER_STREAM, handle_stream},
-    {"UpdateMixture", RPC_UNARY, handle_mixture},
-    {"Commit", RPC_UNARY, handle_commit},
-    {"ExportState", RPC_UNARY, handle_export},
-    {"ImportState", RPC_UNARY, handle_import},
-    {"Explain", RPC_UNARY, handle_explain},
-    {"ListLoaders", RPC_UNARY, handle_list},
-    {"DeleteLoader", RPC_UNARY, handle_delete},
+    {"CreateLoader", RPC_UNARY, handle_create, false},
+    {"GetLoader", RPC_UNARY, handle_get, false},
+    {"GetBatch", RPC_UNARY, handle_get_batch, false},
+    {"StreamBatches", RPC_SERVER_STREAM, handle_stream, false},
+    {"UpdateMixture", RPC_UNARY, handle_mixture, false},
+    {"Commit", RPC_UNARY, handle_commit, false},
+    {"ExportState", RPC_UNARY, handle_export, false},
+    {"ImportState", RPC_UNARY, handle_import, false},
+    {"Explain", RPC_UNARY, handle_explain, false},
+    {"ListLoaders", RPC_UNARY, handle_list, false},
+    {"DeleteLoader", RPC_UNARY, handle_delete, false},
 };
 
 void fake_loader_reopen(struct fake_loader *f) {

@@ -2,7 +2,7 @@
  * rpc_fixture: the test server (see rpc_fixture.h) and the test service's
  * handlers, one per call shape: Echo (unary), Count (server stream), Sum
  * (client stream), Later (replies after a uv timer), Park (never replies;
- * records its cancel callback).
+ * records its cancel callback); Later and Park are parked calls.
  */
 #include "rpc_fixture.h"
 
@@ -123,10 +123,14 @@ static void handle_park(struct rpc_call *c, const ProtobufCMessage *req, void *d
   __atomic_add_fetch(&svc->parked, 1, __ATOMIC_SEQ_CST);
 }
 
+/* Later and Park wait, so they are marked parks: their batches complete on
+ * the pump's parked-call queues (rpc_loop.c), the others on the loop's. */
 static const struct rpc_method_def test_defs[] = {
-    {"Echo", RPC_UNARY, handle_echo},       {"Count", RPC_SERVER_STREAM, handle_count},
-    {"Sum", RPC_CLIENT_STREAM, handle_sum}, {"Later", RPC_UNARY, handle_later},
-    {"Park", RPC_UNARY, handle_park},
+    {"Echo", RPC_UNARY, handle_echo, false},
+    {"Count", RPC_SERVER_STREAM, handle_count, false},
+    {"Sum", RPC_CLIENT_STREAM, handle_sum, false},
+    {"Later", RPC_UNARY, handle_later, true},
+    {"Park", RPC_UNARY, handle_park, true},
 };
 
 /* -------------------------------------------------------------- fixture */
