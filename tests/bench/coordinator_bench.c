@@ -343,7 +343,7 @@ int main(int argc, char **argv) {
   Stoker__V1__JoinRequest jr = STOKER__V1__JOIN_REQUEST__INIT;
   jr.job = job;
   jr.host = "bench";
-  double t0 = now_ms();
+  double t0 = now_ms(), rdv_coord_cpu = coord_cpu_s(), rdv_self_cpu = self_cpu_s();
   for (uint32_t r = 0; r < ranks; r++) {
     members[r] = malloc(32);
     snprintf(members[r], 32, "rank-%" PRIu32, r);
@@ -354,6 +354,8 @@ int main(int argc, char **argv) {
   }
   wait_outstanding(&join_lat);
   double rendezvous_s = (now_ms() - t0) / 1e3;
+  rdv_coord_cpu = coord_cpu_s() - rdv_coord_cpu;
+  rdv_self_cpu = self_cpu_s() - rdv_self_cpu;
   if (atomic_load(&join_lat.errors) > 0) return 1;
 
   /* Heartbeats, open loop: rank r at offsets r * interval / N in each
@@ -498,13 +500,14 @@ int main(int argc, char **argv) {
          "\"baseline_health_p99_ms\":%.3f,\"p50_ratio\":%.2f,\"p99_ratio\":%.2f,\"rounds\":%d,"
          "\"p99_all_ms\":%.3f,\"steal_pct\":%.1f,\"generation_propagation_s\":%.3f,"
          "\"rejoin_s\":%.3f,\"bytes_per_rank\":%.0f,\"coordinator_cpu_us_per_heartbeat\":%.1f,"
-         "\"client_cpu_us_per_heartbeat\":%.1f}\n",
+         "\"client_cpu_us_per_heartbeat\":%.1f,\"rendezvous_coordinator_cpu_s\":%.2f,"
+         "\"rendezvous_client_cpu_s\":%.2f}\n",
          ranks, hb_ms, all_lat.n, hb_errors + atomic_load(&join_lat.errors),
          (double)all_lat.n / elapsed_s, ranks * 1000.0 / hb_ms, max_per_s, p50, p99, rendezvous_s,
          b50, b99, b50 > 0 ? p50 / b50 : 0, b99 > 0 ? p99 / b99 : 0, rounds, p99_all, steal,
          propagation_s, rejoin_s, (rss_after - rss_before) / ranks,
          all_lat.n ? coord_cpu_hb * 1e6 / (double)all_lat.n : 0,
-         all_lat.n ? self_cpu_hb * 1e6 / (double)all_lat.n : 0);
+         all_lat.n ? self_cpu_hb * 1e6 / (double)all_lat.n : 0, rdv_coord_cpu, rdv_self_cpu);
 
   for (uint32_t r = 0; r < ranks; r++) free(members[r]);
   free(members);
