@@ -180,7 +180,9 @@ grpc_completion_queue *rpc_pump_parked_cq(struct rpc_pump *p) {
 
 void rpc_pump_parked_tag(struct rpc_pump *p, struct rpc_tag *tag) {
   tag->functor.functor_run = on_parked_completion;
-  tag->functor.inlineable = 0; /* gRPC's executor runs it, never inside a gRPC lock. */
+  /* Run where the batch completed (the loop, mostly), when gRPC's API call
+   * there returns; elsewhere gRPC's executor runs it. It only posts. */
+  tag->functor.inlineable = 1;
   tag->via = p;
 }
 
