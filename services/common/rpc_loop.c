@@ -30,10 +30,11 @@
  * one of RPC_PARKED_QUEUES callback queues, in turn (their arrival is
  * still announced on the loop's queue): each list holds 1/RPC_PARKED_QUEUES
  * of them. A callback queue needs no thread of ours: gRPC runs the tag's
- * functor on one of its own threads, and the functor posts the tag to the
- * loop (rpc_pump_post), where fn runs as for any other completion. The
- * loop cannot wait in several queues at once, which is why these are not
- * queues it drives.
+ * functor where the batch completed, as the gRPC call there returns (on
+ * the loop, mostly: it is gRPC's poller), or else on its executor thread,
+ * and the functor only posts the tag to the loop (rpc_pump_post), where fn
+ * runs as for any other completion. The loop cannot wait in several queues
+ * at once, which is why these are not queues it drives.
  */
 #include "rpc_internal.h"
 
