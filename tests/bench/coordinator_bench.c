@@ -202,6 +202,18 @@ static void sleep_until(double t_ms) {
   nanosleep(&ts, NULL);
 }
 
+/* Open-loop pacing with a slack of TICK_MS: a call goes out up to TICK_MS
+ * before it is due, so the calls due within a millisecond leave together
+ * and the connection threads wake about once per millisecond rather than
+ * once per call (at 10,000/s, a tenth as often). The rate is unchanged; a
+ * call's latency is measured from when it is sent. */
+#define TICK_MS 1.0
+
+static void sleep_until_tick(double t_ms) {
+  double now = now_ms();
+  if (t_ms - now >= TICK_MS) sleep_until(t_ms - TICK_MS);
+}
+
 /* Median of n values (sorts them). */
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(double), cmp_double);
@@ -377,7 +389,7 @@ int main(int argc, char **argv) {
   for (;;) {
     double due = (double)sent * gap_ms;
     if (due >= end_ms) break;
-    sleep_until(start + due);
+    sleep_until_tick(start + due);
     int w = due < SETTLE_MS ? -1 : (int)((due - SETTLE_MS) / window_ms);
     if (w != window) { /* A window begins: close the steal figure of the last. */
       struct cpu_times now = read_cpu_times();
@@ -464,7 +476,7 @@ int main(int argc, char **argv) {
   for (uint64_t k = 0; atomic_load(&prop.done) < (long)ranks - 1; k++) {
     double due = (double)k * gap_ms;
     if (due >= PROPAGATION_LIMIT_MS) break;
-    sleep_until(prop.t0_ms + due);
+    sleep_until_tick(prop.t0_ms + due);
     uint32_t r = (uint32_t)(k % ranks);
     if (atomic_load(&prop.state[r]) == RANK_JOINING || r == 0) continue;
     hr.member_id = members[r];
