@@ -89,6 +89,12 @@ struct rpc_method_def {
   const char *name; /* The method's field in the generated service struct: "get_manifest". */
   enum rpc_kind kind;
   rpc_handler_fn handler; /* NULL for RPC_UNSERVED. */
+  /* The handler usually answers much later (a rendezvous, a barrier, a
+   * watch), so many such calls are open at once. Their completions go
+   * through queues of their own (rpc_loop.c) so that each costs the same
+   * however many are open; they reach the loop a thread hop later. Rows
+   * say so with the *_PARKED_ROW macros. */
+  bool parks;
 };
 
 /*
@@ -111,14 +117,18 @@ struct rpc_method_def {
  * descriptor lacks (a table built by hand, say).
  */
 #define RPC_METHOD_FIELD(svc_type, field) (&(#field)[0 * sizeof(((svc_type *)0)->field)])
-#define RPC_UNARY_ROW(svc_type, field, fn)                                                         \
-  { RPC_METHOD_FIELD(svc_type, field), RPC_UNARY, fn }
+#define RPC_ROW_(svc_type, field, k, fn, parked)                                                   \
+  { .name = RPC_METHOD_FIELD(svc_type, field), .kind = k, .handler = fn, .parks = parked }
+#define RPC_UNARY_ROW(svc_type, field, fn) RPC_ROW_(svc_type, field, RPC_UNARY, fn, false)
 #define RPC_SERVER_STREAM_ROW(svc_type, field, fn)                                                 \
-  { RPC_METHOD_FIELD(svc_type, field), RPC_SERVER_STREAM, fn }
+  RPC_ROW_(svc_type, field, RPC_SERVER_STREAM, fn, false)
 #define RPC_CLIENT_STREAM_ROW(svc_type, field, fn)                                                 \
-  { RPC_METHOD_FIELD(svc_type, field), RPC_CLIENT_STREAM, fn }
-#define RPC_UNSERVED_ROW(svc_type, field)                                                          \
-  { RPC_METHOD_FIELD(svc_type, field), RPC_UNSERVED, NULL }
+  RPC_ROW_(svc_type, field, RPC_CLIENT_STREAM, fn, false)
+#define RPC_UNSERVED_ROW(svc_type, field) RPC_ROW_(svc_type, field, RPC_UNSERVED, NULL, false)
+/* Calls whose handler answers much later (see `parks`). */
+#define RPC_UNARY_PARKED_ROW(svc_type, field, fn) RPC_ROW_(svc_type, field, RPC_UNARY, fn, true)
+#define RPC_SERVER_STREAM_PARKED_ROW(svc_type, field, fn)                                          \
+  RPC_ROW_(svc_type, field, RPC_SERVER_STREAM, fn, true)
 #define RPC_N_ROWS(table) (sizeof(table) / sizeof((table)[0]))
 
 /*

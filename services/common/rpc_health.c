@@ -142,7 +142,7 @@ RPC_HANDLER(handle_watch, struct rpc_health, Grpc__Health__V1__HealthCheckReques
 
 static const struct rpc_method_def health_defs[] = {
     RPC_UNARY_ROW(HEALTH, check, handle_check),
-    RPC_SERVER_STREAM_ROW(HEALTH, watch, handle_watch),
+    RPC_SERVER_STREAM_PARKED_ROW(HEALTH, watch, handle_watch),
 };
 
 int rpc_health_new(struct rpc_server *s) {

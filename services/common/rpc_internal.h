@@ -25,10 +25,17 @@ struct metric_histogram;
 #define RPC_DEFAULT_MAX_BYTES (64u << 20)
 #define RPC_N_CODES           17
 
+struct rpc_pump;
+
 /* A completion-queue tag: fn runs (on the loop for servers, on the client
  * thread for clients) when the batch started with it completes. next and ok
- * are the pump's queue links; a tag is in flight at most once at a time. */
+ * are the pump's queue links; a tag is in flight at most once at a time.
+ * A tag of a call on one of the pump's parked-call queues (callback queues)
+ * is handed to gRPC as its functor, the first member: gRPC runs it on one
+ * of its threads, and it posts the tag to via's loop. */
 struct rpc_tag {
+  grpc_completion_queue_functor functor; /* First: the tag is the functor. */
+  struct rpc_pump *via;                  /* Set for parked-call queues' tags. */
   void (*fn)(struct rpc_tag *tag, bool ok);
   struct rpc_tag *next;
   bool ok;
@@ -36,17 +43,22 @@ struct rpc_tag {
 
 /* ------------------------------------------------------------- rpc_loop.c */
 
-/* The loop thread reading cq and running each completed tag's fn. */
-struct rpc_pump;
+/* The loop thread reading cq and running each completed tag's fn, and
+ * the parked-call queues whose completions it is posted. */
 
 /* On the loop thread: from now on the loop drives cq (and the watcher
  * thread wakes it for libuv's events). */
 int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, struct rpc_pump **ret_pump);
 /* Any thread: runs tag->fn(tag, ok) on the loop soon (deferred callbacks). */
 void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok);
-/* On the loop, once nothing is outstanding on cq: joins the watcher, shuts
- * cq down and drains it, destroys cq, closes the loop handles, then runs
- * closed(arg) from the last close callback and frees the pump. */
+/* Loop thread: the queue to bind the next parked call to (one of several,
+ * in turn), and the setup of a tag whose batch runs on such a call. */
+grpc_completion_queue *rpc_pump_parked_cq(struct rpc_pump *p);
+void rpc_pump_parked_tag(struct rpc_pump *p, struct rpc_tag *tag);
+/* On the loop, once nothing is outstanding on cq or the parked-call
+ * queues: joins the watcher, shuts every queue down (cq drained), destroys
+ * them, closes the loop handles, then runs closed(arg) from the last close
+ * callback and frees the pump. */
 void rpc_pump_stop(struct rpc_pump *p, void (*closed)(void *arg), void *arg);
 
 /* ----------------------------------------------------------- rpc_server.c */
@@ -61,6 +73,7 @@ struct rpc_method {
   const ProtobufCMessageDescriptor *in_desc;
   const ProtobufCMessageDescriptor *out_desc;
   bool public_; /* Served without a bearer token (health). */
+  bool parks;   /* Its calls are bound to the pump's parked-call queues. */
   void *grpc_handle;
   /* Prometheus labels in go-grpc-prometheus's names:
    * grpc_type="unary",grpc_service="pkg.Svc",grpc_method="Method". */

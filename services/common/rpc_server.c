@@ -15,6 +15,9 @@
  *      completes it is re-armed and the call handed to rpc_call.c. A generic
  *      grpc_server_request_call stays armed too and answers anything
  *      unregistered with UNIMPLEMENTED "unknown method /x.Y/Z".
+ *      A method marked parks (its calls wait long, many at once) has its
+ *      calls bound to the pump's parked-call queues (rpc_loop.c): their
+ *      batches complete there and reach the loop through rpc_pump_post.
  *   2. Start (rpc_call.c). A RECV_CLOSE_ON_SERVER op is posted at once: its
  *      completion says whether the call was cancelled (peer cancel, deadline,
  *      shutdown) and then runs the rpc_on_cancel callback once if the call
@@ -184,6 +187,7 @@ static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *de
   m->in_desc = md->input;
   m->out_desc = md->output;
   m->public_ = strcmp(desc->name, "grpc.health.v1.Health") == 0;
+  m->parks = def->parks;
   method_metrics(s, m, desc, md);
   s->methods[s->n_methods++] = m;
   return 0;
@@ -219,8 +223,11 @@ static void arm(struct rpc_method *m) {
   r->m = m;
   grpc_metadata_array_init(&r->md);
   grpc_byte_buffer **payload = m->kind == RPC_CLIENT_STREAM ? NULL : &r->payload;
+  /* Arrivals are announced on the loop's queue; a parked call's own
+   * batches complete on a parked-call queue (rpc_loop.c). */
+  grpc_completion_queue *bound = m->parks ? rpc_pump_parked_cq(s->pump) : s->cq;
   grpc_call_error e = grpc_server_request_registered_call(
-      s->server, m->grpc_handle, &r->call, &r->deadline, &r->md, payload, s->cq, s->cq, &r->tag);
+      s->server, m->grpc_handle, &r->call, &r->deadline, &r->md, payload, bound, s->cq, &r->tag);
   if (e != GRPC_CALL_OK) {
     log_debug("rpc.arm", "method=%s error=%d", m->path, (int)e);
     grpc_metadata_array_destroy(&r->md);

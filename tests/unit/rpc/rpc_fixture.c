@@ -2,7 +2,7 @@
  * rpc_fixture: the test server (see rpc_fixture.h) and the test service's
  * handlers, one per call shape: Echo (unary), Count (server stream), Sum
  * (client stream), Later (replies after a uv timer), Park (never replies;
- * records its cancel callback).
+ * records its cancel callback); Later and Park are parked calls.
  */
 #include "rpc_fixture.h"
 
@@ -125,10 +125,12 @@ static void handle_park(struct rpc_call *c, const ProtobufCMessage *req, void *d
 
 #define SVC Stoker__Test__Test_Service
 
+/* Later and Park wait, so they are parked rows: their batches complete on
+ * the pump's parked-call queues (rpc_loop.c), the others on the loop's. */
 static const struct rpc_method_def test_defs[] = {
-    RPC_UNARY_ROW(SVC, echo, handle_echo),       RPC_SERVER_STREAM_ROW(SVC, count, handle_count),
-    RPC_CLIENT_STREAM_ROW(SVC, sum, handle_sum), RPC_UNARY_ROW(SVC, later, handle_later),
-    RPC_UNARY_ROW(SVC, park, handle_park),
+    RPC_UNARY_ROW(SVC, echo, handle_echo),        RPC_SERVER_STREAM_ROW(SVC, count, handle_count),
+    RPC_CLIENT_STREAM_ROW(SVC, sum, handle_sum),  RPC_UNARY_PARKED_ROW(SVC, later, handle_later),
+    RPC_UNARY_PARKED_ROW(SVC, park, handle_park),
 };
 
 /* -------------------------------------------------------------- fixture */

@@ -96,7 +96,7 @@ static void test_method_not_in_proto(void **state) {
   const char *wrong[] = {"frobnicate", "Echo", "echo_", "ech", "", NULL};
   for (size_t w = 0; w < sizeof(wrong) / sizeof(wrong[0]); w++) {
     const struct rpc_method_def defs[] = {
-        {wrong[w], RPC_UNARY, handle},
+        {.name = wrong[w], .kind = RPC_UNARY, .handler = handle},
         RPC_UNARY_ROW(SVC, echo, handle),
         RPC_SERVER_STREAM_ROW(SVC, count, handle),
         RPC_CLIENT_STREAM_ROW(SVC, sum, handle),
