@@ -27,6 +27,7 @@ static void handle_echo(struct rpc_call *c, const ProtobufCMessage *req, void *d
 struct count_state {
   struct test_svc *svc;
   int64_t next, n;
+  ProtobufCBinaryData blob; /* Carried by every message (the request's). */
 };
 
 static void count_sent(struct rpc_call *c, int err, void *arg);
@@ -39,6 +40,7 @@ static void count_send_next(struct rpc_call *c, struct count_state *st) {
   }
   Stoker__Test__Num m = STOKER__TEST__NUM__INIT;
   m.value = st->next++;
+  m.blob = st->blob;
   int err = rpc_send(c, &m.base, count_sent, st);
   if (err) {
     rpc_finish(c, RPC_INTERNAL, "send: %s", stk_strerror(err));
@@ -55,6 +57,7 @@ static void count_sent(struct rpc_call *c, int err, void *arg) {
     free(st);
     return;
   }
+  __atomic_add_fetch(&st->svc->sends_done, 1, __ATOMIC_SEQ_CST);
   count_send_next(c, st);
 }
 
@@ -62,6 +65,7 @@ static void handle_count(struct rpc_call *c, const ProtobufCMessage *req, void *
   struct count_state *st = calloc(1, sizeof(*st));
   st->svc = data;
   st->n = ((const Stoker__Test__Num *)req)->value;
+  st->blob = ((const Stoker__Test__Num *)req)->blob; /* The request outlives the call's sends. */
   count_send_next(c, st);
 }
 
