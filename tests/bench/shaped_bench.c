@@ -18,16 +18,21 @@
  *       Ring all-gather and reduce-scatter (f32, MIB per collective) as bus
  *       bandwidth, against R.
  *   shaped_bench fsdp RANK WORLD ADDRS STEPS ROUNDS R_MBIT
- *       Per round: the same math with no collectives (every rank at once),
- *       then FSDP at K = 0 (no limit), 1, 2 and 4; step times, exposed
- *       communication (step minus the no-collective step), time inside
- *       collectives, peak unsharded units and bytes.
+ *       Five trainers side by side: the same math with no collectives
+ *       (every rank at once, on its slice) and FSDP at K = 0 (no limit), 1,
+ *       2 and 4, their steps interleaved (one step of each in turn, STEPS
+ *       times a round) so that load from other processes falls on all
+ *       alike; per round first the step's collectives alone. Step times,
+ *       exposed communication (step minus the no-collective step), the
+ *       compute side blocked on collectives, time inside collectives, peak
+ *       unsharded units and bytes.
  *
  * ADDRS: "HOST:PORT,HOST:PORT,..." (rank r listens on entry r). Rank 0
  * prints one JSON line; every round goes to stderr; the keys are the
  * medians of the per-round figures.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +45,7 @@
 
 #define MAX_RANKS  8
 #define MAX_ROUNDS 15
-#define NKS        4
+#define NKS        5
 
 /* The FSDP bench's model (8 units, as fsdp_bench's limiter part). */
 static const struct model_config bench_cfg = {
@@ -54,7 +59,18 @@ static const struct model_config bench_cfg = {
 #define TARGET_EXPOSED  0.10
 #define TARGET_K2_RATIO 1.05
 
-static const int ks[NKS] = {0, 1, 2, 4};
+/* The FSDP configurations: K and the root unit (unit 0 held all step, as
+ * PyTorch FSDP holds its root module; always on at K = 1), and their keys'
+ * prefixes. The targets read "k2": K = 2 with the root unit; "k2_noroot" is
+ * K = 2 as fsdp_opts_default has it, for comparison. */
+static const struct {
+  int K;
+  bool root;
+  const char *key;
+} confs[NKS] = {
+    {0, true, "k0"}, {1, true, "k1"}, {2, true, "k2"}, {4, true, "k4"}, {2, false, "k2_noroot"}};
+#define CONF_K0 0
+#define CONF_K2 2
 
 static double now_s(void) {
   struct timespec ts;
@@ -116,15 +132,21 @@ static int train(struct coll_group *g, int rank, int W, int K, int steps, double
   return rc;
 }
 
-/* Bytes one rank sends per step at K = 2 (ring model, f32): unit 0 gathered
- * three times, the head once, every block twice; one reduce-scatter each. */
+/* Gathers of unit k per step: unit 0 once with the root unit (three times
+ * without: its forward, the head's and its backward), the head once (its
+ * forward and backward share it), every block twice. */
+static int unit_gathers(int k, int U) {
+  return k == 0 ? 1 : k == U - 1 ? 1 : 2;
+}
+
+/* Bytes one rank sends per step with the root unit (ring model, f32): the
+ * all-gathers and one reduce-scatter per unit. */
 static double link_bytes_per_step(int W) {
   double total = 0.0;
   int U = model_unit_count(&bench_cfg);
   for (int k = 0; k < U; k++) {
     double chunk = (double)((model_unit_numel(&bench_cfg, k) + (size_t)W - 1) / (size_t)W) * 4;
-    int gathers = k == 0 ? 3 : k == U - 1 ? 1 : 2;
-    total += (W - 1) * chunk * (gathers + 1);
+    total += (W - 1) * chunk * (unit_gathers(k, U) + 1);
   }
   return total;
 }
@@ -256,8 +278,7 @@ static int comm_alone(struct coll_group *g, int W, int steps, double *ret_s) {
   for (int i = 0; i < steps && !rc; i++) {
     for (int k = 0; k < U && !rc; k++) {
       size_t chunk = (model_unit_numel(&bench_cfg, k) + (size_t)W - 1) / (size_t)W;
-      int gathers = k == 0 ? 3 : k == U - 1 ? 1 : 2;
-      for (int j = 0; j < gathers && !rc; j++)
+      for (int j = 0; j < unit_gathers(k, U) && !rc; j++)
         rc = coll_all_gather(g, shard, full, chunk, COLL_F32);
       if (!rc) rc = coll_reduce_scatter(g, full, shard, chunk, COLL_F32);
     }
@@ -269,80 +290,122 @@ static int comm_alone(struct coll_group *g, int W, int steps, double *ret_s) {
   return rc;
 }
 
-/* Per round and K: what rank 0 keeps (max over ranks where it says so). */
-struct fsdp_rounds {
-  double base_s[MAX_ROUNDS];         /* No collectives: the slowest rank's step. */
-  double step_s[NKS][MAX_ROUNDS];    /* Rank 0's step (ranks move in lock step). */
-  double comm_s[MAX_ROUNDS];         /* The step's collectives alone (comm_alone). */
-  double busy_s[NKS][MAX_ROUNDS];    /* Inside collectives per step, max over ranks. */
-  double exposed[NKS][MAX_ROUNDS];   /* step_s - base_s. */
-  double exp_ratio[NKS][MAX_ROUNDS]; /* exposed / comm_s. */
-  double vs_k0[NKS][MAX_ROUNDS];     /* step_s / step_s at K = 0. */
-  int peak_units[NKS];
-  size_t peak_bytes[NKS];
+/* One trainer per configuration: [0] the same math with no collectives
+ * (group NULL, this rank's slice), [1 + i] FSDP at K = ks[i]. Their steps
+ * interleave, so load from other processes falls on all of them alike. */
+#define NCONF (1 + NKS)
+
+struct fsdp_bench {
+  struct fsdp *f[NCONF];
+  int32_t tokens[GLOBAL_BATCH * SEQ_LEN], targets[GLOBAL_BATCH * SEQ_LEN];
+  int rank, W, step;
+  /* Per round (medians printed): seconds per step, max over ranks. */
+  double step_s[NCONF][MAX_ROUNDS];
+  double wait_s[NCONF][MAX_ROUNDS]; /* fsdp_stats.coll_wait_ns: compute blocked on collectives. */
+  double busy_s[NCONF][MAX_ROUNDS]; /* fsdp_stats.coll_busy_ns: inside collectives. */
+  double comm_s[MAX_ROUNDS];        /* The step's collectives alone (comm_alone). */
+  int peak_units[NCONF];
+  size_t peak_bytes[NCONF];
 };
 
-static int fsdp_round(struct coll_group *g, int W, int steps, int k, struct fsdp_rounds *out) {
-  int rank = g->rank;
-  float mine[4] = {0}, all[MAX_RANKS * 4];
-  double s = 0.0;
-  struct fsdp_stats st;
-  /* The same math with no collectives, every rank at once. */
-  int rc = share_values(g, mine, 1, all);
-  if (!rc) rc = train(NULL, rank, W, 2, steps, &s, NULL, &st);
-  mine[0] = (float)s;
-  if (!rc) rc = share_values(g, mine, 1, all);
-  if (rc) return rc;
-  out->base_s[k] = max_over(all, W, 1, 0);
-  rc = comm_alone(g, W, steps, &out->comm_s[k]);
-  if (rc) return rc;
-  for (int i = 0; i < NKS; i++) {
-    rc = train(g, rank, W, ks[i], steps, &s, NULL, &st);
-    mine[0] = (float)s, mine[1] = (float)(st.coll_busy_ns / 1e9 / steps);
-    mine[2] = (float)st.peak_unsharded_units, mine[3] = (float)st.peak_unsharded_bytes;
-    if (!rc) rc = share_values(g, mine, 4, all);
+static int bench_open(struct fsdp_bench *b, struct coll_group *g) {
+  for (int c = 0; c < NCONF; c++) {
+    struct fsdp_opts o;
+    fsdp_opts_default(&o);
+    o.max_inflight_units = c ? confs[c - 1].K : 2;
+    o.root_unit = c ? confs[c - 1].root : true;
+    int rc = fsdp_new(&bench_cfg, c ? g : NULL, &o, &b->f[c]);
     if (rc) return rc;
-    out->step_s[i][k] = all[0];
-    out->busy_s[i][k] = max_over(all, W, 4, 1);
-    int units = (int)max_over(all, W, 4, 2);
-    size_t bytes = (size_t)max_over(all, W, 4, 3);
-    if (units > out->peak_units[i]) out->peak_units[i] = units;
-    if (bytes > out->peak_bytes[i]) out->peak_bytes[i] = bytes;
-    out->exposed[i][k] = out->step_s[i][k] - out->base_s[k];
-    out->exp_ratio[i][k] = out->exposed[i][k] / out->comm_s[k];
-  }
-  for (int i = 0; i < NKS; i++) out->vs_k0[i][k] = out->step_s[i][k] / out->step_s[0][k];
-  if (rank == 0) {
-    fprintf(stderr,
-            "shaped_bench: fsdp n=%d round %d: no collectives %.4f s/step, collectives alone "
-            "%.4f",
-            W, k, out->base_s[k], out->comm_s[k]);
-    for (int i = 0; i < NKS; i++)
-      fprintf(stderr, "; K=%d %.4f s (exposed %.4f = %.3f of the collectives)", ks[i],
-              out->step_s[i][k], out->exposed[i][k], out->exp_ratio[i][k]);
-    fprintf(stderr, "\n");
   }
   return 0;
 }
 
-static void print_fsdp(const struct fsdp_rounds *r, int W, int steps, int rounds, double mbit) {
-  int k2 = 2; /* ks[2] == 2 */
-  double exp2 = median(r->exp_ratio[k2], rounds), ratio2 = median(r->vs_k0[k2], rounds);
+/* One step of configuration c on this rank's slice of global batch `step`;
+ * its seconds (the ranks start together). */
+static int bench_step(struct fsdp_bench *b, struct coll_group *g, int c, double *ret_s) {
+  int B = GLOBAL_BATCH / b->W;
+  size_t at = (size_t)b->rank * B * SEQ_LEN;
+  float dummy = 0.0f, all[MAX_RANKS];
+  int rc = share_values(g, &dummy, 1, all);
+  make_batch(b->step, bench_cfg.vocab_size, b->tokens, b->targets);
+  double t0 = now_s();
+  if (!rc) rc = fsdp_step(b->f[c], b->tokens + at, b->targets + at, B, SEQ_LEN, NULL);
+  *ret_s = now_s() - t0;
+  return rc;
+}
+
+static int bench_round(struct fsdp_bench *b, struct coll_group *g, int steps, int k) {
+  double sum[NCONF] = {0};
+  int rc = comm_alone(g, b->W, steps, &b->comm_s[k]);
+  for (int c = 0; c < NCONF && !rc; c++) fsdp_reset_stats(b->f[c]);
+  for (int i = 0; i < steps && !rc; i++, b->step++)
+    for (int c = 0; c < NCONF && !rc; c++) {
+      double s;
+      rc = bench_step(b, g, c, &s);
+      sum[c] += s;
+    }
+  for (int c = 0; c < NCONF && !rc; c++) {
+    struct fsdp_stats st;
+    fsdp_get_stats(b->f[c], &st);
+    float mine[5] = {(float)(sum[c] / steps), (float)(st.coll_wait_ns / 1e9 / steps),
+                     (float)(st.coll_busy_ns / 1e9 / steps), (float)st.peak_unsharded_units,
+                     (float)st.peak_unsharded_bytes};
+    float all[MAX_RANKS * 5];
+    rc = share_values(g, mine, 5, all);
+    if (rc) break;
+    b->step_s[c][k] = max_over(all, b->W, 5, 0);
+    b->wait_s[c][k] = max_over(all, b->W, 5, 1);
+    b->busy_s[c][k] = max_over(all, b->W, 5, 2);
+    int units = (int)max_over(all, b->W, 5, 3);
+    size_t bytes = (size_t)max_over(all, b->W, 5, 4);
+    if (units > b->peak_units[c]) b->peak_units[c] = units;
+    if (bytes > b->peak_bytes[c]) b->peak_bytes[c] = bytes;
+  }
+  return rc;
+}
+
+static void print_round(const struct fsdp_bench *b, int k) {
+  fprintf(stderr,
+          "shaped_bench: fsdp n=%d round %d: no collectives %.4f s/step, collectives alone %.4f",
+          b->W, k, b->step_s[0][k], b->comm_s[k]);
+  for (int c = 1; c < NCONF; c++)
+    fprintf(stderr, "; %s %.4f s (exposed %.4f, compute blocked %.4f, in collectives %.4f)",
+            confs[c - 1].key, b->step_s[c][k], b->step_s[c][k] - b->step_s[0][k], b->wait_s[c][k],
+            b->busy_s[c][k]);
+  fprintf(stderr, "\n");
+}
+
+static void print_fsdp(const struct fsdp_bench *b, int steps, int rounds, double mbit) {
+  double exposed[NCONF][MAX_ROUNDS], exp_ratio[NCONF][MAX_ROUNDS], wait_ratio[NCONF][MAX_ROUNDS];
+  double vs_k0[NCONF][MAX_ROUNDS];
+  for (int c = 1; c < NCONF; c++)
+    for (int k = 0; k < rounds; k++) {
+      exposed[c][k] = b->step_s[c][k] - b->step_s[0][k];
+      exp_ratio[c][k] = exposed[c][k] / b->comm_s[k];
+      wait_ratio[c][k] = b->wait_s[c][k] / b->comm_s[k];
+      vs_k0[c][k] = b->step_s[c][k] / b->step_s[1 + CONF_K0][k];
+    }
   printf("{\"bench\":\"trainer\",\"part\":\"shaped_fsdp\",\"ranks\":%d,\"units\":%d,"
          "\"params\":%zu,\"global_batch\":%d,\"seq_len\":%d,\"steps\":%d,\"rounds\":%d,"
          "\"shaped_rate_mbit\":%.0f,\"link_bytes_per_step\":%.0f,\"nocoll_step_s\":%.4f,"
          "\"coll_alone_s\":%.4f",
-         W, model_unit_count(&bench_cfg), model_param_count(&bench_cfg), GLOBAL_BATCH, SEQ_LEN,
-         steps, rounds, mbit, link_bytes_per_step(W), median(r->base_s, rounds),
-         median(r->comm_s, rounds));
-  for (int i = 0; i < NKS; i++)
-    printf(",\"k%d_step_s\":%.4f,\"k%d_exposed_comm_s\":%.4f,\"k%d_coll_busy_s\":%.4f,"
-           "\"k%d_exposed_comm_ratio\":%.3f,\"k%d_peak_unsharded_units\":%d,"
-           "\"k%d_peak_unsharded_bytes\":%zu",
-           ks[i], median(r->step_s[i], rounds), ks[i], median(r->exposed[i], rounds), ks[i],
-           median(r->busy_s[i], rounds), ks[i], median(r->exp_ratio[i], rounds), ks[i],
-           r->peak_units[i], ks[i], r->peak_bytes[i]);
-  int met = exp2 <= TARGET_EXPOSED && ratio2 <= TARGET_K2_RATIO && r->peak_units[k2] <= 3;
+         b->W, model_unit_count(&bench_cfg), model_param_count(&bench_cfg), GLOBAL_BATCH, SEQ_LEN,
+         steps, rounds, mbit, link_bytes_per_step(b->W), median(b->step_s[0], rounds),
+         median(b->comm_s, rounds));
+  for (int c = 1; c < NCONF; c++) {
+    const char *K = confs[c - 1].key;
+    printf(",\"%s_step_s\":%.4f,\"%s_exposed_comm_s\":%.4f,\"%s_exposed_comm_ratio\":%.3f,"
+           "\"%s_coll_wait_s\":%.4f,\"%s_coll_wait_ratio\":%.3f,\"%s_coll_busy_s\":%.4f,"
+           "\"%s_step_ratio\":%.3f,\"%s_peak_unsharded_units\":%d,"
+           "\"%s_peak_unsharded_bytes\":%zu",
+           K, median(b->step_s[c], rounds), K, median(exposed[c], rounds), K,
+           median(exp_ratio[c], rounds), K, median(b->wait_s[c], rounds), K,
+           median(wait_ratio[c], rounds), K, median(b->busy_s[c], rounds), K,
+           median(vs_k0[c], rounds), K, b->peak_units[c], K, b->peak_bytes[c]);
+  }
+  int k2 = 1 + CONF_K2;
+  double exp2 = median(exp_ratio[k2], rounds), ratio2 = median(vs_k0[k2], rounds);
+  int met = exp2 <= TARGET_EXPOSED && ratio2 <= TARGET_K2_RATIO && b->peak_units[k2] <= 3;
   printf(",\"shaped_exposed_comm_ratio\":%.3f,\"shaped_k2_step_ratio\":%.3f,"
          "\"target\":\"at K = 2: shaped_exposed_comm_ratio <= %.2f, shaped_k2_step_ratio <= "
          "%.2f, k2_peak_unsharded_units <= 3\",\"target_met\":%s}\n",
@@ -351,13 +414,21 @@ static void print_fsdp(const struct fsdp_rounds *r, int W, int steps, int rounds
 }
 
 static int bench_fsdp(struct coll_group *g, int W, int steps, int rounds, double mbit) {
-  static struct fsdp_rounds r;
-  for (int k = 0; k < rounds; k++) {
-    int rc = fsdp_round(g, W, steps, k, &r);
-    if (rc) return rc;
+  static struct fsdp_bench b;
+  b.rank = g->rank, b.W = W;
+  int rc = bench_open(&b, g);
+  for (int c = 0; c < NCONF && !rc; c++) { /* Warm-up: buffers, model, socket windows. */
+    double s;
+    rc = bench_step(&b, g, c, &s);
   }
-  if (g->rank == 0) print_fsdp(&r, W, steps, rounds, mbit);
-  return 0;
+  b.step++;
+  for (int k = 0; k < rounds && !rc; k++) {
+    rc = bench_round(&b, g, steps, k);
+    if (!rc && g->rank == 0) print_round(&b, k);
+  }
+  if (!rc && g->rank == 0) print_fsdp(&b, steps, rounds, mbit);
+  for (int c = 0; c < NCONF; c++) fsdp_free(b.f[c]);
+  return rc;
 }
 
 static int usage(void) {

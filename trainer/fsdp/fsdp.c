@@ -49,7 +49,8 @@ static int fsdp_init(struct fsdp *f) {
   int rc = fsdp_units_init(f);
   /* K = 1: the tied head needs unit 0 beside itself, so unit 0 is the root
    * unit, held all step outside the limit. */
-  if (!rc) rc = fsdp_plan_build(&f->cfg, f->opts.max_inflight_units == 1, &f->plan);
+  int root = f->opts.root_unit || f->opts.max_inflight_units == 1;
+  if (!rc) rc = fsdp_plan_build(&f->cfg, root, &f->plan);
   if (rc) return rc;
   size_t budget = f->opts.max_inflight_bytes;
   if (budget && budget < largest_step_bytes(f)) return STK_EINVAL;

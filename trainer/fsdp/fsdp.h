@@ -17,7 +17,8 @@
  * all-gather until the compute side frees a buffer. K = 1 makes unit 0 (the
  * embeddings, which the tied head reads beside itself) the root unit, as
  * PyTorch FSDP's root module: gathered once per step, kept until its
- * backward and not counted against K (so at most 2 buffers are alive). The
+ * backward and not counted against K (so at most 2 buffers are alive);
+ * opts.root_unit does the same at any K (K + 1 buffers at most). The
  * limiter changes only timing and memory: results are bit-identical with
  * any K.
  *
@@ -68,10 +69,16 @@ struct fsdp_opts {
   struct optim_adamw adamw; /* lr is taken from the schedule. */
   float clip_norm;          /* Global gradient-norm clip; 0 = none. */
   enum fsdp_precision precision;
+  /* Unit 0 (the embeddings the tied head reads) as the root unit: gathered
+   * once per step, held until its backward, outside K (PyTorch FSDP's root
+   * module is not resharded after forward either). Fewer bytes on the wire
+   * (unit 0 gathered once, not three times) and the limiter can prefetch
+   * through the head's step, for one more buffer alive. Always on at K = 1. */
+  bool root_unit;
 };
 
 /* K = 2, no byte budget, seed 0, lr 3e-4 constant, AdamW (0.9, 0.95, 1e-8, 0.1), clip 1,
- * fp32. */
+ * fp32, no root unit. */
 void fsdp_opts_default(struct fsdp_opts *ret_opts);
 
 struct fsdp;

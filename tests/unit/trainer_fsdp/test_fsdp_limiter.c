@@ -3,7 +3,8 @@
  * bytes, abort); in a step, K = 2 keeps at most two unsharded units alive
  * while no limit lets the communication thread run ahead and hold many;
  * the counters add up; K = 1 keeps the root unit (unit 0) all step beside
- * one other unit; and the limit never changes a single bit of the results.
+ * one other unit, and root_unit does so at K = 2; and the limit never changes a single bit of the
+ * results.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -213,6 +214,27 @@ static void test_k1_root_unit(void **state) {
   train_run_close(&none);
 }
 
+static void test_k2_with_root_unit(void **state) {
+  (void)state;
+  /* root_unit at K = 2: the root beside at most two units (three buffers),
+   * unit 0 gathered once per step, the same bits as K = 2 without it. */
+  const int W = 2, STEPS = 3;
+  struct train_run root = {.cfg = &deep, .steps = STEPS};
+  struct train_run plain = {.cfg = &deep, .steps = STEPS};
+  train_opts(&plain.opts);
+  root.opts = plain.opts;
+  root.opts.root_unit = true;
+  assert_int_equal(train_ranks(W, &root), 0);
+  assert_int_equal(train_ranks(W, &plain), 0);
+  assert_bit_identical(&root, &plain);
+  for (int r = 0; r < W; r++) {
+    assert_true(root.stats[r].peak_unsharded_units <= 3);
+    assert_int_equal(root.stats[r].bytes_moved, STEPS * step_bytes_root(&deep, W));
+  }
+  train_run_close(&root);
+  train_run_close(&plain);
+}
+
 static void test_no_limit_runs_ahead(void **state) {
   (void)state;
   /* One rank: a gather is a memcpy, far faster than a block's compute, so
@@ -269,6 +291,7 @@ int main(void) {
       cmocka_unit_test(test_rejects_bad_limits),
       cmocka_unit_test(test_k2_bounds_unsharded_memory),
       cmocka_unit_test(test_k1_root_unit),
+      cmocka_unit_test(test_k2_with_root_unit),
       cmocka_unit_test(test_no_limit_runs_ahead),
       cmocka_unit_test(test_limit_changes_no_bits),
   };
