@@ -3,20 +3,20 @@
 # each rank in its own network namespace, attached by a veth pair to a bridge
 # in a namespace of its own, both ends of every veth shaped by tc's token
 # bucket (tbf) to R, so every rank sends and receives at R. R is chosen by
-# `shaped_bench calibrate` so that a unit's all-gather takes about
-# BENCH_SHAPED_SHARE (default 0.8) of its compute (BENCH_SHAPED_MBIT
-# overrides it). Root only; prints {"skipped": ...} otherwise. Removes its
+# `shaped_bench calibrate` so that the step's collectives alone take
+# BENCH_SHAPED_SHARE (default 0.5) of its compute, i.e. a unit's all-gather
+# about half its forward (BENCH_SHAPED_MBIT sets R instead). Root only; prints {"skipped": ...} otherwise. Removes its
 # namespaces (and with them the links) on any exit.
 #   tests/bench/shaped_links.sh BUILD_DIR
 # Env: BENCH_SHAPED_RANKS (default 2), BENCH_SHAPED_STEPS timed steps per run
-# (default 3), BENCH_SHAPED_ROUNDS (default 3), BENCH_SHAPED_RING_MIB per
+# (default 2), BENCH_SHAPED_ROUNDS (default 5), BENCH_SHAPED_RING_MIB per
 # collective (default 8), BENCH_SHAPED_RING_ITERS (default 3).
 set -euo pipefail
 build=$1
 bench=$build/tests/bench/shaped_bench
 ranks=${BENCH_SHAPED_RANKS:-2}
-steps=${BENCH_SHAPED_STEPS:-3}
-rounds=${BENCH_SHAPED_ROUNDS:-3}
+steps=${BENCH_SHAPED_STEPS:-2}
+rounds=${BENCH_SHAPED_ROUNDS:-5}
 
 skip() {
   printf '{"bench":"trainer","part":"shaped","skipped":"%s"}\n' "$1"
