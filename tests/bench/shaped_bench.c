@@ -189,8 +189,11 @@ static int calibrate(int W, int steps) {
   }
   const char *env = getenv("BENCH_SHAPED_SHARE");
   double share = env && atof(env) > 0 ? atof(env) : 0.5;
-  /* Ethernet framing: 1448 payload bytes ride in 1514 wire bytes (MTU 1500, TCP timestamps). */
-  double wire = link_bytes_per_step(W) * 1514.0 / 1448.0;
+  /* Ethernet framing: MTU - 52 payload bytes (IP, TCP with timestamps) ride
+   * in MTU + 14 wire bytes (env BENCH_SHAPED_MTU, default 9000). */
+  const char *mtu_env = getenv("BENCH_SHAPED_MTU");
+  double mtu = mtu_env && atof(mtu_env) >= 576 ? atof(mtu_env) : 9000;
+  double wire = link_bytes_per_step(W) * (mtu + 14) / (mtu - 52);
   double mbit = wire * 8 / 1e6 / (worst * share);
   printf("%.0f %.4f %.0f\n", mbit, worst, link_bytes_per_step(W));
   return 0;
