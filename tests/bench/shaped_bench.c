@@ -216,6 +216,13 @@ static int share_values(struct coll_group *g, const float *mine, int n, float *a
   return coll_all_gather(g, mine, all, (size_t)n, COLL_F32);
 }
 
+static float min_over(const float *all, int W, int n, int i) {
+  float m = all[i];
+  for (int r = 1; r < W; r++)
+    if (all[r * n + i] < m) m = all[r * n + i];
+  return m;
+}
+
 static float max_over(const float *all, int W, int n, int i) {
   float m = all[i];
   for (int r = 1; r < W; r++)
@@ -311,7 +318,9 @@ struct fsdp_bench {
   int rank, W, step;
   /* Per round (medians printed): seconds per step, max over ranks. */
   double step_s[NCONF][MAX_ROUNDS];
-  double wait_s[NCONF][MAX_ROUNDS]; /* fsdp_stats.coll_wait_ns: compute blocked on collectives. */
+  /* fsdp_stats.coll_wait_ns, compute blocked on collectives: the least
+   * over ranks (a faster rank also waits for a slower one's compute). */
+  double wait_s[NCONF][MAX_ROUNDS];
   double busy_s[NCONF][MAX_ROUNDS]; /* fsdp_stats.coll_busy_ns: inside collectives. */
   double comm_s[MAX_ROUNDS];        /* The step's collectives alone (comm_alone). */
   int peak_units[NCONF];
@@ -364,7 +373,7 @@ static int bench_round(struct fsdp_bench *b, struct coll_group *g, int steps, in
     rc = share_values(g, mine, 5, all);
     if (rc) break;
     b->step_s[c][k] = max_over(all, b->W, 5, 0);
-    b->wait_s[c][k] = max_over(all, b->W, 5, 1);
+    b->wait_s[c][k] = min_over(all, b->W, 5, 1);
     b->busy_s[c][k] = max_over(all, b->W, 5, 2);
     int units = (int)max_over(all, b->W, 5, 3);
     size_t bytes = (size_t)max_over(all, b->W, 5, 4);

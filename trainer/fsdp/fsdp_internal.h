@@ -8,8 +8,8 @@
  * then backward of unit 2U-1-s. A gather event is one all-gather of a unit
  * kept alive over consecutive compute steps [first_step, last_step] (the
  * head's forward and backward share the gathers of the head and of unit 0).
- * With a root unit (K = 1), unit 0 is gathered once for the whole step and
- * is not counted against K.
+ * With a root unit (opts.root_unit; K = 1), unit 0 is gathered once for the
+ * whole step and is not counted against K.
  */
 #ifndef STK_FSDP_INTERNAL_H
 #define STK_FSDP_INTERNAL_H

@@ -5,9 +5,10 @@
  * units (and optionally a byte budget) are alive at once. Without it the
  * communication thread would gather every unit ahead of compute, and memory
  * would grow with the model (the problem PyTorch's limit_all_gathers fixes).
- * The root unit (K = 1: unit 0, which the tied head reads) is held for the
- * whole step outside the unit count, as PyTorch FSDP keeps its root
- * module's parameters; it still counts against the byte budget.
+ * The root unit (unit 0, which the tied head reads; opts.root_unit, always
+ * at K = 1) is held for the whole step outside the unit count, as PyTorch
+ * FSDP keeps its root module's parameters; it still counts against the
+ * byte budget.
  */
 #include <time.h>
 

@@ -5,9 +5,9 @@
  * configuration, so every rank issues the same collectives in the same
  * order whatever the timing: all-gathers for step s+1 are issued as step s
  * starts (the prefetch), and a unit's reduce-scatter right after its
- * backward step. With a root unit (K = 1) unit 0 is one gather event over
- * the whole step: its forward, the tied head's forward and backward, and its
- * own backward read the same buffer.
+ * backward step. With a root unit (opts.root_unit, always at K = 1) unit 0
+ * is one gather event over the whole step: its forward, the tied head's
+ * forward and backward, and its own backward read the same buffer.
  */
 #include <stdlib.h>
 
