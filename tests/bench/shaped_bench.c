@@ -424,10 +424,15 @@ static void print_fsdp(const struct fsdp_bench *b, int steps, int rounds, double
   }
   int k2 = 1 + CONF_K2;
   double exp2 = median(exp_ratio[k2], rounds), ratio2 = median(vs_k0[k2], rounds);
-  int met = exp2 <= TARGET_EXPOSED && ratio2 <= TARGET_K2_RATIO && b->peak_units[k2] <= 3;
+  double wait2 = median(wait_ratio[k2], rounds);
+  /* The difference of two step times swings with load; the compute side's
+   * own wait on collectives must agree with it. */
+  int met = exp2 <= TARGET_EXPOSED && wait2 <= TARGET_EXPOSED && ratio2 <= TARGET_K2_RATIO &&
+            b->peak_units[k2] <= 3;
   printf(",\"shaped_exposed_comm_ratio\":%.3f,\"shaped_k2_step_ratio\":%.3f,"
-         "\"target\":\"at K = 2: shaped_exposed_comm_ratio <= %.2f, shaped_k2_step_ratio <= "
-         "%.2f, k2_peak_unsharded_units <= 3\",\"target_met\":%s}\n",
+         "\"target\":\"at K = 2 (root unit): shaped_exposed_comm_ratio and k2_coll_wait_ratio "
+         "<= %.2f, shaped_k2_step_ratio <= %.2f, k2_peak_unsharded_units <= 3\","
+         "\"target_met\":%s}\n",
          exp2, ratio2, TARGET_EXPOSED, TARGET_K2_RATIO, met ? "true" : "false");
   fflush(stdout);
 }

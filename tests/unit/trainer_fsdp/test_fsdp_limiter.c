@@ -201,7 +201,6 @@ static void test_k1_root_unit(void **state) {
     assert_true(s->peak_unsharded_bytes <= root_and_largest_bytes(&deep, W));
     assert_int_equal(s->bytes_moved, STEPS * step_bytes_root(&deep, W));
     assert_true(s->coll_busy_ns > 0);
-    assert_true(none.stats[r].peak_unsharded_units > 2);
   }
   /* One rank: gathers are copies that would run ahead; K = 1 holds them. */
   struct train_run one = {.cfg = &deep, .steps = 2};
