@@ -5,8 +5,9 @@
 # bucket (tbf) to R, so every rank sends and receives at R. R is chosen by
 # `shaped_bench calibrate` so that the step's collectives alone take
 # BENCH_SHAPED_SHARE (default 0.5) of its compute, i.e. a unit's all-gather
-# about half its forward (BENCH_SHAPED_MBIT sets R instead). Root only; prints {"skipped": ...} otherwise. Removes its
-# namespaces (and with them the links) on any exit.
+# about half its forward (BENCH_SHAPED_MBIT sets R instead). Root only;
+# prints {"skipped": ...} otherwise. On any exit it stops its rank processes
+# and deletes its namespaces (and with them the links).
 #   tests/bench/shaped_links.sh BUILD_DIR
 # Env: BENCH_SHAPED_RANKS (default 2), BENCH_SHAPED_STEPS timed steps per run
 # (default 2), BENCH_SHAPED_ROUNDS (default 5), BENCH_SHAPED_RING_MIB per
@@ -34,10 +35,14 @@ export OMP_NUM_THREADS=1
 tag=stk$$
 br=${tag}br
 namespaces=()
+pids=()
 cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   for ns in "${namespaces[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 parts=" ${BENCH_SHAPED_PARTS:-ring fsdp} "
 # Jumbo frames, as a training cluster's Ethernet runs (1500 works too: the
@@ -45,17 +50,21 @@ parts=" ${BENCH_SHAPED_PARTS:-ring fsdp} "
 export BENCH_SHAPED_MTU=${BENCH_SHAPED_MTU:-9000}
 mtu=$BENCH_SHAPED_MTU
 # The fastest of 6 steps: the least loaded moment sets R.
-read -r mbit compute_s link_bytes < <("$bench" calibrate "$ranks" 6)
-mbit=${BENCH_SHAPED_MBIT:-$mbit}
-echo "shaped: no-collective step ${compute_s} s, ${link_bytes} bytes sent per rank and step:" \
-  "R = ${mbit} Mbit/s" >&2
+if [ -n "${BENCH_SHAPED_MBIT:-}" ]; then
+  mbit=$BENCH_SHAPED_MBIT
+else
+  calibration=$("$bench" calibrate "$ranks" 6)
+  read -r mbit compute_s link_bytes <<<"$calibration"
+  echo "shaped: fastest no-collective step ${compute_s} s, ${link_bytes} bytes sent per rank" \
+    "and step: R = ${mbit} Mbit/s" >&2
+fi
 
 # tbf: a bucket of a few ms at R (at least 3 frames): small against a unit's
 # transfer, deep enough that a late dequeue (softirq work waits for a core on
 # a loaded machine) does not lose the link's time; up to 50 ms queued before
 # drops.
 burst=$((mbit * 125 * ${BENCH_SHAPED_BURST_MS:-5}))
-[ "$burst" -ge 4500 ] || burst=4500
+[ "$burst" -ge $((3 * (mtu + 14))) ] || burst=$((3 * (mtu + 14)))
 shape() { # NAMESPACE DEVICE
   tc -n "$1" qdisc add dev "$2" root tbf rate "${mbit}mbit" burst "$burst" \
     latency "${BENCH_SHAPED_LATENCY_MS:-50}ms"
@@ -89,13 +98,15 @@ for r in $(seq 0 $((ranks - 1))); do
 done
 
 run_ranks() { # MODE ARGS... (rank 0's stdout is the JSON line)
-  local mode=$1 pids=() rc=0
+  local mode=$1 rc=0
   shift
+  pids=()
   for r in $(seq 0 $((ranks - 1))); do
     ip netns exec "${tag}r$r" "$bench" "$mode" "$r" "$ranks" "$addrs" "$@" &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  pids=()
   return $rc
 }
 
