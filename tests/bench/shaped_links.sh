@@ -13,7 +13,7 @@
 # (default 2), BENCH_SHAPED_ROUNDS (default 5), BENCH_SHAPED_RING_MIB per
 # collective (default 8), BENCH_SHAPED_RING_ITERS (default 3),
 # BENCH_SHAPED_PARTS (default "ring fsdp"), BENCH_SHAPED_BURST_MS: the token
-# bucket's depth in milliseconds at R (default 5), BENCH_SHAPED_LATENCY_MS
+# bucket's depth in milliseconds at R (default 1), BENCH_SHAPED_LATENCY_MS
 # (tbf queue, default 50), BENCH_SHAPED_MTU (default 9000).
 set -euo pipefail
 build=$1
@@ -59,11 +59,11 @@ else
     "and step: R = ${mbit} Mbit/s" >&2
 fi
 
-# tbf: a bucket of a few ms at R (at least 3 frames): small against a unit's
-# transfer, deep enough that a late dequeue (softirq work waits for a core on
-# a loaded machine) does not lose the link's time; up to 50 ms queued before
+# tbf: a bucket of 1 ms at R (at least 3 frames): a transfer that starts on a
+# full bucket gets that much ahead of R, small against a unit's transfer (a
+# few percent) and the ring part's (under 1%); up to 50 ms queued before
 # drops.
-burst=$((mbit * 125 * ${BENCH_SHAPED_BURST_MS:-5}))
+burst=$((mbit * 125 * ${BENCH_SHAPED_BURST_MS:-1}))
 [ "$burst" -ge $((3 * (mtu + 14))) ] || burst=$((3 * (mtu + 14)))
 shape() { # NAMESPACE DEVICE
   tc -n "$1" qdisc add dev "$2" root tbf rate "${mbit}mbit" burst "$burst" \
