@@ -18,6 +18,8 @@ packages=(
   python3-boto3 python3-yaml
   # The main job's loss plot (PNG).
   gnuplot-nox
+  # The coordinator bench's simulated ranks: HTTP/2 without gRPC's client.
+  libnghttp2-dev
 )
 
 missing=()

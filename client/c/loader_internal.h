@@ -77,6 +77,8 @@ int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const 
 int loader_parts_stream_next(struct parts_stream *ps, int64_t timeout_ms,
                              struct stk_batch *ret_batch);
 void loader_parts_stream_free(struct parts_stream *ps); /* Accepts NULL. */
+/* Whether a part's stream ended normally (stk_batch_stream_ended). */
+bool loader_parts_stream_ended(struct parts_stream *ps);
 /* A struct stk_batch_stream over ps (taken in every case). */
 int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_stream);
 

@@ -159,6 +159,12 @@ int loader_parts_stream_next(struct parts_stream *ps, int64_t timeout_ms,
   return loader_assemble(ps->held, ps->n, ret_batch); /* takes held[] */
 }
 
+bool loader_parts_stream_ended(struct parts_stream *ps) {
+  for (uint32_t i = 0; i < ps->n; i++)
+    if (stk_batch_stream_ended(ps->subs[i])) return true;
+  return false;
+}
+
 int stk_loader_stream_all(struct stk_loader *l, const char *job, int64_t from_step, uint32_t rank,
                           uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream) {
   if (!job || !ret_stream) return client_fail(STK_EINVAL, "stream batches");

@@ -103,6 +103,7 @@ struct stk_batch_stream {
   bool closing;        /* stk_batch_stream_free: stop waiting for room. */
   bool done;           /* The call ended; st holds its status. */
   int local_err;       /* A bad batch ended the stream. */
+  bool end_reported;   /* stk_batch_stream_next returned the OK end. */
   char local_msg[256]; /* Why (the completion thread's last error). */
   int cancelling;      /* Threads inside rpc_client_call_cancel. */
   struct rpc_client_call *call;
@@ -355,12 +356,13 @@ int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step,
 }
 
 /* The error an ended, drained stream reports (call with s->mu held). */
-static int end_error(const struct stk_batch_stream *s) {
+static int end_error(struct stk_batch_stream *s) {
   if (s->local_err) {
     client_set_error(stk_error_to_grpc(s->local_err), "stream batches: %s", s->local_msg);
     return s->local_err;
   }
   if (s->st.code == RPC_OK) {
+    s->end_reported = true;
     client_set_error(11, "the dataloader ended the stream");
     return STK_ERANGE;
   }
@@ -408,6 +410,15 @@ int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
   }
   pthread_mutex_unlock(&s->mu);
   return err;
+}
+
+bool stk_batch_stream_ended(struct stk_batch_stream *s) {
+  if (!s) return false;
+  if (s->assembled) return loader_parts_stream_ended(s->assembled);
+  pthread_mutex_lock(&s->mu);
+  bool ended = s->end_reported;
+  pthread_mutex_unlock(&s->mu);
+  return ended;
 }
 
 void stk_batch_stream_free(struct stk_batch_stream *s) {

@@ -141,6 +141,13 @@ uint32_t stk_batch_ring_slots(const struct stk_batch *b);
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch);
 
+/* True once stk_batch_stream_next has reported the stream's normal end:
+ * the server closed it with an OK status (it ends streams only when asked
+ * to or when it shuts down) and every batch was taken. False while it runs
+ * and after an error end, so a caller can tell "ended" from a server's
+ * OUT_OF_RANGE without reading the message. Any thread. */
+bool stk_batch_stream_ended(struct stk_batch_stream *s);
+
 /* Cancels the stream, waits for its end, drops batches not taken, frees.
  * Accepts NULL. Any thread but the client's. */
 void stk_batch_stream_free(struct stk_batch_stream *s);

@@ -534,6 +534,23 @@ static bool has_manifest(const struct ckpt_keylist *l, size_t skip, const char *
   return false;
 }
 
+/* Whether the attempt of "step-N/attempt-ID/..." (the attempt id att_len
+ * bytes at att) is claimed by the journal: open, committed or being
+ * deleted. A/ alone would miss an attempt that committed between the
+ * listing and the read (its A/ record gone, its manifest not listed). */
+static bool claimed(struct ckpt_service *s, const char *job, const char *rel, const char *att,
+                    size_t att_len) {
+  char step_seg[18], id[CKPT_ATTEMPT_MAX_BYTES + 1];
+  int64_t step;
+  if (att_len > CKPT_ATTEMPT_MAX_BYTES || att - rel != 26) return true; /* not ours: keep */
+  memcpy(step_seg, rel, 17);
+  step_seg[17] = '\0';
+  memcpy(id, att, att_len);
+  id[att_len] = '\0';
+  if (ckpt_key_parse_step(step_seg, &step) != 0) return true;
+  return ckpt_gc_attempt_claimed(s, job, step, id);
+}
+
 int attempt_collect_run(struct ckpt_service *s, const char *job) {
   char *jobdir;
   int err = ckpt_key_job_dir(s->prefix, job, &jobdir);
@@ -548,8 +565,7 @@ int attempt_collect_run(struct ckpt_service *s, const char *job) {
     if (strncmp(l.keys[i], jobdir, skip) != 0 ||
         !split_key(rel, &dir_len, &att, &att_len, &manifest))
       continue;
-    if (manifest || has_manifest(&l, skip, rel, dir_len) ||
-        ckpt_gc_attempt_journaled(s, att, att_len))
+    if (manifest || has_manifest(&l, skip, rel, dir_len) || claimed(s, job, rel, att, att_len))
       continue;
     err = storage_delete(s->st, l.keys[i]);
   }

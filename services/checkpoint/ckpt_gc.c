@@ -131,6 +131,30 @@ bool ckpt_gc_attempt_journaled(struct ckpt_service *s, const char *attempt, size
   return true;
 }
 
+/* Whether the journal's record kind ('C' or 'D') of (job, step) names attempt. */
+static bool step_record_names(struct ckpt_service *s, char kind, const char *job, int64_t step,
+                              const char *attempt) {
+  Stoker__V1__JournalAttempt *rec;
+  struct ckpt_jkey k;
+  ckpt_jkey_step(&k, kind, job, step);
+  if (ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
+                       (ProtobufCMessage **)&rec) != 0)
+    return false;
+  bool names = rec->attempt && strcmp(rec->attempt, attempt) == 0;
+  stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+  return names;
+}
+
+bool ckpt_gc_attempt_claimed(struct ckpt_service *s, const char *job, int64_t step,
+                             const char *attempt) {
+  /* In this order: a record only ever moves A/ -> C/ -> D/ -> gone, each
+   * move one synced batch, so an attempt claimed when its keys were listed
+   * is found by one of the three reads, whenever they run. */
+  return ckpt_gc_attempt_journaled(s, attempt, strlen(attempt)) ||
+         step_record_names(s, 'C', job, step, attempt) ||
+         step_record_names(s, 'D', job, step, attempt);
+}
+
 struct upload_ref {
   char *key, *id;
 };
@@ -152,27 +176,44 @@ int ckpt_abort_uploads_under(struct ckpt_service *s, const char *dir_key) {
   return err == STK_ENOTSUP ? 0 : err;
 }
 
-/* The attempt id of "JOB/step-N/attempt-ID/OBJECT" (a key relative to the
- * service's prefix); false for any key the service does not write. */
-static bool attempt_of_key(const char *rel, char ret_id[CKPT_ATTEMPT_MAX_BYTES + 1]) {
+/* What a key "JOB/step-N/attempt-ID/OBJECT" (relative to the service's
+ * prefix) names: the job, the step, the attempt, and the length of its
+ * attempt directory "JOB/step-N/attempt-ID/". */
+struct attempt_key {
+  char job[CKPT_JOB_MAX_BYTES + 1];
+  int64_t step;
+  char id[CKPT_ATTEMPT_MAX_BYTES + 1];
+  size_t dir_len;
+};
+
+/* False for any key the service does not write. */
+static bool parse_attempt_key(const char *rel, struct attempt_key *ret) {
   const char *s1 = strchr(rel, '/'), *s2 = s1 ? strchr(s1 + 1, '/') : NULL;
   const char *s3 = s2 ? strchr(s2 + 1, '/') : NULL;
   if (!s3 || !s3[1] || (size_t)(s1 - rel) > CKPT_JOB_MAX_BYTES || (size_t)(s2 - s1 - 1) != 17)
     return false;
-  char seg[CKPT_JOB_MAX_BYTES + 1];
-  int64_t step;
+  char seg[18];
   memcpy(seg, s1 + 1, 17);
   seg[17] = '\0';
-  if (ckpt_key_parse_step(seg, &step) != 0) return false;
-  memcpy(seg, rel, (size_t)(s1 - rel));
-  seg[s1 - rel] = '\0';
+  if (ckpt_key_parse_step(seg, &ret->step) != 0) return false;
+  memcpy(ret->job, rel, (size_t)(s1 - rel));
+  ret->job[s1 - rel] = '\0';
   size_t alen = (size_t)(s3 - s2 - 1);
-  if (ckpt_name_check_job(seg) != 0 || alen <= 8 || alen - 8 > CKPT_ATTEMPT_MAX_BYTES ||
+  if (ckpt_name_check_job(ret->job) != 0 || alen <= 8 || alen - 8 > CKPT_ATTEMPT_MAX_BYTES ||
       strncmp(s2 + 1, "attempt-", 8) != 0)
     return false;
-  memcpy(ret_id, s2 + 9, alen - 8);
-  ret_id[alen - 8] = '\0';
-  return ckpt_name_check_attempt(ret_id) == 0;
+  memcpy(ret->id, s2 + 9, alen - 8);
+  ret->id[alen - 8] = '\0';
+  ret->dir_len = (size_t)(s3 + 1 - rel);
+  return ckpt_name_check_attempt(ret->id) == 0;
+}
+
+/* The attempt id of a key; false for any key the service does not write. */
+static bool attempt_of_key(const char *rel, char ret_id[CKPT_ATTEMPT_MAX_BYTES + 1]) {
+  struct attempt_key k;
+  if (!parse_attempt_key(rel, &k)) return false;
+  memcpy(ret_id, k.id, sizeof(k.id));
+  return true;
 }
 
 /* Keeps the uploads old enough whose keys are the service's. */
@@ -229,5 +270,105 @@ int ckpt_gc_orphan_uploads(struct ckpt_service *s, int64_t now_ms, uint64_t grac
   }
   uploadlist_free(&l);
   *ret_aborted = aborted;
+  return err;
+}
+
+/* ---- Orphaned attempt directories ---- */
+
+static int cmp_keys(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The index in the remembered list of dir, or n when not there. */
+static size_t remembered(const struct ckpt_service *s, const char *dir) {
+  size_t i = 0;
+  while (i < s->n_orphan_dirs && strcmp(s->orphan_dirs[i].dir, dir) != 0) i++;
+  return i;
+}
+
+void ckpt_gc_orphan_dirs_free(struct ckpt_service *s) {
+  for (size_t i = 0; i < s->n_orphan_dirs; i++) free(s->orphan_dirs[i].dir);
+  free(s->orphan_dirs);
+  s->orphan_dirs = NULL;
+  s->n_orphan_dirs = 0;
+}
+
+/* Deletes the keys [from, to) of l (one attempt directory, dir) and aborts
+ * the uploads under it; counts the objects deleted. */
+static int remove_dir(struct ckpt_service *s, const struct ckpt_keylist *l, size_t from, size_t to,
+                      const char *dir, uint64_t *ret_objects) {
+  int err = ckpt_abort_uploads_under(s, dir);
+  for (size_t i = from; i < to; i++) {
+    int e = storage_delete(s->st, l->keys[i]);
+    if (e == 0) (*ret_objects)++;
+    if (e && !err) err = e;
+  }
+  return err;
+}
+
+/* One attempt directory found orphaned now: removed once it has been
+ * orphaned for grace_ms, else remembered (into next, next_n). */
+static int orphan_found(struct ckpt_service *s, const struct ckpt_keylist *l, size_t from,
+                        size_t to, const char *dir, int64_t now_ms, uint64_t grace_ms,
+                        struct ckpt_orphan_dir *next, size_t *next_n,
+                        struct ckpt_orphan_sweep *ret) {
+  size_t i = remembered(s, dir);
+  int64_t first_ms = i < s->n_orphan_dirs ? s->orphan_dirs[i].first_ms : now_ms;
+  if (now_ms - first_ms >= (int64_t)grace_ms) {
+    int err = remove_dir(s, l, from, to, dir, &ret->objects);
+    if (!err) {
+      ret->attempts++;
+      return 0;
+    }
+    /* Kept, with its first sighting: the next run tries again. */
+  }
+  char *copy = strdup(dir);
+  if (!copy) return STK_ENOMEM;
+  next[(*next_n)++] = (struct ckpt_orphan_dir){copy, first_ms};
+  return 0;
+}
+
+int ckpt_gc_orphan_attempts(struct ckpt_service *s, int64_t now_ms, uint64_t grace_ms,
+                            struct ckpt_orphan_sweep *ret) {
+  *ret = (struct ckpt_orphan_sweep){0};
+  char prefix[CKPT_PREFIX_MAX_BYTES + 2];
+  snprintf(prefix, sizeof(prefix), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
+  size_t skip = strlen(prefix);
+  struct ckpt_keylist l = {0};
+  int err = ckpt_keylist_list(s, prefix, &l);
+  /* Every orphan dir now is at most one per listed key. */
+  struct ckpt_orphan_dir *next = err ? NULL : calloc(l.n ? l.n : 1, sizeof(*next));
+  size_t next_n = 0;
+  if (!err && !next) err = STK_ENOMEM;
+  if (!err) qsort(l.keys, l.n, sizeof(*l.keys), cmp_keys); /* A directory's keys side by side. */
+  for (size_t i = 0, end; !err && i < l.n; i = end) {
+    struct attempt_key k;
+    end = i + 1;
+    if (strncmp(l.keys[i], prefix, skip) != 0 || !parse_attempt_key(l.keys[i] + skip, &k)) continue;
+    const char *dir = l.keys[i];
+    size_t dir_len = skip + k.dir_len;
+    bool manifest = false;
+    for (; end <= l.n; end++) {
+      const char *key = l.keys[end - 1];
+      manifest = manifest || strcmp(key + dir_len, "manifest.pb") == 0;
+      if (end == l.n || strncmp(l.keys[end], dir, dir_len) != 0) break;
+    }
+    /* A manifest: a checkpoint exists (this service's or an imported one).
+     * The journal is read after the listing (ckpt_gc_attempt_claimed). */
+    if (manifest || ckpt_gc_attempt_claimed(s, k.job, k.step, k.id)) continue;
+    char dirkey[STORAGE_KEY_MAX + 1];
+    snprintf(dirkey, sizeof(dirkey), "%.*s", (int)dir_len, dir);
+    err = orphan_found(s, &l, i, end, dirkey, now_ms, grace_ms, next, &next_n, ret);
+  }
+  if (!err) { /* Directories gone (or claimed) since are forgotten. */
+    ckpt_gc_orphan_dirs_free(s);
+    s->orphan_dirs = next;
+    s->n_orphan_dirs = next_n;
+    next = NULL;
+  }
+  for (size_t i = 0; next && i < next_n; i++) free(next[i].dir);
+  free(next);
+  ckpt_keylist_free(&l);
+  ret->waiting = s->n_orphan_dirs;
   return err;
 }

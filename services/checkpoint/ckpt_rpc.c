@@ -1,10 +1,10 @@
 /*
  * The checkpoint adapter's unary methods: Begin, Commit, Abort, List,
- * GetManifest, Delete, Verify, and GetStagingInfo (answered at once). Each becomes one core call
- * whose completion answers the call on the loop. The core may take long (Commit waits until every
- * rank's bytes are durable), so each call keeps a small record: a cancelled or drained call is
- * answered at once and the record only waits for the core's completion to be freed. Write and Read
- * live in ckpt_rpc_write.c and ckpt_rpc_read.c.
+ * GetManifest, Delete, Verify, and GetStagingInfo (answered at once), and the method table. Each
+ * becomes one core call whose completion answers the call on the loop. The core may take long
+ * (Commit waits until every rank's bytes are durable), so each call keeps a small record: a
+ * cancelled or drained call is answered at once and the record only waits for the core's completion
+ * to be freed. Write and Read live in ckpt_rpc_write.c and ckpt_rpc_read.c.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,9 +13,6 @@
 
 #include "ckpt_rpc_internal.h"
 #include "stk_error.h"
-
-typedef void (*core_call_fn)(struct ckpt_service *s, const ProtobufCMessage *req, ckpt_done_fn done,
-                             void *arg);
 
 struct ckpt_rpc_unary {
   struct ckpt_rpc *a;
@@ -62,62 +59,96 @@ static void on_cancel(struct rpc_call *call, void *arg) {
   rpc_fail(call, RPC_CANCELLED, "cancelled");
 }
 
-static void start(struct rpc_call *call, const ProtobufCMessage *req, struct ckpt_rpc *a,
-                  core_call_fn fn, bool is_commit) {
+/* The record of a unary call about to go to the core, or NULL when the call
+ * was answered already (draining, out of memory). */
+static struct ckpt_rpc_unary *start(struct rpc_call *call, struct ckpt_rpc *a, bool is_commit) {
   if (a->draining) {
     rpc_fail(call, RPC_UNAVAILABLE, "checkpoint service is shutting down; retry");
-    return;
+    return NULL;
   }
   struct ckpt_rpc_unary *u = calloc(1, sizeof(*u));
   if (!u) {
     rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
-    return;
+    return NULL;
   }
   *u = (struct ckpt_rpc_unary){.a = a, .call = call, .next = a->unary, .is_commit = is_commit};
   u->start_s = now_s();
   if (a->unary) a->unary->prev = u;
   a->unary = u;
   rpc_on_cancel(call, on_cancel, u);
-  fn(a->svc, req, core_done, u);
+  return u;
 }
 
-#define UNARY(method, core, req_type, is_commit)                                                   \
-  static void core_##method(struct ckpt_service *s, const ProtobufCMessage *req,                   \
-                            ckpt_done_fn done, void *arg) {                                        \
-    core(s, (const req_type *)req, done, arg);                                                     \
-  }                                                                                                \
-  static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
-    start(call, req, svc, core_##method, is_commit);                                               \
-  }
+/* ------------------------------------------------------------- handlers */
 
-UNARY(begin, ckpt_begin, Stoker__V1__BeginRequest, false)
-UNARY(commit, ckpt_commit, Stoker__V1__CommitCheckpointRequest, true)
-UNARY(abort, ckpt_abort, Stoker__V1__AbortCheckpointRequest, false)
-UNARY(list, ckpt_list, Stoker__V1__ListCheckpointsRequest, false)
-UNARY(get_manifest, ckpt_get_manifest, Stoker__V1__GetManifestRequest, false)
-UNARY(delete, ckpt_delete, Stoker__V1__DeleteCheckpointRequest, false)
-UNARY(verify, ckpt_verify, Stoker__V1__VerifyCheckpointRequest, false)
+RPC_HANDLER(handle_begin, struct ckpt_rpc, Stoker__V1__BeginRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, false);
+  if (u) ckpt_begin(svc->svc, req, core_done, u);
+}
 
-static void handle_staging_info(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
-  struct ckpt_rpc *a = svc;
+RPC_HANDLER(handle_commit, struct ckpt_rpc, Stoker__V1__CommitCheckpointRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, true);
+  if (u) ckpt_commit(svc->svc, req, core_done, u);
+}
+
+RPC_HANDLER(handle_abort, struct ckpt_rpc, Stoker__V1__AbortCheckpointRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, false);
+  if (u) ckpt_abort(svc->svc, req, core_done, u);
+}
+
+RPC_HANDLER(handle_list, struct ckpt_rpc, Stoker__V1__ListCheckpointsRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, false);
+  if (u) ckpt_list(svc->svc, req, core_done, u);
+}
+
+RPC_HANDLER(handle_get_manifest, struct ckpt_rpc, Stoker__V1__GetManifestRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, false);
+  if (u) ckpt_get_manifest(svc->svc, req, core_done, u);
+}
+
+RPC_HANDLER(handle_delete, struct ckpt_rpc, Stoker__V1__DeleteCheckpointRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, false);
+  if (u) ckpt_delete(svc->svc, req, core_done, u);
+}
+
+RPC_HANDLER(handle_verify, struct ckpt_rpc, Stoker__V1__VerifyCheckpointRequest) {
+  struct ckpt_rpc_unary *u = start(call, svc, false);
+  if (u) ckpt_verify(svc->svc, req, core_done, u);
+}
+
+/* Answered at once, from the service's settings. */
+RPC_HANDLER(handle_get_staging_info, struct ckpt_rpc, Stoker__V1__StagingInfoRequest) {
   (void)req;
   Stoker__V1__StagingInfo info;
-  ckpt_staging_info(a->svc, &info);
-  if (a->draining) info.shm_dir = info.shm_token = "";
+  ckpt_staging_info(svc->svc, &info);
+  if (svc->draining) info.shm_dir = info.shm_token = "";
   rpc_reply(call, &info.base);
 }
 
+RPC_HANDLER(handle_write, struct ckpt_rpc, Stoker__V1__WriteChunk) {
+  (void)req; /* NULL: a client stream's messages come through rpc_recv. */
+  ckpt_rpc_write(call, svc);
+}
+
+RPC_HANDLER(handle_read, struct ckpt_rpc, Stoker__V1__ReadRequest) {
+  ckpt_rpc_read(call, svc, req);
+}
+
+/* ---------------------------------------------------------------- table */
+
+#define SVC Stoker__V1__Checkpoint_Service
+
 static const struct rpc_method_def checkpoint_methods[] = {
-    {"Begin", RPC_UNARY, handle_begin},
-    {"Write", RPC_CLIENT_STREAM, ckpt_rpc_handle_write},
-    {"Commit", RPC_UNARY, handle_commit},
-    {"Abort", RPC_UNARY, handle_abort},
-    {"List", RPC_UNARY, handle_list},
-    {"GetManifest", RPC_UNARY, handle_get_manifest},
-    {"Read", RPC_SERVER_STREAM, ckpt_rpc_handle_read},
-    {"Delete", RPC_UNARY, handle_delete},
-    {"Verify", RPC_UNARY, handle_verify},
-    {"GetStagingInfo", RPC_UNARY, handle_staging_info},
+    RPC_UNARY_ROW(SVC, begin, handle_begin),
+    RPC_CLIENT_STREAM_ROW(SVC, write, handle_write),
+    RPC_UNARY_ROW(SVC, commit, handle_commit),
+    RPC_UNARY_ROW(SVC, abort, handle_abort),
+    RPC_UNARY_ROW(SVC, list, handle_list),
+    RPC_UNARY_ROW(SVC, get_manifest, handle_get_manifest),
+    RPC_SERVER_STREAM_ROW(SVC, read, handle_read),
+    RPC_UNARY_ROW(SVC, delete, handle_delete),
+    RPC_UNARY_ROW(SVC, verify, handle_verify),
+    RPC_UNARY_ROW(SVC, get_staging_info, handle_get_staging_info),
 };
 
 static void register_metrics(struct ckpt_rpc *a, struct metrics *m) {
@@ -137,7 +168,7 @@ int ckpt_rpc_register(struct rpc_server *s, struct ckpt_service *svc,
   a->svc = svc;
   register_metrics(a, opts ? opts->metrics : NULL);
   int rc = rpc_server_add_service(s, &stoker__v1__checkpoint__descriptor, checkpoint_methods,
-                                  sizeof(checkpoint_methods) / sizeof(checkpoint_methods[0]), a);
+                                  RPC_N_ROWS(checkpoint_methods), a);
   if (rc) {
     free(a);
     return rc;

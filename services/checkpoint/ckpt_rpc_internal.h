@@ -23,8 +23,9 @@ struct ckpt_rpc {
   bool draining;
 };
 
-void ckpt_rpc_handle_write(struct rpc_call *call, const ProtobufCMessage *req, void *svc);
-void ckpt_rpc_handle_read(struct rpc_call *call, const ProtobufCMessage *req, void *svc);
+/* The stream calls, started by their handlers in ckpt_rpc.c. */
+void ckpt_rpc_write(struct rpc_call *call, struct ckpt_rpc *a);
+void ckpt_rpc_read(struct rpc_call *call, struct ckpt_rpc *a, const Stoker__V1__ReadRequest *req);
 void ckpt_rpc_writers_detach(struct ckpt_rpc *a);
 
 #endif

@@ -63,8 +63,7 @@ static void on_cancel(struct rpc_call *call, void *arg) {
   if (x->r && !x->done) ckpt_read_cancel(x->r);
 }
 
-void ckpt_rpc_handle_read(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
-  struct ckpt_rpc *a = svc;
+void ckpt_rpc_read(struct rpc_call *call, struct ckpt_rpc *a, const Stoker__V1__ReadRequest *req) {
   if (a->draining) {
     rpc_finish(call, RPC_UNAVAILABLE, "checkpoint service is shutting down; retry");
     return;
@@ -75,6 +74,6 @@ void ckpt_rpc_handle_read(struct rpc_call *call, const ProtobufCMessage *req, vo
     return;
   }
   x->call = call;
-  x->r = ckpt_read(a->svc, (const Stoker__V1__ReadRequest *)req, on_piece, on_done, x);
+  x->r = ckpt_read(a->svc, req, on_piece, on_done, x);
   if (!x->done) rpc_on_cancel(call, on_cancel, x);
 }

@@ -186,8 +186,7 @@ static void on_cancel(struct rpc_call *call, void *arg) {
   fail(x, RPC_CANCELLED, "%s", "cancelled before the last chunk");
 }
 
-void ckpt_rpc_handle_write(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
-  struct ckpt_rpc *a = svc;
+void ckpt_rpc_write(struct rpc_call *call, struct ckpt_rpc *a) {
   if (a->draining) {
     rpc_fail(call, RPC_UNAVAILABLE, "checkpoint service is shutting down; retry");
     return;

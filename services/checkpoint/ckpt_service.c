@@ -1,7 +1,8 @@
 /*
  * ckpt_service: lifecycle of the service (open, recovery, close), the
- * sweep timer (it drives the attempt timeouts of ckpt_attempt.c and the
- * orphan-upload GC of ckpt_orphans.c) and the Begin and Commit calls. The
+ * sweep timer (it drives the attempt timeouts of ckpt_attempt.c, the
+ * orphan-upload GC of ckpt_orphans.c and the orphaned-attempt sweep of
+ * ckpt_orphan_attempts.c) and the Begin and Commit calls. The
  * attempt itself (table, state machine, abort, cleanup) is ckpt_attempt.c.
  */
 #include <stdio.h>
@@ -32,11 +33,13 @@ static void on_events(uv_async_t *h) {
 static void sweep(struct ckpt_service *s) {
   attempt_sweep(s);
   ckpt_orphans_tick(s);
+  ckpt_orphan_attempts_tick(s);
 }
 
 static void closed_one(struct ckpt_service *s) {
   if (--s->handles_open > 0) return;
   attempt_free_all(s);
+  ckpt_gc_orphan_dirs_free(s);
   svc_drop_events(s);
   svc_free_hooks(s->pending_hooks);
   ckpt_shm_close(s->shm);

@@ -77,6 +77,11 @@ struct ckpt_service_opts {
   /* Multipart uploads under the prefix that no open attempt owns are aborted
    * once this old (at open, then periodically); 1 h default. */
   uint32_t orphan_upload_grace_ms;
+  /* Attempt directories in storage with no manifest and no journal record
+   * (an attempt whose record was lost, an abort whose cleanup failed) are
+   * removed once found so for this long; swept every quarter of it (100 ms
+   * to 10 min); 1 h default. */
+  uint32_t orphan_attempt_grace_ms;
   ckpt_commit_hook_fn commit_hook;
   void *commit_hook_arg;
   ckpt_probe_fn probe;
@@ -96,6 +101,9 @@ struct ckpt_service_stats {
   /* Multipart uploads no open attempt owned, aborted by orphan GC. */
   uint64_t orphan_uploads_aborted;
   uint64_t abandoned; /* Open attempts aborted as abandoned (attempt_idle_timeout_ms). */
+  /* Orphaned attempt directories removed by the periodic sweep, and their objects. */
+  uint64_t orphan_attempts_removed;
+  uint64_t orphan_attempt_objects_removed;
 };
 
 /*

@@ -158,6 +158,13 @@ struct wevent {
   struct wevent *next;
 };
 
+/* An attempt directory found orphaned ("PREFIX/JOB/step-N/attempt-ID/"),
+ * and when first (wall clock), kept until it is removed or claimed. */
+struct ckpt_orphan_dir {
+  char *dir;
+  int64_t first_ms;
+};
+
 struct ckpt_service {
   uv_loop_t *loop;
   struct ckpt_service_opts o;
@@ -180,6 +187,13 @@ struct ckpt_service {
   uint64_t orphans_next_ms; /* uv_now of the next run. */
   bool orphans_running;
   bool orphans_off; /* The store cannot list uploads. */
+  /* Orphaned attempt directories (ckpt_orphan_attempts.c). The list is read
+   * and replaced only by the running sweep (one at a time, on the work pool)
+   * and freed at close. */
+  uint64_t orphan_attempts_next_ms; /* uv_now of the next run. */
+  bool orphan_attempts_running;
+  struct ckpt_orphan_dir *orphan_dirs;
+  size_t n_orphan_dirs;
   bool closing;
   bool finishing;
   uint32_t handles_open;
@@ -320,6 +334,26 @@ int ckpt_abort_uploads_under(struct ckpt_service *s, const char *dir_key);
  * STK_ENOTSUP when the store cannot list uploads). */
 int ckpt_gc_orphan_uploads(struct ckpt_service *s, int64_t now_ms, uint64_t grace_ms,
                            uint64_t *ret_aborted);
+/* Whether the journal claims the attempt: an A/ record (open, committing,
+ * aborting), or the C/ or D/ record of (job, step) naming it (committed,
+ * being deleted). Read after a listing, it sees every attempt claimed when
+ * the listing ran. */
+bool ckpt_gc_attempt_claimed(struct ckpt_service *s, const char *job, int64_t step,
+                             const char *attempt);
+struct ckpt_orphan_sweep {
+  uint64_t attempts; /* Attempt directories removed. */
+  uint64_t objects;  /* Objects deleted from them. */
+  uint64_t waiting;  /* Orphaned directories still in their grace period. */
+};
+/* Lists the keys under the service's prefix and removes the attempt
+ * directories that hold no manifest and that the journal does not claim
+ * (ckpt_gc_attempt_claimed), once found so by runs grace_ms apart (now_ms,
+ * wall clock): objects deleted, uploads under them aborted. Directories
+ * found so for the first time are remembered in s->orphan_dirs. Keys the
+ * service does not write are left alone. The first error is returned. */
+int ckpt_gc_orphan_attempts(struct ckpt_service *s, int64_t now_ms, uint64_t grace_ms,
+                            struct ckpt_orphan_sweep *ret);
+void ckpt_gc_orphan_dirs_free(struct ckpt_service *s);
 
 /* ---- ckpt_calls.c (blocking) ---- */
 struct ckpt_manifest;
@@ -336,5 +370,10 @@ int ckpt_recover(struct ckpt_service *s);
 void ckpt_orphans_open(struct ckpt_service *s);
 /* From the sweep timer: starts a run on the work pool when one is due. */
 void ckpt_orphans_tick(struct ckpt_service *s);
+
+/* ---- ckpt_orphan_attempts.c (loop thread) ---- */
+/* From the sweep timer: starts a sweep of orphaned attempt directories on
+ * the work pool when one is due. */
+void ckpt_orphan_attempts_tick(struct ckpt_service *s);
 
 #endif

@@ -44,6 +44,7 @@ struct checkpoint_config {
   int64_t attempt_idle_timeout_ms;
   uint64_t max_open_attempts;
   int64_t orphan_upload_grace_ms;
+  int64_t orphan_attempt_grace_ms;
   char *coordinator;
   char *coordinator_token_file;
   char *coordinator_tls_ca;
@@ -96,6 +97,10 @@ static const struct flag_spec checkpoint_options[] = {
            "Attempts open at once, at most; Begin answers RESOURCE_EXHAUSTED beyond.", 0),
     CK_ROW("orphan-upload-grace", FLAG_DURATION, orphan_upload_grace_ms, "1h", 1000, 2592000000,
            "Multipart uploads that no open attempt owns are aborted once this old.", 0),
+    CK_ROW("orphan-attempt-grace", FLAG_DURATION, orphan_attempt_grace_ms, "1h", 100, 2592000000,
+           "Attempt directories in storage with no manifest and no journal record are removed "
+           "once found so this long.",
+           0),
     CK_ROW("coordinator", FLAG_STRING, coordinator, "", 0, 0,
            "Coordinator HOST:PORT told of each commit (ReportCheckpoint); empty: none.", 0),
     CK_ROW("coordinator-token-file", FLAG_STRING, coordinator_token_file, "", 0, 0,
@@ -143,6 +148,7 @@ struct checkpoint {
   struct metric_gauge *staged;
   struct metric_counter *parts, *objects, *commits, *aborts;
   struct metric_counter *orphan_uploads;
+  struct metric_counter *orphan_attempts, *orphan_attempt_objects;
   struct ckpt_service_stats last;
 };
 
@@ -299,6 +305,7 @@ static int open_core(struct checkpoint *ck) {
       .shm_dir = ck->shm_dir,
       .shm_pool_bytes = ck->cfg.shm_pool_bytes,
       .orphan_upload_grace_ms = (uint32_t)ck->cfg.orphan_upload_grace_ms,
+      .orphan_attempt_grace_ms = (uint32_t)ck->cfg.orphan_attempt_grace_ms,
       .commit_hook = on_commit,
       .commit_hook_arg = ck,
   };
@@ -329,6 +336,15 @@ static void publish_stats(uv_timer_t *t) {
   metric_counter_add(ck->aborts, s.aborts - ck->last.aborts);
   metric_counter_add(ck->orphan_uploads,
                      s.orphan_uploads_aborted - ck->last.orphan_uploads_aborted);
+  uint64_t attempts = s.orphan_attempts_removed - ck->last.orphan_attempts_removed;
+  uint64_t objects = s.orphan_attempt_objects_removed - ck->last.orphan_attempt_objects_removed;
+  metric_counter_add(ck->orphan_attempts, attempts);
+  metric_counter_add(ck->orphan_attempt_objects, objects);
+  if (attempts)
+    log_info("orphan_attempts_removed",
+             "attempts=%llu objects=%llu (attempt directories with no manifest and no journal "
+             "record for over --orphan-attempt-grace)",
+             (unsigned long long)attempts, (unsigned long long)objects);
   ck->last = s;
 }
 
@@ -345,6 +361,12 @@ static int register_adapter(struct checkpoint *ck) {
   ck->orphan_uploads =
       metrics_counter(m, "stoker_checkpoint_orphan_uploads_aborted_total",
                       "Multipart uploads no open attempt owned, aborted by GC.", NULL);
+  ck->orphan_attempts = metrics_counter(
+      m, "stoker_checkpoint_orphan_attempts_removed_total",
+      "Attempt directories no manifest and no journal record claimed, removed.", NULL);
+  ck->orphan_attempt_objects =
+      metrics_counter(m, "stoker_checkpoint_orphan_attempt_objects_removed_total",
+                      "Objects deleted from orphaned attempt directories.", NULL);
   /* Fails only out of memory: the per-job gauges are then missing. */
   metrics_add_collector(m, ckpt_job_metrics_collect, &ck->svc);
   uv_timer_init(daemon_loop(ck->daemon), &ck->stats_timer);

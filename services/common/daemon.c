@@ -97,6 +97,7 @@ int daemon_new(const char *name, const struct daemon_options *opts, char *err, s
       .token_file = nonempty(opts->token_file),
       .max_recv_bytes = opts->max_message_bytes,
       .max_send_bytes = opts->max_message_bytes,
+      .max_connections = opts->max_connections,
       .metrics = d->metrics,
   };
   int rc = rpc_server_new(&d->loop, &ro, &d->rpc);
@@ -261,9 +262,11 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
     rc = write_ready_file(d->opts->ready_file, d->bound, err, err_len);
     if (rc) return rc;
   }
-  log_info("serving", "daemon=%s listen=%s tls=%s token=%s", d->name, d->bound,
-           nonempty(d->opts->tls_cert) ? "on" : "off",
-           nonempty(d->opts->token_file) ? "on" : "off");
+  struct rpc_accept_stats conns;
+  rpc_server_accept_stats(d->rpc, &conns);
+  log_info("serving", "daemon=%s listen=%s tls=%s token=%s max_connections=%zu", d->name, d->bound,
+           nonempty(d->opts->tls_cert) ? "on" : "off", nonempty(d->opts->token_file) ? "on" : "off",
+           conns.max);
   warn_insecure(d);
   return 0;
 }

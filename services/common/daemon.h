@@ -1,13 +1,14 @@
 /*
  * daemon: what every Stoker daemon does around its service, written once.
  * The options every daemon shares (listen address, data directory, ready
- * file, metrics, logging, TLS, token, message size), and the run sequence:
- * init (loop, logging, metrics, RPC server) -> the service registers its
- * methods -> start (bind, metrics endpoint, ready file, signal handlers) ->
- * run the loop -> on SIGTERM or SIGINT: stop accepting, let calls finish
- * within the grace period, let the service flush, exit 0. On SIGHUP the
- * token file and the TLS files are read again (daemon_on_reload: the
- * service's own files too); what does not load is logged and kept as it was.
+ * file, metrics, logging, TLS, token, message size, connection cap), and
+ * the run sequence: init (loop, logging, metrics, RPC server) -> the
+ * service registers its methods -> start (bind, metrics endpoint, ready
+ * file, signal handlers) -> run the loop -> on SIGTERM or SIGINT: stop
+ * accepting, let calls finish within the grace period, let the service
+ * flush, exit 0. On SIGHUP the token file and the TLS files are read again
+ * (daemon_on_reload: the service's own files too); what does not load is
+ * logged and kept as it was.
  */
 #ifndef STK_DAEMON_H
 #define STK_DAEMON_H
@@ -33,6 +34,7 @@ struct daemon_options {
   char *tls_client_ca;
   char *token_file;
   uint64_t max_message_bytes;
+  uint64_t max_connections; /* gRPC connections open at once; 0: from RLIMIT_NOFILE. */
   int64_t shutdown_grace_ms;
 };
 
@@ -120,6 +122,16 @@ struct daemon_options {
        FLAG_SECRET},                                                                               \
       {"max-message-size", FLAG_SIZE, offsetof(type, member.max_message_bytes), "64MiB", 1024,     \
        (int64_t)1 << 31,   NULL,      "Largest request or reply message.",      0},                \
+      {"max-connections",                                                                          \
+       FLAG_UINT64,                                                                                \
+       offsetof(type, member.max_connections),                                                     \
+       "0",                                                                                        \
+       0,                                                                                          \
+       (int64_t)1 << 30,                                                                           \
+       NULL,                                                                                       \
+       "Most gRPC connections open at once; one more is closed as soon as accepted. 0: the "       \
+       "descriptor limit less a reserve (a quarter of it, 64 to 1024).",                           \
+       0},                                                                                         \
   {                                                                                                \
     "shutdown-grace", FLAG_DURATION, offsetof(type, member.shutdown_grace_ms), "10s", 0, 3600000,  \
         NULL, "On SIGTERM, how long open calls may take before they are cancelled.", 0             \

@@ -1,7 +1,7 @@
 /*
- * fd_guard: health from descriptor headroom and from gRPC's accept
- * (see fd_guard.h). Counting /proc/self/fd costs one pass over a
- * directory of a few hundred entries every 500 ms.
+ * fd_guard: health from descriptor headroom and from gRPC's accept (see
+ * fd_guard.h). Counting /proc/self/fd costs one pass over a directory of a
+ * few hundred entries every 500 ms.
  */
 #include "fd_guard.h"
 
@@ -18,9 +18,10 @@
 struct fd_guard {
   uv_timer_t timer; /* First: the handle's address is the guard's. */
   struct rpc_server *rpc;
-  bool low;         /* Fewer than FD_GUARD_LOW_FREE free, not yet back to HIGH. */
-  bool accept_dead; /* gRPC stopped accepting. */
-  bool serving;     /* What health says now. */
+  bool low;                    /* Fewer than FD_GUARD_LOW_FREE free, not yet back to HIGH. */
+  struct rpc_accept_stats was; /* At the last check. */
+  uint64_t refused_at_start;   /* Both refusal counters, when the episode began. */
+  bool serving;                /* What health says now. */
 };
 
 /* Descriptors still free under the soft limit; 0 when not even the count
@@ -36,26 +37,43 @@ static long free_fds(void) {
   return (long)rl.rlim_cur - open;
 }
 
+/* Why a new client cannot be taken now, or NULL. The accept's figures
+ * count only while it guards the listener (max 0: not started, or
+ * shutting down). */
+static const char *cannot_accept(const struct fd_guard *g, const struct rpc_accept_stats *now) {
+  if (g->low) return "descriptors";
+  if (!now->max) return NULL;
+  if (now->refused_descriptors != g->was.refused_descriptors || !now->reserve_held)
+    return "descriptors";
+  if (now->live >= now->max) return "limit";
+  return NULL;
+}
+
 static void check(uv_timer_t *t) {
   struct fd_guard *g = (struct fd_guard *)t;
   long left = free_fds();
-  if (!g->low && left < FD_GUARD_LOW_FREE) {
+  if (!g->low && left < FD_GUARD_LOW_FREE)
     g->low = true;
-    log_warn("fds_low", "free=%ld: NOT_SERVING until %d descriptors are free", left,
-             FD_GUARD_HIGH_FREE);
-  } else if (g->low && left >= FD_GUARD_HIGH_FREE) {
+  else if (g->low && left >= FD_GUARD_HIGH_FREE)
     g->low = false;
-    log_info("fds_recovered", "free=%ld", left);
+  struct rpc_accept_stats now;
+  rpc_server_accept_stats(g->rpc, &now);
+  const char *why = cannot_accept(g, &now);
+  uint64_t refused = now.refused_limit + now.refused_descriptors;
+  if (why && g->serving) {
+    g->refused_at_start = g->was.refused_limit + g->was.refused_descriptors;
+    log_warn("accept_blocked",
+             "reason=%s free_fds=%ld connections=%zu max_connections=%zu: NOT_SERVING until new "
+             "clients can connect",
+             why, left, now.live, now.max);
+  } else if (!why && !g->serving) {
+    log_info("accept_recovered", "refused=%llu free_fds=%ld connections=%zu",
+             (unsigned long long)(refused - g->refused_at_start), left, now.live);
   }
-  if (!g->accept_dead && rpc_accept_failed()) {
-    g->accept_dead = true;
-    log_error("accept_failed", "the gRPC listener stopped accepting after running out of "
-                               "descriptors: NOT_SERVING until the daemon is restarted");
-  }
-  bool serving = !g->low && !g->accept_dead;
-  if (serving != g->serving) {
-    g->serving = serving;
-    rpc_server_set_unhealthy(g->rpc, RPC_UNHEALTHY_DESCRIPTORS, !serving);
+  g->was = now;
+  if (!why != g->serving) {
+    g->serving = !why;
+    rpc_server_set_unhealthy(g->rpc, RPC_UNHEALTHY_DESCRIPTORS, !g->serving);
   }
 }
 
@@ -64,6 +82,7 @@ int fd_guard_start(uv_loop_t *loop, struct rpc_server *rpc, struct fd_guard **re
   if (!g) return STK_ENOMEM;
   g->rpc = rpc;
   g->serving = true;
+  rpc_server_accept_stats(rpc, &g->was);
   uv_timer_init(loop, &g->timer);
   uv_timer_start(&g->timer, check, CHECK_MS, CHECK_MS);
   *ret_guard = g;

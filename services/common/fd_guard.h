@@ -1,14 +1,15 @@
 /*
- * fd_guard: a daemon's health follows its file descriptors. Every half
- * second on the loop it counts the open descriptors against the soft
- * RLIMIT_NOFILE; fewer than FD_GUARD_LOW_FREE left turns every service
- * NOT_SERVING (back to SERVING once FD_GUARD_HIGH_FREE are free), so a
- * probe or an orchestrator sees a daemon about to refuse connections
- * before it does. gRPC C core (1.51) stops accepting for good once an
- * accept fails for want of descriptors; rpc_log notices its log line, and
- * from then on the guard keeps the daemon NOT_SERVING (logged once, as an
- * error naming the cure: a restart), since new clients can no longer
- * connect however many descriptors are freed.
+ * fd_guard: a daemon's health follows its file descriptors and gRPC's
+ * accept. Every half second on the loop it counts the open descriptors
+ * against the soft RLIMIT_NOFILE, and reads what the server's accept did
+ * (rpc_server_accept_stats). Every service is NOT_SERVING while the daemon
+ * cannot take a new client: fewer than FD_GUARD_LOW_FREE descriptors left
+ * (until FD_GUARD_HIGH_FREE are free again), the connection cap reached,
+ * a connection refused for want of a descriptor in the last period, or the
+ * reserve descriptor not held. It is SERVING again once none holds: idle
+ * connections that close give everything back. Each episode is logged
+ * once when it starts (with its cause) and once when it ends (with how
+ * many connections were refused meanwhile).
  */
 #ifndef STK_FD_GUARD_H
 #define STK_FD_GUARD_H

@@ -68,6 +68,7 @@ struct rpc_server_opts {
   const char *token_file;         /* Bearer token; NULL: no authentication. */
   size_t max_recv_bytes;          /* 0: 64 MiB. */
   size_t max_send_bytes;          /* 0: 64 MiB. */
+  size_t max_connections;         /* 0: the soft descriptor limit less a reserve. */
   struct metrics *metrics;        /* Per-method metrics; may be NULL. */
 };
 
@@ -75,25 +76,103 @@ enum rpc_kind {
   RPC_UNARY,         /* One request, one reply. */
   RPC_SERVER_STREAM, /* One request, replies sent with rpc_send. */
   RPC_CLIENT_STREAM, /* Requests read with rpc_recv, one reply. */
+  RPC_UNSERVED,      /* Not served here: callers get UNIMPLEMENTED. */
 };
 
 /* req is the unpacked request (NULL for client streaming); it stays valid
  * until the call finishes. Runs on the loop thread. */
 typedef void (*rpc_handler_fn)(struct rpc_call *call, const ProtobufCMessage *req, void *svc_data);
 
+/* One row of a service's method table. Rows are written with the RPC_*_ROW
+ * macros below, never by hand. */
 struct rpc_method_def {
-  const char *name; /* As in the .proto, e.g. "Join". */
+  const char *name; /* The method's field in the generated service struct: "get_manifest". */
   enum rpc_kind kind;
-  rpc_handler_fn handler;
+  rpc_handler_fn handler; /* NULL for RPC_UNSERVED. */
+  /* The handler usually answers much later (a rendezvous, a barrier, a
+   * watch), so many such calls are open at once. Their completions go
+   * through queues of their own (rpc_loop.c) so that each costs the same
+   * however many are open; they reach the loop a thread hop later. Rows
+   * say so with the *_PARKED_ROW macros. */
+  bool parks;
 };
+
+/*
+ * The method table. A service's table names every method of its protobuf-c
+ * service by the method's field in the generated service struct
+ * (Stoker__V1__Checkpoint_Service has `get_manifest` for rpc GetManifest),
+ * so a row naming a method the .proto lacks does not compile, and the
+ * method's name, path and metrics labels all come from the descriptor:
+ *
+ *   #define SVC Stoker__V1__Checkpoint_Service
+ *   static const struct rpc_method_def methods[] = {
+ *       RPC_UNARY_ROW(SVC, begin, handle_begin),
+ *       RPC_CLIENT_STREAM_ROW(SVC, write, handle_write),
+ *       RPC_UNSERVED_ROW(SVC, verify),   (answers UNIMPLEMENTED)
+ *       ...
+ *   };
+ *
+ * rpc_server_add_service() then checks the table against the descriptor:
+ * every method has exactly one row, and no row names a method the
+ * descriptor lacks (a table built by hand, say).
+ */
+#define RPC_METHOD_FIELD(svc_type, field) (&(#field)[0 * sizeof(((svc_type *)0)->field)])
+#define RPC_ROW_(svc_type, field, k, fn, parked)                                                   \
+  { .name = RPC_METHOD_FIELD(svc_type, field), .kind = k, .handler = fn, .parks = parked }
+#define RPC_UNARY_ROW(svc_type, field, fn) RPC_ROW_(svc_type, field, RPC_UNARY, fn, false)
+#define RPC_SERVER_STREAM_ROW(svc_type, field, fn)                                                 \
+  RPC_ROW_(svc_type, field, RPC_SERVER_STREAM, fn, false)
+#define RPC_CLIENT_STREAM_ROW(svc_type, field, fn)                                                 \
+  RPC_ROW_(svc_type, field, RPC_CLIENT_STREAM, fn, false)
+#define RPC_UNSERVED_ROW(svc_type, field) RPC_ROW_(svc_type, field, RPC_UNSERVED, NULL, false)
+/* Calls whose handler answers much later (see `parks`). */
+#define RPC_UNARY_PARKED_ROW(svc_type, field, fn) RPC_ROW_(svc_type, field, RPC_UNARY, fn, true)
+#define RPC_SERVER_STREAM_PARKED_ROW(svc_type, field, fn)                                          \
+  RPC_ROW_(svc_type, field, RPC_SERVER_STREAM, fn, true)
+#define RPC_N_ROWS(table) (sizeof(table) / sizeof((table)[0]))
+
+/*
+ * The one way to write a handler, whatever the call's shape (unary, parked,
+ * streaming): the body sees `call`, `svc` (svc_type *) and `req` (const
+ * req_type *, NULL for client streams):
+ *
+ *   RPC_HANDLER(handle_get_job, struct coord_rpc, Stoker__V1__GetJobRequest) {
+ *     coord_get_job(svc->coord, req, answer, call);
+ *   }
+ *
+ * The kind (unary, streams) is the row's; req_type must be the method's
+ * input type (not checked: protobuf-c gives no descriptor for a C type).
+ */
+#define RPC_HANDLER(fn, svc_type, req_type)                                                        \
+  static void fn##_typed(struct rpc_call *call, svc_type *svc, const req_type *req);               \
+  static void fn(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {                  \
+    fn##_typed(call, (svc_type *)svc, (const req_type *)req);                                      \
+  }                                                                                                \
+  static void fn##_typed(struct rpc_call *call, svc_type *svc, const req_type *req)
+
+/* The descriptor's method whose generated field name is field ("get_manifest"
+ * for GetManifest: protobuf-c's lower-case-with-underscores rule); NULL if
+ * the service has none. */
+const ProtobufCMethodDescriptor *rpc_method_by_field(const ProtobufCServiceDescriptor *desc,
+                                                     const char *field);
+
+/* Writes the method's path "/pkg.Svc/Method" to buf (the descriptor's
+ * names); STK_EINVAL if desc has no method with that field name, STK_ERANGE
+ * if buf is too small. For clients: rpc_method_path(&desc,
+ * RPC_METHOD_FIELD(Svc, field), ...) types no name by hand. */
+int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *field, char *buf,
+                    size_t len);
 
 /* Creates a server whose handlers run on loop. Errors: STK_EINVAL (bad
  * options, unreadable TLS or token files; stk_detail() says which). */
 int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
                    struct rpc_server **ret_server);
 
-/* Registers every method in defs (each must exist in desc). Before start.
- * The service's health status starts SERVING. */
+/* Registers the methods of desc with the handlers of defs (see "The method
+ * table" above). Before start. STK_EINVAL, with a detail naming the method,
+ * when a method of desc has no row or two, a row names a method desc lacks,
+ * or a served row has no handler; nothing is registered then. The
+ * service's health status starts SERVING. */
 int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescriptor *desc,
                            const struct rpc_method_def *defs, size_t n_defs, void *svc_data);
 
@@ -117,10 +196,19 @@ enum rpc_unhealthy {
 };
 void rpc_server_set_unhealthy(struct rpc_server *s, enum rpc_unhealthy why, bool holds);
 
-/* Whether gRPC core reported that its listener failed to accept (out of
- * descriptors): gRPC 1.51 never accepts on that listener again. Set from
- * the log hook (rpc_log_to_daemon_log); any thread. */
-bool rpc_accept_failed(void);
+/* What the server's accept did (rpc_accept.c): gRPC connections open now
+ * and the cap, connections closed as soon as accepted (over the cap, or
+ * no descriptor left to hold them), and whether the reserve descriptor
+ * that lets a listener empty its backlog when descriptors run out is held.
+ * Counters only grow. All zero before start. Loop thread. */
+struct rpc_accept_stats {
+  size_t live;
+  size_t max;
+  uint64_t refused_limit;
+  uint64_t refused_descriptors;
+  bool reserve_held;
+};
+void rpc_server_accept_stats(struct rpc_server *s, struct rpc_accept_stats *ret_stats);
 
 /* Graceful shutdown: stops accepting calls, marks health NOT_SERVING,
  * cancels calls still open after grace_ms (their cancel callbacks run), and

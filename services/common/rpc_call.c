@@ -368,6 +368,12 @@ static struct rpc_call *call_new(struct rpc_method *m, grpc_call *call, gpr_time
   c->recv_tag.fn = on_received;
   c->finish_tag.fn = on_finished;
   c->cancel_tag.fn = run_cancel;
+  if (m->parks) { /* Bound to a parked-call queue (rpc_server.c's arm). */
+    rpc_pump_parked_tag(c->s->pump, &c->close_tag);
+    rpc_pump_parked_tag(c->s->pump, &c->send_tag);
+    rpc_pump_parked_tag(c->s->pump, &c->recv_tag);
+    rpc_pump_parked_tag(c->s->pump, &c->finish_tag);
+  }
   rpc_server_call_opened(c->s);
   if (m->started) metric_counter_add(m->started, 1);
   if (m->in_flight) metric_gauge_add(m->in_flight, 1);

@@ -60,17 +60,15 @@ static health_status status_of(struct rpc_health *h, const char *name) {
 
 /* ---------------------------------------------------------------- Check */
 
-static void handle_check(struct rpc_call *c, const ProtobufCMessage *req, void *data) {
-  struct rpc_health *h = data;
-  const Grpc__Health__V1__HealthCheckRequest *r = (const void *)req;
-  health_status st = status_of(h, r->service);
+RPC_HANDLER(handle_check, struct rpc_health, Grpc__Health__V1__HealthCheckRequest) {
+  health_status st = status_of(svc, req->service);
   if (st == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN) {
-    rpc_fail(c, RPC_NOT_FOUND, "unknown service %s", r->service);
+    rpc_fail(call, RPC_NOT_FOUND, "unknown service %s", req->service);
     return;
   }
   Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
   resp.status = st;
-  rpc_reply(c, &resp.base);
+  rpc_reply(call, &resp.base);
 }
 
 /* ---------------------------------------------------------------- Watch */
@@ -121,29 +119,30 @@ static void on_watch_cancel(struct rpc_call *c, void *arg) {
   if (!w->sending) watcher_free(w); /* Else on_watch_sent frees it. */
 }
 
-static void handle_watch(struct rpc_call *c, const ProtobufCMessage *req, void *data) {
-  struct rpc_health *h = data;
-  const Grpc__Health__V1__HealthCheckRequest *r = (const void *)req;
+RPC_HANDLER(handle_watch, struct rpc_health, Grpc__Health__V1__HealthCheckRequest) {
+  struct rpc_health *h = svc;
   struct watcher *w = calloc(1, sizeof(*w));
-  if (!w || !(w->service = strdup(r->service))) {
+  if (!w || !(w->service = strdup(req->service))) {
     free(w);
-    rpc_fail(c, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    rpc_fail(call, RPC_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   w->h = h;
-  w->call = c;
+  w->call = call;
   w->closing = h->shutting_down;
   w->next = h->watchers;
   h->watchers = w;
-  rpc_on_cancel(c, on_watch_cancel, w);
+  rpc_on_cancel(call, on_watch_cancel, w);
   pump(w);
 }
 
 /* ---------------------------------------------------------------- state */
 
+#define HEALTH Grpc__Health__V1__Health_Service
+
 static const struct rpc_method_def health_defs[] = {
-    {"Check", RPC_UNARY, handle_check},
-    {"Watch", RPC_SERVER_STREAM, handle_watch},
+    RPC_UNARY_ROW(HEALTH, check, handle_check),
+    RPC_SERVER_STREAM_PARKED_ROW(HEALTH, watch, handle_watch),
 };
 
 int rpc_health_new(struct rpc_server *s) {
@@ -153,7 +152,8 @@ int rpc_health_new(struct rpc_server *s) {
   s->health = h;
   int err = rpc_health_add(h, "");
   if (!err)
-    err = rpc_server_add_service(s, &grpc__health__v1__health__descriptor, health_defs, 2, h);
+    err = rpc_server_add_service(s, &grpc__health__v1__health__descriptor, health_defs,
+                                 RPC_N_ROWS(health_defs), h);
   return err; /* On error the caller frees s->health. */
 }
 

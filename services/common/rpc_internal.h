@@ -3,8 +3,8 @@
  * The server is split by concern (lifecycle in rpc_server.c, one call's
  * batches in rpc_call.c, health in rpc_health.c, the server's TLS files in
  * rpc_server_tls.c, tokens and client TLS in rpc_security.c, the loop driving the completion queue
- * in rpc_loop.c); this header is the seam between them. Tests may also use the raw client call at
- * the end.
+ * in rpc_loop.c, the listeners' accept in rpc_accept.c); this header is the seam between them.
+ * Tests may also use the raw client call at the end.
  */
 #ifndef STK_RPC_INTERNAL_H
 #define STK_RPC_INTERNAL_H
@@ -25,10 +25,17 @@ struct metric_histogram;
 #define RPC_DEFAULT_MAX_BYTES (64u << 20)
 #define RPC_N_CODES           17
 
+struct rpc_pump;
+
 /* A completion-queue tag: fn runs (on the loop for servers, on the client
  * thread for clients) when the batch started with it completes. next and ok
- * are the pump's queue links; a tag is in flight at most once at a time. */
+ * are the pump's queue links; a tag is in flight at most once at a time.
+ * A tag of a call on one of the pump's parked-call queues (callback queues)
+ * is handed to gRPC as its functor, the first member: gRPC runs it on one
+ * of its threads, and it posts the tag to via's loop. */
 struct rpc_tag {
+  grpc_completion_queue_functor functor; /* First: the tag is the functor. */
+  struct rpc_pump *via;                  /* Set for parked-call queues' tags. */
   void (*fn)(struct rpc_tag *tag, bool ok);
   struct rpc_tag *next;
   bool ok;
@@ -36,17 +43,22 @@ struct rpc_tag {
 
 /* ------------------------------------------------------------- rpc_loop.c */
 
-/* The loop thread reading cq and running each completed tag's fn. */
-struct rpc_pump;
+/* The loop thread reading cq and running each completed tag's fn, and
+ * the parked-call queues whose completions it is posted. */
 
 /* On the loop thread: from now on the loop drives cq (and the watcher
  * thread wakes it for libuv's events). */
 int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, struct rpc_pump **ret_pump);
 /* Any thread: runs tag->fn(tag, ok) on the loop soon (deferred callbacks). */
 void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok);
-/* On the loop, once nothing is outstanding on cq: joins the watcher, shuts
- * cq down and drains it, destroys cq, closes the loop handles, then runs
- * closed(arg) from the last close callback and frees the pump. */
+/* Loop thread: the queue to bind the next parked call to (one of several,
+ * in turn), and the setup of a tag whose batch runs on such a call. */
+grpc_completion_queue *rpc_pump_parked_cq(struct rpc_pump *p);
+void rpc_pump_parked_tag(struct rpc_pump *p, struct rpc_tag *tag);
+/* On the loop, once nothing is outstanding on cq or the parked-call
+ * queues: joins the watcher, shuts every queue down (cq drained), destroys
+ * them, closes the loop handles, then runs closed(arg) from the last close
+ * callback and frees the pump. */
 void rpc_pump_stop(struct rpc_pump *p, void (*closed)(void *arg), void *arg);
 
 /* ----------------------------------------------------------- rpc_server.c */
@@ -61,6 +73,7 @@ struct rpc_method {
   const ProtobufCMessageDescriptor *in_desc;
   const ProtobufCMessageDescriptor *out_desc;
   bool public_; /* Served without a bearer token (health). */
+  bool parks;   /* Its calls are bound to the pump's parked-call queues. */
   void *grpc_handle;
   /* Prometheus labels in go-grpc-prometheus's names:
    * grpc_type="unary",grpc_service="pkg.Svc",grpc_method="Method". */
@@ -90,6 +103,8 @@ struct rpc_server {
   char *token_file; /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
+  size_t max_connections;    /* 0: rpc_accept_default_max() at start. */
+  struct rpc_accept *accept; /* While running: the guard of gRPC's listeners. */
   struct metrics *metrics;
   struct rpc_method **methods;
   size_t n_methods;
@@ -108,9 +123,36 @@ struct rpc_server {
   void *done_arg;
 };
 
+/* ---------------------------------------------------------- rpc_methods.c */
+
+/* Checks defs against desc (rpc_server_add_service's contract) and writes
+ * to ret_rows[i] (desc->n_methods entries) the row of desc->methods[i].
+ * STK_EINVAL with a detail naming the method. */
+int rpc_methods_check(const ProtobufCServiceDescriptor *desc, const struct rpc_method_def *defs,
+                      size_t n_defs, const struct rpc_method_def **ret_rows);
+
 /* Call accounting, for shutdown: a call counts from arrival to free. */
 void rpc_server_call_opened(struct rpc_server *s);
 void rpc_server_call_closed(struct rpc_server *s);
+
+/* ----------------------------------------------------------- rpc_accept.c */
+
+/* The guard of one server's listeners (see rpc_accept.c). */
+struct rpc_accept;
+
+/* Guards the listening sockets of this process bound to port (gRPC's,
+ * after grpc_server_add_http2_port, before grpc_server_start): at most
+ * max_connections (0: rpc_accept_default_max()) open at once; running out
+ * of descriptors never stops them. Series go to m (may be NULL).
+ * Errors: STK_ENOMEM. */
+int rpc_accept_new(int port, size_t max_connections, struct metrics *m,
+                   struct rpc_accept **ret_accept);
+/* The soft RLIMIT_NOFILE less a reserve (a quarter, at least 64, at most
+ * 1024) for everything else a daemon opens. */
+size_t rpc_accept_default_max(void);
+void rpc_accept_stats(struct rpc_accept *a, struct rpc_accept_stats *ret_stats);
+/* Stops guarding (before gRPC closes the listeners). Accepts NULL. */
+void rpc_accept_free(struct rpc_accept *a);
 
 /* ------------------------------------------------------------- rpc_call.c */
 

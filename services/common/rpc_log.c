@@ -5,28 +5,16 @@
  * lines between its own. gRPC's levels map to ours: DEBUG to debug, INFO
  * to info, ERROR to warn (gRPC reports as errors what the daemon then
  * reports itself, once, with the cause: a failed bind, say). What gRPC
- * logs at all is still chosen by GRPC_VERBOSITY and GRPC_TRACE. One line
- * is also a signal: a failed accept, after which gRPC's listener is dead
- * (rpc_accept_failed, read by fd_guard.c).
+ * logs at all is still chosen by GRPC_VERBOSITY and GRPC_TRACE.
  */
 #include "rpc.h"
 
 #include <grpc/support/log.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "log.h"
 
-static atomic_bool accept_failed;
-
-bool rpc_accept_failed(void) {
-  return atomic_load(&accept_failed);
-}
-
 static void route(gpr_log_func_args *args) {
-  /* gRPC 1.51's tcp_server_posix logs this and stops polling the listener. */
-  if (args->message && strncmp(args->message, "Failed accept4", 14) == 0)
-    atomic_store(&accept_failed, true);
   enum log_level level = args->severity == GPR_LOG_SEVERITY_DEBUG  ? LOG_DEBUG
                          : args->severity == GPR_LOG_SEVERITY_INFO ? LOG_INFO
                                                                    : LOG_WARN;

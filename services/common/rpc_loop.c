@@ -20,6 +20,21 @@
  *
  * rpc_pump_post queues a tag to run on the loop from any thread (deferred
  * callbacks); those run before the loop blocks again.
+ *
+ * Parked calls. Debian's libgrpc is built without NDEBUG, so every
+ * completion checks its tag against a list of every operation outstanding
+ * on its queue, scanned from the start. An open call keeps one outstanding
+ * (the close notification that tells of cancellation), so with one queue
+ * and N calls parked (a rendezvous of N ranks) each completion scans N
+ * entries: quadratic. Calls of methods marked parks are therefore bound to
+ * one of RPC_PARKED_QUEUES callback queues, in turn (their arrival is
+ * still announced on the loop's queue): each list holds 1/RPC_PARKED_QUEUES
+ * of them. A callback queue needs no thread of ours: gRPC runs the tag's
+ * functor where the batch completed, as the gRPC call there returns (on
+ * the loop, mostly: it is gRPC's poller), or else on its executor thread,
+ * and the functor only posts the tag to the loop (rpc_pump_post), where fn
+ * runs as for any other completion. The loop cannot wait in several queues
+ * at once, which is why these are not queues it drives.
  */
 #include "rpc_internal.h"
 
@@ -38,6 +53,8 @@
 /* The longest wait in the queue: a safety net for a missed wakeup and the
  * bound of a UV_RUN_NOWAIT iteration that finds nothing to do. */
 #define MAX_WAIT_MS 250
+/* Parked-call queues: 100,000 parked calls make lists of ~3,000. */
+#define RPC_PARKED_QUEUES 32
 
 struct rpc_pump {
   uv_loop_t *loop;
@@ -62,6 +79,12 @@ struct rpc_pump {
   int quit_fd; /* eventfd: ends the watcher's poll at stop. */
   void (*closed)(void *arg);
   void *closed_arg;
+  /* The parked-call queues; their shutdown functors count down, under mu,
+   * the queues not yet shut down. */
+  grpc_completion_queue *parked[RPC_PARKED_QUEUES];
+  unsigned next_parked;
+  int parked_open;
+  grpc_completion_queue_functor parked_shutdown;
 };
 
 /* A kick: a call on the lame channel and what its failed batch fills. */
@@ -82,8 +105,10 @@ void rpc_pump_post(struct rpc_pump *p, struct rpc_tag *tag, bool ok) {
   else
     p->head = tag;
   p->tail = tag;
-  pthread_mutex_unlock(&p->mu);
+  /* Under mu: once the loop has run this tag it may free the pump, which
+   * takes mu first (rpc_pump_stop), so no poster still touches it then. */
   uv_async_send(&p->async);
+  pthread_mutex_unlock(&p->mu);
 }
 
 static bool posted_pending(struct rpc_pump *p) {
@@ -107,6 +132,59 @@ static void run_posted(struct rpc_pump *p) {
 
 static void on_async(uv_async_t *a) {
   run_posted(a->data);
+}
+
+/* ------------------------------------------------- parked-call queues */
+
+/* A gRPC thread: a parked call's batch completed. */
+static void on_parked_completion(grpc_completion_queue_functor *f, int ok) {
+  struct rpc_tag *tag = (struct rpc_tag *)f; /* The functor is the first member. */
+  rpc_pump_post(tag->via, tag, ok != 0);
+}
+
+static void on_parked_shutdown(grpc_completion_queue_functor *f, int ok) {
+  (void)ok;
+  struct rpc_pump *p = RPC_CONTAINER(f, struct rpc_pump, parked_shutdown);
+  pthread_mutex_lock(&p->mu);
+  p->parked_open--;
+  pthread_cond_broadcast(&p->cond);
+  pthread_mutex_unlock(&p->mu);
+}
+
+static int open_parked(struct rpc_pump *p) {
+  p->parked_shutdown.functor_run = on_parked_shutdown;
+  for (int i = 0; i < RPC_PARKED_QUEUES; i++) {
+    p->parked[i] = grpc_completion_queue_create_for_callback(&p->parked_shutdown, NULL);
+    if (!p->parked[i]) return STK_ENOMEM;
+    p->parked_open++;
+  }
+  return 0;
+}
+
+/* Shuts the parked-call queues down and waits for gRPC to say so (nothing
+ * is outstanding on them by now: every call is freed). */
+static void close_parked(struct rpc_pump *p) {
+  for (int i = 0; i < RPC_PARKED_QUEUES; i++)
+    if (p->parked[i]) grpc_completion_queue_shutdown(p->parked[i]);
+  pthread_mutex_lock(&p->mu);
+  while (p->parked_open > 0) pthread_cond_wait(&p->cond, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+  for (int i = 0; i < RPC_PARKED_QUEUES; i++) {
+    if (p->parked[i]) grpc_completion_queue_destroy(p->parked[i]);
+    p->parked[i] = NULL;
+  }
+}
+
+grpc_completion_queue *rpc_pump_parked_cq(struct rpc_pump *p) {
+  return p->parked[p->next_parked++ % RPC_PARKED_QUEUES];
+}
+
+void rpc_pump_parked_tag(struct rpc_pump *p, struct rpc_tag *tag) {
+  tag->functor.functor_run = on_parked_completion;
+  /* Run where the batch completed (the loop, mostly), when gRPC's API call
+   * there returns; elsewhere gRPC's executor runs it. It only posts. */
+  tag->functor.inlineable = 1;
+  tag->via = p;
 }
 
 /* ------------------------------------------------------------ the kick */
@@ -256,11 +334,13 @@ int rpc_pump_start(uv_loop_t *loop, grpc_completion_queue *cq, struct rpc_pump *
   uv_async_init(loop, &p->async, on_async);
   p->drive.data = p->spin.data = p->async.data = p;
   p->lame = grpc_lame_client_channel_create(NULL, GRPC_STATUS_UNAVAILABLE, "rpc loop kick");
-  if (p->quit_fd < 0 || !p->lame || pthread_create(&p->watcher, NULL, watch_libuv, p) != 0) {
+  int err = open_parked(p);
+  if (err || p->quit_fd < 0 || !p->lame || pthread_create(&p->watcher, NULL, watch_libuv, p) != 0) {
     if (p->lame) grpc_channel_destroy(p->lame);
-    stk_set_detail("rpc: cannot start the loop's completion-queue watcher");
+    close_parked(p);
+    stk_set_detail("rpc: cannot start the loop's completion queues and their watcher");
     close_handles(p); /* Frees p; cq stays the caller's. */
-    return STK_EINTERNAL;
+    return err ? err : STK_EINTERNAL;
   }
   p->watcher_started = true;
   uv_prepare_start(&p->drive, on_drive);
@@ -280,6 +360,7 @@ void rpc_pump_stop(struct rpc_pump *p, void (*closed)(void *arg), void *arg) {
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type == GRPC_OP_COMPLETE) ((struct rpc_tag *)ev.tag)->fn(ev.tag, ev.success != 0);
   }
+  close_parked(p);
   run_posted(p);
   grpc_completion_queue_destroy(p->cq);
   p->cq = NULL;

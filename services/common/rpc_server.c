@@ -15,6 +15,9 @@
  *      completes it is re-armed and the call handed to rpc_call.c. A generic
  *      grpc_server_request_call stays armed too and answers anything
  *      unregistered with UNIMPLEMENTED "unknown method /x.Y/Z".
+ *      A method marked parks (its calls wait long, many at once) has its
+ *      calls bound to the pump's parked-call queues (rpc_loop.c): their
+ *      batches complete there and reach the loop through rpc_pump_post.
  *   2. Start (rpc_call.c). A RECV_CLOSE_ON_SERVER op is posted at once: its
  *      completion says whether the call was cancelled (peer cancel, deadline,
  *      shutdown) and then runs the rpc_on_cancel callback once if the call
@@ -126,6 +129,7 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   s->listen = strdup(opts->listen);
   s->max_recv_bytes = opts->max_recv_bytes ? opts->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
   s->max_send_bytes = opts->max_send_bytes ? opts->max_send_bytes : RPC_DEFAULT_MAX_BYTES;
+  s->max_connections = opts->max_connections;
   s->metrics = opts->metrics;
   err = s->listen ? 0 : STK_ENOMEM;
   if (!err) err = server_creds(s, opts);
@@ -167,13 +171,8 @@ static void method_metrics(struct rpc_server *s, struct rpc_method *m,
 }
 
 static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *desc,
-                      const struct rpc_method_def *def, void *svc_data) {
-  const ProtobufCMethodDescriptor *md =
-      def->name ? protobuf_c_service_descriptor_get_method_by_name(desc, def->name) : NULL;
-  if (!md || !def->handler) {
-    stk_set_detail("rpc: %s has no method %s", desc->name, def->name ? def->name : "(null)");
-    return STK_EINVAL;
-  }
+                      const ProtobufCMethodDescriptor *md, const struct rpc_method_def *def,
+                      void *svc_data) {
   struct rpc_method *m = calloc(1, sizeof(*m));
   struct rpc_method **grown = realloc(s->methods, (s->n_methods + 1) * sizeof(*grown));
   if (grown) s->methods = grown;
@@ -188,6 +187,7 @@ static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *de
   m->in_desc = md->input;
   m->out_desc = md->output;
   m->public_ = strcmp(desc->name, "grpc.health.v1.Health") == 0;
+  m->parks = def->parks;
   method_metrics(s, m, desc, md);
   s->methods[s->n_methods++] = m;
   return 0;
@@ -199,11 +199,16 @@ int rpc_server_add_service(struct rpc_server *s, const ProtobufCServiceDescripto
     stk_set_detail("rpc: services are added before start");
     return STK_EINVAL;
   }
-  for (size_t i = 0; i < n_defs; i++) {
-    int err = add_method(s, desc, &defs[i], svc_data);
-    if (err) return err;
-  }
-  return rpc_health_add(s->health, desc->name);
+  const struct rpc_method_def **rows = calloc(desc->n_methods + 1, sizeof(*rows));
+  if (!rows) return STK_ENOMEM;
+  int err = rpc_methods_check(desc, defs, n_defs, rows);
+  /* Unserved methods are not registered: the generic request answers them
+   * UNIMPLEMENTED, as any path the server does not know. */
+  for (unsigned i = 0; !err && i < desc->n_methods; i++)
+    if (rows[i]->kind != RPC_UNSERVED)
+      err = add_method(s, desc, &desc->methods[i], rows[i], svc_data);
+  free(rows);
+  return err ? err : rpc_health_add(s->health, desc->name);
 }
 
 /* ------------------------------------------------------------- arrivals */
@@ -218,8 +223,11 @@ static void arm(struct rpc_method *m) {
   r->m = m;
   grpc_metadata_array_init(&r->md);
   grpc_byte_buffer **payload = m->kind == RPC_CLIENT_STREAM ? NULL : &r->payload;
+  /* Arrivals are announced on the loop's queue; a parked call's own
+   * batches complete on a parked-call queue (rpc_loop.c). */
+  grpc_completion_queue *bound = m->parks ? rpc_pump_parked_cq(s->pump) : s->cq;
   grpc_call_error e = grpc_server_request_registered_call(
-      s->server, m->grpc_handle, &r->call, &r->deadline, &r->md, payload, s->cq, s->cq, &r->tag);
+      s->server, m->grpc_handle, &r->call, &r->deadline, &r->md, payload, bound, s->cq, &r->tag);
   if (e != GRPC_CALL_OK) {
     log_debug("rpc.arm", "method=%s error=%d", m->path, (int)e);
     grpc_metadata_array_destroy(&r->md);
@@ -370,6 +378,8 @@ static int bind_and_start(struct rpc_server *s, char *ret_bound, size_t bound_le
     stk_set_detail("%s", why);
     return errnum == EADDRINUSE ? STK_EUNAVAIL : STK_EIO;
   }
+  err = rpc_accept_new(port, s->max_connections, s->metrics, &s->accept);
+  if (err) return err;
   err = rpc_pump_start(s->loop, s->cq, &s->pump);
   if (err) return err;
   grpc_server_start(s->server);
@@ -384,6 +394,8 @@ int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len) {
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   int err = bind_and_start(s, ret_bound, bound_len);
   if (err) {
+    rpc_accept_free(s->accept);
+    s->accept = NULL;
     grpc_server_destroy(s->server); /* Never started: no shutdown needed. */
     grpc_completion_queue_shutdown(s->cq);
     grpc_completion_queue_destroy(s->cq);
@@ -479,6 +491,8 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
   s->done_arg = arg;
   log_debug("rpc.server_shutdown", "listen=%s grace_ms=%lld", s->listen, (long long)grace_ms);
   s->shutdown_tag.fn = on_notified;
+  rpc_accept_free(s->accept); /* Before gRPC closes the listeners and their numbers are reused. */
+  s->accept = NULL;
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   rpc_health_shutdown(s->health);
   if (grace_ms <= 0)
@@ -486,6 +500,10 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
   else
     start_grace_timer(s, grace_ms);
   maybe_finish_shutdown(s);
+}
+
+void rpc_server_accept_stats(struct rpc_server *s, struct rpc_accept_stats *ret_stats) {
+  rpc_accept_stats(s->accept, ret_stats);
 }
 
 int rpc_server_reload_token(struct rpc_server *s) {

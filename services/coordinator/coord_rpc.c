@@ -91,44 +91,101 @@ static void cancel_parked(struct rpc_call *call, void *arg) {
 
 /* ---------------------------------------------------------- unary calls */
 
-#define UNARY_HANDLER(method, fn, type)                                                            \
-  static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
-    struct coord_rpc *a = svc;                                                                     \
-    fn(a->coord, (const type *)req, answer, call);                                                 \
-  }
+RPC_HANDLER(handle_create_job, struct coord_rpc, Stoker__V1__CreateJobRequest) {
+  coord_create_job(svc->coord, req, answer, call);
+}
 
-UNARY_HANDLER(create_job, coord_create_job, Stoker__V1__CreateJobRequest)
-UNARY_HANDLER(get_job, coord_get_job, Stoker__V1__GetJobRequest)
-UNARY_HANDLER(list_jobs, coord_list_jobs, Stoker__V1__ListJobsRequest)
-UNARY_HANDLER(pause_job, coord_pause_job, Stoker__V1__JobActionRequest)
-UNARY_HANDLER(resume_job, coord_resume_job, Stoker__V1__JobActionRequest)
-UNARY_HANDLER(stop_job, coord_stop_job, Stoker__V1__JobActionRequest)
-UNARY_HANDLER(delete_job, coord_delete_job, Stoker__V1__JobActionRequest)
-UNARY_HANDLER(scale_job, coord_scale_job, Stoker__V1__ScaleJobRequest)
-UNARY_HANDLER(heartbeat, coord_heartbeat, Stoker__V1__HeartbeatRequest)
-UNARY_HANDLER(leave, coord_leave, Stoker__V1__LeaveRequest)
-UNARY_HANDLER(kv_set, coord_kv_set, Stoker__V1__KvSetRequest)
-UNARY_HANDLER(kv_add, coord_kv_add, Stoker__V1__KvAddRequest)
-UNARY_HANDLER(kv_compare_set, coord_kv_compare_set, Stoker__V1__KvCompareSetRequest)
-UNARY_HANDLER(kv_delete, coord_kv_delete, Stoker__V1__KvDeleteRequest)
-UNARY_HANDLER(kv_count, coord_kv_count, Stoker__V1__KvCountRequest)
-UNARY_HANDLER(report_checkpoint, coord_report_checkpoint, Stoker__V1__ReportCheckpointRequest)
+RPC_HANDLER(handle_get_job, struct coord_rpc, Stoker__V1__GetJobRequest) {
+  coord_get_job(svc->coord, req, answer, call);
+}
 
-/* The core never completes synchronously, so the wait is still open here. */
-#define PARKED_HANDLER(method, fn, type)                                                           \
-  static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
-    struct parked *p = parked_new(svc, call);                                                      \
-    if (!p) {                                                                                      \
-      rpc_fail_err(call, STK_ENOMEM, "out of memory");                                             \
-      return;                                                                                      \
-    }                                                                                              \
-    p->wait = fn(p->adapter->coord, (const type *)req, answer_parked, call);                       \
-    rpc_on_cancel(call, cancel_parked, NULL);                                                      \
-  }
+RPC_HANDLER(handle_list_jobs, struct coord_rpc, Stoker__V1__ListJobsRequest) {
+  coord_list_jobs(svc->coord, req, answer, call);
+}
 
-PARKED_HANDLER(join, coord_join, Stoker__V1__JoinRequest)
-PARKED_HANDLER(barrier, coord_barrier, Stoker__V1__BarrierRequest)
-PARKED_HANDLER(kv_get, coord_kv_get, Stoker__V1__KvGetRequest)
+RPC_HANDLER(handle_pause_job, struct coord_rpc, Stoker__V1__JobActionRequest) {
+  coord_pause_job(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_resume_job, struct coord_rpc, Stoker__V1__JobActionRequest) {
+  coord_resume_job(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_stop_job, struct coord_rpc, Stoker__V1__JobActionRequest) {
+  coord_stop_job(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_delete_job, struct coord_rpc, Stoker__V1__JobActionRequest) {
+  coord_delete_job(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_scale_job, struct coord_rpc, Stoker__V1__ScaleJobRequest) {
+  coord_scale_job(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_heartbeat, struct coord_rpc, Stoker__V1__HeartbeatRequest) {
+  coord_heartbeat(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_leave, struct coord_rpc, Stoker__V1__LeaveRequest) {
+  coord_leave(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_kv_set, struct coord_rpc, Stoker__V1__KvSetRequest) {
+  coord_kv_set(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_kv_add, struct coord_rpc, Stoker__V1__KvAddRequest) {
+  coord_kv_add(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_kv_compare_set, struct coord_rpc, Stoker__V1__KvCompareSetRequest) {
+  coord_kv_compare_set(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_kv_delete, struct coord_rpc, Stoker__V1__KvDeleteRequest) {
+  coord_kv_delete(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_kv_count, struct coord_rpc, Stoker__V1__KvCountRequest) {
+  coord_kv_count(svc->coord, req, answer, call);
+}
+
+RPC_HANDLER(handle_report_checkpoint, struct coord_rpc, Stoker__V1__ReportCheckpointRequest) {
+  coord_report_checkpoint(svc->coord, req, answer, call);
+}
+
+/* ---------------------------------------------------------- parked calls */
+
+/* A parked call's record, or NULL when out of memory (the call is answered). The
+ * core never completes a parked call synchronously, so its wait is still open
+ * when the handler stores it. */
+static struct parked *park(struct rpc_call *call, struct coord_rpc *a) {
+  struct parked *p = parked_new(a, call);
+  if (!p) rpc_fail_err(call, STK_ENOMEM, "out of memory");
+  return p;
+}
+
+RPC_HANDLER(handle_join, struct coord_rpc, Stoker__V1__JoinRequest) {
+  struct parked *p = park(call, svc);
+  if (!p) return;
+  p->wait = coord_join(svc->coord, req, answer_parked, call);
+  rpc_on_cancel(call, cancel_parked, NULL);
+}
+
+RPC_HANDLER(handle_barrier, struct coord_rpc, Stoker__V1__BarrierRequest) {
+  struct parked *p = park(call, svc);
+  if (!p) return;
+  p->wait = coord_barrier(svc->coord, req, answer_parked, call);
+  rpc_on_cancel(call, cancel_parked, NULL);
+}
+
+RPC_HANDLER(handle_kv_get, struct coord_rpc, Stoker__V1__KvGetRequest) {
+  struct parked *p = park(call, svc);
+  if (!p) return;
+  p->wait = coord_kv_get(svc->coord, req, answer_parked, call);
+  rpc_on_cancel(call, cancel_parked, NULL);
+}
 
 /* ------------------------------------------------------------ WatchJob */
 
@@ -165,40 +222,39 @@ static void watch_done(void *arg, int err, const char *errmsg, const ProtobufCMe
     rpc_finish(call, RPC_OK, "%s", "");
 }
 
-static void handle_watch_job(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
-  struct parked *p = parked_new(svc, call);
-  if (!p) {
-    rpc_fail_err(call, STK_ENOMEM, "out of memory");
-    return;
-  }
-  p->wait = coord_watch_job(p->adapter->coord, (const Stoker__V1__WatchJobRequest *)req, send_event,
-                            watch_done, call);
+RPC_HANDLER(handle_watch_job, struct coord_rpc, Stoker__V1__WatchJobRequest) {
+  struct parked *p = park(call, svc);
+  if (!p) return;
+  p->wait = coord_watch_job(svc->coord, req, send_event, watch_done, call);
   rpc_on_cancel(call, cancel_parked, NULL);
 }
 
 /* ------------------------------------------------------------- table */
 
+#define SVC Stoker__V1__Coordinator_Service
+
+/* Join, Barrier and KvGet are unary on the wire, parked in the core. */
 static const struct rpc_method_def coordinator_methods[] = {
-    {"CreateJob", RPC_UNARY, handle_create_job},
-    {"GetJob", RPC_UNARY, handle_get_job},
-    {"ListJobs", RPC_UNARY, handle_list_jobs},
-    {"WatchJob", RPC_SERVER_STREAM, handle_watch_job},
-    {"PauseJob", RPC_UNARY, handle_pause_job},
-    {"ResumeJob", RPC_UNARY, handle_resume_job},
-    {"StopJob", RPC_UNARY, handle_stop_job},
-    {"DeleteJob", RPC_UNARY, handle_delete_job},
-    {"ScaleJob", RPC_UNARY, handle_scale_job},
-    {"Join", RPC_UNARY, handle_join},
-    {"Heartbeat", RPC_UNARY, handle_heartbeat},
-    {"Leave", RPC_UNARY, handle_leave},
-    {"Barrier", RPC_UNARY, handle_barrier},
-    {"KvSet", RPC_UNARY, handle_kv_set},
-    {"KvGet", RPC_UNARY, handle_kv_get},
-    {"KvAdd", RPC_UNARY, handle_kv_add},
-    {"KvCompareSet", RPC_UNARY, handle_kv_compare_set},
-    {"KvDelete", RPC_UNARY, handle_kv_delete},
-    {"KvCount", RPC_UNARY, handle_kv_count},
-    {"ReportCheckpoint", RPC_UNARY, handle_report_checkpoint},
+    RPC_UNARY_ROW(SVC, create_job, handle_create_job),
+    RPC_UNARY_ROW(SVC, get_job, handle_get_job),
+    RPC_UNARY_ROW(SVC, list_jobs, handle_list_jobs),
+    RPC_SERVER_STREAM_PARKED_ROW(SVC, watch_job, handle_watch_job),
+    RPC_UNARY_ROW(SVC, pause_job, handle_pause_job),
+    RPC_UNARY_ROW(SVC, resume_job, handle_resume_job),
+    RPC_UNARY_ROW(SVC, stop_job, handle_stop_job),
+    RPC_UNARY_ROW(SVC, delete_job, handle_delete_job),
+    RPC_UNARY_ROW(SVC, scale_job, handle_scale_job),
+    RPC_UNARY_PARKED_ROW(SVC, join, handle_join),
+    RPC_UNARY_ROW(SVC, heartbeat, handle_heartbeat),
+    RPC_UNARY_ROW(SVC, leave, handle_leave),
+    RPC_UNARY_PARKED_ROW(SVC, barrier, handle_barrier),
+    RPC_UNARY_ROW(SVC, kv_set, handle_kv_set),
+    RPC_UNARY_PARKED_ROW(SVC, kv_get, handle_kv_get),
+    RPC_UNARY_ROW(SVC, kv_add, handle_kv_add),
+    RPC_UNARY_ROW(SVC, kv_compare_set, handle_kv_compare_set),
+    RPC_UNARY_ROW(SVC, kv_delete, handle_kv_delete),
+    RPC_UNARY_ROW(SVC, kv_count, handle_kv_count),
+    RPC_UNARY_ROW(SVC, report_checkpoint, handle_report_checkpoint),
 };
 
 int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc **ret_adapter) {
@@ -206,7 +262,7 @@ int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc *
   if (!a) return STK_ENOMEM;
   a->coord = c;
   int rc = rpc_server_add_service(s, &stoker__v1__coordinator__descriptor, coordinator_methods,
-                                  sizeof(coordinator_methods) / sizeof(coordinator_methods[0]), a);
+                                  RPC_N_ROWS(coordinator_methods), a);
   if (rc) {
     free(a);
     return rc;

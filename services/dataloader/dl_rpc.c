@@ -1,5 +1,6 @@
 /*
- * The gRPC adapter of the dataloader: one thin handler per unary method.
+ * The gRPC adapter of the dataloader: one thin handler per method and the
+ * method table.
  * The core's calls block (batch generation reads datasets; changes are
  * synced RocksDB writes), so each call becomes a task on the libuv
  * threadpool: `run` calls the core on a worker thread, `reply` answers on
@@ -271,34 +272,64 @@ static void reply_state(struct task *t) {
 
 /* ------------------------------------------------------------- table */
 
-#define HANDLER(method, run, reply)                                                                \
-  static void handle_##method(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {     \
-    submit(call, req, svc, run, reply);                                                            \
-  }
+RPC_HANDLER(handle_create_loader, struct dl_rpc, Stoker__V1__CreateLoaderRequest) {
+  submit(call, &req->base, svc, run_create, reply_info);
+}
 
-HANDLER(create_loader, run_create, reply_info)
-HANDLER(get_loader, run_get, reply_info)
-HANDLER(update_mixture, run_update, reply_info)
-HANDLER(import_state, run_import, reply_info)
-HANDLER(get_batch, run_get_batch, reply_batch)
-HANDLER(explain, run_explain, reply_explain)
-HANDLER(commit, run_commit, reply_empty)
-HANDLER(export_state, run_export, reply_state)
-HANDLER(list_loaders, run_list, reply_list)
-HANDLER(delete_loader, run_delete, reply_empty)
+RPC_HANDLER(handle_get_loader, struct dl_rpc, Stoker__V1__GetLoaderRequest) {
+  submit(call, &req->base, svc, run_get, reply_info);
+}
+
+RPC_HANDLER(handle_get_batch, struct dl_rpc, Stoker__V1__GetBatchRequest) {
+  submit(call, &req->base, svc, run_get_batch, reply_batch);
+}
+
+RPC_HANDLER(handle_stream_batches, struct dl_rpc, Stoker__V1__StreamBatchesRequest) {
+  dl_rpc_stream(call, svc, req);
+}
+
+RPC_HANDLER(handle_update_mixture, struct dl_rpc, Stoker__V1__UpdateMixtureRequest) {
+  submit(call, &req->base, svc, run_update, reply_info);
+}
+
+RPC_HANDLER(handle_commit, struct dl_rpc, Stoker__V1__CommitRequest) {
+  submit(call, &req->base, svc, run_commit, reply_empty);
+}
+
+RPC_HANDLER(handle_export_state, struct dl_rpc, Stoker__V1__ExportStateRequest) {
+  submit(call, &req->base, svc, run_export, reply_state);
+}
+
+RPC_HANDLER(handle_import_state, struct dl_rpc, Stoker__V1__LoaderState) {
+  submit(call, &req->base, svc, run_import, reply_info);
+}
+
+RPC_HANDLER(handle_explain, struct dl_rpc, Stoker__V1__ExplainRequest) {
+  submit(call, &req->base, svc, run_explain, reply_explain);
+}
+
+RPC_HANDLER(handle_list_loaders, struct dl_rpc, Stoker__V1__ListLoadersRequest) {
+  submit(call, &req->base, svc, run_list, reply_list);
+}
+
+RPC_HANDLER(handle_delete_loader, struct dl_rpc, Stoker__V1__DeleteLoaderRequest) {
+  submit(call, &req->base, svc, run_delete, reply_empty);
+}
+
+#define SVC Stoker__V1__Dataloader_Service
 
 static const struct rpc_method_def dataloader_methods[] = {
-    {"CreateLoader", RPC_UNARY, handle_create_loader},
-    {"GetLoader", RPC_UNARY, handle_get_loader},
-    {"GetBatch", RPC_UNARY, handle_get_batch},
-    {"StreamBatches", RPC_SERVER_STREAM, dl_rpc_handle_stream},
-    {"UpdateMixture", RPC_UNARY, handle_update_mixture},
-    {"Commit", RPC_UNARY, handle_commit},
-    {"ExportState", RPC_UNARY, handle_export_state},
-    {"ImportState", RPC_UNARY, handle_import_state},
-    {"Explain", RPC_UNARY, handle_explain},
-    {"ListLoaders", RPC_UNARY, handle_list_loaders},
-    {"DeleteLoader", RPC_UNARY, handle_delete_loader},
+    RPC_UNARY_ROW(SVC, create_loader, handle_create_loader),
+    RPC_UNARY_ROW(SVC, get_loader, handle_get_loader),
+    RPC_UNARY_ROW(SVC, get_batch, handle_get_batch),
+    RPC_SERVER_STREAM_ROW(SVC, stream_batches, handle_stream_batches),
+    RPC_UNARY_ROW(SVC, update_mixture, handle_update_mixture),
+    RPC_UNARY_ROW(SVC, commit, handle_commit),
+    RPC_UNARY_ROW(SVC, export_state, handle_export_state),
+    RPC_UNARY_ROW(SVC, import_state, handle_import_state),
+    RPC_UNARY_ROW(SVC, explain, handle_explain),
+    RPC_UNARY_ROW(SVC, list_loaders, handle_list_loaders),
+    RPC_UNARY_ROW(SVC, delete_loader, handle_delete_loader),
 };
 
 static void register_metrics(struct dl_rpc *a, struct metrics *m) {
@@ -397,7 +428,7 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
   rc = start_stuck_timer(a);
   if (!rc)
     rc = rpc_server_add_service(s, &stoker__v1__dataloader__descriptor, dataloader_methods,
-                                sizeof(dataloader_methods) / sizeof(dataloader_methods[0]), a);
+                                RPC_N_ROWS(dataloader_methods), a);
   if (rc) {
     dl_rpc_free(a);
     return rc;

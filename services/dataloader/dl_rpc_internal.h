@@ -84,7 +84,9 @@ void dl_rpc_batch_msg(struct dl_batch *b, Stoker__V1__Batch *msg);
 /* Counts one served batch in the metrics. */
 void dl_rpc_count_served(struct dl_rpc *a, const struct dl_batch *b);
 
-void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, void *svc);
+/* StreamBatches, started by its handler in dl_rpc.c. */
+void dl_rpc_stream(struct rpc_call *call, struct dl_rpc *a,
+                   const Stoker__V1__StreamBatchesRequest *r);
 void dl_rpc_stream_drain(struct dl_rpc *a);
 
 /* One open stream's queue, for the per-job gauges (dl_rpc_metrics.c). */

@@ -337,9 +337,8 @@ size_t dl_rpc_stream_queues(const struct dl_rpc *a, struct dl_stream_queue *ret,
   return n;
 }
 
-void dl_rpc_handle_stream(struct rpc_call *call, const ProtobufCMessage *req, void *svc) {
-  struct dl_rpc *a = svc;
-  const Stoker__V1__StreamBatchesRequest *r = (const void *)req;
+void dl_rpc_stream(struct rpc_call *call, struct dl_rpc *a,
+                   const Stoker__V1__StreamBatchesRequest *r) {
   if (r->shm_nonce.len != 0 && r->shm_nonce.len != SHM_RING_NONCE_BYTES) {
     rpc_finish(call, RPC_INVALID_ARGUMENT, "shm_nonce must be %d bytes, got %zu",
                SHM_RING_NONCE_BYTES, r->shm_nonce.len);

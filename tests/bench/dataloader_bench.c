@@ -411,6 +411,17 @@ enum { RAW, EMBEDDED, GRPC, WIRE, RAW_RANDOM, TCP, PHASES };
 static const char *const phase_name[PHASES] = {"raw",  "embedded",   "grpc",
                                                "wire", "raw_random", "tcp"};
 
+/* BENCH_PHASES (a comma-separated list of phase names) limits the timed
+ * phases to those named, for profiling one of them; the raw passes stay. */
+static bool phase_wanted(int p) {
+  const char *only = getenv("BENCH_PHASES");
+  if (!only || !*only) return true;
+  size_t n = strlen(phase_name[p]);
+  for (const char *q = only; (q = strstr(q, phase_name[p])) != NULL; q += n)
+    if ((q == only || q[-1] == ',') && (q[n] == ',' || q[n] == 0)) return true;
+  return false;
+}
+
 /* The interleaved rounds: rate[phase][round], and base[phase][round] the
  * raw rate around that phase (the mean of the raw passes just before and
  * just after it), which its ratio is taken against. */
@@ -422,6 +433,11 @@ static void rounds(const struct mapped *m, struct dl *large, struct grpc_stream 
   for (int r = 0; r < n; r++) {
     rate[RAW][r] = base[RAW][r] = before;
     for (int p = EMBEDDED; p < PHASES; p++) {
+      if (!phase_wanted(p)) {
+        rate[p][r] = 0;
+        base[p][r] = 1;
+        continue;
+      }
       if (p == EMBEDDED)
         rate[p][r] = embedded_tokens_per_s(large, &step, seconds / n);
       else if (p == RAW_RANDOM)

@@ -2,9 +2,9 @@
  * fsdp_bench: what the FSDP rate limiter costs and saves, and how the
  * sharded trainer scales with ranks. W ranks run as threads of this process,
  * each with its own ring group on loopback (as tests/unit/trainer_fsdp does).
- *   part "limiter":    RANKS ranks, K = 0 (no limit), 2 and 4 (K = 1 is
- *                      refused by fsdp_new and reported as skipped): time per
- *                      step, peak unsharded bytes, the largest unit, waits.
+ *   part "limiter":    RANKS ranks, K = 0 (no limit), 1 (unit 0 as the root
+ *                      unit), 2 and 4: time per step, peak unsharded bytes,
+ *                      the largest unit, waits.
  *   part "throughput": the trainer's default model at 1 and 4 ranks on the
  *                      same global batch: tokens/s and the 4/1 ratio.
  * Prints JSON lines.
@@ -131,13 +131,6 @@ static int bench_limiter(int W, int steps, int K) {
   fsdp_opts_default(&run.opts);
   run.opts.max_inflight_units = K;
   int rc = run_ranks(&run);
-  if (rc == STK_EINVAL && K == 1) {
-    printf("{\"bench\":\"trainer\",\"part\":\"limiter\",\"ranks\":%d,\"limit_k\":1,"
-           "\"skipped\":\"fsdp_new refuses K = 1: the tied head step needs unit 0 and the head "
-           "unit gathered at once\"}\n",
-           W);
-    return 0;
-  }
   if (rc) return fprintf(stderr, "fsdp_bench: K=%d: %s\n", K, stk_strerror(rc)), rc;
   int64_t lim = 0, coll = 0;
   size_t peak = 0;

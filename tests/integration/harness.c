@@ -339,6 +339,17 @@ Stoker__V1__Job *harness_get_job(struct stk_client *c, const char *name) {
   return stk_job_get(c, name, 10000, &job) == 0 ? job : NULL;
 }
 
+void harness_method_path(const ProtobufCServiceDescriptor *desc, const char *method, char *buf,
+                         size_t len) {
+  const ProtobufCMethodDescriptor *md =
+      protobuf_c_service_descriptor_get_method_by_name(desc, method);
+  if (!md) {
+    fprintf(stderr, "harness: %s has no method %s\n", desc->name, method);
+    abort();
+  }
+  snprintf(buf, len, "/%s/%s", desc->name, md->name);
+}
+
 int harness_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *req,
                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
                  char *ret_msg, size_t msg_len) {
@@ -346,7 +357,7 @@ int harness_call(struct rpc_client *rc, const char *method, const ProtobufCMessa
   if (method[0] == '/')
     snprintf(path, sizeof(path), "%s", method);
   else
-    snprintf(path, sizeof(path), "/stoker.v1.Coordinator/%s", method);
+    harness_method_path(&stoker__v1__coordinator__descriptor, method, path, sizeof(path));
   ProtobufCMessage *resp = NULL;
   struct rpc_status st = {0};
   int err = rpc_client_unary(rc, path, req, resp_desc, 10000, &resp, &st);

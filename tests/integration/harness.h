@@ -95,6 +95,12 @@ int harness_create_job(struct stk_client *c, const char *name, uint32_t min_rank
  * protobuf_c_message_free_unpacked(&job->base, NULL). */
 Stoker__V1__Job *harness_get_job(struct stk_client *c, const char *name);
 
+/* "/pkg.Svc/Method" for a method name of desc ("KvSet"), from the
+ * descriptor; a name the .proto lacks stops the test (a typo, not a server
+ * answering UNIMPLEMENTED). */
+void harness_method_path(const ProtobufCServiceDescriptor *desc, const char *method, char *buf,
+                         size_t len);
+
 /* A unary Coordinator call ("KvSet": the method of stoker.v1.Coordinator,
  * or a full "/pkg.Svc/Method" path) with the rpc client and a 10 s
  * deadline. Returns the gRPC status code (RPC_OK, ...); the reply is

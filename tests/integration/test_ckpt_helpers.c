@@ -43,7 +43,7 @@ int tck_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *
              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
              char *ret_msg, size_t msg_len) {
   char path[128];
-  snprintf(path, sizeof(path), "/stoker.v1.Checkpoint/%s", method);
+  harness_method_path(&stoker__v1__checkpoint__descriptor, method, path, sizeof(path));
   struct rpc_status st = {0};
   ProtobufCMessage *resp = NULL;
   rpc_client_unary(rc, path, req, resp_desc, 30000, &resp, &st);

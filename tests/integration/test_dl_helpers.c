@@ -44,7 +44,7 @@ int tdl_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *
              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
              char *ret_msg, size_t msg_len) {
   char path[128];
-  snprintf(path, sizeof(path), "/stoker.v1.Dataloader/%s", method);
+  harness_method_path(&stoker__v1__dataloader__descriptor, method, path, sizeof(path));
   return harness_call(rc, path, req, resp_desc, ret_resp, ret_msg, msg_len);
 }
 

@@ -20,12 +20,30 @@ from stoker import StokerError
 from stoker.membership import Member
 from stoker.rendezvous import ensure_job
 from stoker.store import StokerStore, coordinator_key
+from stoker.v1 import coordinator_pb2 as coord_pb
 
 
 def joined_store(addr: str, job: str = "st") -> StokerStore:
     ensure_job(Member(job, addr).conn, job, 1, 1, {"last_call_ms": 100})
     m = Member(job, addr).join(timeout=30)
     return StokerStore(job, m.generation, addr, timeout=timedelta(seconds=5))
+
+
+def test_the_rendezvous_job_names_its_storage(daemons):
+    addr = daemons["coordinator"].addr
+    conf = {"dataset": "file:///data/corpus", "checkpoint_storage": "s3://ckpt/demo"}
+    conn = Member("rs", addr).conn
+    ensure_job(conn, "rs", 1, 2, conf)
+    job = conn.unary(
+        "/stoker.v1.Coordinator/GetJob", coord_pb.GetJobRequest(job="rs"), coord_pb.Job
+    )
+    assert job.spec.dataset.uri == "file:///data/corpus"
+    assert job.spec.checkpoint_storage.uri == "s3://ckpt/demo"
+    ensure_job(conn, "rs", 1, 2, {"dataset": "file:///elsewhere"})  # exists: kept
+    job = conn.unary(
+        "/stoker.v1.Coordinator/GetJob", coord_pb.GetJobRequest(job="rs"), coord_pb.Job
+    )
+    assert job.spec.dataset.uri == "file:///data/corpus"
 
 
 def test_store_semantics(daemons):

@@ -18,14 +18,16 @@ void fsdp_opts_default(struct fsdp_opts *ret_opts) {
   };
 }
 
-/* The most bytes one compute step needs gathered at once. */
+/* The most bytes gathered at once during one compute step: the gathers whose
+ * span covers it (its own, and the root unit's when there is one). */
 static size_t largest_step_bytes(const struct fsdp *f) {
   size_t most = 0;
   for (int s = 0; s < f->plan.nsteps; s++) {
     size_t bytes = 0;
-    for (int i = 0; i < f->plan.step_ngathers[s]; i++) {
-      int unit = f->plan.gathers[f->plan.step_gathers[s][i]].unit;
-      bytes += f->units[unit].padded * sizeof(float);
+    for (int g = 0; g < f->plan.ngathers; g++) {
+      const struct fsdp_gather *e = &f->plan.gathers[g];
+      if (e->first_step <= s && s <= e->last_step)
+        bytes += f->units[e->unit].padded * sizeof(float);
     }
     if (bytes > most) most = bytes;
   }
@@ -35,7 +37,7 @@ static size_t largest_step_bytes(const struct fsdp *f) {
 static int check_args(const struct model_config *cfg, struct coll_group *group,
                       const struct fsdp_opts *opts) {
   if (!cfg || !opts || model_config_check(cfg)) return STK_EINVAL;
-  if (opts->max_inflight_units < 0 || opts->max_inflight_units == 1) return STK_EINVAL;
+  if (opts->max_inflight_units < 0) return STK_EINVAL;
   if (opts->precision != FSDP_PRECISION_FP32 && opts->precision != FSDP_PRECISION_BF16)
     return STK_EINVAL;
   if (group && (group->size < 1 || group->rank < 0 || group->rank >= group->size))
@@ -45,7 +47,10 @@ static int check_args(const struct model_config *cfg, struct coll_group *group,
 
 static int fsdp_init(struct fsdp *f) {
   int rc = fsdp_units_init(f);
-  if (!rc) rc = fsdp_plan_build(&f->cfg, &f->plan);
+  /* K = 1: the tied head needs unit 0 beside itself, so unit 0 is the root
+   * unit, held all step outside the limit. */
+  int root = f->opts.root_unit || f->opts.max_inflight_units == 1;
+  if (!rc) rc = fsdp_plan_build(&f->cfg, root, &f->plan);
   if (rc) return rc;
   size_t budget = f->opts.max_inflight_bytes;
   if (budget && budget < largest_step_bytes(f)) return STK_EINVAL;
@@ -109,6 +114,7 @@ void fsdp_get_stats(const struct fsdp *f, struct fsdp_stats *ret_stats) {
                                    .peak_unsharded_units = l->peak_units,
                                    .limiter_wait_ns = l->wait_ns,
                                    .coll_wait_ns = f->coll_wait_ns,
+                                   .coll_busy_ns = f->coll_busy_ns,
                                    .bytes_moved = f->bytes_moved,
                                    .gather_bytes = f->gather_bytes,
                                    .steps = f->nsteps_stat};
@@ -122,6 +128,7 @@ void fsdp_reset_stats(struct fsdp *f) {
   f->lim.wait_ns = 0;
   pthread_mutex_unlock(&f->lim.mu);
   f->coll_wait_ns = 0;
+  f->coll_busy_ns = 0;
   f->bytes_moved = 0;
   f->gather_bytes = 0;
   f->nsteps_stat = 0;

@@ -14,8 +14,13 @@
  * bounds the unsharded units alive at once (K, default 2: the current unit
  * and the prefetched one, like PyTorch FSDP's limit_all_gathers) and
  * optionally their bytes; the communication thread waits before issuing an
- * all-gather until the compute side frees a buffer. The limiter changes
- * only timing and memory: results are bit-identical with any K.
+ * all-gather until the compute side frees a buffer. K = 1 makes unit 0 (the
+ * embeddings, which the tied head reads beside itself) the root unit, as
+ * PyTorch FSDP's root module: gathered once per step, kept until its
+ * backward and not counted against K (so at most 2 buffers are alive);
+ * opts.root_unit does the same at any K (K + 1 buffers at most). The
+ * limiter changes only timing and memory: results are bit-identical with
+ * any K.
  *
  * Batches: each rank passes its own slice of the global batch (equal B on
  * every rank); gradients are averaged over ranks and the loss fsdp_step
@@ -64,10 +69,16 @@ struct fsdp_opts {
   struct optim_adamw adamw; /* lr is taken from the schedule. */
   float clip_norm;          /* Global gradient-norm clip; 0 = none. */
   enum fsdp_precision precision;
+  /* Unit 0 (the embeddings the tied head reads) as the root unit: gathered
+   * once per step, held until its backward, outside K (PyTorch FSDP's root
+   * module is not resharded after forward either). Fewer bytes on the wire
+   * (unit 0 gathered once, not three times) and the limiter can prefetch
+   * through the head's step, for one more buffer alive. Always on at K = 1. */
+  bool root_unit;
 };
 
 /* K = 2, no byte budget, seed 0, lr 3e-4 constant, AdamW (0.9, 0.95, 1e-8, 0.1), clip 1,
- * fp32. */
+ * fp32, no root unit. */
 void fsdp_opts_default(struct fsdp_opts *ret_opts);
 
 struct fsdp;
@@ -76,9 +87,9 @@ struct fsdp;
  * Builds the sharded model: initialises every unit from opts->seed and
  * keeps this rank's shards. group may be NULL for one rank (no
  * collectives); otherwise the fsdp borrows it (the caller frees it after
- * fsdp_free). STK_EINVAL for a bad configuration, K == 1 (the head step
- * needs two units at once), or a byte budget below the largest step's
- * needs; STK_ENOMEM.
+ * fsdp_free). STK_EINVAL for a bad configuration, K < 0, or a byte budget
+ * below the largest step's needs (with K = 1, the root unit beside the
+ * largest other unit); STK_ENOMEM.
  */
 int fsdp_new(const struct model_config *cfg, struct coll_group *group, const struct fsdp_opts *opts,
              struct fsdp **ret_fsdp);
@@ -150,6 +161,7 @@ struct fsdp_stats {
   int peak_unsharded_units;    /* Most gathered unit buffers alive at once. */
   int64_t limiter_wait_ns;     /* The communication thread waiting on the limiter. */
   int64_t coll_wait_ns;        /* The compute side waiting on collectives. */
+  int64_t coll_busy_ns;        /* The communication thread inside collectives. */
   uint64_t bytes_moved;        /* Bytes this rank sends in ring schedules: (W-1) * chunk. */
   uint64_t gather_bytes;       /* The all-gathers' part of bytes_moved. */
   int64_t steps;

@@ -111,14 +111,20 @@ static int wait_steps(struct fsdp *f, int steps) {
 static int run_gather(struct fsdp *f, int g) {
   int unit = f->plan.gathers[g].unit;
   size_t bytes = f->units[unit].padded * sizeof(float);
-  int rc = fsdp_limiter_acquire(&f->lim, bytes);
+  int root = f->plan.gathers[g].root;
+  int rc = root ? fsdp_limiter_acquire_root(&f->lim, bytes) : fsdp_limiter_acquire(&f->lim, bytes);
   if (rc) return rc;
   float *buf = malloc(bytes);
   if (!buf) {
-    fsdp_limiter_release(&f->lim, bytes);
+    if (root)
+      fsdp_limiter_release_root(&f->lim, bytes);
+    else
+      fsdp_limiter_release(&f->lim, bytes);
     return STK_ENOMEM;
   }
+  int64_t t0 = fsdp_now_ns();
   rc = step_gather(f, unit, buf);
+  f->coll_busy_ns += fsdp_now_ns() - t0;
   pthread_mutex_lock(&f->mu);
   f->bufs[g] = buf; /* Freed by the compute side, or at the step's end on error. */
   f->ready[g] = !rc;
@@ -130,7 +136,9 @@ static int run_gather(struct fsdp *f, int g) {
 static int run_reduce_scatter(struct fsdp *f, int unit, int after_steps) {
   int rc = wait_steps(f, after_steps);
   if (rc) return rc;
+  int64_t t0 = fsdp_now_ns();
   rc = reduce_scatter(f, unit, f->grads[unit]);
+  f->coll_busy_ns += fsdp_now_ns() - t0;
   pthread_mutex_lock(&f->mu);
   free(f->grads[unit]);
   f->grads[unit] = NULL;
@@ -145,7 +153,9 @@ static int run_all_reduce(struct fsdp *f, int after_steps) {
   if (rc) return rc;
   if (f->group) {
     f->bytes_moved += 2 * ring_bytes(f, 1, COLL_F32);
+    int64_t t0 = fsdp_now_ns();
     rc = coll_all_reduce(f->group, f->red, 3, COLL_F32);
+    f->coll_busy_ns += fsdp_now_ns() - t0;
   }
   pthread_mutex_lock(&f->mu);
   f->ar_done = !rc;

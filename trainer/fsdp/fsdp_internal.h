@@ -8,6 +8,8 @@
  * then backward of unit 2U-1-s. A gather event is one all-gather of a unit
  * kept alive over consecutive compute steps [first_step, last_step] (the
  * head's forward and backward share the gathers of the head and of unit 0).
+ * With a root unit (opts.root_unit; K = 1), unit 0 is gathered once for the
+ * whole step and is not counted against K.
  */
 #ifndef STK_FSDP_INTERNAL_H
 #define STK_FSDP_INTERNAL_H
@@ -32,6 +34,7 @@ struct fsdp_unit {
 struct fsdp_gather {
   int unit;
   int first_step, last_step;
+  int root; /* The root unit's gather: held all step, outside the unit limit. */
 };
 
 enum fsdp_op_kind {
@@ -58,7 +61,9 @@ struct fsdp_plan {
   int nops;
 };
 
-int fsdp_plan_build(const struct model_config *cfg, struct fsdp_plan *ret_plan);
+/* root_unit0: unit 0 (the embeddings the tied head reads) is the root unit,
+ * gathered once per step and kept until its backward (what K = 1 uses). */
+int fsdp_plan_build(const struct model_config *cfg, int root_unit0, struct fsdp_plan *ret_plan);
 void fsdp_plan_close(struct fsdp_plan *p);
 /* The unit compute step s runs, and whether it is a backward step. */
 int fsdp_plan_step_unit(const struct fsdp_plan *p, int s);
@@ -67,14 +72,17 @@ int fsdp_plan_step_backward(const struct fsdp_plan *p, int s);
 /*
  * The rate limiter: at most max_units buffers (0: no limit) and max_bytes
  * bytes (0: no limit) acquired at once. acquire blocks until enough is
- * released, or fails with STK_ECANCELED once aborted. Thread safe.
+ * released, or fails with STK_ECANCELED once aborted. The root unit's
+ * buffer (acquire_root) counts against the bytes only; peak_units counts
+ * every buffer, root included. Thread safe.
  */
 struct fsdp_limiter {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int max_units;
   size_t max_bytes;
-  int units;
+  int units; /* Counted against max_units. */
+  int roots; /* Root buffers: bytes only. */
   size_t bytes;
   int aborted;
   int peak_units;
@@ -86,6 +94,8 @@ int fsdp_limiter_init(struct fsdp_limiter *l, int max_units, size_t max_bytes);
 void fsdp_limiter_close(struct fsdp_limiter *l);
 int fsdp_limiter_acquire(struct fsdp_limiter *l, size_t bytes);
 void fsdp_limiter_release(struct fsdp_limiter *l, size_t bytes);
+int fsdp_limiter_acquire_root(struct fsdp_limiter *l, size_t bytes);
+void fsdp_limiter_release_root(struct fsdp_limiter *l, size_t bytes);
 void fsdp_limiter_abort(struct fsdp_limiter *l);
 /* Clears the abort and the counts in use (between steps); keeps peaks. */
 void fsdp_limiter_rearm(struct fsdp_limiter *l);
@@ -103,6 +113,7 @@ struct fsdp {
   int B, T;
   int64_t steps_done;
   int64_t coll_wait_ns;
+  int64_t coll_busy_ns; /* The communication thread inside collectives. */
   uint64_t bytes_moved, gather_bytes;
   int64_t nsteps_stat;
   float vote;                      /* This rank's, for the next step. */

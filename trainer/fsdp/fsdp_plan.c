@@ -5,7 +5,9 @@
  * configuration, so every rank issues the same collectives in the same
  * order whatever the timing: all-gathers for step s+1 are issued as step s
  * starts (the prefetch), and a unit's reduce-scatter right after its
- * backward step.
+ * backward step. With a root unit (opts.root_unit, always at K = 1) unit 0
+ * is one gather event over the whole step: its forward, the tied head's
+ * forward and backward, and its own backward read the same buffer.
  */
 #include <stdlib.h>
 
@@ -21,18 +23,24 @@ int fsdp_plan_step_backward(const struct fsdp_plan *p, int s) {
   return s >= p->nsteps / 2;
 }
 
-/* Gather events: a unit needed by consecutive steps is gathered once. */
-static void plan_gathers(const struct model_config *cfg, struct fsdp_plan *p) {
+/* Gather events: a unit needed by consecutive steps is gathered once; the
+ * root unit (gather 0 when root_unit0) once for every step. */
+static void plan_gathers(const struct model_config *cfg, int root_unit0, struct fsdp_plan *p) {
+  if (root_unit0) p->gathers[p->ngathers++] = (struct fsdp_gather){0, 0, p->nsteps - 1, 1};
   for (int s = 0; s < p->nsteps; s++) {
     int needs[2];
     int n = model_unit_needs(cfg, fsdp_plan_step_unit(p, s), needs);
     p->step_ngathers[s] = n;
     for (int i = 0; i < n; i++) {
+      if (root_unit0 && needs[i] == 0) {
+        p->step_gathers[s][i] = 0;
+        continue;
+      }
       int g = 0;
       while (g < p->ngathers &&
              !(p->gathers[g].unit == needs[i] && p->gathers[g].last_step == s - 1))
         g++;
-      if (g == p->ngathers) p->gathers[p->ngathers++] = (struct fsdp_gather){needs[i], s, s};
+      if (g == p->ngathers) p->gathers[p->ngathers++] = (struct fsdp_gather){needs[i], s, s, 0};
       p->gathers[g].last_step = s;
       p->step_gathers[s][i] = g;
     }
@@ -55,7 +63,7 @@ static void plan_ops(struct fsdp_plan *p) {
   p->ops[p->nops++] = (struct fsdp_op){FSDP_OP_ALL_REDUCE, 0, p->nsteps + 1};
 }
 
-int fsdp_plan_build(const struct model_config *cfg, struct fsdp_plan *ret_plan) {
+int fsdp_plan_build(const struct model_config *cfg, int root_unit0, struct fsdp_plan *ret_plan) {
   int U = model_unit_count(cfg);
   struct fsdp_plan p = {.nsteps = 2 * U};
   size_t max_gathers = (size_t)p.nsteps * FSDP_STEP_MAX_GATHERS;
@@ -67,7 +75,7 @@ int fsdp_plan_build(const struct model_config *cfg, struct fsdp_plan *ret_plan) 
     fsdp_plan_close(&p);
     return STK_ENOMEM;
   }
-  plan_gathers(cfg, &p);
+  plan_gathers(cfg, root_unit0, &p);
   plan_ops(&p);
   *ret_plan = p;
   return 0;

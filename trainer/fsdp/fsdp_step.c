@@ -85,7 +85,11 @@ static void step_end(struct fsdp *f, int s) {
     free(f->bufs[g]);
     f->bufs[g] = NULL;
     f->params[unit] = NULL;
-    fsdp_limiter_release(&f->lim, f->units[unit].padded * sizeof(float));
+    size_t bytes = f->units[unit].padded * sizeof(float);
+    if (f->plan.gathers[g].root)
+      fsdp_limiter_release_root(&f->lim, bytes);
+    else
+      fsdp_limiter_release(&f->lim, bytes);
   }
   f->done_steps = s + 1;
   pthread_cond_broadcast(&f->cv);

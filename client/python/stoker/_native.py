@@ -37,7 +37,6 @@ SHM_AUTO, SHM_OFF, SHM_REQUIRE = 0, 1, 2
 SHM_MODES = {"auto": SHM_AUTO, "shm": SHM_REQUIRE, "grpc": SHM_OFF}  # By StokerDataset transport.
 STK_ETIMEDOUT = -11
 STK_ERANGE = -19
-ENDED_MESSAGE = "the dataloader ended the stream"  # stk_batch_stream_next's, on an OK end
 
 _CODES = {c.value[0]: c for c in grpc.StatusCode}
 
@@ -90,6 +89,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         ("stk_batch_free", None, [ctypes.POINTER(_Batch)]),
         ("stk_batch_tokens_i64", ctypes.c_void_p, [ctypes.POINTER(_Batch)]),
         ("stk_batch_ring_slots", u32, [ctypes.POINTER(_Batch)]),
+        ("stk_batch_stream_ended", ctypes.c_bool, [p]),
     ):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -223,7 +223,7 @@ class NativeStream:
                 grpc.StatusCode.DEADLINE_EXCEEDED, f"no batch within {timeout:g} s", STREAM_METHOD
             )
         e = last_error(self.lib, err, STREAM_METHOD)
-        if err == STK_ERANGE and e.details == ENDED_MESSAGE:
+        if err == STK_ERANGE and self.lib.stk_batch_stream_ended(self.stream):
             # Nothing asks the service to end (no count): a restart did.
             return StokerError(
                 grpc.StatusCode.UNAVAILABLE, "the batch stream ended early", STREAM_METHOD

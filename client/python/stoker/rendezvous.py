@@ -14,8 +14,10 @@ lost or added (RESTART, a newer generation), ``num_nodes_waiting`` turns
 positive and torchrun restarts its workers, which rejoin at the new size.
 
 ``rdzv_conf`` keys (all optional): ``heartbeat_interval_ms``,
-``heartbeat_misses``, ``last_call_ms``, ``join_timeout_ms`` (used when the
-job is created here), ``join_timeout`` (seconds a Join may park).
+``heartbeat_misses``, ``last_call_ms``, ``join_timeout_ms``, ``dataset`` and
+``checkpoint_storage`` (storage URIs, shown by ``stokerctl job show``; all
+used when the job is created here), ``join_timeout`` (seconds a Join may
+park).
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ def ensure_job(
         last_call_ms=int(conf.get("last_call_ms", 0)),
         join_timeout_ms=int(conf.get("join_timeout_ms", 0)),
     )
+    if conf.get("dataset"):
+        spec.dataset.uri = str(conf["dataset"])
+    if conf.get("checkpoint_storage"):
+        spec.checkpoint_storage.uri = str(conf["checkpoint_storage"])
     try:
         conn.unary(SERVICE + "CreateJob", pb.CreateJobRequest(spec=spec), pb.Job, retry=True)
     except StokerError as e:

@@ -202,12 +202,20 @@ static void handle_read(struct rpc_call *c, const ProtobufCMessage *m, void *dat
 
 /* ------------------------------------------------------------ lifecycle */
 
+#define SVC Stoker__V1__Checkpoint_Service
+
+/* No shared memory here: GetStagingInfo answers UNIMPLEMENTED, as an older service's. */
 static const struct rpc_method_def defs[] = {
-    {"Begin", RPC_UNARY, handle_begin},          {"Write", RPC_CLIENT_STREAM, handle_write},
-    {"Commit", RPC_UNARY, handle_commit},        {"List", RPC_UNARY, handle_list},
-    {"GetManifest", RPC_UNARY, handle_manifest}, {"Read", RPC_SERVER_STREAM, handle_read},
-    {"Delete", RPC_UNARY, handle_delete},        {"Abort", RPC_UNARY, handle_abort},
-    {"Verify", RPC_UNARY, handle_verify},
+    RPC_UNARY_ROW(SVC, begin, handle_begin),
+    RPC_CLIENT_STREAM_ROW(SVC, write, handle_write),
+    RPC_UNARY_ROW(SVC, commit, handle_commit),
+    RPC_UNARY_ROW(SVC, list, handle_list),
+    RPC_UNARY_ROW(SVC, get_manifest, handle_manifest),
+    RPC_SERVER_STREAM_ROW(SVC, read, handle_read),
+    RPC_UNARY_ROW(SVC, delete, handle_delete),
+    RPC_UNARY_ROW(SVC, abort, handle_abort),
+    RPC_UNARY_ROW(SVC, verify, handle_verify),
+    RPC_UNSERVED_ROW(SVC, get_staging_info),
 };
 
 static void service_closed(void *arg) {

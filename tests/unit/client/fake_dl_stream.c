@@ -71,8 +71,21 @@ static void handle_stream(struct rpc_call *c, const ProtobufCMessage *m, void *d
   send_next(c, sc);
 }
 
+#define SVC Stoker__V1__Dataloader_Service
+
+/* Only the stream; the rest answer UNIMPLEMENTED. */
 static const struct rpc_method_def defs[] = {
-    {"StreamBatches", RPC_SERVER_STREAM, handle_stream},
+    RPC_SERVER_STREAM_ROW(SVC, stream_batches, handle_stream),
+    RPC_UNSERVED_ROW(SVC, create_loader),
+    RPC_UNSERVED_ROW(SVC, get_loader),
+    RPC_UNSERVED_ROW(SVC, get_batch),
+    RPC_UNSERVED_ROW(SVC, update_mixture),
+    RPC_UNSERVED_ROW(SVC, commit),
+    RPC_UNSERVED_ROW(SVC, export_state),
+    RPC_UNSERVED_ROW(SVC, import_state),
+    RPC_UNSERVED_ROW(SVC, explain),
+    RPC_UNSERVED_ROW(SVC, list_loaders),
+    RPC_UNSERVED_ROW(SVC, delete_loader),
 };
 
 void fake_dl_start(struct fake_dl_stream *f, fake_dl_script_fn script) {

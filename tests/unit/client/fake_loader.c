@@ -231,18 +231,20 @@ static void handle_delete(struct rpc_call *c, const ProtobufCMessage *m, void *d
   rpc_reply(c, &e.base);
 }
 
+#define SVC Stoker__V1__Dataloader_Service
+
 static const struct rpc_method_def defs[] = {
-    {"CreateLoader", RPC_UNARY, handle_create},
-    {"GetLoader", RPC_UNARY, handle_get},
-    {"GetBatch", RPC_UNARY, handle_get_batch},
-    {"StreamBatches", RPC_SERVER_STREAM, handle_stream},
-    {"UpdateMixture", RPC_UNARY, handle_mixture},
-    {"Commit", RPC_UNARY, handle_commit},
-    {"ExportState", RPC_UNARY, handle_export},
-    {"ImportState", RPC_UNARY, handle_import},
-    {"Explain", RPC_UNARY, handle_explain},
-    {"ListLoaders", RPC_UNARY, handle_list},
-    {"DeleteLoader", RPC_UNARY, handle_delete},
+    RPC_UNARY_ROW(SVC, create_loader, handle_create),
+    RPC_UNARY_ROW(SVC, get_loader, handle_get),
+    RPC_UNARY_ROW(SVC, get_batch, handle_get_batch),
+    RPC_SERVER_STREAM_ROW(SVC, stream_batches, handle_stream),
+    RPC_UNARY_ROW(SVC, update_mixture, handle_mixture),
+    RPC_UNARY_ROW(SVC, commit, handle_commit),
+    RPC_UNARY_ROW(SVC, export_state, handle_export),
+    RPC_UNARY_ROW(SVC, import_state, handle_import),
+    RPC_UNARY_ROW(SVC, explain, handle_explain),
+    RPC_UNARY_ROW(SVC, list_loaders, handle_list),
+    RPC_UNARY_ROW(SVC, delete_loader, handle_delete),
 };
 
 void fake_loader_reopen(struct fake_loader *f) {

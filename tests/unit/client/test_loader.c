@@ -189,6 +189,7 @@ static void test_stream_order_and_end(void **state) {
   fake_loader_set(&fake, &fake.stream_limit, 6);
   struct stk_batch_stream *s = NULL;
   assert_int_equal(stk_batch_stream_open(c, "so", 10, 1, 2, 3, &s), 0);
+  assert_false(stk_batch_stream_ended(s));
   for (int64_t step = 10; step < 16; step++) {
     struct stk_batch b, ref;
     assert_int_equal(stk_batch_stream_next(s, 10000, &b), 0);
@@ -200,12 +201,15 @@ static void test_stream_order_and_end(void **state) {
     stk_batch_free(&ref);
   }
   struct stk_batch b;
+  assert_false(stk_batch_stream_ended(s)); /* Not yet reported by next. */
   assert_int_equal(stk_batch_stream_next(s, 10000, &b), STK_ERANGE);
+  assert_true(stk_batch_stream_ended(s));
   stk_batch_stream_free(s);
   fake_loader_set(&fake, &fake.stream_limit, 0);
   /* A bad request ends the stream with the server's status. */
   assert_int_equal(stk_batch_stream_open(c, "nope", 0, 0, 1, 2, &s), 0);
   assert_int_equal(stk_batch_stream_next(s, 10000, &b), STK_ENOENT);
+  assert_false(stk_batch_stream_ended(s));
   stk_batch_stream_free(s);
   assert_int_equal(stk_batch_stream_open(c, "so", 0, 2, 2, 2, &s), STK_EINVAL);
   stk_client_free(c);

@@ -150,15 +150,27 @@ static UNUSED struct res *wait_res(struct fx *f, struct res *r) {
   return r;
 }
 
+/* A job whose members keep their lease for 2 s without a heartbeat: long
+ * enough that a test not about expiry never loses a member when a loaded
+ * machine stalls it. Tests about expiry use short_lease_spec_of. */
 static UNUSED Stoker__V1__JobSpec spec_of(const char *name, uint32_t min, uint32_t max) {
   Stoker__V1__JobSpec s = STOKER__V1__JOB_SPEC__INIT;
   s.name = (char *)name;
   s.min_ranks = min;
   s.max_ranks = max;
-  s.heartbeat_interval_ms = 50;
+  s.heartbeat_interval_ms = 1000;
   s.heartbeat_misses = 2;
   s.last_call_ms = 100;
   s.join_timeout_ms = 60000;
+  return s;
+}
+
+/* The same with a 100 ms lease (50 ms interval, 2 misses): for the tests
+ * that watch a lease run out. */
+static UNUSED Stoker__V1__JobSpec short_lease_spec_of(const char *name, uint32_t min,
+                                                      uint32_t max) {
+  Stoker__V1__JobSpec s = spec_of(name, min, max);
+  s.heartbeat_interval_ms = 50;
   return s;
 }
 

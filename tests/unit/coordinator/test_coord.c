@@ -118,7 +118,7 @@ static void test_rendezvous(void **state) {
     assert_int_equal(r[i]->err, 0);
     assert_int_equal(JOINR(r[i])->generation, 1);
     assert_int_equal(JOINR(r[i])->world_size, N);
-    assert_int_equal(JOINR(r[i])->heartbeat_timeout_ms, 100);
+    assert_int_equal(JOINR(r[i])->heartbeat_timeout_ms, 2000);
     assert_false(seen[JOINR(r[i])->rank]);
     seen[JOINR(r[i])->rank] = true;
     res_free(r[i]);
@@ -212,7 +212,8 @@ static void on_beat(uv_timer_t *t) {
 
 static void test_lease_expiry(void **state) {
   struct fx *f = *state;
-  create(f, "lease", 2, 3);
+  Stoker__V1__JobSpec s = short_lease_spec_of("lease", 2, 3);
+  assert_int_equal(create_spec(f, &s), 0);
   struct res *r[3];
   join_all(f, "lease", 3, r);
   for (int i = 0; i < 3; i++) res_free(r[i]);

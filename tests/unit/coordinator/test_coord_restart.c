@@ -57,8 +57,10 @@ static int64_t beat_until(struct fx *f, const char *job, int n, uint64_t gen, in
   return -1;
 }
 
-static void running_pair(struct fx *f, const char *job, uint32_t min, uint32_t max) {
-  create(f, job, min, max);
+/* Two members joined to a fresh job of spec s, in generation 1. */
+static void running_pair_of(struct fx *f, Stoker__V1__JobSpec *s) {
+  const char *job = s->name;
+  assert_int_equal(create_spec(f, s), 0);
   struct res *r[2];
   join_all(f, job, 2, r);
   for (int i = 0; i < 2; i++) {
@@ -66,6 +68,11 @@ static void running_pair(struct fx *f, const char *job, uint32_t min, uint32_t m
     assert_int_equal(JOINR(r[i])->world_size, 2);
     res_free(r[i]);
   }
+}
+
+static void running_pair(struct fx *f, const char *job, uint32_t min, uint32_t max) {
+  Stoker__V1__JobSpec s = spec_of(job, min, max);
+  running_pair_of(f, &s);
 }
 
 /* ---- Gap 1: pending scale and pause survive a restart -------------------- */
@@ -96,7 +103,8 @@ static void test_scale_deadline_rearmed(void **state) {
   fx_close(f);
   f->opts.scale_timeout_beats = 4; /* 4 x 50 ms. */
   fx_open(f);
-  running_pair(f, "t", 1, 4);
+  Stoker__V1__JobSpec s = short_lease_spec_of("t", 1, 4);
+  running_pair_of(f, &s);
   assert_int_equal(scale(f, "t", 1), 0);
   assert_int_equal(beat_until(f, "t", 2, 1, ACT(RESTART), 120), -1);
   restart(f);

@@ -2,7 +2,7 @@
  * rpc_fixture: the test server (see rpc_fixture.h) and the test service's
  * handlers, one per call shape: Echo (unary), Count (server stream), Sum
  * (client stream), Later (replies after a uv timer), Park (never replies;
- * records its cancel callback).
+ * records its cancel callback); Later and Park are parked calls.
  */
 #include "rpc_fixture.h"
 
@@ -27,6 +27,7 @@ static void handle_echo(struct rpc_call *c, const ProtobufCMessage *req, void *d
 struct count_state {
   struct test_svc *svc;
   int64_t next, n;
+  ProtobufCBinaryData blob; /* Carried by every message (the request's). */
 };
 
 static void count_sent(struct rpc_call *c, int err, void *arg);
@@ -39,6 +40,7 @@ static void count_send_next(struct rpc_call *c, struct count_state *st) {
   }
   Stoker__Test__Num m = STOKER__TEST__NUM__INIT;
   m.value = st->next++;
+  m.blob = st->blob;
   int err = rpc_send(c, &m.base, count_sent, st);
   if (err) {
     rpc_finish(c, RPC_INTERNAL, "send: %s", stk_strerror(err));
@@ -55,6 +57,7 @@ static void count_sent(struct rpc_call *c, int err, void *arg) {
     free(st);
     return;
   }
+  __atomic_add_fetch(&st->svc->sends_done, 1, __ATOMIC_SEQ_CST);
   count_send_next(c, st);
 }
 
@@ -62,6 +65,7 @@ static void handle_count(struct rpc_call *c, const ProtobufCMessage *req, void *
   struct count_state *st = calloc(1, sizeof(*st));
   st->svc = data;
   st->n = ((const Stoker__Test__Num *)req)->value;
+  st->blob = ((const Stoker__Test__Num *)req)->blob; /* The request outlives the call's sends. */
   count_send_next(c, st);
 }
 
@@ -123,10 +127,14 @@ static void handle_park(struct rpc_call *c, const ProtobufCMessage *req, void *d
   __atomic_add_fetch(&svc->parked, 1, __ATOMIC_SEQ_CST);
 }
 
+#define SVC Stoker__Test__Test_Service
+
+/* Later and Park wait, so they are parked rows: their batches complete on
+ * the pump's parked-call queues (rpc_loop.c), the others on the loop's. */
 static const struct rpc_method_def test_defs[] = {
-    {"Echo", RPC_UNARY, handle_echo},       {"Count", RPC_SERVER_STREAM, handle_count},
-    {"Sum", RPC_CLIENT_STREAM, handle_sum}, {"Later", RPC_UNARY, handle_later},
-    {"Park", RPC_UNARY, handle_park},
+    RPC_UNARY_ROW(SVC, echo, handle_echo),        RPC_SERVER_STREAM_ROW(SVC, count, handle_count),
+    RPC_CLIENT_STREAM_ROW(SVC, sum, handle_sum),  RPC_UNARY_PARKED_ROW(SVC, later, handle_later),
+    RPC_UNARY_PARKED_ROW(SVC, park, handle_park),
 };
 
 /* -------------------------------------------------------------- fixture */
@@ -172,8 +180,9 @@ void fx_start(struct fixture *f, const struct rpc_server_opts *opts) {
   assert_int_equal(uv_async_init(&f->loop, &f->cmd, on_cmd), 0);
   f->cmd.data = f;
   assert_int_equal(rpc_server_new(&f->loop, &o, &f->srv), 0);
-  assert_int_equal(
-      rpc_server_add_service(f->srv, &stoker__test__test__descriptor, test_defs, 5, &f->svc), 0);
+  assert_int_equal(rpc_server_add_service(f->srv, &stoker__test__test__descriptor, test_defs,
+                                          RPC_N_ROWS(test_defs), &f->svc),
+                   0);
   assert_int_equal(rpc_server_start(f->srv, f->addr, sizeof(f->addr)), 0);
   assert_non_null(strstr(f->addr, "127.0.0.1:"));
   assert_int_equal(uv_thread_create(&f->thread, run_loop, f), 0);

@@ -20,6 +20,7 @@ struct test_svc {
   int parked;           /* Park calls that arrived. */
   int cancels;          /* Cancel callbacks that ran. */
   int busy_seen;        /* Count saw STK_EBUSY for a second send. */
+  int sends_done;       /* Count's sends that completed (read atomically). */
   int64_t park_left_ms; /* rpc_deadline_remaining_ms of the last Park. */
 };
 

@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "stk_error.h"
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -87,6 +88,71 @@ static void test_server_stream_in_order(void **state) {
   assert_int_equal(f.svc.busy_seen, 1);
   rpc_client_free(c);
   fx_stop(&f, 1000);
+}
+
+/* A receiver that takes the first message and then holds its callback
+ * thread until released, so the client reads nothing more. */
+struct held_rx {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool release;
+  int got, done;
+};
+
+static void held_msg(void *arg, ProtobufCMessage *msg) {
+  struct held_rx *h = arg;
+  protobuf_c_message_free_unpacked(msg, NULL);
+  pthread_mutex_lock(&h->mu);
+  h->got++;
+  while (!h->release) pthread_cond_wait(&h->cv, &h->mu);
+  pthread_mutex_unlock(&h->mu);
+}
+
+static void held_done(void *arg, const struct rpc_status *st) {
+  struct held_rx *h = arg;
+  (void)st;
+  __atomic_store_n(&h->done, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The client's stream window lets a server send 8 MiB ahead of its reads
+ * (a trainer's prefetched token batches); gRPC's own sizing held about 4. */
+static void test_client_window_holds_megabytes(void **state) {
+  enum { MSG_BYTES = 1 << 20, MSGS = 16 };
+  struct fixture f = {0};
+  fx_start(&f, NULL);
+  struct rpc_client *c = fx_client(&f, NULL);
+  struct held_rx h = {.release = false};
+  pthread_mutex_init(&h.mu, NULL);
+  pthread_cond_init(&h.cv, NULL);
+  uint8_t *blob = calloc(1, MSG_BYTES);
+  Stoker__Test__Num req = STOKER__TEST__NUM__INIT;
+  req.value = MSGS;
+  req.blob.data = blob;
+  req.blob.len = MSG_BYTES;
+  assert_int_equal(rpc_client_stream_async(c, TEST_PATH("Count"), &req.base,
+                                           &stoker__test__num__descriptor, 20000, held_msg,
+                                           held_done, &h, NULL),
+                   0);
+  /* Wait until the server's sends stop completing: the window is full. */
+  int sent = -1, now;
+  for (int i = 0; i < 200 && (now = __atomic_load_n(&f.svc.sends_done, __ATOMIC_SEQ_CST)) != sent;
+       i++) {
+    sent = now;
+    usleep(100 * 1000);
+  }
+  print_message("sends completed while the client held its first message: %d\n", sent);
+  assert_true(sent >= 5);       /* About 8 MiB of 1 MiB messages went ahead ... */
+  assert_true(sent < MSGS - 1); /* ... and no more: flow control still holds. */
+  pthread_mutex_lock(&h.mu);
+  h.release = true;
+  pthread_cond_broadcast(&h.cv);
+  pthread_mutex_unlock(&h.mu);
+  assert_int_equal(fx_wait_int(&h.done, 1, 20000), 1);
+  free(blob);
+  rpc_client_free(c);
+  fx_stop(&f, 1000);
+  pthread_mutex_destroy(&h.mu);
+  pthread_cond_destroy(&h.cv);
 }
 
 static void test_client_stream_sum(void **state) {
@@ -235,10 +301,15 @@ static void test_metrics(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_unary_round_trip),  cmocka_unit_test(test_server_stream_in_order),
-      cmocka_unit_test(test_client_stream_sum), cmocka_unit_test(test_reply_later),
-      cmocka_unit_test(test_unknown_method),    cmocka_unit_test(test_malformed_request),
-      cmocka_unit_test(test_oversized_request), cmocka_unit_test(test_metrics),
+      cmocka_unit_test(test_unary_round_trip),
+      cmocka_unit_test(test_server_stream_in_order),
+      cmocka_unit_test(test_client_stream_sum),
+      cmocka_unit_test(test_reply_later),
+      cmocka_unit_test(test_unknown_method),
+      cmocka_unit_test(test_malformed_request),
+      cmocka_unit_test(test_oversized_request),
+      cmocka_unit_test(test_metrics),
+      cmocka_unit_test(test_client_window_holds_megabytes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

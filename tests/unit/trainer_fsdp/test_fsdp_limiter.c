@@ -2,7 +2,8 @@
  * The rate limiter: the primitive blocks and wakes as it should (units,
  * bytes, abort); in a step, K = 2 keeps at most two unsharded units alive
  * while no limit lets the communication thread run ahead and hold many;
- * the counters add up; and the limit never changes a single bit of the
+ * the counters add up; K = 1 keeps the root unit (unit 0) all step beside
+ * one other unit, and root_unit does so at K = 2; and the limit never changes a single bit of the
  * results.
  */
 #include <setjmp.h>
@@ -88,7 +89,7 @@ static void test_rejects_bad_limits(void **state) {
   struct fsdp_opts o;
   train_opts(&o);
   struct fsdp *f = NULL;
-  o.max_inflight_units = 1; /* The head step needs two units at once. */
+  o.max_inflight_units = -1;
   assert_int_equal(fsdp_new(&train_small, NULL, &o, &f), STK_EINVAL);
   o.max_inflight_units = 2;
   o.max_inflight_bytes = 64; /* Smaller than one unit. */
@@ -97,6 +98,16 @@ static void test_rejects_bad_limits(void **state) {
   size_t block = model_unit_numel(&train_small, 1);
   size_t head = model_unit_numel(&train_small, 0) + model_unit_numel(&train_small, 3);
   o.max_inflight_bytes = (block > head ? block : head) * sizeof(float);
+  assert_int_equal(fsdp_new(&train_small, NULL, &o, &f), 0);
+  fsdp_free(f);
+  o.max_inflight_bytes -= sizeof(float);
+  assert_int_equal(fsdp_new(&train_small, NULL, &o, &f), STK_EINVAL);
+  /* K = 1: the root unit 0 stays beside the largest other unit. */
+  o.max_inflight_units = 1;
+  size_t most = 0;
+  for (int k = 1; k < model_unit_count(&train_small); k++)
+    if (model_unit_numel(&train_small, k) > most) most = model_unit_numel(&train_small, k);
+  o.max_inflight_bytes = (model_unit_numel(&train_small, 0) + most) * sizeof(float);
   assert_int_equal(fsdp_new(&train_small, NULL, &o, &f), 0);
   fsdp_free(f);
   o.max_inflight_bytes -= sizeof(float);
@@ -130,6 +141,12 @@ static uint64_t step_bytes(const struct model_config *cfg, int W) {
   return total + 2 * (uint64_t)(W - 1) * sizeof(float);
 }
 
+/* The same with K = 1: unit 0 (the root) is gathered once, not three times. */
+static uint64_t step_bytes_root(const struct model_config *cfg, int W) {
+  uint64_t chunk0 = (model_unit_numel(cfg, 0) + (size_t)W - 1) / (size_t)W * sizeof(float);
+  return step_bytes(cfg, W) - 2 * (uint64_t)(W - 1) * chunk0;
+}
+
 static const struct model_config deep = {
     .vocab_size = 64, .max_seq_len = 8, .channels = 32, .n_layer = 6, .n_head = 2};
 
@@ -148,6 +165,73 @@ static void test_k2_bounds_unsharded_memory(void **state) {
     assert_true(s->coll_wait_ns > 0);
   }
   train_run_close(&run);
+}
+
+/* The padded bytes of unit 0 and of the largest other unit of cfg at W. */
+static size_t root_and_largest_bytes(const struct model_config *cfg, int W) {
+  size_t most = 0;
+  for (int k = 1; k < model_unit_count(cfg); k++)
+    if (model_unit_numel(cfg, k) > most) most = model_unit_numel(cfg, k);
+  size_t root = model_unit_numel(cfg, 0);
+  return ((root + (size_t)W - 1) / (size_t)W + (most + (size_t)W - 1) / (size_t)W) * (size_t)W *
+         sizeof(float);
+}
+
+static void assert_bit_identical(const struct train_run *a, const struct train_run *b);
+
+static void test_k1_root_unit(void **state) {
+  (void)state;
+  /* K = 1: unit 0 is the root, gathered once per step and kept; one other
+   * unit at a time beside it. Two buffers at most, fewer bytes than K = 2
+   * would need for the head step plus a prefetch, and the same bits as
+   * no limit at all. */
+  const int W = 2, STEPS = 3;
+  struct train_run k1 = {.cfg = &deep, .steps = STEPS};
+  struct train_run none = {.cfg = &deep, .steps = STEPS};
+  train_opts(&k1.opts);
+  none.opts = k1.opts;
+  k1.opts.max_inflight_units = 1;
+  none.opts.max_inflight_units = 0;
+  assert_int_equal(train_ranks(W, &k1), 0);
+  assert_int_equal(train_ranks(W, &none), 0);
+  assert_bit_identical(&k1, &none);
+  for (int r = 0; r < W; r++) {
+    const struct fsdp_stats *s = &k1.stats[r];
+    assert_int_equal(s->peak_unsharded_units, 2); /* The root and one unit. */
+    assert_true(s->peak_unsharded_bytes <= root_and_largest_bytes(&deep, W));
+    assert_int_equal(s->bytes_moved, STEPS * step_bytes_root(&deep, W));
+    assert_true(s->coll_busy_ns > 0);
+  }
+  /* One rank: gathers are copies that would run ahead; K = 1 holds them. */
+  struct train_run one = {.cfg = &deep, .steps = 2};
+  one.opts = k1.opts;
+  assert_int_equal(train_ranks(1, &one), 0);
+  assert_int_equal(one.stats[0].peak_unsharded_units, 2);
+  assert_true(one.stats[0].limiter_wait_ns > 0);
+  train_run_close(&one);
+  train_run_close(&k1);
+  train_run_close(&none);
+}
+
+static void test_k2_with_root_unit(void **state) {
+  (void)state;
+  /* root_unit at K = 2: the root beside at most two units (three buffers),
+   * unit 0 gathered once per step, the same bits as K = 2 without it. */
+  const int W = 2, STEPS = 3;
+  struct train_run root = {.cfg = &deep, .steps = STEPS};
+  struct train_run plain = {.cfg = &deep, .steps = STEPS};
+  train_opts(&plain.opts);
+  root.opts = plain.opts;
+  root.opts.root_unit = true;
+  assert_int_equal(train_ranks(W, &root), 0);
+  assert_int_equal(train_ranks(W, &plain), 0);
+  assert_bit_identical(&root, &plain);
+  for (int r = 0; r < W; r++) {
+    assert_true(root.stats[r].peak_unsharded_units <= 3);
+    assert_int_equal(root.stats[r].bytes_moved, STEPS * step_bytes_root(&deep, W));
+  }
+  train_run_close(&root);
+  train_run_close(&plain);
 }
 
 static void test_no_limit_runs_ahead(void **state) {
@@ -205,6 +289,8 @@ int main(void) {
       cmocka_unit_test(test_limiter_byte_budget_and_abort),
       cmocka_unit_test(test_rejects_bad_limits),
       cmocka_unit_test(test_k2_bounds_unsharded_memory),
+      cmocka_unit_test(test_k1_root_unit),
+      cmocka_unit_test(test_k2_with_root_unit),
       cmocka_unit_test(test_no_limit_runs_ahead),
       cmocka_unit_test(test_limit_changes_no_bits),
   };
