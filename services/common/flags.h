@@ -63,8 +63,9 @@ enum flag_type {
  * one source adds to the list (stored joined by ':', as PATH is). */
 #define FLAG_REPEAT 2u
 /* Not stored in a field: each occurrence is recorded, in order, in
- * flag_rest.listed (a FLAG_BOOL row records a NULL value). For flags whose
- * meaning depends on what else is on the line (stokerctl's verb flags). */
+ * flag_rest.listed (a FLAG_BOOL row records a NULL value and takes no
+ * "=value"). For flags whose meaning depends on what else is on the line
+ * (stokerctl's verb flags). */
 #define FLAG_LISTED 4u
 
 struct flag_spec {
