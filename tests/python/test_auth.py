@@ -119,3 +119,81 @@ def test_sighup_rereads_the_token_file_and_keeps_the_old_token_on_a_bad_one(tmp_
         assert d.proc.poll() is None  # SIGHUP never stops the daemon.
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+def test_a_connection_follows_its_token_file(tmp_path, monkeypatch, tls):
+    """A long-lived client whose token file is rotated with the daemon's keeps
+    working: an UNAUTHENTICATED answer makes it re-read the file and send the
+    call once more; it re-reads on its own every TOKEN_REREAD_S; a bad file
+    keeps the token in use; a first read of a bad file is a clear error.
+    Plaintext channels send the token from an interceptor, TLS channels from
+    call credentials: both follow the file."""
+    from test_tls_reload import CA
+
+    from stoker import connection
+
+    daemon_token, client_token = tmp_path / "daemon-token", tmp_path / "client-token"
+    daemon_token.write_text("first-token\n")
+    client_token.write_text("first-token\n")
+    args = ["--token-file", str(daemon_token)]
+    ca_file = None
+    if tls:
+        ca, ca_file = CA("stoker-test-ca"), tmp_path / "ca.pem"
+        ca_file.write_bytes(ca.pem)
+        ca.issue(tmp_path / "server.pem", tmp_path / "server.key")
+        args += [
+            "--tls-cert",
+            str(tmp_path / "server.pem"),
+            "--tls-key",
+            str(tmp_path / "server.key"),
+        ]
+    d = Daemon("coordinator", tmp_path, *args)
+    log = tmp_path / "coordinator.log"
+
+    def sec(**kw: str) -> Security:
+        return Security(tls_ca=str(ca_file) if ca_file else None, **kw)
+
+    def rotate_daemon(tok: str) -> None:
+        daemon_token.write_text(tok + "\n")
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                Jobs(d.addr, security=sec(token=tok)).show("nope")
+            except StokerError as e:
+                if e.code == grpc.StatusCode.NOT_FOUND:
+                    return
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+
+    def code(jobs: Jobs) -> grpc.StatusCode:
+        with pytest.raises(StokerError) as e:
+            jobs.show("nope")
+        return e.value.code
+
+    try:
+        jobs = Jobs(d.addr, security=sec(token_file=str(client_token)))
+        assert code(jobs) == grpc.StatusCode.NOT_FOUND  # Reaches the handler.
+        # Rotated: the refused call re-reads the file and goes once more.
+        rotate_daemon("second-token")
+        client_token.write_text("second-token\n")
+        assert code(jobs) == grpc.StatusCode.NOT_FOUND
+        # A file emptied by mistake: the token in use stays.
+        client_token.write_text("")
+        monkeypatch.setattr(connection, "TOKEN_REREAD_S", 0.0)
+        assert code(jobs) == grpc.StatusCode.NOT_FOUND
+        # Re-read when due, before any refusal: the daemon still takes the
+        # second token, so a client that re-read sends the third, refused,
+        # once (the file gives nothing new to retry with).
+        client_token.write_text("third-token\n")
+        assert code(jobs) == grpc.StatusCode.UNAUTHENTICATED
+        assert code(jobs) == grpc.StatusCode.UNAUTHENTICATED
+        client_token.write_text("two words\n")
+        with pytest.raises(StokerError) as e:
+            Jobs(d.addr, security=sec(token_file=str(client_token))).show("nope")
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert str(client_token) in e.value.details
+    finally:
+        d.stop()

@@ -41,7 +41,10 @@ class Security:
 
     tls_ca: PEM file of the CA that signed the services' certificates.
     tls_cert, tls_key: PEM client certificate and key (mutual TLS).
-    token: the bearer token; token_file: read it from here (whitespace trimmed).
+    token: the bearer token; token_file: read it from here, and again when
+    a call is answered UNAUTHENTICATED or at most every TOKEN_REREAD_S (the
+    daemons' rule: trailing whitespace dropped, then one word of printable
+    ASCII, at most 4096 bytes; a bad file at a re-read keeps the token in use).
     """
 
     tls_ca: str | None = None
@@ -58,12 +61,75 @@ class Security:
         )
 
     def bearer(self) -> str | None:
+        """The token now (read from token_file when that is given)."""
         if self.token:
             return self.token
         if self.token_file:
-            with open(self.token_file, encoding="utf-8") as f:
-                return f.read().strip()
+            return read_token_file(self.token_file)
         return None
+
+
+# A client re-reads its token file at most this often (and when a call is
+# answered UNAUTHENTICATED), as libstoker-client does.
+TOKEN_REREAD_S = 30.0
+TOKEN_FILE_MAX_BYTES = 4096
+
+
+def read_token_file(path: str) -> str:
+    """The token in ``path`` by the daemons' rule (see Security); a
+    StokerError (INVALID_ARGUMENT) naming the file otherwise."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(TOKEN_FILE_MAX_BYTES + 1)
+    except OSError as e:
+        raise StokerError(
+            grpc.StatusCode.INVALID_ARGUMENT, f"cannot read token file {path}: {e.strerror}"
+        ) from None
+    if len(raw) > TOKEN_FILE_MAX_BYTES:
+        raise StokerError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"token file {path} is over {TOKEN_FILE_MAX_BYTES} bytes",
+        )
+    token = raw.rstrip(b" \t\r\n\v\f")
+    if not token or any(b < 0x21 or b > 0x7E for b in token):
+        raise StokerError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"token file {path} must hold one word of printable ASCII",
+        )
+    return token.decode("ascii")
+
+
+class _TokenSource:
+    """The token a channel sends: fixed, or followed in its file."""
+
+    def __init__(self, sec: Security) -> None:
+        self._path = None if sec.token else sec.token_file
+        self._token = sec.bearer()
+        self._read_at = time.monotonic()
+        self._lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return self._token is not None
+
+    def current(self) -> str:
+        """The token, re-read first when the last read is TOKEN_REREAD_S old."""
+        if self._path and time.monotonic() - self._read_at >= TOKEN_REREAD_S:
+            self.reread()
+        return self._token or ""
+
+    def reread(self) -> bool:
+        """Reads the file again now; True when the token changed. A bad
+        file keeps the token in use."""
+        if not self._path:
+            return False
+        with self._lock:
+            self._read_at = time.monotonic()
+            try:
+                token = read_token_file(self._path)
+            except StokerError:
+                return False
+            changed, self._token = token != self._token, token
+            return changed
 
 
 def _read(path: str | None) -> bytes | None:
@@ -101,6 +167,7 @@ class Connection:
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._pid = -1
+        self._token: _TokenSource | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"address": self.address, "security": self.security, "timeout": self.timeout}
@@ -126,7 +193,7 @@ class Connection:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
         sec = self.security
-        token = sec.bearer()
+        token = self._token = _TokenSource(sec)
         if sec.tls_ca:
             creds = grpc.ssl_channel_credentials(
                 root_certificates=_read(sec.tls_ca),
@@ -135,7 +202,7 @@ class Connection:
             )
             if token:
                 creds = grpc.composite_channel_credentials(
-                    creds, grpc.access_token_call_credentials(token)
+                    creds, grpc.metadata_call_credentials(_BearerPlugin(token))
                 )
             return grpc.secure_channel(self.address, creds, options)
         channel = grpc.insecure_channel(self.address, options)
@@ -145,6 +212,11 @@ class Connection:
             # so the header is added by an interceptor.
             channel = grpc.intercept_channel(channel, _BearerInterceptor(token))
         return channel
+
+    def _token_changed(self) -> bool:
+        """After an UNAUTHENTICATED answer: whether the token file now holds
+        another token (the call is then worth sending once more)."""
+        return self._token is not None and self._token.reread()
 
     def close(self) -> None:
         with self._lock:
@@ -168,12 +240,22 @@ class Connection:
         )
         deadline = time.monotonic() + (timeout if timeout is not None else self.timeout)
         delay = 0.05
+        token_retried = False
         while True:
             left = deadline - time.monotonic()
             try:
                 return stub(request, timeout=max(left, 0.001))
             except grpc.RpcError as e:
                 err = StokerError.from_rpc(e, method)
+                # The service checks the token before running the method, so
+                # a call refused for it ran nothing and may go once more.
+                if (
+                    err.code == grpc.StatusCode.UNAUTHENTICATED
+                    and not token_retried
+                    and self._token_changed()
+                ):
+                    token_retried = True
+                    continue
                 if not retry or err.code not in RETRYABLE or left <= delay:
                     raise err from None
             time.sleep(delay)
@@ -238,11 +320,11 @@ class _BearerInterceptor(
 ):
     """Adds ``authorization: Bearer TOKEN`` to every call of a plaintext channel."""
 
-    def __init__(self, token: str) -> None:
-        self._header = ("authorization", f"Bearer {token}")
+    def __init__(self, token: _TokenSource) -> None:
+        self._token = token
 
     def _details(self, d: Any) -> Any:
-        metadata = [*(d.metadata or []), self._header]
+        metadata = [*(d.metadata or []), ("authorization", f"Bearer {self._token.current()}")]
         return d._replace(metadata=metadata) if hasattr(d, "_replace") else _Details(d, metadata)
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], d: Any, request: Any) -> Any:
@@ -255,6 +337,16 @@ class _BearerInterceptor(
         self, continuation: Callable[..., Any], d: Any, requests: Any
     ) -> Any:
         return continuation(self._details(d), requests)
+
+
+class _BearerPlugin(grpc.AuthMetadataPlugin):
+    """The token of a TLS channel, asked for by gRPC at every call."""
+
+    def __init__(self, token: _TokenSource) -> None:
+        self._token = token
+
+    def __call__(self, context: Any, callback: Any) -> None:
+        callback((("authorization", f"Bearer {self._token.current()}"),), None)
 
 
 class _Details(grpc.ClientCallDetails):
