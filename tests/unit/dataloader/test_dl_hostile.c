@@ -241,11 +241,22 @@ static double first_batch_ms(const char *uri) {
   return (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
 }
 
+/* The least of a few tries: a stall of a loaded machine lands in one try,
+ * a cost that grows with the corpus in all of them. */
+static double least_first_batch_ms(const char *uri) {
+  double least = first_batch_ms(uri);
+  for (int i = 0; i < 2; i++) {
+    double ms = first_batch_ms(uri);
+    if (ms < least) least = ms;
+  }
+  return least;
+}
+
 /* 1,000 vs 1,000,000 documents: the first batch costs about the same. */
 static void test_first_batch_flat(void **state) {
   first_batch_ms("synthetic:1000:8:64:7"); /* warm up */
-  double small = first_batch_ms("synthetic:1000:8:64:7");
-  double big = first_batch_ms("synthetic:1000000:8:64:7");
+  double small = least_first_batch_ms("synthetic:1000:8:64:7");
+  double big = least_first_batch_ms("synthetic:1000000:8:64:7");
   printf("first batch: 1e3 docs %.2f ms, 1e6 docs %.2f ms\n", small, big);
   assert_true(big < 5 * small + 20);
 }
