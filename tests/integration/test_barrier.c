@@ -19,14 +19,15 @@ struct fixture {
   struct rank r[4]; /* r[3] is the newcomer; not joined by setup. */
 };
 
-/* Three ranks in job "bar" (min 3, max 4, heartbeat 100 ms). */
+/* Three ranks in job "bar" (min 3, max 4, heartbeat 500 ms: a 1.5 s lease,
+ * so a loaded machine does not lose a member the tests keep). */
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
   *state = f;
   f->d = harness_daemon_start(NULL);
   if (!f->d) return -1;
   struct stk_client *op = harness_client(f->d);
-  if (!op || harness_create_job(op, "bar", 3, 4, 100, 200)) return -1;
+  if (!op || harness_create_job(op, "bar", 3, 4, 500, 200)) return -1;
   stk_client_free(op);
   if (ranks_new(f->r, 4, f->d, "bar", "w")) return -1;
   ranks_join_start(f->r, 3, 30000);
