@@ -340,7 +340,8 @@ int ckpt_gc_orphan_attempts(struct ckpt_service *s, int64_t now_ms, uint64_t gra
   struct ckpt_orphan_dir *next = err ? NULL : calloc(l.n ? l.n : 1, sizeof(*next));
   size_t next_n = 0;
   if (!err && !next) err = STK_ENOMEM;
-  if (!err) qsort(l.keys, l.n, sizeof(*l.keys), cmp_keys); /* A directory's keys side by side. */
+  if (!err && l.n)
+    qsort(l.keys, l.n, sizeof(*l.keys), cmp_keys); /* A directory's keys side by side. */
   for (size_t i = 0, end; !err && i < l.n; i = end) {
     struct attempt_key k;
     end = i + 1;
