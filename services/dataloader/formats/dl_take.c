@@ -3,10 +3,11 @@
  * version moves one token at a time; on x86-64 CPUs with AVX2 runs of 32
  * tokens without a delimiter move with four compares and one test, then
  * runs of 8, and only the 8 around a delimiter (one per document,
- * thousands of tokens apart) take the token-at-a-time path. No software
- * prefetch: one 2 KiB ahead (against the hardware prefetchers stopping at
- * page edges) measured a few percent slower on random blocks of a page-cached
- * corpus (tests/bench/README.md, "dataloader").
+ * thousands of tokens apart) take the token-at-a-time path. The copy has no
+ * software prefetch: one 2 KiB ahead (against the hardware prefetchers
+ * stopping at page edges) measured a few percent slower on random blocks of
+ * a page-cached corpus (tests/bench/README.md, "dataloader"). The read-only
+ * count (rare: snapshots) keeps its prefetch, as dl_scan.c does.
  */
 #include "dl_take.h"
 
@@ -15,6 +16,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
+
+#define AHEAD 2048 /* bytes the count prefetches in front */
 
 /* One token: kept (and maybe a document start) or dropped. */
 static inline void take_one(uint32_t x, uint32_t delim, bool *after_delim, uint32_t *dst,
@@ -94,6 +97,7 @@ __attribute__((target("avx2"))) static uint64_t count_avx2(const uint32_t *t, ui
   const __m256i d = _mm256_set1_epi32((int)delim);
   uint64_t delims = 0, begin = i;
   for (; end - i >= 8; i += 8) {
+    __builtin_prefetch((const char *)(t + i) + AHEAD);
     __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(t + i));
     delims += (uint64_t)__builtin_popcount(
         (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(x, d))));
