@@ -145,7 +145,10 @@ static double raw_tokens_per_s(const struct mapped *m) {
 }
 
 /* Tokens per second of memcpy of whole units in a random order over the
- * corpus, one pass: what a loader that shuffles units must at least read. */
+ * corpus, one pass: what a loader that shuffles units must at least read.
+ * The destination is one batch-sized buffer filled unit after unit and
+ * reused, as the sequential pass reuses its one and the loader fills a
+ * batch. */
 static double raw_random_tokens_per_s(const struct mapped *m) {
   static uint32_t *dst;
   static size_t *order, n_units, unit_bytes;

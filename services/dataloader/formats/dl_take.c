@@ -3,8 +3,11 @@
  * version moves one token at a time; on x86-64 CPUs with AVX2 runs of 32
  * tokens without a delimiter move with four compares and one test, then
  * runs of 8, and only the 8 around a delimiter (one per document,
- * thousands of tokens apart) take the token-at-a-time path. Blocks are random in a large map, so
- * the loop prefetches AHEAD bytes in front (hardware prefetchers stop at page edges).
+ * thousands of tokens apart) take the token-at-a-time path. The copy has no
+ * software prefetch: one 2 KiB ahead (against the hardware prefetchers
+ * stopping at page edges) measured a few percent slower on random blocks of
+ * a page-cached corpus (tests/bench/README.md, "dataloader"). The read-only
+ * count (rare: snapshots) keeps its prefetch, as dl_scan.c does.
  */
 #include "dl_take.h"
 
@@ -14,7 +17,7 @@
 #include <immintrin.h>
 #endif
 
-#define AHEAD 2048
+#define AHEAD 2048 /* bytes the count prefetches in front */
 
 /* One token: kept (and maybe a document start) or dropped. */
 static inline void take_one(uint32_t x, uint32_t delim, bool *after_delim, uint32_t *dst,
@@ -57,8 +60,6 @@ __attribute__((target("avx2"))) static size_t take_avx2(const uint32_t *t, uint6
   while (i < end && w < want) {
     /* 32 tokens (two cache lines) per step: four compares, one test. */
     while (!after_delim && end - i >= 32 && want - w >= 32) {
-      __builtin_prefetch((const char *)(t + i) + AHEAD);
-      __builtin_prefetch((const char *)(t + i) + AHEAD + 64);
       const __m256i *p = (const __m256i *)(const void *)(t + i);
       __m256i x0 = _mm256_loadu_si256(p), x1 = _mm256_loadu_si256(p + 1);
       __m256i x2 = _mm256_loadu_si256(p + 2), x3 = _mm256_loadu_si256(p + 3);
@@ -77,7 +78,6 @@ __attribute__((target("avx2"))) static size_t take_avx2(const uint32_t *t, uint6
       w += 32;
     }
     while (!after_delim && end - i >= 8 && want - w >= 8) {
-      __builtin_prefetch((const char *)(t + i) + AHEAD);
       __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(t + i));
       if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(x, d))) break;
       if (dst) _mm256_storeu_si256((__m256i *)(void *)(dst + w), x);
