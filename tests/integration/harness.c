@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -398,4 +399,54 @@ char *harness_http_get(int port, const char *path) {
   buf[len] = 0;
   close(fd);
   return buf;
+}
+
+int harness_open_fds(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+int harness_connect_idle(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int harness_health(struct stk_client *c) {
+  int status = -1;
+  if (stk_health_check(c, "", 3000, &status) != 0) return -1;
+  return status;
+}
+
+int harness_health_becomes(struct stk_client *c, int want, int64_t timeout_ms) {
+  int64_t end = harness_now_ms() + timeout_ms;
+  int st = harness_health(c);
+  while (st != want && harness_now_ms() < end) {
+    harness_sleep_ms(100);
+    st = harness_health(c);
+  }
+  return st;
+}
+
+long long harness_metric(int port, const char *series) {
+  char *body = harness_http_get(port, "/metrics");
+  if (!body) return -1;
+  long long v = -1;
+  size_t n = strlen(series);
+  for (char *line = strstr(body, series); line; line = strstr(line + 1, series))
+    if ((line == body || line[-1] == '\n') && line[n] == ' ') v = strtoll(line + n + 1, NULL, 10);
+  free(body);
+  return v;
 }

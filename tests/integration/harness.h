@@ -119,6 +119,24 @@ char *harness_http_get(int port, const char *path);
  * printed anything; what it printed goes to ret_out. */
 int harness_promtool_check(const char *body, char *ret_out, size_t out_len);
 
+/* Descriptors process pid has open (/proc/PID/fd), or -1. */
+int harness_open_fds(pid_t pid);
+
+/* A TCP connection to 127.0.0.1:port that says nothing; -1 if it fails. */
+int harness_connect_idle(int port);
+
+/* The whole server's health status over c (grpc.health.v1), or -1 when
+ * the call fails. */
+int harness_health(struct stk_client *c);
+
+/* Polls harness_health every 100 ms until it answers want or timeout_ms
+ * passed; returns the last answer. */
+int harness_health_becomes(struct stk_client *c, int want, int64_t timeout_ms);
+
+/* The value of one series ("name{labels}") on the /metrics page of
+ * 127.0.0.1:port; -1 when the page has no such series or cannot be read. */
+long long harness_metric(int port, const char *series);
+
 int64_t harness_now_ms(void);
 void harness_sleep_ms(int64_t ms);
 

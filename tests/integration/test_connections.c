@@ -9,9 +9,6 @@
  * closed by the daemon as soon as they arrive and counted. The PKI comes
  * from tests/unit/rpc/gen_certs.sh (the test's second argument).
  */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,24 +48,10 @@ static const char *pki_file(const char *name, char *path, size_t len) {
   return path;
 }
 
-static int open_fds(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  assert_non_null(d);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
+/* An idle connection to d's gRPC port. */
 static int connect_to(const struct harness_daemon *d) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)atoi(strrchr(d->addr, ':') + 1))};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = harness_connect_idle(atoi(strrchr(d->addr, ':') + 1));
   assert_true(fd >= 0);
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   return fd;
 }
 
@@ -85,23 +68,6 @@ static struct stk_client *client(const struct harness_daemon *d, bool secure) {
   return c;
 }
 
-static int health(struct stk_client *c) {
-  int status = -1;
-  if (stk_health_check(c, "", 3000, &status) != 0) return -1;
-  return status;
-}
-
-/* Polls the whole server's health over c until it is want (5 s). */
-static int health_becomes(struct stk_client *c, int want) {
-  int64_t end = harness_now_ms() + 5000;
-  int st = health(c);
-  while (st != want && harness_now_ms() < end) {
-    harness_sleep_ms(100);
-    st = health(c);
-  }
-  return st;
-}
-
 /* A real call (ListJobs, token checked) through a client made now, so over
  * a connection the daemon must accept now; retried for up to 5 s. */
 static int new_client_call(const struct harness_daemon *d, bool secure) {
@@ -115,18 +81,6 @@ static int new_client_call(const struct harness_daemon *d, bool secure) {
     stk_client_free(c);
   } while (rc != 0 && harness_now_ms() < end && (harness_sleep_ms(200), true));
   return rc;
-}
-
-/* The value of one series on the daemon's /metrics page; -1 if absent. */
-static long long metric(int port, const char *series) {
-  char *body = harness_http_get(port, "/metrics");
-  assert_non_null(body);
-  long long v = -1;
-  for (char *line = strstr(body, series); line; line = strstr(line + 1, series))
-    if ((line == body || line[-1] == '\n') && line[strlen(series)] == ' ')
-      v = strtoll(line + strlen(series) + 1, NULL, 10);
-  free(body);
-  return v;
 }
 
 static struct harness_daemon *start(bool secure, const char *max_connections, int *ret_port) {
@@ -155,27 +109,28 @@ static void exhaust_and_recover(bool secure) {
   int mport = 0;
   struct harness_daemon *d = start(secure, "0", &mport);
   struct stk_client *c = client(d, secure); /* connected before the flood */
-  assert_int_equal(health(c), SERVING);
-  int base = open_fds(d->pid);
+  assert_int_equal(harness_health(c), SERVING);
+  int base = harness_open_fds(d->pid);
   struct rlimit lim = {(rlim_t)base + 96, (rlim_t)base + 96};
   assert_int_equal(prlimit(d->pid, RLIMIT_NOFILE, &lim, NULL), 0);
 
   enum { N = 160 };
   int fds[N];
   for (int i = 0; i < N; i++) fds[i] = connect_to(d);
-  assert_int_equal(health_becomes(c, NOT_SERVING), NOT_SERVING);
+  assert_int_equal(harness_health_becomes(c, NOT_SERVING, 5000), NOT_SERVING);
   /* gRPC clients of one process share a connection to the same target and
    * credentials: without c, the next client needs a connection of its own. */
   stk_client_free(c);
   harness_sleep_ms(300);
   for (int i = 0; i < N; i++) close(fds[i]);
   int64_t end = harness_now_ms() + 5000;
-  while (open_fds(d->pid) > base + 4 && harness_now_ms() < end) harness_sleep_ms(100);
+  while (harness_open_fds(d->pid) > base + 4 && harness_now_ms() < end) harness_sleep_ms(100);
 
   assert_int_equal(new_client_call(d, secure), 0); /* accepted again */
   c = client(d, secure);
-  assert_int_equal(health_becomes(c, SERVING), SERVING);
-  assert_true(metric(mport, "stoker_rpc_connections_refused_total{reason=\"descriptors\"}") > 0);
+  assert_int_equal(harness_health_becomes(c, SERVING, 5000), SERVING);
+  assert_true(
+      harness_metric(mport, "stoker_rpc_connections_refused_total{reason=\"descriptors\"}") > 0);
   stk_client_free(c);
   assert_true(harness_daemon_alive(d));
   harness_daemon_free(d);
@@ -207,20 +162,21 @@ static void test_connection_cap_holds(void **state) {
   int mport = 0;
   struct harness_daemon *d = start(false, "8", &mport);
   struct stk_client *c = client(d, false);
-  assert_int_equal(health(c), SERVING);
-  assert_int_equal(metric(mport, "stoker_rpc_connections_max"), 8);
+  assert_int_equal(harness_health(c), SERVING);
+  assert_int_equal(harness_metric(mport, "stoker_rpc_connections_max"), 8);
 
   enum { N = 20 };
   int fds[N], closed = 0;
   for (int i = 0; i < N; i++) fds[i] = connect_to(d);
   for (int i = 0; i < N; i++) closed += closed_within(fds[i], 300);
   assert_int_equal(closed, N - 7);
-  assert_int_equal(metric(mport, "stoker_rpc_connections_refused_total{reason=\"limit\"}"), N - 7);
-  assert_int_equal(metric(mport, "stoker_rpc_connections"), 8);
-  assert_int_equal(health_becomes(c, NOT_SERVING), NOT_SERVING);
+  assert_int_equal(harness_metric(mport, "stoker_rpc_connections_refused_total{reason=\"limit\"}"),
+                   N - 7);
+  assert_int_equal(harness_metric(mport, "stoker_rpc_connections"), 8);
+  assert_int_equal(harness_health_becomes(c, NOT_SERVING, 5000), NOT_SERVING);
 
   for (int i = 0; i < N; i++) close(fds[i]);
-  assert_int_equal(health_becomes(c, SERVING), SERVING);
+  assert_int_equal(harness_health_becomes(c, SERVING, 5000), SERVING);
   stk_client_free(c); /* the next client's connection is its own */
   assert_int_equal(new_client_call(d, false), 0);
   harness_daemon_free(d);

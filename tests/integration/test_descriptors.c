@@ -8,9 +8,6 @@
  * connections close. Running out of them altogether, and the gRPC
  * connection cap, are tested in test_connections.c.
  */
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,17 +23,6 @@
 
 #include "grpc/health/v1/health.pb-c.h"
 #include "harness.h"
-
-static int open_fds(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-  DIR *d = opendir(path);
-  assert_non_null(d);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
 
 /* The soft "Max open files" of a process. */
 static unsigned long long soft_nofile(pid_t pid) {
@@ -65,11 +51,8 @@ static void test_soft_limit_raised(void **state) {
 }
 
 static int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int fd = harness_connect_idle(port);
   assert_true(fd >= 0);
-  assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
   return fd;
 }
 
@@ -80,12 +63,12 @@ static void test_idle_metrics_connections_capped(void **state) {
   char *body = harness_http_get(port, "/metrics"); /* settles the daemon's descriptors */
   assert_non_null(body);
   free(body);
-  int before = open_fds(d->pid);
+  int before = harness_open_fds(d->pid);
   enum { N = 200 };
   int fds[N];
   for (int i = 0; i < N; i++) fds[i] = connect_to(port);
   harness_sleep_ms(300);
-  int during = open_fds(d->pid);
+  int during = harness_open_fds(d->pid);
   assert_true(during <= before + 32 + 2);
   body = harness_http_get(port, "/metrics"); /* a scrape still gets through */
   assert_non_null(body);
@@ -96,43 +79,28 @@ static void test_idle_metrics_connections_capped(void **state) {
   harness_daemon_free(d);
 }
 
-static int health(struct stk_client *c) {
-  int status = -1;
-  assert_int_equal(stk_health_check(c, "", 3000, &status), 0);
-  return status;
-}
-
-/* Polls the whole server's health over c until it is want (5 s). */
-static int health_becomes(struct stk_client *c, int want) {
-  int64_t end = harness_now_ms() + 5000;
-  int st = health(c);
-  while (st != want && harness_now_ms() < end) {
-    harness_sleep_ms(100);
-    st = health(c);
-  }
-  return st;
-}
-
 /* Few descriptors left, none lacking yet: NOT_SERVING, and SERVING again
  * once the idle connections are gone. */
 static void test_health_recovers(void **state) {
   struct harness_daemon *d = harness_daemon_start(NULL);
   assert_non_null(d);
   struct stk_client *c = harness_client(d);
-  assert_int_equal(health(c), GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
-  int base = open_fds(d->pid);
+  assert_int_equal(harness_health(c),
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  int base = harness_open_fds(d->pid);
   struct rlimit lim = {(rlim_t)base + 96, (rlim_t)base + 96};
   assert_int_equal(prlimit(d->pid, RLIMIT_NOFILE, &lim, NULL), 0);
   int port = atoi(strrchr(d->addr, ':') + 1);
   int fds[72];
   for (int i = 0; i < 72; i++) fds[i] = connect_to(port); /* fewer than 32 left */
   assert_int_equal(
-      health_becomes(c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING),
+      harness_health_becomes(
+          c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING, 5000),
       GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING);
   for (int i = 0; i < 72; i++) close(fds[i]);
-  assert_int_equal(
-      health_becomes(c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING),
-      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
+  assert_int_equal(harness_health_becomes(
+                       c, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING, 5000),
+                   GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
   stk_client_free(c);
   harness_daemon_free(d);
 }
