@@ -122,6 +122,10 @@ static void configure(struct kv *kv, const struct kv_opts *o) {
   rocksdb_options_set_paranoid_checks(kv->opts, o && o->paranoid_checks);
   rocksdb_options_set_compression(kv->opts, rocksdb_lz4_compression);
   rocksdb_options_set_keep_log_file_num(kv->opts, 4);
+  if (o && o->write_mostly) {
+    rocksdb_options_set_memtable_vector_rep(kv->opts);
+    rocksdb_options_set_allow_concurrent_memtable_write(kv->opts, 0); /* The vector's rule. */
+  }
   kv->table_opts = rocksdb_block_based_options_create();
   if (o && o->block_cache_bytes) {
     kv->cache = rocksdb_cache_create_lru(o->block_cache_bytes);

@@ -25,6 +25,10 @@ struct kv_opts {
   bool create_if_missing;   /* Create the directory's database if absent. */
   size_t block_cache_bytes; /* 0: RocksDB's default. */
   bool paranoid_checks;     /* Fail on any corruption found at open. */
+  /* Reads only at open (a state loaded into memory, then written to):
+   * the memtable is an unsorted vector, sorted once when flushed or read,
+   * instead of a skiplist that sorts every insert. */
+  bool write_mostly;
 };
 
 /* Opens (creating the directory if needed) the database in dir. Errors:
