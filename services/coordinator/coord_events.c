@@ -28,18 +28,23 @@ static size_t event_key(char *buf, const char *job, uint64_t seq) {
   return n + 8;
 }
 
-/* Drops the oldest event when the ring is full. */
-static void evict_for(struct job *j, uint64_t seq, bool store) {
+typedef void (*store_del_fn)(struct coord *c, const void *k, size_t kl);
+
+/* At open: the deletes of events beyond the ring go with the first write. */
+static void del_at_load(struct coord *c, const void *k, size_t kl) {
+  kv_batch_delete(c->batch, k, kl);
+  c->batch_any = true;
+}
+
+/* Drops the oldest event when the ring is full; del removes its record. */
+static void evict_for(struct job *j, uint64_t seq, store_del_fn del) {
   if (seq - j->first_event_seq + 1 <= j->c->opts.max_events_per_job) return;
   struct event_slot *s = slot_of(j, j->first_event_seq);
   free(s->buf);
   *s = (struct event_slot){0};
   char key[96];
   size_t kl = event_key(key, j->name, j->first_event_seq);
-  if (store)
-    coord_store_del(j->c, key, kl);
-  else
-    kv_batch_delete(j->c->batch, key, kl), j->c->batch_any = true;
+  del(j->c, key, kl);
   j->first_event_seq++;
 }
 
@@ -55,13 +60,10 @@ static void utf8_trim(char *s, size_t cap, int n) {
   if (i - 1 + want > len) s[i - 1] = 0;
 }
 
-void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
-                 const char *fmt, ...) {
+static void add_event(struct job *j, bool lazy, Stoker__V1__JobEventType type,
+                      const char *member_id, int64_t step, const char *fmt, va_list ap) {
   char msg[1280]; /* Holds a 1024-byte URI or health message with its prefix. */
-  va_list ap;
-  va_start(ap, fmt);
   utf8_trim(msg, sizeof(msg), vsnprintf(msg, sizeof(msg), fmt, ap));
-  va_end(ap);
   Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
   ev.seq = ++j->last_event_seq;
   ev.time_ms = coord_wall_ms();
@@ -76,18 +78,41 @@ void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *membe
   uint8_t *buf = coord_xmalloc(len);
   stoker__v1__job_event__pack(&ev, buf);
   char key[96];
-  coord_store_put(j->c, key, event_key(key, j->name, ev.seq), buf, len);
-  evict_for(j, ev.seq, true);
+  size_t kl = event_key(key, j->name, ev.seq);
+  if (lazy)
+    coord_store_put_lazy(j->c, key, kl, buf, len);
+  else
+    coord_store_put(j->c, key, kl, buf, len);
+  evict_for(j, ev.seq, lazy ? coord_store_del_lazy : coord_store_del);
   *slot_of(j, ev.seq) = (struct event_slot){.buf = buf, .len = len, .dseq = j->c->change_seq};
   j->c->stats.events++;
   j->updated_ms = ev.time_ms;
-  coord_store_job(j);
+  if (lazy)
+    coord_store_job_lazy(j);
+  else
+    coord_store_job(j);
+}
+
+void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
+                 const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  add_event(j, false, type, member_id, step, fmt, ap);
+  va_end(ap);
+}
+
+void coord_event_lazy(struct job *j, Stoker__V1__JobEventType type, const char *member_id,
+                      int64_t step, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  add_event(j, true, type, member_id, step, fmt, ap);
+  va_end(ap);
 }
 
 void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len) {
   if (seq < j->first_event_seq) j->first_event_seq = seq;
   if (seq > j->last_event_seq) j->last_event_seq = seq;
-  evict_for(j, seq, false);
+  evict_for(j, seq, del_at_load);
   struct event_slot *s = slot_of(j, seq);
   free(s->buf);
   s->buf = coord_xmalloc(len);

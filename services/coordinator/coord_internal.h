@@ -260,7 +260,12 @@ int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
 void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
 void coord_store_del(struct coord *c, const void *k, size_t kl);
 void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len);
+/* Unsynced changes: written with the next batch, synced only if that batch
+ * is (they survive kill -9 of the coordinator, not the loss of the host). */
+void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
+void coord_store_del_lazy(struct coord *c, const void *k, size_t kl);
 void coord_store_job(struct job *j); /* Marks the job record dirty. */
+void coord_store_job_lazy(struct job *j);
 void coord_store_member(struct job *j, struct member *m);
 void coord_store_member_lazy(struct member *m);
 /* Keys: "k/<job>/<gen>/" prefix into buf (>= 300 bytes); returns length. */
@@ -321,6 +326,11 @@ void coord_ops_rearm(struct job *j);
 /* ---- coord_events.c ----------------------------------------------------- */
 void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The same for an event that needs no fsync of its own (a parked Join's,
+ * whose reply waits for the round's synced close): stored unsynced
+ * (coord_store_put_lazy), delivered to watchers once written. */
+void coord_event_lazy(struct job *j, Stoker__V1__JobEventType type, const char *member_id,
+                      int64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Loads one stored event (at open). */
 void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len);
 void coord_events_free(struct job *j);

@@ -254,7 +254,10 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
     return w;
   }
   park(j, w, req);
-  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_JOINED, req->member_id, 0, "joined");
+  /* Unsynced: this Join's reply waits for the round's synced close, so a
+   * rendezvous of N joins is one synced write. */
+  coord_event_lazy(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_JOINED, req->member_id, 0,
+                   "joined");
   if (j->state == S(RUNNING)) {
     if (coord_tab_get(&j->members, req->member_id))
       coord_round_open(j, "a member rejoined");

@@ -11,7 +11,9 @@
  * later changes collect in the next one, so N concurrent changes cost about
  * two fsyncs. Job records are serialized once per batch (dirty list);
  * heartbeat statistics ride along with the next batch, or are flushed
- * unsynced every stats_flush_ms.
+ * unsynced every stats_flush_ms. Lazy changes (the events of parked Joins,
+ * whose replies wait for the round's synced close) are written at once but
+ * unsynced, so a rendezvous of N joins is one synced write.
  */
 #include "coord_internal.h"
 
@@ -37,6 +39,24 @@ void coord_store_del(struct coord *c, const void *k, size_t kl) {
   changed(c);
 }
 
+/* A lazy change takes a seq like any other (answers and events wait until
+ * it is written) but does not make the batch synced. */
+static void changed_lazy(struct coord *c) {
+  c->change_seq++;
+  c->batch_any = true;
+  coord_kick(c);
+}
+
+void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl) {
+  kv_batch_put(c->batch, k, kl, v, vl);
+  changed_lazy(c);
+}
+
+void coord_store_del_lazy(struct coord *c, const void *k, size_t kl) {
+  kv_batch_delete(c->batch, k, kl);
+  changed_lazy(c);
+}
+
 void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len) {
   char end[512];
   memcpy(end, prefix, len);
@@ -51,6 +71,14 @@ void coord_store_job(struct job *j) {
     list_push(&j->c->dirty_jobs, &j->dirty_link);
   }
   changed(j->c);
+}
+
+void coord_store_job_lazy(struct job *j) {
+  if (!j->dirty) {
+    j->dirty = true;
+    list_push(&j->c->dirty_jobs, &j->dirty_link);
+  }
+  changed_lazy(j->c);
 }
 
 size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen) {

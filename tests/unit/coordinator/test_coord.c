@@ -660,6 +660,46 @@ static void test_events_watch(void **state) {
   assert_int_equal(w.log.type[w.log.n - 1], EV(DELETED));
 }
 
+/* A parked Join's MEMBER_JOINED is written unsynced: the join forces no
+ * synced write, yet watchers get the event at once while the round stays
+ * open; the close is the synced write. */
+static void test_join_event_unsynced(void **state) {
+  struct fx *f = *state;
+  create(f, "lz", 2, 2);
+  struct watch_ctx w = {0};
+  Stoker__V1__WatchJobRequest req = STOKER__V1__WATCH_JOB_REQUEST__INIT;
+  req.job = "lz";
+  coord_watch_job(f->c, &req, on_event, watch_done, &w);
+  run_for(f, 20);
+  assert_int_equal(w.log.n, 1); /* CREATED */
+  struct coord_stats before, after;
+  coord_get_stats(f->c, &before);
+  struct res *first = join(f, "lz", "m0");
+  for (int i = 0; i < 400 && w.log.n < 2; i++) run_for(f, 5);
+  assert_int_equal(w.log.n, 2);
+  assert_int_equal(w.log.type[1], EV(MEMBER_JOINED));
+  assert_false(first->done);
+  coord_get_stats(f->c, &after);
+  assert_int_equal(after.synced_writes, before.synced_writes);
+  assert_true(after.writes > before.writes);
+  struct res *second = join(f, "lz", "m1");
+  wait_res(f, first);
+  wait_res(f, second);
+  assert_int_equal(first->err, 0);
+  assert_int_equal(second->err, 0);
+  coord_get_stats(f->c, &after);
+  assert_int_equal(after.synced_writes, before.synced_writes + 1);
+  run_for(f, 20);
+  assert_int_equal(w.log.n, 4);
+  assert_int_equal(w.log.type[2], EV(MEMBER_JOINED));
+  assert_int_equal(w.log.type[3], EV(ROUND_CLOSED));
+  for (int i = 0; i < 4; i++) assert_int_equal(w.log.seq[i], (uint64_t)i + 1);
+  res_free(first);
+  res_free(second);
+  assert_int_equal(job_action(f, coord_delete_job, "lz", true), 0);
+  run_until(f, &w.end.done);
+}
+
 static bool on_event_once(void *arg, const Stoker__V1__JobEvent *ev) {
   on_event(arg, ev);
   return false;
@@ -711,6 +751,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scale, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_pause_resume_stop_delete, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_events_watch, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_join_event_unsynced, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_watch_overflow, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
