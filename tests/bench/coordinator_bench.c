@@ -243,12 +243,17 @@ static int create_job(struct rpc_client *c, const char *name, uint32_t ranks, ui
 }
 
 /* The coordinator's process figures (BENCH_COORD_PID); zero without. */
-static double coord_cpu_s(void) {
+static FILE *coord_proc_open(const char *name) {
   const char *pid = getenv("BENCH_COORD_PID");
-  char path[64], buf[1024];
-  if (!pid) return 0;
-  snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-  FILE *f = fopen(path, "r");
+  char path[64];
+  if (!pid) return NULL;
+  snprintf(path, sizeof(path), "/proc/%s/%s", pid, name);
+  return fopen(path, "r");
+}
+
+static double coord_cpu_s(void) {
+  char buf[1024];
+  FILE *f = coord_proc_open("stat");
   if (!f) return 0;
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
@@ -261,11 +266,8 @@ static double coord_cpu_s(void) {
 }
 
 static double coord_rss_bytes(void) {
-  const char *pid = getenv("BENCH_COORD_PID");
-  char path[64], line[256];
-  if (!pid) return 0;
-  snprintf(path, sizeof(path), "/proc/%s/status", pid);
-  FILE *f = fopen(path, "r");
+  char line[256];
+  FILE *f = coord_proc_open("status");
   if (!f) return 0;
   double kb = 0;
   while (fgets(line, sizeof(line), f))
