@@ -38,9 +38,9 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "stoker_ckpt.h"
 
 #define COLS       262144 /* f32 per row: 1 MiB rows. */
@@ -53,12 +53,6 @@ static uint64_t rows;
 static float *arena; /* [rows x COLS] */
 static char attempt[STK_CKPT_ATTEMPT_MAX];
 static struct stk_client *rank_client[RANKS]; /* One per saving rank, kept. */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static float value(uint64_t i) {
   return (float)(uint32_t)(i * 2654435761u);
@@ -84,17 +78,6 @@ static void split(uint32_t r, uint32_t w, uint64_t *lo, uint64_t *hi) {
   *hi = rows * (r + 1) / w;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median of v[0..n) (v is left sorted). */
-static double median(double *v, size_t n) {
-  qsort(v, n, sizeof(*v), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 struct job {
   uint32_t rank, world;
   double secs; /* Save: call -> staged. Read: call -> last byte. */
@@ -114,9 +97,9 @@ static void *save_rank(void *arg) {
                               {2, off, sz}, arena + lo * COLS, (hi - lo) * COLS * 4};
   struct rusage ru0, ru1;
   getrusage(RUSAGE_THREAD, &ru0);
-  double t0 = now_s();
+  double t0 = bench_now_s();
   j->err = stk_ckpt_save(rank_client[j->rank], attempt, j->rank, &t, 1, NULL);
-  j->secs = now_s() - t0;
+  j->secs = bench_now_s() - t0;
   getrusage(RUSAGE_THREAD, &ru1);
   save_faults[j->rank] = ru1.ru_minflt - ru0.ru_minflt + ru1.ru_majflt - ru0.ru_majflt;
   save_secs[j->rank] = j->secs;
@@ -133,9 +116,9 @@ static void *read_rank(void *arg) {
   split(j->rank, j->world, &lo, &hi);
   uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
   struct stk_ckpt_want w = {"model", {2, off, sz}, arena + lo * COLS, (hi - lo) * COLS * 4};
-  double t0 = now_s();
+  double t0 = bench_now_s();
   j->err = stk_ckpt_read(c, "bench", save_step, &w, 1, 0, NULL);
-  j->secs = now_s() - t0;
+  j->secs = bench_now_s() - t0;
   if (j->err) fprintf(stderr, "read rank %u: %s\n", j->rank, stk_client_last_error(NULL));
   stk_client_free(c);
   return NULL;
@@ -145,7 +128,7 @@ static void *read_rank(void *arg) {
 static double run_ranks(void *(*fn)(void *), uint32_t world, double *ret_max) {
   pthread_t th[RANKS];
   struct job jobs[RANKS];
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (uint32_t r = 0; r < world; r++) {
     jobs[r] = (struct job){.rank = r, .world = world};
     pthread_create(&th[r], NULL, fn, &jobs[r]);
@@ -156,7 +139,7 @@ static double run_ranks(void *(*fn)(void *), uint32_t world, double *ret_max) {
     if (jobs[r].err) exit(1);
     if (jobs[r].secs > *ret_max) *ret_max = jobs[r].secs;
   }
-  return now_s() - t0;
+  return bench_now_s() - t0;
 }
 
 /* A restore at world ranks, checked element by element. */
@@ -184,9 +167,9 @@ static struct mc mcs[RANKS]; /* Destinations allocated and touched once. */
 
 static void *memcpy_thread(void *arg) {
   struct mc *m = arg;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   memcpy(m->dst, m->src, m->n);
-  m->secs = now_s() - t0;
+  m->secs = bench_now_s() - t0;
   return NULL;
 }
 
@@ -215,13 +198,13 @@ static double memcpy_shards(int threads) {
       if (mcs[r].secs > slowest[k]) slowest[k] = mcs[r].secs;
     }
   }
-  return median(slowest, REPS);
+  return bench_median(slowest, REPS);
 }
 
 /* One checkpoint (Begin, 4 ranks save, Commit): the slowest rank's save
  * call until staged in *ret_stall; returns the whole time. */
 static double checkpoint(struct stk_client *c, int64_t step, double *ret_stall) {
-  double t0 = now_s();
+  double t0 = bench_now_s();
   if (stk_ckpt_begin(c, "bench", step, RANKS, 0, attempt) < 0) exit(1);
   run_ranks(save_rank, RANKS, ret_stall);
   if (stk_ckpt_commit(c, attempt, 3600000, NULL) < 0) {
@@ -229,7 +212,7 @@ static double checkpoint(struct stk_client *c, int64_t step, double *ret_stall) 
     exit(1);
   }
   save_step = step;
-  return now_s() - t0;
+  return bench_now_s() - t0;
 }
 
 /* ---- peer clients (child processes) ---- */
@@ -243,7 +226,7 @@ struct peers {
 static double run_child(char *const argv[], char *out, size_t out_len) {
   int fd[2];
   if (pipe(fd) != 0) return -1;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fd[1], 1);
@@ -261,7 +244,7 @@ static double run_child(char *const argv[], char *out, size_t out_len) {
   close(fd[0]);
   int st = 0;
   if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) return -1;
-  return now_s() - t0;
+  return bench_now_s() - t0;
 }
 
 /* One `curl -T` PUT of the blob (unsigned payload, as the service signs). */
@@ -406,7 +389,7 @@ static int write_file(const char *path, uint64_t bytes) {
       const struct round *r = &(f)->r[k_];                                                         \
       v_[k_] = (expr);                                                                             \
     }                                                                                              \
-    median(v_, (size_t)(f)->n);                                                                    \
+    bench_median(v_, (size_t)(f)->n);                                                              \
   })
 
 static void print_json(uint64_t bytes, double mb, bool sdk_ok, const struct figures *f) {

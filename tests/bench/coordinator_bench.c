@@ -21,6 +21,7 @@
  *
  * Usage: coordinator_bench ADDR RANKS [HEARTBEAT_INTERVAL_MS] [SECONDS] [ROUNDS]
  */
+#include "bench_stats.h"
 #include "h2_grpc.h"
 #include "rpc.h"
 #include "stk_error.h"
@@ -79,12 +80,6 @@ struct propagation {
   struct latencies lat;
 };
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void record(struct latencies *lat, double ms) {
   pthread_mutex_lock(&lat->lock);
   if (lat->n == lat->cap) {
@@ -112,7 +107,7 @@ static void call_done(void *arg, int status, const uint8_t *msg, size_t len) {
       fprintf(stderr, "bench: call failed: %s\n",
               status < 0 ? "connection broke" : rpc_code_name(status));
   } else {
-    record(p->lat, now_ms() - p->start_ms);
+    record(p->lat, bench_now_ms() - p->start_ms);
     if (p->ret_generation) *p->ret_generation = ((Stoker__V1__JoinResponse *)resp)->generation;
   }
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
@@ -126,7 +121,7 @@ static void start_call_for(struct h2_grpc *c, struct latencies *lat, const char 
   struct pending *p = calloc(1, sizeof(*p));
   p->lat = lat;
   p->resp_desc = resp_desc;
-  p->start_ms = now_ms();
+  p->start_ms = bench_now_ms();
   p->ret_generation = ret_generation;
   p->prop = prop;
   p->rank = rank;
@@ -157,7 +152,7 @@ static void propagation_reply(struct pending *p, ProtobufCMessage *resp) {
                 hb->generation != pr->old_generation;
     unsigned char hb_state = RANK_HB;
     if (!told || !atomic_compare_exchange_strong(&pr->state[r], &hb_state, RANK_JOINING)) return;
-    atomic_store(&pr->last_told_us, (long)((now_ms() - pr->t0_ms) * 1e3));
+    atomic_store(&pr->last_told_us, (long)((bench_now_ms() - pr->t0_ms) * 1e3));
     atomic_fetch_add(&pr->told, 1);
     Stoker__V1__JoinRequest jr = STOKER__V1__JOIN_REQUEST__INIT;
     jr.job = (char *)pr->job;
@@ -171,7 +166,7 @@ static void propagation_reply(struct pending *p, ProtobufCMessage *resp) {
     if (gen <= pr->old_generation) return;
     pr->generation[r] = gen;
     atomic_store(&pr->state[r], RANK_DONE);
-    atomic_store(&pr->last_done_us, (long)((now_ms() - pr->t0_ms) * 1e3));
+    atomic_store(&pr->last_done_us, (long)((bench_now_ms() - pr->t0_ms) * 1e3));
     atomic_fetch_add(&pr->done, 1);
   }
 }
@@ -183,20 +178,8 @@ static void wait_outstanding(struct latencies *lat) {
   }
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double percentile(struct latencies *lat, double q) {
-  if (lat->n == 0) return 0;
-  qsort(lat->ms, lat->n, sizeof(double), cmp_double);
-  size_t i = (size_t)(q * (double)(lat->n - 1));
-  return lat->ms[i];
-}
-
 static void sleep_until(double t_ms) {
-  double d = t_ms - now_ms();
+  double d = t_ms - bench_now_ms();
   if (d <= 0) return;
   struct timespec ts = {(time_t)(d / 1e3), (long)((d - (time_t)(d / 1e3) * 1e3) * 1e6)};
   nanosleep(&ts, NULL);
@@ -210,14 +193,8 @@ static void sleep_until(double t_ms) {
 #define TICK_MS 1.0
 
 static void sleep_until_tick(double t_ms) {
-  double now = now_ms();
+  double now = bench_now_ms();
   if (t_ms - now >= TICK_MS) sleep_until(t_ms - TICK_MS);
-}
-
-/* Median of n values (sorts them). */
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* The machine's CPU time from /proc/stat: the share stolen by the
@@ -266,12 +243,17 @@ static int create_job(struct rpc_client *c, const char *name, uint32_t ranks, ui
 }
 
 /* The coordinator's process figures (BENCH_COORD_PID); zero without. */
-static double coord_cpu_s(void) {
+static FILE *coord_proc_open(const char *name) {
   const char *pid = getenv("BENCH_COORD_PID");
-  char path[64], buf[1024];
-  if (!pid) return 0;
-  snprintf(path, sizeof(path), "/proc/%s/stat", pid);
-  FILE *f = fopen(path, "r");
+  char path[64];
+  if (!pid) return NULL;
+  snprintf(path, sizeof(path), "/proc/%s/%s", pid, name);
+  return fopen(path, "r");
+}
+
+static double coord_cpu_s(void) {
+  char buf[1024];
+  FILE *f = coord_proc_open("stat");
   if (!f) return 0;
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);
@@ -284,11 +266,8 @@ static double coord_cpu_s(void) {
 }
 
 static double coord_rss_bytes(void) {
-  const char *pid = getenv("BENCH_COORD_PID");
-  char path[64], line[256];
-  if (!pid) return 0;
-  snprintf(path, sizeof(path), "/proc/%s/status", pid);
-  FILE *f = fopen(path, "r");
+  char line[256];
+  FILE *f = coord_proc_open("status");
   if (!f) return 0;
   double kb = 0;
   while (fgets(line, sizeof(line), f))
@@ -355,7 +334,7 @@ int main(int argc, char **argv) {
   Stoker__V1__JoinRequest jr = STOKER__V1__JOIN_REQUEST__INIT;
   jr.job = job;
   jr.host = "bench";
-  double t0 = now_ms(), rdv_coord_cpu = coord_cpu_s(), rdv_self_cpu = self_cpu_s();
+  double t0 = bench_now_ms(), rdv_coord_cpu = coord_cpu_s(), rdv_self_cpu = self_cpu_s();
   for (uint32_t r = 0; r < ranks; r++) {
     members[r] = malloc(32);
     snprintf(members[r], 32, "rank-%" PRIu32, r);
@@ -365,7 +344,7 @@ int main(int argc, char **argv) {
                &stoker__v1__join_response__descriptor, &generation[r]);
   }
   wait_outstanding(&join_lat);
-  double rendezvous_s = (now_ms() - t0) / 1e3;
+  double rendezvous_s = (bench_now_ms() - t0) / 1e3;
   rdv_coord_cpu = coord_cpu_s() - rdv_coord_cpu;
   rdv_self_cpu = self_cpu_s() - rdv_self_cpu;
   if (atomic_load(&join_lat.errors) > 0) return 1;
@@ -380,7 +359,7 @@ int main(int argc, char **argv) {
   Stoker__V1__HeartbeatRequest hr = STOKER__V1__HEARTBEAT_REQUEST__INIT;
   hr.job = job;
   hr.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
-  double start = now_ms(), gap_ms = (double)hb_ms / ranks;
+  double start = bench_now_ms(), gap_ms = (double)hb_ms / ranks;
   double window_ms = seconds * 1e3, end_ms = SETTLE_MS + rounds * window_ms;
   struct cpu_times window_cpu = {0};
   double coord_cpu_start = 0, self_cpu_start = 0;
@@ -424,21 +403,21 @@ int main(int argc, char **argv) {
     wait_outstanding(&round_lat[i]);
     hb_errors += atomic_load(&round_lat[i].errors);
     for (size_t k = 0; k < round_lat[i].n; k++) record(&all_lat, round_lat[i].ms[k]);
-    round_p50[i] = percentile(&round_lat[i], 0.50);
-    round_p99[i] = percentile(&round_lat[i], 0.99);
+    round_p50[i] = bench_quantile_sort(round_lat[i].ms, round_lat[i].n, 0.50);
+    round_p99[i] = bench_quantile_sort(round_lat[i].ms, round_lat[i].n, 0.99);
     fprintf(stderr,
             "bench: %" PRIu32 " ranks, window %d: %zu heartbeats, p50 %.3f ms, p99 %.3f ms, "
             "steal %.1f%%\n",
             ranks, i + 1, round_lat[i].n, round_p50[i], round_p99[i], round_steal[i]);
   }
-  double elapsed_s = (now_ms() - start - SETTLE_MS) / 1e3;
+  double elapsed_s = (bench_now_ms() - start - SETTLE_MS) / 1e3;
 
   /* Saturation: keep 256 heartbeats in flight for a while; the rate the
    * coordinator sustains with no pacing is its headroom over the target. */
   struct latencies sat_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
-  double sat_start = now_ms();
-  for (uint64_t i = 0; now_ms() - sat_start < 3000; i++) {
-    while (atomic_load(&sat_lat.outstanding) >= 256) sleep_until(now_ms() + 0.05);
+  double sat_start = bench_now_ms();
+  for (uint64_t i = 0; bench_now_ms() - sat_start < 3000; i++) {
+    while (atomic_load(&sat_lat.outstanding) >= 256) sleep_until(bench_now_ms() + 0.05);
     uint32_t r = (uint32_t)(i % ranks);
     hr.member_id = members[r];
     hr.generation = generation[r];
@@ -446,7 +425,7 @@ int main(int argc, char **argv) {
                &stoker__v1__heartbeat_response__descriptor, NULL);
   }
   wait_outstanding(&sat_lat);
-  double max_per_s = (double)sat_lat.n / ((now_ms() - sat_start) / 1e3);
+  double max_per_s = (double)sat_lat.n / ((bench_now_ms() - sat_start) / 1e3);
 
   /* Propagation: rank 0 leaves; the others keep heartbeating on schedule
    * until each has rejoined and holds the new generation. */
@@ -471,7 +450,7 @@ int main(int argc, char **argv) {
   }
   if (lresp) protobuf_c_message_free_unpacked(lresp, NULL);
   struct latencies prop_hb_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
-  prop.t0_ms = now_ms();
+  prop.t0_ms = bench_now_ms();
   double coord_cpu_prop = coord_cpu_s();
   for (uint64_t k = 0; atomic_load(&prop.done) < (long)ranks - 1; k++) {
     double due = (double)k * gap_ms;
@@ -502,9 +481,11 @@ int main(int argc, char **argv) {
   struct latencies base_lat = {.lock = PTHREAD_MUTEX_INITIALIZER};
   measure_baseline(clients[0], &base_lat, 2000);
 
-  double p50 = median(round_p50, rounds), p99 = median(round_p99, rounds);
-  double p99_all = percentile(&all_lat, 0.99), steal = median(round_steal, rounds);
-  double b50 = percentile(&base_lat, 0.50), b99 = percentile(&base_lat, 0.99);
+  double p50 = bench_median(round_p50, rounds), p99 = bench_median(round_p99, rounds);
+  double p99_all = bench_quantile_sort(all_lat.ms, all_lat.n, 0.99),
+         steal = bench_median(round_steal, rounds);
+  double b50 = bench_quantile_sort(base_lat.ms, base_lat.n, 0.50),
+         b99 = bench_quantile_sort(base_lat.ms, base_lat.n, 0.99);
   printf("{\"bench\":\"coordinator\",\"ranks\":%" PRIu32 ",\"heartbeat_interval_ms\":%" PRIu32
          ",\"heartbeats\":%zu,\"errors\":%ld,\"heartbeats_per_s\":%.1f,\"target_per_s\":%.1f,\"max_"
          "heartbeats_per_s\":%.1f,"

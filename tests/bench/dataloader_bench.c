@@ -46,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "dl_core.h"
 #include "dl_synthetic.h"
 #include "dl_tokenizer.h"
@@ -62,12 +63,6 @@
 #define LARGE_DOCS   33000 /* Per file: ~2048 tokens each, 8 files > 2 GiB. */
 #define SMALL_DOCS   12900 /* One file, ~100 MiB. */
 #define SEED         11
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void die(const char *what, int err) {
   fprintf(stderr, "dataloader_bench: %s: %s (%s)\n", what, stk_strerror(err), stk_detail());
@@ -133,7 +128,7 @@ static double raw_tokens_per_s(const struct mapped *m) {
   static uint32_t *dst;
   if (!dst && !(dst = malloc(BATCH_TOKENS * 4))) die("malloc", STK_ENOMEM);
   uint64_t bytes = 0;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (int f = 0; f < LARGE_FILES; f++) {
     for (size_t off = 1024; off + BATCH_TOKENS * 4 <= m->len[f]; off += BATCH_TOKENS * 4) {
       memcpy(dst, m->p[f] + off, BATCH_TOKENS * 4);
@@ -141,7 +136,7 @@ static double raw_tokens_per_s(const struct mapped *m) {
       bytes += BATCH_TOKENS * 4;
     }
   }
-  return (double)bytes / 4 / (now_s() - t0);
+  return (double)bytes / 4 / (bench_now_s() - t0);
 }
 
 /* Tokens per second of memcpy of whole units in a random order over the
@@ -171,7 +166,7 @@ static double raw_random_tokens_per_s(const struct mapped *m) {
     }
   }
   size_t at = 0;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (size_t i = 0; i < n_units; i++) {
     size_t f = order[i] >> 40, u = order[i] & ((1ull << 40) - 1);
     if (at + unit_bytes > BATCH_TOKENS * 4) at = 0;
@@ -179,7 +174,7 @@ static double raw_random_tokens_per_s(const struct mapped *m) {
     __asm__ volatile("" : : "r"(dst) : "memory");
     at += unit_bytes;
   }
-  return (double)(n_units * unit_bytes) / 4 / (now_s() - t0);
+  return (double)(n_units * unit_bytes) / 4 / (bench_now_s() - t0);
 }
 
 /* One loopback TCP stream: a sender thread writes batch-sized messages for
@@ -225,7 +220,7 @@ static double tcp_tokens_per_s(struct tcp_stream *s, double seconds) {
   static uint8_t *buf;
   if (!buf && !(buf = malloc(BATCH_TOKENS * 4))) die("malloc", STK_ENOMEM);
   uint64_t bytes = 0;
-  double t0 = now_s(), t;
+  double t0 = bench_now_s(), t;
   do {
     for (size_t off = 0; off < BATCH_TOKENS * 4;) { /* One whole message, as a batch. */
       ssize_t n = recv(s->rx, buf + off, BATCH_TOKENS * 4 - off, 0);
@@ -233,7 +228,7 @@ static double tcp_tokens_per_s(struct tcp_stream *s, double seconds) {
       off += (size_t)n;
     }
     bytes += BATCH_TOKENS * 4;
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
   } while (t < seconds);
   return (double)bytes / 4 / t;
 }
@@ -287,7 +282,7 @@ static double first_batch_s(const char *work, const char *corpus, const char *st
   if (system(cmd) != 0) die("clean state dir", STK_EIO);
   struct spec_buf b;
   make_spec(&b, "bench", data);
-  double t0 = now_s();
+  double t0 = bench_now_s();
   struct dl_opts o = {.dir = dir};
   struct dl *dl;
   int err = dl_open(&o, &dl);
@@ -295,7 +290,7 @@ static double first_batch_s(const char *work, const char *corpus, const char *st
   struct dl_batch batch;
   if (err == 0) err = dl_get_batch(dl, "bench", 0, 0, 1, &batch);
   if (err < 0) die("first batch", err);
-  double t = now_s() - t0;
+  double t = bench_now_s() - t0;
   dl_batch_free(&batch);
   *ret_dl = dl;
   return t;
@@ -305,7 +300,7 @@ static double first_batch_s(const char *work, const char *corpus, const char *st
  * *step on (advanced, so the next round continues the stream). */
 static double embedded_tokens_per_s(struct dl *dl, int64_t *step_io, double seconds) {
   uint64_t tokens = 0;
-  double t0 = now_s(), t;
+  double t0 = bench_now_s(), t;
   int64_t step = *step_io;
   do {
     struct dl_batch b;
@@ -313,7 +308,7 @@ static double embedded_tokens_per_s(struct dl *dl, int64_t *step_io, double seco
     if (err < 0) die("embedded batch", err);
     tokens += (uint64_t)b.lines * b.line_tokens;
     dl_batch_free(&b);
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
   } while (t < seconds);
   *step_io = step;
   return (double)tokens / t;
@@ -351,14 +346,14 @@ static void grpc_open(const char *addr, const char *work, bool wire, struct grpc
 static double grpc_tokens_per_s(struct grpc_stream *g, double seconds) {
   if (!g->stream) return 0;
   uint64_t tokens = 0;
-  double t0 = now_s(), t;
+  double t0 = bench_now_s(), t;
   do {
     struct stk_batch bt;
     int err = stk_batch_stream_next(g->stream, 60000, &bt);
     if (err < 0) die(stk_client_last_error(NULL), err);
     tokens += (uint64_t)bt.lines * bt.line_tokens;
     stk_batch_free(&bt);
-    t = now_s() - t0;
+    t = bench_now_s() - t0;
   } while (t < seconds);
   return (double)tokens / t;
 }
@@ -385,28 +380,16 @@ static double bpe_mb_per_s(const char *encoder, const char *vocab, const char *t
   size_t n = fread(text, 1, (size_t)len, f);
   fclose(f);
   struct dl_tokens out = {0};
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (size_t off = 0; off < n; off += 4096) {
     out.n = 0;
     dl_tokenizer_encode(tok, text + off, n - off < 4096 ? n - off : 4096, &out);
   }
-  double t = now_s() - t0;
+  double t = bench_now_s() - t0;
   dl_tokens_release(&out);
   free(text);
   dl_tokenizer_free(tok);
   return (double)n / 1e6 / t;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-  double s[16];
-  memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
 }
 
 #define MAX_ROUNDS 16
@@ -465,7 +448,7 @@ static void rounds(const struct mapped *m, struct dl *large, struct grpc_stream 
 static double pair_ratio_median(double rate[PHASES][MAX_ROUNDS], int p, int q, int n) {
   double ratio[MAX_ROUNDS];
   for (int r = 0; r < n; r++) ratio[r] = rate[q][r] > 0 ? rate[p][r] / rate[q][r] : 0;
-  return median(ratio, n);
+  return bench_median(ratio, n);
 }
 
 /* Median over rounds of phase p's ratio to the raw rate around it. */
@@ -473,7 +456,7 @@ static double ratio_median(double rate[PHASES][MAX_ROUNDS], double base[PHASES][
                            int n) {
   double ratio[MAX_ROUNDS];
   for (int r = 0; r < n; r++) ratio[r] = rate[p][r] / base[p][r];
-  return median(ratio, n);
+  return bench_median(ratio, n);
 }
 
 int main(int argc, char **argv) {
@@ -521,11 +504,11 @@ int main(int argc, char **argv) {
          "\"grpc_wire_tcp_ratio\":%.3f,"
          "\"first_batch_s_small\":%.4f,\"first_batch_s_large\":%.4f,\"bpe_mb_per_s\":%s}\n",
          SEQ_LEN, GLOBAL_BATCH, n_rounds, corpus_tokens, corpus_tokens * 4,
-         median(rate[RAW], n_rounds), median(rate[EMBEDDED], n_rounds),
-         median(rate[GRPC], n_rounds), median(rate[WIRE], n_rounds),
+         bench_median(rate[RAW], n_rounds), bench_median(rate[EMBEDDED], n_rounds),
+         bench_median(rate[GRPC], n_rounds), bench_median(rate[WIRE], n_rounds),
          ratio_median(rate, base, EMBEDDED, n_rounds), ratio_median(rate, base, GRPC, n_rounds),
-         ratio_median(rate, base, WIRE, n_rounds), median(rate[RAW_RANDOM], n_rounds),
-         median(rate[TCP], n_rounds), pair_ratio_median(rate, EMBEDDED, RAW_RANDOM, n_rounds),
+         ratio_median(rate, base, WIRE, n_rounds), bench_median(rate[RAW_RANDOM], n_rounds),
+         bench_median(rate[TCP], n_rounds), pair_ratio_median(rate, EMBEDDED, RAW_RANDOM, n_rounds),
          pair_ratio_median(rate, WIRE, TCP, n_rounds), first_small, first_large, bpe_text);
   for (int f = 0; f < LARGE_FILES; f++) munmap((void *)m.p[f], m.len[f]);
   return 0;

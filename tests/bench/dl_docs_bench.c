@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "dl_core.h"
 #include "dl_source.h"
 #include "dl_synthetic.h"
@@ -26,12 +26,6 @@
 #define DOCS      200000u
 #define STEPS     400
 #define MAX_ROUND 32
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static char g_path[512];
 
@@ -51,22 +45,22 @@ static int source_round(double *read_s, double *build_s, double *lookup_us) {
   struct dl_source *s;
   if (dl_source_open(&o, &s) < 0) return -1;
   uint64_t units = dl_source_units(s), sum = 0, docs = 0;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (uint64_t u = 0; u < units; u++) {
     struct dl_unit x;
     if (dl_source_read_unit_runs(s, u, &x) < 0) return -1;
     sum += x.n_tokens;
     dl_unit_free(&x);
   }
-  double t1 = now_s();
+  double t1 = bench_now_s();
   if (dl_source_file_docs(s, 0, &docs) < 0 || docs != DOCS) return -1;
-  double t2 = now_s();
+  double t2 = bench_now_s();
   for (uint64_t u = 0; u < units; u++) {
     struct dl_unit_docs d;
     if (dl_source_unit_docs(s, u, &d) < 0) return -1;
     sum += d.base;
   }
-  double t3 = now_s();
+  double t3 = bench_now_s();
   dl_source_free(s);
   *read_s = t1 - t0;
   *build_s = t2 - t1;
@@ -111,7 +105,7 @@ static double serve_round(const char *work, int round, int blocked) {
     r.n_block_documents = DOCS / 100;
     if (dl_update_mixture(dl, &r) < 0) return -1; /* builds the index: outside the timing */
   }
-  double t0 = now_s();
+  double t0 = bench_now_s();
   uint64_t tokens = 0;
   for (int64_t step = 0; step < STEPS; step++) {
     struct dl_batch b;
@@ -119,21 +113,11 @@ static double serve_round(const char *work, int round, int blocked) {
     tokens += (uint64_t)b.lines * b.line_tokens;
     dl_batch_free(&b);
   }
-  double tps = (double)tokens / (now_s() - t0);
+  double tps = (double)tokens / (bench_now_s() - t0);
   dl_close(dl);
   char cmd[700];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   return system(cmd) == 0 ? tps : -1;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 int main(int argc, char **argv) {
@@ -177,7 +161,7 @@ int main(int argc, char **argv) {
          "\"index_build_over_read_units_spread\":[%.3f,%.3f],"
          "\"serve_blocked_over_serve\":%.3f,\"serve_blocked_over_serve_spread\":[%.3f,%.3f],"
          "\"index_build_s\":%.4f,\"lookup_us\":%.3f}\n",
-         rounds, median(ratio_build, rounds), lo_b, hi_b, median(ratio_serve, rounds), lo_s, hi_s,
-         median(bd, rounds), median(lk, rounds));
+         rounds, bench_median(ratio_build, rounds), lo_b, hi_b, bench_median(ratio_serve, rounds),
+         lo_s, hi_s, bench_median(bd, rounds), bench_median(lk, rounds));
   return 0;
 }

@@ -21,15 +21,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench_stats.h"
 #include "stoker_loader.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static int fail(const char *what, int err) {
   fprintf(stderr, "dl_stream_helper: %s: %s (%s)\n", what, stk_strerror(err),
@@ -75,11 +69,11 @@ int main(int argc, char **argv) {
   while (scanf("%lf", &seconds) == 1) {
     uint64_t batches = 0;
     tokens = 0;
-    double t0 = now_s(), t;
+    double t0 = bench_now_s(), t;
     do {
       if ((err = take(stream, &tokens, &touch)) < 0) return fail("batch", err);
       batches++;
-      t = now_s() - t0;
+      t = bench_now_s() - t0;
     } while (t < seconds);
     printf("%" PRIu64 " %.6f %" PRIu64 "\n", tokens, t, batches);
     fflush(stdout);

@@ -13,8 +13,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench_batch.h"
+#include "bench_stats.h"
 #include "coll.h"
 #include "fsdp.h"
 #include "ring.h"
@@ -41,22 +42,6 @@ struct run {
   int rc[MAX_RANKS];
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* The global batch of one step: deterministic tokens and targets. */
-static void make_batch(int step, int V, int32_t *ret_tokens, int32_t *ret_targets) {
-  uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1);
-  for (int i = 0; i < GLOBAL_BATCH * SEQ_LEN; i++) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    ret_tokens[i] = (int32_t)(s % (uint64_t)V);
-    ret_targets[i] = (int32_t)((s >> 32) % (uint64_t)V);
-  }
-}
-
 /* One warm-up step, then run->steps timed ones on this rank's slice. */
 static int train(struct run *run, int rank, struct fsdp *f) {
   static __thread int32_t tokens[GLOBAL_BATCH * SEQ_LEN], targets[GLOBAL_BATCH * SEQ_LEN];
@@ -64,12 +49,12 @@ static int train(struct run *run, int rank, struct fsdp *f) {
   size_t at = (size_t)rank * B * SEQ_LEN;
   double t0 = 0.0;
   for (int i = 0; i <= run->steps; i++) {
-    if (i == 1) fsdp_reset_stats(f), t0 = now_s();
-    make_batch(i, run->cfg->vocab_size, tokens, targets);
+    if (i == 1) fsdp_reset_stats(f), t0 = bench_now_s();
+    bench_batch(i, 0, run->cfg->vocab_size, GLOBAL_BATCH * SEQ_LEN, tokens, targets);
     int rc = fsdp_step(f, tokens + at, targets + at, B, SEQ_LEN, NULL);
     if (rc) return rc;
   }
-  if (rank == 0) run->step_s = (now_s() - t0) / run->steps;
+  if (rank == 0) run->step_s = (bench_now_s() - t0) / run->steps;
   fsdp_get_stats(f, &run->stats[rank]);
   return 0;
 }

@@ -31,21 +31,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_stats.h"
 #include "coll.h"
 #include "ring.h"
 
 #define MAX_RANKS  16
 #define MAX_ROUNDS 15
 #define TARGET     0.8
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* --- baselines: raw TCP streams over loopback --- */
 
@@ -124,7 +118,7 @@ static double links_mb_per_s(int n, size_t bytes, size_t span) {
     memset(k[i].tx, 1, span);
     memset(k[i].rx, 0, span);
   }
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (int i = 0; i < n; i++) {
     pthread_create(&k[i].tx_thread, NULL, sender, &k[i]);
     pthread_create(&k[i].rx_thread, NULL, receiver, &k[i]);
@@ -133,7 +127,7 @@ static double links_mb_per_s(int n, size_t bytes, size_t span) {
     pthread_join(k[i].tx_thread, NULL);
     pthread_join(k[i].rx_thread, NULL);
   }
-  double t = now_s() - t0;
+  double t = bench_now_s() - t0;
   for (int i = 0; i < n; i++) {
     close(k[i].c), close(k[i].a);
     free(k[i].tx), free(k[i].rx);
@@ -172,12 +166,12 @@ static double timed(struct rank *r, struct coll_group *g, int rs, int iters, flo
                     float *big) {
   size_t count = r->b->total_bytes / sizeof(float) / (size_t)r->b->n;
   pthread_barrier_wait(&r->b->barrier);
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (int i = 0; i < iters && r->rc == 0; i++)
     r->rc = rs ? coll_reduce_scatter(g, big, small, count, COLL_F32)
                : coll_all_gather(g, small, big, count, COLL_F32);
   pthread_barrier_wait(&r->b->barrier);
-  return (now_s() - t0) / iters;
+  return (bench_now_s() - t0) / iters;
 }
 
 static void *rank_main(void *p) {
@@ -218,18 +212,6 @@ static void drive_rounds(struct bench *b) {
   }
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-  double s[MAX_ROUNDS];
-  memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 /* Starts the ranks and runs the rounds; 0 when every rank succeeded. */
 static int run_ring(struct bench *b) {
   char addr[MAX_RANKS][RING_ADDR_MAX];
@@ -267,8 +249,9 @@ static void print_json(const struct bench *b, double base) {
             "reduce-scatter %.1f (%.3f)\n",
             n, k, b->links[k], b->links_mem[k], ag[k], agl[k], rs[k], rsl[k]);
   }
-  double agm = median(ag, m), rsm = median(rs, m), agr = median(agl, m), rsr = median(rsl, m);
-  double agmr = median(agm_r, m), rsmr = median(rsm_r, m);
+  double agm = bench_median(ag, m), rsm = bench_median(rs, m), agr = bench_median(agl, m),
+         rsr = bench_median(rsl, m);
+  double agmr = bench_median(agm_r, m), rsmr = bench_median(rsm_r, m);
   printf("{\"bench\":\"trainer\",\"part\":\"ring\",\"ranks\":%d,\"total_bytes\":%zu,"
          "\"iters\":%d,\"rounds\":%d,"
          "\"loopback_mb_per_s\":%.1f,\"allgather_busbw_mb_per_s\":%.1f,"
@@ -285,8 +268,8 @@ static void print_json(const struct bench *b, double base) {
          "cached buffers (loopback_links_mb_per_s) are not bounds a ring on one machine can "
          "reach\"}\n",
          n, b->total_bytes, b->iters, m, base, agm, rsm, agm / base, rsm / base,
-         median(b->links, m), agr, rsr, median(b->links_mem, m), agmr, rsmr,
-         median(b->links_mem, m), TARGET, agmr >= TARGET && rsmr >= TARGET ? "true" : "false",
+         bench_median(b->links, m), agr, rsr, bench_median(b->links_mem, m), agmr, rsmr,
+         bench_median(b->links_mem, m), TARGET, agmr >= TARGET && rsmr >= TARGET ? "true" : "false",
          TARGET);
 }
 

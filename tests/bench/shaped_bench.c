@@ -39,8 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_batch.h"
+#include "bench_stats.h"
 #include "coll.h"
 #include "fsdp.h"
 #include "ring.h"
@@ -79,33 +80,6 @@ static const struct {
 #define CONF_K0 0
 #define CONF_K2 2
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-  double s[MAX_ROUNDS];
-  memcpy(s, v, (size_t)n * sizeof *s);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
-static void make_batch(int step, int V, int32_t *ret_tokens, int32_t *ret_targets) {
-  uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(step + 1);
-  for (int i = 0; i < GLOBAL_BATCH * SEQ_LEN; i++) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    ret_tokens[i] = (int32_t)(s % (uint64_t)V);
-    ret_targets[i] = (int32_t)((s >> 32) % (uint64_t)V);
-  }
-}
-
 /* The model's math alone (no group): one warm-up step, then `steps` timed
  * ones on rank's slice; the fastest in *ret_fastest_s. */
 static int compute_only(int rank, int W, int steps, double *ret_fastest_s) {
@@ -119,10 +93,10 @@ static int compute_only(int rank, int W, int steps, double *ret_fastest_s) {
   size_t at = (size_t)rank * B * SEQ_LEN;
   *ret_fastest_s = 1e30;
   for (int i = 0; i <= steps && !rc; i++) {
-    make_batch(i, bench_cfg.vocab_size, tokens, targets);
-    double t0 = now_s();
+    bench_batch(i, 0, bench_cfg.vocab_size, GLOBAL_BATCH * SEQ_LEN, tokens, targets);
+    double t0 = bench_now_s();
     rc = fsdp_step(f, tokens + at, targets + at, B, SEQ_LEN, NULL);
-    double t = now_s() - t0;
+    double t = bench_now_s() - t0;
     if (i > 0 && t < *ret_fastest_s) *ret_fastest_s = t;
   }
   fsdp_free(f);
@@ -224,11 +198,11 @@ static double timed(struct coll_group *g, int rs, int iters, size_t count, float
                     int *rc) {
   float dummy = 0.0f, all[MAX_RANKS];
   *rc = share_values(g, &dummy, 1, all);
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (int i = 0; i < iters && !*rc; i++)
     *rc = rs ? coll_reduce_scatter(g, big, small, count, COLL_F32)
              : coll_all_gather(g, small, big, count, COLL_F32);
-  return (now_s() - t0) / iters;
+  return (bench_now_s() - t0) / iters;
 }
 
 static int bench_ring(struct coll_group *g, int W, size_t total, int iters, int rounds,
@@ -254,15 +228,15 @@ static int bench_ring(struct coll_group *g, int W, size_t total, int iters, int 
   free(big);
   free(small);
   if (rc || g->rank != 0) return rc;
-  double a = median(agr, rounds), r = median(rsr, rounds), ring = a < r ? a : r;
+  double a = bench_median(agr, rounds), r = bench_median(rsr, rounds), ring = a < r ? a : r;
   printf("{\"bench\":\"trainer\",\"part\":\"shaped_ring\",\"ranks\":%d,\"total_bytes\":%zu,"
          "\"iters\":%d,\"rounds\":%d,\"shaped_rate_mbit\":%.0f,\"shaped_rate_mb_per_s\":%.3f,"
          "\"allgather_busbw_mb_per_s\":%.3f,\"reducescatter_busbw_mb_per_s\":%.3f,"
          "\"shaped_allgather_ratio\":%.3f,\"shaped_reducescatter_ratio\":%.3f,"
          "\"shaped_ring_ratio\":%.3f,\"target\":\"shaped_ring_ratio (the lower of the two "
          "busbw / R) >= %.2f\",\"target_met\":%s}\n",
-         W, total, iters, rounds, mbit, rate, median(ag, rounds), median(rs, rounds), a, r, ring,
-         TARGET_RING, ring >= TARGET_RING ? "true" : "false");
+         W, total, iters, rounds, mbit, rate, bench_median(ag, rounds), bench_median(rs, rounds), a,
+         r, ring, TARGET_RING, ring >= TARGET_RING ? "true" : "false");
   fflush(stdout);
   return 0;
 }
@@ -281,7 +255,7 @@ static int comm_alone(struct coll_group *g, int W, int steps, double *ret_s) {
   int rc = full && shard ? 0 : STK_ENOMEM;
   float dummy = 0.0f, all[MAX_RANKS];
   if (!rc) rc = share_values(g, &dummy, 1, all);
-  double t0 = now_s();
+  double t0 = bench_now_s();
   for (int i = 0; i < steps && !rc; i++) {
     for (int k = 0; k < U && !rc; k++) {
       size_t chunk = (model_unit_numel(&bench_cfg, k) + (size_t)W - 1) / (size_t)W;
@@ -291,7 +265,7 @@ static int comm_alone(struct coll_group *g, int W, int steps, double *ret_s) {
     }
     if (!rc) rc = coll_all_reduce(g, red, 3, COLL_F32);
   }
-  *ret_s = (now_s() - t0) / steps;
+  *ret_s = (bench_now_s() - t0) / steps;
   free(full);
   free(shard);
   return rc;
@@ -336,10 +310,10 @@ static int bench_step(struct fsdp_bench *b, struct coll_group *g, int c, double 
   size_t at = (size_t)b->rank * B * SEQ_LEN;
   float dummy = 0.0f, all[MAX_RANKS];
   int rc = share_values(g, &dummy, 1, all);
-  make_batch(b->step, bench_cfg.vocab_size, b->tokens, b->targets);
-  double t0 = now_s();
+  bench_batch(b->step, 0, bench_cfg.vocab_size, GLOBAL_BATCH * SEQ_LEN, b->tokens, b->targets);
+  double t0 = bench_now_s();
   if (!rc) rc = fsdp_step(b->f[c], b->tokens + at, b->targets + at, B, SEQ_LEN, NULL);
-  *ret_s = now_s() - t0;
+  *ret_s = bench_now_s() - t0;
   return rc;
 }
 
@@ -399,22 +373,22 @@ static void print_fsdp(const struct fsdp_bench *b, int steps, int rounds, double
          "\"shaped_rate_mbit\":%.0f,\"link_bytes_per_step\":%.0f,\"nocoll_step_s\":%.4f,"
          "\"coll_alone_s\":%.4f",
          b->W, model_unit_count(&bench_cfg), model_param_count(&bench_cfg), GLOBAL_BATCH, SEQ_LEN,
-         steps, rounds, mbit, link_bytes_per_step(b->W), median(b->step_s[0], rounds),
-         median(b->comm_s, rounds));
+         steps, rounds, mbit, link_bytes_per_step(b->W), bench_median(b->step_s[0], rounds),
+         bench_median(b->comm_s, rounds));
   for (int c = 1; c < NCONF; c++) {
     const char *K = confs[c - 1].key;
     printf(",\"%s_step_s\":%.4f,\"%s_exposed_comm_s\":%.4f,\"%s_exposed_comm_ratio\":%.3f,"
            "\"%s_coll_wait_s\":%.4f,\"%s_coll_wait_ratio\":%.3f,\"%s_coll_busy_s\":%.4f,"
            "\"%s_step_ratio\":%.3f,\"%s_peak_unsharded_units\":%d,"
            "\"%s_peak_unsharded_bytes\":%zu",
-           K, median(b->step_s[c], rounds), K, median(exposed[c], rounds), K,
-           median(exp_ratio[c], rounds), K, median(b->wait_s[c], rounds), K,
-           median(wait_ratio[c], rounds), K, median(b->busy_s[c], rounds), K,
-           median(vs_k0[c], rounds), K, b->peak_units[c], K, b->peak_bytes[c]);
+           K, bench_median(b->step_s[c], rounds), K, bench_median(exposed[c], rounds), K,
+           bench_median(exp_ratio[c], rounds), K, bench_median(b->wait_s[c], rounds), K,
+           bench_median(wait_ratio[c], rounds), K, bench_median(b->busy_s[c], rounds), K,
+           bench_median(vs_k0[c], rounds), K, b->peak_units[c], K, b->peak_bytes[c]);
   }
   int k2 = 1 + CONF_K2;
-  double exp2 = median(exp_ratio[k2], rounds), ratio2 = median(vs_k0[k2], rounds);
-  double wait2 = median(wait_ratio[k2], rounds);
+  double exp2 = bench_median(exp_ratio[k2], rounds), ratio2 = bench_median(vs_k0[k2], rounds);
+  double wait2 = bench_median(wait_ratio[k2], rounds);
   /* The difference of two step times swings with load; the compute side's
    * own wait on collectives must agree with it. */
   int met = exp2 <= TARGET_EXPOSED && wait2 <= TARGET_EXPOSED && ratio2 <= TARGET_K2_RATIO &&

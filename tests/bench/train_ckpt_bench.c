@@ -39,8 +39,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_batch.h"
+#include "bench_stats.h"
 #include "coll.h"
 #include "fsdp.h"
 #include "ring.h"
@@ -96,44 +97,22 @@ struct rank {
   double fence_wait;
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  double c[64];
-  memcpy(c, v, (size_t)n * sizeof(double));
-  qsort(c, (size_t)n, sizeof(double), cmp_double);
-  return n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
-}
-
 static int fence(void *arg) {
   struct rank *k = arg;
   if (!k->running) return 0;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   pthread_mutex_lock(&k->mu);
   while (!k->started) pthread_cond_wait(&k->cv, &k->mu);
   struct stk_ckpt_stage *s = k->stage;
   pthread_mutex_unlock(&k->mu);
   int rc = s ? stk_ckpt_stage_fence(s) : 0;
-  if (k->fence_wait == 0) k->fence_wait = now_s() - t0;
+  if (k->fence_wait == 0) k->fence_wait = bench_now_s() - t0;
   return rc;
 }
 
 static int step(struct rank *k, int i) {
   static __thread int32_t tokens[SEQ_LEN], targets[SEQ_LEN];
-  uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) + (uint64_t)k->r;
-  for (int j = 0; j < SEQ_LEN; j++) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    tokens[j] = (int32_t)(s % 256), targets[j] = (int32_t)((s >> 32) % 256);
-  }
+  bench_batch(i, (uint64_t)k->r, cfg.vocab_size, SEQ_LEN, tokens, targets);
   return fsdp_step(k->f, tokens, targets, 1, SEQ_LEN, NULL);
 }
 
@@ -254,21 +233,21 @@ static int commit_ckpt(struct rank *k) {
 static int run_variant(struct rank *k, int round, enum variant v, int *i) {
   double t[MAX_PLAIN];
   for (int p = 0; p < plain; p++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     if (step(k, (*i)++)) return STK_EIO;
-    t[p] = now_s() - t0;
+    t[p] = bench_now_s() - t0;
   }
   k->fence_wait = 0;
-  double t0 = now_s();
+  double t0 = bench_now_s();
   int rc = step(k, (*i)++);
-  double b0 = now_s();
+  double b0 = bench_now_s();
   if (!rc) rc = start_ckpt(k, v);
-  double b1 = now_s();
+  double b1 = bench_now_s();
   if (!rc) rc = step(k, (*i)++);
-  double b2 = now_s();
+  double b2 = bench_now_s();
   if (!rc) rc = after_next_step(k);
-  double dt = now_s() - t0;
-  blocked_s[round][v][k->r] = (b1 - b0) + k->fence_wait + (now_s() - b2);
+  double dt = bench_now_s() - t0;
+  blocked_s[round][v][k->r] = (b1 - b0) + k->fence_wait + (bench_now_s() - b2);
   if (!rc && k->r == 0) {
     memcpy(plain_s[round][v], t, sizeof(t));
     ckpt_s[round][v] = dt;
@@ -287,11 +266,11 @@ static double memcpy_shard(void) {
   }
   double v[REPS];
   for (int j = 0; j < REPS; j++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     memcpy(dst, src, shard_bytes);
-    v[j] = now_s() - t0;
+    v[j] = bench_now_s() - t0;
   }
-  return median(v, REPS);
+  return bench_median(v, REPS);
 }
 
 static int rank_body(struct rank *k, struct coll_group *g) {
@@ -384,12 +363,13 @@ int main(int argc, char **argv) {
   for (int r = 0; r < W; r++) pthread_create(&th[r], NULL, rank_main, &k[r]);
   for (int r = 0; r < W; r++) pthread_join(th[r], NULL);
   if (failed) return 1;
-  double ratio[NVARIANTS][MAX_ROUNDS], cost[NVARIANTS][MAX_ROUNDS], step_s[MAX_ROUNDS * MAX_PLAIN];
+  double ratio[NVARIANTS][MAX_ROUNDS], cost[NVARIANTS][MAX_ROUNDS],
+      step_s[MAX_ROUNDS * NVARIANTS * MAX_PLAIN];
   int nsteps = 0;
   for (int round = 0; round < rounds; round++) {
     fprintf(stderr, "round %d: memcpy %.4f s", round, memcpy_s[round]);
     for (int v = 0; v < NVARIANTS; v++) {
-      double pm = median(plain_s[round][v], plain);
+      double pm = bench_median(plain_s[round][v], plain);
       for (int p = 0; p < plain; p++) step_s[nsteps++] = plain_s[round][v][p];
       cost[v][round] = ckpt_s[round][v] - 2 * pm;
       ratio[v][round] = cost[v][round] / memcpy_s[round];
@@ -402,16 +382,17 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "\n");
   }
-  double plain_med = median(step_s, nsteps), mc = median(memcpy_s, rounds);
+  double plain_med = bench_median(step_s, nsteps), mc = bench_median(memcpy_s, rounds);
   printf("{\"bench\":\"trainer\",\"part\":\"checkpoint\",\"ranks\":%d,\"params\":%zu,"
          "\"shard_bytes\":%zu,\"seq_len\":%d,\"rounds\":%d,\"plain_steps\":%d,"
          "\"plain_step_s\":%.4f,\"memcpy_s\":%.4f,\"ckpt_overhead_ratio\":%.3f,"
          "\"ckpt_step_s\":%.4f",
          W, model_param_count(&cfg), shard_bytes, SEQ_LEN, rounds, plain, plain_med, mc,
-         median(ratio[BACKGROUND], rounds), plain_med + median(cost[BACKGROUND], rounds));
+         bench_median(ratio[BACKGROUND], rounds),
+         plain_med + bench_median(cost[BACKGROUND], rounds));
   for (int v = 0; v < NVARIANTS; v++) {
-    printf(",\"%s_ratio\":%.3f,\"%s_ratio_rounds\":", variant_names[v], median(ratio[v], rounds),
-           variant_names[v]);
+    printf(",\"%s_ratio\":%.3f,\"%s_ratio_rounds\":", variant_names[v],
+           bench_median(ratio[v], rounds), variant_names[v]);
     print_rounds(ratio[v], rounds);
     double f[MAX_ROUNDS], b[MAX_ROUNDS];
     for (int r = 0; r < rounds; r++) {
@@ -421,7 +402,7 @@ int main(int argc, char **argv) {
       b[r] /= memcpy_s[r];
     }
     printf(",\"%s_fence_s\":%.4f,\"%s_blocked_ratio\":%.3f,\"%s_blocked_ratio_rounds\":",
-           variant_names[v], median(f, rounds), variant_names[v], median(b, rounds),
+           variant_names[v], bench_median(f, rounds), variant_names[v], bench_median(b, rounds),
            variant_names[v]);
     print_rounds(b, rounds);
   }
