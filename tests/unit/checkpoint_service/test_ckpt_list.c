@@ -6,7 +6,6 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,27 +25,10 @@ static void handler(void *arg, const char *method, const char *path, const char 
   (void)arg;
   (void)path;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
-  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  bool list_q = fake_s3_query(query, "list-type", v, sizeof(v));
-  if (strcmp(method, "GET") == 0 && list_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "list-type", v, sizeof(v)))
     r->body = strdup("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
-  } else if (strcmp(method, "GET") == 0 && uploads_q) {
-    r->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
-                     "</ListMultipartUploadsResult>");
-  } else if (strcmp(method, "GET") == 0 && id_q) {
+  else if (!fake_s3_answer_probe(method, query, r))
     r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    r->status = 204;
-  } else {
-    r->status = 404;
-  }
 }
 
 /* ListObjectsV2 requests served so far. */

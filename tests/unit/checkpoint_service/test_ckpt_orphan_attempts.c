@@ -255,33 +255,20 @@ static void handler(void *arg, const char *method, const char *path, const char 
                     struct fake_s3_reply *r) {
   (void)arg;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
   bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  bool list_q = fake_s3_query(query, "list-type", v, sizeof(v));
   const char *key = strncmp(path, BUCKET, strlen(BUCKET)) == 0 ? path + strlen(BUCKET) : "";
-  if (strcmp(method, "GET") == 0 && list_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "list-type", v, sizeof(v))) {
     r->body = list_objects(query);
-  } else if (strcmp(method, "GET") == 0 && uploads_q) {
-    r->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
-                     "</ListMultipartUploadsResult>");
-  } else if (strcmp(method, "GET") == 0 && id_q) {
-    r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    if (!id_q) add_key(key);
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "HEAD") == 0) {
+    return;
+  }
+  if (strcmp(method, "HEAD") == 0) {
     r->status = has_key(key) ? 200 : 404;
     r->head_size = 1;
-  } else if (strcmp(method, "DELETE") == 0) {
-    if (!id_q) remove_key(key);
-    r->status = 204;
-  } else {
-    r->status = 404;
+    return;
   }
+  if (strcmp(method, "PUT") == 0 && !id_q) add_key(key);       /* Not an upload's part. */
+  if (strcmp(method, "DELETE") == 0 && !id_q) remove_key(key); /* Not an abort. */
+  if (!fake_s3_answer_probe(method, query, r)) r->status = 404;
 }
 
 /* The keys the server was asked to delete (not the probe's), comma-separated. */

@@ -197,26 +197,15 @@ static void handler(void *arg, const char *method, const char *path, const char 
   (void)arg;
   (void)path;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
-  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  if (strcmp(method, "GET") == 0 && uploads_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "uploads", v, sizeof(v))) {
     pthread_mutex_lock(&table_mu);
     r->body = fake_s3_list_uploads(table, n_table, query, 2);
     pthread_mutex_unlock(&table_mu);
-  } else if (strcmp(method, "GET") == 0 && id_q) {
-    r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    if (id_q) remove_upload(v);
-    r->status = 204;
-  } else {
-    r->status = 404;
+    return;
   }
+  if (strcmp(method, "DELETE") == 0 && fake_s3_query(query, "uploadId", v, sizeof(v)))
+    remove_upload(v); /* An abort. */
+  if (!fake_s3_answer_probe(method, query, r)) r->status = 404;
 }
 
 /* The upload ids the server was asked to abort, comma-separated. */
@@ -227,7 +216,8 @@ static void aborted_ids(struct fake_s3 *srv, char *buf, size_t len) {
     fake_s3_request(srv, i, line, sizeof(line));
     const char *q = strchr(line, '?');
     if (strncmp(line, "DELETE ", 7) != 0 || !q ||
-        !fake_s3_query(q + 1, "uploadId", id, sizeof(id)) || strcmp(id, "probe") == 0)
+        !fake_s3_query(q + 1, "uploadId", id, sizeof(id)) ||
+        strcmp(id, FAKE_S3_PROBE_UPLOAD_ID) == 0)
       continue;
     size_t n = strlen(buf);
     snprintf(buf + n, len - n, "%s%s", n ? "," : "", id);

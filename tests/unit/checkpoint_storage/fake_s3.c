@@ -189,6 +189,29 @@ int fake_s3_query(const char *query, const char *name, char *buf, size_t len) {
   return 0;
 }
 
+int fake_s3_answer_probe(const char *method, const char *query, struct fake_s3_reply *ret) {
+  char v[8];
+  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
+  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
+  if (strcmp(method, "PUT") == 0) {
+    snprintf(ret->etag, sizeof(ret->etag), "\"e\"");
+  } else if (strcmp(method, "DELETE") == 0) {
+    ret->status = 204;
+  } else if (strcmp(method, "POST") == 0 && uploads_q) {
+    ret->body = strdup("<InitiateMultipartUploadResult><UploadId>" FAKE_S3_PROBE_UPLOAD_ID
+                       "</UploadId></InitiateMultipartUploadResult>");
+  } else if (strcmp(method, "GET") == 0 && id_q) {
+    ret->status = 404;
+    ret->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
+  } else if (strcmp(method, "GET") == 0 && uploads_q) {
+    ret->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+                       "</ListMultipartUploadsResult>");
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 /* Whether upload u comes after the query's markers. */
 static bool after_markers(const struct fake_s3_upload *u, const char *query) {
   char km[1024], im[256];

@@ -37,6 +37,18 @@ void fake_s3_request(struct fake_s3 *f, size_t n, char *buf, size_t len);
  * (an empty value too), 0 if absent. */
 int fake_s3_query(const char *query, const char *name, char *buf, size_t len);
 
+/* The UploadId fake_s3_answer_probe gives every CreateMultipartUpload. */
+#define FAKE_S3_PROBE_UPLOAD_ID "probe"
+
+/* Answers what the storage's start-up capability probe (s3_probe.h) asks, as
+ * the stores of these tests all answer it, for any key: PUT 200 with an ETag
+ * (If-None-Match ignored), DELETE 204, CreateMultipartUpload (POST ?uploads)
+ * FAKE_S3_PROBE_UPLOAD_ID, ListParts (GET ?uploadId) 404 NoSuchUpload, and
+ * ListMultipartUploads (GET ?uploads) an empty list. 1 if the request was
+ * one of these (ret filled), 0 if not (ret untouched): a handler answers its
+ * own cases first and leaves the rest to this. */
+int fake_s3_answer_probe(const char *method, const char *query, struct fake_s3_reply *ret);
+
 /* One upload of an emulated ListMultipartUploads. */
 struct fake_s3_upload {
   const char *key, *id;

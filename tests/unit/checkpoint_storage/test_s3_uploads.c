@@ -71,22 +71,10 @@ static void handler(void *arg, const char *method, const char *path, const char 
   (void)arg;
   (void)path;
   char v[8];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
-  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  if (strcmp(method, "GET") == 0 && uploads_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "uploads", v, sizeof(v))) {
     r->status = mode == MODE_UNSUPPORTED ? 501 : 200;
     r->body = mode == MODE_OK ? fake_s3_list_uploads(uploads, N_UPLOADS, query, 2) : bad_page();
-  } else if (strcmp(method, "GET") == 0 && id_q) {
-    r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe-upload</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    r->status = 204;
-  } else {
+  } else if (!fake_s3_answer_probe(method, query, r)) {
     r->status = 404;
   }
 }
