@@ -379,6 +379,26 @@ static int feed_one(const char *attempt, uint32_t r, struct wstate *ws, const st
   return 1;
 }
 
+int fx_feed_1d(struct ckpt_writer *w, const struct chunk_1d *c) {
+  uint64_t shape[1] = {c->dim}, offs[1] = {c->off}, sizes[1] = {c->size};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = offs;
+  box.sizes = sizes;
+  Stoker__V1__WriteChunk wc = STOKER__V1__WRITE_CHUNK__INIT;
+  wc.attempt = (char *)c->attempt;
+  wc.rank = c->rank;
+  wc.tensor = (char *)c->tensor;
+  wc.dtype = c->dtype;
+  wc.n_global_shape = 1;
+  wc.global_shape = shape;
+  wc.box = &box;
+  wc.data.data = (uint8_t *)c->data;
+  wc.data.len = c->data_len;
+  wc.last = c->last;
+  return ckpt_write_feed(w, &wc);
+}
+
 int fx_write_model(struct fx *f, const char *attempt, const struct model *m,
                    const struct write_opts *wo, uint64_t *ret_waits) {
   struct wstate *ws = calloc(wo->world, sizeof(*ws));

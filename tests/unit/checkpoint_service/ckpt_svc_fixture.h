@@ -78,6 +78,22 @@ struct write_opts {
 int fx_write_model(struct fx *f, const char *attempt, const struct model *m,
                    const struct write_opts *wo, uint64_t *ret_waits);
 
+/* One chunk of a 1-D tensor of dim elements: rank's box [off, off + size)
+ * with data_len bytes of data (which need not match the box: hostile tests
+ * send wrong counts). */
+struct chunk_1d {
+  const char *attempt;
+  uint32_t rank;
+  const char *tensor;
+  int dtype;
+  uint64_t dim, off, size;
+  const void *data;
+  size_t data_len;
+  bool last;
+};
+/* Feeds c to w: ckpt_write_feed's answer. */
+int fx_feed_1d(struct ckpt_writer *w, const struct chunk_1d *c);
+
 /* Reads the wanted box of a tensor and compares it with the model's bytes:
  * 0 if equal, the read's error otherwise (msg gets its text), or -1000 when
  * the bytes differ. */

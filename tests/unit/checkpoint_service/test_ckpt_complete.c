@@ -75,22 +75,17 @@ static int save(struct fx *f, int64_t step, char *msg, size_t len) {
   struct ckpt_writer *w;
   assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, NULL, &w), 0);
   uint8_t *data = calloc(1, OBJECT_BYTES);
-  uint64_t shape[1] = {OBJECT_BYTES}, offs[1] = {0}, sizes[1] = {OBJECT_BYTES};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = offs;
-  box.sizes = sizes;
-  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
-  c.attempt = att;
-  c.tensor = "blob";
-  c.dtype = STOKER__V1__DTYPE__DTYPE_BYTES;
-  c.n_global_shape = 1;
-  c.global_shape = shape;
-  c.box = &box;
-  c.data.data = data;
-  c.data.len = OBJECT_BYTES;
-  c.last = true;
-  assert_int_equal(ckpt_write_feed(w, &c), 0);
+  struct chunk_1d c = {.attempt = att,
+                       .rank = 0,
+                       .tensor = "blob",
+                       .dtype = STOKER__V1__DTYPE__DTYPE_BYTES,
+                       .dim = OBJECT_BYTES,
+                       .off = 0,
+                       .size = OBJECT_BYTES,
+                       .data = data,
+                       .data_len = OBJECT_BYTES,
+                       .last = true};
+  assert_int_equal(fx_feed_1d(w, &c), 0);
   int err = fx_commit(f, att, msg, len);
   ckpt_write_close(w);
   free(data);
