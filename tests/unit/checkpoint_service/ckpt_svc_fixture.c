@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -101,6 +102,17 @@ void fx_run_until(struct fx *f, const bool *flag, uint32_t timeout_ms) {
   uv_close((uv_handle_t *)&t, NULL);
   uv_run(&f->loop, UV_RUN_NOWAIT);
   if (!*flag) fail_msg("timed out after %u ms", timeout_ms);
+}
+
+int64_t fx_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void fx_run_for(struct fx *f, uint32_t ms) {
+  int64_t end = fx_now_ms() + ms;
+  while (fx_now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* ---- Blocking wrappers ---- */

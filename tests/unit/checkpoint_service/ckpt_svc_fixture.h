@@ -104,5 +104,9 @@ int fx_read_all(struct fx *f, const char *job, int64_t step, const struct model 
 
 /* Runs the loop until *flag, failing the test after timeout_ms. */
 void fx_run_until(struct fx *f, const bool *flag, uint32_t timeout_ms);
+/* The wall clock (CLOCK_REALTIME) in ms. */
+int64_t fx_now_ms(void);
+/* Runs the loop for ms of wall clock. */
+void fx_run_for(struct fx *f, uint32_t ms);
 
 #endif

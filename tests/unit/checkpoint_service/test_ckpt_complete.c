@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "ckpt_svc_fixture.h"
-#include "fake_s3.h"
+#include "fake_s3_svc_fixture.h"
 #include "s3_config.h"
 #include "stk_error.h"
 #include "storage.h"
@@ -94,12 +94,9 @@ static int save(struct fx *f, int64_t step, char *msg, size_t len) {
 
 static void test_lost_complete_answer(void **state) {
   (void)state;
-  struct fake_s3 *srv = fake_s3_start(handler, NULL);
-  assert_non_null(srv);
-  struct storage *st;
   struct fx f;
-  fx_init(&f);
-  fx_use_s3(&f, fake_s3_port(srv), 3, &st);
+  struct fx_fake_s3 s;
+  fx_fake_s3_init(&f, &s, handler, 3);
   f.opts.part_bytes = 5 << 20;
   assert_int_equal(fx_open(&f), 0);
   char msg[320];
@@ -113,9 +110,7 @@ static void test_lost_complete_answer(void **state) {
   pthread_mutex_unlock(&mu);
   assert_int_not_equal(save(&f, 2, msg, sizeof(msg)), 0);
   assert_non_null(strstr(msg, "complete multipart upload"));
-  fx_fini(&f);
-  storage_free(st);
-  fake_s3_stop(srv);
+  fx_fake_s3_fini(&f, &s);
 }
 
 int main(void) {

@@ -24,7 +24,7 @@
 
 #include "ckpt_names.h"
 #include "ckpt_svc_fixture.h"
-#include "fake_s3.h"
+#include "fake_s3_svc_fixture.h"
 #include "s3_config.h"
 #include "stk_error.h"
 #include "storage.h"
@@ -34,12 +34,6 @@
 #define IMPORTED "000000000000000000000000000000c3"
 #define GRACE_MS 1200
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct ckpt_service_stats stats(struct fx *f) {
   struct ckpt_service_stats st;
   ckpt_service_get_stats(f->svc, &st);
@@ -47,14 +41,9 @@ static struct ckpt_service_stats stats(struct fx *f) {
 }
 
 static void run_until_removed(struct fx *f, uint64_t n, uint32_t timeout_ms) {
-  int64_t end = now_ms() + timeout_ms;
-  while (stats(f).orphan_attempts_removed < n && now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
+  int64_t end = fx_now_ms() + timeout_ms;
+  while (stats(f).orphan_attempts_removed < n && fx_now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
   assert_int_equal(stats(f).orphan_attempts_removed, n);
-}
-
-static void run_for(struct fx *f, uint32_t ms) {
-  int64_t end = now_ms() + ms;
-  while (now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* The key of object `name` of (job, step, attempt), relative to the store. */
@@ -112,7 +101,7 @@ static void test_file_store(void **state) {
   char *live_obj = key_of("job", 7, live, "rank-00000-0000.bin");
   put(st, live_obj); /* an upload of the open attempt, done */
 
-  int64_t planted = now_ms();
+  int64_t planted = fx_now_ms();
   char *orphans[] = {key_of("job", 6, ORPHAN_A, "rank-00000-0000.bin"),
                      key_of("job", 6, ORPHAN_A, "rank-00001-0000.bin"),
                      key_of("other", 1, ORPHAN_B, "rank-00000-0003.bin")};
@@ -125,12 +114,12 @@ static void test_file_store(void **state) {
   for (size_t i = 0; i < 3; i++) put(st, foreign[i]);
 
   run_until_removed(&f, 2, 15000);
-  assert_true(now_ms() - planted >= GRACE_MS); /* never before the grace period */
+  assert_true(fx_now_ms() - planted >= GRACE_MS); /* never before the grace period */
   assert_int_equal(stats(&f).orphan_attempt_objects_removed, 3);
   for (size_t i = 0; i < 3; i++) assert_false(exists(st, orphans[i]));
 
   /* Several more runs: everything else stays. */
-  run_for(&f, 2000);
+  fx_run_for(&f, 2000);
   assert_int_equal(stats(&f).orphan_attempts_removed, 2);
   assert_true(exists(st, live_obj));
   assert_true(exists(st, committed4));
@@ -166,7 +155,7 @@ static void test_default_grace(void **state) {
   assert_int_equal(storage_open(f.url, &st), 0);
   char *orphan = key_of("job", 6, ORPHAN_A, "rank-00000-0000.bin");
   put(st, orphan);
-  run_for(&f, 1500);
+  fx_run_for(&f, 1500);
   assert_int_equal(stats(&f).orphan_attempts_removed, 0);
   assert_true(exists(st, orphan));
   free(orphan);
@@ -287,12 +276,9 @@ static void deleted_keys(struct fake_s3 *srv, char *buf, size_t len) {
 
 static void test_s3_store(void **state) {
   (void)state;
-  struct fake_s3 *srv = fake_s3_start(handler, NULL);
-  assert_non_null(srv);
-  struct storage *st;
   struct fx f;
-  fx_init(&f);
-  fx_use_s3(&f, fake_s3_port(srv), 2, &st);
+  struct fx_fake_s3 s;
+  fx_fake_s3_init(&f, &s, handler, 2);
   f.opts.key_prefix = "dep";
   f.opts.orphan_attempt_grace_ms = GRACE_MS;
   f.opts.attempt_timeout_ms = 60000;
@@ -314,14 +300,14 @@ static void test_s3_store(void **state) {
   add_key("store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00001-0000.bin");
   add_key("store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00002-0000.bin");
   add_key("store/dep/zeta/step-000000000001/attempt-" ORPHAN_B "/rank-00000-0000.bin");
-  int64_t planted = now_ms();
+  int64_t planted = fx_now_ms();
   run_until_removed(&f, 2, 15000);
-  assert_true(now_ms() - planted >= GRACE_MS);
+  assert_true(fx_now_ms() - planted >= GRACE_MS);
   assert_int_equal(stats(&f).orphan_attempt_objects_removed, 4);
-  run_for(&f, 2000); /* more runs: nothing else goes */
+  fx_run_for(&f, 2000); /* more runs: nothing else goes */
   assert_int_equal(stats(&f).orphan_attempts_removed, 2);
   char got[2048];
-  deleted_keys(srv, got, sizeof(got));
+  deleted_keys(s.srv, got, sizeof(got));
   assert_string_equal(got,
                       "store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00000-0000.bin,"
                       "store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00001-0000.bin,"
@@ -329,9 +315,7 @@ static void test_s3_store(void **state) {
                       "store/dep/zeta/step-000000000001/attempt-" ORPHAN_B "/rank-00000-0000.bin");
   assert_true(has_key(key));
   for (size_t i = 0; i < 4; i++) assert_true(has_key(kept[i]));
-  fx_fini(&f);
-  storage_free(st);
-  fake_s3_stop(srv);
+  fx_fake_s3_fini(&f, &s);
 }
 
 int main(void) {
