@@ -15,9 +15,7 @@
 #include <cmocka.h>
 
 #include "ckpt_dtype.h"
-#include "s3_config.h"
 #include "stk_error.h"
-#include "storage.h"
 
 static void on_hook(void *arg, const char *job, int64_t step, const char *uri) {
   (void)job;
@@ -25,22 +23,6 @@ static void on_hook(void *arg, const char *job, int64_t step, const char *uri) {
   struct fx *f = arg;
   f->hooks++;
   f->hook_step = step;
-}
-
-void fx_use_s3(struct fx *f, int port, uint32_t max_attempts, struct storage **ret_st) {
-  char endpoint[64];
-  snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", port);
-  struct s3_config cfg = {.endpoint = endpoint,
-                          .region = "us-east-1",
-                          .bucket = "stoker-test",
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = max_attempts,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
-  assert_int_equal(storage_open_s3(&cfg, "store", ret_st), 0);
-  f->opts.storage = *ret_st;
-  f->opts.storage_url = "s3://stoker-test/store";
 }
 
 void fx_init(struct fx *f) {

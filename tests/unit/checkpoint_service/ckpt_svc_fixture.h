@@ -45,12 +45,7 @@ struct model {
   size_t n;
 };
 
-void fx_init(struct fx *f); /* Temp dirs, loop, default options. */
-/* Makes f store in bucket stoker-test, prefix "store", of an S3 server on
- * 127.0.0.1:port (a loopback fake), retrying max_attempts times with 1-5 ms
- * back-off; *ret_st is the open storage (the caller frees it after
- * fx_fini). Call before fx_open. */
-void fx_use_s3(struct fx *f, int port, uint32_t max_attempts, struct storage **ret_st);
+void fx_init(struct fx *f);  /* Temp dirs, loop, default options. */
 int fx_open(struct fx *f);   /* Opens f->svc with f->opts. */
 void fx_close(struct fx *f); /* Closes f->svc and runs the loop until done. */
 void fx_fini(struct fx *f);  /* fx_close if open, loop close, rm -rf. */

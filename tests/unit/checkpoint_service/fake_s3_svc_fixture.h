@@ -17,9 +17,13 @@ struct fx_fake_s3 {
   struct storage *st; /* The service's storage (f->opts.storage). */
 };
 
-/* fx_init(f), a fake S3 answering with fn, and f storing on it (fx_use_s3
- * with max_attempts). Set f->opts, then fx_open. */
+/* fx_init(f), a fake S3 answering with fn, and f storing on it
+ * (fx_fake_s3_use). Set f->opts, then fx_open. */
 void fx_fake_s3_init(struct fx *f, struct fx_fake_s3 *s, fake_s3_handler fn, uint32_t max_attempts);
+/* Opens s->st on s->srv under prefix "store" (fake_s3_config: max_attempts
+ * tries, 1-5 ms back-off) and makes f store there. Call before fx_open; a
+ * restart frees s->st after fx_close and calls this again. */
+void fx_fake_s3_use(struct fx *f, struct fx_fake_s3 *s, uint32_t max_attempts);
 /* fx_fini(f), then the storage freed and the fake stopped. */
 void fx_fake_s3_fini(struct fx *f, struct fx_fake_s3 *s);
 

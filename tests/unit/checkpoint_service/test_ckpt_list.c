@@ -65,7 +65,7 @@ static void test_list_unknown_job_lists_once(void **state) {
   fx_close(&f);
   storage_free(s.st);
   before = listings(s.srv);
-  fx_use_s3(&f, fake_s3_port(s.srv), 2, &s.st);
+  fx_fake_s3_use(&f, &s, 2);
   assert_int_equal(fx_open(&f), 0);
   assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
   assert_int_equal(listings(s.srv), before);

@@ -166,7 +166,7 @@ static void test_default_grace(void **state) {
 /* ---- S3: ListObjectsV2 pages, deletes seen by the server ---- */
 
 #define MAX_KEYS 64
-#define BUCKET   "/stoker-test/"
+#define BUCKET   "/" FAKE_S3_BUCKET "/"
 
 /* The fake store's keys (full S3 keys, sorted), shared with its thread. */
 static char keys[MAX_KEYS][256];

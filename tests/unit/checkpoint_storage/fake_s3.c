@@ -24,6 +24,7 @@
 
 struct fake_s3 {
   int listen_fd, port;
+  char endpoint[64]; /* "http://127.0.0.1:<port>" */
   fake_s3_handler fn;
   void *arg;
   pthread_t thread;
@@ -126,12 +127,25 @@ struct fake_s3 *fake_s3_start(fake_s3_handler fn, void *arg) {
     return NULL;
   }
   f->port = ntohs(a.sin_port);
+  snprintf(f->endpoint, sizeof(f->endpoint), "http://127.0.0.1:%d", f->port);
   pthread_create(&f->thread, NULL, run, f);
   return f;
 }
 
 int fake_s3_port(const struct fake_s3 *f) {
   return f->port;
+}
+
+struct s3_config fake_s3_config(const struct fake_s3 *f, uint32_t max_attempts) {
+  struct s3_config cfg = {.endpoint = f->endpoint,
+                          .region = "us-east-1",
+                          .bucket = FAKE_S3_BUCKET,
+                          .access_key = "AK",
+                          .secret_key = "SK",
+                          .max_attempts = max_attempts,
+                          .backoff_base_ms = 1,
+                          .backoff_max_ms = 5};
+  return cfg;
 }
 
 void fake_s3_stop(struct fake_s3 *f) {

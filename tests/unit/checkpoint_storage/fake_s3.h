@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "s3_config.h"
+
+#define FAKE_S3_BUCKET "stoker-test"
+
 struct fake_s3_reply {
   int status;         /* 200 unless set. */
   char etag[64];      /* Sent as an ETag header when non-empty. */
@@ -27,6 +31,10 @@ struct fake_s3;
 
 struct fake_s3 *fake_s3_start(fake_s3_handler fn, void *arg);
 int fake_s3_port(const struct fake_s3 *f);
+/* A client configuration for f: its URL, bucket FAKE_S3_BUCKET, any
+ * credentials (it checks no signature), 1-5 ms back-off, max_attempts
+ * tries. Valid while f runs. */
+struct s3_config fake_s3_config(const struct fake_s3 *f, uint32_t max_attempts);
 void fake_s3_stop(struct fake_s3 *f);
 
 /* Requests served so far, and the n-th "METHOD target" line (copied). */

@@ -24,8 +24,6 @@
 
 #include <cmocka.h>
 
-#define BUCKET "stoker-test"
-
 /* Sorted by (key, upload id), as S3 lists them. */
 static const struct fake_s3_upload uploads[] = {
     {"deploy/.stk-probe-0001", "p1", "2024-03-01T12:00:00Z"},
@@ -81,7 +79,6 @@ static void handler(void *arg, const char *method, const char *path, const char 
 
 struct fixture {
   struct fake_s3 *srv;
-  char endpoint[64];
   struct storage *st;
 };
 
@@ -90,7 +87,6 @@ static int setup(void **state) {
   mode = MODE_OK;
   f->srv = fake_s3_start(handler, NULL);
   if (!f->srv) return -1;
-  snprintf(f->endpoint, sizeof(f->endpoint), "http://127.0.0.1:%d", fake_s3_port(f->srv));
   *state = f;
   return 0;
 }
@@ -104,14 +100,7 @@ static int teardown(void **state) {
 }
 
 static void open_store(struct fixture *f) {
-  struct s3_config cfg = {.endpoint = f->endpoint,
-                          .region = "us-east-1",
-                          .bucket = BUCKET,
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = 2,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
+  struct s3_config cfg = fake_s3_config(f->srv, 2);
   assert_int_equal(storage_open_s3(&cfg, "deploy", &f->st), 0);
 }
 
@@ -216,14 +205,7 @@ static void test_unsupported(void **state) {
 static void test_unsupported_asked_once(void **state) {
   struct fixture *f = *state;
   mode = MODE_UNSUPPORTED;
-  struct s3_config cfg = {.endpoint = f->endpoint,
-                          .region = "us-east-1",
-                          .bucket = BUCKET,
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = 8,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
+  struct s3_config cfg = fake_s3_config(f->srv, 8);
   assert_int_equal(storage_open_s3(&cfg, "deploy", &f->st), 0);
   assert_false(storage_caps(f->st)->multipart_list_uploads);
   int asked = 0;
