@@ -387,10 +387,13 @@ int fx_feed_1d(struct ckpt_writer *w, const struct chunk_1d *c) {
   wc.n_global_shape = 1;
   wc.global_shape = shape;
   wc.box = &box;
-  wc.data.data = (uint8_t *)c->data;
+  wc.data.data = calloc(1, c->data_len ? c->data_len : 1);
+  assert_non_null(wc.data.data);
   wc.data.len = c->data_len;
   wc.last = c->last;
-  return ckpt_write_feed(w, &wc);
+  int rc = ckpt_write_feed(w, &wc); /* Consumed or not, the bytes are not kept. */
+  free(wc.data.data);
+  return rc;
 }
 
 int fx_write_model(struct fx *f, const char *attempt, const struct model *m,

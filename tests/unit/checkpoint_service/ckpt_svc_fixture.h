@@ -74,15 +74,14 @@ int fx_write_model(struct fx *f, const char *attempt, const struct model *m,
                    const struct write_opts *wo, uint64_t *ret_waits);
 
 /* One chunk of a 1-D tensor of dim elements: rank's box [off, off + size)
- * with data_len bytes of data (which need not match the box: hostile tests
- * send wrong counts). */
+ * with data_len zero bytes (a count that need not match the box: hostile
+ * tests send wrong ones). */
 struct chunk_1d {
   const char *attempt;
   uint32_t rank;
   const char *tensor;
   int dtype;
   uint64_t dim, off, size;
-  const void *data;
   size_t data_len;
   bool last;
 };

@@ -38,7 +38,6 @@ static void on_ev(void *arg, enum ckpt_write_event e, int err, const char *msg) 
 
 /* 64 bytes of a 1-D f32 tensor [16] from rank, without "last". */
 static int feed_some(struct ckpt_writer *w, const char *att, uint32_t rank, bool last) {
-  static uint8_t data[64];
   char name[32];
   snprintf(name, sizeof(name), "w%u", rank);
   struct chunk_1d c = {.attempt = att,
@@ -48,8 +47,7 @@ static int feed_some(struct ckpt_writer *w, const char *att, uint32_t rank, bool
                        .dim = 16,
                        .off = 0,
                        .size = 16,
-                       .data = data,
-                       .data_len = sizeof(data),
+                       .data_len = 64,
                        .last = last};
   return fx_feed_1d(w, &c);
 }

@@ -34,7 +34,6 @@ static int feed_bad(struct fx *f, const char *tensor, int dtype, uint64_t dim, u
   struct ckpt_writer *w;
   bool failed = false;
   assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, &failed, &w), 0);
-  uint8_t data[256] = {0};
   struct chunk_1d c = {.attempt = att,
                        .rank = rank,
                        .tensor = tensor,
@@ -42,7 +41,6 @@ static int feed_bad(struct fx *f, const char *tensor, int dtype, uint64_t dim, u
                        .dim = dim,
                        .off = off,
                        .size = size,
-                       .data = data,
                        .data_len = data_len,
                        .last = true};
   int rc = fx_feed_1d(w, &c);
@@ -92,7 +90,6 @@ static void write_part(struct fx *f, const char *att, uint32_t r, uint64_t off, 
   struct ckpt_writer *w;
   bool failed = false;
   assert_int_equal(ckpt_write_open(f->svc, att, r, on_ev, &failed, &w), 0);
-  uint8_t data[64] = {0};
   struct chunk_1d c = {.attempt = att,
                        .rank = r,
                        .tensor = "w",
@@ -100,7 +97,6 @@ static void write_part(struct fx *f, const char *att, uint32_t r, uint64_t off, 
                        .dim = 16,
                        .off = off,
                        .size = size,
-                       .data = data,
                        .data_len = size * 4,
                        .last = true};
   assert_int_equal(fx_feed_1d(w, &c), 0);
