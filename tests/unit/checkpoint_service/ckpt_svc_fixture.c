@@ -10,13 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "ckpt_dtype.h"
-#include "s3_config.h"
 #include "stk_error.h"
-#include "storage.h"
 
 static void on_hook(void *arg, const char *job, int64_t step, const char *uri) {
   (void)job;
@@ -24,22 +23,6 @@ static void on_hook(void *arg, const char *job, int64_t step, const char *uri) {
   struct fx *f = arg;
   f->hooks++;
   f->hook_step = step;
-}
-
-void fx_use_s3(struct fx *f, int port, uint32_t max_attempts, struct storage **ret_st) {
-  char endpoint[64];
-  snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", port);
-  struct s3_config cfg = {.endpoint = endpoint,
-                          .region = "us-east-1",
-                          .bucket = "stoker-test",
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = max_attempts,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
-  assert_int_equal(storage_open_s3(&cfg, "store", ret_st), 0);
-  f->opts.storage = *ret_st;
-  f->opts.storage_url = "s3://stoker-test/store";
 }
 
 void fx_init(struct fx *f) {
@@ -101,6 +84,17 @@ void fx_run_until(struct fx *f, const bool *flag, uint32_t timeout_ms) {
   uv_close((uv_handle_t *)&t, NULL);
   uv_run(&f->loop, UV_RUN_NOWAIT);
   if (!*flag) fail_msg("timed out after %u ms", timeout_ms);
+}
+
+int64_t fx_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void fx_run_for(struct fx *f, uint32_t ms) {
+  int64_t end = fx_now_ms() + ms;
+  while (fx_now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* ---- Blocking wrappers ---- */
@@ -377,6 +371,29 @@ static int feed_one(const char *attempt, uint32_t r, struct wstate *ws, const st
   else
     ws->next++;
   return 1;
+}
+
+int fx_feed_1d(struct ckpt_writer *w, const struct chunk_1d *c) {
+  uint64_t shape[1] = {c->dim}, offs[1] = {c->off}, sizes[1] = {c->size};
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = offs;
+  box.sizes = sizes;
+  Stoker__V1__WriteChunk wc = STOKER__V1__WRITE_CHUNK__INIT;
+  wc.attempt = (char *)c->attempt;
+  wc.rank = c->rank;
+  wc.tensor = (char *)c->tensor;
+  wc.dtype = c->dtype;
+  wc.n_global_shape = 1;
+  wc.global_shape = shape;
+  wc.box = &box;
+  wc.data.data = calloc(1, c->data_len ? c->data_len : 1);
+  assert_non_null(wc.data.data);
+  wc.data.len = c->data_len;
+  wc.last = c->last;
+  int rc = ckpt_write_feed(w, &wc); /* Consumed or not, the bytes are not kept. */
+  free(wc.data.data);
+  return rc;
 }
 
 int fx_write_model(struct fx *f, const char *attempt, const struct model *m,

@@ -45,12 +45,7 @@ struct model {
   size_t n;
 };
 
-void fx_init(struct fx *f); /* Temp dirs, loop, default options. */
-/* Makes f store in bucket stoker-test, prefix "store", of an S3 server on
- * 127.0.0.1:port (a loopback fake), retrying max_attempts times with 1-5 ms
- * back-off; *ret_st is the open storage (the caller frees it after
- * fx_fini). Call before fx_open. */
-void fx_use_s3(struct fx *f, int port, uint32_t max_attempts, struct storage **ret_st);
+void fx_init(struct fx *f);  /* Temp dirs, loop, default options. */
 int fx_open(struct fx *f);   /* Opens f->svc with f->opts. */
 void fx_close(struct fx *f); /* Closes f->svc and runs the loop until done. */
 void fx_fini(struct fx *f);  /* fx_close if open, loop close, rm -rf. */
@@ -78,6 +73,21 @@ struct write_opts {
 int fx_write_model(struct fx *f, const char *attempt, const struct model *m,
                    const struct write_opts *wo, uint64_t *ret_waits);
 
+/* One chunk of a 1-D tensor of dim elements: rank's box [off, off + size)
+ * with data_len zero bytes (a count that need not match the box: hostile
+ * tests send wrong ones). */
+struct chunk_1d {
+  const char *attempt;
+  uint32_t rank;
+  const char *tensor;
+  int dtype;
+  uint64_t dim, off, size;
+  size_t data_len;
+  bool last;
+};
+/* Feeds c to w: ckpt_write_feed's answer. */
+int fx_feed_1d(struct ckpt_writer *w, const struct chunk_1d *c);
+
 /* Reads the wanted box of a tensor and compares it with the model's bytes:
  * 0 if equal, the read's error otherwise (msg gets its text), or -1000 when
  * the bytes differ. */
@@ -88,5 +98,9 @@ int fx_read_all(struct fx *f, const char *job, int64_t step, const struct model 
 
 /* Runs the loop until *flag, failing the test after timeout_ms. */
 void fx_run_until(struct fx *f, const bool *flag, uint32_t timeout_ms);
+/* The wall clock (CLOCK_REALTIME) in ms. */
+int64_t fx_now_ms(void);
+/* Runs the loop for ms of wall clock. */
+void fx_run_for(struct fx *f, uint32_t ms);
 
 #endif

@@ -38,26 +38,18 @@ static void on_ev(void *arg, enum ckpt_write_event e, int err, const char *msg) 
 
 /* 64 bytes of a 1-D f32 tensor [16] from rank, without "last". */
 static int feed_some(struct ckpt_writer *w, const char *att, uint32_t rank, bool last) {
-  static uint8_t data[64];
-  static uint64_t shape[1] = {16}, offs[1] = {0}, sizes[1] = {16};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = offs;
-  box.sizes = sizes;
-  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
-  c.attempt = (char *)att;
-  c.rank = rank;
   char name[32];
   snprintf(name, sizeof(name), "w%u", rank);
-  c.tensor = name;
-  c.dtype = STOKER__V1__DTYPE__DTYPE_F32;
-  c.n_global_shape = 1;
-  c.global_shape = shape;
-  c.box = &box;
-  c.data.data = data;
-  c.data.len = sizeof(data);
-  c.last = last;
-  return ckpt_write_feed(w, &c);
+  struct chunk_1d c = {.attempt = att,
+                       .rank = rank,
+                       .tensor = name,
+                       .dtype = STOKER__V1__DTYPE__DTYPE_F32,
+                       .dim = 16,
+                       .off = 0,
+                       .size = 16,
+                       .data_len = 64,
+                       .last = last};
+  return fx_feed_1d(w, &c);
 }
 
 /* Ends rank's stream: a chunk with no tensor and "last". */

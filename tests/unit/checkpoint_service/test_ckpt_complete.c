@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "ckpt_svc_fixture.h"
-#include "fake_s3.h"
+#include "fake_s3_svc_fixture.h"
 #include "s3_config.h"
 #include "stk_error.h"
 #include "storage.h"
@@ -39,19 +39,12 @@ static void handler(void *arg, const char *method, const char *path, const char 
                     struct fake_s3_reply *r) {
   (void)arg;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
   bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
   bool list_q = fake_s3_query(query, "list-type", v, sizeof(v));
   bool object = ends_with(path, "/rank-00000-0000.bin");
   pthread_mutex_lock(&mu);
   if (strcmp(method, "GET") == 0 && list_q) {
     r->body = strdup("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
-  } else if (strcmp(method, "GET") == 0 && uploads_q) {
-    r->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
-                     "</ListMultipartUploadsResult>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>u1</UploadId>"
-                     "</InitiateMultipartUploadResult>");
   } else if (strcmp(method, "POST") == 0 && id_q) {
     completes++;
     if (object) completed = true; /* Done, but the answer never arrives. */
@@ -61,11 +54,7 @@ static void handler(void *arg, const char *method, const char *path, const char 
     r->head_size = head_size;
   } else if (strcmp(method, "HEAD") == 0 || (strcmp(method, "GET") == 0 && id_q)) {
     r->status = 404;
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    r->status = 204;
-  } else {
+  } else if (!fake_s3_answer_probe(method, query, r)) {
     r->status = 404;
   }
   pthread_mutex_unlock(&mu);
@@ -85,37 +74,26 @@ static int save(struct fx *f, int64_t step, char *msg, size_t len) {
   assert_int_equal(fx_begin(f, "c", step, 1, att), 0);
   struct ckpt_writer *w;
   assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, NULL, &w), 0);
-  uint8_t *data = calloc(1, OBJECT_BYTES);
-  uint64_t shape[1] = {OBJECT_BYTES}, offs[1] = {0}, sizes[1] = {OBJECT_BYTES};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = offs;
-  box.sizes = sizes;
-  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
-  c.attempt = att;
-  c.tensor = "blob";
-  c.dtype = STOKER__V1__DTYPE__DTYPE_BYTES;
-  c.n_global_shape = 1;
-  c.global_shape = shape;
-  c.box = &box;
-  c.data.data = data;
-  c.data.len = OBJECT_BYTES;
-  c.last = true;
-  assert_int_equal(ckpt_write_feed(w, &c), 0);
+  struct chunk_1d c = {.attempt = att,
+                       .rank = 0,
+                       .tensor = "blob",
+                       .dtype = STOKER__V1__DTYPE__DTYPE_BYTES,
+                       .dim = OBJECT_BYTES,
+                       .off = 0,
+                       .size = OBJECT_BYTES,
+                       .data_len = OBJECT_BYTES,
+                       .last = true};
+  assert_int_equal(fx_feed_1d(w, &c), 0);
   int err = fx_commit(f, att, msg, len);
   ckpt_write_close(w);
-  free(data);
   return err;
 }
 
 static void test_lost_complete_answer(void **state) {
   (void)state;
-  struct fake_s3 *srv = fake_s3_start(handler, NULL);
-  assert_non_null(srv);
-  struct storage *st;
   struct fx f;
-  fx_init(&f);
-  fx_use_s3(&f, fake_s3_port(srv), 3, &st);
+  struct fx_fake_s3 s;
+  fx_fake_s3_init(&f, &s, handler, 3);
   f.opts.part_bytes = 5 << 20;
   assert_int_equal(fx_open(&f), 0);
   char msg[320];
@@ -129,9 +107,7 @@ static void test_lost_complete_answer(void **state) {
   pthread_mutex_unlock(&mu);
   assert_int_not_equal(save(&f, 2, msg, sizeof(msg)), 0);
   assert_non_null(strstr(msg, "complete multipart upload"));
-  fx_fini(&f);
-  storage_free(st);
-  fake_s3_stop(srv);
+  fx_fake_s3_fini(&f, &s);
 }
 
 int main(void) {

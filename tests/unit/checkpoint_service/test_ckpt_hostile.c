@@ -34,24 +34,16 @@ static int feed_bad(struct fx *f, const char *tensor, int dtype, uint64_t dim, u
   struct ckpt_writer *w;
   bool failed = false;
   assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, &failed, &w), 0);
-  uint8_t data[256] = {0};
-  uint64_t shape[1] = {dim}, offs[1] = {off}, sizes[1] = {size};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = offs;
-  box.sizes = sizes;
-  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
-  c.attempt = att;
-  c.rank = rank;
-  c.tensor = (char *)tensor;
-  c.dtype = dtype;
-  c.n_global_shape = 1;
-  c.global_shape = shape;
-  c.box = &box;
-  c.data.data = data;
-  c.data.len = data_len;
-  c.last = true;
-  int rc = ckpt_write_feed(w, &c);
+  struct chunk_1d c = {.attempt = att,
+                       .rank = rank,
+                       .tensor = tensor,
+                       .dtype = dtype,
+                       .dim = dim,
+                       .off = off,
+                       .size = size,
+                       .data_len = data_len,
+                       .last = true};
+  int rc = fx_feed_1d(w, &c);
   if (rc < 0) {
     assert_true(strstr(stk_detail(), att) != NULL); /* The error says which attempt. */
     assert_int_equal(fx_commit(f, att, msg, sizeof(msg)) < 0, 1);
@@ -98,24 +90,16 @@ static void write_part(struct fx *f, const char *att, uint32_t r, uint64_t off, 
   struct ckpt_writer *w;
   bool failed = false;
   assert_int_equal(ckpt_write_open(f->svc, att, r, on_ev, &failed, &w), 0);
-  uint8_t data[64] = {0};
-  uint64_t shape[1] = {16}, offs[1] = {off}, sizes[1] = {size};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = offs;
-  box.sizes = sizes;
-  Stoker__V1__WriteChunk c = STOKER__V1__WRITE_CHUNK__INIT;
-  c.attempt = (char *)att;
-  c.rank = r;
-  c.tensor = "w";
-  c.dtype = STOKER__V1__DTYPE__DTYPE_F32;
-  c.n_global_shape = 1;
-  c.global_shape = shape;
-  c.box = &box;
-  c.data.data = data;
-  c.data.len = size * 4;
-  c.last = true;
-  assert_int_equal(ckpt_write_feed(w, &c), 0);
+  struct chunk_1d c = {.attempt = att,
+                       .rank = r,
+                       .tensor = "w",
+                       .dtype = STOKER__V1__DTYPE__DTYPE_F32,
+                       .dim = 16,
+                       .off = off,
+                       .size = size,
+                       .data_len = size * 4,
+                       .last = true};
+  assert_int_equal(fx_feed_1d(w, &c), 0);
   ckpt_write_close(w);
 }
 

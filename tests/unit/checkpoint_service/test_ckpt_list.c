@@ -6,7 +6,6 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,7 +15,7 @@
 #include <cmocka.h>
 
 #include "ckpt_svc_fixture.h"
-#include "fake_s3.h"
+#include "fake_s3_svc_fixture.h"
 #include "s3_config.h"
 #include "storage.h"
 
@@ -26,27 +25,10 @@ static void handler(void *arg, const char *method, const char *path, const char 
   (void)arg;
   (void)path;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
-  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  bool list_q = fake_s3_query(query, "list-type", v, sizeof(v));
-  if (strcmp(method, "GET") == 0 && list_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "list-type", v, sizeof(v)))
     r->body = strdup("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>");
-  } else if (strcmp(method, "GET") == 0 && uploads_q) {
-    r->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
-                     "</ListMultipartUploadsResult>");
-  } else if (strcmp(method, "GET") == 0 && id_q) {
+  else if (!fake_s3_answer_probe(method, query, r))
     r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    r->status = 204;
-  } else {
-    r->status = 404;
-  }
 }
 
 /* ListObjectsV2 requests served so far. */
@@ -60,42 +42,34 @@ static int listings(struct fake_s3 *srv) {
   return n;
 }
 
-static void open_over(struct fx *f, struct fake_s3 *srv, struct storage **ret_st) {
-  fx_use_s3(f, fake_s3_port(srv), 2, ret_st);
-  assert_int_equal(fx_open(f), 0);
-}
-
 static void test_list_unknown_job_lists_once(void **state) {
   (void)state;
-  struct fake_s3 *srv = fake_s3_start(handler, NULL);
-  assert_non_null(srv);
   struct fx f;
-  fx_init(&f);
-  struct storage *st;
-  open_over(&f, srv, &st);
+  struct fx_fake_s3 s;
+  fx_fake_s3_init(&f, &s, handler, 2);
+  assert_int_equal(fx_open(&f), 0);
   int64_t steps[4];
   size_t n = 9;
-  int before = listings(srv);
+  int before = listings(s.srv);
   assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
   assert_int_equal(n, 0);
-  assert_int_equal(listings(srv), before + 1); /* Looked for in storage once. */
+  assert_int_equal(listings(s.srv), before + 1); /* Looked for in storage once. */
   for (int i = 0; i < 3; i++) {
     assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
     assert_int_equal(n, 0);
   }
-  assert_int_equal(listings(srv), before + 1); /* Not again. */
+  assert_int_equal(listings(s.srv), before + 1); /* Not again. */
   assert_int_equal(fx_list(&f, "other", steps, 4, &n), 0);
-  assert_int_equal(listings(srv), before + 2); /* Another job: once too. */
+  assert_int_equal(listings(s.srv), before + 2); /* Another job: once too. */
   /* After a restart the journal still knows. */
   fx_close(&f);
-  storage_free(st);
-  before = listings(srv);
-  open_over(&f, srv, &st);
+  storage_free(s.st);
+  before = listings(s.srv);
+  fx_fake_s3_use(&f, &s, 2);
+  assert_int_equal(fx_open(&f), 0);
   assert_int_equal(fx_list(&f, "fresh", steps, 4, &n), 0);
-  assert_int_equal(listings(srv), before);
-  fx_fini(&f);
-  storage_free(st);
-  fake_s3_stop(srv);
+  assert_int_equal(listings(s.srv), before);
+  fx_fake_s3_fini(&f, &s);
 }
 
 int main(void) {

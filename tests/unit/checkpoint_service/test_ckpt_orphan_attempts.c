@@ -24,7 +24,7 @@
 
 #include "ckpt_names.h"
 #include "ckpt_svc_fixture.h"
-#include "fake_s3.h"
+#include "fake_s3_svc_fixture.h"
 #include "s3_config.h"
 #include "stk_error.h"
 #include "storage.h"
@@ -34,12 +34,6 @@
 #define IMPORTED "000000000000000000000000000000c3"
 #define GRACE_MS 1200
 
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct ckpt_service_stats stats(struct fx *f) {
   struct ckpt_service_stats st;
   ckpt_service_get_stats(f->svc, &st);
@@ -47,14 +41,9 @@ static struct ckpt_service_stats stats(struct fx *f) {
 }
 
 static void run_until_removed(struct fx *f, uint64_t n, uint32_t timeout_ms) {
-  int64_t end = now_ms() + timeout_ms;
-  while (stats(f).orphan_attempts_removed < n && now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
+  int64_t end = fx_now_ms() + timeout_ms;
+  while (stats(f).orphan_attempts_removed < n && fx_now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
   assert_int_equal(stats(f).orphan_attempts_removed, n);
-}
-
-static void run_for(struct fx *f, uint32_t ms) {
-  int64_t end = now_ms() + ms;
-  while (now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* The key of object `name` of (job, step, attempt), relative to the store. */
@@ -112,7 +101,7 @@ static void test_file_store(void **state) {
   char *live_obj = key_of("job", 7, live, "rank-00000-0000.bin");
   put(st, live_obj); /* an upload of the open attempt, done */
 
-  int64_t planted = now_ms();
+  int64_t planted = fx_now_ms();
   char *orphans[] = {key_of("job", 6, ORPHAN_A, "rank-00000-0000.bin"),
                      key_of("job", 6, ORPHAN_A, "rank-00001-0000.bin"),
                      key_of("other", 1, ORPHAN_B, "rank-00000-0003.bin")};
@@ -125,12 +114,12 @@ static void test_file_store(void **state) {
   for (size_t i = 0; i < 3; i++) put(st, foreign[i]);
 
   run_until_removed(&f, 2, 15000);
-  assert_true(now_ms() - planted >= GRACE_MS); /* never before the grace period */
+  assert_true(fx_now_ms() - planted >= GRACE_MS); /* never before the grace period */
   assert_int_equal(stats(&f).orphan_attempt_objects_removed, 3);
   for (size_t i = 0; i < 3; i++) assert_false(exists(st, orphans[i]));
 
   /* Several more runs: everything else stays. */
-  run_for(&f, 2000);
+  fx_run_for(&f, 2000);
   assert_int_equal(stats(&f).orphan_attempts_removed, 2);
   assert_true(exists(st, live_obj));
   assert_true(exists(st, committed4));
@@ -166,7 +155,7 @@ static void test_default_grace(void **state) {
   assert_int_equal(storage_open(f.url, &st), 0);
   char *orphan = key_of("job", 6, ORPHAN_A, "rank-00000-0000.bin");
   put(st, orphan);
-  run_for(&f, 1500);
+  fx_run_for(&f, 1500);
   assert_int_equal(stats(&f).orphan_attempts_removed, 0);
   assert_true(exists(st, orphan));
   free(orphan);
@@ -177,7 +166,7 @@ static void test_default_grace(void **state) {
 /* ---- S3: ListObjectsV2 pages, deletes seen by the server ---- */
 
 #define MAX_KEYS 64
-#define BUCKET   "/stoker-test/"
+#define BUCKET   "/" FAKE_S3_BUCKET "/"
 
 /* The fake store's keys (full S3 keys, sorted), shared with its thread. */
 static char keys[MAX_KEYS][256];
@@ -255,33 +244,20 @@ static void handler(void *arg, const char *method, const char *path, const char 
                     struct fake_s3_reply *r) {
   (void)arg;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
   bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  bool list_q = fake_s3_query(query, "list-type", v, sizeof(v));
   const char *key = strncmp(path, BUCKET, strlen(BUCKET)) == 0 ? path + strlen(BUCKET) : "";
-  if (strcmp(method, "GET") == 0 && list_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "list-type", v, sizeof(v))) {
     r->body = list_objects(query);
-  } else if (strcmp(method, "GET") == 0 && uploads_q) {
-    r->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
-                     "</ListMultipartUploadsResult>");
-  } else if (strcmp(method, "GET") == 0 && id_q) {
-    r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    if (!id_q) add_key(key);
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "HEAD") == 0) {
+    return;
+  }
+  if (strcmp(method, "HEAD") == 0) {
     r->status = has_key(key) ? 200 : 404;
     r->head_size = 1;
-  } else if (strcmp(method, "DELETE") == 0) {
-    if (!id_q) remove_key(key);
-    r->status = 204;
-  } else {
-    r->status = 404;
+    return;
   }
+  if (strcmp(method, "PUT") == 0 && !id_q) add_key(key);       /* Not an upload's part. */
+  if (strcmp(method, "DELETE") == 0 && !id_q) remove_key(key); /* Not an abort. */
+  if (!fake_s3_answer_probe(method, query, r)) r->status = 404;
 }
 
 /* The keys the server was asked to delete (not the probe's), comma-separated. */
@@ -300,12 +276,9 @@ static void deleted_keys(struct fake_s3 *srv, char *buf, size_t len) {
 
 static void test_s3_store(void **state) {
   (void)state;
-  struct fake_s3 *srv = fake_s3_start(handler, NULL);
-  assert_non_null(srv);
-  struct storage *st;
   struct fx f;
-  fx_init(&f);
-  fx_use_s3(&f, fake_s3_port(srv), 2, &st);
+  struct fx_fake_s3 s;
+  fx_fake_s3_init(&f, &s, handler, 2);
   f.opts.key_prefix = "dep";
   f.opts.orphan_attempt_grace_ms = GRACE_MS;
   f.opts.attempt_timeout_ms = 60000;
@@ -327,14 +300,14 @@ static void test_s3_store(void **state) {
   add_key("store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00001-0000.bin");
   add_key("store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00002-0000.bin");
   add_key("store/dep/zeta/step-000000000001/attempt-" ORPHAN_B "/rank-00000-0000.bin");
-  int64_t planted = now_ms();
+  int64_t planted = fx_now_ms();
   run_until_removed(&f, 2, 15000);
-  assert_true(now_ms() - planted >= GRACE_MS);
+  assert_true(fx_now_ms() - planted >= GRACE_MS);
   assert_int_equal(stats(&f).orphan_attempt_objects_removed, 4);
-  run_for(&f, 2000); /* more runs: nothing else goes */
+  fx_run_for(&f, 2000); /* more runs: nothing else goes */
   assert_int_equal(stats(&f).orphan_attempts_removed, 2);
   char got[2048];
-  deleted_keys(srv, got, sizeof(got));
+  deleted_keys(s.srv, got, sizeof(got));
   assert_string_equal(got,
                       "store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00000-0000.bin,"
                       "store/dep/job/step-000000000006/attempt-" ORPHAN_A "/rank-00001-0000.bin,"
@@ -342,9 +315,7 @@ static void test_s3_store(void **state) {
                       "store/dep/zeta/step-000000000001/attempt-" ORPHAN_B "/rank-00000-0000.bin");
   assert_true(has_key(key));
   for (size_t i = 0; i < 4; i++) assert_true(has_key(kept[i]));
-  fx_fini(&f);
-  storage_free(st);
-  fake_s3_stop(srv);
+  fx_fake_s3_fini(&f, &s);
 }
 
 int main(void) {

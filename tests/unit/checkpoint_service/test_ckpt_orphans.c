@@ -23,18 +23,12 @@
 
 #include "ckpt_names.h"
 #include "ckpt_svc_fixture.h"
-#include "fake_s3.h"
+#include "fake_s3_svc_fixture.h"
 #include "s3_config.h"
 #include "stk_error.h"
 #include "storage.h"
 
 #define ORPHAN_ATTEMPT "00000000000000000000000000000bad"
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint64_t aborted(struct fx *f) {
   struct ckpt_service_stats st;
@@ -64,14 +58,9 @@ static bool upload_exists(struct storage *st, const char *id) {
 
 /* Runs the service's loop until n orphans are aborted (or fails). */
 static void run_until_aborted(struct fx *f, uint64_t n, uint32_t timeout_ms) {
-  int64_t end = now_ms() + timeout_ms;
-  while (aborted(f) < n && now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
+  int64_t end = fx_now_ms() + timeout_ms;
+  while (aborted(f) < n && fx_now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
   assert_int_equal(aborted(f), n);
-}
-
-static void run_for(struct fx *f, uint32_t ms) {
-  int64_t end = now_ms() + ms;
-  while (now_ms() < end) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* Periodic GC: after the grace period the orphans go, the live attempt's
@@ -87,19 +76,19 @@ static void test_periodic(void **state) {
   assert_int_equal(fx_begin(&f, "job", 7, 1, live), 0);
   struct storage *st;
   assert_int_equal(storage_open(f.url, &st), 0);
-  int64_t created = now_ms();
+  int64_t created = fx_now_ms();
   char *live_id = begin_upload(st, "job", 7, live);
   char *orphan_id = begin_upload(st, "job", 7, ORPHAN_ATTEMPT);
   char *other_job_id = begin_upload(st, "other", 3, "deadbeef");
   char *foreign_id;
   assert_int_equal(storage_mpu_begin(st, "notours/job/x.bin", &foreign_id), 0);
   run_until_aborted(&f, 2, 10000);
-  assert_true(now_ms() - created >= 400); /* never before the grace period */
+  assert_true(fx_now_ms() - created >= 400); /* never before the grace period */
   assert_false(upload_exists(st, orphan_id));
   assert_false(upload_exists(st, other_job_id));
   /* Several more runs (the sweep timer starts one each second here), all
    * four uploads old enough by now: the live and foreign ones stay. */
-  run_for(&f, 2500);
+  fx_run_for(&f, 2500);
   assert_int_equal(aborted(&f), 2);
   assert_true(upload_exists(st, live_id));
   assert_true(upload_exists(st, foreign_id));
@@ -144,7 +133,7 @@ static void test_default_grace(void **state) {
   assert_int_equal(storage_open(f.url, &st), 0);
   char *id = begin_upload(st, "job", 1, ORPHAN_ATTEMPT);
   assert_int_equal(fx_open(&f), 0);
-  run_for(&f, 300);
+  fx_run_for(&f, 300);
   assert_int_equal(aborted(&f), 0);
   assert_true(upload_exists(st, id));
   storage_free(st);
@@ -197,26 +186,15 @@ static void handler(void *arg, const char *method, const char *path, const char 
   (void)arg;
   (void)path;
   char v[64];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
-  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  if (strcmp(method, "GET") == 0 && uploads_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "uploads", v, sizeof(v))) {
     pthread_mutex_lock(&table_mu);
     r->body = fake_s3_list_uploads(table, n_table, query, 2);
     pthread_mutex_unlock(&table_mu);
-  } else if (strcmp(method, "GET") == 0 && id_q) {
-    r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    if (id_q) remove_upload(v);
-    r->status = 204;
-  } else {
-    r->status = 404;
+    return;
   }
+  if (strcmp(method, "DELETE") == 0 && fake_s3_query(query, "uploadId", v, sizeof(v)))
+    remove_upload(v); /* An abort. */
+  if (!fake_s3_answer_probe(method, query, r)) r->status = 404;
 }
 
 /* The upload ids the server was asked to abort, comma-separated. */
@@ -227,7 +205,8 @@ static void aborted_ids(struct fake_s3 *srv, char *buf, size_t len) {
     fake_s3_request(srv, i, line, sizeof(line));
     const char *q = strchr(line, '?');
     if (strncmp(line, "DELETE ", 7) != 0 || !q ||
-        !fake_s3_query(q + 1, "uploadId", id, sizeof(id)) || strcmp(id, "probe") == 0)
+        !fake_s3_query(q + 1, "uploadId", id, sizeof(id)) ||
+        strcmp(id, FAKE_S3_PROBE_UPLOAD_ID) == 0)
       continue;
     size_t n = strlen(buf);
     snprintf(buf + n, len - n, "%s%s", n ? "," : "", id);
@@ -265,19 +244,16 @@ static void fill_store(void) {
 static void test_s3_pages(void **state) {
   (void)state;
   fill_store();
-  struct fake_s3 *srv = fake_s3_start(handler, NULL);
-  assert_non_null(srv);
-  struct storage *st;
   struct fx f;
-  fx_init(&f);
-  fx_use_s3(&f, fake_s3_port(srv), 2, &st);
+  struct fx_fake_s3 s;
+  fx_fake_s3_init(&f, &s, handler, 2);
   f.opts.key_prefix = "dep";
   f.opts.orphan_upload_grace_ms = 1000;
   f.opts.attempt_timeout_ms = 60000;
   assert_int_equal(fx_open(&f), 0);
   /* At open: every page listed, exactly the old orphans aborted. */
   char ids[512];
-  aborted_ids(srv, ids, sizeof(ids));
+  aborted_ids(s.srv, ids, sizeof(ids));
   assert_string_equal(ids, "o0,o1,o2,o3a,o3b,o3c");
   assert_int_equal(aborted(&f), 6);
   /* A live attempt's uploads, old by the store's clock, survive the
@@ -289,15 +265,13 @@ static void test_s3_pages(void **state) {
            live);
   add_upload(key, "live1", "2020-01-01T00:00:00Z");
   add_upload(key, "live2", "2020-01-01T00:00:00Z");
-  size_t before = fake_s3_requests(srv);
-  run_for(&f, 2500);
-  assert_true(fake_s3_requests(srv) >= before + 2 * 3); /* two more listings of three pages */
-  aborted_ids(srv, ids, sizeof(ids));
+  size_t before = fake_s3_requests(s.srv);
+  fx_run_for(&f, 2500);
+  assert_true(fake_s3_requests(s.srv) >= before + 2 * 3); /* two more listings of three pages */
+  aborted_ids(s.srv, ids, sizeof(ids));
   assert_string_equal(ids, "o0,o1,o2,o3a,o3b,o3c");
   assert_int_equal(aborted(&f), 6);
-  fx_fini(&f);
-  storage_free(st);
-  fake_s3_stop(srv);
+  fx_fake_s3_fini(&f, &s);
 }
 
 int main(void) {

@@ -16,6 +16,7 @@
 
 #include "ckpt_svc_fixture.h"
 #include "s3_config.h"
+#include "s3rver_config.h"
 #include "s3rver_fixture.h"
 #include "stk_error.h"
 #include "storage.h"
@@ -24,13 +25,7 @@ static struct s3rver server;
 
 static void test_s3_write_commit_read(void **state) {
   (void)state;
-  struct s3_config cfg = {.endpoint = server.endpoint,
-                          .region = "us-east-1",
-                          .bucket = S3RVER_BUCKET,
-                          .access_key = S3RVER_KEY,
-                          .secret_key = S3RVER_KEY,
-                          .backoff_base_ms = 5,
-                          .backoff_max_ms = 50};
+  struct s3_config cfg = s3rver_config(server.endpoint);
   struct storage *st;
   assert_int_equal(storage_open_s3(&cfg, "ck3/", &st), 0);
   assert_false(storage_caps(st)->conditional_put);

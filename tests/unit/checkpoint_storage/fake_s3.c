@@ -24,6 +24,7 @@
 
 struct fake_s3 {
   int listen_fd, port;
+  char endpoint[64]; /* "http://127.0.0.1:<port>" */
   fake_s3_handler fn;
   void *arg;
   pthread_t thread;
@@ -126,12 +127,25 @@ struct fake_s3 *fake_s3_start(fake_s3_handler fn, void *arg) {
     return NULL;
   }
   f->port = ntohs(a.sin_port);
+  snprintf(f->endpoint, sizeof(f->endpoint), "http://127.0.0.1:%d", f->port);
   pthread_create(&f->thread, NULL, run, f);
   return f;
 }
 
 int fake_s3_port(const struct fake_s3 *f) {
   return f->port;
+}
+
+struct s3_config fake_s3_config(const struct fake_s3 *f, uint32_t max_attempts) {
+  struct s3_config cfg = {.endpoint = f->endpoint,
+                          .region = "us-east-1",
+                          .bucket = FAKE_S3_BUCKET,
+                          .access_key = "AK",
+                          .secret_key = "SK",
+                          .max_attempts = max_attempts,
+                          .backoff_base_ms = 1,
+                          .backoff_max_ms = 5};
+  return cfg;
 }
 
 void fake_s3_stop(struct fake_s3 *f) {
@@ -187,6 +201,29 @@ int fake_s3_query(const char *query, const char *name, char *buf, size_t len) {
     return 1;
   }
   return 0;
+}
+
+int fake_s3_answer_probe(const char *method, const char *query, struct fake_s3_reply *ret) {
+  char v[8];
+  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
+  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
+  if (strcmp(method, "PUT") == 0) {
+    snprintf(ret->etag, sizeof(ret->etag), "\"e\"");
+  } else if (strcmp(method, "DELETE") == 0) {
+    ret->status = 204;
+  } else if (strcmp(method, "POST") == 0 && uploads_q) {
+    ret->body = strdup("<InitiateMultipartUploadResult><UploadId>" FAKE_S3_PROBE_UPLOAD_ID
+                       "</UploadId></InitiateMultipartUploadResult>");
+  } else if (strcmp(method, "GET") == 0 && id_q) {
+    ret->status = 404;
+    ret->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
+  } else if (strcmp(method, "GET") == 0 && uploads_q) {
+    ret->body = strdup("<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>"
+                       "</ListMultipartUploadsResult>");
+  } else {
+    return 0;
+  }
+  return 1;
 }
 
 /* Whether upload u comes after the query's markers. */

@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "s3_config.h"
+
+#define FAKE_S3_BUCKET "stoker-test"
+
 struct fake_s3_reply {
   int status;         /* 200 unless set. */
   char etag[64];      /* Sent as an ETag header when non-empty. */
@@ -27,6 +31,10 @@ struct fake_s3;
 
 struct fake_s3 *fake_s3_start(fake_s3_handler fn, void *arg);
 int fake_s3_port(const struct fake_s3 *f);
+/* A client configuration for f: its URL, bucket FAKE_S3_BUCKET, any
+ * credentials (it checks no signature), 1-5 ms back-off, max_attempts
+ * tries. Valid while f runs. */
+struct s3_config fake_s3_config(const struct fake_s3 *f, uint32_t max_attempts);
 void fake_s3_stop(struct fake_s3 *f);
 
 /* Requests served so far, and the n-th "METHOD target" line (copied). */
@@ -36,6 +44,18 @@ void fake_s3_request(struct fake_s3 *f, size_t n, char *buf, size_t len);
 /* The percent-decoded value of a query parameter into buf: 1 if present
  * (an empty value too), 0 if absent. */
 int fake_s3_query(const char *query, const char *name, char *buf, size_t len);
+
+/* The UploadId fake_s3_answer_probe gives every CreateMultipartUpload. */
+#define FAKE_S3_PROBE_UPLOAD_ID "probe"
+
+/* Answers what the storage's start-up capability probe (s3_probe.h) asks, as
+ * the stores of these tests all answer it, for any key: PUT 200 with an ETag
+ * (If-None-Match ignored), DELETE 204, CreateMultipartUpload (POST ?uploads)
+ * FAKE_S3_PROBE_UPLOAD_ID, ListParts (GET ?uploadId) 404 NoSuchUpload, and
+ * ListMultipartUploads (GET ?uploads) an empty list. 1 if the request was
+ * one of these (ret filled), 0 if not (ret untouched): a handler answers its
+ * own cases first and leaves the rest to this. */
+int fake_s3_answer_probe(const char *method, const char *query, struct fake_s3_reply *ret);
 
 /* One upload of an emulated ListMultipartUploads. */
 struct fake_s3_upload {

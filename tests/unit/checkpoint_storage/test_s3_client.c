@@ -10,6 +10,7 @@
 #include "s3_client.h"
 #include "s3_probe.h"
 #include "s3_sync.h"
+#include "s3rver_config.h"
 #include "s3rver_fixture.h"
 #include "storage.h"
 
@@ -26,17 +27,6 @@
 #include <cmocka.h>
 
 static struct s3rver server;
-
-static struct s3_config config_for(const char *endpoint) {
-  struct s3_config cfg = {.endpoint = endpoint,
-                          .region = "us-east-1",
-                          .bucket = S3RVER_BUCKET,
-                          .access_key = S3RVER_KEY,
-                          .secret_key = S3RVER_KEY,
-                          .backoff_base_ms = 5,
-                          .backoff_max_ms = 50};
-  return cfg;
-}
 
 static struct s3_sync *sync_new(const struct s3_config *cfg) {
   struct s3_sync *s = NULL;
@@ -60,7 +50,7 @@ static int do_op(struct s3_sync *s, struct s3_op op, struct s3_result *res) {
 
 static void test_object_roundtrip(void **state) {
   (void)state;
-  struct s3_config cfg = config_for(server.endpoint);
+  struct s3_config cfg = s3rver_config(server.endpoint);
   struct s3_sync *s = sync_new(&cfg);
   size_t len = (1 << 20) + 17;
   char *data = pattern(len, 1);
@@ -105,7 +95,7 @@ static void test_object_roundtrip(void **state) {
 
 static void test_multipart(void **state) {
   (void)state;
-  struct s3_config cfg = config_for(server.endpoint);
+  struct s3_config cfg = s3rver_config(server.endpoint);
   struct s3_sync *s = sync_new(&cfg);
   const char *key = "mpu/object.bin";
   size_t part = 5u << 20, last = 12345, total = 2 * part + last;
@@ -155,7 +145,7 @@ static void test_multipart(void **state) {
 
 static void test_list_pages(void **state) {
   (void)state;
-  struct s3_config cfg = config_for(server.endpoint);
+  struct s3_config cfg = s3rver_config(server.endpoint);
   struct s3_sync *s = sync_new(&cfg);
   struct s3_result res;
   char key[64];
@@ -203,7 +193,7 @@ static void test_list_pages(void **state) {
 /* A wrong secret gives a signature the server rejects: signing is checked. */
 static void test_wrong_secret_refused(void **state) {
   (void)state;
-  struct s3_config cfg = config_for(server.endpoint);
+  struct s3_config cfg = s3rver_config(server.endpoint);
   cfg.secret_key = "not-the-secret";
   struct s3_sync *s = sync_new(&cfg);
   struct s3_result res;
@@ -221,7 +211,7 @@ static void test_wrong_secret_refused(void **state) {
 /* The probe's verdict on conditional PUT matches what the server does. */
 static void test_probe(void **state) {
   (void)state;
-  struct s3_config cfg = config_for(server.endpoint);
+  struct s3_config cfg = s3rver_config(server.endpoint);
   struct s3_sync *s = sync_new(&cfg);
   struct s3_caps caps;
   assert_int_equal(s3_probe(s, "probe/", &caps), 0);
@@ -251,7 +241,7 @@ static int collect(void *arg, const char *key, uint64_t size) {
 /* The storage interface on S3: prefix, conditional put, ranged get, multipart. */
 static void test_storage_on_s3(void **state) {
   (void)state;
-  struct s3_config cfg = config_for(server.endpoint);
+  struct s3_config cfg = s3rver_config(server.endpoint);
   struct storage *st;
   assert_int_equal(storage_open_s3(&cfg, "jobs/j1", &st), 0);
   assert_int_equal(storage_put(st, "objs/a", "hello world", 11, STORAGE_IF_ABSENT), 0);
@@ -307,7 +297,7 @@ static void run_batch(struct fault_proxy *proxy, enum fault_kind kind, int fault
                       struct s3_stats *ret_stats, struct batch *ret_batch) {
   char endpoint[64];
   snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", fault_proxy_port(proxy));
-  struct s3_config cfg = config_for(endpoint);
+  struct s3_config cfg = s3rver_config(endpoint);
   cfg.max_concurrency = 8;
   cfg.recover_every = 1000;
   fault_proxy_set(proxy, kind, faults);
@@ -368,7 +358,7 @@ static void test_retry_exhausted(void **state) {
   struct fault_proxy *proxy = fault_proxy_start(server.port);
   char endpoint[64];
   snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", fault_proxy_port(proxy));
-  struct s3_config cfg = config_for(endpoint);
+  struct s3_config cfg = s3rver_config(endpoint);
   cfg.max_attempts = 3;
   fault_proxy_set(proxy, FAULT_SLOWDOWN, 1000);
   struct s3_sync *s = sync_new(&cfg);

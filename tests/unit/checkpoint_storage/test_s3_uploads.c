@@ -24,8 +24,6 @@
 
 #include <cmocka.h>
 
-#define BUCKET "stoker-test"
-
 /* Sorted by (key, upload id), as S3 lists them. */
 static const struct fake_s3_upload uploads[] = {
     {"deploy/.stk-probe-0001", "p1", "2024-03-01T12:00:00Z"},
@@ -71,29 +69,16 @@ static void handler(void *arg, const char *method, const char *path, const char 
   (void)arg;
   (void)path;
   char v[8];
-  bool uploads_q = fake_s3_query(query, "uploads", v, sizeof(v));
-  bool id_q = fake_s3_query(query, "uploadId", v, sizeof(v));
-  if (strcmp(method, "GET") == 0 && uploads_q) {
+  if (strcmp(method, "GET") == 0 && fake_s3_query(query, "uploads", v, sizeof(v))) {
     r->status = mode == MODE_UNSUPPORTED ? 501 : 200;
     r->body = mode == MODE_OK ? fake_s3_list_uploads(uploads, N_UPLOADS, query, 2) : bad_page();
-  } else if (strcmp(method, "GET") == 0 && id_q) {
-    r->status = 404;
-    r->body = strdup("<Error><Code>NoSuchUpload</Code></Error>");
-  } else if (strcmp(method, "POST") == 0 && uploads_q) {
-    r->body = strdup("<InitiateMultipartUploadResult><UploadId>probe-upload</UploadId>"
-                     "</InitiateMultipartUploadResult>");
-  } else if (strcmp(method, "PUT") == 0) {
-    snprintf(r->etag, sizeof(r->etag), "\"e\"");
-  } else if (strcmp(method, "DELETE") == 0) {
-    r->status = 204;
-  } else {
+  } else if (!fake_s3_answer_probe(method, query, r)) {
     r->status = 404;
   }
 }
 
 struct fixture {
   struct fake_s3 *srv;
-  char endpoint[64];
   struct storage *st;
 };
 
@@ -102,7 +87,6 @@ static int setup(void **state) {
   mode = MODE_OK;
   f->srv = fake_s3_start(handler, NULL);
   if (!f->srv) return -1;
-  snprintf(f->endpoint, sizeof(f->endpoint), "http://127.0.0.1:%d", fake_s3_port(f->srv));
   *state = f;
   return 0;
 }
@@ -116,14 +100,7 @@ static int teardown(void **state) {
 }
 
 static void open_store(struct fixture *f) {
-  struct s3_config cfg = {.endpoint = f->endpoint,
-                          .region = "us-east-1",
-                          .bucket = BUCKET,
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = 2,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
+  struct s3_config cfg = fake_s3_config(f->srv, 2);
   assert_int_equal(storage_open_s3(&cfg, "deploy", &f->st), 0);
 }
 
@@ -228,14 +205,7 @@ static void test_unsupported(void **state) {
 static void test_unsupported_asked_once(void **state) {
   struct fixture *f = *state;
   mode = MODE_UNSUPPORTED;
-  struct s3_config cfg = {.endpoint = f->endpoint,
-                          .region = "us-east-1",
-                          .bucket = BUCKET,
-                          .access_key = "AK",
-                          .secret_key = "SK",
-                          .max_attempts = 8,
-                          .backoff_base_ms = 1,
-                          .backoff_max_ms = 5};
+  struct s3_config cfg = fake_s3_config(f->srv, 8);
   assert_int_equal(storage_open_s3(&cfg, "deploy", &f->st), 0);
   assert_false(storage_caps(f->st)->multipart_list_uploads);
   int asked = 0;
