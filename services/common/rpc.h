@@ -158,8 +158,8 @@ const ProtobufCMethodDescriptor *rpc_method_by_field(const ProtobufCServiceDescr
 
 /* Writes the method's path "/pkg.Svc/Method" to buf (the descriptor's
  * names); STK_EINVAL if desc has no method with that field name, STK_ERANGE
- * if buf is too small. For clients: rpc_method_path(&desc,
- * RPC_METHOD_FIELD(Svc, field), ...) types no name by hand. */
+ * if buf is too small. Clients name their calls' methods with
+ * RPC_METHOD_PATH below. */
 int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *field, char *buf,
                     size_t len);
 
@@ -174,8 +174,9 @@ int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *field, c
  * (for a client stream, a pointer of its messages' type; NULL cast to it
  * will do). The compiler checks all three against protobuf-c's generated
  * client stub prefix__field(service, input, closure, closure_data), which it
- * never calls: a method the service lacks does not compile, nor does a
- * request of another type (the method of another service, the wrong method).
+ * never calls: a method the service lacks does not compile (an undeclared
+ * stub), nor does a request of another type (the method of another service,
+ * the wrong method: an error, whatever the warning flags).
  * The path comes from the descriptor, written once per call site into a
  * buffer of its own that lives as long as the process (callers that keep
  * the path until the call ends may), thread-safe, one atomic load after the
@@ -189,9 +190,11 @@ struct rpc_method_path_cache {
 #define RPC_METHOD_PATH(prefix, field, req)                                                        \
   __extension__({                                                                                  \
     static struct rpc_method_path_cache rpc_path_cache_;                                           \
-    rpc_method_path_cached(                                                                        \
-        &rpc_path_cache_, &prefix##__descriptor,                                                   \
-        &(#field)[0 * sizeof((prefix##__##field(NULL, (req), NULL, NULL), 0))]);                   \
+    _Pragma("GCC diagnostic push");                                                                \
+    _Pragma("GCC diagnostic error \"-Wincompatible-pointer-types\"");                              \
+    enum { rpc_path_checked_ = sizeof(((&prefix##__##field)(NULL, (req), NULL, NULL), 0)) };       \
+    _Pragma("GCC diagnostic pop");                                                                 \
+    rpc_method_path_cached(&rpc_path_cache_, &prefix##__descriptor, #field);                       \
   })
 
 /* RPC_METHOD_PATH's writer: cache->path once, from desc's method field (a
