@@ -76,51 +76,33 @@
   X(check, Grpc__Health__V1__HealthCheckRequest)                                                   \
   X(watch, Grpc__Health__V1__HealthCheckRequest)
 
-/* Checks that path is desc's method i, and steps i. */
-static void expect_path(const ProtobufCServiceDescriptor *desc, unsigned *i, const char *path) {
-  assert_true(*i < desc->n_methods);
-  char want[RPC_METHOD_PATH_MAX];
-  snprintf(want, sizeof(want), "/%s/%s", desc->name, desc->methods[*i].name);
-  assert_string_equal(path, want);
-  (*i)++;
+/* A call site's path for each listed method, as the client's macros give it. */
+#define COORD_PATH(field, type)  COORD_METHOD(field, (type *)NULL),
+#define DL_PATH(field, type)     DL_METHOD(field, (type *)NULL),
+#define CKPT_PATH(field, type)   CKPT_METHOD(field, (type *)NULL),
+#define HEALTH_PATH(field, type) RPC_METHOD_PATH(grpc__health__v1__health, field, (type *)NULL),
+
+/* paths are desc's methods, all of them, in order: "/<service>/<Method>". */
+static void expect_paths(const ProtobufCServiceDescriptor *desc, const char *const *paths,
+                         size_t n) {
+  assert_int_equal(n, desc->n_methods);
+  for (size_t i = 0; i < n; i++) {
+    char want[RPC_METHOD_PATH_MAX];
+    snprintf(want, sizeof(want), "/%s/%s", desc->name, desc->methods[i].name);
+    assert_string_equal(paths[i], want);
+  }
 }
 
-#define EXPECT_COORD(field, type) expect_path(desc, &i, COORD_METHOD(field, (type *)NULL));
-#define EXPECT_DL(field, type)    expect_path(desc, &i, DL_METHOD(field, (type *)NULL));
-#define EXPECT_CKPT(field, type)  expect_path(desc, &i, CKPT_METHOD(field, (type *)NULL));
-#define EXPECT_HEALTH(field, type)                                                                 \
-  expect_path(desc, &i, RPC_METHOD_PATH(grpc__health__v1__health, field, (type *)NULL));
-
-static void test_coordinator_paths(void **state) {
+static void test_every_method_of_every_service(void **state) {
   (void)state;
-  const ProtobufCServiceDescriptor *desc = &stoker__v1__coordinator__descriptor;
-  unsigned i = 0;
-  COORDINATOR_METHODS(EXPECT_COORD)
-  assert_int_equal(i, desc->n_methods);
-}
-
-static void test_dataloader_paths(void **state) {
-  (void)state;
-  const ProtobufCServiceDescriptor *desc = &stoker__v1__dataloader__descriptor;
-  unsigned i = 0;
-  DATALOADER_METHODS(EXPECT_DL)
-  assert_int_equal(i, desc->n_methods);
-}
-
-static void test_checkpoint_paths(void **state) {
-  (void)state;
-  const ProtobufCServiceDescriptor *desc = &stoker__v1__checkpoint__descriptor;
-  unsigned i = 0;
-  CHECKPOINT_METHODS(EXPECT_CKPT)
-  assert_int_equal(i, desc->n_methods);
-}
-
-static void test_health_paths(void **state) {
-  (void)state;
-  const ProtobufCServiceDescriptor *desc = &grpc__health__v1__health__descriptor;
-  unsigned i = 0;
-  HEALTH_METHODS(EXPECT_HEALTH)
-  assert_int_equal(i, desc->n_methods);
+  const char *coord[] = {COORDINATOR_METHODS(COORD_PATH)};
+  const char *dl[] = {DATALOADER_METHODS(DL_PATH)};
+  const char *ckpt[] = {CHECKPOINT_METHODS(CKPT_PATH)};
+  const char *health[] = {HEALTH_METHODS(HEALTH_PATH)};
+  expect_paths(&stoker__v1__coordinator__descriptor, coord, sizeof(coord) / sizeof(*coord));
+  expect_paths(&stoker__v1__dataloader__descriptor, dl, sizeof(dl) / sizeof(*dl));
+  expect_paths(&stoker__v1__checkpoint__descriptor, ckpt, sizeof(ckpt) / sizeof(*ckpt));
+  expect_paths(&grpc__health__v1__health__descriptor, health, sizeof(health) / sizeof(*health));
 }
 
 static const char *kv_count_path(void) {
@@ -171,10 +153,7 @@ static void test_field_the_service_lacks(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_coordinator_paths),
-      cmocka_unit_test(test_dataloader_paths),
-      cmocka_unit_test(test_checkpoint_paths),
-      cmocka_unit_test(test_health_paths),
+      cmocka_unit_test(test_every_method_of_every_service),
       cmocka_unit_test(test_call_site_keeps_its_path),
       cmocka_unit_test(test_first_use_from_many_threads),
       cmocka_unit_test(test_field_the_service_lacks),
