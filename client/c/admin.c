@@ -18,7 +18,7 @@ int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_
   if (!spec) return client_fail(STK_EINVAL, "create job");
   Stoker__V1__CreateJobRequest req = STOKER__V1__CREATE_JOB_REQUEST__INIT;
   req.spec = (Stoker__V1__JobSpec *)spec;
-  return client_call(c, COORD_METHOD("CreateJob"), &req.base, &stoker__v1__job__descriptor,
+  return client_call(c, COORD_METHOD(create_job, &req), &req.base, &stoker__v1__job__descriptor,
                      timeout_ms, (ProtobufCMessage **)ret_job);
 }
 
@@ -27,8 +27,8 @@ int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
   if (!job) return client_fail(STK_EINVAL, "get job");
   Stoker__V1__GetJobRequest req = STOKER__V1__GET_JOB_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, COORD_METHOD("GetJob"), &req.base, &stoker__v1__job__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_job);
+  return client_call(c, COORD_METHOD(get_job, &req), &req.base, &stoker__v1__job__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_job);
 }
 
 int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
@@ -52,7 +52,7 @@ int stk_job_list(struct stk_client *c, const char *const *keys, const char *cons
   }
   req.n_label_selector = n_labels;
   req.label_selector = ptrs;
-  int err = client_call(c, COORD_METHOD("ListJobs"), &req.base,
+  int err = client_call(c, COORD_METHOD(list_jobs, &req), &req.base,
                         &stoker__v1__list_jobs_response__descriptor, timeout_ms,
                         (ProtobufCMessage **)ret_resp);
   free(entries);
@@ -62,16 +62,14 @@ int stk_job_list(struct stk_client *c, const char *const *keys, const char *cons
 
 int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job, bool force,
                    int64_t timeout_ms, Stoker__V1__Job **ret_job) {
-  static const char *const methods[] = {
-      [STK_JOB_PAUSE] = COORD_METHOD("PauseJob"),
-      [STK_JOB_RESUME] = COORD_METHOD("ResumeJob"),
-      [STK_JOB_STOP] = COORD_METHOD("StopJob"),
-  };
   if (!job || (unsigned)verb > STK_JOB_STOP) return client_fail(STK_EINVAL, "job action");
   Stoker__V1__JobActionRequest req = STOKER__V1__JOB_ACTION_REQUEST__INIT;
   req.job = (char *)job;
   req.force = force;
-  return client_call(c, methods[verb], &req.base, &stoker__v1__job__descriptor, timeout_ms,
+  const char *method = verb == STK_JOB_PAUSE    ? COORD_METHOD(pause_job, &req)
+                       : verb == STK_JOB_RESUME ? COORD_METHOD(resume_job, &req)
+                                                : COORD_METHOD(stop_job, &req);
+  return client_call(c, method, &req.base, &stoker__v1__job__descriptor, timeout_ms,
                      (ProtobufCMessage **)ret_job);
 }
 
@@ -80,7 +78,7 @@ int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t ti
   Stoker__V1__JobActionRequest req = STOKER__V1__JOB_ACTION_REQUEST__INIT;
   req.job = (char *)job;
   req.force = force;
-  return client_call(c, COORD_METHOD("DeleteJob"), &req.base, &stoker__v1__empty__descriptor,
+  return client_call(c, COORD_METHOD(delete_job, &req), &req.base, &stoker__v1__empty__descriptor,
                      timeout_ms, NULL);
 }
 
@@ -91,7 +89,7 @@ int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool sk
   req.job = (char *)job;
   req.ranks = ranks;
   req.skip_checkpoint = skip_checkpoint;
-  return client_call(c, COORD_METHOD("ScaleJob"), &req.base, &stoker__v1__job__descriptor,
+  return client_call(c, COORD_METHOD(scale_job, &req), &req.base, &stoker__v1__job__descriptor,
                      timeout_ms, (ProtobufCMessage **)ret_job);
 }
 
@@ -139,7 +137,7 @@ int stk_job_watch(struct stk_client *c, const char *job, uint64_t after_seq, stk
   req.after_seq = after_seq;
   struct rpc_client_call *call = NULL;
   pthread_mutex_lock(&w->mu);
-  int err = rpc_client_stream_async(client_rpc(c), COORD_METHOD("WatchJob"), &req.base,
+  int err = rpc_client_stream_async(client_rpc(c), COORD_METHOD(watch_job, &req), &req.base,
                                     &stoker__v1__job_event__descriptor, 0, watch_msg, watch_done, w,
                                     &call);
   if (err == 0 && !w->done) w->call = call;

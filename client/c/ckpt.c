@@ -104,8 +104,8 @@ int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t
   req.world = world;
   req.generation = __atomic_load_n(&c->ckpt_generation, __ATOMIC_RELAXED);
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD("Begin"), &req.base, &stoker__v1__begin_response__descriptor,
-                        timeout_ms, &resp);
+  int err = client_call(c, CKPT_METHOD(begin, &req), &req.base,
+                        &stoker__v1__begin_response__descriptor, timeout_ms, &resp);
   if (err < 0) return err;
   const char *id = ((Stoker__V1__BeginResponse *)resp)->attempt;
   if (!id[0] || strlen(id) >= STK_CKPT_ATTEMPT_MAX) err = STK_ECORRUPT;
@@ -124,7 +124,7 @@ int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_m
   Stoker__V1__CommitCheckpointRequest req = STOKER__V1__COMMIT_CHECKPOINT_REQUEST__INIT;
   req.attempt = (char *)attempt;
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD("Commit"), &req.base,
+  int err = client_call(c, CKPT_METHOD(commit, &req), &req.base,
                         &stoker__v1__checkpoint_ref__descriptor, timeout_ms, &resp);
   if (err < 0) return err;
   const Stoker__V1__CheckpointRef *ref = (const Stoker__V1__CheckpointRef *)resp;
@@ -144,6 +144,6 @@ int stk_ckpt_abort(struct stk_client *c, const char *attempt, const char *reason
   Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
   req.attempt = (char *)attempt;
   req.reason = (char *)(reason ? reason : "");
-  return client_call(c, CKPT_METHOD("Abort"), &req.base, &stoker__v1__empty__descriptor, timeout_ms,
-                     NULL);
+  return client_call(c, CKPT_METHOD(abort, &req), &req.base, &stoker__v1__empty__descriptor,
+                     timeout_ms, NULL);
 }

@@ -9,7 +9,8 @@
 #include "stoker/v1/checkpoint.pb-c.h"
 #include "stoker_ckpt.h"
 
-#define CKPT_METHOD(name) "/stoker.v1.Checkpoint/" name
+/* CKPT_METHOD(begin, &req): as COORD_METHOD (client_internal.h). */
+#define CKPT_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__checkpoint, field, req)
 
 /* True when box has 1..STK_CKPT_MAX_DIMS dims, each size > 0, and (when
  * shape is not NULL) lies inside shape. */

@@ -135,7 +135,7 @@ static int run_read(struct stk_client *c, struct read_state *r, Stoker__V1__Read
                     int64_t timeout_ms) {
   struct rpc_client_call *call = NULL;
   pthread_mutex_lock(&r->mu);
-  int err = rpc_client_stream_async(client_rpc(c), CKPT_METHOD("Read"), &req->base,
+  int err = rpc_client_stream_async(client_rpc(c), CKPT_METHOD(read, req), &req->base,
                                     &stoker__v1__read_chunk__descriptor,
                                     client_timeout(c, timeout_ms), read_msg, read_done, r, &call);
   if (err == 0 && !r->done) r->call = call;

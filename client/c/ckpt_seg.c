@@ -87,7 +87,7 @@ static int open_dir(const Stoker__V1__StagingInfo *info) {
 static int ask(struct stk_client *c, int *ret_dirfd, uint64_t *ret_max) {
   Stoker__V1__StagingInfoRequest req = STOKER__V1__STAGING_INFO_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD("GetStagingInfo"), &req.base,
+  int err = client_call(c, CKPT_METHOD(get_staging_info, &req), &req.base,
                         &stoker__v1__staging_info__descriptor, 0, &resp);
   if (err < 0) return err;
   const Stoker__V1__StagingInfo *info = (const Stoker__V1__StagingInfo *)resp;

@@ -50,9 +50,9 @@ int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t ran
   w->rank = rank;
   w->max_chunk_bytes = DEFAULT_MAX_CHUNK_BYTES;
   w->shm_mode = ckpt_seg_mode_from_env();
-  int err = rpc_client_cstream_open(client_rpc(c), CKPT_METHOD("Write"),
-                                    &stoker__v1__write_response__descriptor,
-                                    timeout_ms > 0 ? timeout_ms : 0, &w->s);
+  int err = rpc_client_cstream_open(
+      client_rpc(c), CKPT_METHOD(write, (Stoker__V1__WriteChunk *)NULL),
+      &stoker__v1__write_response__descriptor, timeout_ms > 0 ? timeout_ms : 0, &w->s);
   if (err < 0) {
     free(w);
     return client_fail(err, "open writer");

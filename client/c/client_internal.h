@@ -15,7 +15,11 @@
 #include "stoker/v1/coordinator.pb-c.h"
 #include "stoker_client.h"
 
-#define COORD_METHOD(name) "/stoker.v1.Coordinator/" name
+/* A call's method path, checked by the compiler against the generated code
+ * (RPC_METHOD_PATH in rpc.h): COORD_METHOD(create_job, &req), where req is
+ * the request sent; a method the service lacks or a request of another
+ * type does not compile. */
+#define COORD_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__coordinator, field, req)
 
 /* The member this client joined as, guarded by stk_client.mu. */
 struct membership {

@@ -217,7 +217,7 @@ int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, ui
   req.rank = rank;
   req.world = world;
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, DL_METHOD("GetBatch"), &req.base, &stoker__v1__batch__descriptor,
+  int err = client_call(c, DL_METHOD(get_batch, &req), &req.base, &stoker__v1__batch__descriptor,
                         timeout_ms, &resp);
   return err < 0 ? err : loader_batch_from_msg(resp, false, ret_batch);
 }
@@ -227,8 +227,8 @@ int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64
   Stoker__V1__CommitRequest req = STOKER__V1__COMMIT_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  return client_call(c, DL_METHOD("Commit"), &req.base, &stoker__v1__empty__descriptor, timeout_ms,
-                     NULL);
+  return client_call(c, DL_METHOD(commit, &req), &req.base, &stoker__v1__empty__descriptor,
+                     timeout_ms, NULL);
 }
 
 int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
@@ -238,7 +238,7 @@ int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64
   req.job = (char *)job;
   req.step = step;
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, DL_METHOD("ExportState"), &req.base,
+  int err = client_call(c, DL_METHOD(export_state, &req), &req.base,
                         &stoker__v1__loader_state__descriptor, timeout_ms, &resp);
   if (err < 0) return err;
   Stoker__V1__LoaderState *st = (Stoker__V1__LoaderState *)resp;
@@ -274,7 +274,7 @@ int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
   req.more_states = more;
   req.n_more_states = n - 1;
   ProtobufCMessage *info = NULL;
-  int err = client_call(c, DL_METHOD("ImportState"), &req.base,
+  int err = client_call(c, DL_METHOD(import_state, &req), &req.base,
                         &stoker__v1__loader_info__descriptor, timeout_ms, &info);
   free(more);
   if (err < 0) return err;

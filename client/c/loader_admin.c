@@ -14,8 +14,9 @@ int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, 
   if (!spec || !spec->job) return client_fail(STK_EINVAL, "create loader");
   Stoker__V1__CreateLoaderRequest req = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
   req.spec = (Stoker__V1__LoaderSpec *)spec;
-  return client_call(c, DL_METHOD("CreateLoader"), &req.base, &stoker__v1__loader_info__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_info);
+  return client_call(c, DL_METHOD(create_loader, &req), &req.base,
+                     &stoker__v1__loader_info__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_info);
 }
 
 int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
@@ -23,14 +24,15 @@ int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
   if (!job) return client_fail(STK_EINVAL, "get loader");
   Stoker__V1__GetLoaderRequest req = STOKER__V1__GET_LOADER_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, DL_METHOD("GetLoader"), &req.base, &stoker__v1__loader_info__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_info);
+  return client_call(c, DL_METHOD(get_loader, &req), &req.base,
+                     &stoker__v1__loader_info__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_info);
 }
 
 int stk_loader_list(struct stk_client *c, int64_t timeout_ms,
                     Stoker__V1__ListLoadersResponse **ret_resp) {
   Stoker__V1__ListLoadersRequest req = STOKER__V1__LIST_LOADERS_REQUEST__INIT;
-  return client_call(c, DL_METHOD("ListLoaders"), &req.base,
+  return client_call(c, DL_METHOD(list_loaders, &req), &req.base,
                      &stoker__v1__list_loaders_response__descriptor, timeout_ms,
                      (ProtobufCMessage **)ret_resp);
 }
@@ -39,14 +41,14 @@ int stk_loader_delete(struct stk_client *c, const char *job, int64_t timeout_ms)
   if (!job) return client_fail(STK_EINVAL, "delete loader");
   Stoker__V1__DeleteLoaderRequest req = STOKER__V1__DELETE_LOADER_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, DL_METHOD("DeleteLoader"), &req.base, &stoker__v1__empty__descriptor,
+  return client_call(c, DL_METHOD(delete_loader, &req), &req.base, &stoker__v1__empty__descriptor,
                      timeout_ms, NULL);
 }
 
 int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
                               int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
   if (!req || !req->job) return client_fail(STK_EINVAL, "update mixture");
-  return client_call(c, DL_METHOD("UpdateMixture"), &req->base,
+  return client_call(c, DL_METHOD(update_mixture, req), &req->base,
                      &stoker__v1__loader_info__descriptor, timeout_ms,
                      (ProtobufCMessage **)ret_info);
 }
@@ -59,8 +61,9 @@ int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint
   req.step = step;
   req.rank = rank;
   req.world = world;
-  return client_call(c, DL_METHOD("Explain"), &req.base, &stoker__v1__explain_response__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_resp);
+  return client_call(c, DL_METHOD(explain, &req), &req.base,
+                     &stoker__v1__explain_response__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_resp);
 }
 
 /* One part's call answering a LoaderInfo (create, update mixture). */

@@ -13,7 +13,8 @@
 #include "stoker/v1/dataloader.pb-c.h"
 #include "stoker_loader.h"
 
-#define DL_METHOD(name) "/stoker.v1.Dataloader/" name
+/* DL_METHOD(get_batch, &req): as COORD_METHOD (client_internal.h). */
+#define DL_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__dataloader, field, req)
 
 /* Takes msg (a Stoker__V1__Batch) in every case: on success it belongs to
  * *ret_batch; on failure (STK_ECORRUPT: sizes disagree; STK_EINVAL: a

@@ -79,7 +79,7 @@ int loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, 
   req.step = step;
   req.rank = rank;
   req.world = world;
-  int err = rpc_client_unary_async(client_rpc(c), DL_METHOD("GetBatch"), &req.base,
+  int err = rpc_client_unary_async(client_rpc(c), DL_METHOD(get_batch, &req), &req.base,
                                    &stoker__v1__batch__descriptor, client_timeout(c, timeout_ms),
                                    batch_call_done, bc, NULL);
   if (err < 0) {
@@ -315,7 +315,7 @@ static int start_call(struct stk_batch_stream *s) {
   struct rpc_client_call *call = NULL;
   s->done = false;
   int err =
-      rpc_client_stream_async(s->rpc, DL_METHOD("StreamBatches"), &req.base,
+      rpc_client_stream_async(s->rpc, DL_METHOD(stream_batches, &req), &req.base,
                               &stoker__v1__batch__descriptor, 0, stream_msg, stream_done, s, &call);
   if (err == 0 && !s->done) s->call = call;
   return err;

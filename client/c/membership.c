@@ -123,7 +123,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
   waiter_init(w);
   c->m.hb_waiter = w;
   pthread_mutex_unlock(&c->mu);
-  waiter_start(w, c, COORD_METHOD("Heartbeat"), &req.base,
+  waiter_start(w, c, COORD_METHOD(heartbeat, &req), &req.base,
                &stoker__v1__heartbeat_response__descriptor, timeout);
   int err = waiter_wait(w);
   pthread_mutex_lock(&c->mu);
@@ -183,8 +183,8 @@ void membership_stop_heartbeat(struct stk_client *c) {
 static int join_once(struct stk_client *c, const Stoker__V1__JoinRequest *req, int64_t left_ms,
                      Stoker__V1__JoinResponse **ret_resp) {
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, COORD_METHOD("Join"), &req->base, &stoker__v1__join_response__descriptor,
-                        left_ms, &resp);
+  int err = client_call(c, COORD_METHOD(join, req), &req->base,
+                        &stoker__v1__join_response__descriptor, left_ms, &resp);
   if (err == 0) *ret_resp = (Stoker__V1__JoinResponse *)resp;
   return err;
 }
@@ -285,5 +285,6 @@ int stk_leave(struct stk_client *c) {
   if (!joined) return client_fail(STK_ESTATE, "leave: not joined");
   req.job = job;
   req.member_id = member;
-  return client_call(c, COORD_METHOD("Leave"), &req.base, &stoker__v1__empty__descriptor, 0, NULL);
+  return client_call(c, COORD_METHOD(leave, &req), &req.base, &stoker__v1__empty__descriptor, 0,
+                     NULL);
 }

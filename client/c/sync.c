@@ -90,7 +90,7 @@ int stk_barrier_async(struct stk_client *c, const char *name, int64_t timeout_ms
   req.job = op->job;
   req.member_id = op->member_id;
   req.name = (char *)name;
-  return op_start(c, op, COORD_METHOD("Barrier"), &req.base,
+  return op_start(c, op, COORD_METHOD(barrier, &req), &req.base,
                   &stoker__v1__barrier_response__descriptor, timeout_ms);
 }
 
@@ -107,8 +107,8 @@ int stk_kv_get_async(struct stk_client *c, const char *key, bool wait, int64_t t
   req.job = op->job;
   req.key = (char *)key;
   req.wait = wait;
-  return op_start(c, op, COORD_METHOD("KvGet"), &req.base, &stoker__v1__kv_get_response__descriptor,
-                  timeout_ms);
+  return op_start(c, op, COORD_METHOD(kv_get, &req), &req.base,
+                  &stoker__v1__kv_get_response__descriptor, timeout_ms);
 }
 
 /* ------------------------------------------------------- blocking shells */
@@ -187,7 +187,7 @@ int stk_kv_set(struct stk_client *c, const char *key, const void *value, size_t 
   req.key = (char *)key;
   req.value.data = (uint8_t *)value;
   req.value.len = len;
-  return client_call(c, COORD_METHOD("KvSet"), &req.base, &stoker__v1__empty__descriptor,
+  return client_call(c, COORD_METHOD(kv_set, &req), &req.base, &stoker__v1__empty__descriptor,
                      timeout_ms, NULL);
 }
 
@@ -205,6 +205,6 @@ int stk_report_checkpoint(struct stk_client *c, const char *job, int64_t step, c
   }
   req.step = step;
   req.uri = (char *)uri;
-  return client_call(c, COORD_METHOD("ReportCheckpoint"), &req.base, &stoker__v1__empty__descriptor,
-                     0, NULL);
+  return client_call(c, COORD_METHOD(report_checkpoint, &req), &req.base,
+                     &stoker__v1__empty__descriptor, 0, NULL);
 }

@@ -42,7 +42,6 @@ struct ckpt_report {
   struct item *head, *tail;
   bool stopping;
   struct timespec stop_by; /* CLOCK_REALTIME: give up retrying then. */
-  char path[64];           /* "/stoker.v1.Coordinator/ReportCheckpoint", from the descriptor. */
 };
 
 static struct rpc_client_opts client_opts(const struct ckpt_report_opts *opts) {
@@ -114,8 +113,9 @@ static void send_one(struct ckpt_report *r, const struct item *it) {
     struct rpc_status st = {0};
     ProtobufCMessage *resp = NULL;
     take_next_client(r);
-    int rc = rpc_client_unary(r->client, r->path, &req.base, &stoker__v1__empty__descriptor, 10000,
-                              &resp, &st);
+    int rc = rpc_client_unary(r->client,
+                              RPC_METHOD_PATH(stoker__v1__coordinator, report_checkpoint, &req),
+                              &req.base, &stoker__v1__empty__descriptor, 10000, &resp, &st);
     if (rc == 0) {
       protobuf_c_message_free_unpacked(resp, NULL);
       log_info("coordinator.reported", "job=%s step=%lld", it->job, (long long)it->step);
@@ -162,13 +162,6 @@ static void *run(void *arg) {
 int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **ret_report) {
   struct ckpt_report *r = calloc(1, sizeof(*r));
   if (!r) return STK_ENOMEM;
-  int rc = rpc_method_path(&stoker__v1__coordinator__descriptor,
-                           RPC_METHOD_FIELD(Stoker__V1__Coordinator_Service, report_checkpoint),
-                           r->path, sizeof(r->path));
-  if (rc) {
-    free(r);
-    return rc;
-  }
   struct rpc_client_opts o = client_opts(opts);
   if (opts->metrics) {
     const char *name = "stoker_checkpoint_coordinator_reports_total";
@@ -180,7 +173,7 @@ int ckpt_report_new(const struct ckpt_report_opts *opts, struct ckpt_report **re
         metrics_counter(opts->metrics, "stoker_checkpoint_coordinator_report_failures_total",
                         "Failed tries of commit reports (each retry counts).", NULL);
   }
-  rc = rpc_client_new(&o, &r->client);
+  int rc = rpc_client_new(&o, &r->client);
   if (rc) {
     free(r);
     return rc;

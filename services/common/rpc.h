@@ -158,10 +158,50 @@ const ProtobufCMethodDescriptor *rpc_method_by_field(const ProtobufCServiceDescr
 
 /* Writes the method's path "/pkg.Svc/Method" to buf (the descriptor's
  * names); STK_EINVAL if desc has no method with that field name, STK_ERANGE
- * if buf is too small. For clients: rpc_method_path(&desc,
- * RPC_METHOD_FIELD(Svc, field), ...) types no name by hand. */
+ * if buf is too small. Clients name their calls' methods with
+ * RPC_METHOD_PATH below. */
 int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *field, char *buf,
                     size_t len);
+
+/*
+ * A client call's method, named as the generated code names it:
+ *
+ *   client_call(c, RPC_METHOD_PATH(stoker__v1__coordinator, create_job, &req), &req.base, ...)
+ *
+ * is "/stoker.v1.Coordinator/CreateJob". prefix is the service's protobuf-c
+ * prefix (its descriptor is prefix__descriptor), field the method's field in
+ * the generated service struct, req a pointer to the request the call sends
+ * (for a client stream, a pointer of its messages' type; NULL cast to it
+ * will do). The compiler checks all three against protobuf-c's generated
+ * client stub prefix__field(service, input, closure, closure_data), which it
+ * never calls: a method the service lacks does not compile (an undeclared
+ * stub), nor does a request of another type (the method of another service,
+ * the wrong method: an error, whatever the warning flags).
+ * The path comes from the descriptor, written once per call site into a
+ * buffer of its own that lives as long as the process (callers that keep
+ * the path until the call ends may), thread-safe, one atomic load after the
+ * first use. A GNU C statement expression: not for static initializers.
+ */
+#define RPC_METHOD_PATH_MAX 128
+struct rpc_method_path_cache {
+  _Atomic int state; /* 0 unwritten, 1 being written, 2 written. */
+  char path[RPC_METHOD_PATH_MAX];
+};
+#define RPC_METHOD_PATH(prefix, field, req)                                                        \
+  __extension__({                                                                                  \
+    static struct rpc_method_path_cache rpc_path_cache_;                                           \
+    _Pragma("GCC diagnostic push");                                                                \
+    _Pragma("GCC diagnostic error \"-Wincompatible-pointer-types\"");                              \
+    enum { rpc_path_checked_ = sizeof(((&prefix##__##field)(NULL, (req), NULL, NULL), 0)) };       \
+    _Pragma("GCC diagnostic pop");                                                                 \
+    rpc_method_path_cached(&rpc_path_cache_, &prefix##__descriptor, #field);                       \
+  })
+
+/* RPC_METHOD_PATH's writer: cache->path once, from desc's method field (a
+ * field desc lacks, which RPC_METHOD_PATH does not compile, writes
+ * "/pkg.Svc/field", answered UNIMPLEMENTED); returns cache->path. */
+const char *rpc_method_path_cached(struct rpc_method_path_cache *cache,
+                                   const ProtobufCServiceDescriptor *desc, const char *field);
 
 /* Creates a server whose handlers run on loop. Errors: STK_EINVAL (bad
  * options, unreadable TLS or token files; stk_detail() says which). */

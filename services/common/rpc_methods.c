@@ -7,13 +7,16 @@
  * descriptor lacks (a table built by hand), so a daemon whose table and
  * protos disagree fails at start with the method named, instead of
  * answering UNIMPLEMENTED at run time. Also the paths clients call,
- * "/pkg.Svc/Method", from the same names.
+ * "/pkg.Svc/Method", from the same names (RPC_METHOD_PATH, once per call
+ * site).
  */
 #include "rpc_internal.h"
 
 #include "stk_error.h"
 
 #include <ctype.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,6 +51,21 @@ int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *field, c
   }
   int n = snprintf(buf, len, "/%s/%s", desc->name, md->name);
   return n < 0 || (size_t)n >= len ? STK_ERANGE : 0;
+}
+
+const char *rpc_method_path_cached(struct rpc_method_path_cache *cache,
+                                   const ProtobufCServiceDescriptor *desc, const char *field) {
+  if (atomic_load_explicit(&cache->state, memory_order_acquire) == 2) return cache->path;
+  int unwritten = 0;
+  if (atomic_compare_exchange_strong(&cache->state, &unwritten, 1)) {
+    if (rpc_method_path(desc, field, cache->path, sizeof(cache->path)) != 0)
+      snprintf(cache->path, sizeof(cache->path), "/%s/%s", desc->name, field);
+    atomic_store_explicit(&cache->state, 2, memory_order_release);
+    return cache->path;
+  }
+  /* Another thread is writing it: a snprintf away. */
+  while (atomic_load_explicit(&cache->state, memory_order_acquire) != 2) sched_yield();
+  return cache->path;
 }
 
 int rpc_methods_check(const ProtobufCServiceDescriptor *desc, const struct rpc_method_def *defs,

@@ -159,7 +159,8 @@ static void propagation_reply(struct pending *p, ProtobufCMessage *resp) {
     jr.host = "bench";
     jr.member_id = pr->members[r];
     jr.address = pr->members[r];
-    start_call_for(pr->conns[r % CHANNELS], &pr->lat, "/stoker.v1.Coordinator/Join", &jr.base,
+    start_call_for(pr->conns[r % CHANNELS], &pr->lat,
+                   RPC_METHOD_PATH(stoker__v1__coordinator, join, &jr), &jr.base,
                    &stoker__v1__join_response__descriptor, NULL, pr, r);
   } else if (resp->descriptor == &stoker__v1__join_response__descriptor) {
     uint64_t gen = ((Stoker__V1__JoinResponse *)resp)->generation;
@@ -235,8 +236,8 @@ static int create_job(struct rpc_client *c, const char *name, uint32_t ranks, ui
   req.spec = &spec;
   ProtobufCMessage *resp = NULL;
   struct rpc_status st;
-  int err = rpc_client_unary(c, "/stoker.v1.Coordinator/CreateJob", &req.base,
-                             &stoker__v1__job__descriptor, 10000, &resp, &st);
+  int err = rpc_client_unary(c, RPC_METHOD_PATH(stoker__v1__coordinator, create_job, &req),
+                             &req.base, &stoker__v1__job__descriptor, 10000, &resp, &st);
   if (err) fprintf(stderr, "bench: CreateJob: %s\n", st.message);
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
   return err;
@@ -288,7 +289,7 @@ static void measure_baseline(struct h2_grpc *c, struct latencies *lat, int calls
   Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = "";
   for (int i = 0; i < calls; i++) {
-    start_call(c, lat, "/grpc.health.v1.Health/Check", &req.base,
+    start_call(c, lat, RPC_METHOD_PATH(grpc__health__v1__health, check, &req), &req.base,
                &grpc__health__v1__health_check_response__descriptor, NULL);
     wait_outstanding(lat);
   }
@@ -340,7 +341,8 @@ int main(int argc, char **argv) {
     snprintf(members[r], 32, "rank-%" PRIu32, r);
     jr.member_id = members[r];
     jr.address = members[r];
-    start_call(clients[r % CHANNELS], &join_lat, "/stoker.v1.Coordinator/Join", &jr.base,
+    start_call(clients[r % CHANNELS], &join_lat,
+               RPC_METHOD_PATH(stoker__v1__coordinator, join, &jr), &jr.base,
                &stoker__v1__join_response__descriptor, &generation[r]);
   }
   wait_outstanding(&join_lat);
@@ -386,7 +388,7 @@ int main(int argc, char **argv) {
     hr.step = sent / ranks;
     hr.tokens_per_s = 1000;
     start_call(clients[r % CHANNELS], w < 0 ? &warm_lat : &round_lat[w],
-               "/stoker.v1.Coordinator/Heartbeat", &hr.base,
+               RPC_METHOD_PATH(stoker__v1__coordinator, heartbeat, &hr), &hr.base,
                &stoker__v1__heartbeat_response__descriptor, NULL);
     sent++;
   }
@@ -421,7 +423,8 @@ int main(int argc, char **argv) {
     uint32_t r = (uint32_t)(i % ranks);
     hr.member_id = members[r];
     hr.generation = generation[r];
-    start_call(clients[r % CHANNELS], &sat_lat, "/stoker.v1.Coordinator/Heartbeat", &hr.base,
+    start_call(clients[r % CHANNELS], &sat_lat,
+               RPC_METHOD_PATH(stoker__v1__coordinator, heartbeat, &hr), &hr.base,
                &stoker__v1__heartbeat_response__descriptor, NULL);
   }
   wait_outstanding(&sat_lat);
@@ -443,7 +446,7 @@ int main(int argc, char **argv) {
   lr.generation = generation[0];
   ProtobufCMessage *lresp = NULL;
   struct rpc_status lst;
-  if (rpc_client_unary(admin, "/stoker.v1.Coordinator/Leave", &lr.base,
+  if (rpc_client_unary(admin, RPC_METHOD_PATH(stoker__v1__coordinator, leave, &lr), &lr.base,
                        &stoker__v1__empty__descriptor, 10000, &lresp, &lst) != 0) {
     fprintf(stderr, "bench: Leave: %s\n", lst.message);
     return 1;
@@ -460,8 +463,9 @@ int main(int argc, char **argv) {
     if (atomic_load(&prop.state[r]) == RANK_JOINING || r == 0) continue;
     hr.member_id = members[r];
     hr.generation = generation[r];
-    start_call_for(clients[r % CHANNELS], &prop_hb_lat, "/stoker.v1.Coordinator/Heartbeat",
-                   &hr.base, &stoker__v1__heartbeat_response__descriptor, NULL, &prop, r);
+    start_call_for(clients[r % CHANNELS], &prop_hb_lat,
+                   RPC_METHOD_PATH(stoker__v1__coordinator, heartbeat, &hr), &hr.base,
+                   &stoker__v1__heartbeat_response__descriptor, NULL, &prop, r);
   }
   coord_cpu_prop = coord_cpu_s() - coord_cpu_prop;
   wait_outstanding(&prop_hb_lat);
