@@ -156,13 +156,14 @@ static void on_saved(void *arg, int err, const char *msg, uint64_t bytes) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Two ranks write 24 MiB each at once through a 32 MiB staging budget: the
- * service must hold them back (waits), never exceed the budget, and still
- * store every byte. */
+/* Two ranks write 24 MiB each at once through a 16 MiB staging budget: the
+ * service must hold them back (waits: one rank's shard alone is over the
+ * budget, so they happen whatever the timing), never exceed the budget,
+ * and still store every byte. */
 static void test_async_save_backpressure(void **state) {
   (void)state;
   struct fake_ckpt f;
-  struct fake_ckpt_opts fo = {.staging_budget_bytes = 32u << 20};
+  struct fake_ckpt_opts fo = {.staging_budget_bytes = 16u << 20};
   fake_ckpt_start(&f, &fo);
   struct stk_client *c = connect_to(&f);
   char att[STK_CKPT_ATTEMPT_MAX];
@@ -195,8 +196,10 @@ static void test_async_save_backpressure(void **state) {
   assert_int_equal(stk_ckpt_commit(c, att, 60000, NULL), 0);
   struct ckpt_service_stats st;
   fake_ckpt_stats(&f, &st);
+  print_message("backpressure: %llu waits, staged peak %llu bytes\n", (unsigned long long)st.waits,
+                (unsigned long long)st.staged_peak_bytes);
   assert_true(st.waits > 0);
-  assert_true(st.staged_peak_bytes <= (32u << 20));
+  assert_true(st.staged_peak_bytes <= (16u << 20));
   /* Everything arrived: read the whole tensor back in one box. */
   float *all = malloc(2 * rows * cols * 4);
   uint64_t z[2] = {0, 0};
