@@ -13,58 +13,88 @@
 
 #define GLOBAL(name, field, help)                                                                  \
   { name, FLAG_ARG, offsetof(struct cli_args, field), NULL, 0, 0, NULL, help, 0 }
-#define VERB(name, help)                                                                           \
-  { name, FLAG_ARG, 0, NULL, 0, 0, NULL, help, FLAG_LISTED }
-#define SWITCH(name, help)                                                                         \
-  { name, FLAG_BOOL, 0, NULL, 0, 0, NULL, help, FLAG_LISTED }
-/* Every flag stokerctl knows: the global ones stored in cli_args, the
- * verbs' ones listed in order for the verb to read (cli_main.c refuses one
- * the verb does not take). Help for them is cli_help.c's. */
+/* A verb's flag: recorded in order for the verb to read (cli_commands.c
+ * names the verbs taking it; another is refused). type checks the value's
+ * form as it is parsed; def is the default the verb (or the service) applies
+ * when the flag is absent, shown in help only. */
+#define VERB(name, type, def, help)                                                                \
+  { name, type, 0, def, 0, 0, NULL, help, FLAG_LISTED }
+/* Every flag stokerctl knows, and their help: the global ones stored in
+ * cli_args, then the verbs' ones. */
 static const struct flag_spec cli_flags[] = {
-    GLOBAL("coordinator", coordinator, "Coordinator address."),
-    GLOBAL("dataloader", dataloader, "Dataloader address."),
-    GLOBAL("checkpoint", checkpoint, "Checkpoint service address."),
-    GLOBAL("tls-ca", tls_ca, "CA file for TLS."),
-    GLOBAL("tls-cert", tls_cert, "Client certificate file."),
-    GLOBAL("tls-key", tls_key, "Client key file."),
-    GLOBAL("token-file", token_file, "Bearer token file."),
+    GLOBAL("coordinator", coordinator,
+           "Coordinator HOST:PORT (default " CLI_DEFAULT_COORDINATOR ")."),
+    GLOBAL("dataloader", dataloader,
+           "Dataloader HOST:PORT, or a comma-separated list of the parts of a scaled-out one."),
+    GLOBAL("checkpoint", checkpoint,
+           "Checkpoint service HOST:PORT (checkpoint commands default to 127.0.0.1:7072)."),
+    {"json", FLAG_BOOL, offsetof(struct cli_args, json), "false", 0, 0, NULL,
+     "JSON output, one object per line.", 0},
     {"timeout", FLAG_DURATION, offsetof(struct cli_args, timeout_ms), "10s", 1, 86400000, NULL,
-     "Deadline of each call.", 0},
-    {"json", FLAG_BOOL, offsetof(struct cli_args, json), "false", 0, 0, NULL, "JSON output.", 0},
-    VERB("label", "KEY=VALUE label."),
-    VERB("after", "Events after this sequence number."),
-    VERB("min", "Fewest ranks."),
-    VERB("max", "Most ranks."),
-    VERB("heartbeat", "Heartbeat interval."),
-    VERB("misses", "Heartbeats missed before a rank is dead."),
-    VERB("last-call", "Wait for more ranks."),
-    VERB("join-timeout", "Join deadline."),
-    VERB("dataset", "Dataset URI."),
-    VERB("checkpoint-storage", "Checkpoint storage URI."),
-    VERB("checkpoint-every", "Checkpoint interval in steps."),
-    SWITCH("skip-checkpoint", "Skip the checkpoint."),
-    SWITCH("force", "Force."),
-    VERB("seq-len", "Sequence length."),
-    VERB("global-batch", "Global batch."),
-    VERB("seed", "Seed."),
-    VERB("shards", "Logical shards."),
-    VERB("lanes", "Lanes."),
-    VERB("bos", "Beginning-of-sequence token."),
-    VERB("eos", "End-of-sequence token."),
-    VERB("max-doc-tokens", "Longest document."),
-    VERB("from-step", "First step."),
-    VERB("block-document", "DATASET:FILE:DOC to block."),
-    VERB("rank", "Rank."),
-    VERB("world", "World size."),
-    SWITCH("progress", "Show progress."),
-    VERB("reason", "Why."),
+     "Deadline of each call (e.g. 500ms, 30s, 2m).", 0},
+    GLOBAL("tls-ca", tls_ca, "Use TLS, verifying servers with this CA file (PEM)."),
+    GLOBAL("tls-cert", tls_cert, "Client certificate file for mutual TLS (PEM)."),
+    GLOBAL("tls-key", tls_key, "Client key file for mutual TLS (PEM)."),
+    GLOBAL("token-file", token_file, "File holding the bearer token sent with every call."),
+    VERB("label", FLAG_ARG, NULL,
+         "A label KEY=VALUE (repeatable; jobs list: jobs with all of them)."),
+    VERB("after", FLAG_UINT64, NULL, "Only the events after this sequence number."),
+    VERB("min", FLAG_UINT64, NULL, "Fewest ranks a generation may start with (required)."),
+    VERB("max", FLAG_UINT64, NULL, "Most ranks a generation may have (required)."),
+    VERB("heartbeat", FLAG_DURATION, "5s", "Heartbeat interval of the ranks."),
+    VERB("misses", FLAG_UINT64, "3", "Heartbeats missed before a rank is lost."),
+    VERB("last-call", FLAG_DURATION, "30s", "Wait for more ranks once --min joined."),
+    VERB("join-timeout", FLAG_DURATION, "10m", "How long a join may wait."),
+    VERB("dataset", FLAG_ARG, NULL,
+         "job create: a dataset URI kept in the spec. loader: a dataset\n"
+         "NAME=URI[:FORMAT][@WEIGHT] (repeatable; FORMAT megatron, llmc or text, WEIGHT default "
+         "1)."),
+    VERB("checkpoint-storage", FLAG_ARG, NULL, "Checkpoint storage URI, kept in the spec."),
+    VERB("checkpoint-every", FLAG_UINT64, NULL, "Checkpoint interval in steps, kept in the spec."),
+    VERB("skip-checkpoint", FLAG_BOOL, NULL, "Restart without taking a checkpoint first."),
+    VERB("force", FLAG_BOOL, NULL,
+         "pause, stop: without the checkpoint; delete: even while ranks are members."),
+    VERB("seq-len", FLAG_UINT64, NULL, "Tokens per sequence (required by loader create)."),
+    VERB("global-batch", FLAG_UINT64, NULL,
+         "Sequences per step over all ranks (required by loader create)."),
+    VERB("seed", FLAG_UINT64, "0", "Seed of the shuffle."),
+    VERB("shards", FLAG_UINT64, NULL, "Logical shards the data is split into."),
+    VERB("lanes", FLAG_UINT64, NULL, "Lanes (packing streams) per rank."),
+    VERB("bos", FLAG_UINT64, NULL, "Beginning-of-sequence token id put before each document."),
+    VERB("eos", FLAG_UINT64, NULL, "End-of-sequence token id put after each document."),
+    VERB("max-doc-tokens", FLAG_UINT64, NULL, "Longest document in tokens (longer ones are cut)."),
+    VERB("from-step", FLAG_UINT64, NULL, "First step the new configuration applies to (required)."),
+    VERB("block-document", FLAG_ARG, NULL,
+         "A document DATASET/FILE/DOC (as explain names it) never to serve again (repeatable)."),
+    VERB("rank", FLAG_UINT64, "0", "The rank whose slice to explain."),
+    VERB("world", FLAG_UINT64, "1", "World size the slice is cut for."),
+    VERB("progress", FLAG_BOOL, NULL, "A progress bar on stderr (the default on a terminal)."),
+    VERB("reason", FLAG_ARG, NULL, "Why: named in the error the attempt's writers get."),
 };
 #undef GLOBAL
 #undef VERB
-#undef SWITCH
 
 static const struct flag_table cli_table = {"stokerctl", NULL, cli_flags,
                                             sizeof(cli_flags) / sizeof(cli_flags[0]), NULL};
+
+/* The global flags read from the environment when not given. */
+static const struct {
+  const char *flag, *env;
+} cli_envs[] = {
+    {"coordinator", "STOKER_COORDINATOR"}, {"dataloader", "STOKER_DATALOADER"},
+    {"checkpoint", "STOKER_CHECKPOINT"},   {"token-file", "STOKER_TOKEN_FILE"},
+    {"tls-ca", "STOKER_TLS_CA"},
+};
+
+const struct flag_table *cli_flag_table(void) {
+  return &cli_table;
+}
+
+const char *cli_flag_env(const char *flag) {
+  for (size_t i = 0; i < sizeof(cli_envs) / sizeof(cli_envs[0]); i++)
+    if (strcmp(cli_envs[i].flag, flag) == 0) return cli_envs[i].env;
+  return NULL;
+}
 
 int cli_parse(int argc, char **argv, struct cli_args *a, char *err, size_t err_len) {
   memset(a, 0, sizeof(*a));
@@ -83,16 +113,13 @@ int cli_parse(int argc, char **argv, struct cli_args *a, char *err, size_t err_l
 }
 
 void cli_apply_env(struct cli_args *a, const char *(*get)(const char *name)) {
-  if (!a->coordinator) a->coordinator = get("STOKER_COORDINATOR");
-  if (!a->coordinator || !a->coordinator[0]) a->coordinator = CLI_DEFAULT_COORDINATOR;
-  if (!a->dataloader) a->dataloader = get("STOKER_DATALOADER");
-  if (!a->checkpoint) a->checkpoint = get("STOKER_CHECKPOINT");
-  if (!a->token_file) a->token_file = get("STOKER_TOKEN_FILE");
-  if (!a->tls_ca) a->tls_ca = get("STOKER_TLS_CA");
-  if (a->dataloader && !a->dataloader[0]) a->dataloader = NULL;
-  if (a->checkpoint && !a->checkpoint[0]) a->checkpoint = NULL;
-  if (a->token_file && !a->token_file[0]) a->token_file = NULL;
-  if (a->tls_ca && !a->tls_ca[0]) a->tls_ca = NULL;
+  for (size_t i = 0; i < sizeof(cli_envs) / sizeof(cli_envs[0]); i++) {
+    const struct flag_spec *s = flag_find(&cli_table, cli_envs[i].flag, strlen(cli_envs[i].flag));
+    const char **field = (const char **)((char *)a + s->offset);
+    if (!*field) *field = get(cli_envs[i].env);
+    if (*field && !(*field)[0]) *field = NULL;
+  }
+  if (!a->coordinator) a->coordinator = CLI_DEFAULT_COORDINATOR;
 }
 
 const char *cli_flag_value(const struct cli_args *a, const char *name) {

@@ -59,6 +59,13 @@ struct cli_args {
  * words). */
 int cli_parse(int argc, char **argv, struct cli_args *a, char *err, size_t err_len);
 
+/* The one table of every flag stokerctl parses (global and verb flags),
+ * which its help prints. */
+const struct flag_table *cli_flag_table(void);
+
+/* The environment variable a global flag falls back to, or NULL. */
+const char *cli_flag_env(const char *flag);
+
 /* Fills unset addresses and the token file from STOKER_COORDINATOR,
  * STOKER_DATALOADER, STOKER_CHECKPOINT, STOKER_TOKEN_FILE (read through
  * get, normally getenv), then the default coordinator. */

@@ -1,30 +1,15 @@
 /*
  * stokerctl's usage texts (see cli_help.h). Every list is printed from the
- * command table, so a command's synopsis is written once and the global,
- * group and command help can never disagree.
+ * command table, and every flag from the flag table that parses it (with
+ * flags.c's row format, as the daemons' --help), so a command's synopsis is
+ * written once and no flag it accepts can be left out of its help.
  */
 #include "cli_help.h"
 
 #include <string.h>
 
 #include "cli_args.h"
-
-static const char global_flags[] =
-    "Global flags:\n"
-    "  --coordinator ADDR   coordinator HOST:PORT (env STOKER_COORDINATOR,\n"
-    "                       default " CLI_DEFAULT_COORDINATOR ")\n"
-    "  --dataloader ADDRS   dataloader HOST:PORT, or a comma-separated list of the parts\n"
-    "                       of a scaled-out one (env STOKER_DATALOADER)\n"
-    "  --checkpoint ADDR    checkpoint service HOST:PORT (env STOKER_CHECKPOINT; checkpoint\n"
-    "                       commands default to 127.0.0.1:7072)\n"
-    "  --json               JSON output, one object per line\n"
-    "  --timeout DURATION   per-call deadline (default 10s; e.g. 500ms, 30s, 2m)\n"
-    "  --tls-ca FILE        use TLS, verifying servers with this CA (PEM; env STOKER_TLS_CA)\n"
-    "  --tls-cert FILE      client certificate for mutual TLS (PEM)\n"
-    "  --tls-key FILE       client key for mutual TLS (PEM)\n"
-    "  --token-file FILE    bearer token (env STOKER_TOKEN_FILE)\n"
-    "  -h, --help           this text; after a command or group: its usage\n"
-    "  --version            print \"stokerctl VERSION\" and exit\n";
+#include "strbuf.h"
 
 static const char exit_codes[] =
     "Exit codes:\n"
@@ -69,12 +54,46 @@ static void put_row(const struct cli_command *c, FILE *out) {
   fprintf(out, "%s\n", c->summary);
 }
 
+/* The global flags: the stored rows of the flag table, then the ones the
+ * parser always knows. */
+static void put_global_flags(FILE *out) {
+  const struct flag_table *t = cli_flag_table();
+  struct strbuf sb = STRBUF_INIT;
+  strbuf_puts(&sb, "Global flags (anywhere on the line):\n");
+  for (size_t i = 0; i < t->n_specs; i++) {
+    const struct flag_spec *s = &t->specs[i];
+    if (!(s->flags & FLAG_LISTED)) flag_put_help(s, cli_flag_env(s->name), &sb);
+  }
+  strbuf_puts(&sb, "  -h, --help\n      This text; after a command or group: its usage.\n"
+                   "  --version\n      Print \"stokerctl VERSION\" and exit.\n");
+  if (sb.buf) fputs(sb.buf, out);
+  strbuf_release(&sb);
+}
+
+/* The verb flags cmd accepts, in the flag table's order. */
+static void put_command_flags(const struct cli_command *cmd, FILE *out) {
+  const struct flag_table *t = cli_flag_table();
+  struct strbuf sb = STRBUF_INIT;
+  for (size_t i = 0; i < t->n_specs; i++) {
+    const struct flag_spec *s = &t->specs[i];
+    if ((s->flags & FLAG_LISTED) && cli_command_takes(cmd, s->name)) {
+      if (!sb.len) strbuf_puts(&sb, "\nFlags:\n");
+      flag_put_help(s, NULL, &sb);
+    }
+  }
+  if (sb.buf) fputs(sb.buf, out);
+  strbuf_release(&sb);
+}
+
 void cli_help_global(const struct cli_command *cmds, size_t n, FILE *out) {
   fputs("usage: stokerctl [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]\n"
-        "       stokerctl COMMAND --help     one command's or group's usage\n\nCommands:\n",
+        "       stokerctl COMMAND --help     one command's or group's usage and flags\n\n"
+        "Commands:\n",
         out);
   for (size_t i = 0; i < n; i++) put_row(&cmds[i], out);
-  fprintf(out, "\n%s\n%s", global_flags, exit_codes);
+  fputs("\n", out);
+  put_global_flags(out);
+  fprintf(out, "\n%s", exit_codes);
 }
 
 bool cli_help_is_group(const struct cli_command *cmds, size_t n, const char *word) {
@@ -98,6 +117,7 @@ void cli_help_command(const struct cli_command *cmd, FILE *out) {
   fputs("usage: stokerctl [GLOBAL FLAGS] ", out);
   put_synopsis(cmd, "                 ", out);
   fprintf(out, "\n\n%s.\n", cmd->summary);
+  put_command_flags(cmd, out);
   if (cmd->details) fprintf(out, "\n%s", cmd->details);
   fputs("\nGlobal flags (addresses, --json, --timeout, TLS): see \"stokerctl --help\".\n", out);
 }

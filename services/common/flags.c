@@ -597,7 +597,7 @@ void flag_put_facts(const struct flag_spec *o, const char *env, struct strbuf *s
   };
   strbuf_printf(sb, "%s%s", type_names[o->type],
                 (o->flags & FLAG_REPEAT) ? " (repeatable; ':'-joined list)" : "");
-  if (!(o->type == FLAG_ARG && !o->def) && !(o->flags & FLAG_LISTED)) {
+  if ((o->flags & FLAG_LISTED) ? o->def != NULL : !(o->type == FLAG_ARG && !o->def)) {
     strbuf_puts(sb, ", default ");
     flag_put_quoted(sb, flag_default_text(o));
   }
@@ -617,11 +617,13 @@ void flag_put_facts(const struct flag_spec *o, const char *env, struct strbuf *s
 }
 
 void flag_put_help(const struct flag_spec *o, const char *env, struct strbuf *sb) {
-  strbuf_printf(sb, "  --%s ", o->name);
+  strbuf_printf(sb, "  --%s", o->name);
   if (o->type == FLAG_BOOL && !(o->flags & FLAG_LISTED))
-    strbuf_printf(sb, "| --no-%s", o->name);
-  else
+    strbuf_printf(sb, " | --no-%s", o->name);
+  else if (o->type != FLAG_BOOL) {
+    strbuf_puts(sb, " ");
     put_placeholder(o, sb);
+  }
   strbuf_puts(sb, "\n      ");
   flag_put_indented(sb, o->help, "\n      ");
   strbuf_puts(sb, "\n      (");

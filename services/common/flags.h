@@ -71,9 +71,10 @@ enum flag_type {
 struct flag_spec {
   const char *name; /* "heartbeat-interval": the flag without dashes. */
   enum flag_type type;
-  size_t offset;                 /* offsetof(struct program_options, field). */
-  const char *def;               /* Default as text; NULL: "" / 0 / first enum name. */
-  int64_t min, max;              /* Inclusive bounds; both 0: none. */
+  size_t offset;    /* offsetof(struct program_options, field). */
+  const char *def;  /* Default as text; NULL: "" / 0 / first enum name. FLAG_LISTED rows:
+                     * what applies when absent, shown by help only (NULL: none shown). */
+  int64_t min, max; /* Inclusive bounds; both 0: none. */
   const char *const *enum_names; /* FLAG_ENUM: NULL-terminated names. */
   const char *help;              /* One sentence (may hold '\n'). */
   unsigned flags;                /* FLAG_SECRET, FLAG_REPEAT, FLAG_LISTED. */
@@ -140,8 +141,9 @@ void flag_free(const struct flag_table *t, void *dst);
 int flag_parse_uint(const char *s, uint64_t max, uint64_t *ret_value);
 int flag_parse_duration_ms(const char *s, int64_t *ret_ms);
 
-/* Help for one row: "  --name PLACEHOLDER\n      help\n      (facts)\n".
- * env, when not NULL, is named among the facts. */
+/* Help for one row: "  --name PLACEHOLDER\n      help\n      (facts)\n"
+ * (a stored bool shows "| --no-name", a FLAG_LISTED one nothing). env, when
+ * not NULL, is named among the facts. */
 void flag_put_help(const struct flag_spec *s, const char *env, struct strbuf *sb);
 
 /* "type, default X, range [a, b]" (and ", env NAME" when env). */

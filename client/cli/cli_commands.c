@@ -1,0 +1,174 @@
+/*
+ * stokerctl's command table: for each command its words, the operands it
+ * needs, the flags it accepts (rows of cli_args.c's flag table, which
+ * parses them and holds their help), the function that runs it, and what
+ * only the command can say: its usage line, one-line summary and notes.
+ * cli_help.c prints every usage text from here and that flag table.
+ */
+#include "cli_commands.h"
+
+#include <string.h>
+
+#include "cli.h"
+
+static const struct cli_command commands[] = {
+    {{"health", NULL},
+     0,
+     "",
+     cli_health,
+     "",
+     "check every service address given",
+     "One line per service: SERVICE ADDRESS STATUS, STATUS being SERVING, NOT_SERVING or\n"
+     "unreachable (with the reason). The coordinator is always checked; the dataloader (each\n"
+     "part of a scaled-out one) and the checkpoint service when their address is given\n"
+     "(--dataloader, --checkpoint or STOKER_DATALOADER, STOKER_CHECKPOINT).\n"
+     "--json: one object per service {\"service\",\"address\",\"status\"} (and \"error\" when\n"
+     "unreachable). Exits 0 when all are SERVING, 4 otherwise.\n"},
+    {{"jobs", "list"},
+     0,
+     "label",
+     cli_jobs_list,
+     "[--label K=V]...",
+     "list jobs (with all of these labels)",
+     NULL},
+    {{"job", "show"}, 1, "", cli_job_show, "NAME", "spec, state, checkpoint and members", NULL},
+    {{"job", "watch"},
+     1,
+     "after",
+     cli_job_watch,
+     "NAME [--after SEQ]",
+     "stream events until Ctrl-C or deletion",
+     NULL},
+    {{"job", "create"},
+     1,
+     "min max heartbeat misses last-call join-timeout label dataset checkpoint-storage "
+     "checkpoint-every",
+     cli_job_create,
+     "NAME --min N --max N [--heartbeat 5s] [--misses 3]\n[--last-call 30s] [--join-timeout "
+     "10m] [--label K=V]...\n[--dataset URI] [--checkpoint-storage URI] [--checkpoint-every N]",
+     "create a job",
+     "Defaults of --heartbeat, --misses, --last-call and --join-timeout are the coordinator's.\n"},
+    {{"job", "scale"},
+     2,
+     "skip-checkpoint",
+     cli_job_scale,
+     "NAME N [--skip-checkpoint]",
+     "checkpoint, then restart at N ranks",
+     NULL},
+    {{"job", "pause"},
+     1,
+     "force",
+     cli_job_pause,
+     "NAME [--force]",
+     "checkpoint, then pause (--force: without the checkpoint)",
+     NULL},
+    {{"job", "resume"}, 1, "", cli_job_resume, "NAME", "resume a paused job", NULL},
+    {{"job", "stop"},
+     1,
+     "force",
+     cli_job_stop,
+     "NAME [--force]",
+     "checkpoint, then stop (--force: without the checkpoint)",
+     NULL},
+    {{"job", "delete"},
+     1,
+     "force",
+     cli_job_delete,
+     "NAME [--force]",
+     "delete a job (--force: even while ranks are members)",
+     NULL},
+    {{"loader", "create"},
+     1,
+     "dataset seq-len global-batch seed shards lanes bos eos max-doc-tokens",
+     cli_loader_create,
+     "JOB --dataset NAME=URI[:FORMAT][@WEIGHT]... --seq-len N\n--global-batch N [--seed N] "
+     "[--shards L] [--lanes C] [--bos ID]\n[--eos ID] [--max-doc-tokens N]",
+     "create a job's data loader (FORMAT: megatron, llmc, text)",
+     NULL},
+    {{"loader", "show"},
+     1,
+     "",
+     cli_loader_show,
+     "JOB",
+     "spec, datasets and committed step (or why the job failed)",
+     NULL},
+    {{"loader", "list"},
+     0,
+     "",
+     cli_loader_list,
+     "",
+     "every loader job of each dataloader part, failed ones with the reason",
+     "--json: one object per job (with \"part\" when there are several parts).\n"},
+    {{"loader", "delete"},
+     1,
+     "",
+     cli_loader_delete,
+     "JOB",
+     "remove a loader job and its stored state on every part (failed ones too)",
+     NULL},
+    {{"loader", "mixture"},
+     1,
+     "from-step dataset seq-len global-batch block-document",
+     cli_loader_mixture,
+     "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N] "
+     "[--block-document DATASET/FILE/DOC]...",
+     "new configuration from step S on",
+     NULL},
+    {{"loader", "explain"},
+     2,
+     "rank world",
+     cli_loader_explain,
+     "JOB STEP [--rank R --world W]",
+     "where each line came from",
+     NULL},
+    {{"loader", "commit"},
+     2,
+     "",
+     cli_loader_commit,
+     "JOB STEP",
+     "make the loader state after STEP durable",
+     NULL},
+    {{"checkpoint", "list"}, 1, "", cli_ckpt_list, "JOB", "committed checkpoints of a job", NULL},
+    {{"checkpoint", "show"},
+     2,
+     "",
+     cli_ckpt_show,
+     "JOB STEP",
+     "manifest: tensors, dtype, shape, chunks, objects",
+     "--json: the whole manifest.\n"},
+    {{"checkpoint", "verify"},
+     2,
+     "progress",
+     cli_ckpt_verify,
+     "JOB STEP [--progress]",
+     "re-read every byte, check every CRC",
+     "Exits 6 when any block is bad.\n"},
+    {{"checkpoint", "delete"},
+     2,
+     "",
+     cli_ckpt_delete,
+     "JOB STEP",
+     "delete a committed checkpoint",
+     NULL},
+    {{"checkpoint", "abort"},
+     1,
+     "reason",
+     cli_ckpt_abort,
+     "ATTEMPT [--reason TEXT]",
+     "abort an open checkpoint attempt",
+     "Its writers fail, its staging memory is freed and what it uploaded is deleted;\n"
+     "exits 0 also when the attempt was already aborted, 3 once it committed.\n"},
+};
+
+const struct cli_command *cli_commands(size_t *ret_n) {
+  *ret_n = sizeof(commands) / sizeof(commands[0]);
+  return commands;
+}
+
+bool cli_command_takes(const struct cli_command *cmd, const char *flag) {
+  size_t n = strlen(flag);
+  for (const char *p = cmd->flags; (p = strstr(p, flag)) != NULL; p += n) {
+    if ((p == cmd->flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+  }
+  return false;
+}
