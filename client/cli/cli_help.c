@@ -64,7 +64,7 @@ static void put_global_flags(FILE *out) {
     const struct flag_spec *s = &t->specs[i];
     if (!(s->flags & FLAG_LISTED)) flag_put_help(s, cli_flag_env(s->name), &sb);
   }
-  strbuf_puts(&sb, "  -h, --help\n      This text; after a command or group: its usage.\n"
+  strbuf_puts(&sb, "  --help, -h\n      This text; after a command or group: its usage.\n"
                    "  --version\n      Print \"stokerctl VERSION\" and exit.\n");
   if (sb.buf) fputs(sb.buf, out);
   strbuf_release(&sb);

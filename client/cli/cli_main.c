@@ -79,10 +79,18 @@ int main(int argc, char **argv) {
   char why[256];
   struct cli_ctx top = {.args = &a};
   commands = cli_commands(&n_commands);
-  if (cli_parse(argc, argv, &a, why, sizeof(why)) < 0) return cli_usage_error(&top, "%s", why);
+  if (cli_parse(argc, argv, &a, why, sizeof(why)) < 0) {
+    char *see = strstr(why, " (see --help)"); /* cli_usage_error says where to look. */
+    if (see) *see = '\0';
+    return cli_usage_error(&top, "%s", why);
+  }
   if (a.version) {
     printf("stokerctl %s\n", STK_VERSION);
     return CLI_EXIT_OK;
+  }
+  if (a.n_pos > 0 && strcmp(a.pos[0], "help") == 0) { /* "help [COMMAND]": "[COMMAND] --help". */
+    memmove(a.pos, a.pos + 1, (size_t)--a.n_pos * sizeof(a.pos[0]));
+    a.help = true;
   }
   if (a.n_pos == 0) {
     cli_help_global(commands, n_commands, a.help ? stdout : stderr);

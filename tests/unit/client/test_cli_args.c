@@ -183,10 +183,11 @@ static void test_spec_errors(void **state) {
   assert_non_null(strstr(err, "--min N is required"));
   assert_int_equal(parse(&a, err, "job", "create", "x", "--min", "3", "--max", "2", NULL), 0);
   assert_int_equal(cli_spec_from_args(&a, "x", &s, err, sizeof(err)), STK_EINVAL);
+  /* A duration without its unit is refused as the line is parsed (the
+   * flag row is a duration), naming the flag. */
   assert_int_equal(
       parse(&a, err, "job", "create", "x", "--min", "1", "--max", "2", "--heartbeat", "5", NULL),
-      0);
-  assert_int_equal(cli_spec_from_args(&a, "x", &s, err, sizeof(err)), STK_EINVAL);
+      STK_EINVAL);
   assert_non_null(strstr(err, "--heartbeat"));
   assert_int_equal(
       parse(&a, err, "job", "create", "x", "--min", "1", "--max", "2", "--label", "k", NULL), 0);

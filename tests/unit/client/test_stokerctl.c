@@ -181,7 +181,57 @@ static void test_help_per_command(void **state) {
   assert_int_equal(r.rc, 0);
   assert_non_null(strstr(r.out, "  checkpoint delete JOB STEP "));
   assert_non_null(strstr(r.out, "  jobs list [--label K=V]... "));
-  assert_non_null(strstr(r.out, "Global flags:"));
+  assert_non_null(strstr(r.out, "Global flags"));
+  assert_non_null(strstr(r.out, "  --timeout DURATION\n"));
+}
+
+/* A command's help lists its flags with their kinds and defaults, from the
+ * flag table; "help [COMMAND]" is "[COMMAND] --help". */
+static void test_help_lists_flags(void **state) {
+  static struct cli_run r;
+  run(&r, "job create --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "\nFlags:\n"));
+  assert_non_null(strstr(r.out, "  --heartbeat DURATION\n"));
+  assert_non_null(strstr(r.out, "(duration, default 5s)"));
+  assert_non_null(strstr(r.out, "  --checkpoint-every INTEGER\n"));
+  run(&r, "loader create --help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "  --max-doc-tokens INTEGER\n"));
+  run(&r, "checkpoint verify --help");
+  assert_non_null(strstr(r.out, "  --progress\n"));
+  run(&r, "help job scale");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "usage: stokerctl [GLOBAL FLAGS] job scale NAME N"));
+  assert_non_null(strstr(r.out, "  --skip-checkpoint\n"));
+  run(&r, "help loader");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "  loader commit JOB STEP "));
+  run(&r, "help");
+  assert_int_equal(r.rc, 0);
+  assert_non_null(strstr(r.out, "Exit codes:"));
+}
+
+/* Unknown commands and flags: one clear line on stderr, exit 1. */
+static void test_unknown_command_or_flag(void **state) {
+  static struct cli_run r;
+  run(&r, "frobnicate");
+  assert_int_equal(r.rc, 1);
+  assert_string_equal(r.out, "");
+  assert_non_null(strstr(r.err, "stokerctl: unknown command \"frobnicate\""));
+  run(&r, "help frobnicate");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "unknown command \"frobnicate\""));
+  run(&r, "job show x --frob");
+  assert_int_equal(r.rc, 1);
+  assert_string_equal(r.out, "");
+  assert_non_null(strstr(r.err, "unknown flag --frob"));
+  run(&r, "job scale x 2 --force"); /* A flag of another command. */
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "job scale: --force does not apply here"));
+  run(&r, "job create x --min 1 --max 2 --misses many");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "--misses"));
 }
 
 static void write_file(const char *path, const char *text) {
@@ -231,10 +281,15 @@ int main(int argc, char **argv) {
   }
   stokerctl = argv[1];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_not_found_line),  cmocka_unit_test(test_show_json),
-      cmocka_unit_test(test_watch_until_end), cmocka_unit_test(test_health),
-      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_help_per_command),
+      cmocka_unit_test(test_not_found_line),
+      cmocka_unit_test(test_show_json),
+      cmocka_unit_test(test_watch_until_end),
+      cmocka_unit_test(test_health),
+      cmocka_unit_test(test_exit_codes),
+      cmocka_unit_test(test_help_per_command),
       cmocka_unit_test(test_token),
+      cmocka_unit_test(test_help_lists_flags),
+      cmocka_unit_test(test_unknown_command_or_flag),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
