@@ -185,53 +185,47 @@ static void test_help_per_command(void **state) {
   assert_non_null(strstr(r.out, "  --timeout DURATION\n"));
 }
 
-/* A command's help lists its flags with their kinds and defaults, from the
- * flag table; "help [COMMAND]" is "[COMMAND] --help". */
-static void test_help_lists_flags(void **state) {
+/* One run of stokerctl and what it must answer: the exit code, and a text
+ * found on stdout (exit 0) or stderr (otherwise, stdout then empty). */
+struct expect {
+  const char *args;
+  int rc;
+  const char *text;
+};
+
+static void check_all(const struct expect *e, size_t n) {
   static struct cli_run r;
-  run(&r, "job create --help");
-  assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "\nFlags:\n"));
-  assert_non_null(strstr(r.out, "  --heartbeat DURATION\n"));
-  assert_non_null(strstr(r.out, "(duration, default 5s)"));
-  assert_non_null(strstr(r.out, "  --checkpoint-every INTEGER\n"));
-  run(&r, "loader create --help");
-  assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "  --max-doc-tokens INTEGER\n"));
-  run(&r, "checkpoint verify --help");
-  assert_non_null(strstr(r.out, "  --progress\n"));
-  run(&r, "help job scale");
-  assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "usage: stokerctl [GLOBAL FLAGS] job scale NAME N"));
-  assert_non_null(strstr(r.out, "  --skip-checkpoint\n"));
-  run(&r, "help loader");
-  assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "  loader commit JOB STEP "));
-  run(&r, "help");
-  assert_int_equal(r.rc, 0);
-  assert_non_null(strstr(r.out, "Exit codes:"));
+  for (size_t i = 0; i < n; i++) {
+    run(&r, e[i].args);
+    if (r.rc != e[i].rc) fail_msg("stokerctl %s: exit %d, not %d", e[i].args, r.rc, e[i].rc);
+    if (e[i].rc) assert_string_equal(r.out, "");
+    if (!strstr(e[i].rc ? r.err : r.out, e[i].text))
+      fail_msg("stokerctl %s: no \"%s\" in:\n%s%s", e[i].args, e[i].text, r.out, r.err);
+  }
 }
 
-/* Unknown commands and flags: one clear line on stderr, exit 1. */
-static void test_unknown_command_or_flag(void **state) {
-  static struct cli_run r;
-  run(&r, "frobnicate");
-  assert_int_equal(r.rc, 1);
-  assert_string_equal(r.out, "");
-  assert_non_null(strstr(r.err, "stokerctl: unknown command \"frobnicate\""));
-  run(&r, "help frobnicate");
-  assert_int_equal(r.rc, 1);
-  assert_non_null(strstr(r.err, "unknown command \"frobnicate\""));
-  run(&r, "job show x --frob");
-  assert_int_equal(r.rc, 1);
-  assert_string_equal(r.out, "");
-  assert_non_null(strstr(r.err, "unknown flag --frob"));
-  run(&r, "job scale x 2 --force"); /* A flag of another command. */
-  assert_int_equal(r.rc, 1);
-  assert_non_null(strstr(r.err, "job scale: --force does not apply here"));
-  run(&r, "job create x --min 1 --max 2 --misses many");
-  assert_int_equal(r.rc, 1);
-  assert_non_null(strstr(r.err, "--misses"));
+/* A command's help lists its flags with their kinds and defaults, from the
+ * flag table; "help [COMMAND]" is "[COMMAND] --help". Unknown commands and
+ * flags: one clear line on stderr, exit 1. */
+static void test_help_forms_and_unknown_words(void **state) {
+  static const struct expect e[] = {
+      {"job create --help", 0, "\nFlags:\n  --label STRING\n"},
+      {"job create --help", 0, "  --heartbeat DURATION\n"},
+      {"job create --help", 0, "(duration, default 5s)"},
+      {"job create --help", 0, "  --checkpoint-every INTEGER\n"},
+      {"loader create --help", 0, "  --max-doc-tokens INTEGER\n"},
+      {"checkpoint verify --help", 0, "  --progress\n"},
+      {"help job scale", 0, "usage: stokerctl [GLOBAL FLAGS] job scale NAME N"},
+      {"help job scale", 0, "  --skip-checkpoint\n"},
+      {"help loader", 0, "  loader commit JOB STEP "},
+      {"help", 0, "Exit codes:"},
+      {"frobnicate", 1, "stokerctl: unknown command \"frobnicate\" (see stokerctl --help)\n"},
+      {"help frobnicate", 1, "unknown command \"frobnicate\""},
+      {"job show x --frob", 1, "stokerctl: unknown flag --frob (see stokerctl --help)\n"},
+      {"job scale x 2 --force", 1, "job scale: --force does not apply here"},
+      {"job create x --min 1 --max 2 --misses many", 1, "--misses"},
+  };
+  check_all(e, sizeof(e) / sizeof(e[0]));
 }
 
 static void write_file(const char *path, const char *text) {
@@ -281,15 +275,10 @@ int main(int argc, char **argv) {
   }
   stokerctl = argv[1];
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_not_found_line),
-      cmocka_unit_test(test_show_json),
-      cmocka_unit_test(test_watch_until_end),
-      cmocka_unit_test(test_health),
-      cmocka_unit_test(test_exit_codes),
-      cmocka_unit_test(test_help_per_command),
-      cmocka_unit_test(test_token),
-      cmocka_unit_test(test_help_lists_flags),
-      cmocka_unit_test(test_unknown_command_or_flag),
+      cmocka_unit_test(test_not_found_line),  cmocka_unit_test(test_show_json),
+      cmocka_unit_test(test_watch_until_end), cmocka_unit_test(test_health),
+      cmocka_unit_test(test_exit_codes),      cmocka_unit_test(test_help_per_command),
+      cmocka_unit_test(test_token),           cmocka_unit_test(test_help_forms_and_unknown_words),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
