@@ -7,9 +7,13 @@
 #include "test_ckpt_helpers.h"
 
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #define CHUNK_MAX_BYTES (1u << 20)
 
@@ -189,6 +193,14 @@ int tck_write_all(const char *addr, const char *attempt, uint32_t world) {
   }
   free(w);
   return code;
+}
+
+void tck_save_ok(struct rpc_client *rc, const char *addr, const char *job, int64_t step,
+                 uint32_t world) {
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, job, step, world, attempt), RPC_OK);
+  assert_int_equal(tck_write_all(addr, attempt, world), RPC_OK);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
 }
 
 /* ------------------------------------------------------------- reading */

@@ -40,6 +40,11 @@ int tck_write_rank(struct rpc_client *rc, const char *attempt, uint32_t rank, ui
  * RPC_OK or the first failing status. */
 int tck_write_all(const char *addr, const char *attempt, uint32_t world);
 
+/* Begin of job's step at world ranks, tck_write_all and Commit, each
+ * asserted (cmocka) to answer RPC_OK. */
+void tck_save_ok(struct rpc_client *rc, const char *addr, const char *job, int64_t step,
+                 uint32_t world);
+
 /* Reads rank's share at world (rows split evenly, every old rank's blob)
  * and compares every byte: RPC_OK, the stream's status, or TCK_MISMATCH. */
 int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,

@@ -273,39 +273,13 @@ static void test_roundtrip_and_recycling(void **state) {
   harness_daemon_free(d);
 }
 
-/* The auto segment directory (/dev/shm/stoker-ckpt-HASH) whose owner
- * record names data_dir; false when there is none. */
-static bool find_auto_dir(const char *data_dir, char *ret_dir, size_t len) {
-  char want[4096];
-  if (!realpath(data_dir, want)) return false;
-  DIR *d = opendir("/dev/shm");
-  bool found = false;
-  for (struct dirent *e; d && !found && (e = readdir(d));) {
-    if (strncmp(e->d_name, "stoker-ckpt-", 12) != 0) continue;
-    char path[512], owner[4096] = "";
-    snprintf(path, sizeof(path), "/dev/shm/%s/owner", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t n = fread(owner, 1, sizeof(owner) - 1, f);
-    fclose(f);
-    owner[n] = '\0';
-    owner[strcspn(owner, "\n")] = '\0';
-    if (strcmp(owner, want) == 0) {
-      snprintf(ret_dir, len, "/dev/shm/%s", e->d_name);
-      found = true;
-    }
-  }
-  if (d) closedir(d);
-  return found;
-}
-
 /* A clean stop (SIGTERM) with the default directory leaves nothing in
  * /dev/shm: not the pool, the instance file, a segment a rank wrote but
  * never sent, nor the directory with its owner record. */
 static void test_clean_stop_leaves_nothing(void **state) {
   struct harness_daemon *d = start("auto", "60s");
   char dir[sizeof(shm_dir)];
-  if (!find_auto_dir(d->data_dir, dir, sizeof(dir))) {
+  if (!harness_shm_auto_dir("stoker-ckpt-", d->data_dir, dir, sizeof(dir))) {
     harness_daemon_free(d);
     skip(); /* No /dev/shm on this host: staging is off. */
   }

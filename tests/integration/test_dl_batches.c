@@ -31,17 +31,13 @@ struct fixture {
 
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
-  f->d = harness_daemon_start(NULL);
-  if (!f->d) return -1;
-  f->rc = harness_rpc(f->d);
   *state = f;
-  return f->rc ? 0 : -1;
+  return tdl_daemon_open(&f->d, &f->rc, NULL, NULL);
 }
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   free(f);
   return 0;
 }

@@ -4,19 +4,27 @@
  */
 #include "test_dl_helpers.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
+
+int tdl_daemon_open(struct harness_daemon **ret_d, struct rpc_client **ret_rc,
+                    const char *const *args, int *ret_metrics_port) {
+  *ret_d = ret_metrics_port ? harness_daemon_start_metrics(args, ret_metrics_port)
+                            : harness_daemon_start(args);
+  *ret_rc = *ret_d ? harness_rpc(*ret_d) : NULL;
+  return *ret_rc ? 0 : -1;
+}
+
+void tdl_daemon_close(struct harness_daemon *d, struct rpc_client *rc) {
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
 
 void tdl_spec_init(struct tdl_spec *t, const char *job, const char *uri, int format,
                    uint32_t seq_len, uint32_t global_batch) {
@@ -145,30 +153,8 @@ void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t wa
   assert_memory_equal(b->tokens.data, want, want_len);
 }
 
-/* GET /metrics over HTTP/1.0 (malloc'd response); NULL on failure. */
-static char *scrape(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  struct timeval tv = {.tv_sec = 5};
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-    if (fd >= 0) close(fd);
-    return NULL;
-  }
-  const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  size_t cap = 1 << 20, len = 0;
-  char *buf = malloc(cap);
-  ssize_t got = write(fd, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1 ? 1 : -1;
-  while (buf && got > 0 && (got = read(fd, buf + len, cap - len - 1)) > 0) len += (size_t)got;
-  close(fd);
-  if (buf) buf[len] = 0;
-  return buf;
-}
-
 double tdl_metric(int port, const char *series) {
-  char *text = scrape(port);
+  char *text = harness_http_get(port, "/metrics");
   double v = -1;
   size_t n = strlen(series);
   for (char *line = text; line && *line;) {

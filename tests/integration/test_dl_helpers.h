@@ -1,9 +1,9 @@
 /*
  * test_dl_helpers: what the dataloader integration tests share on top of
- * harness.h: loader specs over synthetic, Megatron and llm.c datasets,
- * Dataloader calls through the rpc client, global batches gathered from
- * every rank, the same batches from the core in-process (embedded mode)
- * for comparison, and a metrics scrape.
+ * harness.h: the daemon and an rpc client for a setup, loader specs over
+ * synthetic, Megatron and llm.c datasets, Dataloader calls through the rpc client, global batches
+ * gathered from every rank, the same batches from the core in-process (embedded mode) for
+ * comparison, and a metrics scrape.
  */
 #ifndef STK_TEST_DL_HELPERS_H
 #define STK_TEST_DL_HELPERS_H
@@ -15,6 +15,14 @@
 #include "dl_core.h"
 #include "harness.h"
 #include "stoker/v1/dataloader.pb-c.h"
+
+/* The daemon under test (harness_daemon_start with args, NULL-terminated,
+ * may be NULL; with ret_metrics_port, harness_daemon_start_metrics) and an
+ * rpc client on it, for a test's setup: 0, or -1 when either fails. */
+int tdl_daemon_open(struct harness_daemon **ret_d, struct rpc_client **ret_rc,
+                    const char *const *args, int *ret_metrics_port);
+/* Frees the client and the daemon (either may be NULL), for a teardown. */
+void tdl_daemon_close(struct harness_daemon *d, struct rpc_client *rc);
 
 /* A one-dataset LoaderSpec in caller storage. */
 struct tdl_spec {

@@ -32,17 +32,13 @@ struct fixture {
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
   const char *args[] = {"--max-prefetch", "8", NULL};
-  f->d = harness_daemon_start_metrics(args, &f->metrics_port);
-  if (!f->d) return -1;
-  f->rc = harness_rpc(f->d);
   *state = f;
-  return f->rc ? 0 : -1;
+  return tdl_daemon_open(&f->d, &f->rc, args, &f->metrics_port);
 }
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   free(f);
   return 0;
 }
