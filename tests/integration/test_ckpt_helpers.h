@@ -31,6 +31,23 @@ int tck_begin(struct rpc_client *rc, const char *job, int64_t step, uint32_t wor
 int tck_commit(struct rpc_client *rc, const char *attempt, int64_t *ret_step, char *msg,
                size_t msg_len);
 
+/* A one-dimensional u8 WriteChunk of rank in attempt in caller storage:
+ * bytes [off, off + len) of a tensor of shape bytes, no data yet (set
+ * ch.data, ch.shm_name, ch.last as needed; off and len may be changed in
+ * place, the box points at them). Not to be copied once set. */
+struct tck_chunk {
+  Stoker__V1__WriteChunk ch;
+  Stoker__V1__Box box;
+  uint64_t shape, off, len;
+};
+void tck_chunk_u8(struct tck_chunk *c, const char *attempt, uint32_t rank, const char *tensor,
+                  uint64_t shape, uint64_t off, uint64_t len);
+
+/* Ends a Write stream: the chunk marked "last" (and wait_durable) of rank,
+ * then the call's status code; msg (may be NULL) gets its message. */
+int tck_write_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
+                     bool wait_durable, char *msg, size_t msg_len);
+
 /* Writes rank's share of the model (world ranks) in chunks of at most
  * 1 MiB, then "last". Returns the Write call's status code. */
 int tck_write_rank(struct rpc_client *rc, const char *attempt, uint32_t rank, uint32_t world,

@@ -94,27 +94,14 @@ static int write_stream(struct rpc_client *rc, Stoker__V1__WriteChunk **ch, size
 }
 
 /* A u8 [64] chunk of rank (bytes [32 rank, +32)). */
-static void rank_chunk(Stoker__V1__WriteChunk *ch, Stoker__V1__Box *box, uint64_t *off,
-                       const char *attempt, uint32_t rank, bool last, bool wait_durable) {
+static void rank_chunk(struct tck_chunk *c, const char *attempt, uint32_t rank, bool last,
+                       bool wait_durable) {
   static uint8_t data[32];
-  static uint64_t n = 32, shape = 64;
-  *off = 32 * (uint64_t)rank;
-  stoker__v1__box__init(box);
-  box->n_offsets = box->n_sizes = 1;
-  box->offsets = off;
-  box->sizes = &n;
-  stoker__v1__write_chunk__init(ch);
-  ch->attempt = (char *)attempt;
-  ch->rank = rank;
-  ch->tensor = "t";
-  ch->dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch->n_global_shape = 1;
-  ch->global_shape = &shape;
-  ch->box = box;
-  ch->data.data = data;
-  ch->data.len = 32;
-  ch->last = last;
-  ch->wait_durable = wait_durable;
+  tck_chunk_u8(c, attempt, rank, "t", 64, 32 * (uint64_t)rank, 32);
+  c->ch.data.data = data;
+  c->ch.data.len = 32;
+  c->ch.last = last;
+  c->ch.wait_durable = wait_durable;
 }
 
 static int abort_call(struct rpc_client *rc, const char *attempt, char *msg, size_t len) {
@@ -133,19 +120,18 @@ static void test_write_reply_abort_switch(void **state) {
   struct harness_daemon *d = start_ck();
   struct rpc_client *rc = harness_rpc(d);
   char attempt[64], msg[512];
-  Stoker__V1__WriteChunk c0, c1, *one[1];
-  Stoker__V1__Box b0, b1;
-  uint64_t o0, o1;
+  struct tck_chunk c0, c1;
+  Stoker__V1__WriteChunk *one[1];
   Stoker__V1__WriteResponse *r = NULL;
   assert_int_equal(tck_begin(rc, "w", 1, 2, attempt), RPC_OK);
-  rank_chunk(&c0, &b0, &o0, attempt, 0, true, false);
-  one[0] = &c0;
+  rank_chunk(&c0, attempt, 0, true, false);
+  one[0] = &c0.ch;
   assert_int_equal(write_stream(rc, one, 1, &r, msg, sizeof(msg)), RPC_OK);
   assert_true(r->staged);
   assert_int_equal(r->bytes_staged, 32);
   protobuf_c_message_free_unpacked(&r->base, NULL);
-  rank_chunk(&c1, &b1, &o1, attempt, 1, true, true);
-  one[0] = &c1;
+  rank_chunk(&c1, attempt, 1, true, true);
+  one[0] = &c1.ch;
   assert_int_equal(write_stream(rc, one, 1, &r, msg, sizeof(msg)), RPC_OK);
   assert_true(r->staged);
   assert_true(r->durable);
@@ -155,8 +141,8 @@ static void test_write_reply_abort_switch(void **state) {
 
   /* Abort: Commit then answers ABORTED with the reason; Abort again is OK. */
   assert_int_equal(tck_begin(rc, "w", 2, 2, attempt), RPC_OK);
-  rank_chunk(&c0, &b0, &o0, attempt, 0, true, false);
-  one[0] = &c0;
+  rank_chunk(&c0, attempt, 0, true, false);
+  one[0] = &c0.ch;
   assert_int_equal(write_stream(rc, one, 1, NULL, msg, sizeof(msg)), RPC_OK);
   assert_int_equal(abort_call(rc, attempt, msg, sizeof(msg)), RPC_OK);
   assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_ABORTED);
@@ -168,9 +154,9 @@ static void test_write_reply_abort_switch(void **state) {
   /* A stream that switches rank: INVALID_ARGUMENT, and the attempt is over
    * at once (Commit answers the same, well before the 3 s timeout). */
   assert_int_equal(tck_begin(rc, "w", 3, 2, attempt), RPC_OK);
-  Stoker__V1__WriteChunk *two[2] = {&c0, &c1};
-  rank_chunk(&c0, &b0, &o0, attempt, 0, false, false);
-  rank_chunk(&c1, &b1, &o1, attempt, 1, true, false);
+  Stoker__V1__WriteChunk *two[2] = {&c0.ch, &c1.ch};
+  rank_chunk(&c0, attempt, 0, false, false);
+  rank_chunk(&c1, attempt, 1, true, false);
   assert_int_equal(write_stream(rc, two, 2, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "rank 1 on a stream of rank 0"));
   assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
@@ -185,22 +171,12 @@ static int hostile_chunk(struct rpc_client *rc, const char *attempt, uint32_t ra
                          const char *tensor, uint64_t off, uint64_t n, uint64_t shape, bool last,
                          char *msg, size_t len) {
   uint8_t data[64] = {0};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &n;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.rank = rank;
-  ch.tensor = (char *)tensor;
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
-  ch.data.data = data;
-  ch.data.len = n <= sizeof(data) ? n : sizeof(data);
-  ch.last = last;
-  Stoker__V1__WriteChunk *one[1] = {&ch};
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, rank, tensor, shape, off, n);
+  c.ch.data.data = data;
+  c.ch.data.len = n <= sizeof(data) ? n : sizeof(data);
+  c.ch.last = last;
+  Stoker__V1__WriteChunk *one[1] = {&c.ch};
   return write_stream(rc, one, 1, NULL, msg, len);
 }
 

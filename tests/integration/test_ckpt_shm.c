@@ -32,8 +32,8 @@
 #include <cmocka.h>
 
 #include "ckpt_internal.h"
-#include "harness.h"
 #include "stoker_ckpt.h"
+#include "test_ckpt_helpers.h"
 
 #define COLS      262144 /* f32: 1 MiB rows. */
 #define ROWS      12     /* Per rank: 12 MiB, multipart at 5 MiB parts. */
@@ -345,37 +345,11 @@ struct hostile {
 static void raw_shm_chunk(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
                           const char *tensor, uint64_t shape, uint64_t off, uint64_t len,
                           const char *seg, uint64_t seg_off) {
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &len;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.rank = rank;
-  ch.tensor = (char *)tensor;
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
-  ch.shm_name = (char *)seg;
-  ch.shm_offset = seg_off;
-  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
-}
-
-/* Ends a raw stream with the chunk marked last; the stream's status code. */
-static int raw_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank, char *msg,
-                      size_t msg_len) {
-  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
-  last.attempt = (char *)attempt;
-  last.rank = rank;
-  last.last = true;
-  rpc_client_cstream_write(s, &last.base);
-  struct rpc_status st = {0};
-  ProtobufCMessage *resp = NULL;
-  rpc_client_cstream_finish(s, &resp, &st);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-  snprintf(msg, msg_len, "%s", st.message);
-  return st.code;
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, rank, tensor, shape, off, len);
+  c.ch.shm_name = (char *)seg;
+  c.ch.shm_offset = seg_off;
+  assert_int_equal(rpc_client_cstream_write(s, &c.ch.base), 0);
 }
 
 static int send_raw(struct rpc_client *rc, const char *attempt, const struct hostile *h, char *msg,
@@ -384,36 +358,26 @@ static int send_raw(struct rpc_client *rc, const char *attempt, const struct hos
   assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
                                            &stoker__v1__write_response__descriptor, 30000, &s),
                    0);
-  uint64_t shape = 1 << 20, off = 0, sz = h->bytes;
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &sz;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.tensor = "t";
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, 0, "t", 1 << 20, 0, h->bytes);
   char good[128];
   if (h->valid_first) {
     snprintf(good, sizeof(good), "seg-%s-0-aa", attempt);
     put_file(good, 8192);
-    ch.shm_name = good;
-    sz = 8192;
-    rpc_client_cstream_write(s, &ch.base);
-    off = 8192;
-    sz = h->bytes;
+    c.ch.shm_name = good;
+    c.len = 8192;
+    rpc_client_cstream_write(s, &c.ch.base);
+    c.off = 8192;
+    c.len = h->bytes;
   }
   uint8_t data[16] = {0};
-  ch.shm_name = (char *)h->name;
+  c.ch.shm_name = (char *)h->name;
   if (h->with_data) {
-    ch.data.data = data;
-    ch.data.len = sz = sizeof(data);
+    c.ch.data.data = data;
+    c.ch.data.len = c.len = sizeof(data);
   }
-  rpc_client_cstream_write(s, &ch.base);
-  return raw_finish(s, attempt, 0, msg, msg_len);
+  rpc_client_cstream_write(s, &c.ch.base);
+  return tck_write_finish(s, attempt, 0, false, msg, msg_len);
 }
 
 static void test_hostile_names(void **state) {
@@ -689,9 +653,9 @@ static void test_relief_keeps_a_partial_segment_open(void **state) {
   raw_shm_chunk(s1, attempt, 1, "t1", big, 0, big, seg1, 0);
   harness_sleep_ms(300); /* Rank 1 waits for the budget. */
   raw_shm_chunk(s0, attempt, 0, "t0", 2 * half, half, half, seg0, half);
-  int code = raw_finish(s0, attempt, 0, msg, sizeof(msg));
+  int code = tck_write_finish(s0, attempt, 0, false, msg, sizeof(msg));
   if (code != RPC_OK) fail_msg("rank 0: status %d (%s)", code, msg);
-  code = raw_finish(s1, attempt, 1, msg, sizeof(msg));
+  code = tck_write_finish(s1, attempt, 1, false, msg, sizeof(msg));
   if (code != RPC_OK) fail_msg("rank 1: status %d (%s)", code, msg);
   commit_ok(c, attempt);
   rpc_client_free(rc);

@@ -172,25 +172,13 @@ static struct rpc_client_cstream *write_unfinished(struct rpc_client *rc, const 
   assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
                                            &stoker__v1__write_response__descriptor, 60000, &s),
                    0);
-  uint64_t shape[1] = {(uint64_t)world * bytes}, off[1] = {(uint64_t)rank * bytes},
-           size[1] = {bytes};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = off;
-  box.sizes = size;
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, rank, "t", (uint64_t)world * bytes, (uint64_t)rank * bytes, bytes);
   uint8_t *data = calloc(1, bytes);
   assert_non_null(data);
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.rank = rank;
-  ch.tensor = "t";
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = shape;
-  ch.box = &box;
-  ch.data.data = data;
-  ch.data.len = bytes;
-  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
+  c.ch.data.data = data;
+  c.ch.data.len = bytes;
+  assert_int_equal(rpc_client_cstream_write(s, &c.ch.base), 0);
   free(data);
   return s;
 }
