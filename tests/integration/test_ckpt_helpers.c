@@ -43,6 +43,21 @@ static uint32_t name_seed(const char *s) {
   return h;
 }
 
+char tck_shm_root[256], tck_shm_dir[300];
+
+int tck_shm_setup(void **state) {
+  (void)state;
+  if (harness_shm_tmpdir_new(tck_shm_root, sizeof(tck_shm_root)) != 0) return -1;
+  snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s/ckpt", tck_shm_root);
+  return 0;
+}
+
+int tck_shm_teardown(void **state) {
+  (void)state;
+  harness_tmpdir_remove(tck_shm_root);
+  return 0;
+}
+
 int tck_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *req,
              const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **ret_resp,
              char *ret_msg, size_t msg_len) {

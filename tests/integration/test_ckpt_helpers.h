@@ -15,6 +15,14 @@
 #include "harness.h"
 #include "stoker/v1/checkpoint.pb-c.h"
 
+/* Setup and teardown (cmocka) of a test staging through shared memory:
+ * tck_shm_root is a fresh directory (harness_shm_tmpdir_new: /dev/shm where
+ * there is one), tck_shm_dir "ROOT/ckpt" in it for the daemon's --shm-dir
+ * (the daemon creates it); the teardown removes the root. */
+extern char tck_shm_root[256], tck_shm_dir[300];
+int tck_shm_setup(void **state);
+int tck_shm_teardown(void **state);
+
 /* Sentinel answer of tck_read_rank when the bytes differ. */
 #define TCK_MISMATCH (-1000)
 

@@ -31,9 +31,9 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "stk_error.h"
 #include "stoker_ckpt.h"
+#include "test_ckpt_helpers.h"
 
 #define COLS       262144 /* f32: 1 MiB rows. */
 #define ROWS       6      /* Per rank: 6 MiB, more than one 5 MiB part. */
@@ -41,8 +41,6 @@
 #define PAD_BYTES  ((uint64_t)12 << 20)
 #define MAX_WORLD  4
 #define CHILD_FLAG "--rank-child"
-
-static char shm_root[256], shm_dir[300];
 
 /* ---- The model: every byte a function of (step, tensor, index) ---- */
 
@@ -408,24 +406,11 @@ static struct harness_daemon *start(const char *budget) {
                         "--attempt-timeout",
                         "2s",
                         "--shm-dir",
-                        shm_dir,
+                        tck_shm_dir,
                         NULL};
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   return d;
-}
-
-static int setup(void **state) {
-  (void)state;
-  if (harness_shm_tmpdir_new(shm_root, sizeof(shm_root)) != 0) return -1;
-  snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  harness_tmpdir_remove(shm_root);
-  return 0;
 }
 
 /* ---- Tests ---- */
@@ -456,7 +441,7 @@ static void killed_after_staged(bool shm) {
   rank_run(&r, 'd', false); /* The restarted rank 1, a fresh process. */
   restore_all(c, job, 5, 3, 3);
   restore_all(c, job, 5, 2, 3);
-  if (shm) wait_no_files(shm_dir, "seg-", 5000); /* The service released its segments. */
+  if (shm) wait_no_files(tck_shm_dir, "seg-", 5000); /* The service released its segments. */
   stk_client_free(c);
   harness_daemon_free(d);
 }
@@ -500,7 +485,7 @@ static void killed_before_finishing(bool shm) {
   int64_t steps[8];
   assert_int_equal(list_steps(c, job, steps, 8), 0);
   wait_no_files(objects, "", 5000); /* Every object of the attempt deleted. */
-  wait_no_files(shm_dir, "seg-", 5000);
+  wait_no_files(tck_shm_dir, "seg-", 5000);
   /* The same step again, every rank alive (one of them a process). */
   assert_int_equal(stk_ckpt_begin(c, job, 9, 2, 0, attempt), 0);
   struct rank_args b = {d->addr, job, attempt, env, 9, 1, 2, 2, ACT_FULL};
@@ -529,10 +514,14 @@ int main(int argc, char **argv) {
   if (argc == 12 && strcmp(argv[1], CHILD_FLAG) == 0) return child_main(argv);
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_killed_after_staged_shm, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_killed_after_staged_grpc, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_killed_before_finishing_shm, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_killed_before_finishing_grpc, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_killed_after_staged_shm, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_killed_after_staged_grpc, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_killed_before_finishing_shm, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_killed_before_finishing_grpc, tck_shm_setup,
+                                      tck_shm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

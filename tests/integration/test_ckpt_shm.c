@@ -40,8 +40,6 @@
 #define BLOB      1000
 #define MAX_WORLD 4
 
-static char shm_root[256], shm_dir[300];
-
 /* ---- The model: every byte a function of (step, tensor, index) ---- */
 
 static uint8_t byte_at(int64_t step, int tensor, uint64_t i) {
@@ -178,7 +176,7 @@ static void check_restore(struct stk_client *c, const char *job, int64_t step, u
 /* ---- The segment directory ---- */
 
 static int count_entries(const char *prefix, ino_t *ret_inodes, int max) {
-  DIR *d = opendir(shm_dir);
+  DIR *d = opendir(tck_shm_dir);
   if (!d) return 0;
   int n = 0;
   struct dirent *e;
@@ -193,7 +191,7 @@ static int count_entries(const char *prefix, ino_t *ret_inodes, int max) {
 
 static void put_file(const char *name, size_t len) {
   char path[1100];
-  snprintf(path, sizeof(path), "%s/%s", shm_dir, name);
+  snprintf(path, sizeof(path), "%s/%s", tck_shm_dir, name);
   int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
   assert_true(fd >= 0);
   assert_int_equal(ftruncate(fd, (off_t)len), 0);
@@ -214,17 +212,6 @@ static struct harness_daemon *start(const char *shm, const char *timeout) {
   return start_budget(shm, timeout, "64MiB");
 }
 
-static int setup(void **state) {
-  if (harness_shm_tmpdir_new(shm_root, sizeof(shm_root)) != 0) return -1;
-  snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
-  return 0;
-}
-
-static int teardown(void **state) {
-  harness_tmpdir_remove(shm_root);
-  return 0;
-}
-
 /* ---- Tests ---- */
 
 static void commit_ok(struct stk_client *c, const char *attempt) {
@@ -233,7 +220,7 @@ static void commit_ok(struct stk_client *c, const char *attempt) {
 }
 
 static void test_roundtrip_and_recycling(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
   struct stk_client *c = ckpt_client(d);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   ino_t first[16], second[16];
@@ -269,7 +256,7 @@ static void test_roundtrip_and_recycling(void **state) {
   assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
   assert_int_equal(status, 0);
   struct stat st;
-  assert_int_not_equal(stat(shm_dir, &st), 0); /* Pool and instance file removed. */
+  assert_int_not_equal(stat(tck_shm_dir, &st), 0); /* Pool and instance file removed. */
   harness_daemon_free(d);
 }
 
@@ -278,14 +265,14 @@ static void test_roundtrip_and_recycling(void **state) {
  * never sent, nor the directory with its owner record. */
 static void test_clean_stop_leaves_nothing(void **state) {
   struct harness_daemon *d = start("auto", "60s");
-  char dir[sizeof(shm_dir)];
+  char dir[sizeof(tck_shm_dir)];
   if (!harness_shm_auto_dir("stoker-ckpt-", d->data_dir, dir, sizeof(dir))) {
     harness_daemon_free(d);
     skip(); /* No /dev/shm on this host: staging is off. */
   }
-  char saved[sizeof(shm_dir)];
-  snprintf(saved, sizeof(saved), "%s", shm_dir);
-  snprintf(shm_dir, sizeof(shm_dir), "%s", dir);
+  char saved[sizeof(tck_shm_dir)];
+  snprintf(saved, sizeof(saved), "%s", tck_shm_dir);
+  snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s", dir);
   struct stk_client *c = ckpt_client(d);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "clean", 1, 2, 0, attempt), 0);
@@ -304,7 +291,7 @@ static void test_clean_stop_leaves_nothing(void **state) {
              count_entries("free-", NULL, 0), count_entries("seg-", NULL, 0),
              count_entries("instance-", NULL, 0));
   }
-  snprintf(shm_dir, sizeof(shm_dir), "%s", saved);
+  snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s", saved);
   harness_daemon_free(d);
 }
 
@@ -381,11 +368,11 @@ static int send_raw(struct rpc_client *rc, const char *attempt, const struct hos
 }
 
 static void test_hostile_names(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
   struct stk_client *c = ckpt_client(d);
   struct rpc_client *rc = harness_rpc(d);
   char outside[700];
-  snprintf(outside, sizeof(outside), "%s/outside", shm_root);
+  snprintf(outside, sizeof(outside), "%s/outside", tck_shm_root);
   FILE *f = fopen(outside, "w");
   fputs("precious", f);
   fclose(f);
@@ -420,9 +407,9 @@ static void test_hostile_names(void **state) {
     case 5:
       h.what = "a symlink";
       snprintf(h.name, sizeof(h.name), "seg-%s-0-2", attempt);
-      snprintf(target, sizeof(target), "%s/seg-%s-0-3", shm_dir, attempt);
-      put_file(target + strlen(shm_dir) + 1, 4096);
-      snprintf(link_path, sizeof(link_path), "%s/%s", shm_dir, h.name);
+      snprintf(target, sizeof(target), "%s/seg-%s-0-3", tck_shm_dir, attempt);
+      put_file(target + strlen(tck_shm_dir) + 1, 4096);
+      snprintf(link_path, sizeof(link_path), "%s/%s", tck_shm_dir, h.name);
       assert_int_equal(symlink(target, link_path), 0);
       break;
     case 6:
@@ -470,7 +457,7 @@ static void test_hostile_names(void **state) {
 /* kill -9 with segments staged (and one written but never sent): after
  * the restart no segment is left and every listed checkpoint reads back. */
 static void test_kill_with_staged_segments(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
   for (int64_t step = 1; step <= 3; step++) {
     struct stk_client *c = ckpt_client(d);
     char attempt[STK_CKPT_ATTEMPT_MAX], stray[128];
@@ -508,7 +495,7 @@ static void test_kill_with_staged_segments(void **state) {
  * restore bit-exactly. Mappings kept by this process go when the daemon
  * removes its pool. */
 static void test_overlapping_checkpoints(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
   struct stk_client *c = ckpt_client(d);
   char a0[STK_CKPT_ATTEMPT_MAX], a1[STK_CKPT_ATTEMPT_MAX], a2[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "ovl", 1, 2, 0, a0), 0);
@@ -538,7 +525,7 @@ static void test_overlapping_checkpoints(void **state) {
 /* One rank's 26 MiB tensor: a segment of more than four 5 MiB parts goes
  * as a multipart upload straight from the mapping. */
 static void test_large_segment_multipart(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
   struct stk_client *c = ckpt_client(d);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   uint64_t n = (uint64_t)26 << 20, shape = n, off = 0;
@@ -563,7 +550,7 @@ static void test_large_segment_multipart(void **state) {
  * other ranks copy must be started when a rank waits for memory, or the
  * last rank would wait forever. */
 static void test_held_puts_under_pressure(void **state) {
-  struct harness_daemon *d = start_budget(shm_dir, "60s", "40MiB");
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "40MiB");
   struct stk_client *c = ckpt_client(d);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   for (int64_t step = 1; step <= 3; step++) {
@@ -592,7 +579,7 @@ static void write_bytes(struct stk_ckpt_writer *w, const char *name, uint64_t n,
  * Rank 1's 17 MiB segment then fits only once that held PUT has run: it
  * must be started when rank 1 waits for memory. */
 static void test_held_put_started_for_a_waiting_rank(void **state) {
-  struct harness_daemon *d = start_budget(shm_dir, "60s", "20MiB");
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "20MiB");
   struct stk_client *c = ckpt_client(d), *c1 = ckpt_client(d);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "held1", 1, 2, 0, attempt), 0);
@@ -632,7 +619,7 @@ static void test_held_put_started_for_a_waiting_rank(void **state) {
  * test_held_puts_under_pressure, when every segment was sealed). */
 static void test_relief_keeps_a_partial_segment_open(void **state) {
   (void)state;
-  struct harness_daemon *d = start_budget(shm_dir, "60s", "16MiB");
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "16MiB");
   struct stk_client *c = ckpt_client(d);
   struct rpc_client *rc = harness_rpc(d);
   char attempt[STK_CKPT_ATTEMPT_MAX], seg0[160], seg1[160], msg[512];
@@ -666,16 +653,24 @@ static void test_relief_keeps_a_partial_segment_open(void **state) {
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_roundtrip_and_recycling, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fallback_when_off, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_clean_stop_leaves_nothing, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hostile_names, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_overlapping_checkpoints, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_large_segment_multipart, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_relief_keeps_a_partial_segment_open, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_roundtrip_and_recycling, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_fallback_when_off, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_clean_stop_leaves_nothing, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_names, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_overlapping_checkpoints, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_large_segment_multipart, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_relief_keeps_a_partial_segment_open, tck_shm_setup,
+                                      tck_shm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

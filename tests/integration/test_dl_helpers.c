@@ -147,6 +147,65 @@ uint8_t *tdl_embedded_slice(struct tdl_embedded *e, const char *job, int64_t ste
   return out;
 }
 
+void tdl_gate_init(struct tdl_gate *g, bool open) {
+  *g = (struct tdl_gate){.open = open};
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+}
+
+void tdl_gate_destroy(struct tdl_gate *g) {
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+}
+
+static void gate_msg(void *arg, ProtobufCMessage *msg) {
+  struct tdl_gate *g = arg;
+  protobuf_c_message_free_unpacked(msg, NULL);
+  pthread_mutex_lock(&g->mu);
+  g->got++;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_done(void *arg, const struct rpc_status *st) {
+  struct tdl_gate *g = arg;
+  pthread_mutex_lock(&g->mu);
+  g->code = st->code;
+  g->done++;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+struct rpc_client_call *tdl_gate_stream(struct rpc_client *rc, struct tdl_gate *g,
+                                        const Stoker__V1__StreamBatchesRequest *req) {
+  struct rpc_client_call *call = NULL;
+  assert_int_equal(rpc_client_stream_async(rc, "/stoker.v1.Dataloader/StreamBatches", &req->base,
+                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
+                                           gate_done, g, &call),
+                   0);
+  return call;
+}
+
+void tdl_gate_release(struct tdl_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = true;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+void tdl_gate_wait_got(struct tdl_gate *g, size_t got) {
+  pthread_mutex_lock(&g->mu);
+  while (g->got < got) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+void tdl_gate_wait_done(struct tdl_gate *g, int done) {
+  pthread_mutex_lock(&g->mu);
+  while (g->done < done) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
 void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t want_len) {
   assert_non_null(b);
   assert_int_equal(b->tokens.len, want_len);

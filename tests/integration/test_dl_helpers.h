@@ -8,6 +8,7 @@
 #ifndef STK_TEST_DL_HELPERS_H
 #define STK_TEST_DL_HELPERS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -80,6 +81,28 @@ struct tdl_stream {
 int tdl_stream_run(struct rpc_client *rc, const Stoker__V1__StreamBatchesRequest *req,
                    size_t max_msgs, struct tdl_stream *ret);
 void tdl_stream_free(struct tdl_stream *s);
+
+/* StreamBatches calls whose client stops reading until the gate opens:
+ * every message callback counts the message, then waits while the gate is
+ * closed, so the daemon's sends stall (flow control) and its queue fills. */
+struct tdl_gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool open;
+  size_t got; /* Messages that arrived, over every call. */
+  int done;   /* Calls that ended. */
+  int code;   /* The status code of the last call that ended. */
+};
+void tdl_gate_init(struct tdl_gate *g, bool open);
+void tdl_gate_destroy(struct tdl_gate *g);
+/* Starts StreamBatches behind the gate (60 s deadline; asserted to start). */
+struct rpc_client_call *tdl_gate_stream(struct rpc_client *rc, struct tdl_gate *g,
+                                        const Stoker__V1__StreamBatchesRequest *req);
+/* Opens the gate: every waiting callback goes on. */
+void tdl_gate_release(struct tdl_gate *g);
+/* Waits until at least got messages arrived / done calls ended. */
+void tdl_gate_wait_got(struct tdl_gate *g, size_t got);
+void tdl_gate_wait_done(struct tdl_gate *g, int done);
 
 /* Asserts a reply equals the bytes expected. */
 void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t want_len);

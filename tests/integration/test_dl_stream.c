@@ -6,7 +6,6 @@
  * stops generation and frees the prefetched batches; bad requests end the
  * stream with a clear status.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -79,34 +78,6 @@ static void test_stream_equals_get_batch(void **state) {
   tdl_stream_free(&s);
 }
 
-/* A client that stops reading: its completion thread blocks in on_msg. */
-struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open, done;
-  size_t got;
-  int code;
-};
-
-static void gate_msg(void *arg, ProtobufCMessage *msg) {
-  struct gate *g = arg;
-  protobuf_c_message_free_unpacked(msg, NULL);
-  pthread_mutex_lock(&g->mu);
-  g->got++;
-  pthread_cond_broadcast(&g->cv);
-  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_done(void *arg, const struct rpc_status *st) {
-  struct gate *g = arg;
-  pthread_mutex_lock(&g->mu);
-  g->code = st->code;
-  g->done = true;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
 /* Polls the generation count until it stays put for 500 ms. */
 static double wait_generation_stalls(struct fixture *f) {
   double last = -2;
@@ -123,18 +94,13 @@ static double wait_generation_stalls(struct fixture *f) {
 static void test_prefetch_bound_and_cancel(void **state) {
   struct fixture *f = *state;
   create(f, "big", 4095, 256); /* 4 MiB a batch: the transport's windows fill quickly. */
-  struct gate g = {.open = false};
-  pthread_mutex_init(&g.mu, NULL);
-  pthread_cond_init(&g.cv, NULL);
+  struct tdl_gate g;
+  tdl_gate_init(&g, false);
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
   req.job = "big";
   req.world = 1;
   req.prefetch = 3;
-  struct rpc_client_call *call = NULL;
-  assert_int_equal(rpc_client_stream_async(f->rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
-                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
-                                           gate_done, &g, &call),
-                   0);
+  struct rpc_client_call *call = tdl_gate_stream(f->rc, &g, &req);
   double generated = wait_generation_stalls(f);
   double served = tdl_metric(f->metrics_port, SERVED);
   double ahead = tdl_metric(f->metrics_port, PREFETCHED);
@@ -142,14 +108,9 @@ static void test_prefetch_bound_and_cancel(void **state) {
   assert_true(ahead == 3);                  /* Prefetched up to the bound ... */
   assert_true(generated - served == ahead); /* ... and no further. */
 
-  pthread_mutex_lock(&g.mu);
-  g.open = true;
-  pthread_cond_broadcast(&g.cv);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_release(&g);
   rpc_client_call_cancel(call);
-  pthread_mutex_lock(&g.mu);
-  while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_wait_done(&g, 1);
   assert_int_equal(g.code, RPC_CANCELLED);
 
   /* The daemon stopped generating and dropped what it had prefetched. */
@@ -164,8 +125,7 @@ static void test_prefetch_bound_and_cancel(void **state) {
   Stoker__V1__Batch *b = NULL;
   assert_int_equal(tdl_get_batch(f->rc, "big", 0, 0, 4, &b), RPC_OK);
   tdl_batch_free(b);
-  pthread_mutex_destroy(&g.mu);
-  pthread_cond_destroy(&g.cv);
+  tdl_gate_destroy(&g);
 }
 
 static int stream_status(struct fixture *f, Stoker__V1__StreamBatchesRequest *req, size_t *ret_n) {
@@ -211,29 +171,19 @@ static void test_bad_streams(void **state) {
 static void test_sigterm_ends_streams(void **state) {
   struct fixture *f = *state;
   create(f, "term", 4095, 256);
-  struct gate g = {.open = true};
-  pthread_mutex_init(&g.mu, NULL);
-  pthread_cond_init(&g.cv, NULL);
+  struct tdl_gate g;
+  tdl_gate_init(&g, true);
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
   req.job = "term";
   req.world = 1;
-  struct rpc_client_call *call = NULL;
-  assert_int_equal(rpc_client_stream_async(f->rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
-                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
-                                           gate_done, &g, &call),
-                   0);
-  pthread_mutex_lock(&g.mu);
-  while (g.got < 2) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_stream(f->rc, &g, &req);
+  tdl_gate_wait_got(&g, 2);
   int status = -1;
   assert_int_equal(harness_daemon_term(f->d, 20000, &status), 0);
   assert_int_equal(status, 0);
-  pthread_mutex_lock(&g.mu);
-  while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_wait_done(&g, 1);
   assert_int_equal(g.code, RPC_UNAVAILABLE);
-  pthread_mutex_destroy(&g.mu);
-  pthread_cond_destroy(&g.cv);
+  tdl_gate_destroy(&g);
 }
 
 int main(int argc, char **argv) {
