@@ -287,6 +287,20 @@ int tdl_stream_run(struct rpc_client *rc, const Stoker__V1__StreamBatchesRequest
   return rc2;
 }
 
+void tdl_stream_count(struct rpc_client *rc, const char *job, int64_t from_step, uint32_t rank,
+                      uint32_t world, uint32_t prefetch, uint32_t count, struct tdl_stream *ret) {
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = (char *)job;
+  req.from_step = from_step;
+  req.rank = rank;
+  req.world = world;
+  req.prefetch = prefetch;
+  req.count = count;
+  assert_int_equal(tdl_stream_run(rc, &req, 100, ret), 0);
+  assert_int_equal(ret->st.code, RPC_OK);
+  assert_int_equal(ret->n, count);
+}
+
 void tdl_stream_free(struct tdl_stream *s) {
   for (size_t i = 0; i < s->n; i++) tdl_batch_free(s->msgs[i]);
   free(s->msgs);

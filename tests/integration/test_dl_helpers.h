@@ -81,6 +81,11 @@ struct tdl_stream {
 int tdl_stream_run(struct rpc_client *rc, const Stoker__V1__StreamBatchesRequest *req,
                    size_t max_msgs, struct tdl_stream *ret);
 void tdl_stream_free(struct tdl_stream *s);
+/* StreamBatches of job's rank at world from from_step, count batches with
+ * prefetch, run to its end: asserted (cmocka) to run, end OK and carry
+ * count messages. */
+void tdl_stream_count(struct rpc_client *rc, const char *job, int64_t from_step, uint32_t rank,
+                      uint32_t world, uint32_t prefetch, uint32_t count, struct tdl_stream *ret);
 
 /* StreamBatches calls whose client stops reading until the gate opens:
  * every message callback counts the message, then waits while the gate is

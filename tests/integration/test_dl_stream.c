@@ -52,17 +52,8 @@ static void create(struct fixture *f, const char *job, uint32_t seq_len, uint32_
 static void test_stream_equals_get_batch(void **state) {
   struct fixture *f = *state;
   create(f, "s", 63, 8);
-  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
-  req.job = "s";
-  req.from_step = 3;
-  req.rank = 1;
-  req.world = 2;
-  req.prefetch = 2;
-  req.count = 6;
   struct tdl_stream s;
-  assert_int_equal(tdl_stream_run(f->rc, &req, 100, &s), 0);
-  assert_int_equal(s.st.code, RPC_OK);
-  assert_int_equal(s.n, 6);
+  tdl_stream_count(f->rc, "s", 3, 1, 2, 2, 6, &s);
   for (size_t i = 0; i < s.n; i++) {
     Stoker__V1__Batch *b = NULL;
     assert_int_equal(tdl_get_batch(f->rc, "s", 3 + (int64_t)i, 1, 2, &b), RPC_OK);
