@@ -34,11 +34,11 @@
 #include "ckpt_internal.h"
 #include "stoker_ckpt.h"
 #include "test_ckpt_helpers.h"
+#include "test_ckpt_shard.h"
 
-#define COLS      262144 /* f32: 1 MiB rows. */
-#define ROWS      12     /* Per rank: 12 MiB, multipart at 5 MiB parts. */
-#define BLOB      1000
-#define MAX_WORLD 4
+#define COLS 262144 /* f32: 1 MiB rows. */
+#define ROWS 12     /* Per rank: 12 MiB, multipart at 5 MiB parts. */
+#define BLOB 1000
 
 /* ---- The model: every byte a function of (step, tensor, index) ---- */
 
@@ -47,45 +47,7 @@ static uint8_t byte_at(int64_t step, int tensor, uint64_t i) {
   return (uint8_t)(x >> 29);
 }
 
-struct shard {
-  uint8_t *w;    /* Rows of "w" [ROWS x COLS] f32 of this rank. */
-  uint8_t *blob; /* "blob/rank-R". */
-  uint64_t shape[2], off[2], sz[2], bshape[1], boff[1], bsz[1];
-  struct stk_ckpt_tensor t[2];
-  char bname[32];
-};
-
-static void shard_init(struct shard *s, int64_t step, uint32_t rank, uint32_t world) {
-  size_t wlen = (size_t)ROWS * COLS * 4, base = (size_t)rank * wlen;
-  s->w = malloc(wlen);
-  s->blob = malloc(BLOB + rank);
-  for (size_t i = 0; i < wlen; i++) s->w[i] = byte_at(step, 0, base + i);
-  for (size_t i = 0; i < BLOB + rank; i++) s->blob[i] = byte_at(step, 1 + (int)rank, i);
-  s->shape[0] = (uint64_t)ROWS * world;
-  s->shape[1] = COLS;
-  s->off[0] = (uint64_t)ROWS * rank;
-  s->off[1] = 0;
-  s->sz[0] = ROWS;
-  s->sz[1] = COLS;
-  s->bshape[0] = s->bsz[0] = BLOB + rank;
-  s->boff[0] = 0;
-  snprintf(s->bname, sizeof(s->bname), "blob/rank-%u", rank);
-  s->t[0] = (struct stk_ckpt_tensor){"w", STK_DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
-  s->t[1] = (struct stk_ckpt_tensor){s->bname, STK_DTYPE_BYTES, s->bshape, {1, s->boff, s->bsz},
-                                     s->blob,  BLOB + rank};
-}
-
-static void shard_free(struct shard *s) {
-  free(s->w);
-  free(s->blob);
-}
-
-static struct stk_client *ckpt_client(const struct harness_daemon *d) {
-  struct stk_client_opts o = {.address = d->addr, .default_timeout_ms = 60000};
-  struct stk_client *c = NULL;
-  assert_int_equal(stk_ckpt_connect(&o, &c), 0);
-  return c;
-}
+static const struct tck_model model = {ROWS, COLS, BLOB, byte_at};
 
 /* ---- Saving through the writer (asserting the path taken) ---- */
 
@@ -104,8 +66,8 @@ static void *save_main(void *p) {
   struct saver *v = p;
   struct stk_client_opts o = {.address = v->addr, .default_timeout_ms = 60000};
   struct stk_client *c = NULL;
-  struct shard s;
-  shard_init(&s, v->step, v->rank, v->world);
+  struct tck_shard s;
+  tck_shard_init(&s, &model, v->step, v->rank, v->world);
   struct stk_ckpt_writer *w = NULL;
   v->err = stk_ckpt_connect(&o, &c);
   if (!v->err) v->err = stk_ckpt_writer_open(c, v->attempt, v->rank, 0, &w);
@@ -119,14 +81,14 @@ static void *save_main(void *p) {
   /* The last error is per thread: keep this rank's for the report. */
   if (v->err) snprintf(v->why, sizeof(v->why), "%s", stk_client_last_error(NULL));
   stk_client_free(c);
-  shard_free(&s); /* Staged: the rank's buffers are free again. */
+  tck_shard_free(&s); /* Staged: the rank's buffers are free again. */
   return NULL;
 }
 
 /* Saves every rank from its own thread; asserts each took path shm. */
 static void save_all(const struct harness_daemon *d, const char *attempt, int64_t step,
                      uint32_t world, enum stk_ckpt_shm_mode mode, bool want_shm) {
-  struct saver v[MAX_WORLD];
+  struct saver v[TCK_SHARD_MAX_WORLD];
   for (uint32_t r = 0; r < world; r++) {
     v[r] = (struct saver){
         .addr = d->addr, .attempt = attempt, .step = step, .rank = r, .world = world, .mode = mode};
@@ -136,40 +98,6 @@ static void save_all(const struct harness_daemon *d, const char *attempt, int64_
     pthread_join(v[r].th, NULL);
     if (v[r].err) fail_msg("rank %u: %s", r, v[r].why);
     assert_int_equal(v[r].shm, want_shm);
-  }
-}
-
-/* ---- Reading back at another world size ---- */
-
-static void check_restore(struct stk_client *c, const char *job, int64_t step, uint32_t wrote,
-                          uint32_t world) {
-  uint64_t rows = (uint64_t)ROWS * wrote, row_bytes = COLS * 4;
-  for (uint32_t r = 0; r < world; r++) {
-    uint64_t lo = rows * r / world, hi = rows * (r + 1) / world;
-    uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
-    struct stk_ckpt_want want[1 + MAX_WORLD];
-    size_t len = (size_t)((hi - lo) * row_bytes);
-    uint8_t *buf = malloc(len), *blobs[MAX_WORLD];
-    want[0] = (struct stk_ckpt_want){"w", {2, off, sz}, buf, len};
-    uint64_t boff[MAX_WORLD], bsz[MAX_WORLD];
-    char names[MAX_WORLD][32];
-    for (uint32_t k = 0; k < wrote; k++) {
-      boff[k] = 0;
-      bsz[k] = BLOB + k;
-      blobs[k] = malloc(BLOB + k);
-      snprintf(names[k], sizeof(names[k]), "blob/rank-%u", k);
-      want[1 + k] = (struct stk_ckpt_want){names[k], {1, &boff[k], &bsz[k]}, blobs[k], BLOB + k};
-    }
-    if (stk_ckpt_read(c, job, step, want, 1 + wrote, 60000, NULL) != 0)
-      fail_msg("read: %s", stk_client_last_error(NULL));
-    for (size_t i = 0; i < len; i++)
-      if (buf[i] != byte_at(step, 0, lo * row_bytes + i)) fail_msg("w byte %zu differs", i);
-    for (uint32_t k = 0; k < wrote; k++) {
-      for (size_t i = 0; i < BLOB + k; i++)
-        if (blobs[k][i] != byte_at(step, 1 + (int)k, i)) fail_msg("blob %u differs", k);
-      free(blobs[k]);
-    }
-    free(buf);
   }
 }
 
@@ -221,7 +149,7 @@ static void commit_ok(struct stk_client *c, const char *attempt) {
 
 static void test_roundtrip_and_recycling(void **state) {
   struct harness_daemon *d = start(tck_shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   ino_t first[16], second[16];
   int n_first = 0;
@@ -230,7 +158,7 @@ static void test_roundtrip_and_recycling(void **state) {
     save_all(d, attempt, step, 2, STK_CKPT_SHM_ON, true);
     commit_ok(c, attempt);
     assert_int_equal(count_entries("seg-", NULL, 0), 0);
-    check_restore(c, "shm", step, 2, 3);
+    tck_shard_restore_all(c, &model, "shm", step, 3, 2);
     int n = count_entries("free-", step == 1 ? first : second, 16);
     assert_true(n > 0 && n <= 16);
     if (step == 1) n_first = n;
@@ -250,7 +178,7 @@ static void test_roundtrip_and_recycling(void **state) {
   assert_int_equal(stk_ckpt_begin(c, "shm", 3, 1, 0, attempt), 0);
   save_all(d, attempt, 3, 1, STK_CKPT_SHM_OFF, false);
   commit_ok(c, attempt);
-  check_restore(c, "shm", 3, 1, 2);
+  tck_shard_restore_all(c, &model, "shm", 3, 2, 1);
   stk_client_free(c);
   int status = -1;
   assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
@@ -273,7 +201,7 @@ static void test_clean_stop_leaves_nothing(void **state) {
   char saved[sizeof(tck_shm_dir)];
   snprintf(saved, sizeof(saved), "%s", tck_shm_dir);
   snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s", dir);
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "clean", 1, 2, 0, attempt), 0);
   save_all(d, attempt, 1, 2, STK_CKPT_SHM_ON, true);
@@ -297,12 +225,12 @@ static void test_clean_stop_leaves_nothing(void **state) {
 
 static void test_fallback_when_off(void **state) {
   struct harness_daemon *d = start("", "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "grpc", 1, 2, 0, attempt), 0);
   save_all(d, attempt, 1, 2, STK_CKPT_SHM_AUTO, false);
   commit_ok(c, attempt);
-  check_restore(c, "grpc", 1, 2, 3);
+  tck_shard_restore_all(c, &model, "grpc", 1, 3, 2);
   /* "on" where the service has none: the first write fails. */
   struct stk_ckpt_writer *w;
   assert_int_equal(stk_ckpt_begin(c, "grpc", 2, 1, 0, attempt), 0);
@@ -369,7 +297,7 @@ static int send_raw(struct rpc_client *rc, const char *attempt, const struct hos
 
 static void test_hostile_names(void **state) {
   struct harness_daemon *d = start(tck_shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   struct rpc_client *rc = harness_rpc(d);
   char outside[700];
   snprintf(outside, sizeof(outside), "%s/outside", tck_shm_root);
@@ -459,7 +387,7 @@ static void test_hostile_names(void **state) {
 static void test_kill_with_staged_segments(void **state) {
   struct harness_daemon *d = start(tck_shm_dir, "60s");
   for (int64_t step = 1; step <= 3; step++) {
-    struct stk_client *c = ckpt_client(d);
+    struct stk_client *c = tck_shard_client(d->addr);
     char attempt[STK_CKPT_ATTEMPT_MAX], stray[128];
     assert_int_equal(stk_ckpt_begin(c, "kill", step, 2, 0, attempt), 0);
     snprintf(stray, sizeof(stray), "seg-%s-1-ff", attempt);
@@ -470,22 +398,22 @@ static void test_kill_with_staged_segments(void **state) {
     harness_daemon_kill(d);
     assert_int_equal(harness_daemon_restart(d), 0);
     assert_int_equal(count_entries("seg-", NULL, 0), 0);
-    c = ckpt_client(d);
+    c = tck_shard_client(d->addr);
     Stoker__V1__ListCheckpointsResponse *list = NULL;
     assert_int_equal(stk_ckpt_list(c, "kill", 0, &list), 0);
     for (size_t i = 0; i < list->n_checkpoints; i++)
-      check_restore(c, "kill", list->checkpoints[i]->step, 2, 1);
+      tck_shard_restore_all(c, &model, "kill", list->checkpoints[i]->step, 1, 2);
     fprintf(stderr, "kill %lld: %zu committed\n", (long long)step, list->n_checkpoints);
     protobuf_c_message_free_unpacked(&list->base, NULL);
     stk_client_free(c);
   }
   /* The restarted instance serves shm again (a new token). */
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "kill", 10, 2, 0, attempt), 0);
   save_all(d, attempt, 10, 2, STK_CKPT_SHM_ON, true);
   commit_ok(c, attempt);
-  check_restore(c, "kill", 10, 2, 2);
+  tck_shard_restore_all(c, &model, "kill", 10, 2, 2);
   stk_client_free(c);
   harness_daemon_free(d);
 }
@@ -496,7 +424,7 @@ static void test_kill_with_staged_segments(void **state) {
  * removes its pool. */
 static void test_overlapping_checkpoints(void **state) {
   struct harness_daemon *d = start(tck_shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char a0[STK_CKPT_ATTEMPT_MAX], a1[STK_CKPT_ATTEMPT_MAX], a2[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "ovl", 1, 2, 0, a0), 0);
   save_all(d, a0, 1, 2, STK_CKPT_SHM_ON, true);
@@ -510,8 +438,8 @@ static void test_overlapping_checkpoints(void **state) {
     save_all(d, a2, s2, 2, STK_CKPT_SHM_ON, true);
     commit_ok(c, a1);
     commit_ok(c, a2);
-    check_restore(c, "ovl", s1, 2, 3);
-    check_restore(c, "ovl", s2, 2, 1);
+    tck_shard_restore_all(c, &model, "ovl", s1, 3, 2);
+    tck_shard_restore_all(c, &model, "ovl", s2, 1, 2);
   }
   stk_client_free(c);
   int status = -1;
@@ -526,7 +454,7 @@ static void test_overlapping_checkpoints(void **state) {
  * as a multipart upload straight from the mapping. */
 static void test_large_segment_multipart(void **state) {
   struct harness_daemon *d = start(tck_shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   uint64_t n = (uint64_t)26 << 20, shape = n, off = 0;
   uint8_t *buf = malloc(n);
@@ -551,13 +479,13 @@ static void test_large_segment_multipart(void **state) {
  * last rank would wait forever. */
 static void test_held_puts_under_pressure(void **state) {
   struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "40MiB");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   for (int64_t step = 1; step <= 3; step++) {
     assert_int_equal(stk_ckpt_begin(c, "held", step, 4, 0, attempt), 0);
     save_all(d, attempt, step, 4, STK_CKPT_SHM_ON, true);
     commit_ok(c, attempt);
-    check_restore(c, "held", step, 4, 3);
+    tck_shard_restore_all(c, &model, "held", step, 3, 4);
   }
   stk_client_free(c);
   harness_daemon_free(d);
@@ -580,7 +508,7 @@ static void write_bytes(struct stk_ckpt_writer *w, const char *name, uint64_t n,
  * must be started when rank 1 waits for memory. */
 static void test_held_put_started_for_a_waiting_rank(void **state) {
   struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "20MiB");
-  struct stk_client *c = ckpt_client(d), *c1 = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr), *c1 = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "held1", 1, 2, 0, attempt), 0);
   struct stk_ckpt_writer *w1 = NULL, *w0 = NULL;
@@ -620,7 +548,7 @@ static void test_held_put_started_for_a_waiting_rank(void **state) {
 static void test_relief_keeps_a_partial_segment_open(void **state) {
   (void)state;
   struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "16MiB");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   struct rpc_client *rc = harness_rpc(d);
   char attempt[STK_CKPT_ATTEMPT_MAX], seg0[160], seg1[160], msg[512];
   assert_int_equal(stk_ckpt_begin(c, "relief", 1, 2, 0, attempt), 0);
