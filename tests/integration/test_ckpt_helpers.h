@@ -3,7 +3,9 @@
  * harness.h: a small model (a float matrix, a byte matrix large enough for
  * multipart uploads, one blob per rank) whose every byte is a function of
  * its position, written by a rank over the Write stream and read back over
- * the Read stream at any world size, checked byte for byte.
+ * the Read stream at any world size, checked byte for byte; the calls
+ * around it, a one-dimensional u8 chunk for hand-made streams, and the
+ * shared-memory setup of the staging tests.
  */
 #ifndef STK_TEST_CKPT_HELPERS_H
 #define STK_TEST_CKPT_HELPERS_H
