@@ -125,6 +125,30 @@ int harness_shm_tmpdir_new(char *ret_path, size_t len) {
   return harness_tmpdir_new(ret_path, len);
 }
 
+bool harness_shm_auto_dir(const char *prefix, const char *data_dir, char *ret_dir, size_t len) {
+  char want[4096];
+  if (!realpath(data_dir, want)) return false;
+  DIR *d = opendir("/dev/shm");
+  bool found = false;
+  for (struct dirent *e; d && !found && (e = readdir(d));) {
+    if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
+    char path[512], owner[4096] = "";
+    snprintf(path, sizeof(path), "/dev/shm/%s/owner", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t n = fread(owner, 1, sizeof(owner) - 1, f);
+    fclose(f);
+    owner[n] = '\0';
+    owner[strcspn(owner, "\n")] = '\0';
+    if (strcmp(owner, want) == 0) {
+      snprintf(ret_dir, len, "/dev/shm/%s", e->d_name);
+      found = true;
+    }
+  }
+  if (d) closedir(d);
+  return found;
+}
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   return remove(path);
 }

@@ -48,6 +48,10 @@ int harness_tmpdir_new(char *ret_path, size_t len);
 /* The same under /dev/shm (tmpfs, as shared-memory staging wants), or
  * under $TMPDIR where /dev/shm is missing. */
 int harness_shm_tmpdir_new(char *ret_path, size_t len);
+/* The directory /dev/shm/PREFIX* (a daemon's default "auto" shared-memory
+ * directory, "stoker-ckpt-" or "stoker-dl-") whose owner record names
+ * data_dir; false when there is none. */
+bool harness_shm_auto_dir(const char *prefix, const char *data_dir, char *ret_dir, size_t len);
 /* rm -rf of a directory tree; accepts a missing one. */
 void harness_tmpdir_remove(const char *path);
 

@@ -4,8 +4,13 @@
  */
 #include "ranks.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 int ranks_new(struct rank *r, size_t n, const struct harness_daemon *d, const char *job,
               const char *prefix) {
@@ -46,6 +51,22 @@ size_t ranks_join_wait(struct rank *r, size_t n) {
     }
   }
   return failed;
+}
+
+struct stk_client *ranks_operator(const struct harness_daemon *d, const char *job,
+                                  uint32_t min_ranks, uint32_t max_ranks, uint32_t interval_ms,
+                                  uint32_t last_call_ms) {
+  struct stk_client *op = harness_client(d);
+  assert_non_null(op);
+  assert_int_equal(harness_create_job(op, job, min_ranks, max_ranks, interval_ms, last_call_ms), 0);
+  return op;
+}
+
+void ranks_form(struct rank *r, size_t n, const struct harness_daemon *d, const char *job,
+                const char *prefix, int64_t timeout_ms) {
+  assert_int_equal(ranks_new(r, n, d, job, prefix), 0);
+  ranks_join_start(r, n, timeout_ms);
+  assert_int_equal(ranks_join_wait(r, n), 0);
 }
 
 void ranks_free(struct rank *r, size_t n) {

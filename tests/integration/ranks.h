@@ -2,7 +2,7 @@
  * ranks: simulated trainer ranks for the integration tests. Each rank is a
  * libstoker-client of its own; since Join parks until the rendezvous round
  * closes, every rank joins on a thread of its own and the test waits for
- * all of them.
+ * all of them. ranks_operator and ranks_form assert (cmocka) as they go.
  */
 #ifndef STK_RANKS_H
 #define STK_RANKS_H
@@ -28,6 +28,16 @@ struct rank {
  * client on d. Returns 0 or STK_E*. */
 int ranks_new(struct rank *r, size_t n, const struct harness_daemon *d, const char *job,
               const char *prefix);
+/* An operator's client on d (asserted non-NULL, cmocka) that created job
+ * with harness_create_job's arguments (asserted to succeed). */
+struct stk_client *ranks_operator(const struct harness_daemon *d, const char *job,
+                                  uint32_t min_ranks, uint32_t max_ranks, uint32_t interval_ms,
+                                  uint32_t last_call_ms);
+/* ranks_new (asserted to succeed, cmocka), then every rank joined with
+ * timeout_ms and waited for (asserted: none failed). */
+void ranks_form(struct rank *r, size_t n, const struct harness_daemon *d, const char *job,
+                const char *prefix, int64_t timeout_ms);
+
 /* Starts stk_join on a thread per rank (timeout_ms each). */
 void ranks_join_start(struct rank *r, size_t n, int64_t timeout_ms);
 /* Waits for every join started; returns how many failed. */

@@ -13,7 +13,7 @@ try:
 except ImportError:
     print("python3-boto3 is not installed (deploy/install-deps.sh): skipped")
     sys.exit(77)
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from protoset import load_pool, message_class
 
 
 def crc32c(data, crc=0):
@@ -33,19 +33,6 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
-def manifest_class(path):
-    fds = descriptor_pb2.FileDescriptorSet()
-    with open(path, "rb") as f:
-        fds.ParseFromString(f.read())
-    pool = descriptor_pool.DescriptorPool()
-    for fdp in fds.file:
-        pool.Add(fdp)
-    desc = pool.FindMessageTypeByName("stoker.v1.Manifest")
-    if hasattr(message_factory, "GetMessageClass"):
-        return message_factory.GetMessageClass(desc)
-    return message_factory.MessageFactory(pool).GetPrototype(desc)
-
-
 def main():
     protoset, endpoint, bucket, prefix, job, step = sys.argv[1:7]
     assert crc32c(b"123456789") == 0xE3069283, "CRC32C self-test"
@@ -61,7 +48,7 @@ def main():
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=base).get("Contents", [])]
     manifests = [k for k in keys if k.endswith("/manifest.pb")]
     assert len(manifests) == 1, f"manifests under {base}: {keys!r}"
-    Manifest = manifest_class(protoset)
+    Manifest = message_class(load_pool(protoset), "stoker.v1.Manifest")
     m = Manifest()
     m.ParseFromString(s3.get_object(Bucket=bucket, Key=manifests[0])["Body"].read())
     assert m.job == job and m.step == int(step), (m.job, m.step)

@@ -7,9 +7,13 @@
 #include "test_ckpt_helpers.h"
 
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <cmocka.h>
 
 #define CHUNK_MAX_BYTES (1u << 20)
 
@@ -37,6 +41,21 @@ static uint32_t name_seed(const char *s) {
   uint32_t h = 2166136261u;
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;
   return h;
+}
+
+char tck_shm_root[256], tck_shm_dir[300];
+
+int tck_shm_setup(void **state) {
+  (void)state;
+  if (harness_shm_tmpdir_new(tck_shm_root, sizeof(tck_shm_root)) != 0) return -1;
+  snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s/ckpt", tck_shm_root);
+  return 0;
+}
+
+int tck_shm_teardown(void **state) {
+  (void)state;
+  harness_tmpdir_remove(tck_shm_root);
+  return 0;
 }
 
 int tck_call(struct rpc_client *rc, const char *method, const ProtobufCMessage *req,
@@ -116,6 +135,41 @@ static int send_chunk(struct rpc_client_cstream *s, const char *attempt, uint32_
   return rc;
 }
 
+void tck_chunk_u8(struct tck_chunk *c, const char *attempt, uint32_t rank, const char *tensor,
+                  uint64_t shape, uint64_t off, uint64_t len) {
+  c->shape = shape;
+  c->off = off;
+  c->len = len;
+  stoker__v1__box__init(&c->box);
+  c->box.n_offsets = c->box.n_sizes = 1;
+  c->box.offsets = &c->off;
+  c->box.sizes = &c->len;
+  stoker__v1__write_chunk__init(&c->ch);
+  c->ch.attempt = (char *)attempt;
+  c->ch.rank = rank;
+  c->ch.tensor = (char *)tensor;
+  c->ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
+  c->ch.n_global_shape = 1;
+  c->ch.global_shape = &c->shape;
+  c->ch.box = &c->box;
+}
+
+int tck_write_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
+                     bool wait_durable, char *msg, size_t msg_len) {
+  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
+  last.attempt = (char *)attempt;
+  last.rank = rank;
+  last.last = true;
+  last.wait_durable = wait_durable;
+  rpc_client_cstream_write(s, &last.base);
+  struct rpc_status st = {0};
+  ProtobufCMessage *resp = NULL;
+  rpc_client_cstream_finish(s, &resp, &st);
+  if (msg) snprintf(msg, msg_len, "%s", st.message);
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  return st.code;
+}
+
 static int write_rank_chunks(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
                              uint32_t world) {
   int rc = 0;
@@ -142,18 +196,7 @@ int tck_write_rank(struct rpc_client *rc, const char *attempt, uint32_t rank, ui
                               &stoker__v1__write_response__descriptor, 60000, &s) != 0)
     return RPC_UNAVAILABLE;
   write_rank_chunks(s, attempt, rank, world); /* A failure shows in the status. */
-  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
-  last.attempt = (char *)attempt;
-  last.rank = rank;
-  last.last = true;
-  last.wait_durable = wait_durable;
-  rpc_client_cstream_write(s, &last.base);
-  struct rpc_status st = {0};
-  ProtobufCMessage *resp = NULL;
-  rpc_client_cstream_finish(s, &resp, &st);
-  if (msg) snprintf(msg, msg_len, "%s", st.message);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-  return st.code;
+  return tck_write_finish(s, attempt, rank, wait_durable, msg, msg_len);
 }
 
 struct writer_arg {
@@ -189,6 +232,14 @@ int tck_write_all(const char *addr, const char *attempt, uint32_t world) {
   }
   free(w);
   return code;
+}
+
+void tck_save_ok(struct rpc_client *rc, const char *addr, const char *job, int64_t step,
+                 uint32_t world) {
+  char attempt[64], msg[512];
+  assert_int_equal(tck_begin(rc, job, step, world, attempt), RPC_OK);
+  assert_int_equal(tck_write_all(addr, attempt, world), RPC_OK);
+  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
 }
 
 /* ------------------------------------------------------------- reading */

@@ -3,7 +3,9 @@
  * harness.h: a small model (a float matrix, a byte matrix large enough for
  * multipart uploads, one blob per rank) whose every byte is a function of
  * its position, written by a rank over the Write stream and read back over
- * the Read stream at any world size, checked byte for byte.
+ * the Read stream at any world size, checked byte for byte; the calls
+ * around it, a one-dimensional u8 chunk for hand-made streams, and the
+ * shared-memory setup of the staging tests.
  */
 #ifndef STK_TEST_CKPT_HELPERS_H
 #define STK_TEST_CKPT_HELPERS_H
@@ -14,6 +16,14 @@
 
 #include "harness.h"
 #include "stoker/v1/checkpoint.pb-c.h"
+
+/* Setup and teardown (cmocka) of a test staging through shared memory:
+ * tck_shm_root is a fresh directory (harness_shm_tmpdir_new: /dev/shm where
+ * there is one), tck_shm_dir "ROOT/ckpt" in it for the daemon's --shm-dir
+ * (the daemon creates it); the teardown removes the root. */
+extern char tck_shm_root[256], tck_shm_dir[300];
+int tck_shm_setup(void **state);
+int tck_shm_teardown(void **state);
 
 /* Sentinel answer of tck_read_rank when the bytes differ. */
 #define TCK_MISMATCH (-1000)
@@ -31,6 +41,23 @@ int tck_begin(struct rpc_client *rc, const char *job, int64_t step, uint32_t wor
 int tck_commit(struct rpc_client *rc, const char *attempt, int64_t *ret_step, char *msg,
                size_t msg_len);
 
+/* A one-dimensional u8 WriteChunk of rank in attempt in caller storage:
+ * bytes [off, off + len) of a tensor of shape bytes, no data yet (set
+ * ch.data, ch.shm_name, ch.last as needed; off and len may be changed in
+ * place, the box points at them). Not to be copied once set. */
+struct tck_chunk {
+  Stoker__V1__WriteChunk ch;
+  Stoker__V1__Box box;
+  uint64_t shape, off, len;
+};
+void tck_chunk_u8(struct tck_chunk *c, const char *attempt, uint32_t rank, const char *tensor,
+                  uint64_t shape, uint64_t off, uint64_t len);
+
+/* Ends a Write stream: the chunk marked "last" (and wait_durable) of rank,
+ * then the call's status code; msg (may be NULL) gets its message. */
+int tck_write_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
+                     bool wait_durable, char *msg, size_t msg_len);
+
 /* Writes rank's share of the model (world ranks) in chunks of at most
  * 1 MiB, then "last". Returns the Write call's status code. */
 int tck_write_rank(struct rpc_client *rc, const char *attempt, uint32_t rank, uint32_t world,
@@ -39,6 +66,11 @@ int tck_write_rank(struct rpc_client *rc, const char *attempt, uint32_t rank, ui
 /* Writes every rank of world from its own thread and rpc client. Returns
  * RPC_OK or the first failing status. */
 int tck_write_all(const char *addr, const char *attempt, uint32_t world);
+
+/* Begin of job's step at world ranks, tck_write_all and Commit, each
+ * asserted (cmocka) to answer RPC_OK. */
+void tck_save_ok(struct rpc_client *rc, const char *addr, const char *job, int64_t step,
+                 uint32_t world);
 
 /* Reads rank's share at world (rows split evenly, every old rank's blob)
  * and compares every byte: RPC_OK, the stream's status, or TCK_MISMATCH. */

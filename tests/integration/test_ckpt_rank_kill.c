@@ -31,18 +31,16 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "stk_error.h"
 #include "stoker_ckpt.h"
+#include "test_ckpt_helpers.h"
+#include "test_ckpt_shard.h"
 
 #define COLS       262144 /* f32: 1 MiB rows. */
 #define ROWS       6      /* Per rank: 6 MiB, more than one 5 MiB part. */
 #define BLOB       3000
 #define PAD_BYTES  ((uint64_t)12 << 20)
-#define MAX_WORLD  4
 #define CHILD_FLAG "--rank-child"
-
-static char shm_root[256], shm_dir[300];
 
 /* ---- The model: every byte a function of (step, tensor, index) ---- */
 
@@ -51,77 +49,7 @@ static uint8_t byte_at(int64_t step, int tensor, uint64_t i) {
   return (uint8_t)(x >> 33);
 }
 
-struct shard {
-  uint8_t *w, *blob;
-  uint64_t shape[2], off[2], sz[2], blen, boff;
-  char bname[32];
-  struct stk_ckpt_tensor t[2];
-};
-
-static void shard_init(struct shard *s, int64_t step, uint32_t rank, uint32_t world) {
-  size_t wlen = (size_t)ROWS * COLS * 4, base = (size_t)rank * wlen;
-  s->w = malloc(wlen);
-  s->blen = BLOB + rank;
-  s->blob = malloc(s->blen);
-  for (size_t i = 0; i < wlen; i++) s->w[i] = byte_at(step, 0, base + i);
-  for (size_t i = 0; i < s->blen; i++) s->blob[i] = byte_at(step, 1 + (int)rank, i);
-  s->shape[0] = (uint64_t)ROWS * world;
-  s->shape[1] = COLS;
-  s->off[0] = (uint64_t)ROWS * rank;
-  s->off[1] = 0;
-  s->sz[0] = ROWS;
-  s->sz[1] = COLS;
-  s->boff = 0;
-  snprintf(s->bname, sizeof(s->bname), "blob/rank-%u", rank);
-  s->t[0] = (struct stk_ckpt_tensor){"w", STK_DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
-  s->t[1] = (struct stk_ckpt_tensor){s->bname, STK_DTYPE_BYTES, &s->blen, {1, &s->boff, &s->blen},
-                                     s->blob,  s->blen};
-}
-
-static void shard_free(struct shard *s) {
-  free(s->w);
-  free(s->blob);
-}
-
-/* Reads rank's share of "w" at world (rows split evenly) and every blob of
- * the write_world ranks; 0, or -1 with a reason in msg. */
-static int restore_rank(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
-                        uint32_t world, uint32_t write_world, char *msg, size_t msg_len) {
-  uint64_t rows = (uint64_t)ROWS * write_world, row_bytes = COLS * 4;
-  uint64_t lo = rows * rank / world, hi = rows * (rank + 1) / world;
-  uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS}, boff = 0, bsz[MAX_WORLD];
-  size_t len = (size_t)((hi - lo) * row_bytes);
-  struct stk_ckpt_want want[1 + MAX_WORLD];
-  char names[MAX_WORLD][32];
-  uint8_t *buf = calloc(1, len + 1), *blobs[MAX_WORLD];
-  want[0] = (struct stk_ckpt_want){"w", {2, off, sz}, buf, len};
-  for (uint32_t k = 0; k < write_world; k++) {
-    bsz[k] = BLOB + k;
-    blobs[k] = calloc(1, bsz[k]);
-    snprintf(names[k], sizeof(names[k]), "blob/rank-%u", k);
-    want[1 + k] = (struct stk_ckpt_want){names[k], {1, &boff, &bsz[k]}, blobs[k], bsz[k]};
-  }
-  int rc = 0;
-  if (stk_ckpt_read(c, job, step, want, 1 + write_world, 60000, NULL) != 0) {
-    snprintf(msg, msg_len, "read: %s", stk_client_last_error(NULL));
-    rc = -1;
-  }
-  for (size_t i = 0; !rc && i < len; i++)
-    if (buf[i] != byte_at(step, 0, lo * row_bytes + i)) {
-      snprintf(msg, msg_len, "w byte %zu of rank %u/%u differs", i, rank, world);
-      rc = -1;
-    }
-  for (uint32_t k = 0; k < write_world; k++) {
-    for (size_t i = 0; !rc && i < bsz[k]; i++)
-      if (blobs[k][i] != byte_at(step, 1 + (int)k, i)) {
-        snprintf(msg, msg_len, "blob %u byte %zu differs", k, i);
-        rc = -1;
-      }
-    free(blobs[k]);
-  }
-  free(buf);
-  return rc;
-}
+static const struct tck_model model = {ROWS, COLS, BLOB, byte_at};
 
 /* ---- The rank process (this binary re-executed) ---- */
 
@@ -163,11 +91,11 @@ static void die(int fd, bool shm) {
 /* Saves (or stops early, per act) through a writer. */
 static int rank_save(struct stk_client *c, const struct rank_args *a, int fd) {
   struct stk_ckpt_writer *w = NULL;
-  struct shard s;
+  struct tck_shard s;
   int err = stk_ckpt_writer_open(c, a->attempt, a->rank, 0, &w);
   if (err) return err;
   if (a->act == ACT_AT_OPEN) die(fd, false);
-  shard_init(&s, a->step, a->rank, a->world);
+  tck_shard_init(&s, &model, a->step, a->rank, a->world);
   for (int i = 0; i < 2 && !err; i++)
     err = stk_ckpt_write_chunk(w, s.t[i].name, s.t[i].dtype, s.t[i].global_shape, &s.t[i].box,
                                s.t[i].data, s.t[i].len);
@@ -186,7 +114,7 @@ static int rank_save(struct stk_client *c, const struct rank_args *a, int fd) {
     err = stk_ckpt_writer_finish(w, false, NULL, NULL); /* Returns once staged. */
     if (!err && a->act == ACT_STAGED) die(fd, shm);     /* Client, stream, buffers: all live. */
   }
-  shard_free(&s);
+  tck_shard_free(&s);
   if (!err) send_report(fd, 'd', shm, NULL);
   return err;
 }
@@ -208,7 +136,8 @@ static int child_main(char **argv) {
   char msg[240] = "";
   int err = stk_ckpt_connect(&o, &c);
   if (!err && a.act == ACT_RESTORE) {
-    err = restore_rank(c, a.job, a.step, a.rank, a.world, a.write_world, msg, sizeof(msg));
+    err = tck_shard_restore(c, &model, a.job, a.step, a.rank, a.world, a.write_world, msg,
+                            sizeof(msg));
     if (!err) send_report(fd, 'd', false, NULL);
   } else if (!err) {
     err = rank_save(c, &a, fd);
@@ -299,19 +228,12 @@ static void rank_run(const struct rank_args *a, char want_code, bool want_shm) {
 
 /* ---- Parent-side helpers ---- */
 
-static struct stk_client *ckpt_client(const struct harness_daemon *d) {
-  struct stk_client_opts o = {.address = d->addr, .default_timeout_ms = 60000};
-  struct stk_client *c = NULL;
-  assert_int_equal(stk_ckpt_connect(&o, &c), 0);
-  return c;
-}
-
 /* The parent's own rank: saves normally (staged) through the given mode. */
 static void parent_save(struct stk_client *c, const char *attempt, int64_t step, uint32_t rank,
                         uint32_t world, enum stk_ckpt_shm_mode mode, bool want_shm) {
-  struct shard s;
+  struct tck_shard s;
   struct stk_ckpt_writer *w = NULL;
-  shard_init(&s, step, rank, world);
+  tck_shard_init(&s, &model, step, rank, world);
   assert_int_equal(stk_ckpt_writer_open(c, attempt, rank, 0, &w), 0);
   stk_ckpt_writer_set_shm(w, mode);
   for (int i = 0; i < 2; i++)
@@ -321,7 +243,7 @@ static void parent_save(struct stk_client *c, const char *attempt, int64_t step,
   assert_int_equal(stk_ckpt_writer_shm_active(w), want_shm);
   if (stk_ckpt_writer_finish(w, false, NULL, NULL) != 0)
     fail_msg("rank %u finish: %s", rank, stk_client_last_error(NULL));
-  shard_free(&s);
+  tck_shard_free(&s);
 }
 
 /* Committed steps of job (at most max) into ret_steps; their count. */
@@ -359,14 +281,6 @@ static void verify_all(struct stk_client *c, const char *job) {
     assert_true(v->objects > 0 && v->bytes > 0);
     protobuf_c_message_free_unpacked(&v->base, NULL);
   }
-}
-
-static void restore_all(struct stk_client *c, const char *job, int64_t step, uint32_t world,
-                        uint32_t write_world) {
-  char msg[240];
-  for (uint32_t r = 0; r < world; r++)
-    if (restore_rank(c, job, step, r, world, write_world, msg, sizeof(msg)) != 0)
-      fail_msg("%s", msg);
 }
 
 /* Regular files under dir whose name starts with prefix (recursive). */
@@ -408,24 +322,11 @@ static struct harness_daemon *start(const char *budget) {
                         "--attempt-timeout",
                         "2s",
                         "--shm-dir",
-                        shm_dir,
+                        tck_shm_dir,
                         NULL};
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   return d;
-}
-
-static int setup(void **state) {
-  (void)state;
-  if (harness_shm_tmpdir_new(shm_root, sizeof(shm_root)) != 0) return -1;
-  snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  harness_tmpdir_remove(shm_root);
-  return 0;
 }
 
 /* ---- Tests ---- */
@@ -438,7 +339,7 @@ static void killed_after_staged(bool shm) {
   const char *job = shm ? "kill-staged-shm" : "kill-staged-grpc";
   const char *env = shm ? "on" : "off";
   struct harness_daemon *d = start("64MiB");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, job, 5, 3, 0, attempt), 0);
   struct rank_args a = {d->addr, job, attempt, env, 5, 1, 3, 3, ACT_STAGED};
@@ -454,9 +355,9 @@ static void killed_after_staged(bool shm) {
   verify_all(c, job);
   struct rank_args r = {d->addr, job, "-", env, 5, 1, 3, 3, ACT_RESTORE};
   rank_run(&r, 'd', false); /* The restarted rank 1, a fresh process. */
-  restore_all(c, job, 5, 3, 3);
-  restore_all(c, job, 5, 2, 3);
-  if (shm) wait_no_files(shm_dir, "seg-", 5000); /* The service released its segments. */
+  tck_shard_restore_all(c, &model, job, 5, 3, 3);
+  tck_shard_restore_all(c, &model, job, 5, 2, 3);
+  if (shm) wait_no_files(tck_shm_dir, "seg-", 5000); /* The service released its segments. */
   stk_client_free(c);
   harness_daemon_free(d);
 }
@@ -482,7 +383,7 @@ static void killed_before_finishing(bool shm) {
   const char *env = shm ? "on" : "off";
   enum stk_ckpt_shm_mode mode = shm ? STK_CKPT_SHM_ON : STK_CKPT_SHM_OFF;
   struct harness_daemon *d = start("16MiB"); /* Segments of at most 16 MiB. */
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX], objects[400];
   snprintf(objects, sizeof(objects), "%s/objects", d->data_dir);
   assert_int_equal(stk_ckpt_begin(c, job, 9, 3, 0, attempt), 0);
@@ -500,7 +401,7 @@ static void killed_before_finishing(bool shm) {
   int64_t steps[8];
   assert_int_equal(list_steps(c, job, steps, 8), 0);
   wait_no_files(objects, "", 5000); /* Every object of the attempt deleted. */
-  wait_no_files(shm_dir, "seg-", 5000);
+  wait_no_files(tck_shm_dir, "seg-", 5000);
   /* The same step again, every rank alive (one of them a process). */
   assert_int_equal(stk_ckpt_begin(c, job, 9, 2, 0, attempt), 0);
   struct rank_args b = {d->addr, job, attempt, env, 9, 1, 2, 2, ACT_FULL};
@@ -510,7 +411,7 @@ static void killed_before_finishing(bool shm) {
     fail_msg("commit: %s", stk_client_last_error(NULL));
   assert_int_equal(list_steps(c, job, steps, 8), 1);
   verify_all(c, job);
-  restore_all(c, job, 9, 3, 2);
+  tck_shard_restore_all(c, &model, job, 9, 3, 2);
   stk_client_free(c);
   harness_daemon_free(d);
 }
@@ -529,10 +430,14 @@ int main(int argc, char **argv) {
   if (argc == 12 && strcmp(argv[1], CHILD_FLAG) == 0) return child_main(argv);
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_killed_after_staged_shm, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_killed_after_staged_grpc, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_killed_before_finishing_shm, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_killed_before_finishing_grpc, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_killed_after_staged_shm, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_killed_after_staged_grpc, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_killed_before_finishing_shm, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_killed_before_finishing_grpc, tck_shm_setup,
+                                      tck_shm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

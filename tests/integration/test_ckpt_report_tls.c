@@ -61,10 +61,7 @@ static struct stk_client *tls_client(const struct harness_daemon *co) {
 /* Begins, writes and commits step at 2 ranks on the checkpoint daemon d. */
 static void commit_step(struct harness_daemon *d, const char *job, int64_t step) {
   struct rpc_client *rc = harness_rpc(d);
-  char attempt[64], msg[512];
-  assert_int_equal(tck_begin(rc, job, step, 2, attempt), RPC_OK);
-  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
-  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  tck_save_ok(rc, d->addr, job, step, 2);
   rpc_client_free(rc);
 }
 

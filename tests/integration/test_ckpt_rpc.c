@@ -31,6 +31,22 @@ static struct harness_daemon *start_ck(void) {
   return d;
 }
 
+/* Verify of job's step, asserted to answer OK; free the reply with
+ * protobuf_c_message_free_unpacked. */
+static Stoker__V1__VerifyCheckpointResponse *verify_ok(struct rpc_client *rc, const char *job,
+                                                       int64_t step) {
+  Stoker__V1__VerifyCheckpointRequest vr = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
+  vr.job = (char *)job;
+  vr.step = step;
+  ProtobufCMessage *resp = NULL;
+  char msg[512];
+  assert_int_equal(tck_call(rc, "Verify", &vr.base,
+                            &stoker__v1__verify_checkpoint_response__descriptor, &resp, msg,
+                            sizeof(msg)),
+                   RPC_OK);
+  return (Stoker__V1__VerifyCheckpointResponse *)resp;
+}
+
 static void test_roundtrip_reshard(void **state) {
   struct harness_daemon *d = start_ck();
   struct rpc_client *rc = harness_rpc(d);
@@ -48,36 +64,13 @@ static void test_roundtrip_reshard(void **state) {
   assert_int_equal(tck_read_all(rc, "train", 100, 8, 4), RPC_OK);
   /* The same step again is refused; Verify finds nothing wrong. */
   assert_int_equal(tck_begin(rc, "train", 100, 4, attempt), RPC_ALREADY_EXISTS);
-  Stoker__V1__VerifyCheckpointRequest vr = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
-  vr.job = "train";
-  vr.step = 100;
-  ProtobufCMessage *resp = NULL;
-  assert_int_equal(tck_call(rc, "Verify", &vr.base,
-                            &stoker__v1__verify_checkpoint_response__descriptor, &resp, msg,
-                            sizeof(msg)),
-                   RPC_OK);
-  Stoker__V1__VerifyCheckpointResponse *v = (void *)resp;
+  Stoker__V1__VerifyCheckpointResponse *v = verify_ok(rc, "train", 100);
   assert_int_equal(v->n_problems, 0);
   assert_int_equal(v->objects, 4);
   assert_true(v->bytes > 24u << 20);
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&v->base, NULL);
   rpc_client_free(rc);
   harness_daemon_free(d);
-}
-
-/* One chunk on its own stream (no "last"); returns the Write status. */
-static int write_one(struct rpc_client *rc, Stoker__V1__WriteChunk *ch, char *msg, size_t len) {
-  struct rpc_client_cstream *s = NULL;
-  if (rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
-                              &stoker__v1__write_response__descriptor, 10000, &s) != 0)
-    return RPC_UNAVAILABLE;
-  rpc_client_cstream_write(s, &ch->base);
-  struct rpc_status st = {0};
-  ProtobufCMessage *resp = NULL;
-  rpc_client_cstream_finish(s, &resp, &st);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-  snprintf(msg, len, "%s", st.message);
-  return st.code;
 }
 
 /* A stream of n chunks; returns the Write status, *ret (may be NULL) the
@@ -101,27 +94,14 @@ static int write_stream(struct rpc_client *rc, Stoker__V1__WriteChunk **ch, size
 }
 
 /* A u8 [64] chunk of rank (bytes [32 rank, +32)). */
-static void rank_chunk(Stoker__V1__WriteChunk *ch, Stoker__V1__Box *box, uint64_t *off,
-                       const char *attempt, uint32_t rank, bool last, bool wait_durable) {
+static void rank_chunk(struct tck_chunk *c, const char *attempt, uint32_t rank, bool last,
+                       bool wait_durable) {
   static uint8_t data[32];
-  static uint64_t n = 32, shape = 64;
-  *off = 32 * (uint64_t)rank;
-  stoker__v1__box__init(box);
-  box->n_offsets = box->n_sizes = 1;
-  box->offsets = off;
-  box->sizes = &n;
-  stoker__v1__write_chunk__init(ch);
-  ch->attempt = (char *)attempt;
-  ch->rank = rank;
-  ch->tensor = "t";
-  ch->dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch->n_global_shape = 1;
-  ch->global_shape = &shape;
-  ch->box = box;
-  ch->data.data = data;
-  ch->data.len = 32;
-  ch->last = last;
-  ch->wait_durable = wait_durable;
+  tck_chunk_u8(c, attempt, rank, "t", 64, 32 * (uint64_t)rank, 32);
+  c->ch.data.data = data;
+  c->ch.data.len = 32;
+  c->ch.last = last;
+  c->ch.wait_durable = wait_durable;
 }
 
 static int abort_call(struct rpc_client *rc, const char *attempt, char *msg, size_t len) {
@@ -140,19 +120,18 @@ static void test_write_reply_abort_switch(void **state) {
   struct harness_daemon *d = start_ck();
   struct rpc_client *rc = harness_rpc(d);
   char attempt[64], msg[512];
-  Stoker__V1__WriteChunk c0, c1, *one[1];
-  Stoker__V1__Box b0, b1;
-  uint64_t o0, o1;
+  struct tck_chunk c0, c1;
+  Stoker__V1__WriteChunk *one[1];
   Stoker__V1__WriteResponse *r = NULL;
   assert_int_equal(tck_begin(rc, "w", 1, 2, attempt), RPC_OK);
-  rank_chunk(&c0, &b0, &o0, attempt, 0, true, false);
-  one[0] = &c0;
+  rank_chunk(&c0, attempt, 0, true, false);
+  one[0] = &c0.ch;
   assert_int_equal(write_stream(rc, one, 1, &r, msg, sizeof(msg)), RPC_OK);
   assert_true(r->staged);
   assert_int_equal(r->bytes_staged, 32);
   protobuf_c_message_free_unpacked(&r->base, NULL);
-  rank_chunk(&c1, &b1, &o1, attempt, 1, true, true);
-  one[0] = &c1;
+  rank_chunk(&c1, attempt, 1, true, true);
+  one[0] = &c1.ch;
   assert_int_equal(write_stream(rc, one, 1, &r, msg, sizeof(msg)), RPC_OK);
   assert_true(r->staged);
   assert_true(r->durable);
@@ -162,8 +141,8 @@ static void test_write_reply_abort_switch(void **state) {
 
   /* Abort: Commit then answers ABORTED with the reason; Abort again is OK. */
   assert_int_equal(tck_begin(rc, "w", 2, 2, attempt), RPC_OK);
-  rank_chunk(&c0, &b0, &o0, attempt, 0, true, false);
-  one[0] = &c0;
+  rank_chunk(&c0, attempt, 0, true, false);
+  one[0] = &c0.ch;
   assert_int_equal(write_stream(rc, one, 1, NULL, msg, sizeof(msg)), RPC_OK);
   assert_int_equal(abort_call(rc, attempt, msg, sizeof(msg)), RPC_OK);
   assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_ABORTED);
@@ -175,9 +154,9 @@ static void test_write_reply_abort_switch(void **state) {
   /* A stream that switches rank: INVALID_ARGUMENT, and the attempt is over
    * at once (Commit answers the same, well before the 3 s timeout). */
   assert_int_equal(tck_begin(rc, "w", 3, 2, attempt), RPC_OK);
-  Stoker__V1__WriteChunk *two[2] = {&c0, &c1};
-  rank_chunk(&c0, &b0, &o0, attempt, 0, false, false);
-  rank_chunk(&c1, &b1, &o1, attempt, 1, true, false);
+  Stoker__V1__WriteChunk *two[2] = {&c0.ch, &c1.ch};
+  rank_chunk(&c0, attempt, 0, false, false);
+  rank_chunk(&c1, attempt, 1, true, false);
   assert_int_equal(write_stream(rc, two, 2, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, "rank 1 on a stream of rank 0"));
   assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
@@ -186,24 +165,19 @@ static void test_write_reply_abort_switch(void **state) {
   harness_daemon_free(d);
 }
 
-static int hostile_chunk(struct rpc_client *rc, const char *attempt, const char *tensor,
-                         uint64_t off, uint64_t n, uint64_t shape, char *msg, size_t len) {
+/* One u8 chunk of rank, bytes [off, off + n) of shape (zeros, at most 64
+ * sent), on a stream of its own; returns the Write status. */
+static int hostile_chunk(struct rpc_client *rc, const char *attempt, uint32_t rank,
+                         const char *tensor, uint64_t off, uint64_t n, uint64_t shape, bool last,
+                         char *msg, size_t len) {
   uint8_t data[64] = {0};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &n;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.tensor = (char *)tensor;
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
-  ch.data.data = data;
-  ch.data.len = n <= sizeof(data) ? n : sizeof(data);
-  ch.last = true;
-  return write_one(rc, &ch, msg, len);
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, rank, tensor, shape, off, n);
+  c.ch.data.data = data;
+  c.ch.data.len = n <= sizeof(data) ? n : sizeof(data);
+  c.ch.last = last;
+  Stoker__V1__WriteChunk *one[1] = {&c.ch};
+  return write_stream(rc, one, 1, NULL, msg, len);
 }
 
 static void test_hostile(void **state) {
@@ -214,66 +188,31 @@ static void test_hostile(void **state) {
   assert_int_equal(tck_begin(rc, "ok", -5, 1, attempt), RPC_INVALID_ARGUMENT);
   /* A name escaping its directory: refused, the attempt is aborted. */
   assert_int_equal(tck_begin(rc, "h", 1, 1, attempt), RPC_OK);
-  assert_int_equal(hostile_chunk(rc, attempt, "a/../../b", 0, 8, 8, msg, sizeof(msg)),
+  assert_int_equal(hostile_chunk(rc, attempt, 0, "a/../../b", 0, 8, 8, true, msg, sizeof(msg)),
                    RPC_INVALID_ARGUMENT);
   assert_non_null(strstr(msg, ".."));
   assert_int_not_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
   /* A box outside its shape. */
   assert_int_equal(tck_begin(rc, "h", 2, 1, attempt), RPC_OK);
-  assert_int_equal(hostile_chunk(rc, attempt, "t", 60, 8, 64, msg, sizeof(msg)),
+  assert_int_equal(hostile_chunk(rc, attempt, 0, "t", 60, 8, 64, true, msg, sizeof(msg)),
                    RPC_INVALID_ARGUMENT);
   assert_int_not_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
   /* Overlapping chunks of two ranks: the commit's coverage check refuses. */
   assert_int_equal(tck_begin(rc, "h", 3, 2, attempt), RPC_OK);
-  assert_int_equal(hostile_chunk(rc, attempt, "t", 0, 40, 64, msg, sizeof(msg)), RPC_OK);
-  {
-    uint8_t data[40] = {0};
-    uint64_t off = 24, n = 40, shape = 64;
-    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-    box.n_offsets = box.n_sizes = 1;
-    box.offsets = &off;
-    box.sizes = &n;
-    Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-    ch.attempt = attempt;
-    ch.rank = 1;
-    ch.tensor = "t";
-    ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-    ch.n_global_shape = 1;
-    ch.global_shape = &shape;
-    ch.box = &box;
-    ch.data.data = data;
-    ch.data.len = 40;
-    ch.last = true;
-    assert_int_equal(write_one(rc, &ch, msg, sizeof(msg)), RPC_OK);
-  }
+  assert_int_equal(hostile_chunk(rc, attempt, 0, "t", 0, 40, 64, true, msg, sizeof(msg)), RPC_OK);
+  assert_int_equal(hostile_chunk(rc, attempt, 1, "t", 24, 40, 64, true, msg, sizeof(msg)), RPC_OK);
   assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_INVALID_ARGUMENT);
   /* A stream that ends before "last": FAILED_PRECONDITION; the attempt
    * never commits (aborted at the attempt timeout). */
   assert_int_equal(tck_begin(rc, "h", 4, 1, attempt), RPC_OK);
-  {
-    uint8_t data[8] = {0};
-    uint64_t off = 0, n = 8, shape = 64;
-    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-    box.n_offsets = box.n_sizes = 1;
-    box.offsets = &off;
-    box.sizes = &n;
-    Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-    ch.attempt = attempt;
-    ch.tensor = "t";
-    ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-    ch.n_global_shape = 1;
-    ch.global_shape = &shape;
-    ch.box = &box;
-    ch.data.data = data;
-    ch.data.len = 8;
-    assert_int_equal(write_one(rc, &ch, msg, sizeof(msg)), RPC_FAILED_PRECONDITION);
-  }
+  assert_int_equal(hostile_chunk(rc, attempt, 0, "t", 0, 8, 64, false, msg, sizeof(msg)),
+                   RPC_FAILED_PRECONDITION);
   int code = tck_commit(rc, attempt, NULL, msg, sizeof(msg));
   assert_true(code == RPC_ABORTED || code == RPC_DEADLINE_EXCEEDED);
   /* Unknown attempt, rank outside the world. */
-  assert_int_equal(
-      hostile_chunk(rc, "0123456789abcdef0123456789abcdef", "t", 0, 8, 8, msg, sizeof(msg)),
-      RPC_NOT_FOUND);
+  assert_int_equal(hostile_chunk(rc, "0123456789abcdef0123456789abcdef", 0, "t", 0, 8, 8, true, msg,
+                                 sizeof(msg)),
+                   RPC_NOT_FOUND);
   int64_t steps[8];
   assert_int_equal(tck_list(rc, "h", steps, 8), 0);
   rpc_client_free(rc);
@@ -302,26 +241,16 @@ static bool flip_object_byte(const char *dir) {
 static void test_corrupt_object(void **state) {
   struct harness_daemon *d = start_ck();
   struct rpc_client *rc = harness_rpc(d);
-  char attempt[64], msg[512];
-  assert_int_equal(tck_begin(rc, "rot", 7, 2, attempt), RPC_OK);
-  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
-  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  char msg[512];
+  tck_save_ok(rc, d->addr, "rot", 7, 2);
   assert_int_equal(tck_read_all(rc, "rot", 7, 2, 2), RPC_OK);
   assert_true(flip_object_byte(d->data_dir));
   assert_int_equal(tck_read_rank(rc, "rot", 7, 0, 2, 2, msg, sizeof(msg)), RPC_DATA_LOSS);
   assert_non_null(strstr(msg, "rank-00000-0000.bin"));
-  Stoker__V1__VerifyCheckpointRequest vr = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
-  vr.job = "rot";
-  vr.step = 7;
-  ProtobufCMessage *resp = NULL;
-  assert_int_equal(tck_call(rc, "Verify", &vr.base,
-                            &stoker__v1__verify_checkpoint_response__descriptor, &resp, msg,
-                            sizeof(msg)),
-                   RPC_OK);
-  Stoker__V1__VerifyCheckpointResponse *v = (void *)resp;
+  Stoker__V1__VerifyCheckpointResponse *v = verify_ok(rc, "rot", 7);
   assert_true(v->n_problems >= 1);
   assert_non_null(strstr(v->problems[0], "rank-00000-0000.bin"));
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&v->base, NULL);
   rpc_client_free(rc);
   harness_daemon_free(d);
 }
@@ -349,10 +278,7 @@ static void test_coordinator_report(void **state) {
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   struct rpc_client *rc = harness_rpc(d);
-  char attempt[64], msg[512];
-  assert_int_equal(tck_begin(rc, "gpt", 42, 2, attempt), RPC_OK);
-  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
-  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  tck_save_ok(rc, d->addr, "gpt", 42, 2);
   int64_t seen = 0, deadline = harness_now_ms() + 10000;
   while (seen != 42 && harness_now_ms() < deadline) {
     Stoker__V1__Job *job = harness_get_job(cc, "gpt");
@@ -385,10 +311,7 @@ static void test_orphan_attempt_sweep(void **state) {
   struct harness_daemon *d = harness_daemon_start_metrics(args, &port);
   assert_non_null(d);
   struct rpc_client *rc = harness_rpc(d);
-  char attempt[64], msg[512];
-  assert_int_equal(tck_begin(rc, "swept", 5, 2, attempt), RPC_OK);
-  assert_int_equal(tck_write_all(d->addr, attempt, 2), RPC_OK);
-  assert_int_equal(tck_commit(rc, attempt, NULL, msg, sizeof(msg)), RPC_OK);
+  tck_save_ok(rc, d->addr, "swept", 5, 2);
   /* Objects of an attempt the journal never heard of (file:// under the
    * data dir, the daemon's default store). */
   char dir[700], obj[800];

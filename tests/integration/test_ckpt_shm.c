@@ -32,15 +32,13 @@
 #include <cmocka.h>
 
 #include "ckpt_internal.h"
-#include "harness.h"
 #include "stoker_ckpt.h"
+#include "test_ckpt_helpers.h"
+#include "test_ckpt_shard.h"
 
-#define COLS      262144 /* f32: 1 MiB rows. */
-#define ROWS      12     /* Per rank: 12 MiB, multipart at 5 MiB parts. */
-#define BLOB      1000
-#define MAX_WORLD 4
-
-static char shm_root[256], shm_dir[300];
+#define COLS 262144 /* f32: 1 MiB rows. */
+#define ROWS 12     /* Per rank: 12 MiB, multipart at 5 MiB parts. */
+#define BLOB 1000
 
 /* ---- The model: every byte a function of (step, tensor, index) ---- */
 
@@ -49,45 +47,7 @@ static uint8_t byte_at(int64_t step, int tensor, uint64_t i) {
   return (uint8_t)(x >> 29);
 }
 
-struct shard {
-  uint8_t *w;    /* Rows of "w" [ROWS x COLS] f32 of this rank. */
-  uint8_t *blob; /* "blob/rank-R". */
-  uint64_t shape[2], off[2], sz[2], bshape[1], boff[1], bsz[1];
-  struct stk_ckpt_tensor t[2];
-  char bname[32];
-};
-
-static void shard_init(struct shard *s, int64_t step, uint32_t rank, uint32_t world) {
-  size_t wlen = (size_t)ROWS * COLS * 4, base = (size_t)rank * wlen;
-  s->w = malloc(wlen);
-  s->blob = malloc(BLOB + rank);
-  for (size_t i = 0; i < wlen; i++) s->w[i] = byte_at(step, 0, base + i);
-  for (size_t i = 0; i < BLOB + rank; i++) s->blob[i] = byte_at(step, 1 + (int)rank, i);
-  s->shape[0] = (uint64_t)ROWS * world;
-  s->shape[1] = COLS;
-  s->off[0] = (uint64_t)ROWS * rank;
-  s->off[1] = 0;
-  s->sz[0] = ROWS;
-  s->sz[1] = COLS;
-  s->bshape[0] = s->bsz[0] = BLOB + rank;
-  s->boff[0] = 0;
-  snprintf(s->bname, sizeof(s->bname), "blob/rank-%u", rank);
-  s->t[0] = (struct stk_ckpt_tensor){"w", STK_DTYPE_F32, s->shape, {2, s->off, s->sz}, s->w, wlen};
-  s->t[1] = (struct stk_ckpt_tensor){s->bname, STK_DTYPE_BYTES, s->bshape, {1, s->boff, s->bsz},
-                                     s->blob,  BLOB + rank};
-}
-
-static void shard_free(struct shard *s) {
-  free(s->w);
-  free(s->blob);
-}
-
-static struct stk_client *ckpt_client(const struct harness_daemon *d) {
-  struct stk_client_opts o = {.address = d->addr, .default_timeout_ms = 60000};
-  struct stk_client *c = NULL;
-  assert_int_equal(stk_ckpt_connect(&o, &c), 0);
-  return c;
-}
+static const struct tck_model model = {ROWS, COLS, BLOB, byte_at};
 
 /* ---- Saving through the writer (asserting the path taken) ---- */
 
@@ -106,8 +66,8 @@ static void *save_main(void *p) {
   struct saver *v = p;
   struct stk_client_opts o = {.address = v->addr, .default_timeout_ms = 60000};
   struct stk_client *c = NULL;
-  struct shard s;
-  shard_init(&s, v->step, v->rank, v->world);
+  struct tck_shard s;
+  tck_shard_init(&s, &model, v->step, v->rank, v->world);
   struct stk_ckpt_writer *w = NULL;
   v->err = stk_ckpt_connect(&o, &c);
   if (!v->err) v->err = stk_ckpt_writer_open(c, v->attempt, v->rank, 0, &w);
@@ -121,14 +81,14 @@ static void *save_main(void *p) {
   /* The last error is per thread: keep this rank's for the report. */
   if (v->err) snprintf(v->why, sizeof(v->why), "%s", stk_client_last_error(NULL));
   stk_client_free(c);
-  shard_free(&s); /* Staged: the rank's buffers are free again. */
+  tck_shard_free(&s); /* Staged: the rank's buffers are free again. */
   return NULL;
 }
 
 /* Saves every rank from its own thread; asserts each took path shm. */
 static void save_all(const struct harness_daemon *d, const char *attempt, int64_t step,
                      uint32_t world, enum stk_ckpt_shm_mode mode, bool want_shm) {
-  struct saver v[MAX_WORLD];
+  struct saver v[TCK_SHARD_MAX_WORLD];
   for (uint32_t r = 0; r < world; r++) {
     v[r] = (struct saver){
         .addr = d->addr, .attempt = attempt, .step = step, .rank = r, .world = world, .mode = mode};
@@ -141,44 +101,10 @@ static void save_all(const struct harness_daemon *d, const char *attempt, int64_
   }
 }
 
-/* ---- Reading back at another world size ---- */
-
-static void check_restore(struct stk_client *c, const char *job, int64_t step, uint32_t wrote,
-                          uint32_t world) {
-  uint64_t rows = (uint64_t)ROWS * wrote, row_bytes = COLS * 4;
-  for (uint32_t r = 0; r < world; r++) {
-    uint64_t lo = rows * r / world, hi = rows * (r + 1) / world;
-    uint64_t off[2] = {lo, 0}, sz[2] = {hi - lo, COLS};
-    struct stk_ckpt_want want[1 + MAX_WORLD];
-    size_t len = (size_t)((hi - lo) * row_bytes);
-    uint8_t *buf = malloc(len), *blobs[MAX_WORLD];
-    want[0] = (struct stk_ckpt_want){"w", {2, off, sz}, buf, len};
-    uint64_t boff[MAX_WORLD], bsz[MAX_WORLD];
-    char names[MAX_WORLD][32];
-    for (uint32_t k = 0; k < wrote; k++) {
-      boff[k] = 0;
-      bsz[k] = BLOB + k;
-      blobs[k] = malloc(BLOB + k);
-      snprintf(names[k], sizeof(names[k]), "blob/rank-%u", k);
-      want[1 + k] = (struct stk_ckpt_want){names[k], {1, &boff[k], &bsz[k]}, blobs[k], BLOB + k};
-    }
-    if (stk_ckpt_read(c, job, step, want, 1 + wrote, 60000, NULL) != 0)
-      fail_msg("read: %s", stk_client_last_error(NULL));
-    for (size_t i = 0; i < len; i++)
-      if (buf[i] != byte_at(step, 0, lo * row_bytes + i)) fail_msg("w byte %zu differs", i);
-    for (uint32_t k = 0; k < wrote; k++) {
-      for (size_t i = 0; i < BLOB + k; i++)
-        if (blobs[k][i] != byte_at(step, 1 + (int)k, i)) fail_msg("blob %u differs", k);
-      free(blobs[k]);
-    }
-    free(buf);
-  }
-}
-
 /* ---- The segment directory ---- */
 
 static int count_entries(const char *prefix, ino_t *ret_inodes, int max) {
-  DIR *d = opendir(shm_dir);
+  DIR *d = opendir(tck_shm_dir);
   if (!d) return 0;
   int n = 0;
   struct dirent *e;
@@ -193,7 +119,7 @@ static int count_entries(const char *prefix, ino_t *ret_inodes, int max) {
 
 static void put_file(const char *name, size_t len) {
   char path[1100];
-  snprintf(path, sizeof(path), "%s/%s", shm_dir, name);
+  snprintf(path, sizeof(path), "%s/%s", tck_shm_dir, name);
   int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
   assert_true(fd >= 0);
   assert_int_equal(ftruncate(fd, (off_t)len), 0);
@@ -214,17 +140,6 @@ static struct harness_daemon *start(const char *shm, const char *timeout) {
   return start_budget(shm, timeout, "64MiB");
 }
 
-static int setup(void **state) {
-  if (harness_shm_tmpdir_new(shm_root, sizeof(shm_root)) != 0) return -1;
-  snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
-  return 0;
-}
-
-static int teardown(void **state) {
-  harness_tmpdir_remove(shm_root);
-  return 0;
-}
-
 /* ---- Tests ---- */
 
 static void commit_ok(struct stk_client *c, const char *attempt) {
@@ -233,8 +148,8 @@ static void commit_ok(struct stk_client *c, const char *attempt) {
 }
 
 static void test_roundtrip_and_recycling(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   ino_t first[16], second[16];
   int n_first = 0;
@@ -243,7 +158,7 @@ static void test_roundtrip_and_recycling(void **state) {
     save_all(d, attempt, step, 2, STK_CKPT_SHM_ON, true);
     commit_ok(c, attempt);
     assert_int_equal(count_entries("seg-", NULL, 0), 0);
-    check_restore(c, "shm", step, 2, 3);
+    tck_shard_restore_all(c, &model, "shm", step, 3, 2);
     int n = count_entries("free-", step == 1 ? first : second, 16);
     assert_true(n > 0 && n <= 16);
     if (step == 1) n_first = n;
@@ -263,40 +178,14 @@ static void test_roundtrip_and_recycling(void **state) {
   assert_int_equal(stk_ckpt_begin(c, "shm", 3, 1, 0, attempt), 0);
   save_all(d, attempt, 3, 1, STK_CKPT_SHM_OFF, false);
   commit_ok(c, attempt);
-  check_restore(c, "shm", 3, 1, 2);
+  tck_shard_restore_all(c, &model, "shm", 3, 2, 1);
   stk_client_free(c);
   int status = -1;
   assert_int_equal(harness_daemon_term(d, 20000, &status), 0);
   assert_int_equal(status, 0);
   struct stat st;
-  assert_int_not_equal(stat(shm_dir, &st), 0); /* Pool and instance file removed. */
+  assert_int_not_equal(stat(tck_shm_dir, &st), 0); /* Pool and instance file removed. */
   harness_daemon_free(d);
-}
-
-/* The auto segment directory (/dev/shm/stoker-ckpt-HASH) whose owner
- * record names data_dir; false when there is none. */
-static bool find_auto_dir(const char *data_dir, char *ret_dir, size_t len) {
-  char want[4096];
-  if (!realpath(data_dir, want)) return false;
-  DIR *d = opendir("/dev/shm");
-  bool found = false;
-  for (struct dirent *e; d && !found && (e = readdir(d));) {
-    if (strncmp(e->d_name, "stoker-ckpt-", 12) != 0) continue;
-    char path[512], owner[4096] = "";
-    snprintf(path, sizeof(path), "/dev/shm/%s/owner", e->d_name);
-    FILE *f = fopen(path, "r");
-    if (!f) continue;
-    size_t n = fread(owner, 1, sizeof(owner) - 1, f);
-    fclose(f);
-    owner[n] = '\0';
-    owner[strcspn(owner, "\n")] = '\0';
-    if (strcmp(owner, want) == 0) {
-      snprintf(ret_dir, len, "/dev/shm/%s", e->d_name);
-      found = true;
-    }
-  }
-  if (d) closedir(d);
-  return found;
 }
 
 /* A clean stop (SIGTERM) with the default directory leaves nothing in
@@ -304,15 +193,15 @@ static bool find_auto_dir(const char *data_dir, char *ret_dir, size_t len) {
  * never sent, nor the directory with its owner record. */
 static void test_clean_stop_leaves_nothing(void **state) {
   struct harness_daemon *d = start("auto", "60s");
-  char dir[sizeof(shm_dir)];
-  if (!find_auto_dir(d->data_dir, dir, sizeof(dir))) {
+  char dir[sizeof(tck_shm_dir)];
+  if (!harness_shm_auto_dir("stoker-ckpt-", d->data_dir, dir, sizeof(dir))) {
     harness_daemon_free(d);
     skip(); /* No /dev/shm on this host: staging is off. */
   }
-  char saved[sizeof(shm_dir)];
-  snprintf(saved, sizeof(saved), "%s", shm_dir);
-  snprintf(shm_dir, sizeof(shm_dir), "%s", dir);
-  struct stk_client *c = ckpt_client(d);
+  char saved[sizeof(tck_shm_dir)];
+  snprintf(saved, sizeof(saved), "%s", tck_shm_dir);
+  snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s", dir);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "clean", 1, 2, 0, attempt), 0);
   save_all(d, attempt, 1, 2, STK_CKPT_SHM_ON, true);
@@ -330,18 +219,18 @@ static void test_clean_stop_leaves_nothing(void **state) {
              count_entries("free-", NULL, 0), count_entries("seg-", NULL, 0),
              count_entries("instance-", NULL, 0));
   }
-  snprintf(shm_dir, sizeof(shm_dir), "%s", saved);
+  snprintf(tck_shm_dir, sizeof(tck_shm_dir), "%s", saved);
   harness_daemon_free(d);
 }
 
 static void test_fallback_when_off(void **state) {
   struct harness_daemon *d = start("", "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "grpc", 1, 2, 0, attempt), 0);
   save_all(d, attempt, 1, 2, STK_CKPT_SHM_AUTO, false);
   commit_ok(c, attempt);
-  check_restore(c, "grpc", 1, 2, 3);
+  tck_shard_restore_all(c, &model, "grpc", 1, 3, 2);
   /* "on" where the service has none: the first write fails. */
   struct stk_ckpt_writer *w;
   assert_int_equal(stk_ckpt_begin(c, "grpc", 2, 1, 0, attempt), 0);
@@ -371,37 +260,11 @@ struct hostile {
 static void raw_shm_chunk(struct rpc_client_cstream *s, const char *attempt, uint32_t rank,
                           const char *tensor, uint64_t shape, uint64_t off, uint64_t len,
                           const char *seg, uint64_t seg_off) {
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &len;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.rank = rank;
-  ch.tensor = (char *)tensor;
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
-  ch.shm_name = (char *)seg;
-  ch.shm_offset = seg_off;
-  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
-}
-
-/* Ends a raw stream with the chunk marked last; the stream's status code. */
-static int raw_finish(struct rpc_client_cstream *s, const char *attempt, uint32_t rank, char *msg,
-                      size_t msg_len) {
-  Stoker__V1__WriteChunk last = STOKER__V1__WRITE_CHUNK__INIT;
-  last.attempt = (char *)attempt;
-  last.rank = rank;
-  last.last = true;
-  rpc_client_cstream_write(s, &last.base);
-  struct rpc_status st = {0};
-  ProtobufCMessage *resp = NULL;
-  rpc_client_cstream_finish(s, &resp, &st);
-  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
-  snprintf(msg, msg_len, "%s", st.message);
-  return st.code;
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, rank, tensor, shape, off, len);
+  c.ch.shm_name = (char *)seg;
+  c.ch.shm_offset = seg_off;
+  assert_int_equal(rpc_client_cstream_write(s, &c.ch.base), 0);
 }
 
 static int send_raw(struct rpc_client *rc, const char *attempt, const struct hostile *h, char *msg,
@@ -410,44 +273,34 @@ static int send_raw(struct rpc_client *rc, const char *attempt, const struct hos
   assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
                                            &stoker__v1__write_response__descriptor, 30000, &s),
                    0);
-  uint64_t shape = 1 << 20, off = 0, sz = h->bytes;
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = &off;
-  box.sizes = &sz;
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.tensor = "t";
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = &shape;
-  ch.box = &box;
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, 0, "t", 1 << 20, 0, h->bytes);
   char good[128];
   if (h->valid_first) {
     snprintf(good, sizeof(good), "seg-%s-0-aa", attempt);
     put_file(good, 8192);
-    ch.shm_name = good;
-    sz = 8192;
-    rpc_client_cstream_write(s, &ch.base);
-    off = 8192;
-    sz = h->bytes;
+    c.ch.shm_name = good;
+    c.len = 8192;
+    rpc_client_cstream_write(s, &c.ch.base);
+    c.off = 8192;
+    c.len = h->bytes;
   }
   uint8_t data[16] = {0};
-  ch.shm_name = (char *)h->name;
+  c.ch.shm_name = (char *)h->name;
   if (h->with_data) {
-    ch.data.data = data;
-    ch.data.len = sz = sizeof(data);
+    c.ch.data.data = data;
+    c.ch.data.len = c.len = sizeof(data);
   }
-  rpc_client_cstream_write(s, &ch.base);
-  return raw_finish(s, attempt, 0, msg, msg_len);
+  rpc_client_cstream_write(s, &c.ch.base);
+  return tck_write_finish(s, attempt, 0, false, msg, msg_len);
 }
 
 static void test_hostile_names(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
+  struct stk_client *c = tck_shard_client(d->addr);
   struct rpc_client *rc = harness_rpc(d);
   char outside[700];
-  snprintf(outside, sizeof(outside), "%s/outside", shm_root);
+  snprintf(outside, sizeof(outside), "%s/outside", tck_shm_root);
   FILE *f = fopen(outside, "w");
   fputs("precious", f);
   fclose(f);
@@ -482,9 +335,9 @@ static void test_hostile_names(void **state) {
     case 5:
       h.what = "a symlink";
       snprintf(h.name, sizeof(h.name), "seg-%s-0-2", attempt);
-      snprintf(target, sizeof(target), "%s/seg-%s-0-3", shm_dir, attempt);
-      put_file(target + strlen(shm_dir) + 1, 4096);
-      snprintf(link_path, sizeof(link_path), "%s/%s", shm_dir, h.name);
+      snprintf(target, sizeof(target), "%s/seg-%s-0-3", tck_shm_dir, attempt);
+      put_file(target + strlen(tck_shm_dir) + 1, 4096);
+      snprintf(link_path, sizeof(link_path), "%s/%s", tck_shm_dir, h.name);
       assert_int_equal(symlink(target, link_path), 0);
       break;
     case 6:
@@ -532,9 +385,9 @@ static void test_hostile_names(void **state) {
 /* kill -9 with segments staged (and one written but never sent): after
  * the restart no segment is left and every listed checkpoint reads back. */
 static void test_kill_with_staged_segments(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
   for (int64_t step = 1; step <= 3; step++) {
-    struct stk_client *c = ckpt_client(d);
+    struct stk_client *c = tck_shard_client(d->addr);
     char attempt[STK_CKPT_ATTEMPT_MAX], stray[128];
     assert_int_equal(stk_ckpt_begin(c, "kill", step, 2, 0, attempt), 0);
     snprintf(stray, sizeof(stray), "seg-%s-1-ff", attempt);
@@ -545,22 +398,22 @@ static void test_kill_with_staged_segments(void **state) {
     harness_daemon_kill(d);
     assert_int_equal(harness_daemon_restart(d), 0);
     assert_int_equal(count_entries("seg-", NULL, 0), 0);
-    c = ckpt_client(d);
+    c = tck_shard_client(d->addr);
     Stoker__V1__ListCheckpointsResponse *list = NULL;
     assert_int_equal(stk_ckpt_list(c, "kill", 0, &list), 0);
     for (size_t i = 0; i < list->n_checkpoints; i++)
-      check_restore(c, "kill", list->checkpoints[i]->step, 2, 1);
+      tck_shard_restore_all(c, &model, "kill", list->checkpoints[i]->step, 1, 2);
     fprintf(stderr, "kill %lld: %zu committed\n", (long long)step, list->n_checkpoints);
     protobuf_c_message_free_unpacked(&list->base, NULL);
     stk_client_free(c);
   }
   /* The restarted instance serves shm again (a new token). */
-  struct stk_client *c = ckpt_client(d);
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "kill", 10, 2, 0, attempt), 0);
   save_all(d, attempt, 10, 2, STK_CKPT_SHM_ON, true);
   commit_ok(c, attempt);
-  check_restore(c, "kill", 10, 2, 2);
+  tck_shard_restore_all(c, &model, "kill", 10, 2, 2);
   stk_client_free(c);
   harness_daemon_free(d);
 }
@@ -570,8 +423,8 @@ static void test_kill_with_staged_segments(void **state) {
  * restore bit-exactly. Mappings kept by this process go when the daemon
  * removes its pool. */
 static void test_overlapping_checkpoints(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
+  struct stk_client *c = tck_shard_client(d->addr);
   char a0[STK_CKPT_ATTEMPT_MAX], a1[STK_CKPT_ATTEMPT_MAX], a2[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "ovl", 1, 2, 0, a0), 0);
   save_all(d, a0, 1, 2, STK_CKPT_SHM_ON, true);
@@ -585,8 +438,8 @@ static void test_overlapping_checkpoints(void **state) {
     save_all(d, a2, s2, 2, STK_CKPT_SHM_ON, true);
     commit_ok(c, a1);
     commit_ok(c, a2);
-    check_restore(c, "ovl", s1, 2, 3);
-    check_restore(c, "ovl", s2, 2, 1);
+    tck_shard_restore_all(c, &model, "ovl", s1, 3, 2);
+    tck_shard_restore_all(c, &model, "ovl", s2, 1, 2);
   }
   stk_client_free(c);
   int status = -1;
@@ -600,8 +453,8 @@ static void test_overlapping_checkpoints(void **state) {
 /* One rank's 26 MiB tensor: a segment of more than four 5 MiB parts goes
  * as a multipart upload straight from the mapping. */
 static void test_large_segment_multipart(void **state) {
-  struct harness_daemon *d = start(shm_dir, "60s");
-  struct stk_client *c = ckpt_client(d);
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   uint64_t n = (uint64_t)26 << 20, shape = n, off = 0;
   uint8_t *buf = malloc(n);
@@ -625,14 +478,14 @@ static void test_large_segment_multipart(void **state) {
  * other ranks copy must be started when a rank waits for memory, or the
  * last rank would wait forever. */
 static void test_held_puts_under_pressure(void **state) {
-  struct harness_daemon *d = start_budget(shm_dir, "60s", "40MiB");
-  struct stk_client *c = ckpt_client(d);
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "40MiB");
+  struct stk_client *c = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   for (int64_t step = 1; step <= 3; step++) {
     assert_int_equal(stk_ckpt_begin(c, "held", step, 4, 0, attempt), 0);
     save_all(d, attempt, step, 4, STK_CKPT_SHM_ON, true);
     commit_ok(c, attempt);
-    check_restore(c, "held", step, 4, 3);
+    tck_shard_restore_all(c, &model, "held", step, 3, 4);
   }
   stk_client_free(c);
   harness_daemon_free(d);
@@ -654,8 +507,8 @@ static void write_bytes(struct stk_ckpt_writer *w, const char *name, uint64_t n,
  * Rank 1's 17 MiB segment then fits only once that held PUT has run: it
  * must be started when rank 1 waits for memory. */
 static void test_held_put_started_for_a_waiting_rank(void **state) {
-  struct harness_daemon *d = start_budget(shm_dir, "60s", "20MiB");
-  struct stk_client *c = ckpt_client(d), *c1 = ckpt_client(d);
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "20MiB");
+  struct stk_client *c = tck_shard_client(d->addr), *c1 = tck_shard_client(d->addr);
   char attempt[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(c, "held1", 1, 2, 0, attempt), 0);
   struct stk_ckpt_writer *w1 = NULL, *w0 = NULL;
@@ -694,8 +547,8 @@ static void test_held_put_started_for_a_waiting_rank(void **state) {
  * test_held_puts_under_pressure, when every segment was sealed). */
 static void test_relief_keeps_a_partial_segment_open(void **state) {
   (void)state;
-  struct harness_daemon *d = start_budget(shm_dir, "60s", "16MiB");
-  struct stk_client *c = ckpt_client(d);
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "16MiB");
+  struct stk_client *c = tck_shard_client(d->addr);
   struct rpc_client *rc = harness_rpc(d);
   char attempt[STK_CKPT_ATTEMPT_MAX], seg0[160], seg1[160], msg[512];
   assert_int_equal(stk_ckpt_begin(c, "relief", 1, 2, 0, attempt), 0);
@@ -715,9 +568,9 @@ static void test_relief_keeps_a_partial_segment_open(void **state) {
   raw_shm_chunk(s1, attempt, 1, "t1", big, 0, big, seg1, 0);
   harness_sleep_ms(300); /* Rank 1 waits for the budget. */
   raw_shm_chunk(s0, attempt, 0, "t0", 2 * half, half, half, seg0, half);
-  int code = raw_finish(s0, attempt, 0, msg, sizeof(msg));
+  int code = tck_write_finish(s0, attempt, 0, false, msg, sizeof(msg));
   if (code != RPC_OK) fail_msg("rank 0: status %d (%s)", code, msg);
-  code = raw_finish(s1, attempt, 1, msg, sizeof(msg));
+  code = tck_write_finish(s1, attempt, 1, false, msg, sizeof(msg));
   if (code != RPC_OK) fail_msg("rank 1: status %d (%s)", code, msg);
   commit_ok(c, attempt);
   rpc_client_free(rc);
@@ -728,16 +581,24 @@ static void test_relief_keeps_a_partial_segment_open(void **state) {
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_roundtrip_and_recycling, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fallback_when_off, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_clean_stop_leaves_nothing, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_hostile_names, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_overlapping_checkpoints, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_large_segment_multipart, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_relief_keeps_a_partial_segment_open, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_roundtrip_and_recycling, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_fallback_when_off, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_clean_stop_leaves_nothing, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_hostile_names, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_kill_with_staged_segments, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_overlapping_checkpoints, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_large_segment_multipart, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_relief_keeps_a_partial_segment_open, tck_shm_setup,
+                                      tck_shm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,16 +25,14 @@
 
 #include <cmocka.h>
 
-#include "harness.h"
 #include "stoker_ckpt.h"
+#include "test_ckpt_helpers.h"
 
 #define WORLD      2
 #define TENSORS    5       /* Per rank; the middle one is index 2. */
 #define ELEMS      1000000 /* f32 per tensor and rank: 4 MB. */
 #define GATE_OPEN  (-1)
 #define HOLD_AFTER TENSORS /* The hook's index after the last tensor. */
-
-static char shm_root[256], shm_dir[300];
 
 static float value_at(int64_t step, int tensor, uint64_t i) {
   uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(step * 131 + tensor);
@@ -116,7 +114,7 @@ static struct stk_client *client_of(const struct harness_daemon *d) {
 }
 
 static struct harness_daemon *start_daemon(void) {
-  const char *args[] = {"--staging-budget", "256MiB", "--shm-dir", shm_dir, NULL};
+  const char *args[] = {"--staging-budget", "256MiB", "--shm-dir", tck_shm_dir, NULL};
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   return d;
@@ -314,24 +312,13 @@ static void test_failed_stage_releases(void **state) {
   harness_daemon_free(d);
 }
 
-static int setup(void **state) {
-  if (harness_shm_tmpdir_new(shm_root, sizeof(shm_root)) != 0) return -1;
-  snprintf(shm_dir, sizeof(shm_dir), "%s/ckpt", shm_root);
-  return 0;
-}
-
-static int teardown(void **state) {
-  harness_tmpdir_remove(shm_root);
-  return 0;
-}
-
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_interleavings_shm, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_interleavings_grpc, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_metadata_copied, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_failed_stage_releases, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_interleavings_shm, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_interleavings_grpc, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_metadata_copied, tck_shm_setup, tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_failed_stage_releases, tck_shm_setup, tck_shm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

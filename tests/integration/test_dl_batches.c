@@ -31,17 +31,13 @@ struct fixture {
 
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
-  f->d = harness_daemon_start(NULL);
-  if (!f->d) return -1;
-  f->rc = harness_rpc(f->d);
   *state = f;
-  return f->rc ? 0 : -1;
+  return tdl_daemon_open(&f->d, &f->rc, NULL, NULL);
 }
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   free(f);
   return 0;
 }
@@ -141,17 +137,8 @@ static void test_exact_resume_after_kill(void **state) {
 
   struct tdl_embedded e; /* The uninterrupted run. */
   assert_int_equal(tdl_embedded_open(&e, &t.spec), 0);
-  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
-  req.job = "resume";
-  req.from_step = commit + 1;
-  req.rank = 1;
-  req.world = 2;
-  req.prefetch = 3;
-  req.count = 12;
   struct tdl_stream s;
-  assert_int_equal(tdl_stream_run(f->rc, &req, 100, &s), 0);
-  assert_int_equal(s.st.code, RPC_OK);
-  assert_int_equal(s.n, 12);
+  tdl_stream_count(f->rc, "resume", commit + 1, 1, 2, 3, 12, &s);
   for (size_t i = 0; i < s.n; i++) {
     size_t len;
     uint8_t *want = tdl_embedded_slice(&e, "resume", commit + 1 + (int64_t)i, 1, 2, &len);

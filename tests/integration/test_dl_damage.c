@@ -31,8 +31,7 @@ struct fixture {
 
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
-  f->d = harness_daemon_start(NULL);
-  if (!f->d || !(f->rc = harness_rpc(f->d))) return -1;
+  if (tdl_daemon_open(&f->d, &f->rc, NULL, NULL) != 0) return -1;
   snprintf(f->a, sizeof f->a, "%s/a.bin", f->d->root);
   snprintf(f->b, sizeof f->b, "%s/b.bin", f->d->root);
   if (dl_synthetic_write_llmc(f->a, 0, 3000, 500, 1500, 1) != 0 ||
@@ -44,8 +43,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   free(f);
   return 0;
 }

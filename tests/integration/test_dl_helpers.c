@@ -4,19 +4,27 @@
  */
 #include "test_dl_helpers.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
 
 #include <cmocka.h>
+
+int tdl_daemon_open(struct harness_daemon **ret_d, struct rpc_client **ret_rc,
+                    const char *const *args, int *ret_metrics_port) {
+  *ret_d = ret_metrics_port ? harness_daemon_start_metrics(args, ret_metrics_port)
+                            : harness_daemon_start(args);
+  *ret_rc = *ret_d ? harness_rpc(*ret_d) : NULL;
+  return *ret_rc ? 0 : -1;
+}
+
+void tdl_daemon_close(struct harness_daemon *d, struct rpc_client *rc) {
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
 
 void tdl_spec_init(struct tdl_spec *t, const char *job, const char *uri, int format,
                    uint32_t seq_len, uint32_t global_batch) {
@@ -139,36 +147,73 @@ uint8_t *tdl_embedded_slice(struct tdl_embedded *e, const char *job, int64_t ste
   return out;
 }
 
+void tdl_gate_init(struct tdl_gate *g, bool open) {
+  *g = (struct tdl_gate){.open = open};
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_cond_init(&g->cv, NULL);
+}
+
+void tdl_gate_destroy(struct tdl_gate *g) {
+  pthread_mutex_destroy(&g->mu);
+  pthread_cond_destroy(&g->cv);
+}
+
+static void gate_msg(void *arg, ProtobufCMessage *msg) {
+  struct tdl_gate *g = arg;
+  protobuf_c_message_free_unpacked(msg, NULL);
+  pthread_mutex_lock(&g->mu);
+  g->got++;
+  pthread_cond_broadcast(&g->cv);
+  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_done(void *arg, const struct rpc_status *st) {
+  struct tdl_gate *g = arg;
+  pthread_mutex_lock(&g->mu);
+  g->code = st->code;
+  g->done++;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+struct rpc_client_call *tdl_gate_stream(struct rpc_client *rc, struct tdl_gate *g,
+                                        const Stoker__V1__StreamBatchesRequest *req) {
+  struct rpc_client_call *call = NULL;
+  assert_int_equal(rpc_client_stream_async(rc, "/stoker.v1.Dataloader/StreamBatches", &req->base,
+                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
+                                           gate_done, g, &call),
+                   0);
+  return call;
+}
+
+void tdl_gate_release(struct tdl_gate *g) {
+  pthread_mutex_lock(&g->mu);
+  g->open = true;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+}
+
+void tdl_gate_wait_got(struct tdl_gate *g, size_t got) {
+  pthread_mutex_lock(&g->mu);
+  while (g->got < got) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
+void tdl_gate_wait_done(struct tdl_gate *g, int done) {
+  pthread_mutex_lock(&g->mu);
+  while (g->done < done) pthread_cond_wait(&g->cv, &g->mu);
+  pthread_mutex_unlock(&g->mu);
+}
+
 void tdl_assert_batch(const Stoker__V1__Batch *b, const uint8_t *want, size_t want_len) {
   assert_non_null(b);
   assert_int_equal(b->tokens.len, want_len);
   assert_memory_equal(b->tokens.data, want, want_len);
 }
 
-/* GET /metrics over HTTP/1.0 (malloc'd response); NULL on failure. */
-static char *scrape(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  struct timeval tv = {.tv_sec = 5};
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
-    if (fd >= 0) close(fd);
-    return NULL;
-  }
-  const char req[] = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  size_t cap = 1 << 20, len = 0;
-  char *buf = malloc(cap);
-  ssize_t got = write(fd, req, sizeof(req) - 1) == (ssize_t)sizeof(req) - 1 ? 1 : -1;
-  while (buf && got > 0 && (got = read(fd, buf + len, cap - len - 1)) > 0) len += (size_t)got;
-  close(fd);
-  if (buf) buf[len] = 0;
-  return buf;
-}
-
 double tdl_metric(int port, const char *series) {
-  char *text = scrape(port);
+  char *text = harness_http_get(port, "/metrics");
   double v = -1;
   size_t n = strlen(series);
   for (char *line = text; line && *line;) {
@@ -240,6 +285,20 @@ int tdl_stream_run(struct rpc_client *rc, const Stoker__V1__StreamBatchesRequest
   pthread_mutex_destroy(&w.mu);
   pthread_cond_destroy(&w.cv);
   return rc2;
+}
+
+void tdl_stream_count(struct rpc_client *rc, const char *job, int64_t from_step, uint32_t rank,
+                      uint32_t world, uint32_t prefetch, uint32_t count, struct tdl_stream *ret) {
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = (char *)job;
+  req.from_step = from_step;
+  req.rank = rank;
+  req.world = world;
+  req.prefetch = prefetch;
+  req.count = count;
+  assert_int_equal(tdl_stream_run(rc, &req, 100, ret), 0);
+  assert_int_equal(ret->st.code, RPC_OK);
+  assert_int_equal(ret->n, count);
 }
 
 void tdl_stream_free(struct tdl_stream *s) {

@@ -29,12 +29,10 @@ struct fixture {
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
   const char *args[] = {"--max-batch-size", "16KiB", NULL};
-  f->d = harness_daemon_start(args);
-  if (!f->d) return -1;
-  f->rc = harness_rpc(f->d);
+  if (tdl_daemon_open(&f->d, &f->rc, args, NULL) != 0) return -1;
   struct tdl_spec t;
   tdl_spec_init(&t, "h", "synthetic:2000:16:300:1", 0, 255, 32);
-  if (!f->rc || tdl_create(f->rc, &t.spec, NULL, 0) != RPC_OK) return -1;
+  if (tdl_create(f->rc, &t.spec, NULL, 0) != RPC_OK) return -1;
   f->ref = tdl_global(f->rc, "h", 5, 8, &f->ref_len);
   *state = f;
   return f->ref ? 0 : -1;
@@ -42,8 +40,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   free(f->ref);
   free(f);
   return 0;

@@ -129,15 +129,23 @@ static void assert_own_lanes(struct fleet *f) {
   }
 }
 
+/* The whole loader: one daemon (*ret_d) with the job of spec_init (*t)
+ * created. */
+static struct stk_loader *whole_start(struct harness_daemon **ret_d, struct tdl_spec *t) {
+  const char *none[] = {NULL};
+  *ret_d = harness_daemon_start(none);
+  assert_non_null(*ret_d);
+  struct stk_loader *whole = open_one(*ret_d);
+  spec_init(t);
+  assert_int_equal(stk_loader_create_all(whole, &t->spec, 0, NULL), 0);
+  return whole;
+}
+
 static void test_parts_match_whole(void **state) {
   (void)state;
-  const char *none[] = {NULL};
-  struct harness_daemon *wd = harness_daemon_start(none);
-  assert_non_null(wd);
-  struct stk_loader *whole = open_one(wd);
+  struct harness_daemon *wd;
   struct tdl_spec t;
-  spec_init(&t);
-  assert_int_equal(stk_loader_create_all(whole, &t.spec, 0, NULL), 0);
+  struct stk_loader *whole = whole_start(&wd, &t);
   for (uint32_t n = 2; n <= 3; n++) {
     struct fleet f;
     fleet_start(&f, n);
@@ -154,13 +162,9 @@ static void test_parts_match_whole(void **state) {
 
 static void test_scale_2_to_3(void **state) {
   (void)state;
-  const char *none[] = {NULL};
-  struct harness_daemon *wd = harness_daemon_start(none);
-  assert_non_null(wd);
-  struct stk_loader *whole = open_one(wd);
+  struct harness_daemon *wd;
   struct tdl_spec t;
-  spec_init(&t);
-  assert_int_equal(stk_loader_create_all(whole, &t.spec, 0, NULL), 0);
+  struct stk_loader *whole = whole_start(&wd, &t);
   struct fleet two, three;
   fleet_start(&two, 2);
   assert_int_equal(stk_loader_create_all(two.parts, &t.spec, 0, NULL), 0);

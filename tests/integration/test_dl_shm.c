@@ -46,22 +46,19 @@ static int setup(void **state) {
   if (harness_tmpdir_new(f->tmp, sizeof(f->tmp)) != 0) return -1;
   snprintf(f->shm, sizeof(f->shm), "%s/shm", f->tmp);
   const char *args[] = {"--shm-dir", f->shm, NULL};
-  f->d = harness_daemon_start_metrics(args, &f->metrics_port);
-  if (!f->d) return -1;
-  f->rc = harness_rpc(f->d);
+  if (tdl_daemon_open(&f->d, &f->rc, args, &f->metrics_port) != 0) return -1;
   f->c = harness_client(f->d);
   *state = f;
   struct tdl_spec t;
   tdl_spec_init(&t, "s", "synthetic:4000:16:4000:3", 0, 255, 8);
   char msg[512] = "";
-  return f->rc && f->c && tdl_create(f->rc, &t.spec, msg, sizeof(msg)) == RPC_OK ? 0 : -1;
+  return f->c && tdl_create(f->rc, &t.spec, msg, sizeof(msg)) == RPC_OK ? 0 : -1;
 }
 
 static int teardown(void **state) {
   struct fixture *f = *state;
   stk_client_free(f->c);
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   harness_tmpdir_remove(f->tmp);
   free(f);
   return 0;
@@ -322,32 +319,6 @@ static void test_restart_removes_stale_rings(void **state) {
   stk_batch_stream_free(s);
 }
 
-/* The auto ring directory (/dev/shm/stoker-dl-HASH) whose owner record
- * names data_dir; false when there is none. */
-static bool find_auto_dir(const char *data_dir, char *ret_dir, size_t len) {
-  char want[4096];
-  if (!realpath(data_dir, want)) return false;
-  DIR *d = opendir("/dev/shm");
-  bool found = false;
-  for (struct dirent *e; d && !found && (e = readdir(d));) {
-    if (strncmp(e->d_name, "stoker-dl-", 10) != 0) continue;
-    char path[512], owner[4096] = "";
-    snprintf(path, sizeof(path), "/dev/shm/%s/owner", e->d_name);
-    FILE *fp = fopen(path, "r");
-    if (!fp) continue;
-    size_t n = fread(owner, 1, sizeof(owner) - 1, fp);
-    fclose(fp);
-    owner[n] = '\0';
-    owner[strcspn(owner, "\n")] = '\0';
-    if (strcmp(owner, want) == 0) {
-      snprintf(ret_dir, len, "/dev/shm/%s", e->d_name);
-      found = true;
-    }
-  }
-  if (d) closedir(d);
-  return found;
-}
-
 /* A clean stop (SIGTERM) with the default directory and a stream still
  * open leaves nothing in /dev/shm: no ring, no owner record, no directory. */
 static void test_clean_stop_leaves_nothing(void **state) {
@@ -355,7 +326,7 @@ static void test_clean_stop_leaves_nothing(void **state) {
   struct harness_daemon *d = harness_daemon_start(args);
   assert_non_null(d);
   char dir[512];
-  if (!find_auto_dir(d->data_dir, dir, sizeof(dir))) {
+  if (!harness_shm_auto_dir("stoker-dl-", d->data_dir, dir, sizeof(dir))) {
     harness_daemon_free(d);
     skip(); /* No /dev/shm on this host: shared memory is off. */
   }

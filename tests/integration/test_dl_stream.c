@@ -6,7 +6,6 @@
  * stops generation and frees the prefetched batches; bad requests end the
  * stream with a clear status.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,17 +31,13 @@ struct fixture {
 static int setup(void **state) {
   struct fixture *f = calloc(1, sizeof(*f));
   const char *args[] = {"--max-prefetch", "8", NULL};
-  f->d = harness_daemon_start_metrics(args, &f->metrics_port);
-  if (!f->d) return -1;
-  f->rc = harness_rpc(f->d);
   *state = f;
-  return f->rc ? 0 : -1;
+  return tdl_daemon_open(&f->d, &f->rc, args, &f->metrics_port);
 }
 
 static int teardown(void **state) {
   struct fixture *f = *state;
-  rpc_client_free(f->rc);
-  harness_daemon_free(f->d);
+  tdl_daemon_close(f->d, f->rc);
   free(f);
   return 0;
 }
@@ -57,17 +52,8 @@ static void create(struct fixture *f, const char *job, uint32_t seq_len, uint32_
 static void test_stream_equals_get_batch(void **state) {
   struct fixture *f = *state;
   create(f, "s", 63, 8);
-  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
-  req.job = "s";
-  req.from_step = 3;
-  req.rank = 1;
-  req.world = 2;
-  req.prefetch = 2;
-  req.count = 6;
   struct tdl_stream s;
-  assert_int_equal(tdl_stream_run(f->rc, &req, 100, &s), 0);
-  assert_int_equal(s.st.code, RPC_OK);
-  assert_int_equal(s.n, 6);
+  tdl_stream_count(f->rc, "s", 3, 1, 2, 2, 6, &s);
   for (size_t i = 0; i < s.n; i++) {
     Stoker__V1__Batch *b = NULL;
     assert_int_equal(tdl_get_batch(f->rc, "s", 3 + (int64_t)i, 1, 2, &b), RPC_OK);
@@ -81,34 +67,6 @@ static void test_stream_equals_get_batch(void **state) {
     tdl_batch_free(b);
   }
   tdl_stream_free(&s);
-}
-
-/* A client that stops reading: its completion thread blocks in on_msg. */
-struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open, done;
-  size_t got;
-  int code;
-};
-
-static void gate_msg(void *arg, ProtobufCMessage *msg) {
-  struct gate *g = arg;
-  protobuf_c_message_free_unpacked(msg, NULL);
-  pthread_mutex_lock(&g->mu);
-  g->got++;
-  pthread_cond_broadcast(&g->cv);
-  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_done(void *arg, const struct rpc_status *st) {
-  struct gate *g = arg;
-  pthread_mutex_lock(&g->mu);
-  g->code = st->code;
-  g->done = true;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
 }
 
 /* Polls the generation count until it stays put for 500 ms. */
@@ -127,18 +85,13 @@ static double wait_generation_stalls(struct fixture *f) {
 static void test_prefetch_bound_and_cancel(void **state) {
   struct fixture *f = *state;
   create(f, "big", 4095, 256); /* 4 MiB a batch: the transport's windows fill quickly. */
-  struct gate g = {.open = false};
-  pthread_mutex_init(&g.mu, NULL);
-  pthread_cond_init(&g.cv, NULL);
+  struct tdl_gate g;
+  tdl_gate_init(&g, false);
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
   req.job = "big";
   req.world = 1;
   req.prefetch = 3;
-  struct rpc_client_call *call = NULL;
-  assert_int_equal(rpc_client_stream_async(f->rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
-                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
-                                           gate_done, &g, &call),
-                   0);
+  struct rpc_client_call *call = tdl_gate_stream(f->rc, &g, &req);
   double generated = wait_generation_stalls(f);
   double served = tdl_metric(f->metrics_port, SERVED);
   double ahead = tdl_metric(f->metrics_port, PREFETCHED);
@@ -146,14 +99,9 @@ static void test_prefetch_bound_and_cancel(void **state) {
   assert_true(ahead == 3);                  /* Prefetched up to the bound ... */
   assert_true(generated - served == ahead); /* ... and no further. */
 
-  pthread_mutex_lock(&g.mu);
-  g.open = true;
-  pthread_cond_broadcast(&g.cv);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_release(&g);
   rpc_client_call_cancel(call);
-  pthread_mutex_lock(&g.mu);
-  while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_wait_done(&g, 1);
   assert_int_equal(g.code, RPC_CANCELLED);
 
   /* The daemon stopped generating and dropped what it had prefetched. */
@@ -168,8 +116,7 @@ static void test_prefetch_bound_and_cancel(void **state) {
   Stoker__V1__Batch *b = NULL;
   assert_int_equal(tdl_get_batch(f->rc, "big", 0, 0, 4, &b), RPC_OK);
   tdl_batch_free(b);
-  pthread_mutex_destroy(&g.mu);
-  pthread_cond_destroy(&g.cv);
+  tdl_gate_destroy(&g);
 }
 
 static int stream_status(struct fixture *f, Stoker__V1__StreamBatchesRequest *req, size_t *ret_n) {
@@ -215,29 +162,19 @@ static void test_bad_streams(void **state) {
 static void test_sigterm_ends_streams(void **state) {
   struct fixture *f = *state;
   create(f, "term", 4095, 256);
-  struct gate g = {.open = true};
-  pthread_mutex_init(&g.mu, NULL);
-  pthread_cond_init(&g.cv, NULL);
+  struct tdl_gate g;
+  tdl_gate_init(&g, true);
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
   req.job = "term";
   req.world = 1;
-  struct rpc_client_call *call = NULL;
-  assert_int_equal(rpc_client_stream_async(f->rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
-                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
-                                           gate_done, &g, &call),
-                   0);
-  pthread_mutex_lock(&g.mu);
-  while (g.got < 2) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_stream(f->rc, &g, &req);
+  tdl_gate_wait_got(&g, 2);
   int status = -1;
   assert_int_equal(harness_daemon_term(f->d, 20000, &status), 0);
   assert_int_equal(status, 0);
-  pthread_mutex_lock(&g.mu);
-  while (!g.done) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_wait_done(&g, 1);
   assert_int_equal(g.code, RPC_UNAVAILABLE);
-  pthread_mutex_destroy(&g.mu);
-  pthread_cond_destroy(&g.cv);
+  tdl_gate_destroy(&g);
 }
 
 int main(int argc, char **argv) {

@@ -54,9 +54,7 @@ static void wait_parked(struct stk_client *op, const char *name, uint32_t waitin
 
 static void test_kill_mid_rendezvous(void **state) {
   struct harness_daemon *d = *state;
-  struct stk_client *op = harness_client(d);
-  assert_non_null(op);
-  assert_int_equal(harness_create_job(op, "mid", 3, 3, 200, 300), 0);
+  struct stk_client *op = ranks_operator(d, "mid", 3, 3, 200, 300);
   assert_int_equal(stk_report_checkpoint(op, "mid", 100, "file:///ckpt/100"), 0);
   Stoker__V1__Job *before = harness_get_job(op, "mid");
   assert_non_null(before);
@@ -102,9 +100,7 @@ static void test_kill_mid_rendezvous(void **state) {
  * after the restart the two joiners retry and the round closes with them. */
 static void test_kill_during_last_call(void **state) {
   struct harness_daemon *d = *state;
-  struct stk_client *op = harness_client(d);
-  assert_non_null(op);
-  assert_int_equal(harness_create_job(op, "lastcall", 2, 3, 200, 1500), 0);
+  struct stk_client *op = ranks_operator(d, "lastcall", 2, 3, 200, 1500);
   Stoker__V1__Job *before = harness_get_job(op, "lastcall");
   assert_non_null(before);
   struct rank r[2];
@@ -126,13 +122,9 @@ static void test_kill_during_last_call(void **state) {
 /* A RUNNING generation survives the crash: members, KV, checkpoint. */
 static void test_kill_running_keeps_state(void **state) {
   struct harness_daemon *d = *state;
-  struct stk_client *op = harness_client(d);
-  assert_non_null(op);
-  assert_int_equal(harness_create_job(op, "run", 2, 2, 1000, 300), 0);
+  struct stk_client *op = ranks_operator(d, "run", 2, 2, 1000, 300);
   struct rank r[2];
-  assert_int_equal(ranks_new(r, 2, d, "run", "w"), 0);
-  ranks_join_start(r, 2, 30000);
-  assert_int_equal(ranks_join_wait(r, 2), 0);
+  ranks_form(r, 2, d, "run", "w", 30000);
   uint64_t gen = r[0].m.generation;
   assert_int_equal(stk_kv_set(r[0].client, "nccl-id", "id-7", 4, 5000), 0);
   assert_int_equal(stk_report_checkpoint(r[0].client, "run", 50, "file:///ckpt/50"), 0);
@@ -312,9 +304,7 @@ static void test_kill_loop_keeps_acked(void **state) {
   /* Long leases: the member must outlive every restart of the loop. */
   assert_int_equal(harness_create_job(op, "loop", 1, 1, 10000, 100), 0);
   struct rank r;
-  assert_int_equal(ranks_new(&r, 1, d, "loop", "w"), 0);
-  ranks_join_start(&r, 1, 30000);
-  assert_int_equal(ranks_join_wait(&r, 1), 0);
+  ranks_form(&r, 1, d, "loop", "w", 30000);
 
   struct writer *w = calloc(1, sizeof(*w));
   w->d = d;

@@ -9,7 +9,6 @@
  * PATH (that half says so and is skipped without it; the values are
  * checked either way). Arguments: the dataloader and checkpoint binaries.
  */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -71,45 +70,15 @@ static void promtool_check(const char *body, const char *what) {
 
 /* ------------------------------------------------------------ dataloader */
 
-/* A client that takes no message until opened: every message callback
- * waits, so the daemon's sends stall (flow control) and its queue fills. */
-struct gate {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  bool open;
-  int done;
-};
-
-static void gate_msg(void *arg, ProtobufCMessage *msg) {
-  struct gate *g = arg;
-  protobuf_c_message_free_unpacked(msg, NULL);
-  pthread_mutex_lock(&g->mu);
-  while (!g->open) pthread_cond_wait(&g->cv, &g->mu);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static void gate_done(void *arg, const struct rpc_status *st) {
-  struct gate *g = arg;
-  (void)st;
-  pthread_mutex_lock(&g->mu);
-  g->done++;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-}
-
-static struct rpc_client_call *open_stream(struct rpc_client *rc, struct gate *g, const char *job,
-                                           uint32_t rank, uint32_t prefetch) {
+/* A StreamBatches of job's rank (world 2) behind gate g. */
+static struct rpc_client_call *open_stream(struct rpc_client *rc, struct tdl_gate *g,
+                                           const char *job, uint32_t rank, uint32_t prefetch) {
   Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
   req.job = (char *)job;
   req.rank = rank;
   req.world = 2;
   req.prefetch = prefetch;
-  struct rpc_client_call *call = NULL;
-  assert_int_equal(rpc_client_stream_async(rc, "/stoker.v1.Dataloader/StreamBatches", &req.base,
-                                           &stoker__v1__batch__descriptor, 60000, gate_msg,
-                                           gate_done, g, &call),
-                   0);
-  return call;
+  return tdl_gate_stream(rc, g, &req);
 }
 
 static void test_dataloader_queue_depth(void **state) {
@@ -123,9 +92,8 @@ static void test_dataloader_queue_depth(void **state) {
   char msg[512] = "";
   assert_int_equal(tdl_create(rc, &t.spec, msg, sizeof(msg)), RPC_OK);
 
-  struct gate g = {.open = false};
-  pthread_mutex_init(&g.mu, NULL);
-  pthread_cond_init(&g.cv, NULL);
+  struct tdl_gate g;
+  tdl_gate_init(&g, false);
   struct rpc_client_call *calls[2] = {open_stream(rc, &g, "slow", 0, 3),
                                       open_stream(rc, &g, "slow", 1, 2)};
   const char *want[] = {
@@ -138,14 +106,9 @@ static void test_dataloader_queue_depth(void **state) {
   promtool_check(body, "the dataloader's /metrics with two stalled streams");
   free(body);
 
-  pthread_mutex_lock(&g.mu);
-  g.open = true;
-  pthread_cond_broadcast(&g.cv);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_release(&g);
   for (int i = 0; i < 2; i++) rpc_client_call_cancel(calls[i]);
-  pthread_mutex_lock(&g.mu);
-  while (g.done < 2) pthread_cond_wait(&g.cv, &g.mu);
-  pthread_mutex_unlock(&g.mu);
+  tdl_gate_wait_done(&g, 2);
   /* The streams ended: the job's series are gone, the families stay. */
   for (int64_t deadline = harness_now_ms() + 30000;; harness_sleep_ms(50)) {
     body = scrape(port);
@@ -158,8 +121,7 @@ static void test_dataloader_queue_depth(void **state) {
   free(body);
   rpc_client_free(rc);
   harness_daemon_free(d);
-  pthread_mutex_destroy(&g.mu);
-  pthread_cond_destroy(&g.cv);
+  tdl_gate_destroy(&g);
 }
 
 /* ------------------------------------------------------------ checkpoint */
@@ -172,25 +134,13 @@ static struct rpc_client_cstream *write_unfinished(struct rpc_client *rc, const 
   assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
                                            &stoker__v1__write_response__descriptor, 60000, &s),
                    0);
-  uint64_t shape[1] = {(uint64_t)world * bytes}, off[1] = {(uint64_t)rank * bytes},
-           size[1] = {bytes};
-  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-  box.n_offsets = box.n_sizes = 1;
-  box.offsets = off;
-  box.sizes = size;
+  struct tck_chunk c;
+  tck_chunk_u8(&c, attempt, rank, "t", (uint64_t)world * bytes, (uint64_t)rank * bytes, bytes);
   uint8_t *data = calloc(1, bytes);
   assert_non_null(data);
-  Stoker__V1__WriteChunk ch = STOKER__V1__WRITE_CHUNK__INIT;
-  ch.attempt = (char *)attempt;
-  ch.rank = rank;
-  ch.tensor = "t";
-  ch.dtype = STOKER__V1__DTYPE__DTYPE_U8;
-  ch.n_global_shape = 1;
-  ch.global_shape = shape;
-  ch.box = &box;
-  ch.data.data = data;
-  ch.data.len = bytes;
-  assert_int_equal(rpc_client_cstream_write(s, &ch.base), 0);
+  c.ch.data.data = data;
+  c.ch.data.len = bytes;
+  assert_int_equal(rpc_client_cstream_write(s, &c.ch.base), 0);
   free(data);
   return s;
 }

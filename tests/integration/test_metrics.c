@@ -105,9 +105,7 @@ static void test_heartbeats_keep_their_interval(void **state) {
   assert_int_equal(harness_create_job(c, "hb", 1, 1, 200, 50), 0);
   stk_client_free(c);
   struct rank r[1];
-  assert_int_equal(ranks_new(r, 1, d, "hb", "hb"), 0);
-  ranks_join_start(r, 1, 10000);
-  assert_int_equal(ranks_join_wait(r, 1), 0);
+  ranks_form(r, 1, d, "hb", "hb", 10000);
   char *body = harness_http_get(port, "/metrics");
   assert_non_null(body);
   double before = metric_value(body, "stoker_coordinator_heartbeats_total");
@@ -133,9 +131,7 @@ static void test_job_series(void **state) {
   struct stk_client *c = harness_client(d);
   assert_int_equal(harness_create_job(c, "series", 1, 1, 200, 50), 0);
   struct rank r[1];
-  assert_int_equal(ranks_new(r, 1, d, "series", "m"), 0);
-  ranks_join_start(r, 1, 10000);
-  assert_int_equal(ranks_join_wait(r, 1), 0);
+  ranks_form(r, 1, d, "series", "m", 10000);
   stk_report(r[0].client, 77, 1234.5, 2.5, STK_RANK_HEALTH_OK);
   const char *want[] = {
       "# TYPE stoker_job_world_size gauge\n",

@@ -32,13 +32,9 @@ static int teardown(void **state) {
  * and the job shows RUNNING with eight members. */
 static void test_eight_ranks(void **state) {
   struct harness_daemon *d = *state;
-  struct stk_client *op = harness_client(d);
-  assert_non_null(op);
-  assert_int_equal(harness_create_job(op, "rdv8", N, N, 200, 300), 0);
+  struct stk_client *op = ranks_operator(d, "rdv8", N, N, 200, 300);
   struct rank r[N];
-  assert_int_equal(ranks_new(r, N, d, "rdv8", "w"), 0);
-  ranks_join_start(r, N, 30000);
-  assert_int_equal(ranks_join_wait(r, N), 0);
+  ranks_form(r, N, d, "rdv8", "w", 30000);
   bool seen[N] = {false};
   for (int i = 0; i < N; i++) {
     assert_int_equal(r[i].m.world_size, N);
@@ -64,13 +60,9 @@ static void test_eight_ranks(void **state) {
  * size 3 in generation + 1. */
 static void test_lost_rank_restarts(void **state) {
   struct harness_daemon *d = *state;
-  struct stk_client *op = harness_client(d);
-  assert_non_null(op);
-  assert_int_equal(harness_create_job(op, "lost", 2, 4, 100, 300), 0);
+  struct stk_client *op = ranks_operator(d, "lost", 2, 4, 100, 300);
   struct rank r[4];
-  assert_int_equal(ranks_new(r, 4, d, "lost", "w"), 0);
-  ranks_join_start(r, 4, 30000);
-  assert_int_equal(ranks_join_wait(r, 4), 0);
+  ranks_form(r, 4, d, "lost", "w", 30000);
   uint64_t gen = r[0].m.generation;
   assert_int_equal(r[0].m.world_size, 4);
 
