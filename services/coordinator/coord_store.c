@@ -23,38 +23,33 @@
 
 #include "stk_error.h"
 
-static void changed(struct coord *c) {
+/* Every change takes a seq (answers and events wait until it is written);
+ * a lazy one (sync false) does not make the batch synced. */
+static void changed(struct coord *c, bool sync) {
   c->change_seq++;
-  c->batch_sync = c->batch_any = true;
+  c->batch_any = true;
+  if (sync) c->batch_sync = true;
   coord_kick(c);
 }
 
 void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl) {
   kv_batch_put(c->batch, k, kl, v, vl);
-  changed(c);
+  changed(c, true);
 }
 
 void coord_store_del(struct coord *c, const void *k, size_t kl) {
   kv_batch_delete(c->batch, k, kl);
-  changed(c);
-}
-
-/* A lazy change takes a seq like any other (answers and events wait until
- * it is written) but does not make the batch synced. */
-static void changed_lazy(struct coord *c) {
-  c->change_seq++;
-  c->batch_any = true;
-  coord_kick(c);
+  changed(c, true);
 }
 
 void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl) {
   kv_batch_put(c->batch, k, kl, v, vl);
-  changed_lazy(c);
+  changed(c, false);
 }
 
 void coord_store_del_lazy(struct coord *c, const void *k, size_t kl) {
   kv_batch_delete(c->batch, k, kl);
-  changed_lazy(c);
+  changed(c, false);
 }
 
 void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len) {
@@ -62,23 +57,24 @@ void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len) {
   memcpy(end, prefix, len);
   end[len - 1]++; /* Prefixes end with '/': the range ends before '0'. */
   kv_batch_delete_range(c->batch, prefix, len, end, len);
-  changed(c);
+  changed(c, true);
+}
+
+static void mark_job_dirty(struct job *j) {
+  if (!j->dirty) {
+    j->dirty = true;
+    list_push(&j->c->dirty_jobs, &j->dirty_link);
+  }
 }
 
 void coord_store_job(struct job *j) {
-  if (!j->dirty) {
-    j->dirty = true;
-    list_push(&j->c->dirty_jobs, &j->dirty_link);
-  }
-  changed(j->c);
+  mark_job_dirty(j);
+  changed(j->c, true);
 }
 
 void coord_store_job_lazy(struct job *j) {
-  if (!j->dirty) {
-    j->dirty = true;
-    list_push(&j->c->dirty_jobs, &j->dirty_link);
-  }
-  changed_lazy(j->c);
+  mark_job_dirty(j);
+  changed(j->c, false);
 }
 
 size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen) {
@@ -104,7 +100,7 @@ static void put_member(struct coord *c, struct job *j, struct member *m, bool la
   if (lazy)
     c->batch_any = true;
   else
-    changed(c);
+    changed(c, true);
 }
 
 void coord_store_member(struct job *j, struct member *m) {
