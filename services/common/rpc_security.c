@@ -21,26 +21,36 @@
 
 #define MAX_PEM_BYTES (1u << 20)
 
-int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len) {
+/* Reads a whole file of at most max bytes into a NUL-terminated buffer;
+ * errors name it as "<label> <path>: ...". */
+static int read_bounded(const char *path, size_t max, const char *label, char **ret_text,
+                        size_t *ret_len) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    stk_set_detail("rpc: cannot open %s: %s", path, strerror(errno));
+    stk_set_detail("%s %s: %s", label, path, strerror(errno));
     return STK_EINVAL;
   }
-  char *buf = malloc(MAX_PEM_BYTES + 1);
-  size_t n = buf ? fread(buf, 1, MAX_PEM_BYTES + 1, f) : 0;
-  bool bad = ferror(f) || n > MAX_PEM_BYTES;
+  char *buf = malloc(max + 2);
+  size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+  bool failed = ferror(f);
   fclose(f);
   if (!buf) return STK_ENOMEM;
-  if (bad) {
+  if (failed || n > max) {
     free(buf);
-    stk_set_detail("rpc: cannot read %s (error or larger than 1 MiB)", path);
+    if (failed)
+      stk_set_detail("%s %s: read error", label, path);
+    else
+      stk_set_detail("%s %s: larger than %zu bytes", label, path, max);
     return STK_EINVAL;
   }
   buf[n] = '\0';
   *ret_text = buf;
   if (ret_len) *ret_len = n;
   return 0;
+}
+
+int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len) {
+  return read_bounded(path, MAX_PEM_BYTES, "rpc: TLS file", ret_text, ret_len);
 }
 
 /* Reads the files of a key/cert pair (either may be NULL: no pair). */
@@ -112,26 +122,11 @@ static int check_token(const char *path, char *text, size_t n) {
 }
 
 int rpc_read_token_file(const char *path, char **ret_token) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    stk_set_detail("token file %s: %s", path, strerror(errno));
-    return STK_EINVAL;
-  }
-  char *buf = malloc(RPC_TOKEN_FILE_MAX_BYTES + 2);
-  size_t n = buf ? fread(buf, 1, RPC_TOKEN_FILE_MAX_BYTES + 1, f) : 0;
-  bool failed = ferror(f);
-  fclose(f);
-  if (!buf) return STK_ENOMEM;
-  buf[n] = '\0';
-  int err = 0;
-  if (failed || n > RPC_TOKEN_FILE_MAX_BYTES) {
-    if (failed)
-      stk_set_detail("token file %s: read error", path);
-    else
-      stk_set_detail("token file %s: larger than %d bytes", path, RPC_TOKEN_FILE_MAX_BYTES);
-    err = STK_EINVAL;
-  }
-  if (!err) err = check_token(path, buf, n);
+  char *buf;
+  size_t n;
+  int err = read_bounded(path, RPC_TOKEN_FILE_MAX_BYTES, "token file", &buf, &n);
+  if (err) return err;
+  err = check_token(path, buf, n);
   if (err) {
     free(buf);
     return err;
