@@ -351,14 +351,19 @@ def test_data_roots_bound_what_clients_read(daemons, tmp_path):
     """The daemon serves files under its --data-root only: /etc/passwd, a
     ".." walk out of the root, a link inside the root to a file outside, and
     the tokenizer's vocabulary path all answer PERMISSION_DENIED naming the
-    rule; a daemon started with no root serves no file at all."""
+    rule; a link out answers the same whether or not its target exists (no
+    existence oracle); a daemon started with no root serves no file at all."""
     create = make_create(daemons["dataloader"].addr)
     (tmp_path / "escape.txt").symlink_to("/etc/passwd")
+    (tmp_path / "ghost.txt").symlink_to("/etc/no-such-file-here")
+    (tmp_path / "ghostdir").symlink_to("/no/such/dir")
     (tmp_path / "ok.txt").write_text("inside the root\n" * 100)
     outside = {
         "/etc/passwd": "outside the data roots",
         f"{tmp_path}/../../etc/passwd": "outside the data roots",
         str(tmp_path / "escape.txt"): "a link leads out of the data roots",
+        str(tmp_path / "ghost.txt"): "a link leads out of the data roots",
+        str(tmp_path / "ghostdir" / "x.txt"): "a link leads out of the data roots",
     }
     for i, (path, why) in enumerate(outside.items()):
         err = create(f"out{i}", path, pb.DATASET_FORMAT_TEXT)

@@ -15,40 +15,14 @@
 #include "dl_roots.h"
 #include "stk_error.h"
 
-/* A client's path that cannot be opened is the client's error (NOT_FOUND,
- * PERMISSION_DENIED, INVALID_ARGUMENT), not the daemon's. */
-static int open_error(int e) {
-  switch (e) {
-  case ENOENT:
-  case ENOTDIR:
-    return STK_ENOENT;
-  case EACCES:
-  case EPERM:
-    return STK_EPERM;
-  case EISDIR:
-  case ELOOP:
-  case ENAMETOOLONG:
-  case ENXIO:
-    return STK_EINVAL;
-  default:
-    return STK_EIO;
-  }
-}
-
 int dl_map_open(const char *path, struct dl_map *ret_map) {
-  /* Only under the data roots; the resolved path is what gets opened, so a
-   * link swapped in after the check leads nowhere new. */
-  char real[PATH_MAX];
-  int rc = dl_roots_resolve(path, real, sizeof real);
+  /* Only beneath the data roots, opened by descriptor (dl_roots.h), so no
+   * rename inside a root while this runs leads out of it. Non-blocking:
+   * opening a FIFO or a device must never park the worker (only regular
+   * files are mapped, checked right after). */
+  int fd;
+  int rc = dl_roots_open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY, &fd);
   if (rc) return rc;
-  /* Non-blocking: opening a FIFO or a device must never park the worker
-   * (only regular files are mapped, checked right after). */
-  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
-  if (fd < 0) {
-    int e = errno;
-    stk_set_detail("%s: %s", path, strerror(e));
-    return open_error(e);
-  }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     stk_set_detail("%s: not a regular file", path);
@@ -84,8 +58,10 @@ void dl_map_close(struct dl_map *m) {
 }
 
 bool dl_is_dir(const char *path) {
-  struct stat st;
-  return dl_roots_allows(path) && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+  int fd;
+  if (dl_roots_open(path, O_PATH | O_DIRECTORY, &fd) != 0) return false;
+  close(fd);
+  return true;
 }
 
 char *dl_strcat2(const char *a, const char *b) {
@@ -101,34 +77,43 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool wanted(const char *dir, const char *name, const char *suffix) {
+/* A regular file, or a link that reaches one without leaving the roots
+ * (an entry whose link leads out is skipped whether or not its target
+ * exists). */
+static bool wanted(DIR *d, const char *dir, const char *name, const char *suffix) {
   size_t ln = strlen(name), ls = suffix ? strlen(suffix) : 0;
   if (name[0] == '.' || ln < ls || (suffix && strcmp(name + ln - ls, suffix) != 0)) return false;
-  char *full = malloc(strlen(dir) + ln + 2);
-  if (!full) return false;
-  strcpy(full, dir);
-  strcat(full, "/");
-  strcat(full, name);
   struct stat st;
-  bool ok = stat(full, &st) == 0 && S_ISREG(st.st_mode);
+  if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+  if (!S_ISLNK(st.st_mode)) return S_ISREG(st.st_mode);
+  char *slash = dl_strcat2(dir, "/");
+  char *full = slash ? dl_strcat2(slash, name) : NULL;
+  free(slash);
+  int fd;
+  bool ok = full && dl_roots_open(full, O_PATH, &fd) == 0;
   free(full);
+  if (ok) {
+    ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+    close(fd);
+  }
   return ok;
 }
 
 int dl_list_dir(const char *dir, const char *suffix, char ***ret_paths, size_t *ret_n) {
-  char real[PATH_MAX];
-  int checked = dl_roots_resolve(dir, real, sizeof real);
-  if (checked) return checked;
-  DIR *d = opendir(real);
+  int fd;
+  int opened = dl_roots_open(dir, O_RDONLY | O_DIRECTORY, &fd);
+  if (opened) return opened;
+  DIR *d = fdopendir(fd);
   if (!d) {
     stk_set_detail("%s: %s", dir, strerror(errno));
-    return STK_ENOENT;
+    close(fd);
+    return STK_EIO;
   }
   char **paths = NULL;
   size_t n = 0, cap = 0;
   int rc = 0;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (!wanted(dir, e->d_name, suffix)) continue;
+    if (!wanted(d, dir, e->d_name, suffix)) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
       char **p = realloc(paths, cap * sizeof *p);

@@ -2,11 +2,14 @@
 #include "dl_roots.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "dl_beneath.h"
 #include "stk_error.h"
 
 #define MAX_ROOTS 64
@@ -15,6 +18,7 @@ static bool restricted;
 static size_t n_roots;
 static char *given[MAX_ROOTS];    /* As the operator wrote them, normalized. */
 static char *resolved[MAX_ROOTS]; /* realpath() of each. */
+static int root_fd[MAX_ROOTS];    /* O_PATH descriptor of each, opened at set. */
 
 /* Collapses "//", "." and ".." of an absolute path as text, into out. */
 static int normalize(const char *path, char *out, size_t out_len) {
@@ -51,7 +55,7 @@ static bool under(const char *path, const char *root) {
 }
 
 static void clear(void) {
-  for (size_t i = 0; i < n_roots; i++) free(given[i]), free(resolved[i]);
+  for (size_t i = 0; i < n_roots; i++) free(given[i]), free(resolved[i]), close(root_fd[i]);
   n_roots = 0;
 }
 
@@ -74,10 +78,16 @@ int dl_roots_set(const char *list) {
                        dir[0] != '/' ? "not an absolute path" : strerror(errno));
         return STK_EINVAL;
       }
+      int fd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) {
+        stk_set_detail("data root '%s': %s", dir, strerror(errno));
+        return STK_EINVAL;
+      }
       given[n_roots] = strdup(norm);
       resolved[n_roots] = strdup(real);
-      if (!given[n_roots] || !resolved[n_roots]) return STK_ENOMEM;
+      root_fd[n_roots] = fd;
       n_roots++;
+      if (!given[n_roots - 1] || !resolved[n_roots - 1]) return STK_ENOMEM;
     }
     p += n + (end != NULL);
   }
@@ -100,41 +110,79 @@ static int refuse(const char *path, const char *why) {
   return STK_EPERM;
 }
 
-bool dl_roots_allows(const char *path) {
-  if (!restricted) return true;
-  char norm[PATH_MAX];
-  if (!path || normalize(path, norm, sizeof norm) != 0) return false;
-  for (size_t i = 0; i < n_roots; i++)
-    if (under(norm, given[i]) || under(norm, resolved[i])) return true;
-  return false;
+/* The root a normalized path lies under, with the part below it in
+ * *ret_rest (no leading '/'); -1 when none. */
+static int match(const char *norm, const char **ret_rest) {
+  for (size_t i = 0; i < n_roots; i++) {
+    const char *root = under(norm, given[i])      ? given[i]
+                       : under(norm, resolved[i]) ? resolved[i]
+                                                  : NULL;
+    if (!root) continue;
+    const char *rest = norm + (strlen(root) == 1 ? 0 : strlen(root));
+    while (*rest == '/') rest++;
+    *ret_rest = rest;
+    return (int)i;
+  }
+  return -1;
 }
 
-int dl_roots_resolve(const char *path, char *out, size_t out_len) {
-  if (!path || strlen(path) >= out_len) {
+/* dl_beneath's policy for an absolute link: on under a root, as written. */
+static int absolute_in_roots(void *ctx, const char *target, int *ret_dirfd, char *rest,
+                             size_t rest_len) {
+  (void)ctx;
+  char norm[PATH_MAX];
+  const char *below;
+  int i;
+  if (normalize(target, norm, sizeof norm) != 0 || (i = match(norm, &below)) < 0) return -EXDEV;
+  if (strlen(below) >= rest_len) return -ENAMETOOLONG;
+  strcpy(rest, below);
+  *ret_dirfd = root_fd[i];
+  return 0;
+}
+
+/* A client's path that cannot be opened is the client's error (NOT_FOUND,
+ * PERMISSION_DENIED, INVALID_ARGUMENT), not the daemon's. */
+static int open_error(const char *path, int e) {
+  stk_set_detail("%s: %s", path, strerror(e));
+  switch (e) {
+  case ENOENT:
+  case ENOTDIR:
+    return STK_ENOENT;
+  case EACCES:
+  case EPERM:
+    return STK_EPERM;
+  case EISDIR:
+  case ELOOP:
+  case ENAMETOOLONG:
+  case ENXIO:
+    return STK_EINVAL;
+  default:
+    return STK_EIO;
+  }
+}
+
+int dl_roots_open(const char *path, int flags, int *ret_fd) {
+  if (!path || strlen(path) >= PATH_MAX) {
     stk_set_detail("path too long");
     return STK_EINVAL;
   }
   if (!restricted) {
-    strcpy(out, path);
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0) return open_error(path, errno);
+    *ret_fd = fd;
     return 0;
   }
-  if (path[0] != '/') {
+  char norm[PATH_MAX];
+  if (path[0] != '/' || normalize(path, norm, sizeof norm) != 0) {
     stk_set_detail("%s: not an absolute path", path);
     return STK_EINVAL;
   }
-  if (!dl_roots_allows(path)) return refuse(path, "outside");
-  char real[PATH_MAX];
-  if (!realpath(path, real)) {
-    int e = errno;
-    stk_set_detail("%s: %s", path, strerror(e));
-    return e == ENOENT || e == ENOTDIR ? STK_ENOENT : e == EACCES ? STK_EPERM : STK_EINVAL;
-  }
-  for (size_t i = 0; i < n_roots; i++) {
-    if (under(real, resolved[i])) {
-      if (strlen(real) >= out_len) return STK_EINVAL;
-      strcpy(out, real);
-      return 0;
-    }
-  }
-  return refuse(path, "a link leads out of");
+  const char *rest;
+  int i = match(norm, &rest);
+  if (i < 0) return refuse(path, "outside");
+  int fd = dl_beneath_open(root_fd[i], rest, flags, absolute_in_roots, NULL);
+  if (fd == -EXDEV) return refuse(path, "a link leads out of");
+  if (fd < 0) return open_error(path, -fd);
+  *ret_fd = fd;
+  return 0;
 }

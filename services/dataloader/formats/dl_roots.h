@@ -1,11 +1,14 @@
 /*
  * dl_roots: the directories a dataloader daemon may read datasets and
- * tokenizer files from (--data-root, repeatable). Every path a client names
- * is resolved (symlinks, "..", ".") and served only when it lies under a
- * root; anything else is STK_EPERM naming the rule, decided from the path
- * alone before the file system is asked anything about it (so no one learns
- * what exists outside the roots), and again after resolving (so no symlink
- * leads out). A daemon given no root serves no files.
+ * tokenizer files from (--data-root, repeatable). A path a client names is
+ * first judged as written ("//", "." and ".." collapsed as text): outside
+ * every root it is STK_EPERM naming the rule, before the file system is
+ * asked anything about it. Inside one it is opened beneath the root's own
+ * directory descriptor, one component at a time (dl_beneath.h): links are
+ * followed while they stay under a root, and one that leads out is STK_EPERM
+ * whether or not its target exists. No rename inside a root while a path is
+ * opened can make the open reach outside (no check-then-open race). A
+ * daemon given no root serves no files.
  *
  * The policy is process-wide: set once in main() before any thread starts.
  * Until then (in-process tests, tools) every path is allowed.
@@ -21,13 +24,14 @@
  * resolving). STK_EINVAL with a detail naming the bad one. */
 int dl_roots_set(const char *list);
 
-/* The path to open for a client's path: 0 with the resolved path in out;
- * STK_EPERM outside the roots (detail says why), STK_ENOENT and the like
- * from resolving a path inside them, STK_EINVAL for a relative or too long
- * path. Without dl_roots_set, out is path itself. */
-int dl_roots_resolve(const char *path, char *out, size_t out_len);
-
-/* False when path is outside the roots as written (no file system access). */
-bool dl_roots_allows(const char *path);
+/* Opens a client's path with open(2) flags (O_CLOEXEC and, under the
+ * roots, O_NOFOLLOW for every component are added): 0 with the descriptor
+ * in *ret_fd. STK_EPERM outside the roots or through a link that leads out
+ * (detail names the rule); STK_ENOENT, STK_EPERM (EACCES), STK_EINVAL (a
+ * directory, a link loop, a relative or too long path) or STK_EIO for a
+ * path inside them, detail naming it. Without dl_roots_set the path is
+ * opened as it is. A client's bad path is the client's error, never an
+ * internal one. */
+int dl_roots_open(const char *path, int flags, int *ret_fd);
 
 #endif
