@@ -31,9 +31,9 @@
  * wait for it. An open attempt is aborted when not every rank sent "last"
  * within attempt_timeout_ms, or when it is abandoned: some rank has not
  * sent "last", no stream is attached and nothing came for
- * attempt_idle_timeout_ms. At most max_open_attempts are not DONE (Begin
- * answers STK_EBUSY beyond). Staging, upload, commit, recovery and the
- * calls use this file; it calls none of them (only the leaves: the event
+ * attempt_idle_timeout_ms. Who may begin one is ckpt_admit.c's rule (per
+ * job first, then the service's cap), above this file. Staging, upload,
+ * commit, recovery and the calls use this file; it calls none of them (only the leaves: the event
  * queue ckpt_events.c, the pools, the journal, the shm directory, storage
  * and the storage sweeps of ckpt_gc.c).
  */
@@ -61,15 +61,6 @@ uint32_t attempt_count_live(const struct ckpt_service *s) {
   for (const struct attempt *a = s->attempts; a; a = a->next)
     if (a->state != ATT_DONE) n++;
   return n;
-}
-
-int attempt_admit(struct ckpt_service *s) {
-  uint32_t live = attempt_count_live(s) + s->begins_pending;
-  if (live < s->o.max_open_attempts) return 0;
-  stk_set_detail("%u checkpoint attempts are open (the most this service keeps, "
-                 "--max-open-attempts); commit or abort one first",
-                 live);
-  return STK_EBUSY;
 }
 
 struct attempt *attempt_new(struct ckpt_service *s, const char *id, const char *job, int64_t step,
@@ -142,11 +133,18 @@ void attempt_free_part(struct ckpt_service *s, struct part *p) {
 
 void attempt_release_segment(struct ckpt_service *s, struct obj *o) {
   if (!o->seg) return;
-  s->staged -= o->seg->size;
-  o->att->staged_bytes -= o->seg->size;
+  char msg[320] = "";
+  if (ckpt_shm_seg_broken(o->seg))
+    snprintf(msg, sizeof msg,
+             "attempt %s rank %u: shm segment %s shrank after it was handed over (its writer "
+             "truncated or reused it); what was read from it is lost",
+             o->att->id, o->rank, o->seg->name);
+  s->staged -= o->size; /* What was fed of it, as staging_feed_shm counted. */
+  o->att->staged_bytes -= o->size;
   ckpt_shm_release(s->shm, o->seg);
   o->seg = NULL;
   attempt_budget_wake(s);
+  if (msg[0]) attempt_abort(o->att, STK_EINVAL, msg);
 }
 
 void attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {

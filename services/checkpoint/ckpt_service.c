@@ -100,6 +100,9 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
   if (!o->attempt_timeout_ms) o->attempt_timeout_ms = 600000;
   if (!o->attempt_idle_timeout_ms) o->attempt_idle_timeout_ms = 120000;
   if (!o->max_open_attempts) o->max_open_attempts = 16;
+  if (!o->max_open_attempts_per_job) o->max_open_attempts_per_job = 4;
+  if (o->max_open_attempts_per_job > o->max_open_attempts)
+    o->max_open_attempts_per_job = o->max_open_attempts;
   if (!o->read_piece_bytes) o->read_piece_bytes = 4 * MIB;
   if (!o->read_concurrency) o->read_concurrency = 8;
   if (o->part_bytes < 5 * MIB || o->part_bytes % MIB != 0 || o->part_bytes > ((uint64_t)5 << 30)) {
@@ -229,6 +232,7 @@ void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *re
 
 struct begin_job {
   struct ckpt_task t;
+  struct begin_pending pending; /* In s->begins until the attempt is in the table. */
   struct ckpt_service *s;
   Stoker__V1__JournalAttempt rec;
   char job[CKPT_JOB_MAX_BYTES + 1];
@@ -264,7 +268,9 @@ static void begin_work(struct ckpt_task *t) {
 static void begin_after(struct ckpt_task *t) {
   struct begin_job *j = (struct begin_job *)t;
   struct ckpt_service *s = j->s;
-  s->begins_pending--;
+  struct begin_pending **p = &s->begins;
+  while (*p != &j->pending) p = &(*p)->next;
+  *p = j->pending.next;
   struct attempt *a =
       j->err == 0 ? attempt_new(s, j->id, j->job, j->rec.step, j->rec.world, j->rec.created_at_ms)
                   : NULL;
@@ -289,7 +295,7 @@ void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckp
     stk_set_detail("world %u outside 1..%u", req->world, CKPT_MANIFEST_MAX_WORLD);
     err = STK_EINVAL;
   }
-  if (!err) err = attempt_admit(s);
+  if (!err) err = ckpt_admit(s, req->job, req->step);
   if (err) FAIL_LATER(s, done, arg, err, stk_detail());
   struct begin_job *j = calloc(1, sizeof(*j));
   if (!j) FAIL_LATER(s, done, arg, STK_ENOMEM, "");
@@ -305,7 +311,9 @@ void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckp
   j->rec.world = req->world;
   j->rec.generation = req->generation;
   j->rec.created_at_ms = svc_now_ms();
-  s->begins_pending++;
+  j->pending.job = j->job;
+  j->pending.next = s->begins;
+  s->begins = &j->pending;
   ckpt_pool_submit(s->work, &j->t);
 }
 

@@ -64,16 +64,19 @@ struct ckpt_service_opts {
   uint32_t keep_last;            /* Retention: keep the newest K committed steps; 0 = all. */
   uint32_t keep_every;           /* ... and every step divisible by M; 0 = none. */
   uint32_t attempt_timeout_ms;   /* Abort attempts not finished by then; 600000. */
-  uint32_t attempt_idle_timeout_ms; /* Abort an abandoned attempt (a rank unfinished, no
-                                       stream attached, nothing fed) this long; 120000. */
-  uint32_t max_open_attempts;       /* Attempts not yet committed or aborted, at most; Begin
-                                       answers STK_EBUSY beyond; 16 default. */
-  uint32_t read_piece_bytes;        /* Most bytes per ReadChunk; 4 MiB. */
-  uint32_t read_concurrency;        /* Restore threads (pieces fetched at once, all reads); 8. */
-  const char *shm_dir;              /* Zero-copy staging directory (ckpt_shm.h), absolute, on
-                                       tmpfs; NULL or "": off. Unique to this service on the host. */
-  uint64_t shm_pool_bytes;          /* Released segments kept for reuse, at most this many bytes
-                                       (capped at the budget); 0: none. */
+  uint32_t attempt_idle_timeout_ms;   /* Abort an abandoned attempt (a rank unfinished, no
+                                         stream attached, nothing fed) this long; 120000. */
+  uint32_t max_open_attempts;         /* Attempts not yet committed or aborted, at most; Begin
+                                         answers STK_EBUSY beyond; 16 default. */
+  uint32_t max_open_attempts_per_job; /* The same for one job (ckpt_admit.c); 4 default,
+                                         at most max_open_attempts. */
+  uint32_t read_piece_bytes;          /* Most bytes per ReadChunk; 4 MiB. */
+  uint32_t read_concurrency;          /* Restore threads (pieces fetched at once, all reads); 8. */
+  const char *shm_dir;                /* Zero-copy staging directory (ckpt_shm.h), absolute, on
+                                         tmpfs; NULL or "": off. Unique to this service on the
+                                         host. */
+  uint64_t shm_pool_bytes;            /* Released segments kept for reuse, at most this many bytes
+                                         (capped at the budget); 0: none. */
   /* Multipart uploads under the prefix that no open attempt owns are aborted
    * once this old (at open, then periodically); 1 h default. */
   uint32_t orphan_upload_grace_ms;
@@ -100,7 +103,9 @@ struct ckpt_service_stats {
   uint64_t waits;             /* Feeds answered CKPT_WRITE_WAIT. */
   /* Multipart uploads no open attempt owned, aborted by orphan GC. */
   uint64_t orphan_uploads_aborted;
-  uint64_t abandoned; /* Open attempts aborted as abandoned (attempt_idle_timeout_ms). */
+  uint64_t abandoned;  /* Open attempts aborted as abandoned (attempt_idle_timeout_ms). */
+  uint64_t superseded; /* Idle attempts aborted by their job's Begin for a later step. */
+  uint64_t preempted;  /* Attempts aborted at the service cap to make room for another job. */
   /* Orphaned attempt directories removed by the periodic sweep, and their objects. */
   uint64_t orphan_attempts_removed;
   uint64_t orphan_attempt_objects_removed;

@@ -136,6 +136,12 @@ struct attempt {
   struct attempt *next;
 };
 
+/* A Begin between admission and its attempt in the table (journal write). */
+struct begin_pending {
+  const char *job;
+  struct begin_pending *next;
+};
+
 struct ckpt_writer {
   struct ckpt_service *svc;
   struct attempt *att;
@@ -178,7 +184,7 @@ struct ckpt_service {
   uv_async_t events_async;
   struct wevent *events, *events_tail;
   struct attempt *attempts;
-  uint32_t begins_pending; /* Begin jobs in flight (counted against max_open_attempts). */
+  struct begin_pending *begins; /* Begin jobs in flight (they count as their job's attempts). */
   struct ckpt_writer *wait_head, *wait_tail;
   uint64_t staged;
   uint32_t parts_outstanding; /* Parts handed to upload, not yet done. */
@@ -238,8 +244,6 @@ void svc_reply_later(struct ckpt_service *s, const ProtobufCMessage *resp, ckpt_
 struct attempt *attempt_find(struct ckpt_service *s, const char *id);
 /* Attempts not DONE. */
 uint32_t attempt_count_live(const struct ckpt_service *s);
-/* 0, or STK_EBUSY (detail set) when max_open_attempts are open or begun. */
-int attempt_admit(struct ckpt_service *s);
 /* A new OPEN attempt in the table (NULL: out of memory). */
 struct attempt *attempt_new(struct ckpt_service *s, const char *id, const char *job, int64_t step,
                             uint32_t world, int64_t created_at_ms);
@@ -276,6 +280,12 @@ int attempt_cleanup_run(struct ckpt_service *s, const char *attempt);
 /* Blocking: deletes what no manifest and no A/ record claims under the
  * job's directory (attempts of a lost journal). */
 int attempt_collect_run(struct ckpt_service *s, const char *job);
+
+/* ---- ckpt_admit.c (loop thread; above ckpt_attempt.c) ---- */
+/* Whether job may begin an attempt for step: 0, or STK_EBUSY (detail names
+ * the limit). May abort the job's own idle older attempts and, at the
+ * service cap, the oldest open attempt of the job holding the most. */
+int ckpt_admit(struct ckpt_service *s, const char *job, int64_t step);
 
 /* ---- ckpt_staging_shm.c ---- */
 /* Feeds a validated chunk whose bytes are in shm segment c->shm_name

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "ckpt_shm_read.h"
+#include "map_guard.h"
 #include "shm_ring.h"
 #include "stk_error.h"
 
@@ -229,13 +230,36 @@ int ckpt_shm_map(struct ckpt_shm *m, const char *name, struct ckpt_shm_seg **ret
   snprintf(seg->name, sizeof(seg->name), "%s", name);
   seg->map = p;
   seg->size = size;
+  if (!(seg->faults = map_guard_group_new())) {
+    munmap(p, size);
+    free(seg);
+    return STK_ENOMEM;
+  }
+  map_guard_scope_enter(seg->faults);
+  err = map_guard_add(p, size, name, &seg->guard);
+  map_guard_scope_leave();
+  if (err) {
+    ckpt_shm_unmap(seg);
+    return err;
+  }
   *ret_seg = seg;
   return 0;
 }
 
+bool ckpt_shm_seg_broken(const struct ckpt_shm_seg *seg) {
+  return map_guard_group_broken(seg->faults, NULL);
+}
+
+/* Unmaps (the guard first, so the range is never watched while reused). */
+static void seg_unmap(struct ckpt_shm_seg *seg) {
+  map_guard_remove(seg->guard);
+  munmap((void *)seg->map, seg->size);
+  map_guard_group_free(seg->faults);
+}
+
 void ckpt_shm_unmap(struct ckpt_shm_seg *seg) {
   if (!seg) return;
-  munmap((void *)seg->map, seg->size);
+  seg_unmap(seg);
   free(seg);
 }
 
@@ -272,8 +296,9 @@ static bool pool_add(struct ckpt_shm *m, const struct ckpt_shm_seg *seg) {
 
 void ckpt_shm_release(struct ckpt_shm *m, struct ckpt_shm_seg *seg) {
   if (!seg) return;
-  munmap((void *)seg->map, seg->size);
-  if (!pool_add(m, seg)) unlinkat(m->dirfd, seg->name, 0);
+  bool broken = ckpt_shm_seg_broken(seg);
+  seg_unmap(seg);
+  if (broken || !pool_add(m, seg)) unlinkat(m->dirfd, seg->name, 0);
   free(seg);
 }
 

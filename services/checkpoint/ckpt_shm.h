@@ -30,9 +30,12 @@
  *
  * Trust: segments are written by processes of the service's own user (the
  * directory is 0700). Such a process can corrupt only its own attempt's
- * bytes (CRCs are computed from what is uploaded); truncating a segment the
- * service has mapped would be a deliberate attack by a process that could
- * equally signal the service.
+ * bytes (CRCs are computed from what is uploaded). A segment truncated
+ * after hand-over (a buggy client reusing its file) must not end the
+ * service: every map is registered with map_guard (services/common), so a
+ * read past the new end finds zeros instead of SIGBUS and the segment is
+ * marked broken (ckpt_shm_seg_broken); its attempt is then aborted, and a
+ * broken segment is removed, never pooled.
  *
  * Threads: one thread (the service loop) uses a struct ckpt_shm.
  */
@@ -43,6 +46,9 @@
 #include <stdint.h>
 
 #include "ckpt_names.h"
+
+struct map_guard_group;
+struct map_guard_slot;
 
 /* "seg-" + attempt + "-" + rank + "-" + tag. */
 #define CKPT_SHM_NAME_MAX (4 + CKPT_ATTEMPT_MAX_BYTES + 1 + 10 + 1 + 16)
@@ -55,7 +61,13 @@ struct ckpt_shm_seg {
   char name[CKPT_SHM_NAME_MAX + 1];
   const uint8_t *map; /* PROT_READ, size bytes. */
   uint64_t size;
+  struct map_guard_group *faults; /* This segment's SIGBUS record. */
+  struct map_guard_slot *guard;
 };
+
+/* Whether a read of the segment's map found it shrunk (any thread, since it
+ * was mapped): what was read from it since is zeros, not the client's. */
+bool ckpt_shm_seg_broken(const struct ckpt_shm_seg *seg);
 
 /* Opens dir (created 0700 if missing; an existing one must be a real
  * directory of this user without group or other access), removes the

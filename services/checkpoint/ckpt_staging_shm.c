@@ -1,14 +1,23 @@
 /*
  * ckpt_staging_shm: zero-copy staging. A chunk that names a shared-memory
  * segment instead of carrying bytes is placed without copying: the segment
- * is checked and mapped (ckpt_shm.h), counted whole against the staging
- * budget, and becomes an object of its own whose byte x is the segment's
- * byte x, so its parts are slices of the mapping and are CRC'd and uploaded
- * from it exactly as staged buffers are (a segment of up to ONE_PUT_PARTS
- * parts: one PUT of the whole object once it is sealed). Later chunks of the same segment
- * must follow on contiguously; a chunk naming another segment (or carrying
+ * is checked and mapped (ckpt_shm.h) and becomes an object of its own
+ * whose byte x is the segment's byte x, so its parts are slices of the
+ * mapping and are CRC'd and uploaded from it exactly as staged buffers are
+ * (a segment of up to ONE_PUT_PARTS parts: one PUT of the whole object once
+ * it is sealed). Later chunks of the same segment must follow on
+ * contiguously; a chunk naming another segment (or carrying
  * bytes) seals the object. The segment is released (recycled or removed)
  * when its object is done, or when the attempt ends.
+ *
+ * The staging budget counts what chunks have named of a segment, not the
+ * segment's size: a file truncated out to the largest size with nothing
+ * written (or a rank hung after its first chunk) holds only what it sent.
+ * A new segment waits until its first chunk fits; the chunks that follow on
+ * in a segment already taken are never made to wait, so every segment taken
+ * can be finished and no two ranks wait on each other's half-fed segments
+ * (the budget may be passed by at most the unfed rest of the segments in
+ * progress, pages their writers already hold).
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -62,7 +71,12 @@ static int follow_on(struct ckpt_service *s, struct obj *o, const Stoker__V1__Wr
     return STK_EINVAL;
   }
   int err = staging_add_chunk(o, c, len);
-  return err ? err : extend(s, o, len);
+  uint64_t before = o->size;
+  if (!err) err = extend(s, o, len);
+  s->staged += o->size - before;
+  o->att->staged_bytes += o->size - before;
+  if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
+  return err;
 }
 
 static bool used_before(const struct rank_state *rs, const char *name) {
@@ -93,7 +107,7 @@ static int take(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t
     ckpt_shm_unmap(seg);
     return STK_EINVAL;
   }
-  if (s->staged + seg->size > s->o.staging_budget_bytes) {
+  if (s->staged + len > s->o.staging_budget_bytes) {
     ckpt_shm_unmap(seg);
     attempt_wait_add(s, w);
     s->stats.waits++;
@@ -125,8 +139,5 @@ int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uin
   }
   o->seg = seg;
   rs->shm = true;
-  s->staged += seg->size;
-  w->att->staged_bytes += seg->size;
-  if (s->staged > s->stats.staged_peak_bytes) s->stats.staged_peak_bytes = s->staged;
   return follow_on(s, o, c, len);
 }

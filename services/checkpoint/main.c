@@ -43,6 +43,7 @@ struct checkpoint_config {
   int64_t attempt_timeout_ms;
   int64_t attempt_idle_timeout_ms;
   uint64_t max_open_attempts;
+  uint64_t max_open_attempts_per_job;
   int64_t orphan_upload_grace_ms;
   int64_t orphan_attempt_grace_ms;
   char *coordinator;
@@ -95,6 +96,8 @@ static const struct flag_spec checkpoint_options[] = {
            "An attempt with unfinished ranks, no stream and no data this long is aborted.", 0),
     CK_ROW("max-open-attempts", FLAG_UINT64, max_open_attempts, "16", 1, 4096,
            "Attempts open at once, at most; Begin answers RESOURCE_EXHAUSTED beyond.", 0),
+    CK_ROW("max-open-attempts-per-job", FLAG_UINT64, max_open_attempts_per_job, "4", 1, 4096,
+           "Attempts one job may hold open; its Begin answers RESOURCE_EXHAUSTED beyond.", 0),
     CK_ROW("orphan-upload-grace", FLAG_DURATION, orphan_upload_grace_ms, "1h", 1000, 2592000000,
            "Multipart uploads that no open attempt owns are aborted once this old.", 0),
     CK_ROW("orphan-attempt-grace", FLAG_DURATION, orphan_attempt_grace_ms, "1h", 100, 2592000000,
@@ -300,6 +303,7 @@ static int open_core(struct checkpoint *ck) {
       .attempt_timeout_ms = (uint32_t)ck->cfg.attempt_timeout_ms,
       .attempt_idle_timeout_ms = (uint32_t)ck->cfg.attempt_idle_timeout_ms,
       .max_open_attempts = (uint32_t)ck->cfg.max_open_attempts,
+      .max_open_attempts_per_job = (uint32_t)ck->cfg.max_open_attempts_per_job,
       .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
       .read_concurrency = (uint32_t)ck->cfg.read_concurrency,
       .shm_dir = ck->shm_dir,

@@ -11,8 +11,8 @@
 
 #include "dl_codec.h"
 #include "dl_internal.h"
-#include "dl_map_guard.h"
 #include "dl_perm.h"
+#include "map_guard.h"
 #include "stk_error.h"
 
 #define MAX_SEQ_LEN      (1u << 20)
@@ -70,7 +70,7 @@ int dl_ds_find(const struct dl_job *j, const char *name) {
 
 void dl_ds_clear(struct dl_ds *ds) {
   dl_source_free(ds->src); /* its maps first: they name the fault group */
-  dl_fault_group_free(ds->faults);
+  map_guard_group_free(ds->faults);
   if (ds->spec) stoker__v1__dataset_spec__free_unpacked(ds->spec, NULL);
   memset(ds, 0, sizeof *ds);
 }
@@ -78,12 +78,12 @@ void dl_ds_clear(struct dl_ds *ds) {
 /* Opens the dataset with its maps in the dataset's own fault group, so a
  * file truncated later breaks this dataset's job only (dl_job_check_data). */
 static int open_ds(struct dl *dl, struct dl_ds *ds) {
-  if (!(ds->faults = dl_fault_group_new())) return STK_ENOMEM;
-  dl_fault_scope_enter(ds->faults);
+  if (!(ds->faults = map_guard_group_new())) return STK_ENOMEM;
+  map_guard_scope_enter(ds->faults);
   int rc = dl->opts.open_source(dl->opts.open_source_arg, ds->spec, &ds->src);
-  dl_fault_scope_leave();
+  map_guard_scope_leave();
   const char *path;
-  if (rc == 0 && dl_fault_group_broken(ds->faults, &path)) {
+  if (rc == 0 && map_guard_group_broken(ds->faults, &path)) {
     stk_set_detail("dataset %s: %s shrank while it was opened", ds->spec->name, path);
     rc = STK_ECORRUPT;
   }
@@ -129,7 +129,7 @@ int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *sp
 int dl_job_check_data(const struct dl_job *j) {
   for (uint32_t d = 0; d < j->n_ds; d++) {
     const char *path;
-    if (!dl_fault_group_broken(j->ds[d].faults, &path)) continue;
+    if (!map_guard_group_broken(j->ds[d].faults, &path)) continue;
     stk_set_detail("job %s: dataset %s: %s was truncated or shrank while the job read it; the "
                    "job's data is lost (restore the file and restart, or delete the job)",
                    j->name, j->ds[d].spec->name, path);

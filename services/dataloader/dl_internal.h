@@ -24,7 +24,7 @@
 struct dl_ds {
   Stoker__V1__DatasetSpec *spec; /* Own copy (unpacked from our own packing). */
   struct dl_source *src;
-  struct dl_fault_group *faults; /* its maps' SIGBUS record (formats/dl_map_guard.h) */
+  struct map_guard_group *faults; /* its maps' SIGBUS record (services/common/map_guard.h) */
   uint64_t units;
   uint64_t key;    /* Hash of the name: keys this dataset's shuffles. */
   uint32_t shards; /* Ld = min(L, units) */

@@ -14,7 +14,10 @@
  * segment larger than a few parts goes as a multipart upload, a smaller
  * one as one PUT (held while other ranks still copy, but started when a
  * rank waits for memory); all restore bit-exactly. A clean stop (SIGTERM)
- * with the default directory leaves nothing under /dev/shm. argv:
+ * with the default directory leaves nothing under /dev/shm. A segment
+ * truncated after hand-over costs its attempt (a clear reason), never the
+ * daemon; a sparse segment claiming the whole budget holds only the bytes
+ * its chunks named, so another job's checkpoint goes through. argv:
  * stoker-checkpoint.
  */
 #include <dirent.h>
@@ -578,6 +581,103 @@ static void test_relief_keeps_a_partial_segment_open(void **state) {
   harness_daemon_free(d);
 }
 
+/* A segment of n bytes whose pages hold data (not a sparse file). */
+static void put_file_filled(const char *name, size_t n) {
+  char path[1100];
+  snprintf(path, sizeof(path), "%s/%s", tck_shm_dir, name);
+  int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  assert_true(fd >= 0);
+  uint8_t *buf = malloc(n);
+  assert_non_null(buf);
+  memset(buf, 0x5a, n);
+  assert_int_equal(write(fd, buf, n), (ssize_t)n);
+  free(buf);
+  close(fd);
+}
+
+static void truncate_file(const char *name) {
+  char path[1100];
+  snprintf(path, sizeof(path), "%s/%s", tck_shm_dir, name);
+  assert_int_equal(truncate(path, 0), 0);
+}
+
+/* Rank 0 hands over the first half of an 8 MiB segment (one PUT, read only
+ * when sealed), truncates the file, then sends the second half and "last":
+ * the service reads a shrunk map. The attempt is aborted naming the
+ * segment; the daemon lives, and another job's checkpoint commits and
+ * restores. */
+static void test_truncated_segment_costs_its_attempt_only(void **state) {
+  (void)state;
+  struct harness_daemon *d = start(tck_shm_dir, "60s");
+  struct stk_client *c = tck_shard_client(d->addr);
+  struct rpc_client *rc = harness_rpc(d);
+  char attempt[STK_CKPT_ATTEMPT_MAX], seg[160], msg[512];
+  assert_int_equal(stk_ckpt_begin(c, "shrunk", 1, 1, 0, attempt), 0);
+  const uint64_t half = 4 << 20;
+  snprintf(seg, sizeof(seg), "seg-%s-0-c1", attempt);
+  put_file_filled(seg, 2 * half);
+  struct rpc_client_cstream *s = NULL;
+  assert_int_equal(rpc_client_cstream_open(rc, "/stoker.v1.Checkpoint/Write",
+                                           &stoker__v1__write_response__descriptor, 30000, &s),
+                   0);
+  raw_shm_chunk(s, attempt, 0, "t", 2 * half, 0, half, seg, 0);
+  harness_sleep_ms(300); /* Mapped by the service, not read yet. */
+  truncate_file(seg);
+  raw_shm_chunk(s, attempt, 0, "t", 2 * half, half, half, seg, half);
+  tck_write_finish(s, attempt, 0, false, msg, sizeof(msg)); /* OK or the abort, by timing */
+  assert_int_not_equal(stk_ckpt_commit(c, attempt, 30000, NULL), 0);
+  const char *why = stk_client_last_error(NULL);
+  if (!strstr(why, "shrank after it was handed over")) fail_msg("commit: %s", why);
+  assert_true(harness_daemon_alive(d));
+  assert_int_equal(stk_ckpt_begin(c, "whole", 1, 2, 0, attempt), 0);
+  save_all(d, attempt, 1, 2, STK_CKPT_SHM_ON, true);
+  commit_ok(c, attempt);
+  tck_shard_restore_all(c, &model, "whole", 1, 3, 2);
+  rpc_client_free(rc);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
+/* Budget 16 MiB. Job A's rank truncates a segment out to 16 MiB (nothing
+ * allocated), sends one 4 KiB chunk naming it and keeps its stream open.
+ * Job B's 12 MiB segment must still be taken at once and commit: A holds
+ * the 4 KiB it sent, not the 16 MiB it claimed. */
+static void test_sparse_segment_holds_only_what_it_sent(void **state) {
+  (void)state;
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "16MiB");
+  struct stk_client *c = tck_shard_client(d->addr);
+  struct rpc_client *rc = harness_rpc(d);
+  char att_a[STK_CKPT_ATTEMPT_MAX], att_b[STK_CKPT_ATTEMPT_MAX], seg_a[160], seg_b[160];
+  char msg[512];
+  assert_int_equal(stk_ckpt_begin(c, "sparse", 1, 1, 0, att_a), 0);
+  assert_int_equal(stk_ckpt_begin(c, "honest", 1, 1, 0, att_b), 0);
+  snprintf(seg_a, sizeof(seg_a), "seg-%s-0-a1", att_a);
+  snprintf(seg_b, sizeof(seg_b), "seg-%s-0-b1", att_b);
+  put_file(seg_a, 16 << 20);
+  put_file(seg_b, 12 << 20);
+  const char *method = "/stoker.v1.Checkpoint/Write";
+  struct rpc_client_cstream *sa = NULL, *sb = NULL;
+  assert_int_equal(
+      rpc_client_cstream_open(rc, method, &stoker__v1__write_response__descriptor, 60000, &sa), 0);
+  raw_shm_chunk(sa, att_a, 0, "t", 16 << 20, 0, 4096, seg_a, 0);
+  harness_sleep_ms(300); /* A's segment is taken. */
+  assert_int_equal(
+      rpc_client_cstream_open(rc, method, &stoker__v1__write_response__descriptor, 30000, &sb), 0);
+  raw_shm_chunk(sb, att_b, 0, "t", 12 << 20, 0, 12 << 20, seg_b, 0);
+  int code = tck_write_finish(sb, att_b, 0, false, msg, sizeof(msg));
+  if (code != RPC_OK) fail_msg("job B: status %d (%s)", code, msg);
+  if (stk_ckpt_commit(c, att_b, 15000, NULL) != 0)
+    fail_msg("job B's commit behind a sparse segment: %s", stk_client_last_error(NULL));
+  assert_int_equal(stk_ckpt_abort(c, att_a, "test done", 10000), 0);
+  ProtobufCMessage *resp = NULL;
+  struct rpc_status st = {0};
+  rpc_client_cstream_finish(sa, &resp, &st);
+  assert_int_equal(st.code, RPC_ABORTED);
+  rpc_client_free(rc);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
@@ -598,6 +698,10 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, tck_shm_setup,
                                       tck_shm_teardown),
       cmocka_unit_test_setup_teardown(test_relief_keeps_a_partial_segment_open, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_truncated_segment_costs_its_attempt_only, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_sparse_segment_holds_only_what_it_sent, tck_shm_setup,
                                       tck_shm_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

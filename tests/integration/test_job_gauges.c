@@ -158,12 +158,16 @@ static void test_checkpoint_staged_bytes(void **state) {
   struct harness_daemon *d = start(ckpt_binary, NULL, &port);
   struct rpc_client *rc = harness_rpc(d);
   char a1[64], a2[64], a3[64];
+  /* Under one part (16 MiB): staged, not uploaded, until "last". Step 10's
+   * stream is attached before step 20 begins (a later Begin of the job
+   * supersedes its idle attempts). */
   assert_int_equal(tck_begin(rc, "held", 10, 2, a1), RPC_OK);
-  assert_int_equal(tck_begin(rc, "held", 20, 2, a2), RPC_OK);
-  assert_int_equal(tck_begin(rc, "idle", 10, 1, a3), RPC_OK);
-  /* Under one part (16 MiB): staged, not uploaded, until "last". */
   struct rpc_client_cstream *w1 = write_unfinished(rc, a1, 0, 2, 300000);
+  const char *attached[] = {"\nstoker_checkpoint_job_staging_bytes{job=\"held\"} 300000\n"};
+  free(wait_lines(port, attached, 1));
+  assert_int_equal(tck_begin(rc, "held", 20, 2, a2), RPC_OK);
   struct rpc_client_cstream *w2 = write_unfinished(rc, a2, 1, 2, 200000);
+  assert_int_equal(tck_begin(rc, "idle", 10, 1, a3), RPC_OK);
   const char *want[] = {
       "# TYPE stoker_checkpoint_job_staging_bytes gauge\n",
       "\nstoker_checkpoint_job_staging_bytes{job=\"held\"} 500000\n",

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dl_map_guard.h"
 #include "dl_roots.h"
+#include "map_guard.h"
 #include "stk_error.h"
 
 int dl_map_open(const char *path, struct dl_map *ret_map) {
@@ -38,7 +38,7 @@ int dl_map_open(const char *path, struct dl_map *ret_map) {
       return STK_EIO;
     }
     m.data = p;
-    if ((rc = dl_map_guard_add(p, m.size, path, &m.guard)) < 0) {
+    if ((rc = map_guard_add(p, m.size, path, &m.guard)) < 0) {
       munmap(p, m.size);
       close(fd);
       return rc;
@@ -50,7 +50,7 @@ int dl_map_open(const char *path, struct dl_map *ret_map) {
 }
 
 void dl_map_close(struct dl_map *m) {
-  dl_map_guard_remove(m->guard); /* before the range can be mapped again */
+  map_guard_remove(m->guard); /* before the range can be mapped again */
   m->guard = NULL;
   if (m->data) munmap((void *)m->data, m->size);
   m->data = NULL;

@@ -9,15 +9,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct dl_map_slot;
+struct map_guard_slot;
 
 struct dl_map {
   const uint8_t *data; /* NULL when size is 0 */
   size_t size;
-  struct dl_map_slot *guard; /* registration with dl_map_guard.h */
+  struct map_guard_slot *guard; /* registration with map_guard.h (services/common) */
 };
 
-/* Maps path read-only, registered with dl_map_guard (in the calling
+/* Maps path read-only, registered with map_guard (in the calling
  * thread's fault scope): a read past the end of a file truncated later
  * gives zeros and marks the scope's group broken instead of killing the
  * process. Errors: STK_ENOENT, STK_EIO (detail names the file), STK_ENOMEM. */

@@ -5,7 +5,9 @@
  * Abort call (writers fail, staging freed, storage cleaned, the job's
  * orphaned attempt directories collected, idempotent, refused once
  * committed); an abandoned attempt is aborted and its staging freed after
- * attempt_idle_timeout_ms; max_open_attempts caps Begin with STK_EBUSY.
+ * attempt_idle_timeout_ms; admission (ckpt_admit.c): a later Begin of a job
+ * supersedes its idle attempts, a per-job cap, and at the service cap the
+ * largest holder gives way, so a greedy job cannot starve another.
  * Throughout, the attempts' staging shares sum to the service's staging.
  */
 #include <setjmp.h>
@@ -257,6 +259,15 @@ static void test_attached_attempt_not_abandoned(void **state) {
   fx_fini(&f);
 }
 
+/* Begin of job at step with rank 0's stream attached (so the attempt is
+ * neither idle nor superseded). */
+static void begin_attached(struct fx *f, const char *job, int64_t step, char att[65],
+                           struct ckpt_writer **w, struct ev *v) {
+  assert_int_equal(fx_begin(f, job, step, 2, att), 0);
+  assert_int_equal(ckpt_write_open(f->svc, att, 0, on_ev, v, w), 0);
+}
+
+/* The service cap holds when every job holds one: the refusal names it. */
 static void test_open_attempts_capped(void **state) {
   (void)state;
   struct fx f;
@@ -264,12 +275,94 @@ static void test_open_attempts_capped(void **state) {
   f.opts.max_open_attempts = 2;
   assert_int_equal(fx_open(&f), 0);
   char a1[65], a2[65], a3[65];
-  assert_int_equal(fx_begin(&f, "j", 1, 4, a1), 0);
-  assert_int_equal(fx_begin(&f, "j", 2, 4, a2), 0);
-  assert_int_equal(fx_begin(&f, "j", 3, 4, a3), STK_EBUSY);
+  assert_int_equal(fx_begin(&f, "a", 1, 4, a1), 0);
+  assert_int_equal(fx_begin(&f, "b", 1, 4, a2), 0);
+  assert_int_equal(fx_begin(&f, "c", 1, 4, a3), STK_EBUSY);
   assert_non_null(strstr(stk_detail(), "max-open-attempts"));
   assert_int_equal(do_abort(&f, a1, NULL, 0), 0);
-  assert_int_equal(fx_begin(&f, "j", 3, 4, a3), 0); /* Room again. */
+  assert_int_equal(fx_begin(&f, "c", 1, 4, a3), 0); /* Room again. */
+  fx_fini(&f);
+}
+
+/* A job's Begin for a later step aborts its own idle unfinished attempts
+ * (Commit answers why), never one with a stream attached, nor another
+ * job's. */
+static void test_later_begin_supersedes_the_jobs_idle_attempts(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  char idle[65], busy[65], other[65], later[65];
+  struct ckpt_writer *w;
+  struct ev v = {0};
+  assert_int_equal(fx_begin(&f, "j", 1, 2, idle), 0);
+  begin_attached(&f, "j", 2, busy, &w, &v);
+  assert_int_equal(fx_begin(&f, "k", 1, 2, other), 0);
+  assert_int_equal(fx_begin(&f, "j", 3, 2, later), 0);
+  char msg[320];
+  assert_int_equal(fx_commit(&f, idle, msg, sizeof msg), STK_EABORTED);
+  assert_non_null(strstr(msg, "superseded by the job's Begin for step 2"));
+  assert_false(v.failed);
+  assert_int_equal(feed_some(w, busy, 0, true), 0);  /* Still open. */
+  assert_int_equal(do_abort(&f, other, NULL, 0), 0); /* Open until now. */
+  ckpt_write_close(w);
+  fx_fini(&f);
+}
+
+/* One job holds at most max_open_attempts_per_job; another job still
+ * begins. */
+static void test_per_job_cap(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  f.opts.max_open_attempts_per_job = 2;
+  assert_int_equal(fx_open(&f), 0);
+  char a1[65], a2[65], a3[65], b1[65];
+  struct ckpt_writer *w1, *w2;
+  struct ev v1 = {0}, v2 = {0};
+  begin_attached(&f, "a", 1, a1, &w1, &v1);
+  begin_attached(&f, "a", 2, a2, &w2, &v2);
+  assert_int_equal(fx_begin(&f, "a", 3, 2, a3), STK_EBUSY);
+  assert_non_null(strstr(stk_detail(), "max-open-attempts-per-job"));
+  assert_int_equal(fx_begin(&f, "b", 1, 2, b1), 0);
+  ckpt_write_close(w1);
+  ckpt_write_close(w2);
+  fx_fini(&f);
+}
+
+/* The audit's greedy job: A fills the service cap with idle attempts for
+ * one step (same step: nothing to supersede; a per-job cap as large as the
+ * service's) and re-Begins after every call of B, a well-behaved job that
+ * begins and finishes one attempt at a time. Every Begin of B gets through
+ * (A, the largest holder, gives way); A's refusals, if any, name a limit. */
+static void test_greedy_job_cannot_starve_another(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  f.opts.max_open_attempts = 4;
+  f.opts.max_open_attempts_per_job = 4;
+  assert_int_equal(fx_open(&f), 0);
+  char att[65];
+  for (int i = 0; i < 4; i++) assert_int_equal(fx_begin(&f, "a", 5, 2, att), 0);
+  int b_ok = 0;
+  for (int i = 0; i < 10; i++) {
+    char b[65];
+    if (fx_begin(&f, "b", 100 + i, 2, b) == 0) {
+      b_ok++;
+      assert_int_equal(do_abort(&f, b, NULL, 0), 0);
+    }
+    int rc = fx_begin(&f, "a", 5, 2, att);
+    if (rc == STK_EBUSY) {
+      assert_non_null(strstr(stk_detail(), "--max-open-attempts"));
+    } else {
+      assert_int_equal(rc, 0);
+    }
+    fx_run_for(&f, 20);
+  }
+  assert_int_equal(b_ok, 10);
+  struct ckpt_service_stats st;
+  ckpt_service_get_stats(f.svc, &st);
+  assert_int_equal(st.preempted, 10); /* Each Begin of B took one of A's. */
   fx_fini(&f);
 }
 
@@ -282,6 +375,9 @@ int main(void) {
       cmocka_unit_test(test_abandoned_attempt_freed),
       cmocka_unit_test(test_attached_attempt_not_abandoned),
       cmocka_unit_test(test_open_attempts_capped),
+      cmocka_unit_test(test_later_begin_supersedes_the_jobs_idle_attempts),
+      cmocka_unit_test(test_per_job_cap),
+      cmocka_unit_test(test_greedy_job_cannot_starve_another),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

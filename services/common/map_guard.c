@@ -1,12 +1,12 @@
 /*
- * dl_map_guard: survives SIGBUS from dataset files shrunk under their memory
- * maps (see dl_map_guard.h for the contract). The registry is a list of
+ * map_guard: survives SIGBUS from files shrunk under their memory maps
+ * (see map_guard.h for the contract). The registry is a list of
  * fixed chunks of slots that only grows (a chunk is never freed, so the
  * handler can walk it without a lock while another thread registers); a
  * slot is published by storing its start address last and retired by
  * clearing it first.
  */
-#include "dl_map_guard.h"
+#include "map_guard.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -25,21 +25,21 @@
 
 enum { GROUP_OK, GROUP_CLAIMED, GROUP_BROKEN }; /* claimed: the path is being written */
 
-struct dl_fault_group {
+struct map_guard_group {
   atomic_int state;
   char path[GROUP_PATH_MAX]; /* the first map that faulted; valid once GROUP_BROKEN */
 };
 
-struct dl_map_slot {
+struct map_guard_slot {
   atomic_uintptr_t begin; /* 0: free */
   size_t bytes;
-  struct dl_fault_group *group;
+  struct map_guard_group *group;
   char *path;
   bool used; /* guarded by reg_mu */
 };
 
 struct chunk {
-  struct dl_map_slot slots[SLOTS_PER_CHUNK];
+  struct map_guard_slot slots[SLOTS_PER_CHUNK];
   struct chunk *_Atomic next;
 };
 
@@ -50,10 +50,10 @@ static struct sigaction prev_action;
 static uintptr_t page_bytes;
 
 /* Initial-exec: the handler must not call into the dynamic TLS allocator. */
-static _Thread_local struct dl_fault_group *scope_group __attribute__((tls_model("initial-exec")));
+static _Thread_local struct map_guard_group *scope_group __attribute__((tls_model("initial-exec")));
 static _Thread_local unsigned long thread_faults __attribute__((tls_model("initial-exec")));
 
-static struct dl_map_slot *find_slot(uintptr_t addr) {
+static struct map_guard_slot *find_slot(uintptr_t addr) {
   for (struct chunk *c = atomic_load(&reg_head); c; c = atomic_load(&c->next))
     for (size_t i = 0; i < SLOTS_PER_CHUNK; i++) {
       uintptr_t b = atomic_load_explicit(&c->slots[i].begin, memory_order_acquire);
@@ -63,7 +63,7 @@ static struct dl_map_slot *find_slot(uintptr_t addr) {
 }
 
 /* Async-signal-safe: marks the group (the first fault names the file). */
-static void mark_broken(struct dl_fault_group *g, const char *path) {
+static void mark_broken(struct map_guard_group *g, const char *path) {
   int expect = GROUP_OK;
   if (!g || !atomic_compare_exchange_strong(&g->state, &expect, GROUP_CLAIMED)) return;
   size_t i = 0;
@@ -75,7 +75,7 @@ static void mark_broken(struct dl_fault_group *g, const char *path) {
 /* Replaces the slot's pages from the faulting one to the end by zeros. The
  * group is marked first: a thread that reads the zeros after the remap
  * then finds the group broken when it checks. */
-static bool cover(struct dl_map_slot *s, uintptr_t addr) {
+static bool cover(struct map_guard_slot *s, uintptr_t addr) {
   uintptr_t page = addr & ~(page_bytes - 1);
   uintptr_t end = atomic_load(&s->begin) + s->bytes;
   end = (end + page_bytes - 1) & ~(page_bytes - 1);
@@ -105,7 +105,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx) {
   int saved = errno;
   if (si && si->si_code > 0) { /* raised by the kernel for an access */
     uintptr_t addr = (uintptr_t)si->si_addr;
-    struct dl_map_slot *s = find_slot(addr);
+    struct map_guard_slot *s = find_slot(addr);
     if (s && cover(s, addr)) {
       thread_faults++;
       errno = saved;
@@ -137,34 +137,34 @@ static void ensure_installed(void) {
   sigaction(SIGBUS, &sa, &prev_action);
 }
 
-struct dl_fault_group *dl_fault_group_new(void) {
-  return calloc(1, sizeof(struct dl_fault_group));
+struct map_guard_group *map_guard_group_new(void) {
+  return calloc(1, sizeof(struct map_guard_group));
 }
 
-void dl_fault_group_free(struct dl_fault_group *g) {
+void map_guard_group_free(struct map_guard_group *g) {
   free(g);
 }
 
-bool dl_fault_group_broken(const struct dl_fault_group *g, const char **ret_path) {
-  int st = g ? atomic_load(&((struct dl_fault_group *)g)->state) : GROUP_OK;
+bool map_guard_group_broken(const struct map_guard_group *g, const char **ret_path) {
+  int st = g ? atomic_load(&((struct map_guard_group *)g)->state) : GROUP_OK;
   if (st != GROUP_OK && ret_path) *ret_path = st == GROUP_BROKEN ? g->path : "(a dataset file)";
   return st != GROUP_OK;
 }
 
-void dl_fault_scope_enter(struct dl_fault_group *g) {
+void map_guard_scope_enter(struct map_guard_group *g) {
   scope_group = g;
 }
 
-void dl_fault_scope_leave(void) {
+void map_guard_scope_leave(void) {
   scope_group = NULL;
 }
 
-unsigned long dl_map_guard_thread_faults(void) {
+unsigned long map_guard_thread_faults(void) {
   return thread_faults;
 }
 
 /* A free slot, appending a chunk when none is left; reg_mu held. */
-static struct dl_map_slot *take_slot(void) {
+static struct map_guard_slot *take_slot(void) {
   struct chunk *last = NULL;
   for (struct chunk *c = atomic_load(&reg_head); c; c = atomic_load(&c->next)) {
     for (size_t i = 0; i < SLOTS_PER_CHUNK; i++)
@@ -180,14 +180,14 @@ static struct dl_map_slot *take_slot(void) {
   return &c->slots[0];
 }
 
-int dl_map_guard_add(const void *addr, size_t bytes, const char *path,
-                     struct dl_map_slot **ret_slot) {
+int map_guard_add(const void *addr, size_t bytes, const char *path,
+                  struct map_guard_slot **ret_slot) {
   *ret_slot = NULL;
   char *copy = strdup(path ? path : "");
   if (!copy) return STK_ENOMEM;
   pthread_mutex_lock(&reg_mu);
   ensure_installed();
-  struct dl_map_slot *s = take_slot();
+  struct map_guard_slot *s = take_slot();
   if (s) {
     s->used = true;
     s->bytes = bytes;
@@ -204,7 +204,7 @@ int dl_map_guard_add(const void *addr, size_t bytes, const char *path,
   return 0;
 }
 
-void dl_map_guard_remove(struct dl_map_slot *s) {
+void map_guard_remove(struct map_guard_slot *s) {
   if (!s) return;
   pthread_mutex_lock(&reg_mu);
   atomic_store_explicit(&s->begin, 0, memory_order_release);
