@@ -122,6 +122,13 @@ struct coord_wait {
   struct job *job;
   coord_done_fn done;
   void *arg;
+  /* Set by whoever parks w (rendezvous, sync): takes w out of the job's
+   * structures once it is answered or cancelled (its link is already off
+   * the parked list). NULL when the link is all there is. */
+  void (*unpark)(struct coord_wait *w);
+  /* Set by whoever gives w data of its kind (the union below): frees it
+   * with w. */
+  void (*dispose)(struct coord_wait *w);
   /* The answer. */
   uint64_t seq;
   int err;
@@ -186,11 +193,6 @@ void coord_answer(struct coord_wait *w, const ProtobufCMessage *resp);
 void coord_fail(struct coord_wait *w, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void coord_release(struct coord *c);
-void coord_wait_free(struct coord_wait *w);
-/* Unparks (kind-specific) without answering. */
-void coord_unpark(struct coord_wait *w);
-/* Fails every parked call of a job (joins too when with_joins). */
-void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg);
 /* Looks up a job or fails w with STK_EINVAL / STK_ENOENT / STK_EUNAVAIL. */
 struct job *coord_job_or_fail(struct coord *c, const char *name, struct coord_wait *w);
 
@@ -246,6 +248,8 @@ void coord_member_free(struct member *m);
 void coord_round_open(struct job *j, const char *reason);
 void coord_round_check(struct job *j); /* Close when full; arm last call. */
 void coord_round_close(struct job *j);
+/* Fails every parked call of a job (joins too when with_joins). */
+void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg);
 /* Ends the current generation's membership: its members become the rank
  * order of the next round (their records stay). No-op while none runs. */
 void coord_members_clear(struct job *j);
@@ -260,7 +264,6 @@ void coord_lease_sweep(struct coord *c);
 
 /* ---- coord_sync.c ------------------------------------------------------- */
 void coord_sync_end_generation(struct job *j, int err, const char *msg);
-void coord_barrier_free(struct job *j, struct barrier *b); /* Once empty. */
 
 /* ---- coord_ops.c -------------------------------------------------------- */
 void coord_pause_maybe_done(struct job *j);
@@ -282,6 +285,5 @@ void coord_events_free(struct job *j);
 void coord_watch_pump_all(struct coord *c);
 void coord_watch_job_deleted(struct job *j);
 void coord_watch_end(struct coord_wait *w, int err, const char *msg);
-void coord_tomb_unref(struct coord *c, struct event_tomb *t);
 
 #endif
