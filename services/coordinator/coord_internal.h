@@ -1,9 +1,10 @@
 /*
- * coord_internal: the coordinator's in-memory model, shared by its files.
- * One struct coord owns jobs (hash by name); a job owns its members (hash
- * by id plus a list ordered by lease deadline), its open round's parked
- * joins, barriers, KV entries and an event ring. Every answer goes through
- * a struct coord_wait queued in seq order and released once durable.
+ * coord_internal: the coordinator's in-memory model, shared by its files,
+ * and their functions in ladder order (see "The ladder" below). One struct
+ * coord owns jobs (hash by name); a job owns its members (hash by id plus a
+ * list ordered by lease deadline), its open round's parked joins, barriers,
+ * KV entries and an event ring. Every answer goes through a struct
+ * coord_wait queued in seq order and released once durable.
  */
 #ifndef STK_COORD_INTERNAL_H
 #define STK_COORD_INTERNAL_H
@@ -185,6 +186,21 @@ struct coord {
   void *close_arg;
 };
 
+/* ---- The ladder ------------------------------------------------------------
+ * The declarations below go up the ladder: each file calls functions of
+ * coord_base.h and of the files declared before its own, never after, so no
+ * two files call each other (the coordinator suite's coord-ladder test
+ * checks this on the objects). A new function goes in the lowest file
+ * whose callees it needs; a call that would climb becomes a callback set
+ * from above, as a wait's unpark and dispose are. */
+
+/* ---- coord_validate.c: names, keys and job specs (calls nothing) --------- */
+bool coord_valid_job_name(const char *s);
+bool coord_valid_member_id(const char *s);
+bool coord_valid_key(const char *s); /* KV keys and barrier names. */
+/* Checks spec and fills defaults into *spec; msg gets the reason. */
+int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
+
 /* ---- coord_wait.c: completions ------------------------------------------ */
 struct coord_wait *coord_wait_new(struct coord *c, enum wait_kind kind, coord_done_fn done,
                                   void *arg);
@@ -196,35 +212,7 @@ void coord_release(struct coord *c);
 /* Looks up a job or fails w with STK_EINVAL / STK_ENOENT / STK_EUNAVAIL. */
 struct job *coord_job_or_fail(struct coord *c, const char *name, struct coord_wait *w);
 
-/* ---- coord_validate.c --------------------------------------------------- */
-bool coord_valid_job_name(const char *s);
-bool coord_valid_member_id(const char *s);
-bool coord_valid_key(const char *s); /* KV keys and barrier names. */
-/* Checks spec and fills defaults into *spec; msg gets the reason. */
-int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
-
-/* ---- coord_store.c ------------------------------------------------------ */
-void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
-void coord_store_del(struct coord *c, const void *k, size_t kl);
-void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len);
-/* Unsynced changes: written with the next batch, synced only if that batch
- * is (they survive kill -9 of the coordinator, not the loss of the host). */
-void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
-void coord_store_del_lazy(struct coord *c, const void *k, size_t kl);
-void coord_store_job(struct job *j); /* Marks the job record dirty. */
-void coord_store_job_lazy(struct job *j);
-void coord_store_member(struct job *j, struct member *m);
-void coord_store_member_lazy(struct member *m);
-/* Keys: "k/<job>/<gen>/" prefix into buf (>= 300 bytes); returns length. */
-size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen);
-void coord_store_maybe_commit(struct coord *c);
-bool coord_store_idle(const struct coord *c);
-int coord_store_load(struct coord *c); /* coord_load.c */
-
-/* ---- coord_job.c ---------------------------------------------------------- */
-struct job *coord_job_new(struct coord *c, Stoker__V1__JobSpec *spec);
-void coord_job_free(struct job *j);
-void coord_job_touch(struct job *j, const char *reason); /* updated_at + dirty. */
+/* ---- coord_job.c: the job and its members as records and messages ------- */
 uint32_t coord_job_cap(const struct job *j);
 int64_t coord_job_lease_ms(const struct job *j);
 void coord_answer_job(struct coord_wait *w, struct job *j);
@@ -244,7 +232,43 @@ void coord_member_fill(const struct member *m, Stoker__V1__Member *out);
 struct member *coord_member_new(const char *id, const char *address, const char *host);
 void coord_member_free(struct member *m);
 
-/* ---- coord_rendezvous.c ------------------------------------------------- */
+/* ---- coord_store.c: the RocksDB layout and group commit ----------------- */
+void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
+void coord_store_del(struct coord *c, const void *k, size_t kl);
+void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len);
+/* Unsynced changes: written with the next batch, synced only if that batch
+ * is (they survive kill -9 of the coordinator, not the loss of the host). */
+void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
+void coord_store_del_lazy(struct coord *c, const void *k, size_t kl);
+void coord_store_job(struct job *j); /* Marks the job record dirty. */
+void coord_store_job_lazy(struct job *j);
+void coord_job_touch(struct job *j, const char *reason); /* updated_at + dirty. */
+void coord_store_member(struct job *j, struct member *m);
+void coord_store_member_lazy(struct member *m);
+/* Keys: "k/<job>/<gen>/" prefix into buf (>= 300 bytes); returns length. */
+size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen);
+void coord_store_maybe_commit(struct coord *c);
+bool coord_store_idle(const struct coord *c);
+
+/* ---- coord_events.c: event rings and watchers -------------------------- */
+void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* The same for an event that needs no fsync of its own (a parked Join's,
+ * whose reply waits for the round's synced close): stored unsynced
+ * (coord_store_put_lazy), delivered to watchers once written. */
+void coord_event_lazy(struct job *j, Stoker__V1__JobEventType type, const char *member_id,
+                      int64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Loads one stored event (at open). */
+void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len);
+void coord_events_free(struct job *j);
+void coord_watch_pump_all(struct coord *c);
+void coord_watch_job_deleted(struct job *j);
+void coord_watch_end(struct coord_wait *w, int err, const char *msg);
+
+/* ---- coord_sync.c: barriers and the generation-scoped KV --------------- */
+void coord_sync_end_generation(struct job *j, int err, const char *msg);
+
+/* ---- coord_rendezvous.c: Join and the round ---------------------------- */
 void coord_round_open(struct job *j, const char *reason);
 void coord_round_check(struct job *j); /* Close when full; arm last call. */
 void coord_round_close(struct job *j);
@@ -259,31 +283,20 @@ void coord_member_remove(struct job *j, struct member *m);
 bool coord_surplus_has(const struct job *j, const char *id);
 void coord_surplus_clear(struct job *j);
 
-/* ---- coord_lease.c ------------------------------------------------------ */
-void coord_lease_sweep(struct coord *c);
-
-/* ---- coord_sync.c ------------------------------------------------------- */
-void coord_sync_end_generation(struct job *j, int err, const char *msg);
-
-/* ---- coord_ops.c -------------------------------------------------------- */
+/* ---- coord_ops.c: operator actions ------------------------------------- */
 void coord_pause_maybe_done(struct job *j);
 void coord_ops_sweep(struct job *j, int64_t now);
 /* After a restart: fresh deadlines for a pending scale or pause. */
 void coord_ops_rearm(struct job *j);
 
-/* ---- coord_events.c ----------------------------------------------------- */
-void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
-                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* The same for an event that needs no fsync of its own (a parked Join's,
- * whose reply waits for the round's synced close): stored unsynced
- * (coord_store_put_lazy), delivered to watchers once written. */
-void coord_event_lazy(struct job *j, Stoker__V1__JobEventType type, const char *member_id,
-                      int64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-/* Loads one stored event (at open). */
-void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len);
-void coord_events_free(struct job *j);
-void coord_watch_pump_all(struct coord *c);
-void coord_watch_job_deleted(struct job *j);
-void coord_watch_end(struct coord_wait *w, int err, const char *msg);
+/* ---- coord_lease.c: heartbeats, leaves, the sweep ---------------------- */
+void coord_lease_sweep(struct coord *c);
+
+/* ---- coord_catalog.c: a job's life ------------------------------------- */
+struct job *coord_job_new(struct coord *c, Stoker__V1__JobSpec *spec);
+void coord_job_free(struct job *j);
+
+/* ---- coord_load.c: the model rebuilt at open --------------------------- */
+int coord_store_load(struct coord *c);
 
 #endif

@@ -77,6 +77,15 @@ void coord_store_job_lazy(struct job *j) {
   changed(j->c, false);
 }
 
+void coord_job_touch(struct job *j, const char *reason) {
+  j->updated_ms = coord_wall_ms();
+  if (reason) {
+    free(j->reason);
+    j->reason = coord_xstrdup(reason);
+  }
+  coord_store_job(j);
+}
+
 size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen) {
   size_t n = (size_t)sprintf(buf, "k/%s/", job);
   kv_put_u64be((uint8_t *)buf + n, gen);
