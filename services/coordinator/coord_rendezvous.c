@@ -9,7 +9,9 @@
  * generation: barriers and KV waits abort, its KV keys are deleted and its
  * members are told RESTART by their next heartbeat. Their member records
  * (m/<job>/<id>, with rank and generation) stay until the round closes, so
- * that a restarted coordinator still knows the previous order.
+ * that a restarted coordinator still knows the previous order. Failing all
+ * of a job's parked calls (stop, delete, close) is here too, above the
+ * barriers and KV of coord_sync.c that it ends with the joins.
  */
 #include "coord_internal.h"
 

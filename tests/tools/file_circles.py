@@ -12,8 +12,8 @@ calls to itself never count.
 
 Prints one line per circle (its files, sorted) and a count. --edges also
 prints, per file, the files it depends on. --check exits 1 when there is a
-circle (for a test), and 77 (skipped) when the objects hold no symbols nm
-can read, as in an LTO build.
+circle (for a test), and 77 (skipped) when nm reads no symbols or no calls
+between the files, as it may not in an LTO build.
 """
 
 import argparse
@@ -108,6 +108,9 @@ def main() -> int:
     if len(set(short.values())) == len(short):
         files = {short[f]: v for f, v in files.items()}
     graph = build_graph(files)
+    if args.check and not any(graph.values()):
+        print("no calls between files read: nothing to check")
+        return 77
     if args.edges:
         for f in sorted(graph):
             print(f"{f} -> {' '.join(sorted(graph[f])) or '(none)'}")
