@@ -6,7 +6,7 @@
  * holds every change it may have observed. Parked operations (join,
  * barrier, KV wait) sit in their job's structures until answered; whoever
  * parks one sets its unpark and dispose callbacks, so this file calls none
- * of the files above it and knows no kind's structures.
+ * of the files above it and need not know where a call is parked.
  */
 #include "coord_internal.h"
 
