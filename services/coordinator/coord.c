@@ -1,53 +1,16 @@
 /*
- * coord: opening and closing the coordinator, and its loop glue. Two
+ * coord: opening and closing the coordinator, the top of its ladder. Two
  * handles drive everything: an idle handle that runs one "pass" (start a
  * group commit, release durable answers, feed watchers) at the end of the
- * loop iteration in which something changed, and one tick timer that
- * sweeps leases, last-call windows and timeouts of every job.
+ * loop iteration in which something changed (coord_kick, in coord_base.c,
+ * starts it), and one tick timer that sweeps leases, last-call windows and
+ * timeouts of every job.
  */
 #include "coord_internal.h"
 
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
 #include "stk_error.h"
-
-void *coord_xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) abort();
-  return p;
-}
-
-void *coord_xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size ? size : 1);
-  if (!p) abort();
-  return p;
-}
-
-char *coord_xstrdup(const char *s) {
-  size_t n = strlen(s ? s : "") + 1;
-  char *p = coord_xmalloc(n);
-  memcpy(p, s ? s : "", n);
-  return p;
-}
-
-int64_t coord_now(struct coord *c) {
-  return (int64_t)uv_now(c->loop);
-}
-
-int64_t coord_wall_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void on_idle(uv_idle_t *h);
-
-void coord_kick(struct coord *c) {
-  if (c->handles_open && !c->finalizing && !uv_is_active((uv_handle_t *)&c->idle))
-    uv_idle_start(&c->idle, on_idle);
-}
 
 static void finalize(struct coord *c);
 
@@ -80,6 +43,7 @@ static struct coord *coord_alloc(uv_loop_t *loop, const struct coord_opts *opts)
   struct coord *c = coord_xcalloc(1, sizeof(*c));
   c->loop = loop;
   c->opts = *opts;
+  c->pass = on_idle;
   apply_defaults(&c->opts);
   coord_tab_init(&c->jobs);
   c->batch = kv_batch_new();

@@ -128,12 +128,20 @@ void coord_events_free(struct job *j) {
   j->events = NULL;
 }
 
+static void tomb_unref(struct coord *c, struct event_tomb *t);
+
+/* A watch's dispose (see struct coord_wait): its share of a tomb. */
+static void dispose_watch(struct coord_wait *w) {
+  tomb_unref(w->c, w->u.watch.tomb);
+}
+
 struct coord_wait *coord_watch_job(struct coord *c, const Stoker__V1__WatchJobRequest *req,
                                    coord_event_fn on_event, coord_done_fn done, void *arg) {
   struct coord_wait *w = coord_wait_new(c, WAIT_WATCH, done, arg);
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return w;
   w->job = j;
+  w->dispose = dispose_watch;
   w->u.watch.on_event = on_event;
   w->u.watch.next_seq = req->after_seq + 1;
   if (w->u.watch.next_seq < j->first_event_seq) w->u.watch.next_seq = j->first_event_seq;
@@ -263,7 +271,7 @@ static struct event_tomb *tomb_new(struct job *j) {
   return t;
 }
 
-void coord_tomb_unref(struct coord *c, struct event_tomb *t) {
+static void tomb_unref(struct coord *c, struct event_tomb *t) {
   if (!t || --t->refs > 0) return;
   for (uint32_t i = 0; i < c->opts.max_events_per_job; i++) free(t->slots[i].buf);
   free(t->slots);

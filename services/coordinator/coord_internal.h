@@ -1,9 +1,10 @@
 /*
- * coord_internal: the coordinator's in-memory model, shared by its files.
- * One struct coord owns jobs (hash by name); a job owns its members (hash
- * by id plus a list ordered by lease deadline), its open round's parked
- * joins, barriers, KV entries and an event ring. Every answer goes through
- * a struct coord_wait queued in seq order and released once durable.
+ * coord_internal: the coordinator's in-memory model, shared by its files,
+ * and their functions in ladder order (see "The ladder" below). One struct
+ * coord owns jobs (hash by name); a job owns its members (hash by id plus a
+ * list ordered by lease deadline), its open round's parked joins, barriers,
+ * KV entries and an event ring. Every answer goes through a struct
+ * coord_wait queued in seq order and released once durable.
  */
 #ifndef STK_COORD_INTERNAL_H
 #define STK_COORD_INTERNAL_H
@@ -12,56 +13,8 @@
 #include <stdint.h>
 
 #include "coord.h"
+#include "coord_base.h"
 #include "kv.h"
-
-/* ---- Intrusive circular doubly linked list --------------------------- */
-
-struct list {
-  struct list *prev, *next;
-};
-
-#define container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
-
-static inline void list_init(struct list *l) {
-  l->prev = l->next = l;
-}
-static inline bool list_empty(const struct list *l) {
-  return l->next == l;
-}
-static inline void list_del(struct list *n) {
-  n->prev->next = n->next;
-  n->next->prev = n->prev;
-  n->prev = n->next = n;
-}
-static inline void list_push(struct list *head, struct list *n) {
-  n->prev = head->prev;
-  n->next = head;
-  head->prev->next = n;
-  head->prev = n;
-}
-
-/* ---- String-keyed chained hash table (coord_table.c) ----------------- */
-
-struct hnode {
-  struct hnode *next;
-  uint64_t hash;
-  const char *key; /* Owned by the containing object. */
-};
-
-struct htab {
-  struct hnode **b;
-  size_t nb, n;
-};
-
-void coord_tab_init(struct htab *t);
-void coord_tab_free(struct htab *t); /* Frees buckets, not nodes. */
-struct hnode *coord_tab_get(const struct htab *t, const char *key);
-void coord_tab_put(struct htab *t, struct hnode *n, const char *key);
-void coord_tab_del(struct htab *t, struct hnode *n);
-/* Iteration: for (n = coord_tab_first(t, &i); n; n = coord_tab_next(t, n, &i)).
- * Deleting the current node is allowed if the next is fetched first. */
-struct hnode *coord_tab_first(const struct htab *t, size_t *pos);
-struct hnode *coord_tab_next(const struct htab *t, struct hnode *n, size_t *pos);
 
 /* ---- Model -------------------------------------------------------------- */
 
@@ -170,6 +123,13 @@ struct coord_wait {
   struct job *job;
   coord_done_fn done;
   void *arg;
+  /* Set by whoever parks w (rendezvous, sync): takes w out of the job's
+   * structures once it is answered or cancelled (its link is already off
+   * the parked list). NULL when the link is all there is. */
+  void (*unpark)(struct coord_wait *w);
+  /* Set by whoever gives w data of its kind (the union below): frees it
+   * with w. */
+  void (*dispose)(struct coord_wait *w);
   /* The answer. */
   uint64_t seq;
   int err;
@@ -218,6 +178,7 @@ struct coord {
   struct list watch_todo; /* Watchers not yet pumped in the current pass. */
   uv_timer_t tick;
   uv_idle_t idle;
+  uv_idle_cb pass; /* coord.c's idle pass, which coord_kick starts. */
   struct coord_stats stats;
   bool closing, finalizing;
   int handles_open;
@@ -225,13 +186,20 @@ struct coord {
   void *close_arg;
 };
 
-/* ---- coord.c: loop glue -------------------------------------------------- */
-void coord_kick(struct coord *c);   /* Run the idle pass (commit, release, watch). */
-int64_t coord_now(struct coord *c); /* Loop time, ms (leases, deadlines). */
-int64_t coord_wall_ms(void);        /* Unix time, ms (records). */
-void *coord_xmalloc(size_t n);      /* Aborts when out of memory. */
-void *coord_xcalloc(size_t n, size_t size);
-char *coord_xstrdup(const char *s);
+/* ---- The ladder ------------------------------------------------------------
+ * The declarations below go up the ladder: each file calls functions of
+ * coord_base.h and of the files declared before its own, never after, so no
+ * two files call each other (the coordinator suite's coord-ladder test
+ * checks this on the objects). A new function goes in the lowest file
+ * whose callees it needs; a call that would climb becomes a callback set
+ * from above, as a wait's unpark and dispose are. */
+
+/* ---- coord_validate.c: names, keys and job specs (calls nothing) --------- */
+bool coord_valid_job_name(const char *s);
+bool coord_valid_member_id(const char *s);
+bool coord_valid_key(const char *s); /* KV keys and barrier names. */
+/* Checks spec and fills defaults into *spec; msg gets the reason. */
+int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
 
 /* ---- coord_wait.c: completions ------------------------------------------ */
 struct coord_wait *coord_wait_new(struct coord *c, enum wait_kind kind, coord_done_fn done,
@@ -241,43 +209,10 @@ void coord_answer(struct coord_wait *w, const ProtobufCMessage *resp);
 void coord_fail(struct coord_wait *w, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void coord_release(struct coord *c);
-void coord_wait_free(struct coord_wait *w);
-/* Unparks (kind-specific) without answering. */
-void coord_unpark(struct coord_wait *w);
-/* Fails every parked call of a job (joins too when with_joins). */
-void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg);
 /* Looks up a job or fails w with STK_EINVAL / STK_ENOENT / STK_EUNAVAIL. */
 struct job *coord_job_or_fail(struct coord *c, const char *name, struct coord_wait *w);
 
-/* ---- coord_validate.c --------------------------------------------------- */
-bool coord_valid_job_name(const char *s);
-bool coord_valid_member_id(const char *s);
-bool coord_valid_key(const char *s); /* KV keys and barrier names. */
-/* Checks spec and fills defaults into *spec; msg gets the reason. */
-int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
-
-/* ---- coord_store.c ------------------------------------------------------ */
-void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
-void coord_store_del(struct coord *c, const void *k, size_t kl);
-void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len);
-/* Unsynced changes: written with the next batch, synced only if that batch
- * is (they survive kill -9 of the coordinator, not the loss of the host). */
-void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
-void coord_store_del_lazy(struct coord *c, const void *k, size_t kl);
-void coord_store_job(struct job *j); /* Marks the job record dirty. */
-void coord_store_job_lazy(struct job *j);
-void coord_store_member(struct job *j, struct member *m);
-void coord_store_member_lazy(struct member *m);
-/* Keys: "k/<job>/<gen>/" prefix into buf (>= 300 bytes); returns length. */
-size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen);
-void coord_store_maybe_commit(struct coord *c);
-bool coord_store_idle(const struct coord *c);
-int coord_store_load(struct coord *c); /* coord_load.c */
-
-/* ---- coord_job.c ---------------------------------------------------------- */
-struct job *coord_job_new(struct coord *c, Stoker__V1__JobSpec *spec);
-void coord_job_free(struct job *j);
-void coord_job_touch(struct job *j, const char *reason); /* updated_at + dirty. */
+/* ---- coord_job.c: the job and its members as records and messages ------- */
 uint32_t coord_job_cap(const struct job *j);
 int64_t coord_job_lease_ms(const struct job *j);
 void coord_answer_job(struct coord_wait *w, struct job *j);
@@ -297,33 +232,25 @@ void coord_member_fill(const struct member *m, Stoker__V1__Member *out);
 struct member *coord_member_new(const char *id, const char *address, const char *host);
 void coord_member_free(struct member *m);
 
-/* ---- coord_rendezvous.c ------------------------------------------------- */
-void coord_round_open(struct job *j, const char *reason);
-void coord_round_check(struct job *j); /* Close when full; arm last call. */
-void coord_round_close(struct job *j);
-/* Ends the current generation's membership: its members become the rank
- * order of the next round (their records stay). No-op while none runs. */
-void coord_members_clear(struct job *j);
-void coord_member_remove(struct job *j, struct member *m);
-/* Whether id was left out by the last close at the cap (see job.surplus)
- * and has no seat now: such a member is not needed. */
-bool coord_surplus_has(const struct job *j, const char *id);
-void coord_surplus_clear(struct job *j);
+/* ---- coord_store.c: the RocksDB layout and group commit ----------------- */
+void coord_store_put(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
+void coord_store_del(struct coord *c, const void *k, size_t kl);
+void coord_store_del_prefix(struct coord *c, const char *prefix, size_t len);
+/* Unsynced changes: written with the next batch, synced only if that batch
+ * is (they survive kill -9 of the coordinator, not the loss of the host). */
+void coord_store_put_lazy(struct coord *c, const void *k, size_t kl, const void *v, size_t vl);
+void coord_store_del_lazy(struct coord *c, const void *k, size_t kl);
+void coord_store_job(struct job *j); /* Marks the job record dirty. */
+void coord_store_job_lazy(struct job *j);
+void coord_job_touch(struct job *j, const char *reason); /* updated_at + dirty. */
+void coord_store_member(struct job *j, struct member *m);
+void coord_store_member_lazy(struct member *m);
+/* Keys: "k/<job>/<gen>/" prefix into buf (>= 300 bytes); returns length. */
+size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen);
+void coord_store_maybe_commit(struct coord *c);
+bool coord_store_idle(const struct coord *c);
 
-/* ---- coord_lease.c ------------------------------------------------------ */
-void coord_lease_sweep(struct coord *c);
-
-/* ---- coord_sync.c ------------------------------------------------------- */
-void coord_sync_end_generation(struct job *j, int err, const char *msg);
-void coord_barrier_free(struct job *j, struct barrier *b); /* Once empty. */
-
-/* ---- coord_ops.c -------------------------------------------------------- */
-void coord_pause_maybe_done(struct job *j);
-void coord_ops_sweep(struct job *j, int64_t now);
-/* After a restart: fresh deadlines for a pending scale or pause. */
-void coord_ops_rearm(struct job *j);
-
-/* ---- coord_events.c ----------------------------------------------------- */
+/* ---- coord_events.c: event rings and watchers -------------------------- */
 void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *member_id, int64_t step,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* The same for an event that needs no fsync of its own (a parked Join's,
@@ -337,6 +264,39 @@ void coord_events_free(struct job *j);
 void coord_watch_pump_all(struct coord *c);
 void coord_watch_job_deleted(struct job *j);
 void coord_watch_end(struct coord_wait *w, int err, const char *msg);
-void coord_tomb_unref(struct coord *c, struct event_tomb *t);
+
+/* ---- coord_sync.c: barriers and the generation-scoped KV --------------- */
+void coord_sync_end_generation(struct job *j, int err, const char *msg);
+
+/* ---- coord_rendezvous.c: Join and the round ---------------------------- */
+void coord_round_open(struct job *j, const char *reason);
+void coord_round_check(struct job *j); /* Close when full; arm last call. */
+void coord_round_close(struct job *j);
+/* Fails every parked call of a job (joins too when with_joins). */
+void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg);
+/* Ends the current generation's membership: its members become the rank
+ * order of the next round (their records stay). No-op while none runs. */
+void coord_members_clear(struct job *j);
+void coord_member_remove(struct job *j, struct member *m);
+/* Whether id was left out by the last close at the cap (see job.surplus)
+ * and has no seat now: such a member is not needed. */
+bool coord_surplus_has(const struct job *j, const char *id);
+void coord_surplus_clear(struct job *j);
+
+/* ---- coord_ops.c: operator actions ------------------------------------- */
+void coord_pause_maybe_done(struct job *j);
+void coord_ops_sweep(struct job *j, int64_t now);
+/* After a restart: fresh deadlines for a pending scale or pause. */
+void coord_ops_rearm(struct job *j);
+
+/* ---- coord_lease.c: heartbeats, leaves, the sweep ---------------------- */
+void coord_lease_sweep(struct coord *c);
+
+/* ---- coord_catalog.c: a job's life ------------------------------------- */
+struct job *coord_job_new(struct coord *c, Stoker__V1__JobSpec *spec);
+void coord_job_free(struct job *j);
+
+/* ---- coord_load.c: the model rebuilt at open --------------------------- */
+int coord_store_load(struct coord *c);
 
 #endif

@@ -9,7 +9,9 @@
  * generation: barriers and KV waits abort, its KV keys are deleted and its
  * members are told RESTART by their next heartbeat. Their member records
  * (m/<job>/<id>, with rank and generation) stay until the round closes, so
- * that a restarted coordinator still knows the previous order.
+ * that a restarted coordinator still knows the previous order. Failing all
+ * of a job's parked calls (stop, delete, close) is here too, above the
+ * barriers and KV of coord_sync.c that it ends with the joins.
  */
 #include "coord_internal.h"
 
@@ -82,6 +84,15 @@ void coord_round_open(struct job *j, const char *reason) {
   coord_job_touch(j, reason);
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_OPENED, NULL, 0, "%s", reason);
   coord_round_check(j);
+}
+
+void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg) {
+  if (with_joins) {
+    while (!list_empty(&j->joiners))
+      coord_fail(container_of(j->joiners.next, struct coord_wait, link), err, "%s", msg);
+    j->last_call_at = 0;
+  }
+  coord_sync_end_generation(j, err, msg);
 }
 
 void coord_round_check(struct job *j) {
@@ -219,6 +230,18 @@ static int join_check(struct coord_wait *w, const Stoker__V1__JoinRequest *req) 
   return 0;
 }
 
+/* A parked Join's unpark and dispose (see struct coord_wait). */
+static void unpark_join(struct coord_wait *w) {
+  coord_tab_del(&w->job->joiners_by_id, &w->hn);
+  w->job->n_joiners--;
+}
+
+static void dispose_join(struct coord_wait *w) {
+  free(w->u.join.member_id);
+  free(w->u.join.address);
+  free(w->u.join.host);
+}
+
 static void park(struct job *j, struct coord_wait *w, const Stoker__V1__JoinRequest *req) {
   struct hnode *old = coord_tab_get(&j->joiners_by_id, req->member_id);
   if (old)
@@ -228,6 +251,8 @@ static void park(struct job *j, struct coord_wait *w, const Stoker__V1__JoinRequ
   w->u.join.member_id = coord_xstrdup(req->member_id);
   w->u.join.address = coord_xstrdup(req->address);
   w->u.join.host = coord_xstrdup(req->host);
+  w->unpark = unpark_join;
+  w->dispose = dispose_join;
   w->u.join.arrival = ++j->arrivals;
   w->u.join.deadline = coord_now(j->c) + j->spec->join_timeout_ms;
   list_push(&j->joiners, &w->link);

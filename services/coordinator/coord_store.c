@@ -9,7 +9,8 @@
  * Every state change goes into the pending batch and takes the next change
  * seq. While one batch is being written (synced, on the libuv threadpool),
  * later changes collect in the next one, so N concurrent changes cost about
- * two fsyncs. Job records are serialized once per batch (dirty list);
+ * two fsyncs. Job records are serialized once per batch (dirty list, which
+ * coord_job_touch joins with a reason and update time);
  * heartbeat statistics ride along with the next batch, or are flushed
  * unsynced every stats_flush_ms. Lazy changes (the events of parked Joins,
  * whose replies wait for the round's synced close) are written at once but
@@ -75,6 +76,15 @@ void coord_store_job(struct job *j) {
 void coord_store_job_lazy(struct job *j) {
   mark_job_dirty(j);
   changed(j->c, false);
+}
+
+void coord_job_touch(struct job *j, const char *reason) {
+  j->updated_ms = coord_wall_ms();
+  if (reason) {
+    free(j->reason);
+    j->reason = coord_xstrdup(reason);
+  }
+  coord_store_job(j);
 }
 
 size_t coord_key_kv_prefix(char *buf, const char *job, uint64_t gen) {

@@ -17,7 +17,8 @@
 
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 
-void coord_barrier_free(struct job *j, struct barrier *b) {
+/* Once the last parked call left it. */
+static void barrier_free(struct job *j, struct barrier *b) {
   coord_tab_del(&j->barriers, &b->hn);
   coord_tab_free(&b->arrived);
   free(b->name);
@@ -68,6 +69,17 @@ static struct job *current(struct coord *c, struct coord_wait *w, const char *jo
   return j;
 }
 
+/* A barrier call's unpark (see struct coord_wait). */
+static void unpark_barrier(struct coord_wait *w) {
+  struct barrier *b = w->u.barrier.group;
+  coord_tab_del(&b->arrived, &w->hn);
+  if (--b->n == 0) barrier_free(w->job, b);
+}
+
+static void dispose_barrier(struct coord_wait *w) {
+  free(w->u.barrier.member_id);
+}
+
 static struct barrier *barrier_get(struct job *j, const char *name) {
   struct hnode *n = coord_tab_get(&j->barriers, name);
   if (n) return container_of(n, struct barrier, hn);
@@ -92,6 +104,8 @@ static void barrier_arrive(struct job *j, struct coord_wait *w, const char *memb
   w->job = j;
   w->u.barrier.group = b;
   w->u.barrier.member_id = coord_xstrdup(member);
+  w->unpark = unpark_barrier;
+  w->dispose = dispose_barrier;
   list_push(&b->waits, &w->link);
   coord_tab_put(&b->arrived, &w->hn, w->u.barrier.member_id);
   b->n++;

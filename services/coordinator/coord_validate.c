@@ -1,7 +1,7 @@
 /*
  * Validation of everything a client names: job names, member ids, KV keys,
  * barrier names, labels and job specs. Bad input gets STK_EINVAL and a
- * one-line reason before any state is touched (DESIGN.md, principle 4).
+ * one-line reason before any state is touched.
  */
 #include "coord_internal.h"
 

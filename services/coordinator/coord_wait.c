@@ -4,7 +4,9 @@
  * and queued on c->ready in seq order. The idle pass releases answers whose
  * seq is durable: nothing is acknowledged before the synced write that
  * holds every change it may have observed. Parked operations (join,
- * barrier, KV wait) sit in their job's structures until answered.
+ * barrier, KV wait) sit in their job's structures until answered; whoever
+ * parks one sets its unpark and dispose callbacks, so this file calls none
+ * of the files above it and need not know where a call is parked.
  */
 #include "coord_internal.h"
 
@@ -25,25 +27,26 @@ struct coord_wait *coord_wait_new(struct coord *c, enum wait_kind kind, coord_do
   return w;
 }
 
-void coord_wait_free(struct coord_wait *w) {
+static void wait_free(struct coord_wait *w) {
   if (!w) return;
   free(w->errmsg);
   free(w->resp);
-  if (w->kind == WAIT_JOIN) {
-    free(w->u.join.member_id);
-    free(w->u.join.address);
-    free(w->u.join.host);
-  } else if (w->kind == WAIT_BARRIER) {
-    free(w->u.barrier.member_id);
-  } else if (w->kind == WAIT_WATCH) {
-    coord_tomb_unref(w->c, w->u.watch.tomb);
-  }
+  if (w->dispose) w->dispose(w);
   free(w);
+}
+
+/* Takes w out of the job's structures without answering it. */
+static void unpark(struct coord_wait *w) {
+  if (!w->parked) return;
+  w->parked = false;
+  if (w->c->stats.parked) w->c->stats.parked--;
+  list_del(&w->link);
+  if (w->unpark) w->unpark(w);
 }
 
 static void enqueue(struct coord_wait *w) {
   struct coord *c = w->c;
-  if (w->parked) coord_unpark(w);
+  if (w->parked) unpark(w);
   list_del(&w->link);
   w->seq = c->change_seq;
   w->queued = true;
@@ -89,7 +92,7 @@ static void deliver(struct coord_wait *w, int err) {
   } else {
     w->done(w->arg, 0, NULL, NULL);
   }
-  coord_wait_free(w);
+  wait_free(w);
 }
 
 void coord_release(struct coord *c) {
@@ -113,39 +116,13 @@ void coord_cancel(struct coord *c, struct coord_wait *w) {
     return;
   }
   if (w->kind == WAIT_WATCH && !w->queued && c->stats.watchers) c->stats.watchers--;
-  if (w->parked) coord_unpark(w);
+  if (w->parked) unpark(w);
   list_del(&w->link);
   w->queued = false;
   w->err = STK_ECANCELED;
   free(w->errmsg);
   w->errmsg = coord_xstrdup("cancelled");
   deliver(w, 0);
-}
-
-/* Kind-specific removal from the job's structures. */
-void coord_unpark(struct coord_wait *w) {
-  struct job *j = w->job;
-  if (!w->parked) return;
-  w->parked = false;
-  if (w->c->stats.parked) w->c->stats.parked--;
-  list_del(&w->link);
-  if (w->kind == WAIT_JOIN) {
-    coord_tab_del(&j->joiners_by_id, &w->hn);
-    j->n_joiners--;
-  } else if (w->kind == WAIT_BARRIER) {
-    struct barrier *b = w->u.barrier.group;
-    coord_tab_del(&b->arrived, &w->hn);
-    if (--b->n == 0) coord_barrier_free(j, b);
-  }
-}
-
-void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg) {
-  if (with_joins) {
-    while (!list_empty(&j->joiners))
-      coord_fail(container_of(j->joiners.next, struct coord_wait, link), err, "%s", msg);
-    j->last_call_at = 0;
-  }
-  coord_sync_end_generation(j, err, msg);
 }
 
 struct job *coord_job_or_fail(struct coord *c, const char *name, struct coord_wait *w) {
