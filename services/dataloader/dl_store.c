@@ -6,7 +6,8 @@
  *   "dlj/<job>/snap/<lane><ver><k>"   lane snapshot at a committed position
  * (numbers big-endian). Every change is one synced batch, so a kill -9 leaves
  * either the old or the new state. Snapshots are caches of a pure function:
- * losing one costs replay time, never correctness.
+ * losing one costs replay time, never correctness. The reads are those
+ * dl_load.c makes at open. Keys only: this file knows no job table.
  */
 #include <stdio.h>
 #include <stdlib.h>
