@@ -1,10 +1,11 @@
 /*
  * dl_job: a job's life — created from a spec (dl_job_new: every field
  * validated, every dataset opened, before anything is stored) or from its
- * stored configuration (dl_config_decode), and freed (dl_job_free, called by
- * the job table when the last reference goes). Here too its append-only
- * dataset table (each dataset's maps in a fault group of its own) and the
- * check that none of them was truncated under the job. This file sits above
+ * stored configuration (dl_config_decode), and freed (dl_job_free: by the
+ * job table when the last reference goes, or by whoever built a job that
+ * never reached the table). Here too its append-only dataset table (each
+ * dataset's maps in a fault group of its own), the check that none of them
+ * was truncated under the job, and a commit record's clear. This file sits above
  * the job's parts (versions, lanes, snapshots, the configuration's bytes)
  * and below everything that looks jobs up (dl_jobs.c and the entry points):
  * it calls none of its users.
