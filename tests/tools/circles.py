@@ -31,7 +31,8 @@ def objects(dirs: list[str]) -> dict[str, list[str]]:
 def symbols(obj: str) -> tuple[set[str], set[str]]:
     """(defined global symbols, undefined symbols) of one object."""
     out = subprocess.run(["nm", "-P", obj], capture_output=True, text=True, check=True).stdout
-    defined, undefined = set(), set()
+    defined: set[str] = set()
+    undefined: set[str] = set()
     for line in out.splitlines():
         parts = line.split()
         if len(parts) < 2:
@@ -83,7 +84,7 @@ def components(edges: dict[str, dict[str, str]]) -> list[list[str]]:
             elif w in on:
                 low[v] = min(low[v], index[w])
         if low[v] == index[v]:
-            comp = []
+            comp: list[str] = []
             while True:
                 w = stack.pop()
                 on.discard(w)
