@@ -1,7 +1,7 @@
 /*
  * dl_commit: the state "after step S" — every lane's generator positioned
- * where step S+1 begins — made durable (Commit), exported into a model
- * checkpoint (ExportState) and imported on another instance (ImportState).
+ * where step S+1 begins — made durable (Commit) and exported into a model
+ * checkpoint (ExportState; dl_import.c imports it on another instance).
  * The blob is the job configuration plus C lane snapshots: O(C x shards),
  * independent of the corpus and of S. A scaled-out instance (part I of P)
  * snapshots, stores and exports only its own lanes; its export names them

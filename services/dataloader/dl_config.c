@@ -1,248 +1,168 @@
 /*
- * dl_config: a job's configuration — the creation spec, the append-only
- * dataset table and the configuration versions — validated before anything
- * is stored, and serialized for RocksDB and for exported state. Decoding a
- * configuration reopens its datasets, so a job reloaded after a restart or
- * imported elsewhere sees exactly the units it was created with.
+ * dl_config: a job's configuration as bytes — the creation spec, the
+ * dataset table's specs and the configuration versions — stored in RocksDB
+ * (dl_store.c) and carried in exported state (dl_commit.c). Written as DLC2
+ * (each version lists its blocked documents); DLC1, written before blocked
+ * documents existed, is still read. Reading checks every field and opens
+ * nothing: dl_config_decode (dl_job.c) builds the job from what is read.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dl_codec.h"
 #include "dl_internal.h"
-#include "dl_perm.h"
-#include "map_guard.h"
 #include "stk_error.h"
 
-#define MAX_SEQ_LEN      (1u << 20)
-#define MAX_GLOBAL_BATCH (1u << 20)
-#define MAX_LANES        4096u
-#define MAX_SHARDS       (1u << 20)
-#define MAX_DATASETS     256u
+#define CONFIG_MAGIC_V1 0x31434C44u /* "DLC1": versions without blocked documents */
+#define CONFIG_MAGIC    0x32434C44u /* "DLC2": each version lists blocked documents */
 
-int dl_validate_name(const char *what, const char *name) {
-  size_t n = name ? strlen(name) : 0;
-  if (n == 0 || n > 128) {
-    stk_set_detail("%s name must have 1 to 128 characters", what);
-    return STK_EINVAL;
-  }
-  for (size_t i = 0; i < n; i++) {
-    char ch = name[i];
-    if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-          ch == '-' || ch == '_' || ch == '.')) {
-      stk_set_detail("%s name '%s': only letters, digits, '-', '_' and '.' allowed", what, name);
-      return STK_EINVAL;
-    }
-  }
-  return 0;
-}
-
-int dl_check_shape(const struct dl *dl, uint32_t seq_len, uint32_t global_batch) {
-  if (seq_len < 1 || seq_len > MAX_SEQ_LEN || global_batch < 1 || global_batch > MAX_GLOBAL_BATCH) {
-    stk_set_detail("seq_len must be in [1, %u] and global_batch in [1, %u]", MAX_SEQ_LEN,
-                   MAX_GLOBAL_BATCH);
-    return STK_EINVAL;
-  }
-  if ((uint64_t)(seq_len + 1) * 4 > dl->opts.max_batch_bytes) {
-    stk_set_detail("one line of seq_len %u exceeds max_batch_bytes", seq_len);
-    return STK_EINVAL;
-  }
-  return 0;
-}
-
-/* A deep copy of a message through its own packing. */
-static void *copy_msg(const ProtobufCMessage *m) {
+static void put_packed(struct dl_wbuf *w, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t *buf = malloc(n ? n : 1);
-  if (!buf) return NULL;
+  if (!buf) {
+    w->failed = true;
+    return;
+  }
   protobuf_c_message_pack(m, buf);
-  void *out = protobuf_c_message_unpack(m->descriptor, NULL, n, buf);
+  dl_w_blob(w, buf, n);
   free(buf);
-  return out;
 }
 
-int dl_ds_find(const struct dl_job *j, const char *name) {
-  for (uint32_t d = 0; d < j->n_ds; d++)
-    if (strcmp(j->ds[d].spec->name, name) == 0) return (int)d;
-  return -1;
+static void put_version(struct dl_wbuf *w, const struct dl_version *v) {
+  dl_w_u64(w, v->id);
+  dl_w_u64(w, (uint64_t)v->from_step);
+  dl_w_u32(w, v->seq_len);
+  dl_w_u32(w, v->global_batch);
+  dl_w_u32(w, v->n_weights);
+  for (uint32_t i = 0; i < v->n_weights; i++) dl_w_f64(w, v->weights[i]);
+  dl_w_u64(w, v->n_blocked);
+  for (size_t i = 0; i < v->n_blocked; i++) {
+    dl_w_u32(w, v->blocked[i].ds);
+    dl_w_u64(w, v->blocked[i].unit);
+  }
+  dl_w_u64(w, v->n_doc_blocked);
+  for (size_t i = 0; i < v->n_doc_blocked; i++) {
+    dl_w_u32(w, v->doc_blocked[i].ds);
+    dl_w_u32(w, v->doc_blocked[i].file);
+    dl_w_u64(w, v->doc_blocked[i].doc);
+  }
 }
 
-void dl_ds_clear(struct dl_ds *ds) {
-  dl_source_free(ds->src); /* its maps first: they name the fault group */
-  map_guard_group_free(ds->faults);
-  if (ds->spec) stoker__v1__dataset_spec__free_unpacked(ds->spec, NULL);
-  memset(ds, 0, sizeof *ds);
-}
-
-/* Opens the dataset with its maps in the dataset's own fault group, so a
- * file truncated later breaks this dataset's job only (dl_job_check_data). */
-static int open_ds(struct dl *dl, struct dl_ds *ds) {
-  if (!(ds->faults = map_guard_group_new())) return STK_ENOMEM;
-  map_guard_scope_enter(ds->faults);
-  int rc = dl->opts.open_source(dl->opts.open_source_arg, ds->spec, &ds->src);
-  map_guard_scope_leave();
-  const char *path;
-  if (rc == 0 && map_guard_group_broken(ds->faults, &path)) {
-    stk_set_detail("dataset %s: %s shrank while it was opened", ds->spec->name, path);
-    rc = STK_ECORRUPT;
-  }
-  return rc;
-}
-
-int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec) {
-  int rc = dl_validate_name("dataset", spec->name);
-  if (rc < 0) return rc;
-  if (j->n_ds >= MAX_DATASETS) {
-    stk_set_detail("a job has at most %u datasets", MAX_DATASETS);
-    return STK_EINVAL;
-  }
-  struct dl_ds ds = {0};
-  if (!(ds.spec = copy_msg(&spec->base))) return STK_ENOMEM;
-  /* The job keeps the unit size it was created with, whatever later
-   * versions take as their default. */
-  if (ds.spec->format == STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC && !ds.spec->block_tokens)
-    ds.spec->block_tokens = DL_LLMC_BLOCK_TOKENS;
-  if ((rc = open_ds(dl, &ds)) < 0) {
-    dl_ds_clear(&ds);
-    return rc;
-  }
-  ds.units = dl_source_units(ds.src);
-  if (ds.units < j->C) {
-    stk_set_detail("dataset %s has %llu units, fewer than the %u lanes", spec->name,
-                   (unsigned long long)ds.units, j->C);
-    dl_ds_clear(&ds);
-    return STK_EINVAL;
-  }
-  struct dl_ds *arr = realloc(j->ds, (j->n_ds + 1) * sizeof *arr);
-  if (!arr) {
-    dl_ds_clear(&ds);
+int dl_config_encode(const struct dl_job *j, uint8_t **ret, size_t *ret_len) {
+  struct dl_wbuf w = {0};
+  dl_w_u32(&w, CONFIG_MAGIC);
+  put_packed(&w, &j->spec->base);
+  dl_w_u32(&w, j->n_ds);
+  for (uint32_t d = 0; d < j->n_ds; d++) put_packed(&w, &j->ds[d].spec->base);
+  dl_w_u64(&w, j->next_ver_id);
+  dl_w_u32(&w, j->n_ver);
+  for (uint32_t v = 0; v < j->n_ver; v++) put_version(&w, &j->ver[v]);
+  if (w.failed) {
+    free(w.data);
     return STK_ENOMEM;
   }
-  ds.key = dl_hash_str(spec->name);
-  ds.shards = ds.units < j->L ? (uint32_t)ds.units : j->L;
-  j->ds = arr;
-  j->ds[j->n_ds++] = ds;
+  *ret = w.data;
+  *ret_len = w.len;
   return 0;
 }
 
-int dl_job_check_data(const struct dl_job *j) {
-  for (uint32_t d = 0; d < j->n_ds; d++) {
-    const char *path;
-    if (!map_guard_group_broken(j->ds[d].faults, &path)) continue;
-    stk_set_detail("job %s: dataset %s: %s was truncated or shrank while the job read it; the "
-                   "job's data is lost (restore the file and restart, or delete the job)",
-                   j->name, j->ds[d].spec->name, path);
+/* DLC2's blocked documents, each naming a dataset of the table. */
+static int get_doc_blocks(struct dl_rbuf *r, uint32_t n_ds, struct dl_version *v) {
+  uint64_t nb = dl_r_u64(r);
+  if (r->failed || nb > r->left / 16) return STK_ECORRUPT;
+  v->doc_blocked = calloc(nb + 1, sizeof *v->doc_blocked);
+  if (!v->doc_blocked) return STK_ENOMEM;
+  for (uint64_t i = 0; i < nb; i++) {
+    v->doc_blocked[i].ds = dl_r_u32(r);
+    v->doc_blocked[i].file = dl_r_u32(r);
+    v->doc_blocked[i].doc = dl_r_u64(r);
+    if (v->doc_blocked[i].ds >= n_ds) return STK_ECORRUPT;
+  }
+  v->n_doc_blocked = nb;
+  return r->failed ? STK_ECORRUPT : 0;
+}
+
+static int get_version(struct dl_rbuf *r, const struct dl *dl, uint32_t n_ds, struct dl_version *v,
+                       bool with_docs) {
+  v->id = dl_r_u64(r);
+  v->from_step = (int64_t)dl_r_u64(r);
+  v->seq_len = dl_r_u32(r);
+  v->global_batch = dl_r_u32(r);
+  v->n_weights = dl_r_u32(r);
+  if (r->failed || v->n_weights > n_ds || v->from_step < 0 ||
+      dl_check_shape(dl, v->seq_len, v->global_batch) < 0)
     return STK_ECORRUPT;
+  v->weights = calloc(v->n_weights + 1, sizeof *v->weights);
+  if (!v->weights) return STK_ENOMEM;
+  for (uint32_t i = 0; i < v->n_weights; i++) v->weights[i] = dl_r_f64(r);
+  uint64_t nb = dl_r_u64(r);
+  if (r->failed || nb > r->left / 12) return STK_ECORRUPT;
+  v->blocked = calloc(nb + 1, sizeof *v->blocked);
+  if (!v->blocked) return STK_ENOMEM;
+  for (uint64_t i = 0; i < nb; i++) {
+    v->blocked[i].ds = dl_r_u32(r);
+    v->blocked[i].unit = dl_r_u64(r);
+  }
+  v->n_blocked = nb;
+  if (r->failed) return STK_ECORRUPT;
+  if (!with_docs) return (v->doc_blocked = calloc(1, sizeof *v->doc_blocked)) ? 0 : STK_ENOMEM;
+  return get_doc_blocks(r, n_ds, v);
+}
+
+/* The dataset table: at least one spec. */
+static int get_datasets(struct dl_rbuf *r, struct dl_config *c) {
+  uint32_t n_ds = dl_r_u32(r);
+  if (r->failed || n_ds == 0 || n_ds > r->left) return STK_ECORRUPT;
+  if (!(c->ds = calloc(n_ds, sizeof *c->ds))) return STK_ENOMEM;
+  for (uint32_t d = 0; d < n_ds; d++) {
+    size_t len;
+    const uint8_t *p = dl_r_blob(r, &len);
+    if (!p || !(c->ds[d] = stoker__v1__dataset_spec__unpack(NULL, len, p))) return STK_ECORRUPT;
+    c->n_ds = d + 1;
   }
   return 0;
 }
 
-/* Validates the scalar fields and allocates a job with no dataset. */
-int dl_job_alloc(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret) {
-  int rc = dl_validate_name("job", spec->job);
-  if (rc == 0) rc = dl_check_shape(dl, spec->seq_len, spec->global_batch);
-  if (rc < 0) return rc;
-  uint32_t c = spec->lanes ? spec->lanes : 8, l = spec->logical_shards ? spec->logical_shards : 256;
-  if (c > MAX_LANES || l > MAX_SHARDS || c > l) {
-    stk_set_detail("need 1 <= lanes (%u) <= logical_shards (%u), lanes <= %u, shards <= %u", c, l,
-                   MAX_LANES, MAX_SHARDS);
-    return STK_EINVAL;
-  }
-  struct dl_job *j = calloc(1, sizeof *j);
-  if (!j) return STK_ENOMEM;
-  j->dl = dl;
-  j->name = strdup(spec->job);
-  j->spec = copy_msg(&spec->base);
-  j->lanes = calloc(c, sizeof *j->lanes);
-  if (!j->name || !j->spec || !j->lanes) {
-    dl_job_free(j);
-    return STK_ENOMEM;
-  }
-  j->seed = spec->seed;
-  j->C = c;
-  j->L = l;
-  j->add_bos = spec->add_bos;
-  j->add_eos = spec->add_eos;
-  j->bos_id = spec->bos_id;
-  j->eos_id = spec->eos_id;
-  pthread_rwlock_init(&j->lock, NULL);
-  pthread_mutex_init(&j->commit_mu, NULL);
-  for (uint32_t i = 0; i < c; i++) {
-    pthread_mutex_init(&j->lanes[i].mu, NULL);
-    dl_gen_reset(&j->lanes[i].live);
-  }
-  *ret = j;
-  return 0;
-}
-
-void dl_job_free(struct dl_job *j) {
-  if (!j) return;
-  for (uint32_t d = 0; d < j->n_ds; d++) dl_ds_clear(&j->ds[d]);
-  free(j->ds);
-  for (uint32_t v = 0; v < j->n_ver; v++) dl_version_clear(&j->ver[v]);
-  free(j->ver);
-  for (uint32_t i = 0; i < j->n_commits; i++) dl_commit_clear(&j->commits[i]);
-  free(j->commits);
-  if (j->lanes) {
-    for (uint32_t c = 0; c < j->C; c++) {
-      dl_lane_clear(&j->lanes[c]);
-      pthread_mutex_destroy(&j->lanes[c].mu);
-    }
-    pthread_rwlock_destroy(&j->lock);
-    pthread_mutex_destroy(&j->commit_mu);
-  }
-  free(j->lanes);
-  if (j->spec) stoker__v1__loader_spec__free_unpacked(j->spec, NULL);
-  free(j->name);
-  free(j);
-}
-
-static int check_weight(const Stoker__V1__DatasetSpec *d) {
-  if (!isfinite(d->weight) || d->weight < 0 || d->weight > 1e12) {
-    stk_set_detail("dataset %s: weight must be finite, >= 0 and <= 1e12", d->name);
-    return STK_EINVAL;
-  }
-  return 0;
-}
-
-int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret_job) {
-  if (spec->n_datasets < 1 || spec->n_datasets > MAX_DATASETS) {
-    stk_set_detail("a job needs 1 to %u datasets", MAX_DATASETS);
-    return STK_EINVAL;
-  }
-  double sum = 0;
-  for (size_t i = 0; i < spec->n_datasets; i++) {
-    int rc = check_weight(spec->datasets[i]);
+static int get_versions(struct dl_rbuf *r, const struct dl *dl, struct dl_config *c,
+                        bool with_docs) {
+  c->next_ver_id = dl_r_u64(r);
+  uint32_t n_ver = dl_r_u32(r);
+  if (r->failed || n_ver == 0 || n_ver > r->left / 32) return STK_ECORRUPT;
+  if (!(c->ver = calloc(n_ver, sizeof *c->ver))) return STK_ENOMEM;
+  for (uint32_t v = 0; v < n_ver; v++) {
+    int rc = get_version(r, dl, c->n_ds, &c->ver[v], with_docs);
+    c->n_ver = v + 1;
     if (rc < 0) return rc;
-    sum += spec->datasets[i]->weight;
+    if (c->ver[v].id >= c->next_ver_id || (v > 0 && c->ver[v].from_step <= c->ver[v - 1].from_step))
+      return STK_ECORRUPT;
   }
-  if (!(sum > 0)) {
-    stk_set_detail("the weights of the datasets sum to 0");
-    return STK_EINVAL;
-  }
-  struct dl_job *j = NULL;
-  int rc = dl_job_alloc(dl, spec, &j);
-  for (size_t i = 0; rc == 0 && i < spec->n_datasets; i++) {
-    if (spec->datasets[i]->name && dl_ds_find(j, spec->datasets[i]->name) >= 0) {
-      stk_set_detail("dataset %s listed twice", spec->datasets[i]->name);
-      rc = STK_EINVAL;
-    } else {
-      rc = dl_ds_add(dl, j, spec->datasets[i]);
-    }
-  }
-  struct dl_version v = {.id = 0, .seq_len = spec->seq_len, .global_batch = spec->global_batch};
-  if (rc == 0 && !(j->ver = calloc(1, sizeof *j->ver))) rc = STK_ENOMEM;
-  if (rc == 0 && !(v.weights = malloc(j->n_ds * sizeof *v.weights))) rc = STK_ENOMEM;
+  return c->ver[0].from_step == 0 ? 0 : STK_ECORRUPT;
+}
+
+int dl_config_read(const struct dl *dl, const uint8_t *p, size_t len, struct dl_config *ret) {
+  struct dl_rbuf r = {.p = p, .left = len};
+  struct dl_config c = {0};
+  size_t slen;
+  const uint8_t *sp = NULL;
+  uint32_t magic = dl_r_u32(&r);
+  if (magic == CONFIG_MAGIC || magic == CONFIG_MAGIC_V1) sp = dl_r_blob(&r, &slen);
+  c.spec = sp ? stoker__v1__loader_spec__unpack(NULL, slen, sp) : NULL;
+  int rc = c.spec ? get_datasets(&r, &c) : STK_ECORRUPT;
+  if (rc == 0) rc = get_versions(&r, dl, &c, magic == CONFIG_MAGIC);
+  if (rc == STK_ECORRUPT) stk_set_detail("corrupt dataloader configuration");
   if (rc < 0) {
-    if (j) dl_job_free(j);
+    dl_config_clear(&c);
     return rc;
   }
-  for (uint32_t d = 0; d < j->n_ds; d++) v.weights[d] = spec->datasets[d]->weight;
-  v.n_weights = j->n_ds;
-  j->ver[0] = v;
-  j->n_ver = 1;
-  j->next_ver_id = 1;
-  *ret_job = j;
+  *ret = c;
   return 0;
+}
+
+void dl_config_clear(struct dl_config *c) {
+  if (c->spec) stoker__v1__loader_spec__free_unpacked(c->spec, NULL);
+  for (uint32_t d = 0; d < c->n_ds; d++) stoker__v1__dataset_spec__free_unpacked(c->ds[d], NULL);
+  free(c->ds);
+  for (uint32_t v = 0; v < c->n_ver; v++) dl_version_clear(&c->ver[v]);
+  free(c->ver);
+  memset(c, 0, sizeof *c);
 }

@@ -1,8 +1,10 @@
 /*
  * dl_core: the dataloader's entry points that are not about serving —
- * open/close, create and info (the job table is dl_jobs.c). Serving lives in
- * dl_serve.c, configuration changes in dl_update.c, export/import in
- * dl_export.c.
+ * open/close, create, delete, info and list. Serving lives in dl_serve.c,
+ * configuration changes in dl_update.c, Commit and ExportState in
+ * dl_commit.c, ImportState in dl_import.c. Below them: dl_load.c (the
+ * stored jobs at open), the job table (dl_jobs.c), a job's life (dl_job.c);
+ * README.md draws the whole ladder.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +39,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   pthread_mutex_init(&dl->mu, NULL);
   struct kv_opts ko = {.create_if_missing = true};
   int rc = kv_open(opts->dir, &ko, &dl->kv);
-  if (rc == 0) rc = dl_store_load(dl);
+  if (rc == 0) rc = dl_load(dl);
   if (rc == 0 && o->gen_threads > 1) rc = dl_helper_new(&dl->helper);
   if (rc < 0) {
     dl_close(dl);
@@ -78,6 +80,31 @@ int dl_create_job(struct dl *dl, const Stoker__V1__LoaderSpec *spec) {
     return rc;
   }
   if ((rc = dl_store_put_config(dl, j, true)) < 0) dl_remove_job(dl, j); /* frees it */
+  return rc;
+}
+
+/* Deletes a loaded job: its keys first (synced), then the table entry.
+ * Holding the write lock and the commit mutex waits for calls in flight and
+ * makes any later change see `deleted` (so nothing writes its keys again). */
+static int delete_loaded(struct dl *dl, struct dl_job *j) {
+  pthread_rwlock_wrlock(&j->lock);
+  pthread_mutex_lock(&j->commit_mu);
+  int rc = j->deleted ? STK_ENOENT : dl_store_delete(dl, j->name);
+  if (rc == 0) j->deleted = true;
+  pthread_mutex_unlock(&j->commit_mu);
+  pthread_rwlock_unlock(&j->lock);
+  if (rc == 0) dl_remove_job(dl, j);
+  if (rc == STK_ENOENT) stk_set_detail("no dataloader job '%s'", j->name);
+  return rc;
+}
+
+int dl_delete_job(struct dl *dl, const char *job) {
+  struct dl_job *j = NULL;
+  int rc = dl_job_get(dl, job, &j);
+  if (rc == STK_ESTATE) return dl_delete_failed(dl, job);
+  if (rc < 0) return rc;
+  rc = delete_loaded(dl, j);
+  dl_job_put(dl, j);
   return rc;
 }
 
@@ -177,4 +204,42 @@ int dl_lane_lines_generated(struct dl *dl, const char *job, uint32_t lane, uint6
 
 void dl_info_free(Stoker__V1__LoaderInfo *info) {
   if (info) stoker__v1__loader_info__free_unpacked(info, NULL);
+}
+
+int dl_list_jobs(struct dl *dl, Stoker__V1__ListLoadersResponse **ret_resp) {
+  char **v = NULL;
+  size_t n = 0;
+  int rc = dl_job_names(dl, &v, &n);
+  if (rc < 0) return rc;
+  Stoker__V1__ListLoadersResponse *r = malloc(sizeof *r);
+  Stoker__V1__LoaderInfo **infos = calloc(n + 1, sizeof *infos);
+  if (!r || !infos) rc = STK_ENOMEM;
+  size_t k = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    int got = dl_get_info(dl, v[i], &infos[k]);
+    if (got == 0)
+      k++;
+    else if (got != STK_ENOENT)
+      rc = got; /* deleted meanwhile: left out */
+  }
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+  if (rc < 0) {
+    for (size_t i = 0; i < k; i++) dl_info_free(infos[i]);
+    free(infos);
+    free(r);
+    return rc;
+  }
+  stoker__v1__list_loaders_response__init(r);
+  r->loaders = infos;
+  r->n_loaders = k;
+  *ret_resp = r;
+  return 0;
+}
+
+void dl_list_free(Stoker__V1__ListLoadersResponse *resp) {
+  if (!resp) return;
+  for (size_t i = 0; i < resp->n_loaders; i++) dl_info_free(resp->loaders[i]);
+  free(resp->loaders);
+  free(resp);
 }

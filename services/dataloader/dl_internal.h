@@ -158,11 +158,73 @@ struct dl {
   size_t n_failed;
 };
 
-/* ---- dl_config.c: validation, versions, serialization ---- */
+/*
+ * The core's files call downwards only (README.md, "How the files stack"):
+ * the sections below run from the top of the ladder to its base. A file
+ * calls the files of the sections after its own, never those before.
+ */
+
+/* ---- dl_core.c, dl_serve.c, dl_update.c, dl_commit.c, dl_import.c: the
+ * entry points of dl_core.h ---- */
+/* Scale-out: whether this instance serves lane c (dl_opts.part/parts). */
+static inline bool dl_owns_lane(const struct dl *dl, uint32_t c) {
+  return c % dl->opts.parts == dl->opts.part;
+}
+
+/* ---- dl_load.c: the stored jobs at open ---- */
+/* Loads every job of the catalog into the table; a job that cannot load is
+ * added as failed (with the reason). Fails only on RocksDB or memory. */
+int dl_load(struct dl *dl);
+
+/* ---- dl_jobs.c: the job table ---- */
+/* The loaded job `name` with a reference (give it back with dl_job_put):
+ * STK_ENOENT, or STK_ESTATE with the reason for a job that failed to load. */
+int dl_job_get(struct dl *dl, const char *name, struct dl_job **ret_job);
+void dl_job_put(struct dl *dl, struct dl_job *j);        /* accepts NULL */
+bool dl_job_name_taken(struct dl *dl, const char *name); /* loaded or failed */
+/* Adds j holding the table's reference; STK_EEXIST when the name is taken. */
+int dl_add_job(struct dl *dl, struct dl_job *j);
+/* Takes j out of the table (dropping the table's reference). */
+void dl_remove_job(struct dl *dl, struct dl_job *j);
+int dl_add_failed(struct dl *dl, const char *name, const char *reason);
+/* The info of a failed job; STK_ENOENT when `job` is not one. */
+int dl_failed_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info);
+/* Deletes the failed entry `job` with every key it stored (synced), under
+ * the table's lock; STK_ENOENT when `job` is not a failed entry. */
+int dl_delete_failed(struct dl *dl, const char *job);
+/* Every name in the table, loaded or failed, sorted (malloc'd copies). */
+int dl_job_names(struct dl *dl, char ***ret, size_t *ret_n);
+void dl_jobs_close(struct dl *dl); /* dl_close: frees every entry */
+
+/* ---- dl_store.c: RocksDB ---- */
+int dl_store_put_config(struct dl *dl, struct dl_job *j, bool is_new);
+/* Writes the kept commit list (its last entry new, with snapshot blobs[C])
+ * and deletes the snapshots of dropped commits, in one synced batch. */
+int dl_store_commit(struct dl *dl, struct dl_job *j, const struct dl_commit *list, uint32_t n,
+                    uint8_t *const *blobs, const size_t *lens, const struct dl_commit *drop,
+                    uint32_t n_drop);
+/* Deletes every stored key of the job, synced. */
+int dl_store_delete(struct dl *dl, const char *job);
+/* Replaces every stored key of the job. */
+int dl_store_replace(struct dl *dl, struct dl_job *j, const struct dl_commit *c,
+                     uint8_t *const *blobs, const size_t *lens);
+/* Reading (dl_load.c): the stored configuration of `job` (malloc'd); the
+ * kept commits into j->commits (none stored: none); a lane's snapshot
+ * (malloc'd). STK_ENOENT when the key is absent. */
+int dl_store_get_config(struct dl *dl, const char *job, void **ret_val, size_t *ret_len);
+int dl_store_get_commits(struct dl *dl, struct dl_job *j);
+int dl_store_get_snap(struct dl *dl, const char *job, uint32_t lane, uint64_t ver_id, uint64_t k,
+                      void **ret_val, size_t *ret_len);
+/* Calls fn(dl, name) for each job of the catalog until one fails. */
+int dl_store_each_job(struct dl *dl, int (*fn)(struct dl *dl, const char *name));
+
+/* ---- dl_job.c: a job's life ---- */
 int dl_validate_name(const char *what, const char *name);
-int dl_job_alloc(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret);
+/* A job from its creation spec: validated, datasets opened, version 0. */
 int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret_job);
-void dl_job_free(struct dl_job *j);
+/* A job from its stored configuration (dl_config_encode): datasets reopened. */
+int dl_config_decode(struct dl *dl, const uint8_t *p, size_t len, struct dl_job **ret_job);
+void dl_job_free(struct dl_job *j); /* accepts NULL */
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec);
 int dl_ds_find(const struct dl_job *j, const char *name);
 void dl_ds_clear(struct dl_ds *ds); /* frees the reader, its fault group and the spec */
@@ -171,30 +233,20 @@ void dl_ds_clear(struct dl_ds *ds); /* frees the reader, its fault group and the
  * whatever was read since is zeros, so every call that read data checks this
  * after reading and throws its result away; the job stays broken. */
 int dl_job_check_data(const struct dl_job *j);
-void dl_version_clear(struct dl_version *v);
-int dl_version_copy(const struct dl_version *src, struct dl_version *dst);
-void dl_version_sort_blocked(struct dl_version *v);
-bool dl_version_blocked(const struct dl_version *v, uint32_t ds, uint64_t unit);
-bool dl_version_doc_blocked(const struct dl_version *v, uint32_t ds, uint32_t file, uint64_t doc);
-/* Whether the version blocks any document of dataset ds. */
-bool dl_version_blocks_docs(const struct dl_version *v, uint32_t ds);
-void dl_version_sort_doc_blocked(struct dl_version *v);
-double dl_version_weight(const struct dl_version *v, uint32_t ds);
-int dl_check_shape(const struct dl *dl, uint32_t seq_len, uint32_t global_batch);
-/* Serialized configuration (spec, datasets, versions); decode reopens datasets. */
-int dl_config_encode(const struct dl_job *j, uint8_t **ret, size_t *ret_len);
-int dl_config_decode(struct dl *dl, const uint8_t *p, size_t len, struct dl_job **ret_job);
+void dl_commit_clear(struct dl_commit *c);
 
-/* ---- dl_steps.c: step / line arithmetic ---- */
-uint32_t dl_version_of_step(const struct dl_job *j, int64_t step);
-/* Lines lane c takes in version vi from its start up to (not incl.) step. */
-uint64_t dl_lane_lines(const struct dl_job *j, uint32_t vi, uint32_t c, int64_t step);
-/* Lines lane c takes in the whole of version vi; UINT64_MAX for the last. */
-uint64_t dl_lane_version_end(const struct dl_job *j, uint32_t vi, uint32_t c);
-uint32_t dl_lane_shards(const struct dl_job *j, uint32_t ds, uint32_t c);
-void dl_shard_range(const struct dl_job *j, uint32_t ds, uint32_t shard, uint64_t *ret_begin,
-                    uint64_t *ret_end);
-int dl_version_index(const struct dl_job *j, uint64_t ver_id, uint32_t *ret_vi);
+/* ---- dl_seek.c: snapshots and random access ---- */
+/* Moves g (the lane's live generator when g == &lane->live) to (vi, k).
+ * Caller holds the lane's mutex. */
+int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k);
+int dl_snap_add(struct dl_job *j, uint32_t c, uint32_t vi, uint64_t k, bool pinned,
+                const uint8_t *blob, size_t len);
+void dl_snaps_reindex(struct dl_job *j); /* after versions changed */
+void dl_lane_clear(struct dl_lane *l);
+
+/* ---- dl_lane_codec.c: a generator as a snapshot blob ---- */
+int dl_gen_encode(const struct dl_job *j, const struct dl_gen *g, uint8_t **ret, size_t *ret_len);
+int dl_gen_decode(struct dl_job *j, uint32_t c, const uint8_t *p, size_t len, struct dl_gen *g);
 
 /* ---- dl_lane.c: the generator ---- */
 struct dl_line_out {
@@ -213,8 +265,6 @@ int dl_gen_fit(struct dl_job *j, uint32_t c, struct dl_gen *g); /* sizes arrays 
 int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_out *out);
 int dl_gen_load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t unit);
 int dl_gen_next_version(struct dl_job *j, struct dl_gen *g);
-int dl_gen_encode(const struct dl_job *j, const struct dl_gen *g, uint8_t **ret, size_t *ret_len);
-int dl_gen_decode(struct dl_job *j, uint32_t c, const uint8_t *p, size_t len, struct dl_gen *g);
 
 /* ---- dl_lane_take.c: delimited units (read while lines fill) ---- */
 bool dl_gen_delimited(const struct dl_gen *g);
@@ -233,29 +283,6 @@ void dl_gen_charge_used_up(const struct dl_job *j, struct dl_gen *g);
  * snapshot's counter (snapshots hold units charged in full). */
 int dl_gen_resume_unit(const struct dl_job *j, struct dl_gen *g);
 
-/* ---- dl_seek.c: snapshots and random access ---- */
-/* Moves g (the lane's live generator when g == &lane->live) to (vi, k).
- * Caller holds the lane's mutex. */
-int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k);
-int dl_snap_add(struct dl_job *j, uint32_t c, uint32_t vi, uint64_t k, bool pinned,
-                const uint8_t *blob, size_t len);
-void dl_snaps_reindex(struct dl_job *j); /* after versions changed */
-void dl_lane_clear(struct dl_lane *l);
-
-/* ---- dl_store.c: RocksDB ---- */
-int dl_store_load(struct dl *dl);
-int dl_store_put_config(struct dl *dl, struct dl_job *j, bool is_new);
-/* Writes the kept commit list (its last entry new, with snapshot blobs[C])
- * and deletes the snapshots of dropped commits, in one synced batch. */
-int dl_store_commit(struct dl *dl, struct dl_job *j, const struct dl_commit *list, uint32_t n,
-                    uint8_t *const *blobs, const size_t *lens, const struct dl_commit *drop,
-                    uint32_t n_drop);
-/* Deletes every stored key of the job, synced. */
-int dl_store_delete(struct dl *dl, const char *job);
-/* Replaces every stored key of the job. */
-int dl_store_replace(struct dl *dl, struct dl_job *j, const struct dl_commit *c,
-                     uint8_t *const *blobs, const size_t *lens);
-
 /* ---- dl_helper.c: a second thread for batch generation ---- */
 struct dl_helper;
 int dl_helper_new(struct dl_helper **ret_helper);
@@ -269,27 +296,45 @@ void dl_helper_wait(struct dl_helper *h); /* until fn returned */
 int dl_default_open_source(void *arg, const Stoker__V1__DatasetSpec *spec,
                            struct dl_source **ret_source);
 
-/* ---- dl_core.c ---- */
-/* Scale-out: whether this instance serves lane c (dl_opts.part/parts). */
-static inline bool dl_owns_lane(const struct dl *dl, uint32_t c) {
-  return c % dl->opts.parts == dl->opts.part;
-}
-void dl_commit_clear(struct dl_commit *c);
+/* ---- dl_config.c: the configuration as bytes (DLC2; DLC1 read) ---- */
+/* A stored configuration as read: what dl_config_decode builds a job from. */
+struct dl_config {
+  Stoker__V1__LoaderSpec *spec;
+  Stoker__V1__DatasetSpec **ds; /* [n_ds] */
+  uint32_t n_ds;
+  struct dl_version *ver; /* [n_ver] */
+  uint32_t n_ver;
+  uint64_t next_ver_id;
+};
+/* The creation spec, the dataset table's specs and the versions. */
+int dl_config_encode(const struct dl_job *j, uint8_t **ret, size_t *ret_len);
+/* Reads and checks every field (shapes against dl's bounds); opens nothing.
+ * STK_ECORRUPT with a detail when the bytes are not a configuration. */
+int dl_config_read(const struct dl *dl, const uint8_t *p, size_t len, struct dl_config *ret);
+void dl_config_clear(struct dl_config *c);
 
-/* ---- dl_jobs.c: the job table ---- */
-/* The loaded job `name` with a reference (give it back with dl_job_put):
- * STK_ENOENT, or STK_ESTATE with the reason for a job that failed to load. */
-int dl_job_get(struct dl *dl, const char *name, struct dl_job **ret_job);
-void dl_job_put(struct dl *dl, struct dl_job *j);        /* accepts NULL */
-bool dl_job_name_taken(struct dl *dl, const char *name); /* loaded or failed */
-/* Adds j holding the table's reference; STK_EEXIST when the name is taken. */
-int dl_add_job(struct dl *dl, struct dl_job *j);
-/* Takes j out of the table (dropping the table's reference). */
-void dl_remove_job(struct dl *dl, struct dl_job *j);
-int dl_add_failed(struct dl *dl, const char *name, const char *reason);
-/* The info of a failed job; STK_ENOENT when `job` is not one. */
-int dl_failed_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_info);
-void dl_jobs_close(struct dl *dl); /* dl_close: frees every entry */
+/* ---- dl_version.c: configuration versions ---- */
+void dl_version_clear(struct dl_version *v);
+int dl_version_copy(const struct dl_version *src, struct dl_version *dst);
+void dl_version_sort_blocked(struct dl_version *v);
+bool dl_version_blocked(const struct dl_version *v, uint32_t ds, uint64_t unit);
+bool dl_version_doc_blocked(const struct dl_version *v, uint32_t ds, uint32_t file, uint64_t doc);
+/* Whether the version blocks any document of dataset ds. */
+bool dl_version_blocks_docs(const struct dl_version *v, uint32_t ds);
+void dl_version_sort_doc_blocked(struct dl_version *v);
+double dl_version_weight(const struct dl_version *v, uint32_t ds);
+int dl_check_shape(const struct dl *dl, uint32_t seq_len, uint32_t global_batch);
+
+/* ---- dl_steps.c: step / line arithmetic ---- */
+uint32_t dl_version_of_step(const struct dl_job *j, int64_t step);
+/* Lines lane c takes in version vi from its start up to (not incl.) step. */
+uint64_t dl_lane_lines(const struct dl_job *j, uint32_t vi, uint32_t c, int64_t step);
+/* Lines lane c takes in the whole of version vi; UINT64_MAX for the last. */
+uint64_t dl_lane_version_end(const struct dl_job *j, uint32_t vi, uint32_t c);
+uint32_t dl_lane_shards(const struct dl_job *j, uint32_t ds, uint32_t c);
+void dl_shard_range(const struct dl_job *j, uint32_t ds, uint32_t shard, uint64_t *ret_begin,
+                    uint64_t *ret_end);
+int dl_version_index(const struct dl_job *j, uint64_t ver_id, uint32_t *ret_vi);
 
 /* Exported state blobs (dl_commit.c writes them, dl_import.c reads them).
  * DLX3: every lane, in order; DLX4: a part's lanes, each named; both end in

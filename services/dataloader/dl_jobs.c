@@ -7,7 +7,9 @@
  * job's problem never stops the others: its calls fail with the reason,
  * GetLoader and ListLoaders show it, DeleteLoader removes it with what it
  * stored. Its keys stay in RocksDB until then, so restoring the dataset
- * and restarting brings the job back as it was.
+ * and restarting brings the job back as it was. The entry points (dl_core.c
+ * and the rest) call this table; it calls only a job's destructor
+ * (dl_job.c) and the store's delete, never back up.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,22 +148,7 @@ int dl_failed_info(struct dl *dl, const char *job, Stoker__V1__LoaderInfo **ret_
   return rc;
 }
 
-/* Deletes a loaded job: its keys first (synced), then the table entry.
- * Holding the write lock and the commit mutex waits for calls in flight and
- * makes any later change see `deleted` (so nothing writes its keys again). */
-static int delete_loaded(struct dl *dl, struct dl_job *j) {
-  pthread_rwlock_wrlock(&j->lock);
-  pthread_mutex_lock(&j->commit_mu);
-  int rc = j->deleted ? STK_ENOENT : dl_store_delete(dl, j->name);
-  if (rc == 0) j->deleted = true;
-  pthread_mutex_unlock(&j->commit_mu);
-  pthread_rwlock_unlock(&j->lock);
-  if (rc == 0) dl_remove_job(dl, j);
-  if (rc == STK_ENOENT) stk_set_detail("no dataloader job '%s'", j->name);
-  return rc;
-}
-
-static int delete_failed(struct dl *dl, const char *job) {
+int dl_delete_failed(struct dl *dl, const char *job) {
   pthread_mutex_lock(&dl->mu);
   struct dl_failed *f = find_failed(dl, job);
   int rc = f ? dl_store_delete(dl, job) : STK_ENOENT;
@@ -175,22 +162,11 @@ static int delete_failed(struct dl *dl, const char *job) {
   return rc;
 }
 
-int dl_delete_job(struct dl *dl, const char *job) {
-  struct dl_job *j = NULL;
-  int rc = dl_job_get(dl, job, &j);
-  if (rc == STK_ESTATE) return delete_failed(dl, job);
-  if (rc < 0) return rc;
-  rc = delete_loaded(dl, j);
-  dl_job_put(dl, j);
-  return rc;
-}
-
 static int cmp_name(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Every name in the table, sorted (malloc'd copies). */
-static int names(struct dl *dl, char ***ret, size_t *ret_n) {
+int dl_job_names(struct dl *dl, char ***ret, size_t *ret_n) {
   pthread_mutex_lock(&dl->mu);
   size_t n = dl->n_jobs + dl->n_failed, k = 0;
   char **v = calloc(n + 1, sizeof *v);
@@ -208,42 +184,4 @@ static int names(struct dl *dl, char ***ret, size_t *ret_n) {
   *ret = v;
   *ret_n = k;
   return 0;
-}
-
-int dl_list_jobs(struct dl *dl, Stoker__V1__ListLoadersResponse **ret_resp) {
-  char **v = NULL;
-  size_t n = 0;
-  int rc = names(dl, &v, &n);
-  if (rc < 0) return rc;
-  Stoker__V1__ListLoadersResponse *r = malloc(sizeof *r);
-  Stoker__V1__LoaderInfo **infos = calloc(n + 1, sizeof *infos);
-  if (!r || !infos) rc = STK_ENOMEM;
-  size_t k = 0;
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    int got = dl_get_info(dl, v[i], &infos[k]);
-    if (got == 0)
-      k++;
-    else if (got != STK_ENOENT)
-      rc = got; /* deleted meanwhile: left out */
-  }
-  for (size_t i = 0; i < n; i++) free(v[i]);
-  free(v);
-  if (rc < 0) {
-    for (size_t i = 0; i < k; i++) dl_info_free(infos[i]);
-    free(infos);
-    free(r);
-    return rc;
-  }
-  stoker__v1__list_loaders_response__init(r);
-  r->loaders = infos;
-  r->n_loaders = k;
-  *ret_resp = r;
-  return 0;
-}
-
-void dl_list_free(Stoker__V1__ListLoadersResponse *resp) {
-  if (!resp) return;
-  for (size_t i = 0; i < resp->n_loaders; i++) dl_info_free(resp->loaders[i]);
-  free(resp->loaders);
-  free(resp);
 }

@@ -1,7 +1,11 @@
 /*
  * dl_rpc_internal: what the unary handlers (dl_rpc.c) and StreamBatches
  * (dl_rpc_stream.c) share: the adapter, its metrics, the batch-to-message
- * conversion and the error reply.
+ * conversion and the error reply. The daemon's files call downwards only:
+ * main.c -> dl_rpc.c (handlers, method table) -> dl_rpc_metrics.c (per-job
+ * gauges) -> dl_rpc_stream.c (StreamBatches) -> dl_rpc_ring.c (its
+ * shared-memory ring) -> dl_rpc_base.c (batch messages, error text, clock),
+ * with dl_sched.c beside them; all of them over dl_core.h.
  */
 #ifndef STK_DL_RPC_INTERNAL_H
 #define STK_DL_RPC_INTERNAL_H
@@ -66,6 +70,8 @@ void dl_stream_ring_msg(struct dl_stream_ring *r, uint64_t seq, Stoker__V1__Batc
 /* Removes the ring file (if the client never took it) and unmaps. */
 void dl_stream_ring_close(struct dl_stream_ring *r);
 
+/* ---- dl_rpc_base.c ---- */
+
 /* Error text of a failed core call, taken on the thread that failed (the
  * detail is thread-local): one line, never empty. */
 #define DL_RPC_MSG_LEN 512
@@ -84,6 +90,8 @@ void dl_rpc_batch_msg(struct dl_batch *b, Stoker__V1__Batch *msg);
 /* Counts one served batch in the metrics. */
 void dl_rpc_count_served(struct dl_rpc *a, const struct dl_batch *b);
 
+/* ---- dl_rpc_stream.c ---- */
+
 /* StreamBatches, started by its handler in dl_rpc.c. */
 void dl_rpc_stream(struct rpc_call *call, struct dl_rpc *a,
                    const Stoker__V1__StreamBatchesRequest *r);
@@ -97,6 +105,8 @@ struct dl_stream_queue {
 /* Fills ret[0..cap) with the open streams' queues (loop thread); returns
  * how many streams are open (may exceed cap). */
 size_t dl_rpc_stream_queues(const struct dl_rpc *a, struct dl_stream_queue *ret, size_t cap);
+/* ---- dl_rpc_metrics.c ---- */
+
 /* The collector of the per-job gauges (metrics.h), arg the adapter; runs
  * on the loop (the daemon's metrics endpoint renders there). */
 void dl_rpc_job_metrics_collect(struct strbuf *out, void *arg);

@@ -6,7 +6,8 @@
  *   "dlj/<job>/snap/<lane><ver><k>"   lane snapshot at a committed position
  * (numbers big-endian). Every change is one synced batch, so a kill -9 leaves
  * either the old or the new state. Snapshots are caches of a pure function:
- * losing one costs replay time, never correctness.
+ * losing one costs replay time, never correctness. The reads are those
+ * dl_load.c makes at open. Keys only: this file knows no job table.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,12 +127,6 @@ int dl_store_replace(struct dl *dl, struct dl_job *j, const struct dl_commit *c,
   return rc;
 }
 
-void dl_commit_clear(struct dl_commit *c) {
-  free(c->ver_id);
-  free(c->k);
-  c->ver_id = c->k = NULL;
-}
-
 static int decode_commits(struct dl_job *j, const uint8_t *p, size_t len) {
   struct dl_rbuf r = {.p = p, .left = len};
   uint32_t n = dl_r_u32(&r), C = dl_r_u32(&r);
@@ -152,8 +147,7 @@ static int decode_commits(struct dl_job *j, const uint8_t *p, size_t len) {
   return r.failed ? STK_ECORRUPT : 0;
 }
 
-/* Loads the kept commits and pins their snapshots in memory. */
-static int load_commits(struct dl *dl, struct dl_job *j) {
+int dl_store_get_commits(struct dl *dl, struct dl_job *j) {
   char key[KEY_MAX];
   void *val;
   size_t len;
@@ -162,22 +156,18 @@ static int load_commits(struct dl *dl, struct dl_job *j) {
   if (rc < 0) return rc;
   rc = decode_commits(j, val, len);
   free(val);
-  for (uint32_t i = 0; rc == 0 && i < j->n_commits; i++)
-    for (uint32_t c = 0; rc == 0 && c < j->C; c++) {
-      uint8_t sk[KEY_MAX + 24];
-      uint32_t vi;
-      const struct dl_commit *cm = &j->commits[i];
-      if (dl_version_index(j, cm->ver_id[c], &vi) < 0) continue;
-      rc = kv_get(dl->kv, NULL, sk, key_snap(sk, j->name, c, cm->ver_id[c], cm->k[c]), &val, &len);
-      if (rc == STK_ENOENT) {
-        rc = 0;
-        continue;
-      }
-      if (rc == 0) rc = dl_snap_add(j, c, vi, cm->k[c], true, val, len);
-      free(val);
-    }
-  if (rc == STK_ECORRUPT) stk_set_detail("job %s: corrupt commit record", j->name);
   return rc;
+}
+
+int dl_store_get_snap(struct dl *dl, const char *job, uint32_t lane, uint64_t ver_id, uint64_t k,
+                      void **ret_val, size_t *ret_len) {
+  uint8_t sk[KEY_MAX + 24];
+  return kv_get(dl->kv, NULL, sk, key_snap(sk, job, lane, ver_id, k), ret_val, ret_len);
+}
+
+int dl_store_get_config(struct dl *dl, const char *job, void **ret_val, size_t *ret_len) {
+  char key[KEY_MAX];
+  return kv_get(dl->kv, NULL, key, key_job(key, job, "cfg"), ret_val, ret_len);
 }
 
 int dl_store_delete(struct dl *dl, const char *job) {
@@ -193,22 +183,7 @@ int dl_store_delete(struct dl *dl, const char *job) {
   return rc;
 }
 
-static int load_job(struct dl *dl, const char *name) {
-  char key[KEY_MAX];
-  void *val;
-  size_t len;
-  int rc = kv_get(dl->kv, NULL, key, key_job(key, name, "cfg"), &val, &len);
-  if (rc < 0) return rc;
-  struct dl_job *j = NULL;
-  rc = dl_config_decode(dl, val, len, &j);
-  free(val);
-  if (rc == 0) rc = load_commits(dl, j);
-  if (rc == 0) rc = dl_add_job(dl, j);
-  if (rc < 0) dl_job_free(j);
-  return rc;
-}
-
-int dl_store_load(struct dl *dl) {
+int dl_store_each_job(struct dl *dl, int (*fn)(struct dl *dl, const char *name)) {
   struct kv_iter *it;
   int rc = kv_iter_prefix(dl->kv, NULL, "dlc/", 4, &it);
   if (rc < 0) return rc;
@@ -219,14 +194,7 @@ int dl_store_load(struct dl *dl) {
     if (klen - 4 >= sizeof name) continue;
     memcpy(name, k + 4, klen - 4);
     name[klen - 4] = 0;
-    /* One job that cannot load (a dataset gone, say) must not stop the
-     * others: it is kept as failed, with the reason, until deleted. */
-    stk_clear_detail();
-    if ((rc = load_job(dl, name)) < 0 && rc != STK_ENOMEM) {
-      char reason[600];
-      snprintf(reason, sizeof reason, "%s: %s", stk_strerror(rc), stk_detail());
-      rc = dl_add_failed(dl, name, reason);
-    }
+    rc = fn(dl, name);
   }
   if (rc == 0) rc = kv_iter_error(it);
   kv_iter_free(it);

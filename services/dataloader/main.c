@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_PARTS 4096 /* a job has at most 4096 lanes (dl_config.c) */
+#define MAX_PARTS 4096 /* a job has at most 4096 lanes (dl_job.c) */
 
 struct dataloader_config {
   struct daemon_options daemon;
