@@ -86,12 +86,21 @@ RPC_HANDLER(handle_begin, struct ckpt_rpc, Stoker__V1__BeginRequest) {
   if (u) ckpt_begin(svc->svc, req, core_done, u);
 }
 
+/* A scoped caller may name only its own jobs' attempts (rpc.h); an
+ * unknown attempt is the core's to answer. */
+static bool attempt_in_scope(struct rpc_call *call, struct ckpt_rpc *a, const char *attempt) {
+  const char *job = attempt ? ckpt_service_attempt_job(a->svc, attempt) : NULL;
+  return !job || rpc_call_check_job(call, job);
+}
+
 RPC_HANDLER(handle_commit, struct ckpt_rpc, Stoker__V1__CommitCheckpointRequest) {
+  if (!attempt_in_scope(call, svc, req->attempt)) return;
   struct ckpt_rpc_unary *u = start(call, svc, true);
   if (u) ckpt_commit(svc->svc, req, core_done, u);
 }
 
 RPC_HANDLER(handle_abort, struct ckpt_rpc, Stoker__V1__AbortCheckpointRequest) {
+  if (!attempt_in_scope(call, svc, req->attempt)) return;
   struct ckpt_rpc_unary *u = start(call, svc, false);
   if (u) ckpt_abort(svc->svc, req, core_done, u);
 }
@@ -140,15 +149,15 @@ RPC_HANDLER(handle_read, struct ckpt_rpc, Stoker__V1__ReadRequest) {
 
 static const struct rpc_method_def checkpoint_methods[] = {
     RPC_UNARY_ROW(SVC, begin, handle_begin),
-    RPC_CLIENT_STREAM_ROW(SVC, write, handle_write),
-    RPC_UNARY_ROW(SVC, commit, handle_commit),
-    RPC_UNARY_ROW(SVC, abort, handle_abort),
+    RPC_CLIENT_STREAM_SCOPED_ROW(SVC, write, handle_write),
+    RPC_UNARY_SCOPED_ROW(SVC, commit, handle_commit),
+    RPC_UNARY_SCOPED_ROW(SVC, abort, handle_abort),
     RPC_UNARY_ROW(SVC, list, handle_list),
     RPC_UNARY_ROW(SVC, get_manifest, handle_get_manifest),
     RPC_SERVER_STREAM_ROW(SVC, read, handle_read),
     RPC_UNARY_ROW(SVC, delete, handle_delete),
     RPC_UNARY_ROW(SVC, verify, handle_verify),
-    RPC_UNARY_ROW(SVC, get_staging_info, handle_get_staging_info),
+    RPC_UNARY_SCOPED_ROW(SVC, get_staging_info, handle_get_staging_info), /* No job: any token. */
 };
 
 static void register_metrics(struct ckpt_rpc *a, struct metrics *m) {

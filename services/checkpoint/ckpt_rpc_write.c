@@ -103,6 +103,16 @@ static int bind_writer(struct ckpt_rpc_writer *x, const Stoker__V1__WriteChunk *
     fail(x, RPC_INVALID_ARGUMENT, "%s", "attempt id too long");
     return -1;
   }
+  const char *job = ckpt_service_attempt_job(x->a->svc, ch->attempt);
+  if (job && !rpc_call_covers(x->call, job)) { /* Refused before it can touch the attempt. */
+    char why[400];
+    snprintf(why, sizeof why,
+             "this token covers only jobs named '%s*' (its scope in the server's token file); "
+             "attempt %s belongs to job '%.128s'",
+             rpc_call_scope(x->call), ch->attempt, job);
+    fail(x, RPC_PERMISSION_DENIED, "%s", why);
+    return -1;
+  }
   stk_clear_detail();
   int rc = ckpt_write_open(x->a->svc, ch->attempt, ch->rank, on_event, x, &x->w);
   if (rc < 0) {

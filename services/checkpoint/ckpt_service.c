@@ -209,6 +209,12 @@ void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_st
   ret_stats->staged_bytes = s->staged;
 }
 
+const char *ckpt_service_attempt_job(const struct ckpt_service *s, const char *attempt) {
+  for (const struct attempt *a = s->attempts; a; a = a->next)
+    if (strcmp(a->id, attempt) == 0) return a->job;
+  return NULL;
+}
+
 size_t ckpt_service_attempt_staging(const struct ckpt_service *s, struct ckpt_attempt_staging *ret,
                                     size_t cap) {
   size_t n = 0;

@@ -129,6 +129,11 @@ void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *a
 
 void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_stats *ret_stats);
 
+/* The job of an attempt the service holds (open or answered lately), for
+ * the daemon's check of a caller's scope; NULL when unknown. Owned by s,
+ * valid until control returns to the loop. */
+const char *ckpt_service_attempt_job(const struct ckpt_service *s, const char *attempt);
+
 /* One attempt's staging, for per-job figures (the daemon's gauges). */
 struct ckpt_attempt_staging {
   const char *job;       /* Owned by s; valid until control returns to the loop. */

@@ -65,7 +65,8 @@ struct rpc_server_opts {
   const char *tls_cert_file;      /* PEM; NULL serves plaintext. */
   const char *tls_key_file;       /* PEM; required with tls_cert_file. */
   const char *tls_client_ca_file; /* PEM; set: clients must present a cert. */
-  const char *token_file;         /* Bearer token; NULL: no authentication. */
+  const char *token_file;         /* Bearer tokens and their scopes (RPC_TOKENS_FILE_MAX_BYTES
+                                     below says the format); NULL: no authentication. */
   size_t max_recv_bytes;          /* 0: 64 MiB. */
   size_t max_send_bytes;          /* 0: 64 MiB. */
   size_t max_connections;         /* 0: the soft descriptor limit less a reserve. */
@@ -95,6 +96,7 @@ struct rpc_method_def {
    * however many are open; they reach the loop a thread hop later. Rows
    * say so with the *_PARKED_ROW macros. */
   bool parks;
+  bool checks_scope; /* RPC_*_SCOPED_ROW: the handler checks a scoped token itself. */
 };
 
 /*
@@ -119,6 +121,15 @@ struct rpc_method_def {
 #define RPC_METHOD_FIELD(svc_type, field) (&(#field)[0 * sizeof(((svc_type *)0)->field)])
 #define RPC_ROW_(svc_type, field, k, fn, parked)                                                   \
   { .name = RPC_METHOD_FIELD(svc_type, field), .kind = k, .handler = fn, .parks = parked }
+/* A method whose request names no job (a listing, a client stream, a call
+ * naming an attempt): its handler checks a scoped caller itself with
+ * rpc_call_covers / rpc_call_check_job. Without such a row, a scoped token
+ * may call only methods whose request names the job (rpc_scope.c). */
+#define RPC_SCOPED_ROW_(svc_type, field, k, fn)                                                    \
+  { .name = RPC_METHOD_FIELD(svc_type, field), .kind = k, .handler = fn, .checks_scope = true }
+#define RPC_UNARY_SCOPED_ROW(svc_type, field, fn) RPC_SCOPED_ROW_(svc_type, field, RPC_UNARY, fn)
+#define RPC_CLIENT_STREAM_SCOPED_ROW(svc_type, field, fn)                                          \
+  RPC_SCOPED_ROW_(svc_type, field, RPC_CLIENT_STREAM, fn)
 #define RPC_UNARY_ROW(svc_type, field, fn) RPC_ROW_(svc_type, field, RPC_UNARY, fn, false)
 #define RPC_SERVER_STREAM_ROW(svc_type, field, fn)                                                 \
   RPC_ROW_(svc_type, field, RPC_SERVER_STREAM, fn, false)
@@ -349,6 +360,31 @@ struct rpc_status {
  * STK_ENOMEM) with a detail naming the file: "token file PATH: empty". */
 #define RPC_TOKEN_FILE_MAX_BYTES 4096
 int rpc_read_token_file(const char *path, char **ret_token);
+
+/* A server's token file (rpc_server_opts.token_file; re-read on SIGHUP):
+ * one token per line with its scope, blank lines and '#' comments allowed:
+ *
+ *   s3cr3t-operator                 every job (a line with only a token)
+ *   s3cr3t-operator *               the same, said explicitly
+ *   t0k3n-team-a    team-a-*        jobs whose names start with "team-a-"
+ *
+ * A file of one word is an operator's token (the format before scopes).
+ * A call outside its token's scope answers PERMISSION_DENIED naming the
+ * rule; listings hold only what the scope covers. */
+#define RPC_TOKENS_FILE_MAX_BYTES (1u << 20)
+
+/* The job-name prefix the call's token covers; NULL when it covers every
+ * job (an operator's token, or a server without tokens). */
+const char *rpc_call_scope(const struct rpc_call *c);
+/* Whether the call's token covers job (a listing keeps only these). */
+bool rpc_call_covers(const struct rpc_call *c, const char *job);
+/* rpc_reply for a listing: the entries of resp's repeated message fields
+ * that the call's token does not cover are left out (each entry judged by
+ * its `job`, or its spec's `job` or `name`). */
+void rpc_reply_listing(struct rpc_call *c, const ProtobufCMessage *resp);
+/* True when the call's token covers job; else fails the call with
+ * PERMISSION_DENIED naming the scope and returns false. */
+bool rpc_call_check_job(struct rpc_call *c, const char *job);
 
 int rpc_client_new(const struct rpc_client_opts *opts, struct rpc_client **ret_client);
 /* Cancels calls still open, waits for their callbacks, frees. Accepts NULL. */

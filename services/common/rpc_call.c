@@ -46,6 +46,7 @@ struct rpc_call {
   grpc_byte_buffer *reply_buf;
   grpc_slice details;
   void *data;
+  char *scope; /* The token's job-name prefix (copied); NULL: every job. */
   struct rpc_tag close_tag, send_tag, recv_tag, finish_tag, cancel_tag;
 };
 
@@ -119,6 +120,7 @@ static void unref(struct rpc_call *c) {
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
   grpc_slice_unref(c->details);
+  free(c->scope);
   free(c);
   rpc_server_call_closed(s);
 }
@@ -399,16 +401,31 @@ void rpc_call_start(struct rpc_method *m, grpc_call *call, gpr_timespec deadline
     return;
   }
   watch_close(c);
-  const char *header = m->srv->auth_header;
-  if (header && !m->public_ && !rpc_security_token_ok(&c->md, header)) {
-    rpc_fail(c, RPC_UNAUTHENTICATED, "missing or invalid bearer token");
-    return;
+  if (m->srv->tokens && !m->public_) {
+    const struct rpc_token *t = rpc_tokens_match(m->srv->tokens, &c->md);
+    if (!t) {
+      rpc_fail(c, RPC_UNAUTHENTICATED, "missing or invalid bearer token");
+      return;
+    }
+    if (t->scope && !(c->scope = strdup(t->scope))) {
+      rpc_fail(c, RPC_RESOURCE_EXHAUSTED, "out of memory");
+      return;
+    }
   }
   char why[200];
   if (m->kind != RPC_CLIENT_STREAM &&
       !(c->req = rpc_unpack(payload, m->in_desc, why, sizeof(why)))) {
     rpc_fail(c, RPC_INVALID_ARGUMENT, "%s for %s", why[0] ? why : "malformed request", m->path);
     return;
+  }
+  if (c->scope && !m->checks_scope) {
+    const char *job = rpc_scope_request_job(c->req);
+    if (!job) {
+      rpc_fail(c, RPC_PERMISSION_DENIED,
+               "%s is for operators: this token covers only jobs named '%s*'", m->path, c->scope);
+      return;
+    }
+    if (!rpc_call_check_job(c, job)) return;
   }
   m->handler(c, c->req, m->svc_data);
 }
@@ -428,4 +445,35 @@ void rpc_call_set_data(struct rpc_call *c, void *data) {
 
 void *rpc_call_data(const struct rpc_call *c) {
   return c->data;
+}
+
+const char *rpc_call_scope(const struct rpc_call *c) {
+  return c->scope;
+}
+
+bool rpc_call_covers(const struct rpc_call *c, const char *job) {
+  return rpc_scope_covers(c->scope, job);
+}
+
+void rpc_reply_listing(struct rpc_call *c, const ProtobufCMessage *resp) {
+  if (!c->scope) {
+    rpc_reply(c, resp);
+    return;
+  }
+  ProtobufCMessage *view = rpc_scope_view(c->scope, resp);
+  if (!view) {
+    rpc_fail(c, RPC_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  rpc_reply(c, view);
+  rpc_scope_view_free(view);
+}
+
+bool rpc_call_check_job(struct rpc_call *c, const char *job) {
+  if (rpc_scope_covers(c->scope, job)) return true;
+  rpc_fail(c, RPC_PERMISSION_DENIED,
+           "this token covers only jobs named '%s*' (its scope in the server's token file); "
+           "job '%.128s' is outside it",
+           c->scope, job ? job : "");
+  return false;
 }

@@ -72,8 +72,9 @@ struct rpc_method {
   void *svc_data;
   const ProtobufCMessageDescriptor *in_desc;
   const ProtobufCMessageDescriptor *out_desc;
-  bool public_; /* Served without a bearer token (health). */
-  bool parks;   /* Its calls are bound to the pump's parked-call queues. */
+  bool public_;      /* Served without a bearer token (health). */
+  bool parks;        /* Its calls are bound to the pump's parked-call queues. */
+  bool checks_scope; /* Its handler checks a scoped token itself (rpc_scope.c). */
   void *grpc_handle;
   /* Prometheus labels in go-grpc-prometheus's names:
    * grpc_type="unary",grpc_service="pkg.Svc",grpc_method="Method". */
@@ -99,7 +100,7 @@ struct rpc_server {
   char *listen;
   grpc_server_credentials *creds;
   struct rpc_server_tls *tls; /* NULL: plaintext. */
-  char *auth_header;          /* "Bearer <token>" or NULL. */
+  struct rpc_tokens *tokens;  /* NULL: no authentication. */
   char *token_file; /* Where it came from (re-read by rpc_server_reload_token), or NULL. */
   size_t max_recv_bytes;
   size_t max_send_bytes;
@@ -184,15 +185,42 @@ int rpc_health_add(struct rpc_health *h, const char *service);
 /* Shutdown: everything NOT_SERVING, Watch streams end after telling so. */
 void rpc_health_shutdown(struct rpc_health *h);
 
+/* ------------------------------------------------------------ rpc_scope.c */
+
+/* The job a request names: its `job` field, or its spec's `job` or `name`
+ * ("" when set to nothing); NULL when the request has no such field. */
+const char *rpc_scope_request_job(const ProtobufCMessage *req);
+/* Whether a token of scope (a job-name prefix; NULL: every job) covers job. */
+bool rpc_scope_covers(const char *scope, const char *job);
+/* A shallow copy of resp whose repeated message fields hold only the
+ * entries (each judged by rpc_scope_request_job) that scope covers; NULL
+ * when out of memory. It borrows resp's entries: free it, before resp,
+ * with rpc_scope_view_free. */
+ProtobufCMessage *rpc_scope_view(const char *scope, const ProtobufCMessage *resp);
+void rpc_scope_view_free(ProtobufCMessage *view);
+
 /* --------------------------------------------------------- rpc_security.c */
 
 /* Reads a whole small file (at most 1 MiB) into a NUL-terminated malloc'd
  * string; ret_len may be NULL. STK_EINVAL with a detail naming the file. */
 int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len);
-/* Reads token_file; ret_header is malloc'd "Bearer <token>". */
-int rpc_security_load_token(const char *token_file, char **ret_header);
-/* Constant-time check of the authorization metadata against header. */
-bool rpc_security_token_ok(const grpc_metadata_array *md, const char *header);
+/* The server's tokens (rpc.h says the file's format). */
+struct rpc_token {
+  char *token;
+  char *scope; /* Job-name prefix the token covers; NULL: every job (an operator's). */
+  size_t line; /* In the file, for messages. */
+};
+struct rpc_tokens {
+  struct rpc_token *v;
+  size_t n;
+};
+/* Reads and checks the whole file; on any bad line nothing is loaded and
+ * the detail names the line. */
+int rpc_tokens_load(const char *path, struct rpc_tokens **ret_tokens);
+void rpc_tokens_free(struct rpc_tokens *t);
+/* The line whose token the call's authorization metadata carries, or NULL
+ * (none, malformed, or unknown). Constant time per line, every line. */
+const struct rpc_token *rpc_tokens_match(const struct rpc_tokens *t, const grpc_metadata_array *md);
 /* TLS or insecure channel credentials from the PEM files in opts. */
 int rpc_security_channel_creds(const struct rpc_client_opts *opts,
                                grpc_channel_credentials **ret_creds);

@@ -1,12 +1,15 @@
 /*
- * rpc_security: a client's TLS credentials and the server's bearer token,
+ * rpc_security: a client's TLS credentials and the server's bearer tokens,
  * both optional (the server's TLS files are rpc_server_tls.c's). Files are
  * read at server or client creation, so that a typo in a path fails
  * start-up with a clear detail instead of every later handshake; the
  * server re-reads its token file when asked (rpc_server_reload_token).
- * rpc_read_token_file is the one token-file reader of every program (the
- * daemons, the checkpoint service's reporter, libstoker-client). The
- * token check is constant-time so response timing does not leak the token.
+ * rpc_read_token_file is the one reader of a client's token file (the
+ * checkpoint service's reporter, libstoker-client, stokerctl): one word.
+ * The server's file is a table, one token per line with its scope
+ * (rpc_tokens_load, format in rpc.h). Every token is compared in constant
+ * time, and all of them on every call, so response timing leaks neither a
+ * token nor which line matched.
  */
 #include "rpc_internal.h"
 
@@ -135,15 +138,90 @@ int rpc_read_token_file(const char *path, char **ret_token) {
   return 0;
 }
 
-int rpc_security_load_token(const char *token_file, char **ret_header) {
-  char *text;
-  int err = rpc_read_token_file(token_file, &text);
+void rpc_tokens_free(struct rpc_tokens *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->n; i++) free(t->v[i].token), free(t->v[i].scope);
+  free(t->v);
+  free(t);
+}
+
+/* A scope as written: "*" (every job) or a job-name prefix ending in '*'
+ * whose other characters may appear in job names. */
+static int parse_scope(const char *path, size_t line, const char *w, char **ret_scope) {
+  size_t n = strlen(w);
+  *ret_scope = NULL;
+  if (strcmp(w, "*") == 0) return 0;
+  bool ok = n >= 2 && n <= 129 && w[n - 1] == '*';
+  for (size_t i = 0; ok && i + 1 < n; i++)
+    ok = isalnum((unsigned char)w[i]) || w[i] == '-' || w[i] == '_' || w[i] == '.';
+  if (!ok) {
+    stk_set_detail("token file %s line %zu: scope '%.80s' is not '*' nor a job-name prefix "
+                   "ending in '*' (letters, digits, '-', '_', '.')",
+                   path, line, w);
+    return STK_EINVAL;
+  }
+  if (!(*ret_scope = strndup(w, n - 1))) return STK_ENOMEM;
+  return 0;
+}
+
+static int add_line(struct rpc_tokens *t, const char *path, size_t line, char *text) {
+  char *save = NULL, *token = strtok_r(text, " \t", &save);
+  if (!token || token[0] == '#') return 0;
+  char *scope_word = strtok_r(NULL, " \t", &save), *extra = strtok_r(NULL, " \t", &save);
+  if (extra && extra[0] != '#') {
+    stk_set_detail("token file %s line %zu: more than a token and its scope", path, line);
+    return STK_EINVAL;
+  }
+  for (const char *p = token; *p; p++) {
+    if (*p <= ' ' || *p >= 0x7f) {
+      stk_set_detail("token file %s line %zu: the token is not printable ASCII", path, line);
+      return STK_EINVAL;
+    }
+  }
+  for (size_t i = 0; i < t->n; i++) {
+    if (strcmp(t->v[i].token, token) == 0) {
+      stk_set_detail("token file %s line %zu: the token of line %zu again", path, line,
+                     t->v[i].line);
+      return STK_EINVAL;
+    }
+  }
+  struct rpc_token e = {.line = line};
+  int err = scope_word && scope_word[0] != '#' ? parse_scope(path, line, scope_word, &e.scope) : 0;
   if (err) return err;
-  char *header;
-  int rc = asprintf(&header, "Bearer %s", text);
+  struct rpc_token *v = realloc(t->v, (t->n + 1) * sizeof(*v));
+  if (!v || !(e.token = strdup(token))) {
+    if (v) t->v = v;
+    free(e.scope);
+    return STK_ENOMEM;
+  }
+  t->v = v;
+  t->v[t->n++] = e;
+  return 0;
+}
+
+int rpc_tokens_load(const char *path, struct rpc_tokens **ret_tokens) {
+  char *text;
+  int err = read_bounded(path, RPC_TOKENS_FILE_MAX_BYTES, "token file", &text, NULL);
+  if (err) return err;
+  struct rpc_tokens *t = calloc(1, sizeof(*t));
+  if (!t) err = STK_ENOMEM;
+  size_t line = 0;
+  for (char *p = text, *next; !err && p; p = next) {
+    next = strchr(p, '\n');
+    if (next) *next++ = '\0';
+    line++;
+    err = add_line(t, path, line, p);
+  }
   free(text);
-  if (rc < 0) return STK_ENOMEM;
-  *ret_header = header;
+  if (!err && t->n == 0) {
+    stk_set_detail("token file %s: no token", path);
+    err = STK_EINVAL;
+  }
+  if (err) {
+    rpc_tokens_free(t);
+    return err;
+  }
+  *ret_tokens = t;
   return 0;
 }
 
@@ -154,21 +232,25 @@ static bool same_bytes(const uint8_t *a, size_t a_len, const char *b, size_t b_l
   return diff == 0;
 }
 
-/* header is "Bearer <token>" (rpc_security_load_token). The credentials
- * match it as RFC 6750 reads them: the scheme in any case, one or more
- * spaces, then exactly the token (compared in constant time). */
-bool rpc_security_token_ok(const grpc_metadata_array *md, const char *header) {
+/* The credentials as RFC 6750 reads them: the scheme in any case, one or
+ * more spaces, then the token, compared with every line's in constant
+ * time. */
+const struct rpc_token *rpc_tokens_match(const struct rpc_tokens *t,
+                                         const grpc_metadata_array *md) {
   static const char scheme[] = "bearer";
   const size_t k = sizeof(scheme) - 1;
-  const char *token = header + k + 1;
   for (size_t i = 0; i < md->count; i++) {
     if (grpc_slice_str_cmp(md->metadata[i].key, "authorization") != 0) continue;
     grpc_slice v = md->metadata[i].value;
     const uint8_t *p = GRPC_SLICE_START_PTR(v);
     size_t n = GRPC_SLICE_LENGTH(v), at = k;
-    if (n <= k || strncasecmp((const char *)p, scheme, k) != 0 || p[k] != ' ') return false;
+    if (n <= k || strncasecmp((const char *)p, scheme, k) != 0 || p[k] != ' ') return NULL;
     while (at < n && p[at] == ' ') at++;
-    return same_bytes(p + at, n - at, token, strlen(token));
+    const struct rpc_token *found = NULL;
+    for (size_t j = 0; j < t->n; j++)
+      if (same_bytes(p + at, n - at, t->v[j].token, strlen(t->v[j].token)) && !found)
+        found = &t->v[j];
+    return found;
   }
-  return false;
+  return NULL;
 }

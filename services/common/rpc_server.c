@@ -89,7 +89,7 @@ static void fail_new(struct rpc_server *s) {
   if (s->creds) grpc_server_credentials_release(s->creds);
   rpc_server_tls_free(s->tls); /* After the credentials that call its fetcher. */
   rpc_health_free(s->health);
-  free(s->auth_header);
+  rpc_tokens_free(s->tokens);
   free(s->token_file);
   free(s->listen);
   free(s);
@@ -133,7 +133,7 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   s->metrics = opts->metrics;
   err = s->listen ? 0 : STK_ENOMEM;
   if (!err) err = server_creds(s, opts);
-  if (!err && opts->token_file) err = rpc_security_load_token(opts->token_file, &s->auth_header);
+  if (!err && opts->token_file) err = rpc_tokens_load(opts->token_file, &s->tokens);
   if (!err && opts->token_file && !(s->token_file = strdup(opts->token_file))) err = STK_ENOMEM;
   if (!err) err = rpc_health_new(s);
   if (err) {
@@ -188,6 +188,7 @@ static int add_method(struct rpc_server *s, const ProtobufCServiceDescriptor *de
   m->out_desc = md->output;
   m->public_ = strcmp(desc->name, "grpc.health.v1.Health") == 0;
   m->parks = def->parks;
+  m->checks_scope = def->checks_scope;
   method_metrics(s, m, desc, md);
   s->methods[s->n_methods++] = m;
   return 0;
@@ -268,7 +269,7 @@ static void answer_unknown(struct unknown_call *u) {
   log_debug("rpc.unknown_method", "method=%s", path);
   /* A caller without the token learns nothing, not even which methods
    * exist: the token is checked first, as for every registered method. */
-  bool authorized = !u->s->auth_header || rpc_security_token_ok(&u->md, u->s->auth_header);
+  bool authorized = !u->s->tokens || rpc_tokens_match(u->s->tokens, &u->md);
   char text[300];
   if (authorized)
     snprintf(text, sizeof(text), "unknown method %s", path);
@@ -508,11 +509,11 @@ void rpc_server_accept_stats(struct rpc_server *s, struct rpc_accept_stats *ret_
 
 int rpc_server_reload_token(struct rpc_server *s) {
   if (!s->token_file) return 0;
-  char *header = NULL;
-  int err = rpc_security_load_token(s->token_file, &header);
-  if (err) return err; /* The old token stays. */
-  free(s->auth_header);
-  s->auth_header = header;
+  struct rpc_tokens *tokens = NULL;
+  int err = rpc_tokens_load(s->token_file, &tokens);
+  if (err) return err;        /* The old tokens stay. */
+  rpc_tokens_free(s->tokens); /* Calls copied their scope: nothing points here. */
+  s->tokens = tokens;
   return 0;
 }
 

@@ -99,8 +99,17 @@ RPC_HANDLER(handle_get_job, struct coord_rpc, Stoker__V1__GetJobRequest) {
   coord_get_job(svc->coord, req, answer, call);
 }
 
+/* The jobs the caller's token covers (rpc.h). */
+static void answer_listing(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
+  struct rpc_call *call = arg;
+  if (err)
+    fail(call, false, err, errmsg);
+  else
+    rpc_reply_listing(call, resp);
+}
+
 RPC_HANDLER(handle_list_jobs, struct coord_rpc, Stoker__V1__ListJobsRequest) {
-  coord_list_jobs(svc->coord, req, answer, call);
+  coord_list_jobs(svc->coord, req, answer_listing, call);
 }
 
 RPC_HANDLER(handle_pause_job, struct coord_rpc, Stoker__V1__JobActionRequest) {
@@ -237,7 +246,7 @@ RPC_HANDLER(handle_watch_job, struct coord_rpc, Stoker__V1__WatchJobRequest) {
 static const struct rpc_method_def coordinator_methods[] = {
     RPC_UNARY_ROW(SVC, create_job, handle_create_job),
     RPC_UNARY_ROW(SVC, get_job, handle_get_job),
-    RPC_UNARY_ROW(SVC, list_jobs, handle_list_jobs),
+    RPC_UNARY_SCOPED_ROW(SVC, list_jobs, handle_list_jobs),
     RPC_SERVER_STREAM_PARKED_ROW(SVC, watch_job, handle_watch_job),
     RPC_UNARY_ROW(SVC, pause_job, handle_pause_job),
     RPC_UNARY_ROW(SVC, resume_job, handle_resume_job),

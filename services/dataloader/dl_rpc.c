@@ -191,7 +191,7 @@ static int run_list(struct task *t) {
 }
 
 static void reply_list(struct task *t) {
-  rpc_reply(t->call, &t->list->base);
+  rpc_reply_listing(t->call, &t->list->base); /* The loaders the caller's token covers. */
   dl_list_free(t->list);
 }
 
@@ -275,7 +275,7 @@ static const struct rpc_method_def dataloader_methods[] = {
     RPC_UNARY_ROW(SVC, export_state, handle_export_state),
     RPC_UNARY_ROW(SVC, import_state, handle_import_state),
     RPC_UNARY_ROW(SVC, explain, handle_explain),
-    RPC_UNARY_ROW(SVC, list_loaders, handle_list_loaders),
+    RPC_UNARY_SCOPED_ROW(SVC, list_loaders, handle_list_loaders),
     RPC_UNARY_ROW(SVC, delete_loader, handle_delete_loader),
 };
 

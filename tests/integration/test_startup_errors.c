@@ -127,9 +127,10 @@ static void write_in(const char *dir, const char *name, const char *text, char *
   fclose(f);
 }
 
-/* Every daemon reads its token file by the one rule (rpc_read_token_file):
- * a token with a space in it is refused at start, naming the file; the
- * checkpoint service reads its coordinator token file the same way. */
+/* Every daemon reads its token table by one rule (rpc.h): a line whose
+ * second word is not a scope is refused at start, naming the file and the
+ * line; the checkpoint service reads its coordinator token file (a client's:
+ * one word) by rpc_read_token_file. */
 static void test_token_file_rule(void **state) {
   char dir[256], tok[300], empty[300], args[1024], want[512];
   assert_int_equal(harness_tmpdir_new(dir, sizeof(dir)), 0);
@@ -138,7 +139,7 @@ static void test_token_file_rule(void **state) {
   for (int i = 1; i < test_argc; i++) {
     snprintf(args, sizeof(args), "--listen 127.0.0.1:0 --data-dir '%s/data%d' --token-file '%s'",
              dir, i, tok);
-    snprintf(want, sizeof(want), "token file %s: not one word of printable ASCII", tok);
+    snprintf(want, sizeof(want), "token file %s line 1: scope 'token' is not '*' nor", tok);
     expect_failure(test_argv[i], args, want);
     if (!strstr(test_argv[i], "checkpoint")) continue;
     snprintf(args, sizeof(args),

@@ -1,0 +1,286 @@
+"""Scoped tokens (issue 25, item 2) at the three real daemons: one token file
+holds an operator's token and one token per team, each limited to the job
+names with its prefix. A team reaches only its own jobs, loaders, attempts
+and checkpoints: anything else answers PERMISSION_DENIED naming the rule and
+changes nothing; listings hold only the caller's jobs; a method that names no
+job is for operators unless its handler checks the scope; SIGHUP re-reads
+the table."""
+
+from __future__ import annotations
+
+import pathlib
+import signal
+import time
+from typing import Any
+
+import grpc
+import pytest
+from conftest import Daemon
+
+from stoker.v1 import checkpoint_pb2 as ck
+from stoker.v1 import common_pb2
+from stoker.v1 import coordinator_pb2 as co
+from stoker.v1 import dataloader_pb2 as dl
+
+TOKENS = """# one line a token, then its scope
+op-token
+a-token team-a-*
+b-token   team-b-*   # trailing comments are fine
+"""
+
+
+def start(name: str, tmp_path: pathlib.Path, text: str = TOKENS) -> Daemon:
+    tokens = tmp_path / f"{name}-tokens"
+    tokens.write_text(text)
+    return Daemon(name, tmp_path, "--token-file", str(tokens))
+
+
+def caller(addr: str, token: str) -> Any:
+    """call(service, method, request, reply type) with token; returns the
+    reply or the grpc.RpcError."""
+    channel = grpc.insecure_channel(addr)
+
+    def call(service: str, method: str, req: Any, reply: Any) -> Any:
+        stub = channel.unary_unary(
+            f"/stoker.v1.{service}/{method}",
+            request_serializer=type(req).SerializeToString,
+            response_deserializer=reply.FromString,
+        )
+        try:
+            return stub(req, metadata=[("authorization", f"Bearer {token}")], timeout=20)
+        except grpc.RpcError as e:
+            return e
+
+    call.channel = channel  # type: ignore[attr-defined]
+    return call
+
+
+def denied(answer: Any, scope: str) -> None:
+    assert isinstance(answer, grpc.RpcError), answer
+    assert answer.code() == grpc.StatusCode.PERMISSION_DENIED, answer
+    assert f"'{scope}'" in answer.details(), answer.details()
+
+
+def job_spec(name: str) -> co.JobSpec:
+    return co.JobSpec(name=name, min_ranks=1, max_ranks=2)
+
+
+def test_coordinator_confines_each_team_to_its_jobs(tmp_path):
+    d = start("coordinator", tmp_path)
+    try:
+        op, a, b = (caller(d.addr, t) for t in ("op-token", "a-token", "b-token"))
+        for who, name in ((a, "team-a-1"), (b, "team-b-1"), (op, "ops-1")):
+            got = who("Coordinator", "CreateJob", co.CreateJobRequest(spec=job_spec(name)), co.Job)
+            assert not isinstance(got, grpc.RpcError), got
+        denied(
+            a("Coordinator", "CreateJob", co.CreateJobRequest(spec=job_spec("team-b-2")), co.Job),
+            "team-a-*",
+        )
+        for method, req, reply in (
+            ("GetJob", co.GetJobRequest(job="team-b-1"), co.Job),
+            ("StopJob", co.JobActionRequest(job="team-b-1"), co.Job),
+            ("DeleteJob", co.JobActionRequest(job="team-b-1"), common_pb2.Empty),
+            ("KvSet", co.KvSetRequest(job="team-b-1", key="k", value=b"v"), common_pb2.Empty),
+        ):
+            denied(a("Coordinator", method, req, reply), "team-a-*")
+        job = op("Coordinator", "GetJob", co.GetJobRequest(job="team-b-1"), co.Job)
+        assert job.state != co.JOB_STATE_STOPPED, job  # nothing changed
+        names = {
+            who: sorted(
+                j.spec.name
+                for j in who(
+                    "Coordinator", "ListJobs", co.ListJobsRequest(), co.ListJobsResponse
+                ).jobs
+            )
+            for who in (op, a, b)
+        }
+        assert names[a] == ["team-a-1"] and names[b] == ["team-b-1"], names
+        assert names[op] == ["ops-1", "team-a-1", "team-b-1"], names
+
+        # SIGHUP: team A's token now covers team-x-* only.
+        (tmp_path / "coordinator-tokens").write_text(TOKENS.replace("team-a-*", "team-x-*"))
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            got = a("Coordinator", "GetJob", co.GetJobRequest(job="team-a-1"), co.Job)
+            if isinstance(got, grpc.RpcError):
+                break
+            time.sleep(0.05)
+        denied(got, "team-x-*")
+    finally:
+        d.stop()
+
+
+def test_a_bad_token_table_is_refused_with_its_line(tmp_path):
+    bad = tmp_path / "bad-tokens"
+    bad.write_text("op-token\na-token team a\n")
+    with pytest.raises(Exception):  # noqa: B017 (the daemon does not start)
+        Daemon("coordinator", tmp_path, "--token-file", str(bad))
+    log = (tmp_path / "coordinator.log").read_text()
+    assert "line 2" in log, log
+
+
+def loader_spec(root: pathlib.Path, job: str) -> dl.LoaderSpec:
+    text = root / "corpus.txt"
+    if not text.exists():
+        text.write_text("some words for a loader\n" * 200)
+    ds = dl.DatasetSpec(
+        name="d",
+        weight=1.0,
+        format=dl.DATASET_FORMAT_TEXT,
+        tokenizer="bytes",
+        source=common_pb2.StorageRef(uri=f"file://{text}"),
+    )
+    return dl.LoaderSpec(job=job, seq_len=8, global_batch=2, lanes=1, datasets=[ds])
+
+
+def test_dataloader_confines_each_team_to_its_loaders(tmp_path):
+    d = start("dataloader", tmp_path)
+    try:
+        op, a, b = (caller(d.addr, t) for t in ("op-token", "a-token", "b-token"))
+        for who, job in ((a, "team-a-l"), (b, "team-b-l")):
+            got = who(
+                "Dataloader",
+                "CreateLoader",
+                dl.CreateLoaderRequest(spec=loader_spec(tmp_path, job)),
+                dl.LoaderInfo,
+            )
+            assert not isinstance(got, grpc.RpcError), got
+        denied(
+            a(
+                "Dataloader",
+                "CreateLoader",
+                dl.CreateLoaderRequest(spec=loader_spec(tmp_path, "team-b-2")),
+                dl.LoaderInfo,
+            ),
+            "team-a-*",
+        )
+        denied(
+            a(
+                "Dataloader",
+                "DeleteLoader",
+                dl.DeleteLoaderRequest(job="team-b-l"),
+                common_pb2.Empty,
+            ),
+            "team-a-*",
+        )
+        denied(
+            a("Dataloader", "GetBatch", dl.GetBatchRequest(job="team-b-l", step=0), dl.Batch),
+            "team-a-*",
+        )
+        listed = {
+            who: sorted(
+                x.spec.job
+                for x in who(
+                    "Dataloader", "ListLoaders", dl.ListLoadersRequest(), dl.ListLoadersResponse
+                ).loaders
+            )
+            for who in (op, a, b)
+        }
+        assert listed[a] == ["team-a-l"] and listed[b] == ["team-b-l"], listed
+        assert listed[op] == ["team-a-l", "team-b-l"], listed
+    finally:
+        d.stop()
+
+
+def chunk(attempt: str, data: bytes = b"abcd") -> ck.WriteChunk:
+    return ck.WriteChunk(
+        attempt=attempt,
+        rank=0,
+        tensor="w",
+        dtype=ck.DTYPE_U8,
+        global_shape=[len(data)],
+        box=ck.Box(offsets=[0], sizes=[len(data)]),
+        data=data,
+        last=True,
+    )
+
+
+def write(call: Any, token: str, attempt: str) -> Any:
+    stub = call.channel.stream_unary(
+        "/stoker.v1.Checkpoint/Write",
+        request_serializer=ck.WriteChunk.SerializeToString,
+        response_deserializer=ck.WriteResponse.FromString,
+    )
+    try:
+        return stub(
+            iter([chunk(attempt)]), metadata=[("authorization", f"Bearer {token}")], timeout=20
+        )
+    except grpc.RpcError as e:
+        return e
+
+
+def test_checkpoint_service_confines_each_team_to_its_attempts(tmp_path):
+    d = start("checkpoint", tmp_path)
+    try:
+        op, a, b = (caller(d.addr, t) for t in ("op-token", "a-token", "b-token"))
+        begun = b(
+            "Checkpoint",
+            "Begin",
+            ck.BeginRequest(job="team-b-ck", step=1, world=1),
+            ck.BeginResponse,
+        )
+        assert not isinstance(begun, grpc.RpcError), begun
+        attempt = begun.attempt
+        denied(
+            a(
+                "Checkpoint",
+                "Begin",
+                ck.BeginRequest(job="team-b-ck", step=2, world=1),
+                ck.BeginResponse,
+            ),
+            "team-a-*",
+        )
+        denied(write(a, "a-token", attempt), "team-a-*")
+        denied(
+            a("Checkpoint", "Abort", ck.AbortCheckpointRequest(attempt=attempt), common_pb2.Empty),
+            "team-a-*",
+        )
+        denied(
+            a(
+                "Checkpoint",
+                "Commit",
+                ck.CommitCheckpointRequest(attempt=attempt),
+                common_pb2.CheckpointRef,
+            ),
+            "team-a-*",
+        )
+        # Team B's attempt was not touched: it takes its data and commits.
+        assert not isinstance(write(b, "b-token", attempt), grpc.RpcError)
+        ref = b(
+            "Checkpoint",
+            "Commit",
+            ck.CommitCheckpointRequest(attempt=attempt),
+            common_pb2.CheckpointRef,
+        )
+        assert not isinstance(ref, grpc.RpcError), ref
+        denied(
+            a(
+                "Checkpoint",
+                "List",
+                ck.ListCheckpointsRequest(job="team-b-ck"),
+                ck.ListCheckpointsResponse,
+            ),
+            "team-a-*",
+        )
+        steps = b(
+            "Checkpoint",
+            "List",
+            ck.ListCheckpointsRequest(job="team-b-ck"),
+            ck.ListCheckpointsResponse,
+        )
+        assert [c.step for c in steps.checkpoints] == [1], steps
+        info = a("Checkpoint", "GetStagingInfo", ck.StagingInfoRequest(), ck.StagingInfo)
+        assert not isinstance(info, grpc.RpcError), info  # names no job: any token
+        assert not isinstance(
+            op(
+                "Checkpoint",
+                "List",
+                ck.ListCheckpointsRequest(job="team-b-ck"),
+                ck.ListCheckpointsResponse,
+            ),
+            grpc.RpcError,
+        )
+    finally:
+        d.stop()
