@@ -89,7 +89,8 @@ static void submit(struct rpc_call *call, const ProtobufCMessage *req, struct dl
   t->run = run;
   t->reply = reply;
   t->work.data = t;
-  int rc = dl_sched_submit(a->sched, request_job(req), &t->work, task_work, task_done);
+  int rc = dl_sched_submit(a->sched, rpc_call_scope(call), request_job(req), &t->work, task_work,
+                           task_done);
   if (rc) {
     free(t);
     rpc_fail_err(call, rc, "cannot queue work");

@@ -211,7 +211,8 @@ static void start_generation(struct dl_stream *s) {
   }
   s->gen_want = want;
   s->work.data = s;
-  int rc = dl_sched_submit(s->a->sched, s->req->job, &s->work, gen_work, gen_done);
+  int rc = dl_sched_submit(s->a->sched, rpc_call_scope(s->call), s->req->job, &s->work, gen_work,
+                           gen_done);
   if (rc)
     stop(s, RPC_INTERNAL, stk_strerror(rc));
   else

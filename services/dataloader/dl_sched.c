@@ -1,6 +1,7 @@
 /*
- * dl_sched.c: see dl_sched.h. A job's entry lives while it has tasks
- * queued or running; jobs are few, so they are a list searched by name.
+ * dl_sched.c: see dl_sched.h. A tenant's entry lives while it has tasks
+ * queued or running, and so does each of its jobs'; they are few, so they
+ * are lists searched by name.
  */
 #include "dl_sched.h"
 
@@ -25,11 +26,28 @@ struct sched_task {
   struct sched_task *next;
 };
 
-struct sched_job {
+/* A ring of named entries with work, served round-robin after a cursor:
+ * the tenants of the scheduler, and the jobs of each tenant. */
+struct sched_ring {
+  struct sched_entry *first;
+  struct sched_entry *cursor; /* The entry served last: the next turn starts after it. */
+};
+
+struct sched_entry {
   char *name;
   uint32_t running;
+  struct sched_entry *next;
+};
+
+struct sched_tenant {
+  struct sched_entry e; /* First: a ring entry is its tenant. */
+  struct sched_ring jobs;
+};
+
+struct sched_job {
+  struct sched_entry e; /* First: a ring entry is its job. */
+  struct sched_tenant *tenant;
   struct sched_task *head, *tail; /* Waiting, in submission order. */
-  struct sched_job *next;
 };
 
 struct dl_sched {
@@ -37,8 +55,7 @@ struct dl_sched {
   uint32_t workers;
   uint32_t running;
   uint64_t waiting;
-  struct sched_job *jobs;   /* Jobs with work. */
-  struct sched_job *cursor; /* The job served last: the next turn starts after it. */
+  struct sched_ring tenants;
   struct sched_task **live; /* Tasks handed to the pool, `workers` slots. */
 };
 
@@ -64,43 +81,117 @@ int dl_sched_new(uv_loop_t *loop, uint32_t workers, struct dl_sched **ret_sched)
 
 void dl_sched_free(struct dl_sched *s) {
   if (!s) return;
-  while (s->jobs) {
-    struct sched_job *j = s->jobs;
-    s->jobs = j->next;
-    while (j->head) {
-      struct sched_task *t = j->head;
-      j->head = t->next;
-      free(t);
+  while (s->tenants.first) {
+    struct sched_tenant *t = (struct sched_tenant *)s->tenants.first;
+    s->tenants.first = t->e.next;
+    while (t->jobs.first) {
+      struct sched_job *j = (struct sched_job *)t->jobs.first;
+      t->jobs.first = j->e.next;
+      while (j->head) {
+        struct sched_task *k = j->head;
+        j->head = k->next;
+        free(k);
+      }
+      free(j->e.name);
+      free(j);
     }
-    free(j->name);
-    free(j);
+    free(t->e.name);
+    free(t);
   }
   free(s->live);
   free(s);
 }
 
-static struct sched_job *job_get(struct dl_sched *s, const char *name) {
-  for (struct sched_job *j = s->jobs; j; j = j->next)
-    if (!strcmp(j->name, name)) return j;
-  struct sched_job *j = calloc(1, sizeof(*j));
-  if (!j || !(j->name = strdup(name))) {
-    free(j);
+/* ---- Rings ---- */
+
+static struct sched_entry *ring_find(const struct sched_ring *r, const char *name) {
+  for (struct sched_entry *e = r->first; e; e = e->next)
+    if (!strcmp(e->name, name)) return e;
+  return NULL;
+}
+
+/* A new entry of size bytes (its struct, entry first) named name. */
+static struct sched_entry *ring_add(struct sched_ring *r, const char *name, size_t size) {
+  struct sched_entry *e = calloc(1, size);
+  if (!e || !(e->name = strdup(name))) {
+    free(e);
     return NULL;
   }
-  j->next = s->jobs;
-  s->jobs = j;
+  e->next = r->first;
+  r->first = e;
+  return e;
+}
+
+static void ring_remove(struct sched_ring *r, struct sched_entry *e) {
+  struct sched_entry **p = &r->first;
+  while (*p != e) p = &(*p)->next;
+  *p = e->next;
+  if (r->cursor == e) r->cursor = NULL;
+  free(e->name);
+  free(e);
+}
+
+static uint32_t ring_count(const struct sched_ring *r) {
+  uint32_t n = 0;
+  for (const struct sched_entry *e = r->first; e; e = e->next) n++;
+  return n;
+}
+
+static uint32_t share_of(uint32_t workers, uint32_t n) {
+  return n ? (workers + n - 1) / n : workers;
+}
+
+/* ---- Entries ---- */
+
+static struct sched_job *job_get(struct dl_sched *s, const char *tenant, const char *name) {
+  struct sched_tenant *t = (struct sched_tenant *)ring_find(&s->tenants, tenant);
+  if (!t && !(t = (struct sched_tenant *)ring_add(&s->tenants, tenant, sizeof(*t)))) return NULL;
+  struct sched_job *j = (struct sched_job *)ring_find(&t->jobs, name);
+  if (!j && (j = (struct sched_job *)ring_add(&t->jobs, name, sizeof(*j)))) j->tenant = t;
+  if (!j && !t->jobs.first) ring_remove(&s->tenants, &t->e);
   return j;
 }
 
 static void job_drop_if_idle(struct dl_sched *s, struct sched_job *j) {
-  if (j->running || j->head) return;
-  struct sched_job **p = &s->jobs;
-  while (*p != j) p = &(*p)->next;
-  *p = j->next;
-  if (s->cursor == j) s->cursor = NULL;
-  free(j->name);
-  free(j);
+  if (j->e.running || j->head) return;
+  struct sched_tenant *t = j->tenant;
+  ring_remove(&t->jobs, &j->e);
+  if (!t->jobs.first) ring_remove(&s->tenants, &t->e);
 }
+
+/* The tenant's next job in round-robin order with a waiting task and
+ * fewer than its share of the tenant's workers running; NULL when none. */
+static struct sched_job *next_job(struct sched_tenant *t, uint32_t tenant_share) {
+  uint32_t share = share_of(tenant_share, ring_count(&t->jobs));
+  struct sched_entry *start =
+      t->jobs.cursor && t->jobs.cursor->next ? t->jobs.cursor->next : t->jobs.first;
+  struct sched_entry *e = start;
+  do {
+    struct sched_job *j = (struct sched_job *)e;
+    if (j->head && j->e.running < share) return j;
+    e = e->next ? e->next : t->jobs.first;
+  } while (e != start);
+  return NULL;
+}
+
+/* The next job to run: from the next tenant in round-robin order below its
+ * share that has a job below its own; NULL when none. */
+static struct sched_job *next(struct dl_sched *s) {
+  if (!s->tenants.first) return NULL;
+  uint32_t share = share_of(s->workers, ring_count(&s->tenants));
+  struct sched_entry *start =
+      s->tenants.cursor && s->tenants.cursor->next ? s->tenants.cursor->next : s->tenants.first;
+  struct sched_entry *e = start;
+  do {
+    struct sched_tenant *t = (struct sched_tenant *)e;
+    struct sched_job *j = t->e.running < share ? next_job(t, share) : NULL;
+    if (j) return j;
+    e = e->next ? e->next : s->tenants.first;
+  } while (e != start);
+  return NULL;
+}
+
+/* ---- Running ---- */
 
 static void task_work(uv_work_t *w) {
   struct sched_task *t = w->data;
@@ -110,12 +201,17 @@ static void task_work(uv_work_t *w) {
 
 static void dispatch(struct dl_sched *s);
 
+static void account(struct dl_sched *s, struct sched_job *j, int delta) {
+  s->running += (uint32_t)delta;
+  j->e.running += (uint32_t)delta;
+  j->tenant->e.running += (uint32_t)delta;
+}
+
 static void task_done(uv_work_t *w, int status) {
   struct sched_task *t = w->data;
   struct dl_sched *s = t->sched;
   s->live[t->slot] = NULL;
-  s->running--;
-  t->job->running--;
+  account(s, t->job, -1);
   job_drop_if_idle(s, t->job);
   uv_work_t *outer = t->outer;
   uv_after_work_cb done = t->done;
@@ -124,32 +220,9 @@ static void task_done(uv_work_t *w, int status) {
   done(outer, status);
 }
 
-static uint32_t jobs_with_work(const struct dl_sched *s) {
-  uint32_t n = 0;
-  for (const struct sched_job *j = s->jobs; j; j = j->next) n++;
-  return n;
-}
-
-/* The next job in round-robin order (after the cursor) with a waiting task
- * and fewer than share running; NULL when none. */
-static struct sched_job *next_job(struct dl_sched *s, uint32_t share) {
-  struct sched_job *start = s->cursor && s->cursor->next ? s->cursor->next : s->jobs;
-  struct sched_job *j = start;
-  do {
-    if (!j) j = s->jobs;
-    if (!j) return NULL;
-    if (j->head && j->running < share) return j;
-    j = j->next ? j->next : s->jobs;
-  } while (j != start);
-  return NULL;
-}
-
 static void dispatch(struct dl_sched *s) {
-  while (s->running < s->workers) {
-    uint32_t active = jobs_with_work(s);
-    uint32_t share = active ? (s->workers + active - 1) / active : s->workers;
-    struct sched_job *j = next_job(s, share);
-    if (!j) return;
+  struct sched_job *j;
+  while (s->running < s->workers && (j = next(s))) {
     struct sched_task *t = j->head;
     j->head = t->next;
     if (!j->head) j->tail = NULL;
@@ -158,14 +231,13 @@ static void dispatch(struct dl_sched *s) {
     while (s->live[slot]) slot++;
     t->slot = slot;
     s->live[slot] = t;
-    s->running++;
-    j->running++;
-    s->cursor = j;
+    account(s, j, 1);
+    j->tenant->jobs.cursor = &j->e;
+    s->tenants.cursor = &j->tenant->e;
     int rc = uv_queue_work(s->loop, &t->inner, task_work, task_done);
     if (rc) { /* Not expected of libuv's pool; answered as the task's failure. */
       s->live[slot] = NULL;
-      s->running--;
-      j->running--;
+      account(s, j, -1);
       job_drop_if_idle(s, j);
       t->done(t->outer, rc);
       free(t);
@@ -173,10 +245,10 @@ static void dispatch(struct dl_sched *s) {
   }
 }
 
-int dl_sched_submit(struct dl_sched *s, const char *job, uv_work_t *req, uv_work_cb work,
-                    uv_after_work_cb done) {
+int dl_sched_submit(struct dl_sched *s, const char *tenant, const char *job, uv_work_t *req,
+                    uv_work_cb work, uv_after_work_cb done) {
   struct sched_task *t = calloc(1, sizeof(*t));
-  struct sched_job *j = t ? job_get(s, job ? job : "") : NULL;
+  struct sched_job *j = t ? job_get(s, tenant ? tenant : "", job ? job : "") : NULL;
   if (!j) {
     free(t);
     return STK_ENOMEM;

@@ -4,6 +4,8 @@
  * the test releases them. A job that queued many tasks first does not make
  * a later job wait behind all of them (libuv's own FIFO would): the later
  * job takes the first worker that comes free, and two busy jobs alternate.
+ * Tenants first: a tenant with four busy jobs gets no more workers than a
+ * tenant with one.
  * Stuck: only when every worker has been on its task past the bound while
  * a task waits, and no longer once one comes free.
  */
@@ -51,11 +53,16 @@ static void done(uv_work_t *req, int status) {
   t->done = true;
 }
 
-static void submit(struct dl_sched *s, struct task *t, const char *job, const char *name) {
+static void submit_as(struct dl_sched *s, struct task *t, const char *tenant, const char *job,
+                      const char *name) {
   memset(t, 0, sizeof(*t));
   snprintf(t->name, sizeof(t->name), "%s", name);
   t->req.data = t;
-  assert_int_equal(dl_sched_submit(s, job, &t->req, work, done), 0);
+  assert_int_equal(dl_sched_submit(s, tenant, job, &t->req, work, done), 0);
+}
+
+static void submit(struct dl_sched *s, struct task *t, const char *job, const char *name) {
+  submit_as(s, t, NULL, job, name);
 }
 
 static int started_count(void) {
@@ -157,12 +164,51 @@ static void test_stuck(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Tenant "team-a-" queues two tasks in each of four jobs, then tenant
+ * "team-b-" two in one job. Each worker that comes free goes to the tenant
+ * with fewer running: team-b's tasks start 3rd and 5th (shared by job
+ * alone, team-a's other three jobs would each come before team-b's second). */
+static void test_tenants_share_before_jobs(void **state) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct dl_sched *s;
+  assert_int_equal(dl_sched_new(&loop, WORKERS, &s), 0);
+  reset();
+  struct task a[8], b[2];
+  for (int i = 0; i < 8; i++) {
+    char job[16], name[8];
+    snprintf(job, sizeof(job), "team-a-%d", i / 2);
+    snprintf(name, sizeof(name), "a%d", i);
+    submit_as(s, &a[i], "team-a-", job, name);
+  }
+  run_until_started(&loop, 2);
+  submit_as(s, &b[0], "team-b-", "team-b-x", "b0");
+  submit_as(s, &b[1], "team-b-", "team-b-x", "b1");
+  for (int k = 0; k < 10; k++) {
+    run_until_started(&loop, k + 2 < 10 ? k + 2 : 10);
+    struct task *t = NULL;
+    for (int i = 0; i < 8 && !t; i++)
+      if (!strcmp(a[i].name, started[k])) t = &a[i];
+    for (int i = 0; i < 2 && !t; i++)
+      if (!strcmp(b[i].name, started[k])) t = &b[i];
+    assert_non_null(t);
+    release(t);
+    run_until_done(&loop, t);
+  }
+  assert_string_equal(started[2], "b0");
+  assert_string_equal(started[4], "b1");
+  dl_sched_free(s);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 int main(void) {
   /* libuv sizes its pool once, at the first work queued. */
   setenv("UV_THREADPOOL_SIZE", "2", 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_later_job_not_behind_earlier),
       cmocka_unit_test(test_stuck),
+      cmocka_unit_test(test_tenants_share_before_jobs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
