@@ -37,6 +37,8 @@ static void apply_defaults(struct coord_opts *o) {
   if (!o->watch_queue_max) o->watch_queue_max = 1024;
   if (!o->stats_flush_ms) o->stats_flush_ms = 2000;
   if (!o->scale_timeout_beats) o->scale_timeout_beats = 10;
+  if (!o->kv_bytes_per_job) o->kv_bytes_per_job = (uint64_t)64 << 20;
+  if (!o->kv_bytes) o->kv_bytes = (uint64_t)1 << 30;
 }
 
 static struct coord *coord_alloc(uv_loop_t *loop, const struct coord_opts *opts) {

@@ -58,6 +58,8 @@ struct coord_opts {
   uint32_t watch_queue_max;     /* Live events a watcher may fall behind; 1024. */
   uint32_t stats_flush_ms;      /* Lazy persistence period of heartbeat stats; 2000. */
   uint32_t scale_timeout_beats; /* Heartbeat intervals a scale/pause waits for a checkpoint; 10. */
+  uint64_t kv_bytes_per_job;    /* Key-value bytes one job's generation may hold; 64 MiB. */
+  uint64_t kv_bytes;            /* Key-value bytes all jobs together may hold; 1 GiB. */
 };
 
 struct coord_stats {
@@ -70,6 +72,7 @@ struct coord_stats {
   uint64_t heartbeats;    /* Heartbeats handled. */
   uint64_t joins;         /* Joins handled. */
   uint64_t events;        /* Events recorded. */
+  uint64_t kv_bytes;      /* Key-value bytes held now, all jobs (keys, values, overhead). */
 };
 
 /* Opens the store in opts->dir, loads every job, member, KV entry and

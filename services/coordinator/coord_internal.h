@@ -91,6 +91,8 @@ struct job {
   struct list joiners; /* Parked joins by arrival. */
   struct htab joiners_by_id;
   uint32_t n_joiners;
+  uint64_t
+      kv_bytes; /* What its KV entries hold (coord_sync.c's charge), in c->stats.kv_bytes too. */
   uint64_t arrivals;
   int64_t last_call_at; /* Loop ms; 0: not armed. */
   /* Synchronisation (current generation). */
@@ -267,6 +269,10 @@ void coord_watch_end(struct coord_wait *w, int err, const char *msg);
 
 /* ---- coord_sync.c: barriers and the generation-scoped KV --------------- */
 void coord_sync_end_generation(struct job *j, int err, const char *msg);
+/* A KV entry of the current generation read back at open (charged to the
+ * job like a KvSet, never refused). */
+void coord_kv_restore(struct job *j, const char *key, size_t key_len, const uint8_t *value,
+                      size_t len);
 
 /* ---- coord_rendezvous.c: Join and the round ---------------------------- */
 void coord_round_open(struct job *j, const char *reason);

@@ -149,16 +149,7 @@ static int load_kv(struct coord *c, const char *k, size_t kl, const uint8_t *v, 
     c->batch_any = true;
     return 0;
   }
-  struct kv_entry *e = coord_xcalloc(1, sizeof(*e));
-  e->key = coord_xmalloc(rl - 9 + 1);
-  memcpy(e->key, rest + 9, rl - 9);
-  e->key[rl - 9] = 0;
-  e->value = coord_xmalloc(vl);
-  memcpy(e->value, v, vl);
-  e->len = vl;
-  e->present = true;
-  list_init(&e->waiters);
-  coord_tab_put(&j->kv, &e->hn, e->key);
+  coord_kv_restore(j, rest + 9, rl - 9, v, vl);
   return 0;
 }
 

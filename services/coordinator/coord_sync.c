@@ -25,7 +25,21 @@ static void barrier_free(struct job *j, struct barrier *b) {
   free(b);
 }
 
+/* What an entry costs the budgets (--kv-bytes-per-job, --kv-bytes): its
+ * key and value and a fixed share for the record, the hash node and the
+ * allocations; nothing while it only parks gets. */
+#define KV_ENTRY_OVERHEAD 64
+static uint64_t charge(const struct kv_entry *e) {
+  return e->present ? strlen(e->key) + e->len + KV_ENTRY_OVERHEAD : 0;
+}
+
+static void account(struct job *j, uint64_t before, uint64_t after) {
+  j->kv_bytes = j->kv_bytes - before + after;
+  j->c->stats.kv_bytes = j->c->stats.kv_bytes - before + after;
+}
+
 static void free_kv_entry(struct job *j, struct kv_entry *e) {
+  account(j, charge(e), 0);
   coord_tab_del(&j->kv, &e->hn);
   free(e->key);
   free(e->value);
@@ -170,14 +184,41 @@ static bool value_fits(struct coord_wait *w, size_t len) {
   return false;
 }
 
+/* Whether key may hold len bytes within the job's and the service's KV
+ * budgets (what it holds now is given back first); fails w if not. */
+static bool kv_fits(struct job *j, struct coord_wait *w, const char *key, size_t len) {
+  struct hnode *n = coord_tab_get(&j->kv, key);
+  uint64_t now = n ? charge(container_of(n, struct kv_entry, hn)) : 0;
+  uint64_t want = strlen(key) + len + KV_ENTRY_OVERHEAD;
+  const struct coord_opts *o = &j->c->opts;
+  if (j->kv_bytes - now + want > o->kv_bytes_per_job) {
+    coord_fail(w, STK_EBUSY,
+               "job %s: its key-value store would hold %llu bytes, over the %llu one job may "
+               "hold (--kv-bytes-per-job); delete keys first",
+               j->name, (unsigned long long)(j->kv_bytes - now + want),
+               (unsigned long long)o->kv_bytes_per_job);
+    return false;
+  }
+  if (j->c->stats.kv_bytes - now + want > o->kv_bytes) {
+    coord_fail(w, STK_EBUSY,
+               "the coordinator's key-value stores hold %llu bytes, the most all jobs may hold "
+               "(--kv-bytes); delete keys first",
+               (unsigned long long)j->c->stats.kv_bytes);
+    return false;
+  }
+  return true;
+}
+
 /* Stores len bytes as the key's value (journaled in the next group commit,
  * which every answer after this one waits for) and wakes its parked gets. */
 static void kv_store(struct job *j, struct kv_entry *e, const void *data, size_t len) {
+  uint64_t before = charge(e);
   free(e->value);
   e->value = coord_xmalloc(len ? len : 1);
   if (len) memcpy(e->value, data, len);
   e->len = len;
   e->present = true;
+  account(j, before, charge(e));
   char key[600];
   size_t kl = coord_key_kv_prefix(key, j->name, j->generation);
   memcpy(key + kl, e->key, strlen(e->key));
@@ -196,7 +237,7 @@ void coord_kv_set(struct coord *c, const Stoker__V1__KvSetRequest *req, coord_do
                   void *arg) {
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   struct job *j = kv_job(c, w, req->job, req->generation, req->key);
-  if (!j || !value_fits(w, req->value.len)) return;
+  if (!j || !value_fits(w, req->value.len) || !kv_fits(j, w, req->key, req->value.len)) return;
   kv_store(j, entry_get(j, req->key), req->value.data, req->value.len);
   Stoker__V1__Empty resp = STOKER__V1__EMPTY__INIT;
   coord_answer(w, &resp.base);
@@ -230,6 +271,7 @@ void coord_kv_add(struct coord *c, const Stoker__V1__KvAddRequest *req, coord_do
     return coord_fail(w, STK_ERANGE, "key %s: the sum overflows 64 bits", req->key);
   char text[24];
   int n = snprintf(text, sizeof(text), "%lld", (long long)value);
+  if (!kv_fits(j, w, req->key, (size_t)n)) return;
   kv_store(j, e ? e : entry_get(j, req->key), text, (size_t)n);
   Stoker__V1__KvAddResponse resp = STOKER__V1__KV_ADD_RESPONSE__INIT;
   resp.value = value;
@@ -249,6 +291,7 @@ void coord_kv_compare_set(struct coord *c, const Stoker__V1__KvCompareSetRequest
   }
   bool match = !e || (e->len == req->expected.len &&
                       (e->len == 0 || memcmp(e->value, req->expected.data, e->len) == 0));
+  if (match && !kv_fits(j, w, req->key, req->desired.len)) return;
   if (match) {
     e = e ? e : entry_get(j, req->key);
     kv_store(j, e, req->desired.data, req->desired.len);
@@ -271,10 +314,12 @@ void coord_kv_delete(struct coord *c, const Stoker__V1__KvDeleteRequest *req, co
     size_t kl = coord_key_kv_prefix(key, j->name, j->generation);
     memcpy(key + kl, e->key, strlen(e->key));
     coord_store_del(c, key, kl + strlen(e->key));
-    if (list_empty(&e->waiters))
+    if (list_empty(&e->waiters)) {
       free_kv_entry(j, e);
-    else
+    } else {
+      account(j, charge(e), 0);
       e->present = false; /* Parked gets keep waiting for a new value. */
+    }
   }
   coord_answer(w, &resp.base);
 }
@@ -316,4 +361,19 @@ struct coord_wait *coord_kv_get(struct coord *c, const Stoker__V1__KvGetRequest 
     c->stats.parked++;
   }
   return w;
+}
+
+void coord_kv_restore(struct job *j, const char *key, size_t key_len, const uint8_t *value,
+                      size_t len) {
+  struct kv_entry *e = coord_xcalloc(1, sizeof(*e));
+  e->key = coord_xmalloc(key_len + 1);
+  memcpy(e->key, key, key_len);
+  e->key[key_len] = 0;
+  e->value = coord_xmalloc(len ? len : 1);
+  if (len) memcpy(e->value, value, len);
+  e->len = len;
+  e->present = true;
+  list_init(&e->waiters);
+  coord_tab_put(&j->kv, &e->hn, e->key);
+  account(j, 0, charge(e));
 }

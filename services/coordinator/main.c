@@ -23,6 +23,8 @@ struct coordinator_config {
   uint64_t watch_queue_max;
   int64_t stats_flush_ms;
   uint64_t scale_timeout_beats;
+  uint64_t kv_bytes_per_job;
+  uint64_t kv_bytes;
 };
 
 static const struct flag_spec coordinator_options[] = {
@@ -39,6 +41,11 @@ static const struct flag_spec coordinator_options[] = {
     {"scale-timeout-beats", FLAG_UINT64, offsetof(struct coordinator_config, scale_timeout_beats),
      "10", 1, 10000, NULL,
      "Heartbeat intervals a scale or pause waits for a checkpoint before going ahead.", 0},
+    {"kv-bytes-per-job", FLAG_SIZE, offsetof(struct coordinator_config, kv_bytes_per_job), "64MiB",
+     4096, (int64_t)1 << 40, NULL,
+     "Key-value bytes one job's generation may hold; KvSet answers RESOURCE_EXHAUSTED beyond.", 0},
+    {"kv-bytes", FLAG_SIZE, offsetof(struct coordinator_config, kv_bytes), "1GiB", 4096,
+     (int64_t)1 << 42, NULL, "Key-value bytes all jobs together may hold.", 0},
 };
 
 static const struct cfg_table coordinator_table = {
@@ -123,6 +130,8 @@ static int open_core(struct coordinator *co) {
       .watch_queue_max = (uint32_t)co->cfg.watch_queue_max,
       .stats_flush_ms = (uint32_t)co->cfg.stats_flush_ms,
       .scale_timeout_beats = (uint32_t)co->cfg.scale_timeout_beats,
+      .kv_bytes_per_job = co->cfg.kv_bytes_per_job,
+      .kv_bytes = co->cfg.kv_bytes,
   };
   int rc = coord_open(daemon_loop(co->daemon), &o, &co->coord);
   if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */

@@ -471,6 +471,70 @@ static void test_kv_store_ops(void **state) {
   assert_int_equal(kv_count_(f), 6);
 }
 
+/* KvSet of a 1000-byte value under key k: the error, and the message in msg. */
+static int kv_set_big(struct fx *f, const char *job, const char *key, char msg[256]) {
+  static char value[1001];
+  memset(value, 'v', 1000);
+  Stoker__V1__KvSetRequest req = STOKER__V1__KV_SET_REQUEST__INIT;
+  req.job = (char *)job;
+  req.generation = 1;
+  req.key = (char *)key;
+  req.value.data = (uint8_t *)value;
+  req.value.len = 1000;
+  struct res *r = res_new();
+  coord_kv_set(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  snprintf(msg, 256, "%s", r->msg);
+  res_free(r);
+  return err;
+}
+
+/* Key-value budgets (issue 25, item 4): one job holds at most
+ * kv_bytes_per_job, all jobs at most kv_bytes; refusals are STK_EBUSY
+ * naming the flag and change nothing; an overwrite is charged the
+ * difference, a delete gives back; the charges survive a restart. */
+static void test_kv_budgets(void **state) {
+  struct fx *f = *state;
+  fx_close(f);
+  f->opts.kv_bytes_per_job = 8192; /* 7 entries of ~1067 bytes */
+  f->opts.kv_bytes = 12288;        /* 11 of them */
+  fx_open(f);
+  create(f, "st", 1, 1);
+  create(f, "other", 1, 1);
+  struct res *r[1];
+  join_all(f, "st", 1, r);
+  res_free(r[0]);
+  join_all(f, "other", 1, r);
+  res_free(r[0]);
+  char key[16], msg[256];
+  for (int i = 0; i < 7; i++) {
+    snprintf(key, sizeof key, "k%d", i);
+    assert_int_equal(kv_set_big(f, "st", key, msg), 0);
+  }
+  assert_int_equal(kv_set_big(f, "st", "k7", msg), STK_EBUSY);
+  assert_non_null(strstr(msg, "--kv-bytes-per-job"));
+  assert_int_equal(kv_count_(f), 7);
+  assert_int_equal(kv_set_big(f, "st", "k3", msg), 0); /* Same size again: fits. */
+  bool deleted = false;
+  assert_int_equal(kv_delete_(f, "k3", &deleted), 0);
+  assert_true(deleted);
+  assert_int_equal(kv_set_big(f, "st", "k7", msg), 0); /* Given back, taken again. */
+  for (int i = 0; i < 4; i++) {
+    snprintf(key, sizeof key, "o%d", i);
+    assert_int_equal(kv_set_big(f, "other", key, msg), 0);
+  }
+  assert_int_equal(kv_set_big(f, "other", "o4", msg), STK_EBUSY);
+  assert_non_null(strstr(msg, "(--kv-bytes)"));
+  struct coord_stats st;
+  coord_get_stats(f->c, &st);
+  assert_int_equal(st.kv_bytes, 11 * (2 + 1000 + 64));
+  fx_close(f); /* A restart charges what it reads back. */
+  fx_open(f);
+  coord_get_stats(f->c, &st);
+  assert_int_equal(st.kv_bytes, 11 * (2 + 1000 + 64));
+  assert_int_equal(kv_set_big(f, "st", "k8", msg), STK_EBUSY);
+}
+
 static void test_kv(void **state) {
   struct fx *f = *state;
   create(f, "kv", 1, 2);
@@ -748,6 +812,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_barrier, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_kv, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_kv_store_ops, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_kv_budgets, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_scale, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_pause_resume_stop_delete, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_events_watch, fx_setup, fx_teardown),
