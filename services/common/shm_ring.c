@@ -30,6 +30,8 @@ struct shm_ring {
   uint64_t *released; /* [slots], in the mapping */
   uint64_t *written;  /* Daemon: [slots], the last sequence written to each (0: none). */
   uint64_t last_seq;  /* Daemon: the highest sequence handed out. */
+  int fd;             /* Daemon: the file, to reserve a slot's pages when first written; else -1. */
+  bool *reserved;     /* Daemon: [slots], whether the slot's pages are reserved. */
   char path[SHM_RING_PATH_MAX];
 };
 
@@ -227,7 +229,9 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
   }
   struct shm_ring *r = calloc(1, sizeof(*r));
   if (r) r->written = calloc(slots, sizeof(*r->written));
-  if (!r || !r->written) {
+  if (r) r->reserved = calloc(slots, sizeof(*r->reserved));
+  if (!r || !r->written || !r->reserved) {
+    if (r) free(r->written);
     free(r);
     return STK_ENOMEM;
   }
@@ -237,31 +241,35 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
   char name[48];
   int fd = create_file(dirfd, name);
   if (fd < 0) {
+    free(r->reserved);
     free(r->written);
     free(r);
     return fd;
   }
   snprintf(r->path, sizeof(r->path), "%s/%s", dir, name);
-  /* Every page reserved now: a full tmpfs is an error here, never a
-   * SIGBUS when a slot is first written. */
-  int err = 0, rc = posix_fallocate(fd, 0, (off_t)r->map_bytes);
+  /* The file has its whole size but only the header's page now: a slot's
+   * pages are reserved when it is first written (shm_ring_reserve), so a
+   * stream whose client never maps the ring holds no more than it wrote,
+   * and a full tmpfs is an error there, never a SIGBUS. */
+  int err = 0, rc = ftruncate(fd, (off_t)r->map_bytes) != 0 ? errno : posix_fallocate(fd, 0, PAGE);
   if (rc != 0) {
-    stk_set_detail("shm ring %s: cannot reserve %llu bytes: %s", r->path,
-                   (unsigned long long)r->map_bytes, strerror(rc));
+    stk_set_detail("shm ring %s: cannot size or reserve its header: %s", r->path, strerror(rc));
     err = STK_ENOMEM;
   }
   void *p = err ? MAP_FAILED : mmap(NULL, r->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
   if (!err && p == MAP_FAILED) {
     stk_set_detail("shm ring %s: mmap: %s", r->path, strerror(errno));
     err = STK_ENOMEM;
   }
   if (err) {
+    close(fd);
     unlinkat(dirfd, name, 0);
+    free(r->reserved);
     free(r->written);
     free(r);
     return err;
   }
+  r->fd = fd;
   r->map = p;
   r->released = (uint64_t *)(void *)(r->map + RELEASED_AT);
   write_header(r, nonce);
@@ -353,6 +361,7 @@ int shm_ring_attach(const char *path, const uint8_t nonce[SHM_RING_NONCE_BYTES],
     return STK_ENOMEM;
   }
   snprintf(r->path, sizeof(r->path), "%s", path);
+  r->fd = -1;
   r->map = p;
   r->map_bytes = bytes;
   int err = read_header(r, r->map, bytes, nonce);
@@ -393,9 +402,25 @@ uint8_t *shm_ring_slot(const struct shm_ring *r, uint64_t seq) {
   return r->map + PAGE + ((seq - 1) % r->slots) * r->slot_bytes;
 }
 
+int shm_ring_reserve(struct shm_ring *r, uint64_t seq) {
+  uint32_t slot = (uint32_t)((seq - 1) % r->slots);
+  if (r->reserved[slot]) return 0;
+  int rc =
+      posix_fallocate(r->fd, (off_t)(PAGE + (uint64_t)slot * r->slot_bytes), (off_t)r->slot_bytes);
+  if (rc != 0) {
+    stk_set_detail("shm ring %s: cannot reserve slot %u (%llu bytes): %s", r->path, slot,
+                   (unsigned long long)r->slot_bytes, strerror(rc));
+    return STK_ENOMEM;
+  }
+  r->reserved[slot] = true;
+  return 0;
+}
+
 void shm_ring_free(struct shm_ring *r) {
   if (!r) return;
   munmap(r->map, r->map_bytes);
+  if (r->fd >= 0) close(r->fd);
+  free(r->reserved);
   free(r->written);
   free(r);
 }

@@ -80,8 +80,9 @@ void shm_ring_forget_owner(const char *dir);
 void shm_ring_dir_close(const char *dir, int dirfd);
 
 /* Daemon: creates dir/ring-<random hex> (0600) with slots x slot_bytes
- * (rounded up to pages), every page reserved (STK_ENOMEM when the file
- * system is full), and maps it. dir is the path of dirfd. */
+ * (rounded up to pages) and maps it; only the header's page is reserved
+ * (STK_ENOMEM when the file system is full), each slot's when it is first
+ * written (shm_ring_reserve). dir is the path of dirfd. */
 int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NONCE_BYTES],
                     uint32_t slots, uint64_t slot_bytes, struct shm_ring **ret_ring);
 
@@ -106,6 +107,12 @@ uint8_t *shm_ring_slot(const struct shm_ring *r, uint64_t seq);
  * shm_ring_written, however the client releases slots meanwhile (a slot it
  * frees behind the probe is passed over, and reused on a later turn). */
 uint64_t shm_ring_next_free(const struct shm_ring *r, uint64_t after);
+
+/* Daemon: reserves the pages of the slot of sequence seq, before it is
+ * written into (once per slot; later calls cost nothing). STK_ENOMEM with a
+ * detail when the file system is full: the slot must not be written then
+ * (a write to an unreserved page of a full tmpfs is a SIGBUS). */
+int shm_ring_reserve(struct shm_ring *r, uint64_t seq);
 
 /* Daemon: sequence seq (from shm_ring_next_free, in growing order) is
  * written and handed to the client. */

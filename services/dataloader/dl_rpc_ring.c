@@ -63,6 +63,12 @@ uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint64_t after, uint64_t
     *ret_full = true;
     return NULL;
   }
+  stk_clear_detail();
+  if (shm_ring_reserve(r->ring, seq) != 0) { /* tmpfs full: this and later batches inline */
+    log_warn("stream", "shared-memory ring: %s; sending inline", stk_detail());
+    r->off = true;
+    return NULL;
+  }
   *ret_seq = seq;
   *ret_bytes = shm_ring_slot_bytes(r->ring) / r->token_bytes * 4;
   return (uint32_t *)(void *)shm_ring_slot(r->ring, seq);

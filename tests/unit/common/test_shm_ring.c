@@ -3,9 +3,10 @@
  * geometry, release words); the daemon never gets a slot back before the
  * client released it; the client refuses every file that is not the ring
  * it asked for (wrong nonce or magic, geometry larger than the file, a
- * symbolic link, a short file); the daemon's file is reserved, not sparse and takes the name away
- * once attached; the ring directory must be private, and opening it removes stale rings; orphaned
- * auto directories are swept.
+ * symbolic link, a short file); the daemon's file takes pages as its slots
+ * are first written (the header at creation, each slot at shm_ring_reserve),
+ * and the name goes away once attached; the ring directory must be private, and opening it removes
+ * stale rings; orphaned auto directories are swept.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -61,7 +62,16 @@ static void test_round_trip(void **state) {
   struct shm_ring *d = NULL, *c = NULL;
   assert_int_equal(shm_ring_create(f->dirfd, f->dir, f->nonce, 3, 5000, &d), 0);
   assert_int_equal(shm_ring_slot_bytes(d), 8192); /* Whole pages. */
-  struct stat st; /* Reserved, not sparse: a full tmpfs fails here, not later. */
+  struct stat st; /* Its whole size, but only the header's page so far. */
+  assert_int_equal(stat(shm_ring_path(d), &st), 0);
+  assert_int_equal(st.st_size, 4096 + 3 * 8192);
+  assert_true((uint64_t)st.st_blocks * 512 < 4096 + 8192);
+  assert_int_equal(shm_ring_reserve(d, 1), 0);
+  assert_int_equal(shm_ring_reserve(d, 1), 0); /* Once per slot. */
+  assert_int_equal(stat(shm_ring_path(d), &st), 0);
+  assert_true((uint64_t)st.st_blocks * 512 >= 4096 + 8192);
+  assert_true((uint64_t)st.st_blocks * 512 < 4096 + 2 * 8192);
+  for (uint64_t seq = 2; seq <= 3; seq++) assert_int_equal(shm_ring_reserve(d, seq), 0);
   assert_int_equal(stat(shm_ring_path(d), &st), 0);
   assert_true((uint64_t)st.st_blocks * 512 >= 4096 + 3 * 8192);
   char path[SHM_RING_PATH_MAX];
