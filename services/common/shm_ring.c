@@ -416,6 +416,12 @@ int shm_ring_reserve(struct shm_ring *r, uint64_t seq) {
   return 0;
 }
 
+uint64_t shm_ring_reserved_bytes(const struct shm_ring *r) {
+  uint64_t n = PAGE;
+  for (uint32_t i = 0; i < r->slots; i++) n += r->reserved[i] ? r->slot_bytes : 0;
+  return n;
+}
+
 void shm_ring_free(struct shm_ring *r) {
   if (!r) return;
   munmap(r->map, r->map_bytes);

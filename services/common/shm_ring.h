@@ -113,6 +113,9 @@ uint64_t shm_ring_next_free(const struct shm_ring *r, uint64_t after);
  * detail when the file system is full: the slot must not be written then
  * (a write to an unreserved page of a full tmpfs is a SIGBUS). */
 int shm_ring_reserve(struct shm_ring *r, uint64_t seq);
+/* Daemon: the file's pages reserved so far (the header's and each slot
+ * first written), what the ring holds of the file system. */
+uint64_t shm_ring_reserved_bytes(const struct shm_ring *r);
 
 /* Daemon: sequence seq (from shm_ring_next_free, in growing order) is
  * written and handed to the client. */

@@ -372,6 +372,9 @@ int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
   a->max_prefetch = opts && opts->max_prefetch ? opts->max_prefetch : 16;
   a->default_prefetch = opts && opts->default_prefetch ? opts->default_prefetch : 2;
   if (a->default_prefetch > a->max_prefetch) a->default_prefetch = a->max_prefetch;
+  a->stream_bytes = opts && opts->stream_bytes ? opts->stream_bytes : (uint64_t)1 << 30;
+  a->stream_bytes_per_job =
+      opts && opts->stream_bytes_per_job ? opts->stream_bytes_per_job : (uint64_t)256 << 20;
   register_metrics(a, opts ? opts->metrics : NULL);
   rc = start_stuck_timer(a);
   if (!rc)

@@ -30,6 +30,12 @@ struct dl_rpc_opts {
   uint32_t workers;  /* The loop's threadpool size (UV_THREADPOOL_SIZE); 0: 4. */
   uint64_t stuck_ms; /* Health says NOT_SERVING while every worker has been on one
                         task this long and calls wait (dl_sched.h); 0: 60 s. */
+  /* What streams may hold ahead of their clients (batches generated and
+   * not yet sent, ring pages reserved), all of them and one job's; beyond,
+   * streams generate no further ahead than one batch and a new stream
+   * answers RESOURCE_EXHAUSTED. 0: 1 GiB and 256 MiB. */
+  uint64_t stream_bytes;
+  uint64_t stream_bytes_per_job;
 };
 
 /* Registers stoker.v1.Dataloader on s, served by dl on loop (the server's

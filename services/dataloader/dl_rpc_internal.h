@@ -27,10 +27,11 @@ struct dl_rpc {
   struct metric_gauge *prefetched; /* Generated, not yet sent, over all streams. */
   struct dl_stream *streams;       /* Open streams (doubly linked). */
   bool draining;
-  int shm_dirfd;           /* Directory of shared-memory rings; -1: off. */
-  char *shm_dir;           /* Its path. */
-  uint64_t shm_ring_bytes; /* Largest ring of one stream. */
-  uint32_t tokens_field;   /* Batch.tokens' field number (sent borrowed). */
+  int shm_dirfd;                               /* Directory of shared-memory rings; -1: off. */
+  char *shm_dir;                               /* Its path. */
+  uint64_t shm_ring_bytes;                     /* Largest ring of one stream. */
+  uint64_t stream_bytes, stream_bytes_per_job; /* Budgets of what streams hold (dl_rpc.h). */
+  uint32_t tokens_field;                       /* Batch.tokens' field number (sent borrowed). */
   struct dl_sched *sched;  /* Every core call goes through it (fair shares per job). */
   struct rpc_server *rpc;  /* For health: NOT_SERVING while the workers are stuck. */
   uv_timer_t *stuck_timer; /* Checks dl_sched_stuck every second; NULL once closed. */

@@ -17,6 +17,14 @@
  * With shared-memory delivery (dl_rpc_ring.c) a generation also needs a
  * free ring slot: while the client holds them all, a 1 ms timer retries.
  *
+ * Budgets: what a stream holds ahead of its client (ready batches whose
+ * tokens are inline, and its ring's reserved pages) counts against the
+ * daemon's stream_bytes and its job's stream_bytes_per_job. Past either, a
+ * stream generates ahead only while it has nothing ready (one batch: every
+ * stream still moves), a group is cut to what is left of the budgets, and a
+ * new stream answers RESOURCE_EXHAUSTED naming the flag: a client that
+ * opens streams and never reads holds at most its job's budget.
+ *
  * The stream ends once nothing is in flight: after `count` batches (OK), on
  * a core error once the ready batches were sent (the error's status), on
  * cancel (nothing more is sent), or on drain (UNAVAILABLE naming the step
@@ -50,6 +58,8 @@ struct dl_stream {
   int64_t next_send; /* Step the client gets next. */
   struct ready *ready;
   uint32_t head, n_ready; /* FIFO in ready[prefetch]. */
+  uint64_t inline_bytes;  /* Token bytes of the ready batches that go inline. */
+  uint64_t batch_bytes;   /* Of the last batch generated (0: none yet), to size groups. */
   uv_work_t work;
   bool generating, sending, stopping;
   struct dl_stream_ring shm;
@@ -70,6 +80,31 @@ struct dl_stream {
 };
 
 static void pump(struct dl_stream *s);
+
+static uint64_t token_bytes(const struct dl_batch *b) {
+  return (uint64_t)b->lines * b->line_tokens * sizeof(uint32_t);
+}
+
+/* What s holds ahead of its client. */
+static uint64_t held(const struct dl_stream *s) {
+  return s->inline_bytes + (s->shm.ring ? shm_ring_reserved_bytes(s->shm.ring) : 0);
+}
+
+/* What the streams of job (NULL: every job) hold. */
+static uint64_t held_by(const struct dl_rpc *a, const char *job) {
+  uint64_t n = 0;
+  for (const struct dl_stream *s = a->streams; s; s = s->next)
+    if (!job || strcmp(s->req->job, job) == 0) n += held(s);
+  return n;
+}
+
+/* Bytes s may still take before its job's or the daemon's budget. */
+static uint64_t budget_left(const struct dl_stream *s) {
+  uint64_t all = held_by(s->a, NULL), job = held_by(s->a, s->req->job);
+  uint64_t left_all = all < s->a->stream_bytes ? s->a->stream_bytes - all : 0;
+  uint64_t left_job = job < s->a->stream_bytes_per_job ? s->a->stream_bytes_per_job - job : 0;
+  return left_all < left_job ? left_all : left_job;
+}
 
 static void stop(struct dl_stream *s, int code, const char *msg) {
   if (s->stopping) return;
@@ -145,6 +180,8 @@ static void take_generated(struct dl_stream *s, uint32_t j) {
   else
     dl_stream_ring_setup(&s->shm, s->a, s->prefetch, b);
   s->ready[(s->head + s->n_ready) % s->prefetch] = (struct ready){.b = *b, .seq = seq};
+  if (!seq) s->inline_bytes += token_bytes(b);
+  s->batch_bytes = token_bytes(b);
   s->n_ready++;
   s->next_gen++;
   s->left--;
@@ -190,6 +227,11 @@ static void start_generation(struct dl_stream *s) {
   uint64_t room = s->prefetch - s->n_ready;
   if (room > s->left) room = s->left;
   if (room > GEN_GROUP) room = GEN_GROUP;
+  /* No further than the budgets let (a batch's size is known after the
+   * first); with nothing ready, one batch whatever they say. */
+  uint64_t fits = s->batch_bytes ? budget_left(s) / s->batch_bytes : 1;
+  if (room > fits) room = fits > 0 || s->n_ready > 0 ? fits : 1;
+  if (room == 0) return; /* Pumped again when a send completes. */
   uint32_t want = 0;
   bool full = false;
   s->gen_dest_bytes = 0;
@@ -284,6 +326,7 @@ static void send_front(struct dl_stream *s) {
       dl_rpc_count_served(s->a, &e->b);
       if (shm && s->a->shm_batches) metric_counter_add(s->a->shm_batches, 1);
     }
+    if (!e->seq) s->inline_bytes -= token_bytes(&e->b);
     dl_batch_free(&e->b);
     s->head = (s->head + 1) % s->prefetch;
     s->n_ready--;
@@ -302,7 +345,8 @@ static bool error_pending(const struct dl_stream *s) {
 static void pump(struct dl_stream *s) {
   bool flush = !s->stopping || error_pending(s);
   if (flush && !s->sending && s->n_ready > 0) send_front(s);
-  if (!s->stopping && !s->generating && s->left > 0 && s->n_ready < s->prefetch)
+  if (!s->stopping && !s->generating && s->left > 0 && s->n_ready < s->prefetch &&
+      (s->n_ready == 0 || budget_left(s) > 0))
     start_generation(s);
   if (!s->stopping && s->left == 0 && s->n_ready == 0 && !s->sending && !s->generating)
     stop(s, RPC_OK, "");
@@ -357,6 +401,18 @@ void dl_rpc_stream(struct rpc_call *call, struct dl_rpc *a,
   }
   if (a->draining) {
     rpc_finish(call, RPC_UNAVAILABLE, "dataloader is shutting down; retry");
+    return;
+  }
+  uint64_t job_held = held_by(a, r->job), all_held = held_by(a, NULL);
+  if (job_held >= a->stream_bytes_per_job || all_held >= a->stream_bytes) {
+    bool job = job_held >= a->stream_bytes_per_job;
+    rpc_finish(call, RPC_RESOURCE_EXHAUSTED,
+               "%s hold %llu bytes ahead of their clients, the most %s (%s); read or cancel "
+               "them first",
+               job ? "the streams of this job" : "the streams of every job",
+               (unsigned long long)(job ? job_held : all_held),
+               job ? "one job's may hold" : "this dataloader keeps",
+               job ? "--stream-bytes-per-job" : "--stream-bytes");
     return;
   }
   struct dl_stream *s = calloc(1, sizeof(*s));

@@ -26,6 +26,8 @@ struct dataloader_config {
   uint64_t max_batch_bytes;
   uint64_t max_prefetch;
   uint64_t default_prefetch;
+  uint64_t stream_bytes;
+  uint64_t stream_bytes_per_job;
   uint64_t worker_threads;
   int64_t worker_stuck_ms;
   uint64_t keep_commits;
@@ -54,6 +56,11 @@ static const struct flag_spec dataloader_options[] = {
            "Largest prefetch depth a StreamBatches call may ask for."),
     DL_ROW("default-prefetch", FLAG_UINT64, default_prefetch, "2", 1, 1024,
            "Prefetch depth of a StreamBatches call that asks for 0."),
+    DL_ROW("stream-bytes", FLAG_SIZE, stream_bytes, "1GiB", 1 << 20, (int64_t)1 << 42,
+           "What all streams may hold ahead of their clients (generated batches, ring pages); "
+           "beyond, a new stream answers RESOURCE_EXHAUSTED."),
+    DL_ROW("stream-bytes-per-job", FLAG_SIZE, stream_bytes_per_job, "256MiB", 1 << 20,
+           (int64_t)1 << 42, "The same for the streams of one job."),
     DL_ROW("worker-threads", FLAG_UINT64, worker_threads, "4", 1, 1024,
            "Threads generating batches and writing state (the libuv threadpool size); jobs "
            "with work share them fairly."),
@@ -209,6 +216,8 @@ static int register_adapter(struct dataloader *d) {
       .shm_ring_bytes = d->cfg.shm_ring_bytes,
       .workers = (uint32_t)d->cfg.worker_threads,
       .stuck_ms = (uint64_t)d->cfg.worker_stuck_ms,
+      .stream_bytes = d->cfg.stream_bytes,
+      .stream_bytes_per_job = d->cfg.stream_bytes_per_job,
   };
   rc = dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
   if (rc) log_error("startup", "%s: %s", stk_strerror(rc), stk_detail());

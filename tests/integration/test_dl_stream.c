@@ -35,6 +35,14 @@ static int setup(void **state) {
   return tdl_daemon_open(&f->d, &f->rc, args, &f->metrics_port);
 }
 
+/* A daemon whose streams of one job may hold 12 MiB ahead of their clients. */
+static int setup_budget(void **state) {
+  struct fixture *f = calloc(1, sizeof(*f));
+  const char *args[] = {"--max-prefetch", "8", "--stream-bytes-per-job", "12MiB", NULL};
+  *state = f;
+  return tdl_daemon_open(&f->d, &f->rc, args, &f->metrics_port);
+}
+
 static int teardown(void **state) {
   struct fixture *f = *state;
   tdl_daemon_close(f->d, f->rc);
@@ -177,6 +185,63 @@ static void test_sigterm_ends_streams(void **state) {
   tdl_gate_destroy(&g);
 }
 
+/* StreamBatches with prefetch 8 of 4 MiB batches whose client never reads:
+ * status of a further stream of the same job once the first one stalled
+ * (RESOURCE_EXHAUSTED naming the flag, within 20 s), and that the first
+ * one holds no more than the job's budget and a batch. */
+static int refused_stream(struct rpc_client *rc, const char *job, char *msg, size_t msg_len) {
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = (char *)job;
+  req.world = 1;
+  req.prefetch = 8;
+  req.count = 1;
+  for (int64_t until = harness_now_ms() + 20000; harness_now_ms() < until; harness_sleep_ms(100)) {
+    struct tdl_stream s;
+    assert_int_equal(tdl_stream_run(rc, &req, 100, &s), 0);
+    int code = s.st.code;
+    snprintf(msg, msg_len, "%s", s.st.message);
+    tdl_stream_free(&s);
+    if (code != RPC_OK) return code;
+  }
+  return RPC_OK;
+}
+
+/* Issue 25, item 4: a job whose client opens a stream and never reads
+ * holds at most its budget; its next stream is refused with a clear
+ * answer, another job's stream and GetBatch are served meanwhile, and the
+ * job streams again once the greedy stream is cancelled. */
+static void test_unread_streams_hold_at_most_the_jobs_budget(void **state) {
+  struct fixture *f = *state;
+  create(f, "greedy", 4095, 256); /* 4 MiB a batch */
+  create(f, "fine", 63, 8);
+  struct tdl_gate g;
+  tdl_gate_init(&g, false);
+  Stoker__V1__StreamBatchesRequest req = STOKER__V1__STREAM_BATCHES_REQUEST__INIT;
+  req.job = "greedy";
+  req.world = 1;
+  req.prefetch = 8;
+  struct rpc_client_call *call = tdl_gate_stream(f->rc, &g, &req);
+  struct rpc_client *other = harness_rpc(f->d); /* f->rc's thread waits at the gate */
+  char msg[512];
+  assert_int_equal(refused_stream(other, "greedy", msg, sizeof msg), RPC_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(msg, "--stream-bytes-per-job"));
+  double ahead = tdl_metric(f->metrics_port, PREFETCHED);
+  print_message("greedy stream: %.0f batches of 4 MiB ready (budget 12 MiB)\n", ahead);
+  assert_true(ahead <= 4); /* 12 MiB and the batch that was in hand */
+  struct tdl_stream s;
+  tdl_stream_count(other, "fine", 0, 0, 1, 2, 5, &s);
+  assert_int_equal(s.n, 5);
+  tdl_stream_free(&s);
+  tdl_gate_release(&g);
+  rpc_client_call_cancel(call);
+  tdl_gate_wait_done(&g, 1);
+  tdl_gate_destroy(&g);
+  int64_t until = harness_now_ms() + 10000;
+  while (refused_stream(other, "greedy", msg, sizeof msg) != RPC_OK)
+    assert_true(harness_now_ms() < until);
+  rpc_client_free(other);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 2;
   const struct CMUnitTest tests[] = {
@@ -184,6 +249,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_prefetch_bound_and_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_streams, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sigterm_ends_streams, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unread_streams_hold_at_most_the_jobs_budget,
+                                      setup_budget, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
