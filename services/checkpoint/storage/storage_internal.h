@@ -32,7 +32,8 @@ struct storage {
 /* Backend constructor of fs_backend.c (storage_s3.c's is storage_open_s3). */
 int fs_backend_open(const char *root_dir, struct storage **ret);
 
-/* Wraps a backend in a new struct storage; NULL on out of memory. */
+/* Wraps a backend in a new struct storage; NULL on out of memory
+ * (storage_base.c, below every backend; so is storage_key_check). */
 struct storage *storage_wrap(const struct storage_backend *be, void *impl,
                              const struct storage_caps *caps);
 
