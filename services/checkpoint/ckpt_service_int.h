@@ -291,7 +291,7 @@ int ckpt_admit(struct ckpt_service *s, const char *job, int64_t step);
 /* Feeds a validated chunk whose bytes are in shm segment c->shm_name
  * (len bytes at c->shm_offset): 0, CKPT_WRITE_WAIT or a negative error. */
 int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len);
-/* ckpt_staging.c helpers shared with ckpt_staging_shm.c. */
+/* ---- ckpt_staging_obj.c (below both feeds: calls neither) ---- */
 struct obj *staging_obj_new(struct attempt *a, uint32_t rank);
 int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
 /* The object's part being filled; a new one (the next number) when none.
