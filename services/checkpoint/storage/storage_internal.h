@@ -1,6 +1,8 @@
 /*
  * The backend table behind storage.h: each backend fills one and
- * storage.c validates arguments once before dispatching.
+ * storage.c validates arguments once before dispatching. The backends call
+ * down to storage_base.c (storage_wrap, the key rules), never up to
+ * storage.c.
  */
 #ifndef STK_STORAGE_INTERNAL_H
 #define STK_STORAGE_INTERNAL_H
