@@ -1,51 +1,16 @@
 /*
- * The client object and the one mechanism every blocking call uses: start
- * the asynchronous rpc call, then wait on a condition variable until its
- * callback ran (curl's easy-over-multi shape: one engine, thin shells).
- * Also keeps each thread's last server status for error messages.
+ * The client object's life: stk_client_new (the channel, its options and
+ * token file, the membership state) and stk_client_free. It sits on top of
+ * the library's ladder: the blocking call (client_call.c), the token
+ * (client_token.c) and the base (client_base.c: last error, clocks) are
+ * below it, and none of them calls it.
  */
 #include "client_internal.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define DEFAULT_TIMEOUT_MS 30000
-
-static _Thread_local struct {
-  int code;
-  char message[512];
-} last_error;
-
-void client_set_error(int grpc_code, const char *fmt, ...) {
-  va_list ap;
-  last_error.code = grpc_code;
-  va_start(ap, fmt);
-  vsnprintf(last_error.message, sizeof(last_error.message), fmt, ap);
-  va_end(ap);
-}
-
-const char *stk_client_last_error(int *ret_grpc_code) {
-  if (ret_grpc_code) *ret_grpc_code = last_error.code;
-  return last_error.message;
-}
-
-int client_fail(int err, const char *what) {
-  client_set_error(stk_error_to_grpc(err), "%s: %s", what, stk_strerror(err));
-  return err;
-}
-
-int64_t client_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms) {
-  return timeout_ms > 0 ? timeout_ms : c->default_timeout_ms;
-}
 
 static char *dup_opt(const char *s) {
   return s ? strdup(s) : NULL;
@@ -126,112 +91,4 @@ void stk_client_free(struct stk_client *c) {
   pthread_mutex_destroy(&c->token_mu);
   pthread_mutex_destroy(&c->mu);
   free(c);
-}
-
-/* ----------------------------------------------------------------- waiter */
-
-void waiter_init(struct waiter *w) {
-  memset(w, 0, sizeof(*w));
-  pthread_mutex_init(&w->mu, NULL);
-  client_cond_init(&w->cv);
-}
-
-void waiter_close(struct waiter *w) {
-  if (w->resp) protobuf_c_message_free_unpacked(w->resp, NULL);
-  pthread_cond_destroy(&w->cv);
-  pthread_mutex_destroy(&w->mu);
-}
-
-static void waiter_done(void *arg, const struct rpc_status *st, ProtobufCMessage *resp) {
-  struct waiter *w = arg;
-  pthread_mutex_lock(&w->mu);
-  /* The call handle dies when we return: let cancellers leave it first. */
-  while (w->cancelling > 0) pthread_cond_wait(&w->cv, &w->mu);
-  w->st = *st;
-  w->resp = resp;
-  w->done = true;
-  w->call = NULL;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
-                 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
-                 int64_t timeout_ms) {
-  struct rpc_client_call *call = NULL;
-  int err = rpc_client_unary_async(client_rpc(c), method, req, resp_desc,
-                                   client_timeout(c, timeout_ms), waiter_done, w, &call);
-  pthread_mutex_lock(&w->mu);
-  if (err < 0) {
-    w->st.code = stk_error_to_grpc(err);
-    snprintf(w->st.message, sizeof(w->st.message), "%s", stk_strerror(err));
-    w->done = true;
-  } else if (!w->done) {
-    w->call = call;
-  }
-  pthread_mutex_unlock(&w->mu);
-  return err;
-}
-
-int waiter_wait(struct waiter *w) {
-  pthread_mutex_lock(&w->mu);
-  while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
-  pthread_mutex_unlock(&w->mu);
-  if (w->st.code == RPC_OK) return 0;
-  client_set_error(w->st.code, "%s", w->st.message);
-  return stk_error_from_grpc(w->st.code);
-}
-
-void client_cond_init(pthread_cond_t *cv) {
-  pthread_condattr_t a;
-  pthread_condattr_init(&a);
-  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-  pthread_cond_init(cv, &a);
-  pthread_condattr_destroy(&a);
-}
-
-void client_deadline_after(struct timespec *ts, int64_t ms) {
-  clock_gettime(CLOCK_MONOTONIC, ts);
-  int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
-  ts->tv_sec += ms / 1000 + ns / 1000000000;
-  ts->tv_nsec = ns % 1000000000;
-}
-
-void waiter_cancel(struct waiter *w) {
-  pthread_mutex_lock(&w->mu);
-  if (!w->done && w->call) {
-    struct rpc_client_call *call = w->call;
-    w->cancelling++;
-    pthread_mutex_unlock(&w->mu);
-    rpc_client_call_cancel(call);
-    pthread_mutex_lock(&w->mu);
-    w->cancelling--;
-    pthread_cond_broadcast(&w->cv);
-  }
-  pthread_mutex_unlock(&w->mu);
-}
-
-static int call_once(struct stk_client *c, const char *method, const ProtobufCMessage *req,
-                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                     ProtobufCMessage **ret_resp) {
-  struct waiter w;
-  waiter_init(&w);
-  waiter_start(&w, c, method, req, resp_desc, timeout_ms);
-  int err = waiter_wait(&w);
-  if (err == 0 && ret_resp) {
-    *ret_resp = w.resp;
-    w.resp = NULL;
-  }
-  waiter_close(&w);
-  return err;
-}
-
-int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                ProtobufCMessage **ret_resp) {
-  int err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
-  /* Refused for its token: a rotated token file gets one more try. */
-  if (err == STK_EUNAUTH && client_token_refresh(c, true) == 1)
-    err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
-  return err;
 }

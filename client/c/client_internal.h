@@ -69,44 +69,26 @@ struct waiter {
   ProtobufCMessage *resp; /* Owned by the waiter until taken. */
 };
 
-void waiter_init(struct waiter *w);
-/* Frees a response not taken; destroys the sync objects. */
-void waiter_close(struct waiter *w);
-/* Starts the call; on failure the waiter is already done with the error. */
-int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
-                 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
-                 int64_t timeout_ms);
-/* Waits for the end; returns 0 or the mapped error, recording the status
- * as this thread's last error. */
-int waiter_wait(struct waiter *w);
-/* Asks the call to stop if still open. Any thread. */
-/* Every condition variable of the client waits on CLOCK_MONOTONIC (a wall
- * clock step never shortens or stretches a wait): initialise each with
- * client_cond_init and compute timed-wait deadlines with
- * client_deadline_after, an absolute CLOCK_MONOTONIC time ms from now. */
-void client_cond_init(pthread_cond_t *cv);
-void client_deadline_after(struct timespec *ts, int64_t ms);
+/* The files below stack as a ladder (README.md), bottom first here: each
+ * calls only the files declared before it. */
 
-void waiter_cancel(struct waiter *w);
-
-/* Blocking unary call: *ret_resp owned by the caller on success. */
-int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
-                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
-                ProtobufCMessage **ret_resp);
-
-/* timeout_ms, or the client's default when <= 0. */
-int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms);
+/* ---- client_base.c: last error, clocks, timeouts (calls no file here) ---- */
 
 /* Sets this thread's last error. */
 void client_set_error(int grpc_code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Records a local failure (err's gRPC code, stk_strerror text) and
  * returns err. */
 int client_fail(int err, const char *what);
-
-/* Opens another channel to the client's server with the same options and
- * the current token (the CA and certificate files are read again).
- * Errors: as rpc_client_new. */
-int client_new_channel(struct stk_client *c, struct rpc_client **ret_rpc);
+/* Monotonic clock in milliseconds. */
+int64_t client_now_ms(void);
+/* timeout_ms, or the client's default when <= 0. */
+int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms);
+/* Every condition variable of the client waits on CLOCK_MONOTONIC (a wall
+ * clock step never shortens or stretches a wait): initialise each with
+ * client_cond_init and compute timed-wait deadlines with
+ * client_deadline_after, an absolute CLOCK_MONOTONIC time ms from now. */
+void client_cond_init(pthread_cond_t *cv);
+void client_deadline_after(struct timespec *ts, int64_t ms);
 
 /* ---- client_token.c: following the token file ---- */
 
@@ -121,9 +103,31 @@ extern int64_t client_token_reload_ms;
 int client_token_refresh(struct stk_client *c, bool now);
 /* The client's channel for a call about to start, after a due refresh. */
 struct rpc_client *client_rpc(struct stk_client *c);
+/* Opens another channel to the client's server with the same options and
+ * the current token (the CA and certificate files are read again).
+ * Errors: as rpc_client_new. */
+int client_new_channel(struct stk_client *c, struct rpc_client **ret_rpc);
 
-/* Monotonic clock in milliseconds. */
-int64_t client_now_ms(void);
+/* ---- client_call.c: the waiter and the blocking call ---- */
+
+void waiter_init(struct waiter *w);
+/* Frees a response not taken; destroys the sync objects. */
+void waiter_close(struct waiter *w);
+/* Starts the call; on failure the waiter is already done with the error. */
+int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
+                 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                 int64_t timeout_ms);
+/* Waits for the end; returns 0 or the mapped error, recording the status
+ * as this thread's last error. */
+int waiter_wait(struct waiter *w);
+/* Asks the call to stop if still open. Any thread. */
+void waiter_cancel(struct waiter *w);
+/* Blocking unary call: *ret_resp owned by the caller on success. */
+int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                ProtobufCMessage **ret_resp);
+
+/* ---- membership.c: join, heartbeats, actions (under client.c) ---- */
 
 /* Stops and joins the heartbeat thread, if any. Call without c->mu. */
 void membership_stop_heartbeat(struct stk_client *c);

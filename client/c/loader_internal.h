@@ -69,19 +69,18 @@ int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step,
                        uint32_t world, const struct stk_batch_stream_opts *opts, bool partial_ok,
                        struct stk_batch_stream **ret_stream);
 
-/* The stream of a scaled-out job: one partial stream per part, assembled
- * step by step (loader_parts_stream.c). */
-struct parts_stream;
-int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const char *job,
-                             int64_t from_step, uint32_t rank, uint32_t world, uint32_t prefetch,
-                             struct parts_stream **ret);
-int loader_parts_stream_next(struct parts_stream *ps, int64_t timeout_ms,
-                             struct stk_batch *ret_batch);
-void loader_parts_stream_free(struct parts_stream *ps); /* Accepts NULL. */
-/* Whether a part's stream ended normally (stk_batch_stream_ended). */
-bool loader_parts_stream_ended(struct parts_stream *ps);
-/* A struct stk_batch_stream over ps (taken in every case). */
-int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_stream);
+/* A batch stream whose batches come from elsewhere (a scaled-out job's,
+ * assembled in loader_parts_stream.c): stk_batch_stream_next, _ended and
+ * _free call these with impl. */
+struct loader_stream_ops {
+  int (*next)(void *impl, int64_t timeout_ms, struct stk_batch *ret_batch);
+  bool (*ended)(void *impl);
+  void (*free)(void *impl);
+};
+/* A struct stk_batch_stream over impl (taken in every case: freed with
+ * ops->free when the wrap fails). */
+int loader_stream_wrap(const struct loader_stream_ops *ops, void *impl,
+                       struct stk_batch_stream **ret_stream);
 
 /* The loader of a scaled-out job (loader_parts.c). */
 struct stk_loader {

@@ -104,7 +104,8 @@ struct parts_stream {
   bool *have;                     /* [n] */
 };
 
-void loader_parts_stream_free(struct parts_stream *ps) {
+/* Accepts NULL. */
+static void parts_stream_free(struct parts_stream *ps) {
   if (!ps) return;
   for (uint32_t i = 0; i < ps->n; i++) {
     stk_batch_stream_free(ps->subs[i]);
@@ -116,7 +117,7 @@ void loader_parts_stream_free(struct parts_stream *ps) {
   free(ps);
 }
 
-int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const char *job,
+static int parts_stream_open(struct stk_client *const *parts, uint32_t n, const char *job,
                              int64_t from_step, uint32_t rank, uint32_t world, uint32_t prefetch,
                              struct parts_stream **ret) {
   struct parts_stream *ps = calloc(1, sizeof(*ps));
@@ -126,7 +127,7 @@ int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const 
     ps->have = calloc(n, sizeof(*ps->have));
   }
   if (!ps || !ps->subs || !ps->held || !ps->have) {
-    loader_parts_stream_free(ps);
+    parts_stream_free(ps);
     return client_fail(STK_ENOMEM, "stream batches");
   }
   int err = 0;
@@ -137,15 +138,15 @@ int loader_parts_stream_open(struct stk_client *const *parts, uint32_t n, const 
     if (err < 0) err = loader_part_failed(n, i, err);
   }
   if (err < 0) {
-    loader_parts_stream_free(ps);
+    parts_stream_free(ps);
     return err;
   }
   *ret = ps;
   return 0;
 }
 
-int loader_parts_stream_next(struct parts_stream *ps, int64_t timeout_ms,
-                             struct stk_batch *ret_batch) {
+static int parts_stream_next(void *impl, int64_t timeout_ms, struct stk_batch *ret_batch) {
+  struct parts_stream *ps = impl;
   int64_t deadline = client_now_ms() + timeout_ms;
   for (uint32_t i = 0; i < ps->n; i++) {
     if (ps->have[i]) continue;
@@ -159,18 +160,30 @@ int loader_parts_stream_next(struct parts_stream *ps, int64_t timeout_ms,
   return loader_assemble(ps->held, ps->n, ret_batch); /* takes held[] */
 }
 
-bool loader_parts_stream_ended(struct parts_stream *ps) {
+/* Whether a part's stream ended normally (stk_batch_stream_ended). */
+static bool parts_stream_ended(void *impl) {
+  struct parts_stream *ps = impl;
   for (uint32_t i = 0; i < ps->n; i++)
     if (stk_batch_stream_ended(ps->subs[i])) return true;
   return false;
 }
+
+static void parts_stream_free_impl(void *impl) {
+  parts_stream_free(impl);
+}
+
+static const struct loader_stream_ops parts_stream_ops = {
+    .next = parts_stream_next,
+    .ended = parts_stream_ended,
+    .free = parts_stream_free_impl,
+};
 
 int stk_loader_stream_all(struct stk_loader *l, const char *job, int64_t from_step, uint32_t rank,
                           uint32_t world, uint32_t prefetch, struct stk_batch_stream **ret_stream) {
   if (!job || !ret_stream) return client_fail(STK_EINVAL, "stream batches");
   if (l->n == 1)
     return stk_batch_stream_open(l->parts[0], job, from_step, rank, world, prefetch, ret_stream);
-  struct parts_stream *ps;
-  int err = loader_parts_stream_open(l->parts, l->n, job, from_step, rank, world, prefetch, &ps);
-  return err < 0 ? err : loader_stream_wrap(ps, ret_stream);
+  struct parts_stream *ps = NULL;
+  int err = parts_stream_open(l->parts, l->n, job, from_step, rank, world, prefetch, &ps);
+  return err < 0 ? err : loader_stream_wrap(&parts_stream_ops, ps, ret_stream);
 }

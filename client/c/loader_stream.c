@@ -15,6 +15,10 @@
  * reopens it from the next step without shared memory, once (or, opened
  * with STK_SHM_REQUIRE, ends the stream with STK_ESTATE).
  *
+ * A stream made elsewhere (a scaled-out job's, assembled from one stream per
+ * part in loader_parts_stream.c, above this file) is wrapped with the ops
+ * its maker hands loader_stream_wrap, so this file never calls up.
+ *
  * Token width: a stream opened with token_bytes 8 asks the daemon to write
  * int64 tokens into its ring (StreamBatchesRequest.shm_token_bytes), so a
  * trainer that wants int64 (PyTorch's token ids) views them in place;
@@ -92,9 +96,10 @@ int loader_get_batch_async(struct stk_client *c, const char *job, int64_t step, 
 /* ----------------------------------------------------- batch iterator */
 
 struct stk_batch_stream {
-  struct parts_stream *assembled; /* Set: a scaled-out job's stream; nothing below is used. */
-  bool partial_ok;                /* Part of an assembled stream: partial batches expected. */
-  struct rpc_client *rpc;         /* This stream's own channel. */
+  const struct loader_stream_ops *ops; /* Set: a stream made elsewhere (loader_stream_wrap). */
+  void *impl;                          /* Its state; with ops, nothing below is used. */
+  bool partial_ok;                     /* Part of an assembled stream: partial batches expected. */
+  struct rpc_client *rpc;              /* This stream's own channel. */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* Queue changes, end of the stream, cancellers leaving. */
   struct stk_batch *q;
@@ -279,13 +284,15 @@ int stk_batch_stream_open_opts(struct stk_client *c, const char *job, int64_t fr
   return loader_stream_open(c, job, from_step, rank, world, &o, false, ret_stream);
 }
 
-int loader_stream_wrap(struct parts_stream *ps, struct stk_batch_stream **ret_stream) {
+int loader_stream_wrap(const struct loader_stream_ops *ops, void *impl,
+                       struct stk_batch_stream **ret_stream) {
   struct stk_batch_stream *s = calloc(1, sizeof(*s));
   if (!s) {
-    loader_parts_stream_free(ps);
+    ops->free(impl);
     return client_fail(STK_ENOMEM, "stream batches");
   }
-  s->assembled = ps;
+  s->ops = ops;
+  s->impl = impl;
   *ret_stream = s;
   return 0;
 }
@@ -383,7 +390,7 @@ static int reopen(struct stk_batch_stream *s) {
 
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch) {
-  if (s->assembled) return loader_parts_stream_next(s->assembled, timeout_ms, ret_batch);
+  if (s->ops) return s->ops->next(s->impl, timeout_ms, ret_batch);
   struct timespec ts;
   if (timeout_ms >= 0) client_deadline_after(&ts, timeout_ms);
   int err = 0;
@@ -414,7 +421,7 @@ int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
 
 bool stk_batch_stream_ended(struct stk_batch_stream *s) {
   if (!s) return false;
-  if (s->assembled) return loader_parts_stream_ended(s->assembled);
+  if (s->ops) return s->ops->ended(s->impl);
   pthread_mutex_lock(&s->mu);
   bool ended = s->end_reported;
   pthread_mutex_unlock(&s->mu);
@@ -423,8 +430,8 @@ bool stk_batch_stream_ended(struct stk_batch_stream *s) {
 
 void stk_batch_stream_free(struct stk_batch_stream *s) {
   if (!s) return;
-  if (s->assembled) {
-    loader_parts_stream_free(s->assembled);
+  if (s->ops) {
+    s->ops->free(s->impl);
     free(s);
     return;
   }

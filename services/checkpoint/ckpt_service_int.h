@@ -3,14 +3,18 @@
  * (ckpt_service.c: lifecycle, Begin and Commit; ckpt_attempt.c: the
  * attempt's table, state machine, budget release, abort, cleanup and
  * collection; ckpt_events.c: deferred events and answers; ckpt_staging.c:
- * writers and the memory budget; ckpt_upload.c: parts, objects and ranks;
+ * writers and the memory budget, over ckpt_staging_shm.c (segments) and
+ * ckpt_staging_obj.c (objects and parts); ckpt_upload.c: parts, objects and
+ * ranks;
  * ckpt_commit.c, ckpt_recover.c, ckpt_gc.c: the blocking protocol steps;
  * ckpt_restore.c: reads and verify). Everything here is owned by the loop
  * thread except what the worker jobs carry.
  *
- * Call graph between these files (no cycles): ckpt_service, ckpt_calls,
- * ckpt_staging(_shm), ckpt_upload, ckpt_recover -> ckpt_attempt ->
- * {ckpt_events, ckpt_gc, ckpt_pool, ckpt_journal, ckpt_shm, storage}.
+ * Call graph between these files (no cycles; the ckpt-ladder test checks):
+ * ckpt_staging -> ckpt_staging_shm -> ckpt_staging_obj -> ckpt_upload;
+ * ckpt_service, ckpt_calls, ckpt_staging(_shm), ckpt_upload, ckpt_recover
+ * -> ckpt_attempt -> {ckpt_events, ckpt_gc, ckpt_pool, ckpt_journal,
+ * ckpt_shm, storage}; ckpt_shm_read -> ckpt_shm.
  */
 #ifndef STK_CKPT_SERVICE_INT_H
 #define STK_CKPT_SERVICE_INT_H
@@ -291,7 +295,7 @@ int ckpt_admit(struct ckpt_service *s, const char *job, int64_t step);
 /* Feeds a validated chunk whose bytes are in shm segment c->shm_name
  * (len bytes at c->shm_offset): 0, CKPT_WRITE_WAIT or a negative error. */
 int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len);
-/* ckpt_staging.c helpers shared with ckpt_staging_shm.c. */
+/* ---- ckpt_staging_obj.c (below both feeds: calls neither) ---- */
 struct obj *staging_obj_new(struct attempt *a, uint32_t rank);
 int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
 /* The object's part being filled; a new one (the next number) when none.

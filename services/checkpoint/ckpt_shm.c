@@ -17,7 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt_shm_read.h"
 #include "map_guard.h"
 #include "shm_ring.h"
 #include "stk_error.h"
@@ -94,6 +93,10 @@ static void dir_each(struct ckpt_shm *m,
   while ((e = readdir(d)) != NULL)
     if (e->d_name[0] != '.') fn(m, e->d_name, arg);
   closedir(d);
+}
+
+bool ckpt_shm_read_is_name(const char *name) {
+  return name && strncmp(name, "read-", 5) == 0;
 }
 
 static bool ours(const char *name) {

@@ -87,6 +87,10 @@ uint64_t ckpt_shm_max_bytes(const struct ckpt_shm *m);
 uint64_t ckpt_shm_read_max_bytes(const struct ckpt_shm *m);
 /* The directory, for ckpt_shm_read's openat. */
 int ckpt_shm_dirfd(const struct ckpt_shm *m);
+/* True for a read file's name ("read-", any tag; ckpt_shm_read.h checks
+ * the tag): the directory knows every kind of name it holds, for its
+ * sweeps; ckpt_shm_read.c, above this file, uses it too. */
+bool ckpt_shm_read_is_name(const char *name);
 /* Bytes in recycled free-* files (as the service last saw them). */
 uint64_t ckpt_shm_pool_bytes(const struct ckpt_shm *m);
 

@@ -17,10 +17,6 @@
 #define PREFIX     "read-"
 #define PREFIX_LEN 5
 
-bool ckpt_shm_read_is_name(const char *name) {
-  return name && strncmp(name, PREFIX, PREFIX_LEN) == 0;
-}
-
 int ckpt_shm_read_check_name(const char *name) {
   size_t len = name ? strnlen(name, PREFIX_LEN + CKPT_SHM_READ_TAG_MAX + 1) : 0;
   bool ok =

@@ -50,7 +50,4 @@ int ckpt_shm_read_open(struct ckpt_shm *m, const char *name, const uint8_t *nonc
  * detail. */
 int ckpt_shm_read_putv(int fd, struct iovec *iov, int n, uint64_t off);
 
-/* True for a read file's name (any tag); used by the sweeps. */
-bool ckpt_shm_read_is_name(const char *name);
-
 #endif

@@ -122,7 +122,7 @@ static void unref(struct rpc_call *c) {
   grpc_slice_unref(c->details);
   free(c->scope);
   free(c);
-  rpc_server_call_closed(s);
+  s->call_closed(s);
 }
 
 static bool start_batch(struct rpc_call *c, grpc_op *ops, size_t n, struct rpc_tag *tag) {
@@ -376,7 +376,7 @@ static struct rpc_call *call_new(struct rpc_method *m, grpc_call *call, gpr_time
     rpc_pump_parked_tag(c->s->pump, &c->recv_tag);
     rpc_pump_parked_tag(c->s->pump, &c->finish_tag);
   }
-  rpc_server_call_opened(c->s);
+  c->s->call_opened(c->s);
   if (m->started) metric_counter_add(m->started, 1);
   if (m->in_flight) metric_gauge_add(m->in_flight, 1);
   return c;

@@ -2,7 +2,9 @@
  * rpc_health: the standard grpc.health.v1.Health service, which gRPC C core
  * does not provide. Every server registers it through the same method table
  * as any service (so it gets the same dispatch, metrics and shutdown), and
- * it is exempt from the bearer token so probes work without one.
+ * it is exempt from the bearer token so probes work without one. The server
+ * (rpc_server.c, above this file) registers the rows rpc_health_rows gives;
+ * this file calls only the call layer below it (rpc_call.c).
  *
  * Check(service) answers the status of a known service ("" is the whole
  * server) or NOT_FOUND. Watch(service) sends the current status, then each
@@ -145,16 +147,17 @@ static const struct rpc_method_def health_defs[] = {
     RPC_SERVER_STREAM_PARKED_ROW(HEALTH, watch, handle_watch),
 };
 
+const struct rpc_method_def *rpc_health_rows(size_t *ret_n) {
+  *ret_n = RPC_N_ROWS(health_defs);
+  return health_defs;
+}
+
 int rpc_health_new(struct rpc_server *s) {
   struct rpc_health *h = calloc(1, sizeof(*h));
   if (!h) return STK_ENOMEM;
   h->s = s;
   s->health = h;
-  int err = rpc_health_add(h, "");
-  if (!err)
-    err = rpc_server_add_service(s, &grpc__health__v1__health__descriptor, health_defs,
-                                 RPC_N_ROWS(health_defs), h);
-  return err; /* On error the caller frees s->health. */
+  return rpc_health_add(h, ""); /* On error the caller frees s->health. */
 }
 
 void rpc_health_free(struct rpc_health *h) {

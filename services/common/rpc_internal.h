@@ -115,6 +115,10 @@ struct rpc_server {
   grpc_completion_queue *cq;
   struct rpc_pump *pump;
   size_t n_calls; /* Calls not yet freed, unknown-method answers included. */
+  /* Call accounting, for shutdown: a call counts from arrival to free.
+   * rpc_server_new sets these; rpc_call.c, below the server, calls them. */
+  void (*call_opened)(struct rpc_server *s);
+  void (*call_closed)(struct rpc_server *s);
   size_t n_armed; /* Requests armed with gRPC. */
   bool notified;  /* The shutdown tag arrived. */
   struct rpc_tag shutdown_tag;
@@ -131,10 +135,6 @@ struct rpc_server {
  * STK_EINVAL with a detail naming the method. */
 int rpc_methods_check(const ProtobufCServiceDescriptor *desc, const struct rpc_method_def *defs,
                       size_t n_defs, const struct rpc_method_def **ret_rows);
-
-/* Call accounting, for shutdown: a call counts from arrival to free. */
-void rpc_server_call_opened(struct rpc_server *s);
-void rpc_server_call_closed(struct rpc_server *s);
 
 /* ----------------------------------------------------------- rpc_accept.c */
 
@@ -178,7 +178,11 @@ void rpc_slice_copy(grpc_slice slice, char *buf, size_t len);
 
 /* ----------------------------------------------------------- rpc_health.c */
 
+/* Makes s->health (serving ""); the server then registers the service
+ * with rpc_health_rows' rows and s->health as their data. */
 int rpc_health_new(struct rpc_server *s);
+/* The Health service's method rows (*ret_n of them). */
+const struct rpc_method_def *rpc_health_rows(size_t *ret_n);
 void rpc_health_free(struct rpc_health *h);
 /* Adds a service name, SERVING, if not known yet. */
 int rpc_health_add(struct rpc_health *h, const char *service);

@@ -47,6 +47,7 @@
  */
 #include "rpc_internal.h"
 
+#include "grpc/health/v1/health.pb-c.h"
 #include "log.h"
 #include "metrics.h"
 #include "net_listen.h"
@@ -56,6 +57,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static void call_opened(struct rpc_server *s);
+static void call_closed(struct rpc_server *s);
 
 #define RPC_ARMED 2
 
@@ -118,6 +122,14 @@ static int server_creds(struct rpc_server *s, const struct rpc_server_opts *opts
   return err ? err : rpc_server_tls_creds(s->tls, &s->creds);
 }
 
+/* The health service, registered as any service is (rpc_health.c holds its
+ * rows and state; s->health is made). */
+static int add_health(struct rpc_server *s) {
+  size_t n;
+  const struct rpc_method_def *rows = rpc_health_rows(&n);
+  return rpc_server_add_service(s, &grpc__health__v1__health__descriptor, rows, n, s->health);
+}
+
 int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
                    struct rpc_server **ret_server) {
   int err = check_opts(opts);
@@ -126,6 +138,8 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   if (!s) return STK_ENOMEM;
   grpc_init();
   s->loop = loop;
+  s->call_opened = call_opened;
+  s->call_closed = call_closed;
   s->listen = strdup(opts->listen);
   s->max_recv_bytes = opts->max_recv_bytes ? opts->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
   s->max_send_bytes = opts->max_send_bytes ? opts->max_send_bytes : RPC_DEFAULT_MAX_BYTES;
@@ -136,6 +150,7 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   if (!err && opts->token_file) err = rpc_tokens_load(opts->token_file, &s->tokens);
   if (!err && opts->token_file && !(s->token_file = strdup(opts->token_file))) err = STK_ENOMEM;
   if (!err) err = rpc_health_new(s);
+  if (!err) err = add_health(s);
   if (err) {
     fail_new(s);
     return err;
@@ -260,7 +275,7 @@ static void on_unknown_done(struct rpc_tag *tag, bool ok) {
   grpc_metadata_array_destroy(&u->md);
   grpc_call_unref(u->call);
   free(u);
-  rpc_server_call_closed(s);
+  call_closed(s);
 }
 
 static void answer_unknown(struct unknown_call *u) {
@@ -286,7 +301,7 @@ static void answer_unknown(struct unknown_call *u) {
   ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[2].data.recv_close_on_server.cancelled = &u->cancelled;
   u->tag.fn = on_unknown_done;
-  rpc_server_call_opened(u->s);
+  call_opened(u->s);
   if (grpc_call_start_batch(u->call, ops, 3, &u->tag, NULL) != GRPC_CALL_OK)
     on_unknown_done(&u->tag, false);
 }
@@ -414,11 +429,13 @@ int rpc_server_start(struct rpc_server *s, char *ret_bound, size_t bound_len) {
 
 /* ------------------------------------------------------------- shutdown */
 
-void rpc_server_call_opened(struct rpc_server *s) {
+/* s->call_opened and s->call_closed: rpc_call.c, below the server, counts
+ * its calls through them. */
+static void call_opened(struct rpc_server *s) {
   s->n_calls++;
 }
 
-void rpc_server_call_closed(struct rpc_server *s) {
+static void call_closed(struct rpc_server *s) {
   s->n_calls--;
   maybe_finish_shutdown(s);
 }

@@ -119,6 +119,24 @@ struct train {
   int eval_lines;                      /* Its lines; 0: not fetched at this world size. */
 };
 
+/* The base (train_base.c): every file may call these; they call no file of
+ * the trainer. */
+
+/* Records what failed (printf format), unless something was recorded
+ * already this generation; returns err. */
+int train_why(struct train *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The service's message for err, the last call that failed on this thread,
+ * or err's name when the failure was local. */
+const char *train_client_why(int err);
+/* Names of a unit's checkpoint tensors: kind is "param", "m" or "v". */
+void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len);
+/* Monotonic clocks. */
+int64_t train_now_ms(void);
+int64_t train_now_us(void);
+/* Splits a batch's lines of T + 1 tokens into inputs and targets, T each
+ * (lines x T, row-major). */
+void train_split_lines(const struct stk_batch *b, int32_t *inputs, int32_t *targets);
+
 /* Flags and environment (train_args.c). Returns 0 with ret_opts filled; 1
  * when --help or --version was printed (exit 0); -1 when they are bad,
  * after one line on stderr naming the flag (exit 2). */
@@ -153,30 +171,14 @@ void train_ckpt_drop(struct train *t);
 /* Trains one generation until the steps are done (0), STOP (1) or a
  * failure that needs a rejoin (negative). */
 int train_run_generation(struct train *t);
-/* Records what failed (printf format), unless something was recorded
- * already this generation; returns err. */
-int train_why(struct train *t, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The service's message for err, the last call that failed on this thread,
- * or err's name when the failure was local. */
-const char *train_client_why(int err);
 
 /* Gathers every unit and (rank 0) writes them to path. */
 int train_dump_params(struct train *t, const char *path);
-
-/* Names of a unit's checkpoint tensors: kind is "param", "m" or "v". */
-void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len);
-
-int64_t train_now_ms(void);
-int64_t train_now_us(void);
 
 /* The held-out loss when this step is due for one (train_eval.c); rank 0
  * prints it. Every rank calls it after every step. */
 int train_eval_maybe(struct train *t);
 /* Forgets the held-out slice (the next generation's world size may differ). */
 void train_eval_free(struct train *t);
-
-/* Splits a batch's lines of T + 1 tokens into inputs and targets, T each
- * (lines x T, row-major). */
-void train_split_lines(const struct stk_batch *b, int32_t *inputs, int32_t *targets);
 
 #endif

@@ -27,10 +27,6 @@
 
 #include "train.h"
 
-void train_tensor_name(int unit, const char *kind, char *ret_name, size_t len) {
-  snprintf(ret_name, len, "unit%d/%s", unit, kind);
-}
-
 /* Rank 0 begins the attempt and publishes it; the others read it. */
 static int share_attempt(struct train *t, int64_t step) {
   char key[48];

@@ -6,7 +6,6 @@
  * (CHECKPOINT_NOW) in it.
  */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,20 +54,6 @@ int train_loader_ensure(struct train *t) {
   return 0;
 }
 
-int train_why(struct train *t, int err, const char *fmt, ...) {
-  if (err == 0 || t->why[0]) return err;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(t->why, sizeof(t->why), fmt, ap);
-  va_end(ap);
-  return err;
-}
-
-const char *train_client_why(int err) {
-  const char *m = stk_client_last_error(NULL);
-  return m && m[0] ? m : stk_strerror(err);
-}
-
 /* FSDP at this world size, restored when there is a checkpoint; the stream. */
 static int setup(struct train *t) {
   int64_t from = t->o.restore_from > 0 ? t->o.restore_from : t->m.checkpoint_step;
@@ -100,15 +85,6 @@ static int setup(struct train *t) {
     if (err) return train_why(t, err, "opening the batch stream: %s", train_client_why(err));
   }
   return 0;
-}
-
-void train_split_lines(const struct stk_batch *b, int32_t *inputs, int32_t *targets) {
-  size_t T = b->line_tokens - 1;
-  for (size_t l = 0; l < b->lines; l++)
-    for (size_t i = 0; i < T; i++) {
-      inputs[l * T + i] = (int32_t)b->tokens[l * (T + 1) + i];
-      targets[l * T + i] = (int32_t)b->tokens[l * (T + 1) + i + 1];
-    }
 }
 
 /* The step's batch, split into inputs and targets. */

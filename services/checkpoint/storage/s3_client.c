@@ -211,7 +211,8 @@ static void handle_status(struct s3_req *r, long status) {
     finish(r, err);
 }
 
-void s3_client_attempt_done(struct s3_req *r, CURLcode code) {
+/* The loop's attempt_done: one attempt's transfer ended. */
+static void attempt_done(struct s3_req *r, CURLcode code) {
   struct s3_client *c = r->c;
   c->running--;
   long status = 0;
@@ -294,7 +295,7 @@ int s3_client_new(uv_loop_t *loop, const struct s3_config *cfg, struct s3_client
   c->loop = loop;
   int err = s3_config_resolve(cfg, &c->cfg, &c->cfg_owned);
   if (!err) err = split_endpoint(c);
-  if (!err) err = s3_loop_init(c);
+  if (!err) err = s3_loop_init(c, attempt_done);
   if (err) {
     free(c->host);
     free(c->cfg_owned);

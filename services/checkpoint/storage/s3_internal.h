@@ -1,7 +1,8 @@
 /*
- * Internals shared by the S3 client's files: s3_loop.c (libcurl multi on
- * libuv), s3_request.c (one HTTP attempt: URL, headers, signature, result
- * parsing) and s3_client.c (queue, concurrency limit, retries).
+ * Internals shared by the S3 client's files, top first: s3_client.c (queue,
+ * concurrency limit, retries), s3_request.c (one HTTP attempt: URL,
+ * headers, signature, result parsing) and s3_loop.c (libcurl multi on
+ * libuv). Each calls only the files after it.
  */
 #ifndef STK_S3_INTERNAL_H
 #define STK_S3_INTERNAL_H
@@ -55,10 +56,14 @@ struct s3_client {
   int pending_closes; /* Handles whose close callback has not run. */
   bool closing;
   struct s3_stats stats;
+  /* Runs when an attempt's transfer ends (s3_loop.c calls it; s3_client.c,
+   * above the loop, sets it with s3_loop_init). */
+  void (*attempt_done)(struct s3_req *r, CURLcode code);
 };
 
-/* s3_loop.c */
-int s3_loop_init(struct s3_client *c);
+/* s3_loop.c (calls no file above it: a finished transfer goes to the
+ * attempt_done the client handed to s3_loop_init). */
+int s3_loop_init(struct s3_client *c, void (*attempt_done)(struct s3_req *r, CURLcode code));
 void s3_loop_close(struct s3_client *c);
 /* Frees the client once every handle is closed. */
 void s3_loop_maybe_free(struct s3_client *c);
@@ -69,8 +74,5 @@ void s3_request_reset(struct s3_req *r);       /* Drops per-attempt state. */
 int s3_request_prepare(struct s3_req *r);      /* Once per op: body, payload hash. */
 int s3_request_parse(struct s3_req *r);        /* 2xx: fills r->res; 0 or STK_E*. */
 void s3_request_parse_error(struct s3_req *r); /* Non-2xx: error code from the body. */
-
-/* s3_client.c: called by the loop when an attempt ends. */
-void s3_client_attempt_done(struct s3_req *r, CURLcode code);
 
 #endif

@@ -2,7 +2,8 @@
  * libcurl's multi interface driven by a libuv loop: curl tells us which
  * sockets to watch (CURLMOPT_SOCKETFUNCTION -> uv_poll) and when to call it
  * back (CURLMOPT_TIMERFUNCTION -> uv_timer); we tell curl when a socket is
- * ready and collect finished transfers.
+ * ready and collect finished transfers, each handed to the attempt_done
+ * the client set (this file calls nothing above it).
  */
 #include "s3_internal.h"
 
@@ -33,7 +34,7 @@ static void check_done(struct s3_client *c) {
     curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&r);
     CURLcode code = msg->data.result;
     curl_multi_remove_handle(c->multi, msg->easy_handle);
-    s3_client_attempt_done(r, code);
+    c->attempt_done(r, code);
   }
 }
 
@@ -105,7 +106,8 @@ static int on_timer(CURLM *m, long timeout_ms, void *userp) {
   return 0;
 }
 
-int s3_loop_init(struct s3_client *c) {
+int s3_loop_init(struct s3_client *c, void (*attempt_done)(struct s3_req *r, CURLcode code)) {
+  c->attempt_done = attempt_done;
   c->multi = curl_multi_init();
   if (!c->multi) return STK_ENOMEM;
   uv_timer_init(c->loop, &c->timer);

@@ -1,6 +1,8 @@
 /*
- * The storage interface: URL parsing, key validation and dispatch to a
- * backend. Arguments are checked here once, so backends can trust them.
+ * The storage interface: URL parsing and dispatch to a backend. Arguments
+ * are checked here once (the key rules are storage_base.c's), so backends
+ * can trust them. This file is the top of the library: it opens the
+ * backends and calls through their vtables; they call only files below.
  */
 #include "storage_internal.h"
 
@@ -10,45 +12,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-static int segment_check(const char *seg, size_t len) {
-  if (len == 0) return STK_EINVAL;
-  if (len > STORAGE_SEGMENT_MAX) return STK_EINVAL;
-  if ((len == 1 && seg[0] == '.') || (len == 2 && seg[0] == '.' && seg[1] == '.'))
-    return STK_EINVAL;
-  if (len >= 5 && memcmp(seg, ".stk-", 5) == 0) return STK_EINVAL;
-  return 0;
-}
-
-int storage_key_check(const char *key) {
-  if (!key || !key[0]) {
-    stk_set_detail("empty key");
-    return STK_EINVAL;
-  }
-  size_t len = strlen(key);
-  if (len > STORAGE_KEY_MAX) {
-    stk_set_detail("key longer than %d bytes", STORAGE_KEY_MAX);
-    return STK_EINVAL;
-  }
-  for (size_t i = 0; i < len; i++) {
-    unsigned char c = (unsigned char)key[i];
-    if (c < 0x20 || c == 0x7f) {
-      stk_set_detail("control character in key");
-      return STK_EINVAL;
-    }
-  }
-  const char *seg = key;
-  for (;;) {
-    const char *slash = strchr(seg, '/');
-    size_t n = slash ? (size_t)(slash - seg) : strlen(seg);
-    if (segment_check(seg, n)) {
-      stk_set_detail("bad key segment in \"%.64s\"", key);
-      return STK_EINVAL;
-    }
-    if (!slash) return 0;
-    seg = slash + 1;
-  }
-}
 
 /* A listing prefix may be empty or end with '/'; its segments obey the key rules. */
 static int prefix_check(const char *prefix) {
@@ -61,16 +24,6 @@ static int prefix_check(const char *prefix) {
   int err = copy[0] ? storage_key_check(copy) : STK_EINVAL;
   free(copy);
   return err;
-}
-
-struct storage *storage_wrap(const struct storage_backend *be, void *impl,
-                             const struct storage_caps *caps) {
-  struct storage *st = calloc(1, sizeof(*st));
-  if (!st) return NULL;
-  st->be = be;
-  st->impl = impl;
-  st->caps = *caps;
-  return st;
 }
 
 static int open_s3(const char *rest, const struct s3_config *s3, struct storage **ret) {

@@ -1,6 +1,8 @@
 /*
  * The backend table behind storage.h: each backend fills one and
- * storage.c validates arguments once before dispatching.
+ * storage.c validates arguments once before dispatching. The backends call
+ * down to storage_base.c (storage_wrap, the key rules), never up to
+ * storage.c.
  */
 #ifndef STK_STORAGE_INTERNAL_H
 #define STK_STORAGE_INTERNAL_H
@@ -32,7 +34,8 @@ struct storage {
 /* Backend constructor of fs_backend.c (storage_s3.c's is storage_open_s3). */
 int fs_backend_open(const char *root_dir, struct storage **ret);
 
-/* Wraps a backend in a new struct storage; NULL on out of memory. */
+/* Wraps a backend in a new struct storage; NULL on out of memory
+ * (storage_base.c, below every backend; so is storage_key_check). */
 struct storage *storage_wrap(const struct storage_backend *be, void *impl,
                              const struct storage_caps *caps);
 

@@ -36,7 +36,8 @@ struct dl_source {
   uint32_t n_files;
 };
 
-/* Sets the common fields (copies name and strip ids). */
+/* The readers' base (dl_source_base.c, below every reader; it calls none of
+ * them). Sets the common fields (copies name and strip ids). */
 int dl_source_base_init(struct dl_source *s, const struct dl_source_ops *ops,
                         const struct dl_source_opts *opts);
 /* Sets the file names from the files' paths (their last component, less
@@ -46,12 +47,12 @@ int dl_source_set_files(struct dl_source *s, char *const *paths, size_t n, const
 void dl_source_base_close(struct dl_source *s);
 bool dl_source_is_strip_id(const struct dl_source *s, uint32_t token);
 
-/* Readers behind dl_source_open. */
+/* Readers behind dl_source_open (dl_source.c, above them). */
 int dl_megatron_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
 int dl_llmc_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
 int dl_text_open(const struct dl_source_opts *opts, struct dl_source **ret_source);
 
-/* Grows a unit's doc_starts by one entry; 0 or STK_ENOMEM. */
+/* Grows a unit's doc_starts by one entry; 0 or STK_ENOMEM (dl_source_base.c). */
 int dl_unit_add_doc(struct dl_unit *unit, size_t *cap, uint32_t offset);
 /* The same with its doc_rel entry (the unit's doc_rel kept at n_docs entries). */
 int dl_unit_add_doc_rel(struct dl_unit *unit, size_t *cap, uint32_t offset, uint32_t rel);

@@ -1,6 +1,7 @@
 /*
  * dl_tokenizer: picks the tokenizer from its spec string; the byte
- * tokenizer lives here, GPT-2 BPE in dl_bpe.c.
+ * tokenizer lives here, GPT-2 BPE in dl_bpe.c below it, and the id array
+ * both write into in dl_tokens.c below that.
  */
 #include "dl_tokenizer.h"
 
@@ -13,23 +14,6 @@
 struct dl_tokenizer {
   struct dl_bpe *bpe; /* NULL: bytes */
 };
-
-int dl_tokens_push(struct dl_tokens *t, uint32_t id) {
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 256;
-    uint32_t *p = realloc(t->ids, cap * sizeof *p);
-    if (!p) return STK_ENOMEM;
-    t->ids = p;
-    t->cap = cap;
-  }
-  t->ids[t->n++] = id;
-  return 0;
-}
-
-void dl_tokens_release(struct dl_tokens *t) {
-  free(t->ids);
-  *t = (struct dl_tokens){0};
-}
 
 static int open_gpt2(const char *files, struct dl_tokenizer *tok) {
   const char *comma = strchr(files, ',');

@@ -1,0 +1,103 @@
+/*
+ * client_call: the one mechanism every blocking call uses: start the
+ * asynchronous rpc call, then wait on a condition variable until its
+ * callback ran (curl's easy-over-multi shape: one engine, thin shells).
+ * A call refused for its token is sent once more when the token file
+ * changed (client_token.c, below). The waiter is also what the
+ * asynchronous shells (membership's heartbeat, batches) park on.
+ */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void waiter_init(struct waiter *w) {
+  memset(w, 0, sizeof(*w));
+  pthread_mutex_init(&w->mu, NULL);
+  client_cond_init(&w->cv);
+}
+
+void waiter_close(struct waiter *w) {
+  if (w->resp) protobuf_c_message_free_unpacked(w->resp, NULL);
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+}
+
+static void waiter_done(void *arg, const struct rpc_status *st, ProtobufCMessage *resp) {
+  struct waiter *w = arg;
+  pthread_mutex_lock(&w->mu);
+  /* The call handle dies when we return: let cancellers leave it first. */
+  while (w->cancelling > 0) pthread_cond_wait(&w->cv, &w->mu);
+  w->st = *st;
+  w->resp = resp;
+  w->done = true;
+  w->call = NULL;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
+                 const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
+                 int64_t timeout_ms) {
+  struct rpc_client_call *call = NULL;
+  int err = rpc_client_unary_async(client_rpc(c), method, req, resp_desc,
+                                   client_timeout(c, timeout_ms), waiter_done, w, &call);
+  pthread_mutex_lock(&w->mu);
+  if (err < 0) {
+    w->st.code = stk_error_to_grpc(err);
+    snprintf(w->st.message, sizeof(w->st.message), "%s", stk_strerror(err));
+    w->done = true;
+  } else if (!w->done) {
+    w->call = call;
+  }
+  pthread_mutex_unlock(&w->mu);
+  return err;
+}
+
+int waiter_wait(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
+  if (w->st.code == RPC_OK) return 0;
+  client_set_error(w->st.code, "%s", w->st.message);
+  return stk_error_from_grpc(w->st.code);
+}
+
+void waiter_cancel(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  if (!w->done && w->call) {
+    struct rpc_client_call *call = w->call;
+    w->cancelling++;
+    pthread_mutex_unlock(&w->mu);
+    rpc_client_call_cancel(call);
+    pthread_mutex_lock(&w->mu);
+    w->cancelling--;
+    pthread_cond_broadcast(&w->cv);
+  }
+  pthread_mutex_unlock(&w->mu);
+}
+
+static int call_once(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                     ProtobufCMessage **ret_resp) {
+  struct waiter w;
+  waiter_init(&w);
+  waiter_start(&w, c, method, req, resp_desc, timeout_ms);
+  int err = waiter_wait(&w);
+  if (err == 0 && ret_resp) {
+    *ret_resp = w.resp;
+    w.resp = NULL;
+  }
+  waiter_close(&w);
+  return err;
+}
+
+int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                ProtobufCMessage **ret_resp) {
+  int err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
+  /* Refused for its token: a rotated token file gets one more try. */
+  if (err == STK_EUNAUTH && client_token_refresh(c, true) == 1)
+    err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
+  return err;
+}
