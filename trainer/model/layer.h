@@ -1,7 +1,8 @@
 /*
  * layer: the GPT's layers as plain f32 kernels, each a forward and a
- * backward over row-major buffers. The model (model_pass.c) strings them
- * together; the tests check every backward against finite differences.
+ * backward over row-major buffers. The model (model_forward.c and
+ * model_backward.c) strings them together; the tests check every backward
+ * against finite differences.
  *
  * Dimension legend (used in every shape comment below and in the model):
  *   B  batch size (sequences)         T  sequence length (positions)
