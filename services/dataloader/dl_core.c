@@ -28,6 +28,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   if (!o->snapshot_every_lines) o->snapshot_every_lines = 32;
   if (!o->max_snapshots_per_lane) o->max_snapshots_per_lane = 256;
   if (!o->keep_commits) o->keep_commits = 2;
+  if (!o->max_job_state_bytes) o->max_job_state_bytes = UINT64_C(256) << 20;
   if (!o->open_source) o->open_source = dl_default_open_source;
   if (!o->parts) o->parts = 1;
   if (o->part >= o->parts) {

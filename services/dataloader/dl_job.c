@@ -79,6 +79,34 @@ static int open_ds(struct dl *dl, struct dl_ds *ds) {
   return rc;
 }
 
+/* Bytes one copy of every lane's state takes with datasets [0, n_ds) of
+ * `shards` shards in all: a header per lane, per (lane, dataset) its
+ * progress record, and one 8-byte counter per shard (dl_lds.pos). */
+static uint64_t lane_state_bytes(uint32_t lanes, uint32_t n_ds, uint64_t shards) {
+  return (uint64_t)lanes * (64 + (uint64_t)n_ds * sizeof(struct dl_lds)) + 8 * shards;
+}
+
+/* Whether the job with one more dataset of `shards` shards stays within the
+ * per-job state budget (dl_opts.max_job_state_bytes): every lane state is
+ * held by the live generator, a scratch generator, each in-memory snapshot
+ * and each kept commit. STK_ETOOBIG naming the budget when it does not. */
+static int check_state_budget(const struct dl *dl, const struct dl_job *j, const char *ds_name,
+                              uint32_t shards) {
+  uint64_t all_shards = shards;
+  for (uint32_t d = 0; d < j->n_ds; d++) all_shards += j->ds[d].shards;
+  uint64_t copies = (uint64_t)dl->opts.max_snapshots_per_lane + dl->opts.keep_commits + 2;
+  uint64_t bytes = copies * lane_state_bytes(j->C, j->n_ds + 1, all_shards);
+  if (bytes <= dl->opts.max_job_state_bytes) return 0;
+  stk_set_detail("job %s: with dataset %s its lane state would take up to %llu MiB (%u lanes, "
+                 "%u datasets, %llu shards in all, %llu copies: snapshots per lane + kept commits "
+                 "+ 2), over the per-job state budget of %llu MiB (max-job-state-bytes); use "
+                 "fewer logical_shards, lanes or datasets",
+                 j->name, ds_name, (unsigned long long)(bytes >> 20), j->C, j->n_ds + 1,
+                 (unsigned long long)all_shards, (unsigned long long)copies,
+                 (unsigned long long)(dl->opts.max_job_state_bytes >> 20));
+  return STK_ETOOBIG;
+}
+
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec) {
   int rc = dl_validate_name("dataset", spec->name);
   if (rc < 0) return rc;
@@ -103,13 +131,17 @@ int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *sp
     dl_ds_clear(&ds);
     return STK_EINVAL;
   }
+  ds.shards = ds.units < j->L ? (uint32_t)ds.units : j->L;
+  if ((rc = check_state_budget(dl, j, spec->name, ds.shards)) < 0) {
+    dl_ds_clear(&ds);
+    return rc;
+  }
   struct dl_ds *arr = realloc(j->ds, (j->n_ds + 1) * sizeof *arr);
   if (!arr) {
     dl_ds_clear(&ds);
     return STK_ENOMEM;
   }
   ds.key = dl_hash_str(spec->name);
-  ds.shards = ds.units < j->L ? (uint32_t)ds.units : j->L;
   j->ds = arr;
   j->ds[j->n_ds++] = ds;
   return 0;
