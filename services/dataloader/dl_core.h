@@ -169,9 +169,14 @@ int dl_import_states(struct dl *dl, const char *job, const uint8_t *const *blobs
  * STK_ENOENT. */
 int dl_delete_job(struct dl *dl, const char *job);
 
-/* Every job, sorted by name, each as dl_get_info gives it (failed ones
- * with failed and failure set). Free with dl_list_free. */
-int dl_list_jobs(struct dl *dl, Stoker__V1__ListLoadersResponse **ret_resp);
+/* A page of the jobs (services/common/page.h), sorted by name, each as
+ * dl_get_info gives it (failed ones with failed and failure set), after
+ * req's page_token, at most req's page_size of them and within the page
+ * byte bound; next_page_token set when more follow. req NULL: the first
+ * page of the default size. STK_EINVAL for a bad token. Free with
+ * dl_list_free. */
+int dl_list_jobs(struct dl *dl, const Stoker__V1__ListLoadersRequest *req,
+                 Stoker__V1__ListLoadersResponse **ret_resp);
 void dl_list_free(Stoker__V1__ListLoadersResponse *resp);
 
 /* Lines lane `lane` of job generated in this instance since it opened
