@@ -22,6 +22,10 @@
 #define MAX_LANES    4096u
 #define MAX_SHARDS   (1u << 20)
 #define MAX_DATASETS 256u
+/* Longest dataset source.uri and tokenizer a spec may carry: a path (at
+ * most PATH_MAX) with its scheme, and two paths with "gpt2:" and ",". */
+#define MAX_URI_BYTES       4096u
+#define MAX_TOKENIZER_BYTES 8200u
 
 int dl_validate_name(const char *what, const char *name) {
   size_t n = name ? strlen(name) : 0;
@@ -107,8 +111,24 @@ static int check_state_budget(const struct dl *dl, const struct dl_job *j, const
   return STK_ETOOBIG;
 }
 
+/* The dataset's strings beside its name are bounded: a spec, its copies
+ * and every listing that shows it stay small. */
+static int check_ds_strings(const Stoker__V1__DatasetSpec *spec) {
+  const char *uri = spec->source && spec->source->uri ? spec->source->uri : "";
+  if (strlen(uri) > MAX_URI_BYTES) {
+    stk_set_detail("dataset %s: source.uri over %u bytes", spec->name, MAX_URI_BYTES);
+    return STK_EINVAL;
+  }
+  if (spec->tokenizer && strlen(spec->tokenizer) > MAX_TOKENIZER_BYTES) {
+    stk_set_detail("dataset %s: tokenizer over %u bytes", spec->name, MAX_TOKENIZER_BYTES);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec) {
   int rc = dl_validate_name("dataset", spec->name);
+  if (rc == 0) rc = check_ds_strings(spec);
   if (rc < 0) return rc;
   if (j->n_ds >= MAX_DATASETS) {
     stk_set_detail("a job has at most %u datasets", MAX_DATASETS);
