@@ -52,9 +52,9 @@ int stk_job_list(struct stk_client *c, const char *const *keys, const char *cons
   }
   req.n_label_selector = n_labels;
   req.label_selector = ptrs;
-  int err = client_call(c, COORD_METHOD(list_jobs, &req), &req.base,
-                        &stoker__v1__list_jobs_response__descriptor, timeout_ms,
-                        (ProtobufCMessage **)ret_resp);
+  int err = client_list_all(c, COORD_METHOD(list_jobs, &req), &req.base, &req.page_token,
+                            &stoker__v1__list_jobs_response__descriptor, timeout_ms,
+                            (ProtobufCMessage **)ret_resp);
   free(entries);
   free(ptrs);
   return err;

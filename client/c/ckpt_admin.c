@@ -13,9 +13,9 @@ int stk_ckpt_list(struct stk_client *c, const char *job, int64_t timeout_ms,
   if (!job || !ret_resp) return client_fail(STK_EINVAL, "list");
   Stoker__V1__ListCheckpointsRequest req = STOKER__V1__LIST_CHECKPOINTS_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, CKPT_METHOD(list, &req), &req.base,
-                     &stoker__v1__list_checkpoints_response__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_resp);
+  return client_list_all(c, CKPT_METHOD(list, &req), &req.base, &req.page_token,
+                         &stoker__v1__list_checkpoints_response__descriptor, timeout_ms,
+                         (ProtobufCMessage **)ret_resp);
 }
 
 int stk_ckpt_get_manifest(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,

@@ -127,6 +127,18 @@ int client_call(struct stk_client *c, const char *method, const ProtobufCMessage
                 const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                 ProtobufCMessage **ret_resp);
 
+/* ---- client_pages.c: paged listings (calls client_call.c) ---- */
+
+/* A paged listing followed to its last page: calls method with req again
+ * and again, *req_token (req's page_token field) set to each page's
+ * next_page_token, and answers one response of resp_desc holding every
+ * page's entries (its repeated message field), in order, with an empty
+ * next_page_token. timeout_ms bounds each page's call. On failure nothing
+ * is answered; *req_token is restored either way. */
+int client_list_all(struct stk_client *c, const char *method, ProtobufCMessage *req,
+                    char **req_token, const ProtobufCMessageDescriptor *resp_desc,
+                    int64_t timeout_ms, ProtobufCMessage **ret_resp);
+
 /* ---- membership.c: join, heartbeats, actions (under client.c) ---- */
 
 /* Stops and joins the heartbeat thread, if any. Call without c->mu. */

@@ -32,9 +32,9 @@ int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
 int stk_loader_list(struct stk_client *c, int64_t timeout_ms,
                     Stoker__V1__ListLoadersResponse **ret_resp) {
   Stoker__V1__ListLoadersRequest req = STOKER__V1__LIST_LOADERS_REQUEST__INIT;
-  return client_call(c, DL_METHOD(list_loaders, &req), &req.base,
-                     &stoker__v1__list_loaders_response__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_resp);
+  return client_list_all(c, DL_METHOD(list_loaders, &req), &req.base, &req.page_token,
+                         &stoker__v1__list_loaders_response__descriptor, timeout_ms,
+                         (ProtobufCMessage **)ret_resp);
 }
 
 int stk_loader_delete(struct stk_client *c, const char *job, int64_t timeout_ms) {

@@ -33,7 +33,9 @@ int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_
                    Stoker__V1__Job **ret_job);
 int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
                 Stoker__V1__Job **ret_job);
-/* Jobs whose labels include every (keys[i], values[i]). */
+/* Jobs whose labels include every (keys[i], values[i]). The listings here
+ * (jobs, loaders, checkpoints) follow the service's pages to the last and
+ * answer every entry in one response; timeout_ms bounds each page. */
 int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
                  size_t n_labels, int64_t timeout_ms, Stoker__V1__ListJobsResponse **ret_resp);
 

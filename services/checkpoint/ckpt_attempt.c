@@ -445,6 +445,7 @@ void attempt_free_all(struct ckpt_service *s) {
   while (s->attempts) {
     struct attempt *a = s->attempts;
     s->attempts = a->next;
+    if (a->jobs == 0) a->state = ATT_DONE; /* Closing: an open attempt's objects go too. */
     free_attempt(a);
   }
 }

@@ -10,7 +10,16 @@
 #include "ckpt_journal.h"
 #include "ckpt_manifest.h"
 #include "ckpt_service_int.h"
+#include "page.h"
 #include "stk_error.h"
+
+/* List's page: at most `size` checkpoints, of steps after after_step when
+ * `after` (services/common/page.h). */
+struct list_page {
+  uint32_t size;
+  bool after;
+  int64_t after_step;
+};
 
 struct call_job {
   struct ckpt_task t;
@@ -18,6 +27,7 @@ struct call_job {
   int (*run)(struct call_job *j);
   char job[CKPT_JOB_MAX_BYTES + 1];
   int64_t step;
+  struct list_page page; /* List: which page */
   ckpt_done_fn done;
   void *arg;
   ProtobufCMessage *resp; /* Built by run; freed with free_resp. */
@@ -45,7 +55,8 @@ static void call_after(struct ckpt_task *t) {
 }
 
 static void call_start(struct ckpt_service *s, const char *job, int64_t step, bool check_step,
-                       int (*run)(struct call_job *), ckpt_done_fn done, void *arg) {
+                       const struct list_page *page, int (*run)(struct call_job *),
+                       ckpt_done_fn done, void *arg) {
   if (s->closing) FAIL_LATER(s, done, arg, STK_EUNAVAIL, "closing");
   int err = ckpt_name_check_job(job);
   if (!err && check_step) err = ckpt_name_check_step(step);
@@ -58,6 +69,7 @@ static void call_start(struct ckpt_service *s, const char *job, int64_t step, bo
   j->run = run;
   snprintf(j->job, sizeof(j->job), "%s", job);
   j->step = step;
+  if (page) j->page = *page;
   j->done = done;
   j->arg = arg;
   ckpt_pool_submit(s->work, &j->t);
@@ -117,7 +129,7 @@ static int run_get_manifest(struct call_job *j) {
 
 void ckpt_get_manifest(struct ckpt_service *s, const Stoker__V1__GetManifestRequest *req,
                        ckpt_done_fn done, void *arg) {
-  call_start(s, req->job, req->step, true, run_get_manifest, done, arg);
+  call_start(s, req->job, req->step, true, NULL, run_get_manifest, done, arg);
 }
 
 /* ---- Delete and GC ---- */
@@ -131,7 +143,7 @@ static int run_delete(struct call_job *j) {
 
 void ckpt_delete(struct ckpt_service *s, const Stoker__V1__DeleteCheckpointRequest *req,
                  ckpt_done_fn done, void *arg) {
-  call_start(s, req->job, req->step, true, run_delete, done, arg);
+  call_start(s, req->job, req->step, true, NULL, run_delete, done, arg);
 }
 
 static int run_gc(struct call_job *j) {
@@ -140,7 +152,7 @@ static int run_gc(struct call_job *j) {
 }
 
 void ckpt_gc(struct ckpt_service *s, const char *job, ckpt_done_fn done, void *arg) {
-  call_start(s, job, 0, false, run_gc, done, arg);
+  call_start(s, job, 0, false, NULL, run_gc, done, arg);
 }
 
 /* ---- List ---- */
@@ -152,6 +164,7 @@ static void free_list(ProtobufCMessage *msg) {
     free(r->checkpoints[i]);
   }
   free(r->checkpoints);
+  if (r->next_page_token != protobuf_c_empty_string) free(r->next_page_token);
   free(r);
 }
 
@@ -256,6 +269,25 @@ static int import_once(struct ckpt_service *s, const char *job) {
   return kv_put(s->kv, k.b, k.len, "", 0, true);
 }
 
+/* After list_add: keeps the new last entry when it fits the page, or
+ * takes it back out and ends the page with the token after the one
+ * before it. */
+static int page_close(Stoker__V1__ListCheckpointsResponse *r, size_t *used, uint32_t size) {
+  size_t n = r->n_checkpoints - 1;
+  Stoker__V1__CheckpointRef *last = r->checkpoints[n];
+  size_t bytes = protobuf_c_message_get_packed_size(&last->base);
+  if (page_fits(size, n, *used, bytes)) {
+    *used += bytes;
+    return 0;
+  }
+  char key[24];
+  snprintf(key, sizeof(key), "%lld", (long long)r->checkpoints[n - 1]->step);
+  free(last->uri);
+  free(last);
+  r->n_checkpoints = n;
+  return page_token_encode(key, &r->next_page_token);
+}
+
 static int run_list(struct call_job *j) {
   int64_t *steps;
   size_t n;
@@ -270,7 +302,9 @@ static int run_list(struct call_job *j) {
   Stoker__V1__ListCheckpointsResponse *r = malloc(sizeof(*r));
   if (!r) err = STK_ENOMEM;
   if (r) stoker__v1__list_checkpoints_response__init(r);
+  size_t used = 0;
   for (size_t i = 0; !err && i < n; i++) {
+    if (j->page.after && steps[i] <= j->page.after_step) continue;
     struct ckpt_jkey k;
     ckpt_jkey_step(&k, 'C', j->job, steps[i]);
     Stoker__V1__JournalAttempt *rec;
@@ -280,6 +314,8 @@ static int run_list(struct call_job *j) {
     err = list_add(r, rec->step, ckpt_manifest_uri(j->s, rec->manifest_key), rec->committed_at_ms,
                    rec->generation);
     stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+    if (!err) err = page_close(r, &used, j->page.size);
+    if (*r->next_page_token) break;
   }
   free(steps);
   if (err && r) free_list(&r->base);
@@ -291,5 +327,18 @@ static int run_list(struct call_job *j) {
 
 void ckpt_list(struct ckpt_service *s, const Stoker__V1__ListCheckpointsRequest *req,
                ckpt_done_fn done, void *arg) {
-  call_start(s, req->job, 0, false, run_list, done, arg);
+  struct list_page page = {.size = page_size(req->page_size)};
+  char *after = NULL, *end = NULL;
+  int err = page_token_decode(req->page_token, &after);
+  if (!err && after) {
+    page.after = true;
+    page.after_step = strtoll(after, &end, 10);
+    if (end == after || *end) {
+      stk_set_detail("page_token is not a token this service gave");
+      err = STK_EINVAL;
+    }
+  }
+  free(after);
+  if (err) FAIL_LATER(s, done, arg, err, stk_detail());
+  call_start(s, req->job, 0, false, &page, run_list, done, arg);
 }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "page.h"
 #include "stk_error.h"
 
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
@@ -127,35 +128,59 @@ static int by_name(const void *a, const void *b) {
   return strcmp(x->name, y->name);
 }
 
-static void answer_list(struct coord_wait *w, struct job **jobs, size_t n) {
+/* Answers one page of jobs[0..n) (sorted by name, after the request's
+ * token): at most `size` jobs within the page byte bound, with the token of
+ * the next page when some are left. */
+static void answer_list(struct coord_wait *w, struct job **jobs, size_t n, uint32_t size) {
   Stoker__V1__ListJobsResponse resp = STOKER__V1__LIST_JOBS_RESPONSE__INIT;
-  struct job_view *views = coord_xcalloc(n, sizeof(*views));
-  Stoker__V1__Job **ptrs = coord_xcalloc(n, sizeof(*ptrs));
+  size_t cap = n < size ? n : size, k = 0, used = 0;
+  struct job_view *views = coord_xcalloc(cap + 1, sizeof(*views));
+  Stoker__V1__Job **ptrs = coord_xcalloc(cap + 1, sizeof(*ptrs));
+  char *token = NULL;
   for (size_t i = 0; i < n; i++) {
-    coord_job_view_init(&views[i], jobs[i], true);
-    ptrs[i] = &views[i].job;
+    coord_job_view_init(&views[k], jobs[i], true);
+    size_t bytes = protobuf_c_message_get_packed_size(&views[k].job.base);
+    if (!page_fits(size, k, used, bytes)) {
+      coord_job_view_free(&views[k]);
+      if (page_token_encode(jobs[i - 1]->name, &token) < 0) {
+        coord_fail(w, STK_ENOMEM, "out of memory");
+        goto out;
+      }
+      resp.next_page_token = token;
+      break;
+    }
+    ptrs[k] = &views[k].job;
+    used += bytes;
+    k++;
   }
-  resp.n_jobs = n;
+  resp.n_jobs = k;
   resp.jobs = ptrs;
   coord_answer(w, &resp.base);
-  for (size_t i = 0; i < n; i++) coord_job_view_free(&views[i]);
+out:
+  for (size_t i = 0; i < k; i++) coord_job_view_free(&views[i]);
   free(views);
   free(ptrs);
+  free(token);
 }
 
 void coord_list_jobs(struct coord *c, const Stoker__V1__ListJobsRequest *req, coord_done_fn done,
                      void *arg) {
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   if (c->closing || c->broken) return coord_fail(w, STK_EUNAVAIL, "coordinator unavailable");
-  struct job **jobs = coord_xcalloc(c->jobs.n, sizeof(*jobs));
+  char *after = NULL;
+  int err = page_token_decode(req->page_token, &after);
+  if (err == STK_ENOMEM) return coord_fail(w, err, "out of memory");
+  if (err < 0) return coord_fail(w, err, "%s", stk_detail());
+  struct job **jobs = coord_xcalloc(c->jobs.n + 1, sizeof(*jobs));
   size_t n = 0, pos;
   for (struct hnode *h = coord_tab_first(&c->jobs, &pos); h;
        h = coord_tab_next(&c->jobs, h, &pos)) {
     struct job *j = container_of(h, struct job, hn);
-    if (labels_match(j, req)) jobs[n++] = j;
+    if ((!after || strcmp(j->name, after) > 0) && labels_match(j, req)) jobs[n++] = j;
   }
+  free(after);
   qsort(jobs, n, sizeof(*jobs), by_name);
-  answer_list(w, jobs, n);
+  answer_list(w, jobs, n, page_size(req->page_size));
   free(jobs);
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dl_internal.h"
+#include "page.h"
 #include "stk_error.h"
 
 int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
@@ -28,6 +29,7 @@ int dl_open(const struct dl_opts *opts, struct dl **ret_dl) {
   if (!o->snapshot_every_lines) o->snapshot_every_lines = 32;
   if (!o->max_snapshots_per_lane) o->max_snapshots_per_lane = 256;
   if (!o->keep_commits) o->keep_commits = 2;
+  if (!o->max_job_state_bytes) o->max_job_state_bytes = UINT64_C(256) << 20;
   if (!o->open_source) o->open_source = dl_default_open_source;
   if (!o->parts) o->parts = 1;
   if (o->part >= o->parts) {
@@ -206,33 +208,48 @@ void dl_info_free(Stoker__V1__LoaderInfo *info) {
   if (info) stoker__v1__loader_info__free_unpacked(info, NULL);
 }
 
-int dl_list_jobs(struct dl *dl, Stoker__V1__ListLoadersResponse **ret_resp) {
-  char **v = NULL;
-  size_t n = 0;
-  int rc = dl_job_names(dl, &v, &n);
-  if (rc < 0) return rc;
-  Stoker__V1__ListLoadersResponse *r = malloc(sizeof *r);
-  Stoker__V1__LoaderInfo **infos = calloc(n + 1, sizeof *infos);
-  if (!r || !infos) rc = STK_ENOMEM;
-  size_t k = 0;
-  for (size_t i = 0; rc == 0 && i < n; i++) {
-    int got = dl_get_info(dl, v[i], &infos[k]);
-    if (got == 0)
-      k++;
-    else if (got != STK_ENOENT)
-      rc = got; /* deleted meanwhile: left out */
+/* Fills r with the jobs of names[from..n) that fit one page. */
+static int list_page(struct dl *dl, char **names, size_t from, size_t n, uint32_t size,
+                     Stoker__V1__ListLoadersResponse *r) {
+  if (!(r->loaders = calloc(size + 1, sizeof *r->loaders))) return STK_ENOMEM;
+  size_t used = 0;
+  for (size_t i = from; i < n; i++) {
+    Stoker__V1__LoaderInfo *info;
+    int rc = dl_get_info(dl, names[i], &info);
+    if (rc == STK_ENOENT) continue; /* deleted meanwhile: left out */
+    if (rc < 0) return rc;
+    size_t bytes = protobuf_c_message_get_packed_size(&info->base);
+    if (!page_fits(size, r->n_loaders, used, bytes)) {
+      dl_info_free(info);
+      return page_token_encode(names[i - 1], &r->next_page_token);
+    }
+    r->loaders[r->n_loaders++] = info;
+    used += bytes;
   }
+  return 0;
+}
+
+int dl_list_jobs(struct dl *dl, const Stoker__V1__ListLoadersRequest *req,
+                 Stoker__V1__ListLoadersResponse **ret_resp) {
+  char *after = NULL, **v = NULL;
+  size_t n = 0, from = 0;
+  int rc = page_token_decode(req ? req->page_token : NULL, &after);
+  if (rc == 0) rc = dl_job_names(dl, &v, &n);
+  if (rc < 0) {
+    free(after);
+    return rc;
+  }
+  while (after && from < n && strcmp(v[from], after) <= 0) from++;
+  free(after);
+  Stoker__V1__ListLoadersResponse *r = malloc(sizeof *r);
+  if (r) stoker__v1__list_loaders_response__init(r);
+  rc = r ? list_page(dl, v, from, n, page_size(req ? req->page_size : 0), r) : STK_ENOMEM;
   for (size_t i = 0; i < n; i++) free(v[i]);
   free(v);
   if (rc < 0) {
-    for (size_t i = 0; i < k; i++) dl_info_free(infos[i]);
-    free(infos);
-    free(r);
+    dl_list_free(r);
     return rc;
   }
-  stoker__v1__list_loaders_response__init(r);
-  r->loaders = infos;
-  r->n_loaders = k;
   *ret_resp = r;
   return 0;
 }
@@ -241,5 +258,6 @@ void dl_list_free(Stoker__V1__ListLoadersResponse *resp) {
   if (!resp) return;
   for (size_t i = 0; i < resp->n_loaders; i++) dl_info_free(resp->loaders[i]);
   free(resp->loaders);
+  if (resp->next_page_token != protobuf_c_empty_string) free(resp->next_page_token);
   free(resp);
 }

@@ -49,7 +49,16 @@ struct dl_opts {
   uint32_t snapshot_every_lines;   /* In-memory lane snapshot spacing; 0: 32. */
   uint32_t max_snapshots_per_lane; /* In-memory snapshots kept per lane; 0: 256. */
   uint32_t keep_commits;           /* Committed states kept restorable; 0: 2. */
-  dl_open_source_fn open_source;   /* NULL: the default opener. */
+  /* Budget of one job's lane state in bytes; 0: 256 MiB. A lane keeps one
+   * counter per shard of each dataset in its live generator, in each of up
+   * to max_snapshots_per_lane snapshots and in each kept commit, so a job
+   * costs about (snapshots + commits + 2) x (8 x shards of every dataset +
+   * 48 x lanes x datasets) bytes. A spec whose bound is larger is refused
+   * (STK_ETOOBIG naming the budget) wherever it enters: create, a mixture
+   * that adds datasets, an import, a reload. The bound counts every lane of
+   * the job, so every part of a scaled-out job accepts the same specs. */
+  uint64_t max_job_state_bytes;
+  dl_open_source_fn open_source; /* NULL: the default opener. */
   void *open_source_arg;
   uint32_t gen_threads; /* Threads generating one batch: 1 (0: the default) or 2, where a
                            spare thread generates half of a call's lanes. Measured slower on
@@ -160,9 +169,14 @@ int dl_import_states(struct dl *dl, const char *job, const uint8_t *const *blobs
  * STK_ENOENT. */
 int dl_delete_job(struct dl *dl, const char *job);
 
-/* Every job, sorted by name, each as dl_get_info gives it (failed ones
- * with failed and failure set). Free with dl_list_free. */
-int dl_list_jobs(struct dl *dl, Stoker__V1__ListLoadersResponse **ret_resp);
+/* A page of the jobs (services/common/page.h), sorted by name, each as
+ * dl_get_info gives it (failed ones with failed and failure set), after
+ * req's page_token, at most req's page_size of them and within the page
+ * byte bound; next_page_token set when more follow. req NULL: the first
+ * page of the default size. STK_EINVAL for a bad token. Free with
+ * dl_list_free. */
+int dl_list_jobs(struct dl *dl, const Stoker__V1__ListLoadersRequest *req,
+                 Stoker__V1__ListLoadersResponse **ret_resp);
 void dl_list_free(Stoker__V1__ListLoadersResponse *resp);
 
 /* Lines lane `lane` of job generated in this instance since it opened

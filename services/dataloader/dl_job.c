@@ -22,6 +22,10 @@
 #define MAX_LANES    4096u
 #define MAX_SHARDS   (1u << 20)
 #define MAX_DATASETS 256u
+/* Longest dataset source.uri and tokenizer a spec may carry: a path (at
+ * most PATH_MAX) with its scheme, and two paths with "gpt2:" and ",". */
+#define MAX_URI_BYTES       4096u
+#define MAX_TOKENIZER_BYTES 8200u
 
 int dl_validate_name(const char *what, const char *name) {
   size_t n = name ? strlen(name) : 0;
@@ -79,8 +83,52 @@ static int open_ds(struct dl *dl, struct dl_ds *ds) {
   return rc;
 }
 
+/* Bytes one copy of every lane's state takes with datasets [0, n_ds) of
+ * `shards` shards in all: a header per lane, per (lane, dataset) its
+ * progress record, and one 8-byte counter per shard (dl_lds.pos). */
+static uint64_t lane_state_bytes(uint32_t lanes, uint32_t n_ds, uint64_t shards) {
+  return (uint64_t)lanes * (64 + (uint64_t)n_ds * sizeof(struct dl_lds)) + 8 * shards;
+}
+
+/* Whether the job with one more dataset of `shards` shards stays within the
+ * per-job state budget (dl_opts.max_job_state_bytes): every lane state is
+ * held by the live generator, a scratch generator, each in-memory snapshot
+ * and each kept commit. STK_ETOOBIG naming the budget when it does not. */
+static int check_state_budget(const struct dl *dl, const struct dl_job *j, const char *ds_name,
+                              uint32_t shards) {
+  uint64_t all_shards = shards;
+  for (uint32_t d = 0; d < j->n_ds; d++) all_shards += j->ds[d].shards;
+  uint64_t copies = (uint64_t)dl->opts.max_snapshots_per_lane + dl->opts.keep_commits + 2;
+  uint64_t bytes = copies * lane_state_bytes(j->C, j->n_ds + 1, all_shards);
+  if (bytes <= dl->opts.max_job_state_bytes) return 0;
+  stk_set_detail("job %s: with dataset %s its lane state would take up to %llu MiB (%u lanes, "
+                 "%u datasets, %llu shards in all, %llu copies: snapshots per lane + kept commits "
+                 "+ 2), over the per-job state budget of %llu MiB (max-job-state-bytes); use "
+                 "fewer logical_shards, lanes or datasets",
+                 j->name, ds_name, (unsigned long long)(bytes >> 20), j->C, j->n_ds + 1,
+                 (unsigned long long)all_shards, (unsigned long long)copies,
+                 (unsigned long long)(dl->opts.max_job_state_bytes >> 20));
+  return STK_ETOOBIG;
+}
+
+/* The dataset's strings beside its name are bounded: a spec, its copies
+ * and every listing that shows it stay small. */
+static int check_ds_strings(const Stoker__V1__DatasetSpec *spec) {
+  const char *uri = spec->source && spec->source->uri ? spec->source->uri : "";
+  if (strlen(uri) > MAX_URI_BYTES) {
+    stk_set_detail("dataset %s: source.uri over %u bytes", spec->name, MAX_URI_BYTES);
+    return STK_EINVAL;
+  }
+  if (spec->tokenizer && strlen(spec->tokenizer) > MAX_TOKENIZER_BYTES) {
+    stk_set_detail("dataset %s: tokenizer over %u bytes", spec->name, MAX_TOKENIZER_BYTES);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec) {
   int rc = dl_validate_name("dataset", spec->name);
+  if (rc == 0) rc = check_ds_strings(spec);
   if (rc < 0) return rc;
   if (j->n_ds >= MAX_DATASETS) {
     stk_set_detail("a job has at most %u datasets", MAX_DATASETS);
@@ -103,13 +151,17 @@ int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *sp
     dl_ds_clear(&ds);
     return STK_EINVAL;
   }
+  ds.shards = ds.units < j->L ? (uint32_t)ds.units : j->L;
+  if ((rc = check_state_budget(dl, j, spec->name, ds.shards)) < 0) {
+    dl_ds_clear(&ds);
+    return rc;
+  }
   struct dl_ds *arr = realloc(j->ds, (j->n_ds + 1) * sizeof *arr);
   if (!arr) {
     dl_ds_clear(&ds);
     return STK_ENOMEM;
   }
   ds.key = dl_hash_str(spec->name);
-  ds.shards = ds.units < j->L ? (uint32_t)ds.units : j->L;
   j->ds = arr;
   j->ds[j->n_ds++] = ds;
   return 0;

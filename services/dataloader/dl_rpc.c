@@ -188,7 +188,7 @@ static void reply_empty(struct task *t) {
 }
 
 static int run_list(struct task *t) {
-  return dl_list_jobs(t->a->dl, &t->list);
+  return dl_list_jobs(t->a->dl, (const void *)t->req, &t->list);
 }
 
 static void reply_list(struct task *t) {

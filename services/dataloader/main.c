@@ -36,6 +36,7 @@ struct dataloader_config {
   uint64_t max_replay_tokens;
   uint64_t snapshot_every_lines;
   uint64_t max_snapshots_per_lane;
+  uint64_t max_job_state_bytes;
   char *shm_dir; /* "auto", "" (off) or a path */
   uint64_t shm_ring_bytes;
   char *data_root;            /* ':'-joined directories clients may read */
@@ -81,6 +82,11 @@ static const struct flag_spec dataloader_options[] = {
            "Spacing of the in-memory lane snapshots that bound replay."),
     DL_ROW("max-snapshots-per-lane", FLAG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
            "In-memory lane snapshots kept per lane."),
+    DL_ROW("max-job-state-bytes", FLAG_SIZE, max_job_state_bytes, "256MiB", 1 << 20,
+           (int64_t)1 << 40,
+           "Budget of one job's lane state: a lane keeps a counter per shard of each dataset in "
+           "its generator, each snapshot and each kept commit; a loader spec (create, mixture, "
+           "import) whose bound is larger is refused (RESOURCE_EXHAUSTED)."),
     DL_ROW("shm-dir", FLAG_STRING, shm_dir, "auto", 0, 0,
            "Shared-memory delivery of streamed batches to clients on this host: the directory "
            "of ring files (made 0700); auto: /dev/shm/stoker-dl-HASH of data-dir; empty: off "
@@ -179,6 +185,7 @@ static int open_core(struct dataloader *d) {
       .snapshot_every_lines = (uint32_t)d->cfg.snapshot_every_lines,
       .max_snapshots_per_lane = (uint32_t)d->cfg.max_snapshots_per_lane,
       .keep_commits = (uint32_t)d->cfg.keep_commits,
+      .max_job_state_bytes = d->cfg.max_job_state_bytes,
       .part = d->cfg.part_index,
       .parts = d->cfg.parts,
   };

@@ -540,17 +540,17 @@ class StokerReader(StorageReader):
 
     def latest_step(self) -> int:
         """The newest committed step of the job (NOT_FOUND when there is none)."""
-        listed = self.conn.unary(
+        listed = self.conn.unary_pages(
             SERVICE + "List",
             pb.ListCheckpointsRequest(job=self.job),
             pb.ListCheckpointsResponse,
-            retry=True,
+            "checkpoints",
         )
-        if not listed.checkpoints:
+        if not listed:
             raise StokerError(
                 grpc.StatusCode.NOT_FOUND, f"job {self.job!r} has no committed checkpoint"
             )
-        return int(max(c.step for c in listed.checkpoints))
+        return int(max(c.step for c in listed))
 
     def manifest(self) -> pb.Manifest:
         """The stored manifest of the checkpoint being read."""

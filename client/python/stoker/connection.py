@@ -224,6 +224,29 @@ class Connection:
                 self._channel.close()
             self._channel = None
 
+    def unary_pages(
+        self,
+        method: str,
+        request: Any,
+        response_type: Any,
+        entries: str,
+        timeout: float | None = None,
+    ) -> list[Any]:
+        """Every entry of a paged listing (``page_token`` in,
+        ``next_page_token`` out; the services answer at most 100 entries by
+        default and never more than about 3 MiB per page): calls ``method``
+        page after page with retry, and returns the repeated field
+        ``entries`` of every page, in order. ``timeout`` bounds each page."""
+        req = type(request)()
+        req.CopyFrom(request)
+        out: list[Any] = []
+        while True:
+            reply = self.unary(method, req, response_type, timeout=timeout, retry=True)
+            out.extend(getattr(reply, entries))
+            if not reply.next_page_token:
+                return out
+            req.page_token = reply.next_page_token
+
     def unary(
         self,
         method: str,

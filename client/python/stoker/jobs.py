@@ -910,14 +910,14 @@ class Jobs:
 
     def list(self, label_selector: Mapping[str, str] | None = None) -> builtins.list[Job]:
         """Every job whose labels include all of ``label_selector``
-        (``stokerctl jobs list --label K=V``), in the coordinator's order."""
+        (``stokerctl jobs list --label K=V``), by name, every page followed."""
         req = _request(
             coord_pb.ListJobsRequest, "label_selector", label_selector=dict(label_selector or {})
         )
-        reply = self._coordinator().unary(
-            COORDINATOR + "ListJobs", req, coord_pb.ListJobsResponse, retry=True
+        jobs = self._coordinator().unary_pages(
+            COORDINATOR + "ListJobs", req, coord_pb.ListJobsResponse, "jobs"
         )
-        return [Job.from_proto(j) for j in reply.jobs]
+        return [Job.from_proto(j) for j in jobs]
 
     # ---- loaders ---------------------------------------------------------------------
 
@@ -945,13 +945,13 @@ class Jobs:
         conns = self._connections("STOKER_DATALOADER")
         out: builtins.list[Loader] = []
         for conn in conns:
-            reply = conn.unary(
+            infos = conn.unary_pages(
                 DATALOADER + "ListLoaders",
                 dl_pb.ListLoadersRequest(),
                 dl_pb.ListLoadersResponse,
-                retry=True,
+                "loaders",
             )
-            out.extend(Loader.from_proto(m) for m in reply.loaders)
+            out.extend(Loader.from_proto(m) for m in infos)
         return out
 
     def delete_loader(self, job: str) -> None:
@@ -979,14 +979,15 @@ class Jobs:
     # ---- checkpoints -----------------------------------------------------------------------
 
     def checkpoints(self, job: str) -> Checkpoints:
-        """The job's committed checkpoints (``stokerctl checkpoint list``)."""
-        reply = self._checkpoint().unary(
+        """The job's committed checkpoints (``stokerctl checkpoint list``),
+        by step, every page followed."""
+        refs = self._checkpoint().unary_pages(
             CHECKPOINT + "List",
             _request(ckpt_pb.ListCheckpointsRequest, "job", job=job),
             ckpt_pb.ListCheckpointsResponse,
-            retry=True,
+            "checkpoints",
         )
-        return Checkpoints(job, tuple(CheckpointRef.from_proto(c) for c in reply.checkpoints))
+        return Checkpoints(job, tuple(CheckpointRef.from_proto(c) for c in refs))
 
     def checkpoint(self, job: str, step: int) -> Manifest:
         """The manifest of the checkpoint at ``step`` (``stokerctl checkpoint

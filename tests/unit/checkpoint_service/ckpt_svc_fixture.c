@@ -107,6 +107,7 @@ struct call {
   int64_t steps[64];
   size_t n;
   uint64_t problems;
+  char next[128]; /* List: next_page_token */
 };
 
 static void on_done(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
@@ -122,6 +123,7 @@ static void on_done(void *arg, int err, const char *msg, const ProtobufCMessage 
     const Stoker__V1__ListCheckpointsResponse *l = (const void *)resp;
     for (size_t i = 0; i < l->n_checkpoints && c->n < 64; i++)
       c->steps[c->n++] = l->checkpoints[i]->step;
+    snprintf(c->next, sizeof(c->next), "%s", l->next_page_token);
   }
   if (resp->descriptor == &stoker__v1__verify_checkpoint_response__descriptor)
     c->problems = ((const Stoker__V1__VerifyCheckpointResponse *)resp)->n_problems;
@@ -157,6 +159,22 @@ int fx_list(struct fx *f, const char *job, int64_t *ret_steps, size_t max, size_
   fx_run_until(f, &c.done, 10000);
   *ret_n = c.n < max ? c.n : max;
   memcpy(ret_steps, c.steps, *ret_n * sizeof(int64_t));
+  return c.err;
+}
+
+int fx_list_page(struct fx *f, const char *job, uint32_t page_size, const char *token,
+                 int64_t *ret_steps, size_t max, size_t *ret_n, char ret_next[128]) {
+  struct call c = {0};
+  Stoker__V1__ListCheckpointsRequest req = STOKER__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+  req.job = (char *)job;
+  req.page_size = page_size;
+  if (token) req.page_token = (char *)token;
+  ckpt_list(f->svc, &req, on_done, &c);
+  fx_run_until(f, &c.done, 10000);
+  *ret_n = c.n < max ? c.n : max;
+  memcpy(ret_steps, c.steps, *ret_n * sizeof(int64_t));
+  memcpy(ret_next, c.next, 128);
+  if (c.err) snprintf(ret_next, 128, "%.127s", c.msg);
   return c.err;
 }
 

@@ -55,6 +55,10 @@ int fx_begin(struct fx *f, const char *job, int64_t step, uint32_t world, char r
 int fx_commit(struct fx *f, const char *attempt, char *ret_msg, size_t msg_len);
 /* Steps listed (at most max). */
 int fx_list(struct fx *f, const char *job, int64_t *ret_steps, size_t max, size_t *ret_n);
+/* One page of List (token NULL: the first); ret_next gets its
+ * next_page_token, or the error text on failure. */
+int fx_list_page(struct fx *f, const char *job, uint32_t page_size, const char *token,
+                 int64_t *ret_steps, size_t max, size_t *ret_n, char ret_next[128]);
 int fx_verify(struct fx *f, const char *job, int64_t step, uint64_t *ret_problems);
 int fx_delete(struct fx *f, const char *job, int64_t step);
 

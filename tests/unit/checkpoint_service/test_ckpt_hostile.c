@@ -3,7 +3,8 @@
  * outside their shapes, byte counts that do not match, overlapping chunks,
  * truncated streams, and bytes flipped in storage. Each gets a clear error
  * and nothing is committed; a flipped byte fails reads with STK_ECORRUPT
- * naming the object, and verify reports it.
+ * naming the object, and verify reports it. List answers in pages, each
+ * checkpoint exactly once by step, and refuses a token it did not give.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -199,12 +200,56 @@ static void test_bad_read_boxes(void **state) {
   fx_fini(&f);
 }
 
+/* List answers in pages (services/common/page.h): 150 checkpoints paged
+ * at several sizes come back each exactly once, by step; a bad token is
+ * STK_EINVAL. The page size is capped at 64 here only by the fixture's
+ * buffer of steps. */
+static void test_list_pages(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  struct model *m = model_new(1, 1000, 3);
+  enum { N = 150 };
+  for (int64_t i = 0; i < N; i++) {
+    int64_t step = (i * 37) % N + 1; /* committed out of order */
+    char att[65];
+    assert_int_equal(fx_begin(&f, "many", step, 1, att), 0);
+    struct write_opts wo = {.world = 1, .skip_last_rank = -1};
+    assert_int_equal(fx_write_model(&f, att, m, &wo, NULL), 0);
+    assert_int_equal(fx_commit(&f, att, NULL, 0), 0);
+  }
+  const uint32_t sizes[] = {1, 7, 64};
+  for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+    char token[128] = "", next[128];
+    int64_t steps[64], want = 1;
+    size_t n, pages = 0;
+    do {
+      assert_int_equal(
+          fx_list_page(&f, "many", sizes[s], *token ? token : NULL, steps, 64, &n, next), 0);
+      assert_true(n >= 1 && n <= sizes[s]);
+      for (size_t i = 0; i < n; i++) assert_int_equal(steps[i], want++);
+      memcpy(token, next, sizeof token);
+      pages++;
+    } while (*token);
+    assert_int_equal(want, N + 1);
+    assert_int_equal(pages, (N + sizes[s] - 1) / sizes[s]);
+  }
+  int64_t steps[64];
+  size_t n;
+  char next[128];
+  assert_int_equal(fx_list_page(&f, "many", 0, "p1.zz", steps, 64, &n, next), STK_EINVAL);
+  assert_int_equal(fx_list_page(&f, "many", 0, "p1.6162", steps, 64, &n, next), STK_EINVAL);
+  assert_non_null(strstr(next, "page_token"));
+  model_free(m);
+  fx_fini(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_bad_read_boxes),
-      cmocka_unit_test(test_bad_chunks),
-      cmocka_unit_test(test_overlap_and_gap),
-      cmocka_unit_test(test_corrupt_object),
+      cmocka_unit_test(test_bad_read_boxes),  cmocka_unit_test(test_bad_chunks),
+      cmocka_unit_test(test_overlap_and_gap), cmocka_unit_test(test_corrupt_object),
+      cmocka_unit_test(test_list_pages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -210,7 +210,7 @@ static void handle_explain(struct rpc_call *c, const ProtobufCMessage *m, void *
 static void handle_list(struct rpc_call *c, const ProtobufCMessage *m, void *data) {
   struct fake_loader *f = data;
   Stoker__V1__ListLoadersResponse *resp = NULL;
-  int err = dl_list_jobs(f->dl, &resp);
+  int err = dl_list_jobs(f->dl, (const Stoker__V1__ListLoadersRequest *)m, &resp);
   if (err < 0) {
     fail_detail(c, err);
     return;

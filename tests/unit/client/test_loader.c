@@ -107,6 +107,35 @@ static void test_create_get_and_errors(void **state) {
   stk_client_free(c);
 }
 
+/* ListLoaders answers in pages of at most 100 (services/common/page.h);
+ * stk_loader_list follows them: 230 jobs come back in one response, each
+ * exactly once, by name. */
+static void test_list_follows_pages(void **state) {
+  struct stk_client *c = connect_fake();
+  char job[32];
+  for (int i = 0; i < 230; i++) {
+    snprintf(job, sizeof job, "pg-%03d", (i * 7) % 230);
+    create_job(c, job, 15, GLOBAL);
+  }
+  Stoker__V1__ListLoadersResponse *l = NULL;
+  assert_int_equal(stk_loader_list(c, 0, &l), 0);
+  assert_string_equal(l->next_page_token, "");
+  int want = 0;
+  for (size_t i = 0; i < l->n_loaders; i++) {
+    if (i) assert_true(strcmp(l->loaders[i - 1]->spec->job, l->loaders[i]->spec->job) < 0);
+    if (strncmp(l->loaders[i]->spec->job, "pg-", 3) != 0) continue;
+    snprintf(job, sizeof job, "pg-%03d", want++);
+    assert_string_equal(l->loaders[i]->spec->job, job);
+  }
+  assert_int_equal(want, 230);
+  protobuf_c_message_free_unpacked(&l->base, NULL);
+  for (int i = 0; i < 230; i++) {
+    snprintf(job, sizeof job, "pg-%03d", i);
+    assert_int_equal(stk_loader_delete(c, job, 0), 0);
+  }
+  stk_client_free(c);
+}
+
 static void test_batch_retry_and_world_sizes(void **state) {
   struct stk_client *c = connect_fake();
   create_job(c, "bw", SEQ_LEN, GLOBAL);
@@ -323,6 +352,7 @@ static void test_connect_from_env(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_create_get_and_errors),
+      cmocka_unit_test(test_list_follows_pages),
       cmocka_unit_test(test_batch_retry_and_world_sizes),
       cmocka_unit_test(test_async_batch),
       cmocka_unit_test(test_stream_order_and_end),

@@ -132,6 +132,15 @@ static void test_bad_specs(void **state) {
   t = BASE;
   t.seq_len = 0;
   assert_int_equal(t_create(dl, &t), STK_EINVAL);
+  char *long_uri = malloc(5000); /* over the 4096-byte bound on source.uri */
+  memset(long_uri, 'a', 4999);
+  memcpy(long_uri, "file:///", 8);
+  long_uri[4999] = '\0';
+  t = BASE;
+  t.uris[0] = long_uri;
+  assert_int_equal(t_create(dl, &t), STK_EINVAL);
+  assert_non_null(strstr(stk_detail(), "source.uri over 4096 bytes"));
+  free(long_uri);
   Stoker__V1__LoaderInfo *info;
   assert_int_equal(dl_get_info(dl, "h", &info), STK_ENOENT);
   assert_int_equal(t_create(dl, &BASE), 0);
