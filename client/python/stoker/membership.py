@@ -178,7 +178,7 @@ class Member:
                     continue
                 if action == CONTINUE and gen != m.generation:
                     action, reason = RESTART, f"generation {gen} replaced {m.generation}"
-                if action != CONTINUE:
+                if action != CONTINUE and not stop.is_set():  # (not after stop_heartbeats)
                     on_action(action, reason)
 
         self._thread = threading.Thread(

@@ -113,6 +113,8 @@ class StokerRendezvousHandler(RendezvousHandler):
         for name in os.listdir(self.control_dir):
             if name.startswith("progress-"):
                 os.unlink(os.path.join(self.control_dir, name))
+        with self._lock:  # the answers so far belong to earlier workers
+            seen = self._seq
         os.environ.update(
             {
                 "STOKER_COORDINATOR": self.coordinator,
@@ -120,6 +122,7 @@ class StokerRendezvousHandler(RendezvousHandler):
                 elastic.ENV_GENERATION: str(m.generation),
                 elastic.ENV_MEMBER: m.member_id,
                 elastic.ENV_CONTROL_DIR: self.control_dir,
+                elastic.ENV_ACTIONS_AFTER: str(seen),
             }
         )
         self.member.start_heartbeats(
