@@ -271,6 +271,9 @@ static void set_done(struct attempt *a, int result, const char *msg) {
   free_staging(a);
   attempt_sweep_segments(s); /* Segments a rank wrote but never sent. */
   answer_waits(a);
+  if (result != 0 && s->o.abort_hook)
+    s->o.abort_hook(s->o.abort_hook_arg, a->job, a->step, a->id,
+                    a->result_msg ? a->result_msg : stk_strerror(result));
 }
 
 bool attempt_commit_start(struct attempt *a) {
