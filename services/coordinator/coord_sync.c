@@ -57,8 +57,9 @@ void coord_sync_end_generation(struct job *j, int err, const char *msg) {
 static struct job *current(struct coord *c, struct coord_wait *w, const char *job, uint64_t gen) {
   struct job *j = coord_job_or_fail(c, job, w);
   if (!j) return NULL;
-  if (j->state == S(STOPPED)) {
-    coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+  if (coord_job_ended(j)) {
+    coord_fail(w, STK_ESTATE, "job %s is %s", j->name,
+               j->state == S(STOPPED) ? "stopped" : "finished");
     return NULL;
   }
   if (gen != j->generation) {

@@ -1,12 +1,20 @@
-"""torchrun's rendezvous handler (stoker.rendezvous) driven by hand against
-the real coordinator, without torchrun: what the agent hands its workers
-across restarts (each answer to one worker generation, once)."""
+"""torchrun's rendezvous handler (stoker.rendezvous) against the real
+coordinator: driven by hand, what the agent hands its workers across
+restarts (each answer to one worker generation, once); under torchrun, a
+job whose agents all finish ends FINISHED, with no error at the exit
+barrier."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
+
+from conftest import binary
 
 from stoker import elastic
 from stoker.connection import Connection
@@ -57,3 +65,36 @@ def test_a_worker_after_a_restart_gets_no_earlier_answer(daemons):
     finally:
         other.leave()
         agent.shutdown()
+
+
+def test_a_job_whose_agents_all_finish_ends(daemons, tmp_path):
+    """Two torchrun agents whose workers succeed, one a second later: the
+    first to finish leaves as finished, which opens no generation under the
+    other's exit barrier, and the job ends FINISHED."""
+    addr = daemons["coordinator"].addr
+    worker = tmp_path / "worker.py"
+    worker.write_text("import os, time\ntime.sleep(float(os.environ['NAP']))\n")
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    argv = [torchrun, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=stoker"]
+    argv += [f"--rdzv-endpoint={addr}", "--rdzv-id=done", "--monitor-interval=0.1"]
+    argv += ["--rdzv-conf=heartbeat_interval_ms=100,last_call_ms=100"]
+    argv += ["--no-python", sys.executable, str(worker)]
+    agents = [
+        subprocess.Popen(
+            argv,
+            env=dict(os.environ, NAP=nap, OMP_NUM_THREADS="1"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for nap in ("0", "1.5")
+    ]
+    logs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in agents]
+    for p, log in zip(agents, logs, strict=True):
+        assert p.returncode == 0, log[-3000:]
+        assert "Error waiting on exit barrier" not in log, log[-3000:]
+    ctl = [str(binary("stokerctl")), "--coordinator", addr, "--json"]
+    job = json.loads(subprocess.run([*ctl, "job", "show", "done"], capture_output=True).stdout)
+    assert job["state"] == "FINISHED" and job["generation"] == 1, job
+    assert job["reason"].startswith("finished"), job
+    shown = subprocess.run([*ctl[:-1], "job", "show", "done"], capture_output=True, text=True)
+    assert "FINISHED" in shown.stdout, shown.stdout
