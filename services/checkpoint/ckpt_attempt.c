@@ -104,6 +104,7 @@ void attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt 
   if (result) {
     a->result_msg =
         strdup("aborted by recovery: the attempt was incomplete when the service stopped");
+    if (a->result_msg) svc_queue_abort_hook(s, a->job, a->step, a->id, a->result_msg);
   } else {
     a->committed_at_ms = committed_at_ms;
     a->manifest_uri = manifest_uri ? strdup(manifest_uri) : NULL;

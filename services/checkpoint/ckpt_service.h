@@ -41,9 +41,10 @@ typedef void (*ckpt_done_fn)(void *arg, int err, const char *errmsg, const Proto
 typedef void (*ckpt_commit_hook_fn)(void *arg, const char *job, int64_t step,
                                     const char *manifest_uri);
 
-/* Called on the loop once per attempt that ends aborted (what the aborts
- * statistic counts), when its cleanup is done: its job, step, id and reason
- * (the message its Commit answers). The daemon logs it. */
+/* Called on the loop once per attempt that ends aborted, when its cleanup is
+ * done (what the aborts statistic counts), and after open for each attempt
+ * recovery aborted (recovered_aborts): its job, step, id and reason (the
+ * message its Commit answers). The daemon logs it. */
 typedef void (*ckpt_abort_hook_fn)(void *arg, const char *job, int64_t step, const char *attempt,
                                    const char *reason);
 
