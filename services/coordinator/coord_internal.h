@@ -271,6 +271,9 @@ void coord_watch_end(struct coord_wait *w, int err, const char *msg);
 
 /* ---- coord_sync.c: barriers and the generation-scoped KV --------------- */
 void coord_sync_end_generation(struct job *j, int err, const char *msg);
+/* A member finished or left a finishing job: answers the barriers every
+ * member left unfinished has reached. */
+void coord_sync_finishing(struct job *j);
 
 /* ---- coord_rendezvous.c: Join and the round ---------------------------- */
 void coord_round_open(struct job *j, const char *reason);

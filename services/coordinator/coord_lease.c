@@ -171,6 +171,7 @@ static void finish(struct job *j, struct member *m) {
   list_del(&m->lease);
   j->n_finished++;
   coord_store_member(j, m);
+  coord_sync_finishing(j);
   finish_maybe(j);
 }
 
@@ -190,6 +191,7 @@ static void depart(struct job *j, struct member *m, bool lost) {
   coord_member_remove(j, m);
   coord_job_touch(j, NULL);
   coord_pause_maybe_done(j);
+  if (j->n_finished) coord_sync_finishing(j);
   finish_maybe(j);
 }
 

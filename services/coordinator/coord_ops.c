@@ -29,7 +29,8 @@ static void ended(struct coord_wait *w, struct job *j) {
 
 static void reset_told(struct job *j) {
   for (uint32_t r = 0; r < j->world; r++)
-    if (j->by_rank[r]) j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
+    if (j->by_rank[r] && !j->by_rank[r]->finished) /* (one that finished never beats) */
+      j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
 }
 
 /* Ends the generation; parked joins stay parked until ResumeJob. */

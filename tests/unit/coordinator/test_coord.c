@@ -710,6 +710,34 @@ static void test_members_finish(void **state) {
   run_until(f, &w.end.done);
 }
 
+/* While a job is finishing, a barrier waits only for the members that have
+ * not finished: one that finished never arrives. */
+static void test_barrier_while_finishing(void **state) {
+  struct fx *f = *state;
+  create(f, "bar", 3, 3);
+  struct res *r[3];
+  join_all(f, "bar", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  struct res *b1 = barrier(f, "m1", 1, "b");
+  assert_int_equal(leave_as(f, "bar", "m0", 1, true), 0);
+  run_for(f, 20);
+  assert_false(b1->done); /* m2 is still to come. */
+  struct res *b2 = barrier(f, "m2", 1, "b");
+  run_until(f, &b1->done);
+  run_until(f, &b2->done);
+  assert_int_equal(b1->err, 0);
+  assert_int_equal(((Stoker__V1__BarrierResponse *)b2->resp)->arrived, 2);
+  res_free(b1);
+  res_free(b2);
+  struct res *c1 = barrier(f, "m1", 1, "c");
+  run_for(f, 20);
+  assert_false(c1->done);
+  assert_int_equal(leave_as(f, "bar", "m2", 1, true), 0); /* Now m1 is the last. */
+  run_until(f, &c1->done);
+  assert_int_equal(c1->err, 0);
+  res_free(c1);
+}
+
 /* A member lost while the job is finishing opens no round either: once the
  * others finished, the job ends. A plain Leave still opens one. */
 static void test_member_lost_while_finishing(void **state) {
@@ -827,6 +855,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_watch_overflow, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_members_finish, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_member_lost_while_finishing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_barrier_while_finishing, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
