@@ -271,9 +271,10 @@ int stk_join(struct stk_client *c, const char *job, const char *member_id, const
   return err;
 }
 
-int stk_leave(struct stk_client *c) {
+static int leave(struct stk_client *c, bool finished) {
   membership_stop_heartbeat(c);
   Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
+  req.finished = finished;
   char job[sizeof(c->m.job)], member[sizeof(c->m.member_id)];
   pthread_mutex_lock(&c->mu);
   bool joined = c->m.joined;
@@ -287,4 +288,12 @@ int stk_leave(struct stk_client *c) {
   req.member_id = member;
   return client_call(c, COORD_METHOD(leave, &req), &req.base, &stoker__v1__empty__descriptor, 0,
                      NULL);
+}
+
+int stk_leave(struct stk_client *c) {
+  return leave(c, false);
+}
+
+int stk_leave_finished(struct stk_client *c) {
+  return leave(c, true);
 }

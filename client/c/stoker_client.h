@@ -105,6 +105,10 @@ int stk_join(struct stk_client *c, const char *job, const char *member_id, const
 /* Stops heartbeats and tells the coordinator the member leaves cleanly.
  * Errors: STK_ESTATE (not joined), mapped server status. */
 int stk_leave(struct stk_client *c);
+/* The same for a member whose work is done (it trained every step): the
+ * others go on in the same generation instead of a new round, and the job
+ * ends FINISHED once every member finished. Errors as stk_leave. */
+int stk_leave_finished(struct stk_client *c);
 
 /* How a rank says it is doing in its heartbeats (the proto's RankHealth
  * numbers). */

@@ -28,6 +28,18 @@ start_services() { # exports STOKER_COORDINATOR, STOKER_DATALOADER, STOKER_CHECK
 
 ctl() { "$bin/client/cli/stokerctl" "$@"; }
 
+# kill_node PID: a node lost. SIGKILLs the torchrun agent PID (started with
+# setsid: the leader of its process group) and its workers: torch starts each
+# worker in a session of its own, outside the agent's group, where it would
+# train on as an orphan. Prints what it killed.
+kill_node() {
+  local agent=$1 workers w
+  workers=$(pgrep -P "$agent" | paste -sd ' ' -)
+  kill -9 -- "-$agent" 2>/dev/null || kill -9 "$agent" 2>/dev/null || true
+  for w in $workers; do kill -9 -- "-$w" 2>/dev/null || kill -9 "$w" 2>/dev/null || true; done
+  echo "killed agent $agent (its process group) and its workers: ${workers:-none}"
+}
+
 # Where the checkpoint service stores (the job spec names it too, so that
 # `stokerctl job show` says where a job's data and checkpoints are).
 ckpt_storage() { echo "file://$work/checkpoint-store"; }

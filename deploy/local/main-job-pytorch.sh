@@ -31,7 +31,7 @@ mkdir -p "$out"
 pids=()
 agent_pids=()
 cleanup() {
-  for p in "${agent_pids[@]}"; do kill -9 -- "-$p" 2>/dev/null || true; done
+  for p in "${agent_pids[@]}"; do kill_node "$p" >/dev/null; done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   [ -n "${STOKER_KEEP:-}" ] || rm -rf "$work"
@@ -69,7 +69,7 @@ ctl job show "$job"
 
 gen_before=$(job_field "$job" generation)
 say "killing agent 2 and its worker with SIGKILL (a node lost; generation $gen_before, step $(job_field "$job" step))"
-kill -9 -- "-${agent_pids[2]}"
+kill_node "${agent_pids[2]}" | sed 's/^/  /'
 wait "${agent_pids[2]}" 2>/dev/null || true
 
 say "waiting for the survivors to re-rendezvous at 3 and restore"

@@ -10,7 +10,9 @@
  *      slot until the idle timeout. Attempts still being written, or whose
  *      ranks have all finished (uploading, committing), are left alone.
  *   2. A job holds at most max_open_attempts_per_job attempts (Begins in
- *      flight included), far below the service's cap.
+ *      flight and its attempts still aborting included: that bounds its
+ *      cleanup backlog), far below the service's cap, which counts the
+ *      attempts open or committing and the Begins in flight.
  *   3. At the service cap (max_open_attempts), a job that holds fewer than
  *      the largest holder less one takes a slot from it: the largest
  *      holder's oldest attempt that is not committing is aborted, its reason
@@ -100,8 +102,11 @@ int ckpt_admit(struct ckpt_service *s, const char *job, int64_t step) {
                    job, mine);
     return STK_EBUSY;
   }
+  /* Aborting attempts hold no staging (freed at the abort) and count only
+   * against their own job: another job's cleanup never fills the service. */
   uint32_t live = 0;
-  for (const struct attempt *a = s->attempts; a; a = a->next) live += a->state != ATT_DONE;
+  for (const struct attempt *a = s->attempts; a; a = a->next)
+    live += a->state == ATT_OPEN || a->state == ATT_COMMITTING;
   for (const struct begin_pending *b = s->begins; b; b = b->next) live++;
   if (live < s->o.max_open_attempts) return 0;
   uint32_t most;

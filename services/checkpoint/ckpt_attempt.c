@@ -104,6 +104,7 @@ void attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt 
   if (result) {
     a->result_msg =
         strdup("aborted by recovery: the attempt was incomplete when the service stopped");
+    if (a->result_msg) svc_queue_abort_hook(s, a->job, a->step, a->id, a->result_msg);
   } else {
     a->committed_at_ms = committed_at_ms;
     a->manifest_uri = manifest_uri ? strdup(manifest_uri) : NULL;
@@ -271,6 +272,9 @@ static void set_done(struct attempt *a, int result, const char *msg) {
   free_staging(a);
   attempt_sweep_segments(s); /* Segments a rank wrote but never sent. */
   answer_waits(a);
+  if (result != 0 && s->o.abort_hook)
+    s->o.abort_hook(s->o.abort_hook_arg, a->job, a->step, a->id,
+                    a->result_msg ? a->result_msg : stk_strerror(result));
 }
 
 bool attempt_commit_start(struct attempt *a) {

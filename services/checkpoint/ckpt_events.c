@@ -2,7 +2,7 @@
  * ckpt_events: the service's loop-side delivery helpers, a leaf that calls
  * no other file of the service: deferred writer events (delivered from a
  * loop callback, never inside the call that caused them), late answers of
- * calls that take a ckpt_done_fn, commit hooks queued by recovery, the wall
+ * calls that take a ckpt_done_fn, commit and abort hooks queued by recovery, the wall
  * clock and the test probe.
  */
 #include <stdio.h>
@@ -23,7 +23,7 @@ void svc_probe(struct ckpt_service *s, const char *point) {
   if (s->o.probe) s->o.probe(s->o.probe_arg, point);
 }
 
-/* ---- Deferred writer events and recovered commit hooks ---- */
+/* ---- Deferred writer events and recovered commit and abort hooks ---- */
 
 void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
                     int err, const char *msg) {
@@ -46,6 +46,8 @@ void svc_free_hooks(struct hook_call *h) {
     struct hook_call *n = h->next;
     free(h->job);
     free(h->uri);
+    free(h->attempt);
+    free(h->reason);
     free(h);
     h = n;
   }
@@ -61,11 +63,25 @@ void svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const
   s->pending_hooks = h;
 }
 
+void svc_queue_abort_hook(struct ckpt_service *s, const char *job, int64_t step,
+                          const char *attempt, const char *reason) {
+  struct hook_call *h = calloc(1, sizeof(*h));
+  if (!h) return;
+  h->job = strdup(job);
+  h->step = step;
+  h->attempt = strdup(attempt);
+  h->reason = strdup(reason);
+  h->next = s->pending_hooks;
+  s->pending_hooks = h;
+}
+
 static void fire_hooks(struct ckpt_service *s) {
   struct hook_call *list = s->pending_hooks;
   s->pending_hooks = NULL;
   for (struct hook_call *h = list; h; h = h->next)
-    if (s->o.commit_hook && h->job && h->uri)
+    if (h->reason && s->o.abort_hook && h->job && h->attempt)
+      s->o.abort_hook(s->o.abort_hook_arg, h->job, h->step, h->attempt, h->reason);
+    else if (!h->reason && s->o.commit_hook && h->job && h->uri)
       s->o.commit_hook(s->o.commit_hook_arg, h->job, h->step, h->uri);
   svc_free_hooks(list);
 }

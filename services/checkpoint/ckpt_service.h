@@ -41,6 +41,13 @@ typedef void (*ckpt_done_fn)(void *arg, int err, const char *errmsg, const Proto
 typedef void (*ckpt_commit_hook_fn)(void *arg, const char *job, int64_t step,
                                     const char *manifest_uri);
 
+/* Called on the loop once per attempt that ends aborted, when its cleanup is
+ * done (what the aborts statistic counts), and after open for each attempt
+ * recovery aborted (recovered_aborts): its job, step, id and reason (the
+ * message its Commit answers). The daemon logs it. */
+typedef void (*ckpt_abort_hook_fn)(void *arg, const char *job, int64_t step, const char *attempt,
+                                   const char *reason);
+
 /* Test probe: called on worker threads at named instants of the protocol
  * ("part_journaled", "rank_finished", "before_manifest", "manifest_written",
  * "committed"), so a test can crash the process at an exact point. NULL in
@@ -87,6 +94,8 @@ struct ckpt_service_opts {
   uint32_t orphan_attempt_grace_ms;
   ckpt_commit_hook_fn commit_hook;
   void *commit_hook_arg;
+  ckpt_abort_hook_fn abort_hook;
+  void *abort_hook_arg;
   ckpt_probe_fn probe;
   void *probe_arg;
 };

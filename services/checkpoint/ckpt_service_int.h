@@ -103,6 +103,7 @@ struct hook_call {
   char *job;
   int64_t step;
   char *uri;
+  char *attempt, *reason; /* Set: an abort (the abort hook); else a commit. */
   struct hook_call *next;
 };
 
@@ -227,10 +228,12 @@ void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_wri
                     int err, const char *msg);
 /* Drops the events of a writer being closed. */
 void svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w);
-/* Fires queued commit hooks, then delivers queued writer events. */
+/* Fires queued commit and abort hooks, then delivers queued writer events. */
 void svc_deliver_events(struct ckpt_service *s);
 void svc_drop_events(struct ckpt_service *s);
 void svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const char *uri);
+void svc_queue_abort_hook(struct ckpt_service *s, const char *job, int64_t step,
+                          const char *attempt, const char *reason);
 void svc_free_hooks(struct hook_call *h);
 /* Answer done(arg, ...) from a later loop callback: an error, a's
  * reference, or a static reply. */

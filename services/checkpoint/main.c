@@ -280,6 +280,15 @@ static void on_commit(void *arg, const char *job, int64_t step, const char *mani
   if (ck->report) ckpt_report_commit(ck->report, job, step, manifest_uri);
 }
 
+/* Every abort, once, whatever its cause (the Abort call, a failed write or
+ * upload, the attempt or idle timeout, a later Begin superseding it). */
+static void on_abort(void *arg, const char *job, int64_t step, const char *attempt,
+                     const char *reason) {
+  (void)arg;
+  log_warn("checkpoint.aborted", "job=%s step=%lld attempt=%s: %s", job, (long long)step, attempt,
+           reason);
+}
+
 static int open_core(struct checkpoint *ck) {
   char db[PATH_MAX];
   snprintf(db, sizeof(db), "%s/journal", ck->cfg.daemon.data_dir);
@@ -312,6 +321,7 @@ static int open_core(struct checkpoint *ck) {
       .orphan_attempt_grace_ms = (uint32_t)ck->cfg.orphan_attempt_grace_ms,
       .commit_hook = on_commit,
       .commit_hook_arg = ck,
+      .abort_hook = on_abort,
   };
   stk_clear_detail();
   int rc = ckpt_service_open(daemon_loop(ck->daemon), &o, &ck->svc);

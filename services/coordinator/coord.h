@@ -172,8 +172,14 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
  * than the job's; a member of an older generation gets RESTART. */
 void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, coord_done_fn done,
                      void *arg);
-/* resp: Stoker__V1__Empty. Leaving a RUNNING job opens a new round.
- * Unknown member or older generation: no change, success. */
+/* resp: Stoker__V1__Empty. Leaving a RUNNING job opens a new round, unless
+ * the job is finishing. With req->finished the member's work is done: it
+ * keeps its seat without a lease (the generation, its KV and barriers go on
+ * for the others; its heartbeat answers STOP), Joins fail STK_ESTATE while
+ * the job is finishing, a member lost or leaving meanwhile opens no round,
+ * and once every member left of the generation has finished the job is
+ * FINISHED (terminal, a FINISHED event). Unknown member or older
+ * generation: no change, success. */
 void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_done_fn done,
                  void *arg);
 

@@ -200,8 +200,7 @@ void coord_delete_job(struct coord *c, const Stoker__V1__JobActionRequest *req, 
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
-  bool idle = j->state == STOKER__V1__JOB_STATE__JOB_STATE_STOPPED ||
-              j->state == STOKER__V1__JOB_STATE__JOB_STATE_PAUSED;
+  bool idle = coord_job_ended(j) || j->state == STOKER__V1__JOB_STATE__JOB_STATE_PAUSED;
   if (!idle && !req->force)
     return coord_fail(w, STK_ESTATE, "job %s is active; stop or pause it, or force", j->name);
   coord_fail_parked(j, true, STK_ENOENT, "job deleted");

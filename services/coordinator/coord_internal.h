@@ -31,6 +31,7 @@ struct member {
   double tps, loss;
   Stoker__V1__RankHealth health;
   bool told_ckpt, told_stop;
+  bool finished;            /* Left with finished: holds no lease, answers STOP. */
   uint64_t asked_threshold; /* checkpoint_every_steps threshold already asked. */
 };
 
@@ -85,6 +86,7 @@ struct job {
   struct htab members;
   struct member **by_rank; /* [world]; NULL where a member left. */
   uint32_t n_members;
+  uint32_t n_finished; /* Members that left finished: the job is finishing. */
   struct list leases;
   struct htab prev; /* Last generation that ran, while none runs: rank order. */
   /* Open round. */
@@ -216,6 +218,8 @@ struct job *coord_job_or_fail(struct coord *c, const char *name, struct coord_wa
 
 /* ---- coord_job.c: the job and its members as records and messages ------- */
 uint32_t coord_job_cap(const struct job *j);
+/* STOPPED or FINISHED: terminal, no round opens again. */
+bool coord_job_ended(const struct job *j);
 int64_t coord_job_lease_ms(const struct job *j);
 void coord_answer_job(struct coord_wait *w, struct job *j);
 /* A Job message pointing into the model; valid until the model changes. */
@@ -273,6 +277,9 @@ void coord_sync_end_generation(struct job *j, int err, const char *msg);
  * job like a KvSet, never refused). */
 void coord_kv_restore(struct job *j, const char *key, size_t key_len, const uint8_t *value,
                       size_t len);
+/* A member finished or left a finishing job: answers the barriers every
+ * member left unfinished has reached. */
+void coord_sync_finishing(struct job *j);
 
 /* ---- coord_rendezvous.c: Join and the round ---------------------------- */
 void coord_round_open(struct job *j, const char *reason);

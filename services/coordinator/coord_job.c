@@ -15,6 +15,11 @@ uint32_t coord_job_cap(const struct job *j) {
   return j->target ? j->target : j->spec->max_ranks;
 }
 
+bool coord_job_ended(const struct job *j) {
+  return j->state == STOKER__V1__JOB_STATE__JOB_STATE_STOPPED ||
+         j->state == STOKER__V1__JOB_STATE__JOB_STATE_FINISHED;
+}
+
 int64_t coord_job_lease_ms(const struct job *j) {
   return (int64_t)j->spec->heartbeat_interval_ms * j->spec->heartbeat_misses;
 }

@@ -116,9 +116,14 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   if (req->generation > j->generation)
     return coord_fail(w, STK_ESTALE, "generation %llu is newer than the job's %llu",
                       (unsigned long long)req->generation, (unsigned long long)j->generation);
-  if (j->state == S(STOPPED) || j->state == S(PAUSED))
-    return answer_hb(w, j, A(STOP), j->state == S(STOPPED) ? "job stopped" : "job paused");
+  if (coord_job_ended(j) || j->state == S(PAUSED))
+    return answer_hb(w, j, A(STOP),
+                     j->state == S(STOPPED)    ? "job stopped"
+                     : j->state == S(FINISHED) ? "job finished"
+                                               : "job paused");
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
+  if (n && req->generation == j->generation && container_of(n, struct member, hn)->finished)
+    return answer_hb(w, j, A(STOP), "this member finished");
   if (j->state == S(RUNNING) && coord_surplus_has(j, req->member_id))
     return answer_hb(w, j, A(STOP), "job scaled down: this member is not needed");
   if (!n || req->generation < j->generation || j->state == S(WAITING))
@@ -133,7 +138,45 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   answer_hb_gen(w, gen, action, reason);
 }
 
-/* A member leaves (clean exit) or is lost (lease expired). */
+/* A finishing job (a member left finished) ends once every member left of
+ * its generation finished: FINISHED, terminal, parked calls refused. */
+static void finish_maybe(struct job *j) {
+  if (j->state != S(RUNNING) || !j->n_finished) return;
+  if (j->n_finished < j->n_members) {
+    char reason[96];
+    snprintf(reason, sizeof(reason), "finishing: %u of %u members finished", j->n_finished,
+             j->n_members);
+    coord_job_touch(j, reason);
+    return;
+  }
+  j->state = S(FINISHED);
+  coord_fail_parked(j, true, STK_ESTATE, "job finished");
+  j->scale_pending = false;
+  char reason[96];
+  snprintf(reason, sizeof(reason), "finished: %u members of generation %llu finished",
+           j->n_finished, (unsigned long long)j->generation);
+  coord_job_touch(j, reason);
+  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_FINISHED, NULL, 0,
+              "generation %llu: %u members finished", (unsigned long long)j->generation,
+              j->n_finished);
+}
+
+/* A member of a running generation is done: it keeps its seat (rank, KV
+ * and barriers stay for the others) but holds no lease. */
+static void finish(struct job *j, struct member *m) {
+  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LEFT, m->id, (int64_t)m->step,
+              "finished");
+  m->finished = true;
+  m->told_stop = true;
+  list_del(&m->lease);
+  j->n_finished++;
+  coord_store_member(j, m);
+  coord_sync_finishing(j);
+  finish_maybe(j);
+}
+
+/* A member leaves (clean exit) or is lost (lease expired). In a finishing
+ * job neither opens a round: the member is gone, the others finish. */
 static void depart(struct job *j, struct member *m, bool lost) {
   char id[130];
   snprintf(id, sizeof(id), "%s", m->id);
@@ -141,13 +184,15 @@ static void depart(struct job *j, struct member *m, bool lost) {
               lost ? STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LOST
                    : STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LEFT,
               id, (int64_t)m->step, lost ? "lease expired" : "left");
-  if (j->state == S(RUNNING)) {
+  if (j->state == S(RUNNING) && !j->n_finished) {
     coord_round_open(j, lost ? "a member was lost" : "a member left");
     return;
   }
   coord_member_remove(j, m);
   coord_job_touch(j, NULL);
   coord_pause_maybe_done(j);
+  if (j->n_finished) coord_sync_finishing(j);
+  finish_maybe(j);
 }
 
 void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_done_fn done,
@@ -162,7 +207,12 @@ void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_don
   struct hnode *jn = coord_tab_get(&j->joiners_by_id, req->member_id);
   if (jn) coord_fail(container_of(jn, struct coord_wait, hn), STK_EABORTED, "member left");
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
-  if (n && req->generation == j->generation) depart(j, container_of(n, struct member, hn), false);
+  struct member *m =
+      n && req->generation == j->generation ? container_of(n, struct member, hn) : NULL;
+  if (m && req->finished && j->state == S(RUNNING) && !m->finished)
+    finish(j, m);
+  else if (m && !m->finished)
+    depart(j, m, false);
   if (jn) coord_round_check(j);
   Stoker__V1__Empty resp = STOKER__V1__EMPTY__INIT;
   coord_answer(w, &resp.base);

@@ -119,6 +119,8 @@ static bool place_member(struct job *j, const Stoker__V1__MemberRecord *rec) {
   coord_tab_put(&j->members, &m->hn, m->id);
   j->by_rank[m->rank] = m;
   j->n_members++;
+  m->finished = rec->finished;
+  if (m->finished) j->n_finished++;
   return true;
 }
 
@@ -162,13 +164,14 @@ static int load_event(struct coord *c, const char *k, size_t kl, const uint8_t *
   return 0;
 }
 
-/* Grace leases in rank order, the restart event, and members lost while
- * the coordinator was down are handled by the sweep as usual. */
+/* Grace leases in rank order (none for members that finished), the restart
+ * event, and members lost while the coordinator was down are handled by the
+ * sweep as usual. */
 static void after_load(struct job *j) {
   int64_t grace = coord_now(j->c) + coord_job_lease_ms(j) + j->spec->heartbeat_interval_ms;
   for (uint32_t r = 0; r < j->world; r++) {
     struct member *m = j->by_rank[r];
-    if (!m) continue;
+    if (!m || m->finished) continue;
     m->deadline = grace;
     list_push(&j->leases, &m->lease);
   }

@@ -22,9 +22,15 @@ static int64_t ckpt_wait_ms(const struct job *j) {
   return (int64_t)j->c->opts.scale_timeout_beats * j->spec->heartbeat_interval_ms;
 }
 
+static void ended(struct coord_wait *w, struct job *j) {
+  coord_fail(w, STK_ESTATE, "job %s is %s", j->name,
+             j->state == S(STOPPED) ? "stopped" : "finished");
+}
+
 static void reset_told(struct job *j) {
   for (uint32_t r = 0; r < j->world; r++)
-    if (j->by_rank[r]) j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
+    if (j->by_rank[r] && !j->by_rank[r]->finished) /* (one that finished never beats) */
+      j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
 }
 
 /* Ends the generation; parked joins stay parked until ResumeJob. */
@@ -54,7 +60,7 @@ void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, c
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
-  if (j->state == S(STOPPED)) return coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+  if (coord_job_ended(j)) return ended(w, j);
   if (j->state == S(WAITING) || (j->state == S(RUNNING) && j->n_members == 0)) {
     go_paused(j);
   } else if (j->state == S(RUNNING)) {
@@ -75,7 +81,7 @@ void coord_resume_job(struct coord *c, const Stoker__V1__JobActionRequest *req, 
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
-  if (j->state == S(STOPPED)) return coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+  if (coord_job_ended(j)) return ended(w, j);
   if (j->state == S(PAUSED)) {
     j->state = S(WAITING);
     coord_job_touch(j, "resumed");
@@ -93,7 +99,7 @@ void coord_stop_job(struct coord *c, const Stoker__V1__JobActionRequest *req, co
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
-  if (j->state != S(STOPPED)) {
+  if (!coord_job_ended(j)) { /* A finished job stays finished. */
     j->state = S(STOPPED);
     coord_fail_parked(j, true, STK_ESTATE, "job stopped");
     j->scale_pending = false;
@@ -111,7 +117,7 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
   if (req->ranks < j->spec->min_ranks || req->ranks > j->spec->max_ranks)
     return coord_fail(w, STK_EINVAL, "ranks must be within %u..%u", j->spec->min_ranks,
                       j->spec->max_ranks);
-  if (j->state == S(STOPPED)) return coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+  if (coord_job_ended(j)) return ended(w, j);
   j->target = req->ranks;
   coord_job_touch(j, "scaled");
   coord_event(j, E(SCALED), NULL, 0, "target %u ranks", req->ranks);

@@ -47,6 +47,7 @@ static void clear_prev(struct job *j) {
 void coord_members_clear(struct job *j) {
   if (j->world == 0) return; /* No generation ran since: its order stays. */
   clear_prev(j);
+  j->n_finished = 0;
   for (uint32_t r = 0; r < j->world; r++) {
     struct member *m = j->by_rank[r];
     if (!m) continue;
@@ -64,6 +65,7 @@ void coord_member_remove(struct job *j, struct member *m) {
   coord_tab_del(&j->members, &m->hn);
   if (m->rank < j->world && j->by_rank[m->rank] == m) j->by_rank[m->rank] = NULL;
   j->n_members--;
+  if (m->finished) j->n_finished--;
   if (j->c->stats.members) j->c->stats.members--;
   char key[512];
   int kl = snprintf(key, sizeof(key), "m/%s/%s", j->name, m->id);
@@ -268,8 +270,14 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
   c->stats.joins++;
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j || join_check(w, req)) return w;
-  if (j->state == S(STOPPED)) {
-    coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+  if (coord_job_ended(j)) {
+    coord_fail(w, STK_ESTATE, "job %s is %s", j->name,
+               j->state == S(STOPPED) ? "stopped" : "finished");
+    return w;
+  }
+  if (j->state == S(RUNNING) && j->n_finished) { /* As torch's closed rendezvous. */
+    coord_fail(w, STK_ESTATE, "job %s is finishing: %u of its %u members finished", j->name,
+               j->n_finished, j->n_members);
     return w;
   }
   if (j->state == S(RUNNING) && j->world >= coord_job_cap(j) &&

@@ -100,6 +100,7 @@ static void put_member(struct coord *c, struct job *j, struct member *m, bool la
   coord_member_fill(m, &mm);
   rec.member = &mm;
   rec.generation = j->generation;
+  rec.finished = m->finished;
   size_t vl = stoker__v1__member_record__get_packed_size(&rec);
   uint8_t *v = coord_xmalloc(vl);
   stoker__v1__member_record__pack(&rec, v);

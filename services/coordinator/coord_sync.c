@@ -1,7 +1,8 @@
 /*
  * coord_sync: synchronisation within a generation. Barriers are memory
  * only: a group per name collects one parked call per member and answers
- * all of them once world_size members arrived. The KV store is persisted
+ * all of them once world_size members arrived (while the job is finishing,
+ * once every member not finished arrived). The KV store is persisted
  * (k/<job>/<gen>/<key>) and scoped to the generation; KvGet with wait parks
  * on the key's entry until a KvSet wakes it. When the generation ends,
  * every parked call answers STK_EABORTED.
@@ -71,8 +72,9 @@ void coord_sync_end_generation(struct job *j, int err, const char *msg) {
 static struct job *current(struct coord *c, struct coord_wait *w, const char *job, uint64_t gen) {
   struct job *j = coord_job_or_fail(c, job, w);
   if (!j) return NULL;
-  if (j->state == S(STOPPED)) {
-    coord_fail(w, STK_ESTATE, "job %s is stopped", j->name);
+  if (coord_job_ended(j)) {
+    coord_fail(w, STK_ESTATE, "job %s is %s", j->name,
+               j->state == S(STOPPED) ? "stopped" : "finished");
     return NULL;
   }
   if (gen != j->generation) {
@@ -92,6 +94,26 @@ static void unpark_barrier(struct coord_wait *w) {
 
 static void dispose_barrier(struct coord_wait *w) {
   free(w->u.barrier.member_id);
+}
+
+/* Every member arrived: world_size of them, or while the job is finishing
+ * every member left that has not finished (a finished one never comes). */
+static bool barrier_full(const struct job *j, const struct barrier *b) {
+  if (b->n >= j->world) return true;
+  if (!j->n_finished || !b->n) return false;
+  for (uint32_t r = 0; r < j->world; r++) {
+    const struct member *m = j->by_rank[r];
+    if (m && !m->finished && !coord_tab_get(&b->arrived, m->id)) return false;
+  }
+  return true;
+}
+
+static void barrier_release_if_full(struct job *j, struct barrier *b) {
+  if (!barrier_full(j, b)) return;
+  Stoker__V1__BarrierResponse resp = STOKER__V1__BARRIER_RESPONSE__INIT;
+  resp.arrived = b->n;
+  for (uint32_t k = b->n; k > 0; k--) /* The last answer frees b. */
+    coord_answer(container_of(b->waits.next, struct coord_wait, link), &resp.base);
 }
 
 static struct barrier *barrier_get(struct job *j, const char *name) {
@@ -125,11 +147,17 @@ static void barrier_arrive(struct job *j, struct coord_wait *w, const char *memb
   b->n++;
   w->parked = true;
   j->c->stats.parked++;
-  if (b->n < j->world) return;
-  Stoker__V1__BarrierResponse resp = STOKER__V1__BARRIER_RESPONSE__INIT;
-  resp.arrived = b->n;
-  for (uint32_t k = b->n; k > 0; k--) /* The last answer frees b. */
-    coord_answer(container_of(b->waits.next, struct coord_wait, link), &resp.base);
+  barrier_release_if_full(j, b);
+}
+
+void coord_sync_finishing(struct job *j) {
+  size_t pos;
+  struct hnode *n = coord_tab_first(&j->barriers, &pos);
+  while (n) {
+    struct hnode *next = coord_tab_next(&j->barriers, n, &pos);
+    barrier_release_if_full(j, container_of(n, struct barrier, hn)); /* May free it. */
+    n = next;
+  }
 }
 
 struct coord_wait *coord_barrier(struct coord *c, const Stoker__V1__BarrierRequest *req,

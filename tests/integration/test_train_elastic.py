@@ -7,6 +7,8 @@ last committed checkpoint and finish. Checks: the survivors restored and
 finished, the loss decreased overall, Explain over every step trained shows
 no data served twice or skipped, and restoring the final checkpoint at two
 ranks gives bit-identical parameters (every unit gathered and compared).
+The job ends FINISHED in the generation that finished (each rank leaves
+finished after its last step).
 
 Usage: test_train_elastic.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
@@ -61,6 +63,10 @@ def elastic_run(bins, env, work, data):
     procs["r2"].wait()
     del procs["r2"]
     wait_all(procs, 120)
+    # Every survivor trained its last step and left finished: the job ended
+    # in the generation that trained (the first to finish opened no round).
+    j = job_json(ctl, env, "el")
+    assert j["state"] == "FINISHED" and j["reason"].startswith("finished: 3 members"), j
     return final
 
 

@@ -18,7 +18,7 @@ import grpc
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from conftest import binary
+from conftest import Daemon, binary
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
@@ -443,3 +443,22 @@ def test_the_writers_generation_is_listed_with_each_checkpoint(daemons, monkeypa
     with pytest.raises(StokerError) as e:
         StokerWriter("gens", addr)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "STOKER_GENERATION" in str(e.value)
+
+
+def test_an_idle_attempt_is_aborted_and_logged_once(tmp_path):
+    """The idle timeout's abort leaves one line in the daemon's log (job,
+    step, attempt, reason), not only a metric."""
+    d = Daemon("checkpoint", tmp_path, "--attempt-idle-timeout", "200ms")
+    try:
+        attempt = StokerWriter("idle", d.addr, step=7).begin(2)  # no rank ever writes
+        log = tmp_path / "checkpoint.log"
+        deadline = time.monotonic() + 20
+        while "checkpoint.aborted" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        time.sleep(0.5)  # a second line would come with the next sweeps
+        lines = [x for x in log.read_text().splitlines() if "checkpoint.aborted" in x]
+    finally:
+        d.stop()
+    assert len(lines) == 1, lines
+    assert f"job=idle step=7 attempt={attempt}: " in lines[0] and "abandoned" in lines[0], lines

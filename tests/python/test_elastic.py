@@ -7,6 +7,7 @@ STOP reach the training loop; heartbeats carry step and loss to `job show`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -102,7 +103,14 @@ class Agents:
         raise AssertionError(f"no {pattern!r} in {seconds} s:\n{self.text()[-3000:]}")
 
     def kill_node(self, i: int) -> None:
-        os.killpg(self.procs[i].pid, signal.SIGKILL)
+        """SIGKILL to the agent's process group and to each worker's: torch
+        starts every worker in a session of its own."""
+        pid = self.procs[i].pid
+        workers = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+        os.killpg(pid, signal.SIGKILL)
+        for w in workers.stdout.split():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(w), signal.SIGKILL)
         self.procs[i].wait()
 
     def wait_all(self, seconds: float, skip: tuple[int, ...] = ()) -> None:
@@ -111,10 +119,9 @@ class Agents:
                 assert p.wait(timeout=seconds) == 0, self.text()[-4000:]
 
     def close(self) -> None:
-        for p in self.procs:
+        for i, p in enumerate(self.procs):
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                self.kill_node(i)
 
 
 def test_a_lost_node_restores_at_the_smaller_world_and_trains_on(daemons, tmp_path):

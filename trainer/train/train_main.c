@@ -44,8 +44,10 @@ static int wait_for_verdict(struct train *t) {
 }
 
 static int run(struct train *t) {
+  bool finished = false; /* Every step trained. */
   for (;;) {
     int err = train_run_generation(t);
+    finished = err == 0;
     if (err == 0) break;
     if (err == 1) {
       printf("[%s] STOP at step %" PRId64 "\n", t->o.member, t->step);
@@ -63,7 +65,10 @@ static int run(struct train *t) {
     if (err != STK_EABORTED && wait_for_verdict(t) == 1) break;
   }
   printf("[%s] done at step %" PRId64 "\n", t->o.member, t->step);
-  if (!t->not_needed) stk_leave(t->coord);
+  if (!t->not_needed && finished)
+    stk_leave_finished(t->coord); /* The others go on; the job ends once all did. */
+  else if (!t->not_needed)
+    stk_leave(t->coord);
   return 0;
 }
 

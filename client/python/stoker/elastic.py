@@ -12,8 +12,13 @@ handler, ``stoker.rendezvous``, heartbeats on a background thread); workers
 talk to it through a control directory the agent names in
 ``STOKER_CONTROL_DIR``: each local worker writes ``progress-<local rank>.json``
 (replaced atomically), the agent appends the coordinator's answers to
-``actions`` (one line each: ``seq action reason``). A process that is a member
-itself (no torchrun) gets the same monitor over its own ``Member``.
+``actions`` (one line each: ``seq action reason``, seq counting up over the
+agent's life). The file outlives a restart of the workers, so the agent also
+names in ``STOKER_ACTIONS_AFTER`` the last seq it had written when it started
+them: a worker's monitor hands out only later lines, each once, and an answer
+reaches the one worker generation that was running when it came. A process
+that is a member itself (no torchrun) gets the same monitor over its own
+``Member``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ ENV_JOB = "STOKER_JOB"
 ENV_GENERATION = "STOKER_GENERATION"
 ENV_MEMBER = "STOKER_MEMBER"
 ENV_CONTROL_DIR = "STOKER_CONTROL_DIR"
+ENV_ACTIONS_AFTER = "STOKER_ACTIONS_AFTER"
 ACTIONS_FILE = "actions"
 _LIVE_STORES: list[StokerStore] = []
 
@@ -73,13 +79,21 @@ class TrainingMonitor:
 
     ``report(step, loss, tokens_per_s)`` after each step (cheap: a small
     file replaced, or a field set); ``poll()`` returns the answers that came
-    since the last poll, oldest first, as ``(action, reason)`` pairs.
+    since the last poll, oldest first, as ``(action, reason)`` pairs. With a
+    control directory, lines of the actions file whose seq is at most
+    ``actions_after`` (answers to earlier worker generations) are skipped.
     """
 
-    def __init__(self, control_dir: str | None = None, member: Member | None = None) -> None:
+    def __init__(
+        self,
+        control_dir: str | None = None,
+        member: Member | None = None,
+        actions_after: int = 0,
+    ) -> None:
         self._dir = control_dir
         self._member = member
         self._offset = 0
+        self._seen = actions_after  # the last seq handed out (or skipped)
         self._lock = threading.Lock()
         self._pending: list[tuple[str, str]] = []
         self._progress = Progress()
@@ -92,7 +106,7 @@ class TrainingMonitor:
         d = os.environ.get(ENV_CONTROL_DIR)
         if not d:
             raise RuntimeError(f"{ENV_CONTROL_DIR} is not set: not a worker of a Stoker agent")
-        return cls(control_dir=d)
+        return cls(control_dir=d, actions_after=int(os.environ.get(ENV_ACTIONS_AFTER) or 0))
 
     def _queue(self, action: str, reason: str) -> None:
         with self._lock:
@@ -129,7 +143,10 @@ class TrainingMonitor:
         end = data.rfind("\n") + 1  # only whole lines
         self._offset += len(data[:end].encode())
         for line in data[:end].splitlines():
-            _, action, reason = ([*line.split(" ", 2), "", ""])[:3]
+            seq, action, reason = ([*line.split(" ", 2), "", ""])[:3]
+            if not seq.isdigit() or int(seq) <= self._seen:
+                continue  # an earlier generation's answer, or a torn line
+            self._seen = int(seq)
             if action and action != CONTINUE:
                 self._queue(action, reason)
 
@@ -159,7 +176,8 @@ def read_progress(control_dir: str) -> Progress:
 
 
 def append_action(control_dir: str, seq: int, action: str, reason: str) -> None:
-    """The agent's side of ``poll``: one line per coordinator answer."""
+    """The agent's side of ``poll``: one line per coordinator answer; seq
+    counts up from 1 over the agent's life."""
     line = f"{seq} {action} {' '.join(reason.split())}\n"
     with open(os.path.join(control_dir, ACTIONS_FILE), "a", encoding="utf-8") as f:
         f.write(line)

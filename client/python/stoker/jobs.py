@@ -214,7 +214,8 @@ class Job:
     """A job as the coordinator holds it.
 
     state: "WAITING" (a rendezvous round is open), "RUNNING", "PAUSING",
-    "PAUSED" or "STOPPED"; reason: why it is in that state. generation: the
+    "PAUSED", "STOPPED" or "FINISHED" (every member left finished); reason:
+    why it is in that state. generation: the
     number of the current (or last) rendezvous round; world_size: its ranks
     (0 while waiting); target_ranks: set by scale (0: up to max_ranks);
     waiting: joins parked in the open round. members: the current
@@ -276,7 +277,7 @@ class JobEvent:
     seq: its number in the job's log (ascending); time_ms: Unix ms; type:
     "CREATED", "MEMBER_JOINED", "ROUND_CLOSED", "ROUND_OPENED",
     "MEMBER_LOST", "MEMBER_LEFT", "SCALED", "PAUSED", "RESUMED", "STOPPED",
-    "DELETED", "CHECKPOINT", "HEALTH" or "COORDINATOR_RESTARTED"; the other
+    "DELETED", "CHECKPOINT", "HEALTH", "COORDINATOR_RESTARTED" or "FINISHED"; the other
     fields are set where the type has them (0 or "" otherwise).
     """
 

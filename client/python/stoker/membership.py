@@ -131,13 +131,19 @@ class Member:
         r = self.conn.unary(SERVICE + "Heartbeat", req, pb.HeartbeatResponse, retry=True)
         return _ACTIONS.get(r.action, CONTINUE), int(r.generation), r.reason
 
-    def leave(self) -> None:
-        """A clean exit: the job re-rendezvous without this member."""
+    def leave(self, finished: bool = False) -> None:
+        """A clean exit: the job re-rendezvous without this member. With
+        ``finished`` the member's work is done: the others train on in the
+        same generation, and the job ends (state FINISHED) once every member
+        finished."""
         self.stop_heartbeats()
         if self.membership is None:
             return
         req = pb.LeaveRequest(
-            job=self.job, member_id=self.member_id, generation=self.membership.generation
+            job=self.job,
+            member_id=self.member_id,
+            generation=self.membership.generation,
+            finished=finished,
         )
         try:
             self.conn.unary(SERVICE + "Leave", req, common_pb2.Empty, timeout=10.0)
@@ -178,7 +184,7 @@ class Member:
                     continue
                 if action == CONTINUE and gen != m.generation:
                     action, reason = RESTART, f"generation {gen} replaced {m.generation}"
-                if action != CONTINUE:
+                if action != CONTINUE and not stop.is_set():  # (not after stop_heartbeats)
                     on_action(action, reason)
 
         self._thread = threading.Thread(

@@ -12,6 +12,11 @@ The agent then heartbeats on a background thread (reporting its workers'
 progress, see ``stoker.elastic``); when a heartbeat learns that a node was
 lost or added (RESTART, a newer generation), ``num_nodes_waiting`` turns
 positive and torchrun restarts its workers, which rejoin at the new size.
+At the end torchrun calls ``shutdown``: an agent whose workers succeeded
+(it checked in to torch's exit barrier, which torch enters only then) leaves
+as finished, so the others' exit barrier goes on in the same generation and
+the job ends FINISHED once every agent finished; any other agent leaves
+plainly and the job re-rendezvous without it.
 
 ``rdzv_conf`` keys (all optional): ``heartbeat_interval_ms``,
 ``heartbeat_misses``, ``last_call_ms``, ``join_timeout_ms``, ``dataset`` and
@@ -26,6 +31,8 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -44,6 +51,35 @@ from stoker.store import StokerStore
 from stoker.v1 import coordinator_pb2 as pb
 
 SERVICE = COORDINATOR
+
+# torchrun's agent checks in to its exit barrier (store_util.barrier under
+# this prefix, on the rendezvous store) only when its workers succeeded.
+try:
+    from torch.distributed.elastic.agent.server.api import _TERMINAL_STATE_SYNC_ID
+except ImportError:  # pragma: no cover (the name of torch 2.x)
+    _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
+EXIT_BARRIER_KEY = _TERMINAL_STATE_SYNC_ID + "/num_members"
+
+
+class AgentStore(StokerStore):
+    """The rendezvous Store handed to torchrun's agent: calls
+    ``on_exit_barrier()`` when the agent checks in to its exit barrier."""
+
+    def __init__(
+        self,
+        job: str,
+        generation: int,
+        address: str | None,
+        on_exit_barrier: Callable[[], None],
+        timeout: timedelta = timedelta(seconds=300),
+    ) -> None:
+        super().__init__(job, generation, address, timeout=timeout)
+        self._on_exit_barrier = on_exit_barrier
+
+    def add(self, key: str, value: int) -> int:
+        if key == EXIT_BARRIER_KEY:
+            self._on_exit_barrier()
+        return super().add(key, value)
 
 
 def ensure_job(
@@ -90,6 +126,7 @@ class StokerRendezvousHandler(RendezvousHandler):
         self._lock = threading.Lock()
         self._changed = False  # a heartbeat saw RESTART or a newer generation
         self._closed = False
+        self._finished = False  # the agent entered its exit barrier
         self._seq = 0
 
     def get_backend(self) -> str:
@@ -113,6 +150,8 @@ class StokerRendezvousHandler(RendezvousHandler):
         for name in os.listdir(self.control_dir):
             if name.startswith("progress-"):
                 os.unlink(os.path.join(self.control_dir, name))
+        with self._lock:  # the answers so far belong to earlier workers
+            seen = self._seq
         os.environ.update(
             {
                 "STOKER_COORDINATOR": self.coordinator,
@@ -120,12 +159,13 @@ class StokerRendezvousHandler(RendezvousHandler):
                 elastic.ENV_GENERATION: str(m.generation),
                 elastic.ENV_MEMBER: m.member_id,
                 elastic.ENV_CONTROL_DIR: self.control_dir,
+                elastic.ENV_ACTIONS_AFTER: str(seen),
             }
         )
         self.member.start_heartbeats(
             lambda: elastic.read_progress(self.control_dir), self._on_action
         )
-        store = StokerStore(self.job, m.generation, self.coordinator)
+        store = AgentStore(self.job, m.generation, self.coordinator, self._workers_succeeded)
         bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
         return RendezvousInfo(store, m.rank, m.world_size, bootstrap)
 
@@ -138,6 +178,9 @@ class StokerRendezvousHandler(RendezvousHandler):
             if action == STOP:
                 self._closed = True
         elastic.append_action(self.control_dir, seq, action, reason)
+
+    def _workers_succeeded(self) -> None:
+        self._finished = True
 
     def is_closed(self) -> bool:
         return self._closed
@@ -153,8 +196,9 @@ class StokerRendezvousHandler(RendezvousHandler):
         return self.job
 
     def shutdown(self) -> bool:
+        """Leaves the job: finished when the workers succeeded."""
         try:
-            self.member.leave()
+            self.member.leave(finished=self._finished)
         except StokerError:
             return False
         finally:

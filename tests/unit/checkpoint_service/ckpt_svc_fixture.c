@@ -25,6 +25,16 @@ static void on_hook(void *arg, const char *job, int64_t step, const char *uri) {
   f->hook_step = step;
 }
 
+static void on_abort_hook(void *arg, const char *job, int64_t step, const char *attempt,
+                          const char *reason) {
+  (void)job;
+  (void)attempt;
+  struct fx *f = arg;
+  f->abort_hooks++;
+  f->abort_step = step;
+  snprintf(f->abort_reason, sizeof(f->abort_reason), "%s", reason);
+}
+
 void fx_init(struct fx *f) {
   memset(f, 0, sizeof(*f));
   snprintf(f->dir, sizeof(f->dir), "/tmp/stk-ckpt-svc-XXXXXX");
@@ -43,6 +53,8 @@ void fx_init(struct fx *f) {
   f->opts.part_bytes = 5 << 20;
   f->opts.commit_hook = on_hook;
   f->opts.commit_hook_arg = f;
+  f->opts.abort_hook = on_abort_hook;
+  f->opts.abort_hook_arg = f;
 }
 
 int fx_open(struct fx *f) {

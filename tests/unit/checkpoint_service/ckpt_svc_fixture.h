@@ -26,6 +26,9 @@ struct fx {
   struct ckpt_service *svc;
   int hooks; /* Commit hook calls. */
   int64_t hook_step;
+  int abort_hooks; /* Abort hook calls. */
+  int64_t abort_step;
+  char abort_reason[320];
 };
 
 enum tkind { T_DIM0, T_FLAT, T_SCALAR, T_BLOB };

@@ -144,6 +144,10 @@ static void crash_case(const char *point, int nth, bool expect_commit) {
   assert_int_equal(st.recovered_aborts, expect_commit ? 0 : 1);
   check_committed(&f, m);
   if (!expect_commit) {
+    fx_run_for(&f, 200); /* The recovered abort is told (after open, from the loop). */
+    assert_int_equal(f.abort_hooks, 1);
+    assert_int_equal(f.abort_step, 2);
+    assert_non_null(strstr(f.abort_reason, "aborted by recovery"));
     char dir[300];
     snprintf(dir, sizeof(dir), "%s/job/step-000000000002", f.data);
     assert_int_equal(count(dir, "f"), 0); /* The aborted attempt's objects are gone. */

@@ -63,6 +63,7 @@ static void handle_leave(struct rpc_call *c, const ProtobufCMessage *m, void *da
   struct fake_coord *f = fake_of(data);
   pthread_mutex_lock(&f->mu);
   f->leaves++;
+  f->leaves_finished += ((const Stoker__V1__LeaveRequest *)m)->finished;
   pthread_mutex_unlock(&f->mu);
   Stoker__V1__Empty e = STOKER__V1__EMPTY__INIT;
   rpc_reply(c, &e.base);

@@ -31,6 +31,7 @@ struct fake_coord {
   double hb_loss;
   int next_action; /* HeartbeatAction for every following heartbeat. */
   int leaves;
+  int leaves_finished; /* Of those, with finished. */
   int64_t ckpt_step;
   char ckpt_uri[128];
   char kv_key[64];

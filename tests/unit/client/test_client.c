@@ -194,10 +194,15 @@ static void test_checkpoint_and_leave(void **state) {
   assert_true(fake_wait(&e->f, &e->f.heartbeats, 1, 2000) >= 1);
   assert_int_equal(stk_leave(e->c), 0);
   assert_int_equal(fake_get(&e->f, &e->f.leaves), 1);
+  assert_int_equal(fake_get(&e->f, &e->f.leaves_finished), 0);
   int hb = fake_get(&e->f, &e->f.heartbeats);
   usleep(4 * FAKE_INTERVAL_MS * 1000);
   assert_int_equal(fake_get(&e->f, &e->f.heartbeats), hb);
   assert_int_equal(stk_leave(e->c), STK_ESTATE);
+  /* A member whose work is done says so. */
+  assert_int_equal(stk_join(e->c, "x", "m1", "", "", 5000, NULL), 0);
+  assert_int_equal(stk_leave_finished(e->c), 0);
+  assert_int_equal(fake_get(&e->f, &e->f.leaves_finished), 1);
 }
 
 static void test_operator_calls(void **state) {

@@ -284,6 +284,21 @@ static UNUSED int job_action(struct fx *f, action_fn fn, const char *job, bool f
   return err;
 }
 
+/* Leave, finished (its work done) or not; returns the error. */
+static UNUSED int leave_as(struct fx *f, const char *job, const char *member, uint64_t gen,
+                           bool finished) {
+  Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
+  req.job = (char *)job;
+  req.member_id = (char *)member;
+  req.generation = gen;
+  req.finished = finished;
+  struct res *r = res_new();
+  coord_leave(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  res_free(r);
+  return err;
+}
+
 /* Joins n members m0..m(n-1) and waits for all answers. */
 static UNUSED void join_all(struct fx *f, const char *job, int n, struct res **out) {
   char id[32];

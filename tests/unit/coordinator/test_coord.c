@@ -724,6 +724,106 @@ static void test_events_watch(void **state) {
   assert_int_equal(w.log.type[w.log.n - 1], EV(DELETED));
 }
 
+static Stoker__V1__JobState state_of(struct fx *f, const char *job, uint64_t *ret_gen) {
+  struct res *g = get_job(f, job);
+  Stoker__V1__JobState st = JOB(g)->state;
+  if (ret_gen) *ret_gen = JOB(g)->generation;
+  res_free(g);
+  return st;
+}
+
+/* Members that finish (torchrun's agents after their exit barrier) leave
+ * with finished: the first one's Leave opens no round under the others,
+ * whose generation and KV go on, and the job ends FINISHED once all did. */
+static void test_members_finish(void **state) {
+  struct fx *f = *state;
+  create(f, "fin", 3, 3);
+  struct res *r[3];
+  join_all(f, "fin", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  struct watch_ctx w = {0};
+  Stoker__V1__WatchJobRequest req = STOKER__V1__WATCH_JOB_REQUEST__INIT;
+  req.job = "fin";
+  req.after_seq = 5; /* After CREATED, 3 MEMBER_JOINED, ROUND_CLOSED. */
+  coord_watch_job(f->c, &req, on_event, watch_done, &w);
+  assert_int_equal(leave_as(f, "fin", "m0", 1, true), 0);
+  uint64_t gen;
+  assert_int_equal(state_of(f, "fin", &gen), ST(RUNNING));
+  assert_int_equal(gen, 1);
+  assert_int_equal(kv_set_(f, "fin", 1, "exit/num_members", "1"), 0); /* The others' barrier. */
+  assert_int_equal(heartbeat(f, "fin", "m1", 1), ACT(CONTINUE));
+  assert_int_equal(heartbeat(f, "fin", "m0", 1), ACT(STOP));
+  struct res *again = join(f, "fin", "m0"); /* Finishing: no round opens. */
+  assert_int_equal(wait_res(f, again)->err, STK_ESTATE);
+  res_free(again);
+  assert_int_equal(leave_as(f, "fin", "m1", 1, true), 0);
+  assert_int_equal(state_of(f, "fin", NULL), ST(RUNNING));
+  assert_int_equal(leave_as(f, "fin", "m2", 1, true), 0);
+  assert_int_equal(state_of(f, "fin", &gen), ST(FINISHED));
+  assert_int_equal(gen, 1);
+  run_for(f, 20);
+  assert_int_equal(w.log.n, 4);
+  for (int i = 0; i < 3; i++) assert_int_equal(w.log.type[i], EV(MEMBER_LEFT));
+  assert_int_equal(w.log.type[3], EV(FINISHED));
+  assert_int_equal(heartbeat(f, "fin", "m1", 1), ACT(STOP));
+  assert_int_equal(kv_set_(f, "fin", 1, "k", "v"), STK_ESTATE);
+  assert_int_equal(job_action(f, coord_resume_job, "fin", false), STK_ESTATE);
+  assert_int_equal(job_action(f, coord_stop_job, "fin", false), 0);
+  assert_int_equal(state_of(f, "fin", NULL), ST(FINISHED));           /* Stays finished. */
+  assert_int_equal(job_action(f, coord_delete_job, "fin", false), 0); /* Ended: no force. */
+  run_until(f, &w.end.done);
+}
+
+/* While a job is finishing, a barrier waits only for the members that have
+ * not finished: one that finished never arrives. */
+static void test_barrier_while_finishing(void **state) {
+  struct fx *f = *state;
+  create(f, "bar", 3, 3);
+  struct res *r[3];
+  join_all(f, "bar", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  struct res *b1 = barrier(f, "m1", 1, "b");
+  assert_int_equal(leave_as(f, "bar", "m0", 1, true), 0);
+  run_for(f, 20);
+  assert_false(b1->done); /* m2 is still to come. */
+  struct res *b2 = barrier(f, "m2", 1, "b");
+  run_until(f, &b1->done);
+  run_until(f, &b2->done);
+  assert_int_equal(b1->err, 0);
+  assert_int_equal(((Stoker__V1__BarrierResponse *)b2->resp)->arrived, 2);
+  res_free(b1);
+  res_free(b2);
+  struct res *c1 = barrier(f, "m1", 1, "c");
+  run_for(f, 20);
+  assert_false(c1->done);
+  assert_int_equal(leave_as(f, "bar", "m2", 1, true), 0); /* Now m1 is the last. */
+  run_until(f, &c1->done);
+  assert_int_equal(c1->err, 0);
+  res_free(c1);
+}
+
+/* A member lost while the job is finishing opens no round either: once the
+ * others finished, the job ends. A plain Leave still opens one. */
+static void test_member_lost_while_finishing(void **state) {
+  struct fx *f = *state;
+  Stoker__V1__JobSpec s = short_lease_spec_of("finl", 2, 2);
+  assert_int_equal(create_spec(f, &s), 0);
+  struct res *r[2];
+  join_all(f, "finl", 2, r);
+  for (int i = 0; i < 2; i++) res_free(r[i]);
+  assert_int_equal(leave_as(f, "finl", "m0", 1, true), 0);
+  run_for(f, 250); /* m1 is silent: its 100 ms lease expires; m0 holds none. */
+  uint64_t gen;
+  assert_int_equal(state_of(f, "finl", &gen), ST(FINISHED));
+  assert_int_equal(gen, 1);
+  create(f, "plain", 2, 2);
+  join_all(f, "plain", 2, r);
+  for (int i = 0; i < 2; i++) res_free(r[i]);
+  assert_int_equal(leave_as(f, "plain", "m0", 1, false), 0);
+  assert_int_equal(state_of(f, "plain", &gen), ST(WAITING));
+  assert_int_equal(gen, 2);
+}
+
 /* A parked Join's MEMBER_JOINED is written unsynced: the join forces no
  * synced write, yet watchers get the event at once while the round stays
  * open; the close is the synced write. */
@@ -818,6 +918,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_events_watch, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_join_event_unsynced, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_watch_overflow, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_members_finish, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_member_lost_while_finishing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_barrier_while_finishing, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -243,6 +243,30 @@ static void test_rank_order_across_pause(void **state) {
   rejoin_reversed(f, "rp");
 }
 
+/* A member that finished stays finished across a restart: no grace lease,
+ * STOP to its heartbeat, the job still finishing (a Join opens no round),
+ * and FINISHED once the others finish. */
+static void test_finished_member_restart(void **state) {
+  struct fx *f = *state;
+  create(f, "fr", 3, 3);
+  struct res *r[3];
+  join_all(f, "fr", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  assert_int_equal(leave_as(f, "fr", "m0", 1, true), 0);
+  restart(f);
+  assert_int_equal(heartbeat(f, "fr", "m0", 1), ACT(STOP));
+  assert_int_equal(heartbeat(f, "fr", "m1", 1), ACT(CONTINUE));
+  struct res *j = join(f, "fr", "m0");
+  assert_int_equal(wait_res(f, j)->err, STK_ESTATE);
+  res_free(j);
+  assert_int_equal(leave_as(f, "fr", "m1", 1, true), 0);
+  assert_int_equal(leave_as(f, "fr", "m2", 1, true), 0);
+  struct res *g = get_job(f, "fr");
+  assert_int_equal(JOB(g)->state, ST(FINISHED));
+  assert_int_equal(JOB(g)->generation, 1);
+  res_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_scale_pending_restart, fx_setup, fx_teardown),
@@ -252,6 +276,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scale_pending_crash, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_rank_order_restart_mid_round, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_rank_order_across_pause, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_finished_member_restart, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
