@@ -602,7 +602,7 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   rd->done = done;
   rd->arg = arg;
   rd->tasks = 1;
-  ckpt_pool_submit(s->work, &rd->t);
+  ckpt_pool_submit(s->read, &rd->t);
   return rd;
 }
 
