@@ -329,17 +329,16 @@ static int prepare(struct ckpt_reader *rd) {
   return rd->shm_fd >= 0 ? check_shm_room(rd) : 0;
 }
 
+/* The error's text for the caller: the detail, else its name. */
+static void note(int err, char *msg, size_t len) {
+  if (err) snprintf(msg, len, "%s", stk_detail()[0] ? stk_detail() : stk_strerror(err));
+}
+
 static void prepare_work(struct ckpt_task *t) {
   struct ckpt_reader *rd = (struct ckpt_reader *)t;
   stk_clear_detail();
   rd->err = prepare(rd);
-  if (rd->err)
-    snprintf(rd->msg, sizeof(rd->msg), "%s",
-             stk_detail()[0] ? stk_detail() : stk_strerror(rd->err));
-}
-
-static void note(int err, char *msg, size_t len) {
-  if (err) snprintf(msg, len, "%s", stk_detail()[0] ? stk_detail() : stk_strerror(err));
+  note(rd->err, rd->msg, sizeof(rd->msg));
 }
 
 static void batch_plan_work(struct ckpt_task *t) {
