@@ -186,3 +186,65 @@ size_t ckpt_ranges_coalesce(struct ckpt_range *ranges, size_t count, uint64_t ma
   }
   return out + 1;
 }
+
+/* A read of one plan, for merging across plans. */
+struct span_read {
+  uint32_t object;
+  uint64_t offset, len;
+  size_t index; /* Among all reads of all plans, in plan order. */
+};
+
+static int by_span_read(const void *pa, const void *pb) {
+  const struct span_read *a = pa, *b = pb;
+  if (a->object != b->object) return a->object < b->object ? -1 : 1;
+  return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
+/* Appends v[i] to the open span *s or opens the next one; v sorted. */
+static void span_merge(const struct span_read *v, size_t n, uint64_t max_gap_bytes,
+                       uint64_t max_span_bytes, struct ckpt_span *spans, size_t *ret_n,
+                       size_t *read_span) {
+  size_t ns = 0;
+  for (size_t i = 0; i < n; i++) {
+    struct ckpt_span *s = ns ? &spans[ns - 1] : NULL;
+    uint64_t end = s ? s->offset + s->len : 0, hi = v[i].offset + v[i].len;
+    uint64_t new_end = hi > end ? hi : end;
+    bool near =
+        s && s->object == v[i].object && (v[i].offset <= end || v[i].offset - end <= max_gap_bytes);
+    if (near && (max_span_bytes == 0 || new_end - s->offset <= max_span_bytes)) {
+      s->len = new_end - s->offset;
+    } else {
+      spans[ns++] = (struct ckpt_span){v[i].object, v[i].offset, v[i].len};
+    }
+    read_span[v[i].index] = ns - 1;
+  }
+  *ret_n = ns;
+}
+
+int ckpt_plan_spans(const struct ckpt_plan *plans, size_t n_plans, uint64_t max_gap_bytes,
+                    uint64_t max_span_bytes, struct ckpt_span **ret_spans, size_t *ret_n_spans,
+                    size_t **ret_read_span) {
+  size_t n = 0;
+  for (size_t p = 0; p < n_plans; p++) n += plans[p].n_reads;
+  struct span_read *v = malloc((n ? n : 1) * sizeof(*v));
+  struct ckpt_span *spans = malloc((n ? n : 1) * sizeof(*spans));
+  size_t *read_span = malloc((n ? n : 1) * sizeof(*read_span));
+  if (!v || !spans || !read_span) {
+    free(v);
+    free(spans);
+    free(read_span);
+    return STK_ENOMEM;
+  }
+  size_t k = 0;
+  for (size_t p = 0; p < n_plans; p++)
+    for (size_t i = 0; i < plans[p].n_reads; i++, k++) {
+      const struct ckpt_read *r = &plans[p].reads[i];
+      v[k] = (struct span_read){r->object, r->offset, r->len, k};
+    }
+  qsort(v, n, sizeof(*v), by_span_read);
+  span_merge(v, n, max_gap_bytes, max_span_bytes, spans, ret_n_spans, read_span);
+  free(v);
+  *ret_spans = spans;
+  *ret_read_span = read_span;
+  return 0;
+}

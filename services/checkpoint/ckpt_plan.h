@@ -74,4 +74,27 @@ void ckpt_plan_apply(const struct ckpt_plan *plan, size_t read, const void *data
 
 void ckpt_plan_close(struct ckpt_plan *plan);
 
+/* One ranged GET shared by the reads of several plans (of one restore):
+ * bytes [offset, offset + len) of an object. */
+struct ckpt_span {
+  uint32_t object;
+  uint64_t offset;
+  uint64_t len;
+};
+
+/*
+ * Merges the reads of plans[0 .. n_plans) into spans: reads of one object
+ * that overlap, touch or lie at most max_gap_bytes apart share a span (the
+ * gap is read and thrown away: one request instead of two), as long as the
+ * span stays within max_span_bytes (0: no limit; a longer read stays whole).
+ * *ret_spans (n, sorted by object and offset) and *ret_read_span, the span
+ * holding each read, numbered across the plans in order (plan 0's reads,
+ * then plan 1's...), are malloc'ed for the caller to free. A read lies
+ * wholly inside its span, at reads[i].offset - span.offset; reads aligned
+ * to CRC blocks give spans aligned to them. 0 or STK_ENOMEM.
+ */
+int ckpt_plan_spans(const struct ckpt_plan *plans, size_t n_plans, uint64_t max_gap_bytes,
+                    uint64_t max_span_bytes, struct ckpt_span **ret_spans, size_t *ret_n_spans,
+                    size_t **ret_read_span);
+
 #endif

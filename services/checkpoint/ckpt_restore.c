@@ -2,20 +2,30 @@
  * ckpt_restore: reading a committed checkpoint back at any world size, and
  * verifying one. A read is a sequence of pieces: each wanted box is cut into
  * sub-boxes of at most read_piece_bytes (whole trailing dims, a run of rows
- * of the first dim that fits), and each piece is planned (ckpt_plan:
- * coalesced ranged reads widened to CRC blocks), fetched, CRC-checked block
- * by block and assembled on a worker, then handed to the caller on the loop,
- * in order. Up to READ_WINDOW pieces of one read are fetched at once (on
- * the service's restore threads) while the caller sends the one before:
- * fetching, CRC checks and sending overlap, and memory stays bounded by
- * the window plus the piece the caller holds.
+ * of the first dim that fits), handed to the caller on the loop, in order.
+ *
+ * Pieces are fetched in batches, so that a restore costs few requests: a
+ * batch is the next run of pieces holding at most read_batch_bytes of
+ * wanted bytes (every wanted box of a small checkpoint in one). On a
+ * restore thread each piece of the batch is planned (ckpt_plan: ranged
+ * reads widened to CRC blocks), and the reads of all of them are merged
+ * per object into spans (ckpt_plan_spans: gaps up to READ_GAP_BYTES are
+ * read and thrown away, one request instead of two). Each span is one
+ * ranged GET, CRC-checked block by block on a restore thread, up to
+ * READ_FETCHES of one read at once. Then the pieces are assembled from the
+ * spans and delivered. A tensor that FSDP saved as a row-block per rank
+ * thus costs a GET per object and batch, not one per stored chunk: the
+ * tensors of a rank's object lie one after the other, in the order they
+ * are wanted. READ_BATCHES batches of one read are in flight at once: the
+ * next is fetched while the caller sends the one before, and memory stays
+ * bounded (per read, about twice the batch's spans and pieces).
  *
  * A read through shared memory (the request names a read file,
  * ckpt_shm_read.h) writes each piece into that file instead: the wanted
  * boxes lie there one after the other, row-major, so a piece's place is
- * the running sum of the pieces before it; its worker writes the fetched
- * bytes straight there (no assembled copy) and the caller is handed the
- * piece's offset and length instead of its bytes.
+ * the running sum of the pieces before it; the batch's worker writes the
+ * fetched bytes straight there (no assembled copy) and the caller is handed
+ * the piece's offset and length instead of its bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,23 +50,56 @@ struct wanted {
   uint64_t n_pieces;
 };
 
-/* Pieces of one read fetched or waiting at once. */
-#define READ_WINDOW 4
+/* Batches of one read planned, fetched or waiting at once. */
+#define READ_BATCHES 2
+/* Ranged GETs of one read in flight at once (all reads share the
+ * read_concurrency restore threads). */
+#define READ_FETCHES 4
+/* Pieces per batch, at most (bounds the plans a batch holds). */
+#define READ_BATCH_PIECES 4096
+/* Reads of one object this close share a GET: at S3's tens of ms per
+ * request, a MiB more costs less than another request. */
+#define READ_GAP_BYTES (1u << 20)
+/* The longest GET. */
+#define READ_SPAN_BYTES (64u << 20)
 /* A read through shared memory cuts pieces this many times larger: no
- * message carries them, and fewer, larger ranged GETs cost the store less
- * (s3rver spent a quarter less CPU per load at 16 MiB than at 4). */
+ * message carries them. */
 #define SHM_PIECE_FACTOR 4
 
-/* One piece: fetched and assembled on a restore thread. */
+/* One merged ranged GET of a batch, fetched and CRC-checked on a restore
+ * thread. */
+struct span {
+  struct ckpt_task t; /* First: the task is the span's fetch. */
+  struct batch *b;
+  struct ckpt_span at;
+  uint8_t *buf; /* at.len bytes once fetched. */
+  int err;
+  char msg[320];
+};
+
+/* One piece of a batch: its box, its plan, what it became. */
 struct piece {
-  struct ckpt_task t; /* First: the task is the piece. */
-  struct ckpt_reader *rd;
   size_t wi; /* Its wanted entry. */
   struct ckpt_box box;
-  uint8_t *data; /* The assembled piece (NULL for a read file). */
+  struct ckpt_plan plan;
+  size_t first_read; /* Its reads' numbers among the batch's (batch->read_span). */
+  uint8_t *data;     /* The assembled piece (NULL for a read file). */
   uint64_t len;
   uint64_t shm_off; /* Its place in the read file. */
-  bool fetched;     /* Its work ran. */
+};
+
+/* A run of pieces fetched together. Its task plans it, then assembles it. */
+struct batch {
+  struct ckpt_task t; /* First: the task is the batch's plan, then its assembly. */
+  struct ckpt_reader *rd;
+  struct piece *pieces;
+  size_t n_pieces, cap_pieces;
+  size_t delivered; /* Pieces handed to the caller. */
+  struct span *spans;
+  size_t n_spans;
+  size_t *read_span;       /* The span of each read of each piece, in piece order. */
+  size_t started, fetched; /* Spans submitted, spans whose after ran. */
+  bool planned, ready;
   int err;
   char msg[320];
 };
@@ -70,15 +113,16 @@ struct ckpt_reader {
   struct ckpt_manifest *m;
   int shm_fd;        /* The read file, or -1: pieces go inline. */
   uint64_t shm_size; /* Its size when opened. */
-  uint64_t shm_next; /* Where the next piece started goes. */
+  uint64_t shm_next; /* Where the next piece taken into a batch goes. */
   char shm_name[64];
   struct wanted *w;
   size_t n_w;
-  size_t wi; /* The next piece to start: piece pi of wanted entry wi. */
+  size_t wi; /* The next piece to take: piece pi of wanted entry wi. */
   uint64_t pi;
-  struct piece win[READ_WINDOW]; /* Started, not yet delivered: head .. head + n - 1. */
+  struct batch *win[READ_BATCHES]; /* Taken, not yet delivered: head .. head + n - 1. */
   unsigned head, n;
-  unsigned tasks; /* Submitted tasks whose after has not run. */
+  unsigned fetching; /* Spans submitted whose after has not run. */
+  unsigned tasks;    /* Submitted tasks whose after has not run. */
   bool held, finished;
   ckpt_piece_fn on_piece;
   ckpt_done_fn done;
@@ -122,22 +166,58 @@ static void piece_box(const struct wanted *w, uint64_t k, struct ckpt_box *ret) 
   ret->sizes[d] = left < w->rows ? left : w->rows;
 }
 
-/* ---- Worker: fetch, verify, assemble ---- */
+/* ---- Workers: plan a batch, fetch a span, assemble a batch ---- */
 
-static int fetch_read(const struct ckpt_reader *rd, const struct ckpt_read *r, uint8_t *buf) {
-  const struct ckpt_object *o = &rd->m->objects[r->object];
+/* Plans every piece of b and merges their reads into spans. */
+static int batch_plan(struct batch *b) {
+  const struct ckpt_reader *rd = b->rd;
+  struct ckpt_plan_opts po = {.max_gap_bytes = READ_GAP_BYTES,
+                              .max_read_bytes = READ_SPAN_BYTES,
+                              .align_bytes = CKPT_CRC_BLOCK_BYTES};
+  size_t reads = 0;
+  for (size_t i = 0; i < b->n_pieces; i++) {
+    struct piece *p = &b->pieces[i];
+    const struct wanted *w = &rd->w[p->wi];
+    int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, &p->box, &po, &p->plan);
+    if (err) return err;
+    p->first_read = reads;
+    reads += p->plan.n_reads;
+  }
+  struct ckpt_plan *plans = malloc((b->n_pieces ? b->n_pieces : 1) * sizeof(*plans));
+  if (!plans) return STK_ENOMEM;
+  for (size_t i = 0; i < b->n_pieces; i++) plans[i] = b->pieces[i].plan;
+  struct ckpt_span *at;
+  int err = ckpt_plan_spans(plans, b->n_pieces, READ_GAP_BYTES, READ_SPAN_BYTES, &at, &b->n_spans,
+                            &b->read_span);
+  free(plans);
+  if (err) return err;
+  b->spans = calloc(b->n_spans ? b->n_spans : 1, sizeof(*b->spans));
+  if (!b->spans) {
+    free(at);
+    return STK_ENOMEM;
+  }
+  for (size_t i = 0; i < b->n_spans; i++) b->spans[i] = (struct span){.b = b, .at = at[i]};
+  free(at);
+  return 0;
+}
+
+static int span_fetch(const struct ckpt_reader *rd, struct span *sp) {
+  const struct ckpt_object *o = &rd->m->objects[sp->at.object];
   char *key;
   int err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
   if (err) return err;
+  sp->buf = malloc(sp->at.len ? sp->at.len : 1);
   size_t got = 0;
-  err = storage_get(rd->s->st, key, r->offset, buf, r->len, &got);
+  err =
+      sp->buf ? storage_get(rd->s->st, key, sp->at.offset, sp->buf, sp->at.len, &got) : STK_ENOMEM;
   free(key);
-  if (!err && got != r->len) {
+  if (!err && got != sp->at.len) {
     stk_set_detail("object %s is shorter than its manifest says", o->key);
     return STK_ECORRUPT;
   }
   if (!err)
-    err = ckpt_crc_verify(o->block_crc32c, o->n_blocks, o->size_bytes, r->offset, buf, r->len);
+    err = ckpt_crc_verify(o->block_crc32c, o->n_blocks, o->size_bytes, sp->at.offset, sp->buf,
+                          sp->at.len);
   if (err == STK_ECORRUPT) {
     char d[256];
     snprintf(d, sizeof(d), "%s", stk_detail());
@@ -146,62 +226,58 @@ static int fetch_read(const struct ckpt_reader *rd, const struct ckpt_read *r, u
   return err;
 }
 
-/* Piece box of wanted entry w, fetched and assembled into *ret_data
- * (malloc'ed, *ret_len bytes; left to the caller to free even on error). */
-static int assemble(const struct ckpt_reader *rd, const struct wanted *w,
-                    const struct ckpt_box *box, uint8_t **ret_data, uint64_t *ret_len) {
-  struct ckpt_plan plan;
-  struct ckpt_plan_opts po = {
-      .max_gap_bytes = 256 << 10, .max_read_bytes = 64 << 20, .align_bytes = CKPT_CRC_BLOCK_BYTES};
-  int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, box, &po, &plan);
-  if (err) return err;
-  *ret_len = plan.want_bytes;
-  *ret_data = malloc(plan.want_bytes ? plan.want_bytes : 1);
-  if (!*ret_data) err = STK_ENOMEM;
-  for (size_t i = 0; !err && i < plan.n_reads; i++) {
-    uint8_t *buf = malloc(plan.reads[i].len ? plan.reads[i].len : 1);
-    err = buf ? fetch_read(rd, &plan.reads[i], buf) : STK_ENOMEM;
-    if (!err) ckpt_plan_apply(&plan, i, buf, *ret_data);
-    free(buf);
-  }
-  ckpt_plan_close(&plan);
-  return err;
+/* Where read i of piece p lies in the fetched spans. */
+static const uint8_t *read_bytes(const struct batch *b, const struct piece *p, size_t i) {
+  const struct span *sp = &b->spans[b->read_span[p->first_read + i]];
+  return sp->buf + (p->plan.reads[i].offset - sp->at.offset);
 }
 
-/* Piece box of wanted entry w, fetched and written at off of the read
- * file: each read's copies go straight from the fetched bytes, those with
- * adjacent destinations in one pwritev. */
-static int assemble_shm(const struct ckpt_reader *rd, const struct wanted *w,
-                        const struct ckpt_box *box, uint64_t off, uint64_t *ret_len) {
-  struct ckpt_plan plan;
-  struct ckpt_plan_opts po = {
-      .max_gap_bytes = 256 << 10, .max_read_bytes = 64 << 20, .align_bytes = CKPT_CRC_BLOCK_BYTES};
-  int err = ckpt_plan_build(w->chunks, w->n_chunks, w->elem, box, &po, &plan);
-  if (err) return err;
-  *ret_len = plan.want_bytes;
+/* Piece p assembled into p->data (malloc'ed, p->len bytes). */
+static int assemble(const struct batch *b, struct piece *p) {
+  p->len = p->plan.want_bytes;
+  p->data = malloc(p->len ? p->len : 1);
+  if (!p->data) return STK_ENOMEM;
+  for (size_t i = 0; i < p->plan.n_reads; i++)
+    ckpt_plan_apply(&p->plan, i, read_bytes(b, p, i), p->data);
+  return 0;
+}
+
+/* Piece p written at its place in the read file: each read's copies go
+ * straight from the fetched bytes, those with adjacent destinations in one
+ * pwritev. */
+static int assemble_shm(const struct batch *b, struct piece *p) {
+  int fd = b->rd->shm_fd;
+  p->len = p->plan.want_bytes;
   enum { BATCH = 256 };
   struct iovec iov[BATCH];
-  for (size_t i = 0; !err && i < plan.n_reads; i++) {
-    const struct ckpt_read *r = &plan.reads[i];
-    uint8_t *buf = malloc(r->len ? r->len : 1);
-    err = buf ? fetch_read(rd, r, buf) : STK_ENOMEM;
+  int err = 0;
+  for (size_t i = 0; !err && i < p->plan.n_reads; i++) {
+    const struct ckpt_read *r = &p->plan.reads[i];
+    const uint8_t *buf = read_bytes(b, p, i);
     int n = 0;
     uint64_t at = 0, end = 0;
     for (size_t c = r->first_copy; !err && c < r->first_copy + r->n_copies; c++) {
-      const struct ckpt_copy *cp = &plan.copies[c];
+      const struct ckpt_copy *cp = &p->plan.copies[c];
       if (n > 0 && (n == BATCH || cp->dst_offset != end)) {
-        err = ckpt_shm_read_putv(rd->shm_fd, iov, n, off + at);
+        err = ckpt_shm_read_putv(fd, iov, n, p->shm_off + at);
         n = 0;
       }
       if (n == 0) at = end = cp->dst_offset;
-      iov[n++] = (struct iovec){.iov_base = buf + cp->read_offset, .iov_len = cp->len};
+      iov[n++] = (struct iovec){.iov_base = (void *)(buf + cp->read_offset), .iov_len = cp->len};
       end += cp->len;
     }
-    if (!err && n > 0) err = ckpt_shm_read_putv(rd->shm_fd, iov, n, off + at);
-    free(buf);
+    if (!err && n > 0) err = ckpt_shm_read_putv(fd, iov, n, p->shm_off + at);
   }
-  ckpt_plan_close(&plan);
   return err;
+}
+
+/* Frees what assembly no longer needs: the spans' bytes and the plans. */
+static void batch_drop_fetched(struct batch *b) {
+  for (size_t i = 0; i < b->n_spans; i++) {
+    free(b->spans[i].buf);
+    b->spans[i].buf = NULL;
+  }
+  for (size_t i = 0; i < b->n_pieces; i++) ckpt_plan_close(&b->pieces[i].plan);
 }
 
 /* The bytes of every wanted box together must fit in the read file. */
@@ -253,27 +329,52 @@ static int prepare(struct ckpt_reader *rd) {
   return rd->shm_fd >= 0 ? check_shm_room(rd) : 0;
 }
 
+/* The error's text for the caller: the detail, else its name. */
+static void note(int err, char *msg, size_t len) {
+  if (err) snprintf(msg, len, "%s", stk_detail()[0] ? stk_detail() : stk_strerror(err));
+}
+
 static void prepare_work(struct ckpt_task *t) {
   struct ckpt_reader *rd = (struct ckpt_reader *)t;
   stk_clear_detail();
   rd->err = prepare(rd);
-  if (rd->err)
-    snprintf(rd->msg, sizeof(rd->msg), "%s",
-             stk_detail()[0] ? stk_detail() : stk_strerror(rd->err));
+  note(rd->err, rd->msg, sizeof(rd->msg));
 }
 
-static void piece_work(struct ckpt_task *t) {
-  struct piece *p = (struct piece *)t;
+static void batch_plan_work(struct ckpt_task *t) {
+  struct batch *b = (struct batch *)t;
   stk_clear_detail();
-  if (p->rd->shm_fd >= 0)
-    p->err = assemble_shm(p->rd, &p->rd->w[p->wi], &p->box, p->shm_off, &p->len);
-  else
-    p->err = assemble(p->rd, &p->rd->w[p->wi], &p->box, &p->data, &p->len);
-  if (p->err)
-    snprintf(p->msg, sizeof(p->msg), "%s", stk_detail()[0] ? stk_detail() : stk_strerror(p->err));
+  b->err = batch_plan(b);
+  note(b->err, b->msg, sizeof(b->msg));
+}
+
+static void span_work(struct ckpt_task *t) {
+  struct span *sp = (struct span *)t;
+  stk_clear_detail();
+  sp->err = span_fetch(sp->b->rd, sp);
+  note(sp->err, sp->msg, sizeof(sp->msg));
+}
+
+static void batch_assemble_work(struct ckpt_task *t) {
+  struct batch *b = (struct batch *)t;
+  stk_clear_detail();
+  for (size_t i = 0; !b->err && i < b->n_pieces; i++)
+    b->err = b->rd->shm_fd >= 0 ? assemble_shm(b, &b->pieces[i]) : assemble(b, &b->pieces[i]);
+  batch_drop_fetched(b);
+  note(b->err, b->msg, sizeof(b->msg));
 }
 
 /* ---- Loop side ---- */
+
+static void batch_free(struct batch *b) {
+  if (!b) return;
+  batch_drop_fetched(b);
+  for (size_t i = 0; i < b->n_pieces; i++) free(b->pieces[i].data);
+  free(b->pieces);
+  free(b->spans);
+  free(b->read_span);
+  free(b);
+}
 
 static void reader_free(struct ckpt_reader *rd) {
   for (size_t i = 0; i < rd->n_w; i++) {
@@ -281,7 +382,7 @@ static void reader_free(struct ckpt_reader *rd) {
     free(rd->w[i].chunks);
   }
   free(rd->w);
-  for (unsigned i = 0; i < READ_WINDOW; i++) free(rd->win[i].data);
+  for (unsigned i = 0; i < rd->n; i++) batch_free(rd->win[(rd->head + i) % READ_BATCHES]);
   if (rd->shm_fd >= 0) close(rd->shm_fd);
   ckpt_manifest_free(rd->m);
   if (rd->req) stoker__v1__read_request__free_unpacked(rd->req, NULL);
@@ -295,19 +396,69 @@ static void read_finish(struct ckpt_reader *rd, int err, const char *msg) {
   if (rd->tasks == 0) reader_free(rd);
 }
 
-/* Starts pieces in order until the window is full or none is left. */
-static void fill(struct ckpt_reader *rd) {
-  while (rd->n < READ_WINDOW) {
+static void submit(struct ckpt_reader *rd, struct ckpt_task *t) {
+  rd->tasks++;
+  ckpt_pool_submit(rd->s->read, t);
+}
+
+/* Appends the next piece of the read to b; false when none is left or it
+ * would take b past its bytes (a batch takes at least one piece). */
+static bool batch_take(struct ckpt_reader *rd, struct batch *b, uint64_t *bytes, int *ret_err) {
+  while (rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
+  if (rd->wi >= rd->n_w || b->n_pieces == READ_BATCH_PIECES) return false;
+  struct piece p = {.wi = rd->wi};
+  piece_box(&rd->w[rd->wi], rd->pi, &p.box);
+  uint64_t n = ckpt_box_numel(&p.box) * rd->w[rd->wi].elem;
+  if (b->n_pieces > 0 && *bytes + n > rd->s->o.read_batch_bytes) return false;
+  if (b->n_pieces == b->cap_pieces) {
+    size_t cap = b->cap_pieces ? 2 * b->cap_pieces : 16;
+    struct piece *v = realloc(b->pieces, cap * sizeof(*v));
+    if (!v) {
+      *ret_err = STK_ENOMEM;
+      return false;
+    }
+    b->pieces = v;
+    b->cap_pieces = cap;
+  }
+  p.shm_off = rd->shm_next;
+  rd->shm_next += n;
+  rd->pi++;
+  *bytes += n;
+  b->pieces[b->n_pieces++] = p;
+  return true;
+}
+
+/* Takes batches in order until the window is full or no piece is left. */
+static int fill(struct ckpt_reader *rd) {
+  while (rd->n < READ_BATCHES) {
     while (rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
-    if (rd->wi >= rd->n_w) return;
-    struct piece *p = &rd->win[(rd->head + rd->n) % READ_WINDOW];
-    *p = (struct piece){.t = {.work = piece_work, .after = rd->t.after}, .rd = rd, .wi = rd->wi};
-    piece_box(&rd->w[rd->wi], rd->pi++, &p->box);
-    p->shm_off = rd->shm_next;
-    rd->shm_next += ckpt_box_numel(&p->box) * rd->w[rd->wi].elem;
+    if (rd->wi >= rd->n_w) return 0;
+    struct batch *b = calloc(1, sizeof(*b));
+    if (!b) return STK_ENOMEM;
+    *b = (struct batch){.t = {.work = batch_plan_work, .after = rd->t.after}, .rd = rd};
+    uint64_t bytes = 0;
+    int err = 0;
+    while (batch_take(rd, b, &bytes, &err)) {
+    }
+    rd->win[(rd->head + rd->n) % READ_BATCHES] = b; /* Owned by the window from here. */
     rd->n++;
-    rd->tasks++;
-    ckpt_pool_submit(rd->s->read, &p->t);
+    if (err) return err;
+    submit(rd, &b->t);
+  }
+  return 0;
+}
+
+/* Submits spans of planned batches, oldest batch first, up to READ_FETCHES
+ * of the read at once. */
+static void fetch_more(struct ckpt_reader *rd) {
+  for (unsigned i = 0; i < rd->n && rd->fetching < READ_FETCHES; i++) {
+    struct batch *b = rd->win[(rd->head + i) % READ_BATCHES];
+    while (b->planned && b->started < b->n_spans && rd->fetching < READ_FETCHES) {
+      struct span *sp = &b->spans[b->started++];
+      sp->t = (struct ckpt_task){.work = span_work, .after = rd->t.after};
+      rd->fetching++;
+      submit(rd, &sp->t);
+    }
   }
 }
 
@@ -315,11 +466,18 @@ static void fill(struct ckpt_reader *rd) {
  * (or the read fails or ends). */
 static void deliver(struct ckpt_reader *rd) {
   while (!rd->held && !rd->finished) {
-    fill(rd);
+    int err = fill(rd);
+    if (err) return read_finish(rd, err, stk_strerror(err));
     if (rd->n == 0) return read_finish(rd, 0, "");
-    struct piece *p = &rd->win[rd->head];
-    if (!p->fetched) return;
-    if (p->err) return read_finish(rd, p->err, p->msg);
+    struct batch *b = rd->win[rd->head];
+    if (!b->ready) return;
+    if (b->delivered == b->n_pieces) {
+      batch_free(b);
+      rd->head = (rd->head + 1) % READ_BATCHES;
+      rd->n--;
+      continue;
+    }
+    struct piece *p = &b->pieces[b->delivered++];
     struct wanted *w = &rd->w[p->wi];
     Stoker__V1__ReadChunk rc = STOKER__V1__READ_CHUNK__INIT;
     Stoker__V1__Box box = STOKER__V1__BOX__INIT;
@@ -338,29 +496,59 @@ static void deliver(struct ckpt_reader *rd) {
     bool more = rd->on_piece(rd->arg, &rc);
     free(p->data);
     p->data = NULL;
-    rd->head = (rd->head + 1) % READ_WINDOW;
-    rd->n--;
     if (!more) rd->held = true;
   }
 }
 
-/* After of the prepare task and of every piece. */
+/* After of a batch's plan or assembly. */
+static void batch_after(struct ckpt_reader *rd, struct batch *b) {
+  if (b->err) return read_finish(rd, b->err, b->msg);
+  if (!b->planned) {
+    b->planned = true;
+    if (b->n_spans == 0) { /* Nothing to fetch (empty boxes): assemble at once. */
+      b->t.work = batch_assemble_work;
+      submit(rd, &b->t);
+    }
+    fetch_more(rd);
+    return;
+  }
+  b->ready = true;
+  deliver(rd);
+}
+
+/* After of a span's fetch. */
+static void span_after(struct ckpt_reader *rd, struct span *sp) {
+  struct batch *b = sp->b;
+  b->fetched++;
+  if (sp->err) return read_finish(rd, sp->err, sp->msg);
+  if (b->fetched == b->n_spans) {
+    b->t.work = batch_assemble_work;
+    submit(rd, &b->t);
+  }
+  fetch_more(rd);
+}
+
+/* After of every task of a read. */
 static void read_after(struct ckpt_task *t) {
   struct ckpt_reader *rd;
-  if (t->work == prepare_work) {
+  if (t->work == prepare_work)
     rd = (struct ckpt_reader *)t;
-  } else {
-    struct piece *p = (struct piece *)t;
-    p->fetched = true;
-    rd = p->rd;
-  }
+  else if (t->work == span_work)
+    rd = ((struct span *)t)->b->rd;
+  else
+    rd = ((struct batch *)t)->rd;
   rd->tasks--;
+  if (t->work == span_work) rd->fetching--;
   if (rd->finished) { /* Ended (failed or cancelled) while tasks ran. */
     if (rd->tasks == 0) reader_free(rd);
     return;
   }
-  if (t->work == prepare_work && rd->err) return read_finish(rd, rd->err, rd->msg);
-  deliver(rd);
+  if (t->work == prepare_work) {
+    if (rd->err) return read_finish(rd, rd->err, rd->msg);
+    return deliver(rd);
+  }
+  if (t->work == span_work) return span_after(rd, (struct span *)t);
+  batch_after(rd, (struct batch *)t);
 }
 
 struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequest *req,
@@ -413,7 +601,7 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   rd->done = done;
   rd->arg = arg;
   rd->tasks = 1;
-  ckpt_pool_submit(s->work, &rd->t);
+  ckpt_pool_submit(s->read, &rd->t);
   return rd;
 }
 

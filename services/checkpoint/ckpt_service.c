@@ -105,6 +105,7 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
     o->max_open_attempts_per_job = o->max_open_attempts;
   if (!o->read_piece_bytes) o->read_piece_bytes = 4 * MIB;
   if (!o->read_concurrency) o->read_concurrency = 8;
+  if (!o->read_batch_bytes) o->read_batch_bytes = 64 * MIB;
   if (o->part_bytes < 5 * MIB || o->part_bytes % MIB != 0 || o->part_bytes > ((uint64_t)5 << 30)) {
     stk_set_detail("part size must be a multiple of 1 MiB between 5 MiB and 5 GiB");
     return STK_EINVAL;

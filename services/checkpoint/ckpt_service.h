@@ -78,7 +78,9 @@ struct ckpt_service_opts {
   uint32_t max_open_attempts_per_job; /* The same for one job (ckpt_admit.c); 4 default,
                                          at most max_open_attempts. */
   uint32_t read_piece_bytes;          /* Most bytes per ReadChunk; 4 MiB. */
-  uint32_t read_concurrency;          /* Restore threads (pieces fetched at once, all reads); 8. */
+  uint32_t read_concurrency;          /* Restore threads (GETs at once, all reads); 8. */
+  uint64_t read_batch_bytes;          /* Wanted bytes fetched together (merged ranged GETs per
+                                         object, ckpt_restore.c); 64 MiB. */
   const char *shm_dir;                /* Zero-copy staging directory (ckpt_shm.h), absolute, on
                                          tmpfs; NULL or "": off. Unique to this service on the
                                          host. */

@@ -37,6 +37,7 @@ struct checkpoint_config {
   uint64_t upload_concurrency;
   uint64_t part_bytes;
   uint64_t read_piece_bytes;
+  uint64_t read_batch_bytes;
   uint64_t read_concurrency;
   uint64_t keep_last;
   uint64_t keep_every;
@@ -85,7 +86,11 @@ static const struct flag_spec checkpoint_options[] = {
     CK_ROW("read-piece-size", FLAG_SIZE, read_piece_bytes, "4MiB", 4096, 1 << 30,
            "Most data bytes per ReadChunk (keep it under max-message-size).", 0),
     CK_ROW("read-concurrency", FLAG_UINT64, read_concurrency, "8", 1, 256,
-           "Pieces of restores fetched at once, all reads together (restore threads).", 0),
+           "Ranged GETs of restores at once, all reads together (restore threads).", 0),
+    CK_ROW("read-batch-size", FLAG_SIZE, read_batch_bytes, "64MiB", 1 << 20, (int64_t)1 << 34,
+           "Wanted bytes a restore fetches together (one GET per object and batch); a read "
+           "holds about four times this.",
+           0),
     CK_ROW("keep-last", FLAG_UINT64, keep_last, "0", 0, 1000000,
            "Retention: keep the newest N committed steps per job; 0 keeps all.", 0),
     CK_ROW("keep-every", FLAG_UINT64, keep_every, "0", 0, (int64_t)1 << 40,
@@ -315,6 +320,7 @@ static int open_core(struct checkpoint *ck) {
       .max_open_attempts_per_job = (uint32_t)ck->cfg.max_open_attempts_per_job,
       .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
       .read_concurrency = (uint32_t)ck->cfg.read_concurrency,
+      .read_batch_bytes = ck->cfg.read_batch_bytes,
       .shm_dir = ck->shm_dir,
       .shm_pool_bytes = ck->cfg.shm_pool_bytes,
       .orphan_upload_grace_ms = (uint32_t)ck->cfg.orphan_upload_grace_ms,

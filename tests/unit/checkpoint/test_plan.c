@@ -3,7 +3,8 @@
  * "objects", restore every rank's box at another world size through the
  * planner's reads and copies, and compare with the original bytes (1-D FSDP
  * flat shards and 2-D row/column shards; 4 -> 3 and 4 -> 8). Also read
- * coalescing, alignment, and refusal of uncovered or overlapping input.
+ * coalescing, alignment, and refusal of uncovered or overlapping input;
+ * reads of several plans merged into spans (ckpt_plan_spans).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -208,11 +209,49 @@ static void test_refusals(void **state) {
   release(&sv);
 }
 
+/* A plan holding only reads (object, offset, len). */
+static struct ckpt_plan reads_plan(struct ckpt_read *r, size_t n) {
+  return (struct ckpt_plan){.reads = r, .n_reads = n};
+}
+
+static void test_spans(void **state) {
+  (void)state;
+  const uint64_t MiB = 1 << 20;
+  /* Plan 0 wants object 1 at 0 and object 0 at 4 MiB; plan 1 object 1 at
+   * 1 MiB (touching), object 1 at 3 MiB (a gap of 1 MiB: merged) and object
+   * 0 at 0 (a gap of 3 MiB: its own span); plan 2 object 1 at 6 MiB (a gap
+   * of 1 MiB, but merged the span would pass its limit of 8 MiB: a new one). */
+  struct ckpt_read r0[] = {{1, 0, MiB, 0, 0}, {0, 4 * MiB, MiB, 0, 0}};
+  struct ckpt_read r1[] = {{1, MiB, MiB, 0, 0}, {1, 3 * MiB, 2 * MiB, 0, 0}, {0, 0, MiB, 0, 0}};
+  struct ckpt_read r2[] = {{1, 6 * MiB, 3 * MiB, 0, 0}};
+  struct ckpt_plan plans[] = {reads_plan(r0, 2), reads_plan(r1, 3), reads_plan(r2, 1)};
+  struct ckpt_span *spans;
+  size_t n, *read_span;
+  assert_int_equal(ckpt_plan_spans(plans, 3, MiB, 8 * MiB, &spans, &n, &read_span), 0);
+  assert_int_equal(n, 4);
+  struct ckpt_span expect[] = {
+      {0, 0, MiB}, {0, 4 * MiB, MiB}, {1, 0, 5 * MiB}, {1, 6 * MiB, 3 * MiB}};
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(spans[i].object, expect[i].object);
+    assert_int_equal(spans[i].offset, expect[i].offset);
+    assert_int_equal(spans[i].len, expect[i].len);
+  }
+  size_t want[] = {2, 1, 2, 2, 0, 3};
+  for (size_t i = 0; i < 6; i++) assert_int_equal(read_span[i], want[i]);
+  free(spans);
+  free(read_span);
+  /* No reads: no spans. */
+  assert_int_equal(ckpt_plan_spans(plans, 0, MiB, 0, &spans, &n, &read_span), 0);
+  assert_int_equal(n, 0);
+  free(spans);
+  free(read_span);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flat_4_to_3_and_8), cmocka_unit_test(test_2d_rows_4_to_3_and_8),
       cmocka_unit_test(test_2d_cols_and_rows),  cmocka_unit_test(test_coalescing_and_alignment),
-      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_refusals),          cmocka_unit_test(test_spans),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

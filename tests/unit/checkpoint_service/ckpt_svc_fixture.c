@@ -255,6 +255,18 @@ struct model *model_new(uint32_t world, uint64_t flat_numel, uint64_t seed) {
   return m;
 }
 
+struct model *model_new_fsdp(uint32_t n, uint64_t rows, uint64_t cols, uint64_t seed) {
+  struct model *m = calloc(1, sizeof(*m));
+  m->t = calloc(n, sizeof(*m->t));
+  uint64_t dims[2] = {rows, cols};
+  for (uint32_t i = 0; i < n; i++) {
+    char name[64];
+    snprintf(name, sizeof(name), "model/layer%u.weight", i);
+    add_tensor(m, name, STOKER__V1__DTYPE__DTYPE_F32, T_DIM0, 2, dims, 0, seed);
+  }
+  return m;
+}
+
 void model_free(struct model *m) {
   if (!m) return;
   for (size_t i = 0; i < m->n; i++) free(m->t[i].full);
@@ -521,6 +533,95 @@ int fx_read_check(struct fx *f, const char *job, int64_t step, const struct tspe
     free(expect);
   }
   free(rs.out);
+  return rc;
+}
+
+/* One Read of many boxes: the wanted boxes and where their bytes go. */
+struct mstate {
+  const struct model *m;
+  struct ckpt_box *want; /* Per tensor (numel 0: not wanted). */
+  uint8_t **out;
+  bool done;
+  int err;
+  char msg[512];
+};
+
+static bool on_multi_piece(void *arg, const Stoker__V1__ReadChunk *p) {
+  struct mstate *ms = arg;
+  size_t i = 0;
+  while (i < ms->m->n && strcmp(ms->m->t[i].name, p->tensor) != 0) i++;
+  assert_true(i < ms->m->n);
+  uint64_t elem = ckpt_dtype_bytes(ms->m->t[i].dtype);
+  struct ckpt_box pb = {.ndim = (uint32_t)p->box->n_offsets};
+  memcpy(pb.offsets, p->box->offsets, pb.ndim * sizeof(uint64_t));
+  memcpy(pb.sizes, p->box->sizes, pb.ndim * sizeof(uint64_t));
+  assert_int_equal(p->data.len, ckpt_box_numel(&pb) * elem);
+  struct copy_ctx c = {p->data.data, ms->out[i]};
+  assert_int_equal(ckpt_box_runs(&pb, &pb, &ms->want[i], elem, copy_run, &c), 0);
+  return true;
+}
+
+static void on_multi_done(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
+  (void)resp;
+  struct mstate *ms = arg;
+  ms->done = true;
+  ms->err = err;
+  snprintf(ms->msg, sizeof(ms->msg), "%s", msg);
+}
+
+/* The Read request of ms's wanted boxes (arrays of m->n, freed by the caller). */
+static void multi_request(struct mstate *ms, Stoker__V1__ChunkEntry *ce, Stoker__V1__Box *box,
+                          Stoker__V1__ChunkEntry **cep, size_t *ret_n) {
+  size_t n = 0;
+  for (size_t i = 0; i < ms->m->n; i++) {
+    if (ckpt_box_numel(&ms->want[i]) == 0) continue;
+    stoker__v1__chunk_entry__init(&ce[n]);
+    stoker__v1__box__init(&box[n]);
+    box[n].n_offsets = box[n].n_sizes = ms->want[i].ndim;
+    box[n].offsets = ms->want[i].offsets;
+    box[n].sizes = ms->want[i].sizes;
+    ce[n].tensor = (char *)ms->m->t[i].name;
+    ce[n].box = &box[n];
+    cep[n] = &ce[n];
+    n++;
+  }
+  *ret_n = n;
+}
+
+int fx_read_rank(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t rank,
+                 uint32_t world) {
+  struct mstate ms = {
+      .m = m, .want = calloc(m->n, sizeof(*ms.want)), .out = calloc(m->n, sizeof(*ms.out))};
+  for (size_t i = 0; i < m->n; i++) {
+    if (!shard_of(&m->t[i], rank, world, &ms.want[i])) ms.want[i] = (struct ckpt_box){0};
+    uint64_t n = ckpt_box_numel(&ms.want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
+    ms.out[i] = calloc(1, n ? n : 1);
+  }
+  Stoker__V1__ChunkEntry *ce = calloc(m->n, sizeof(*ce)), **cep = calloc(m->n, sizeof(*cep));
+  Stoker__V1__Box *box = calloc(m->n, sizeof(*box));
+  Stoker__V1__ReadRequest req = STOKER__V1__READ_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  req.wanted = cep;
+  multi_request(&ms, ce, box, cep, &req.n_wanted);
+  ckpt_read(f->svc, &req, on_multi_piece, on_multi_done, &ms);
+  fx_run_until(f, &ms.done, 60000);
+  int rc = ms.err;
+  if (rc) print_error("read rank %u/%u: %d %s\n", rank, world, rc, ms.msg);
+  for (size_t i = 0; i < m->n; i++) {
+    uint64_t n = ckpt_box_numel(&ms.want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
+    if (!rc && n > 0) {
+      uint8_t *expect = box_bytes(&m->t[i], &ms.want[i]);
+      if (memcmp(expect, ms.out[i], n) != 0) rc = -1000;
+      free(expect);
+    }
+    free(ms.out[i]);
+  }
+  free(ms.out);
+  free(ms.want);
+  free(ce);
+  free(cep);
+  free(box);
   return rc;
 }
 

@@ -66,6 +66,9 @@ int fx_verify(struct fx *f, const char *job, int64_t step, uint64_t *ret_problem
 int fx_delete(struct fx *f, const char *job, int64_t step);
 
 struct model *model_new(uint32_t world, uint64_t flat_numel, uint64_t seed);
+/* n f32 tensors of rows x cols, each sharded by dim 0 as FSDP shards its
+ * parameters and optimizer state: many small chunks per rank. */
+struct model *model_new_fsdp(uint32_t n, uint64_t rows, uint64_t cols, uint64_t seed);
 void model_free(struct model *m);
 
 struct write_opts {
@@ -100,6 +103,11 @@ int fx_feed_1d(struct ckpt_writer *w, const struct chunk_1d *c);
  * the bytes differ. */
 int fx_read_check(struct fx *f, const char *job, int64_t step, const struct tspec *t,
                   const struct ckpt_box *want, char *msg, size_t msg_len);
+/* Reads rank's share of every tensor at world size `world` in ONE Read
+ * call (as a restoring trainer does) and compares each box with the
+ * model's bytes: 0, the read's error, or -1000 when bytes differ. */
+int fx_read_rank(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t rank,
+                 uint32_t world);
 /* Reads back every tensor at world size `world` (dim0 and flat sharding). */
 int fx_read_all(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t world);
 

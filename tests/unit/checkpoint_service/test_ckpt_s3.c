@@ -3,7 +3,13 @@
  * (npm s3rver, which verifies SigV4 signatures; it has no conditional PUT,
  * so the manifest is written with HEAD + PUT): write 4 ranks with multipart
  * objects -> commit -> list -> read back at 4 and 3 ranks -> verify ->
- * delete. Exit 77 (skipped) when s3rver cannot be installed.
+ * delete. Then the restore's request count (issue 26): a checkpoint FSDP
+ * style (4 ranks, 64 tensors sharded by rows: 256 small chunks) read back at
+ * worlds 3 and 1, each rank with one Read call, as a trainer restores; the
+ * GETs counted in s3rver's request log are at most 2 per object a rank
+ * touches (one GET per stored chunk piece before: 1 to 2 per tensor and
+ * rank), and every byte comes back exact. Exit 77 (skipped) when s3rver
+ * cannot be installed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -22,6 +29,7 @@
 #include "storage.h"
 
 static struct s3rver server;
+static char request_log[] = "/tmp/stk-s3rver-requests-XXXXXX";
 
 static void test_s3_write_commit_read(void **state) {
   (void)state;
@@ -63,12 +71,79 @@ static void test_s3_write_commit_read(void **state) {
   model_free(m);
 }
 
+/* Ranged GETs of checkpoint objects logged from line *at on (moved past
+ * them), and the distinct objects they named. */
+static size_t object_gets(size_t *at, size_t *ret_objects) {
+  FILE *fp = fopen(request_log, "r");
+  assert_non_null(fp);
+  char line[2048], keys[64][1024];
+  size_t n = 0, gets = 0, objects = 0;
+  while (fgets(line, sizeof(line), fp)) {
+    if (n++ < *at) continue;
+    char method[16], url[1024], range[128];
+    if (sscanf(line, "%15s %1023s %127s", method, url, range) != 3) continue;
+    if (strcmp(method, "GET") != 0 || !strstr(url, "/rank-")) continue;
+    gets++;
+    size_t k = 0;
+    while (k < objects && strcmp(keys[k], url) != 0) k++;
+    if (k == objects && objects < 64) snprintf(keys[objects++], sizeof(keys[0]), "%s", url);
+  }
+  fclose(fp);
+  *at = n;
+  *ret_objects = objects;
+  return gets;
+}
+
+static void test_s3_restore_few_gets(void **state) {
+  (void)state;
+  struct s3_config cfg = s3rver_config(server.endpoint);
+  struct storage *st;
+  assert_int_equal(storage_open_s3(&cfg, "ck4/", &st), 0);
+  struct fx f;
+  fx_init(&f);
+  f.opts.storage = st;
+  f.opts.storage_url = "s3://" S3RVER_BUCKET "/ck4";
+  assert_int_equal(fx_open(&f), 0);
+  struct model *m = model_new_fsdp(64, 48, 96, 7); /* 18 KiB a tensor, 4.5 KiB a chunk. */
+  char att[65], msg[256];
+  assert_int_equal(fx_begin(&f, "fsdp", 5, 4, att), 0);
+  struct write_opts wo = {.world = 4, .skip_last_rank = -1};
+  assert_int_equal(fx_write_model(&f, att, m, &wo, NULL), 0);
+  int rc = fx_commit(&f, att, msg, sizeof(msg));
+  if (rc) fail_msg("commit: %s", msg);
+  size_t at = 0, objects;
+  object_gets(&at, &objects);
+  const uint32_t worlds[] = {3, 1};
+  for (size_t w = 0; w < 2; w++) {
+    for (uint32_t r = 0; r < worlds[w]; r++) {
+      assert_int_equal(fx_read_rank(&f, "fsdp", 5, m, r, worlds[w]), 0);
+      size_t gets = object_gets(&at, &objects);
+      print_message("# world %u rank %u: %zu GETs of %zu objects\n", worlds[w], r, gets, objects);
+      assert_true(objects >= 1);
+      assert_true(gets <= 2 * objects);
+    }
+  }
+  fx_close(&f);
+  fx_fini(&f);
+  storage_free(st);
+  model_free(m);
+}
+
 int main(void) {
-  if (s3rver_start(&server) != 0) return 77;
+  int fd = mkstemp(request_log);
+  if (fd < 0) return 1;
+  close(fd);
+  setenv("S3RVER_REQUEST_LOG", request_log, 1);
+  if (s3rver_start(&server) != 0) {
+    unlink(request_log);
+    return 77;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_s3_write_commit_read),
+      cmocka_unit_test(test_s3_restore_few_gets),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   s3rver_stop(&server);
+  unlink(request_log);
   return rc;
 }
