@@ -441,10 +441,23 @@ for n in json.load(sys.stdin)["Spec"]["linux"]["namespaces"]:
     stop containerd
     [ -x "$bin/kube-proxy" ] && "$bin/kube-proxy" --cleanup >/dev/null 2>&1
   fi
-  # The CNI plugin's masquerade chains, then the bridge and the node's veth.
-  iptables-save -t nat 2>/dev/null | grep -q ' CNI-' && {
-    iptables-save -t nat | grep -v -e '-j CNI-' -e ' CNI-' -e '^:CNI-' | iptables-restore -T nat
-  }
+  # What kube-proxy --cleanup leaves (KUBE-FIREWALL, the hint chains, the
+  # kubelet's canaries) and the CNI plugin's masquerade chains: the rules that
+  # jump to them, then the chains.
+  local cmd t rule chain
+  for cmd in iptables ip6tables; do
+    for t in filter nat mangle; do
+      "$cmd-save" -t "$t" 2>/dev/null | grep -E '^-A .*-j (KUBE|CNI)-' | while read -r rule; do
+        eval "$cmd -t $t -D ${rule#-A }" 2>/dev/null
+      done
+      for chain in $("$cmd-save" -t "$t" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\).*/\1/p'); do
+        "$cmd" -t "$t" -F "$chain" 2>/dev/null
+      done
+      for chain in $("$cmd-save" -t "$t" 2>/dev/null | sed -n 's/^:\(\(KUBE\|CNI\)-[^ ]*\).*/\1/p'); do
+        "$cmd" -t "$t" -X "$chain" 2>/dev/null
+      done
+    done
+  done
   # The kubelet's cgroups, empty now.
   find /sys/fs/cgroup/*/kubepods* -depth -type d -exec rmdir {} + 2>/dev/null
   ip link del "$cni_bridge" 2>/dev/null
