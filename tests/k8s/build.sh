@@ -5,10 +5,13 @@
 # keyed by version. Later runs find the binaries there and build nothing.
 #
 #   tests/k8s/build.sh            build what is missing, print the bin dir
+#   tests/k8s/build.sh prometheus the same, and Prometheus too (tests/k8s/run)
 #   STOKER_K8S_CACHE=DIR          cache root (default /var/cache/stoker-k8s,
 #                                 or $XDG_CACHE_HOME/stoker-k8s when not root)
 #   K8S_VERSION=v1.34.2           Kubernetes release (staging modules v0.34.x)
 #   COREDNS_VERSION=v1.12.4       CoreDNS release
+#   PROMETHEUS_VERSION=v0.316.0   Prometheus (its Go module's version of 3.x; built
+#                                 with Kubernetes discovery, which Debian's lacks)
 #
 # The published module k8s.io/kubernetes does not carry its staging/ modules:
 # its go.mod replaces k8s.io/api and the rest with ./staging/src/k8s.io/...,
@@ -19,6 +22,7 @@ set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.34.2}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
+PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
 if [ "$(id -u)" = 0 ]; then
     cache_root=${STOKER_K8S_CACHE:-/var/cache/stoker-k8s}
 else
@@ -81,6 +85,16 @@ if [ ! -x "$bin/coredns" ]; then
     mv "$bin.coredns/coredns" "$bin/coredns"
     rmdir "$bin.coredns"
     echo "build.sh: coredns built in $(( $(date +%s) - t0 ))s" >&2
+fi
+
+if [ "${1:-}" = prometheus ] && [ ! -x "$bin/prometheus" ]; then
+    echo "build.sh: building prometheus $PROMETHEUS_VERSION" >&2
+    t0=$(date +%s)
+    GOBIN=$bin.prometheus GOFLAGS=-mod=mod CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+        "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+    mv "$bin.prometheus/prometheus" "$bin/prometheus"
+    rmdir "$bin.prometheus"
+    echo "build.sh: prometheus built in $(( $(date +%s) - t0 ))s" >&2
 fi
 
 echo "$bin"
