@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void on_stop(int sig) { _exit(sig == SIGTERM ? 0 : 2); }
+static void on_stop(int sig) {
+  _exit(sig == SIGTERM ? 0 : 2);
+}
 
 static void on_child(int sig) {
   (void)sig;
