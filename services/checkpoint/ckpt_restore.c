@@ -20,6 +20,14 @@
  * next is fetched while the caller sends the one before, and memory stays
  * bounded (per read, about twice the batch's spans and pieces).
  *
+ * Budgets: each batch reserves twice its wanted bytes (spans and assembled
+ * pieces) against the service's read_budget_bytes and its job's
+ * read_budget_per_job_bytes. A batch that would pass either waits, unless
+ * its job holds nothing (every job always moves): a client that opens reads
+ * and never takes their pieces holds at most its job's budget and a batch,
+ * and another job's reads go on. A waiting read is tried again when a batch
+ * of the service is freed and from the sweep timer (ckpt_read_retry).
+ *
  * A read through shared memory (the request names a read file,
  * ckpt_shm_read.h) writes each piece into that file instead: the wanted
  * boxes lie there one after the other, row-major, so a piece's place is
@@ -91,6 +99,7 @@ struct piece {
 /* A run of pieces fetched together. Its task plans it, then assembles it. */
 struct batch {
   struct ckpt_task t; /* First: the task is the batch's plan, then its assembly. */
+  uint64_t reserved;  /* Of the read budgets, given back when freed. */
   struct ckpt_reader *rd;
   struct piece *pieces;
   size_t n_pieces, cap_pieces;
@@ -124,6 +133,9 @@ struct ckpt_reader {
   unsigned fetching; /* Spans submitted whose after has not run. */
   unsigned tasks;    /* Submitted tasks whose after has not run. */
   bool held, finished;
+  bool waiting;                    /* A batch waits for the budgets (ckpt_read_retry). */
+  uint64_t reserved;               /* What its batches reserved of the budgets. */
+  struct ckpt_reader *prev, *next; /* In s->readers. */
   ckpt_piece_fn on_piece;
   ckpt_done_fn done;
   void *arg;
@@ -368,6 +380,9 @@ static void batch_assemble_work(struct ckpt_task *t) {
 
 static void batch_free(struct batch *b) {
   if (!b) return;
+  b->rd->s->read_reserved -= b->reserved;
+  b->rd->reserved -= b->reserved;
+  if (b->reserved) b->rd->s->read_freed = true;
   batch_drop_fetched(b);
   for (size_t i = 0; i < b->n_pieces; i++) free(b->pieces[i].data);
   free(b->pieces);
@@ -376,7 +391,17 @@ static void batch_free(struct batch *b) {
   free(b);
 }
 
+static void reader_unlink(struct ckpt_reader *rd) {
+  if (rd->prev)
+    rd->prev->next = rd->next;
+  else if (rd->s->readers == rd)
+    rd->s->readers = rd->next;
+  if (rd->next) rd->next->prev = rd->prev;
+  rd->prev = rd->next = NULL;
+}
+
 static void reader_free(struct ckpt_reader *rd) {
+  reader_unlink(rd);
   for (size_t i = 0; i < rd->n_w; i++) {
     free(rd->w[i].tensor);
     free(rd->w[i].chunks);
@@ -428,11 +453,31 @@ static bool batch_take(struct ckpt_reader *rd, struct batch *b, uint64_t *bytes,
   return true;
 }
 
-/* Takes batches in order until the window is full or no piece is left. */
+/* What the reads of job hold of the budgets. */
+static uint64_t job_reserved(const struct ckpt_service *s, const char *job) {
+  uint64_t n = 0;
+  for (const struct ckpt_reader *r = s->readers; r; r = r->next)
+    if (strcmp(r->job, job) == 0) n += r->reserved;
+  return n;
+}
+
+/* Whether a batch of up to `bytes` wanted bytes fits the budgets now. */
+static bool budget_fits(const struct ckpt_reader *rd, uint64_t bytes) {
+  const struct ckpt_service *s = rd->s;
+  uint64_t job = job_reserved(s, rd->job);
+  if (job == 0) return true;
+  return s->read_reserved + 2 * bytes <= s->o.read_budget_bytes &&
+         job + 2 * bytes <= s->o.read_budget_per_job_bytes;
+}
+
+/* Takes batches in order until the window is full, no piece is left, or
+ * the budgets say wait (rd->waiting). */
 static int fill(struct ckpt_reader *rd) {
   while (rd->n < READ_BATCHES) {
     while (rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
     if (rd->wi >= rd->n_w) return 0;
+    rd->waiting = !budget_fits(rd, rd->s->o.read_batch_bytes);
+    if (rd->waiting) return 0;
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) return STK_ENOMEM;
     *b = (struct batch){.t = {.work = batch_plan_work, .after = rd->t.after}, .rd = rd};
@@ -440,6 +485,9 @@ static int fill(struct ckpt_reader *rd) {
     int err = 0;
     while (batch_take(rd, b, &bytes, &err)) {
     }
+    b->reserved = 2 * bytes;
+    rd->s->read_reserved += b->reserved;
+    rd->reserved += b->reserved;
     rd->win[(rd->head + rd->n) % READ_BATCHES] = b; /* Owned by the window from here. */
     rd->n++;
     if (err) return err;
@@ -468,6 +516,7 @@ static void deliver(struct ckpt_reader *rd) {
   while (!rd->held && !rd->finished) {
     int err = fill(rd);
     if (err) return read_finish(rd, err, stk_strerror(err));
+    if (rd->n == 0 && rd->waiting) return; /* ckpt_read_retry goes on. */
     if (rd->n == 0) return read_finish(rd, 0, "");
     struct batch *b = rd->win[rd->head];
     if (!b->ready) return;
@@ -529,7 +578,19 @@ static void span_after(struct ckpt_reader *rd, struct span *sp) {
 }
 
 /* After of every task of a read. */
+static void read_task_after(struct ckpt_task *t);
+
+/* After of every task of a read; then the reads that waited for budget a
+ * freed batch gave back. */
 static void read_after(struct ckpt_task *t) {
+  struct ckpt_service *s = t->work == prepare_work ? ((struct ckpt_reader *)t)->s
+                           : t->work == span_work  ? ((struct span *)t)->b->rd->s
+                                                   : ((struct batch *)t)->rd->s;
+  read_task_after(t);
+  if (s->read_freed) ckpt_read_retry(s);
+}
+
+static void read_task_after(struct ckpt_task *t) {
   struct ckpt_reader *rd;
   if (t->work == prepare_work)
     rd = (struct ckpt_reader *)t;
@@ -601,18 +662,34 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   rd->done = done;
   rd->arg = arg;
   rd->tasks = 1;
+  rd->next = s->readers;
+  if (s->readers) s->readers->prev = rd;
+  s->readers = rd;
   ckpt_pool_submit(s->read, &rd->t);
   return rd;
+}
+
+void ckpt_read_retry(struct ckpt_service *s) {
+  s->read_freed = false;
+  for (struct ckpt_reader *rd = s->readers, *next; rd; rd = next) {
+    next = rd->next;
+    if (!rd->waiting || rd->held || rd->finished) continue;
+    deliver(rd); /* May end rd; next is another read. */
+  }
 }
 
 void ckpt_read_resume(struct ckpt_reader *rd) {
   if (!rd->held) return;
   rd->held = false;
+  struct ckpt_service *s = rd->s;
   deliver(rd);
+  if (s->read_freed) ckpt_read_retry(s);
 }
 
 void ckpt_read_cancel(struct ckpt_reader *rd) {
+  struct ckpt_service *s = rd->s;
   read_finish(rd, STK_ECANCELED, "cancelled");
+  if (s->read_freed) ckpt_read_retry(s);
 }
 
 /* ---- Verify: every byte of every object ---- */

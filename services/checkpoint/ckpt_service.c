@@ -32,6 +32,7 @@ static void on_events(uv_async_t *h) {
 
 static void sweep(struct ckpt_service *s) {
   attempt_sweep(s);
+  ckpt_read_retry(s);
   ckpt_orphans_tick(s);
   ckpt_orphan_attempts_tick(s);
 }
@@ -106,6 +107,8 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
   if (!o->read_piece_bytes) o->read_piece_bytes = 4 * MIB;
   if (!o->read_concurrency) o->read_concurrency = 8;
   if (!o->read_batch_bytes) o->read_batch_bytes = 64 * MIB;
+  if (!o->read_budget_bytes) o->read_budget_bytes = 1024 * MIB;
+  if (!o->read_budget_per_job_bytes) o->read_budget_per_job_bytes = 256 * MIB;
   if (o->part_bytes < 5 * MIB || o->part_bytes % MIB != 0 || o->part_bytes > ((uint64_t)5 << 30)) {
     stk_set_detail("part size must be a multiple of 1 MiB between 5 MiB and 5 GiB");
     return STK_EINVAL;
@@ -208,6 +211,7 @@ void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *a
 void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_stats *ret_stats) {
   *ret_stats = s->stats;
   ret_stats->staged_bytes = s->staged;
+  ret_stats->read_reserved_bytes = s->read_reserved;
 }
 
 const char *ckpt_service_attempt_job(const struct ckpt_service *s, const char *attempt) {

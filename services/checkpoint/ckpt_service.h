@@ -81,6 +81,10 @@ struct ckpt_service_opts {
   uint32_t read_concurrency;          /* Restore threads (GETs at once, all reads); 8. */
   uint64_t read_batch_bytes;          /* Wanted bytes fetched together (merged ranged GETs per
                                          object, ckpt_restore.c); 64 MiB. */
+  uint64_t read_budget_bytes;         /* What all reads' batches may hold (twice their wanted
+                                         bytes); beyond, a batch waits unless its job holds
+                                         none; 1 GiB. */
+  uint64_t read_budget_per_job_bytes; /* The same for one job's reads; 256 MiB. */
   const char *shm_dir;                /* Zero-copy staging directory (ckpt_shm.h), absolute, on
                                          tmpfs; NULL or "": off. Unique to this service on the
                                          host. */
@@ -103,8 +107,9 @@ struct ckpt_service_opts {
 };
 
 struct ckpt_service_stats {
-  uint64_t staged_bytes;      /* Staging memory held now (buffer capacity). */
-  uint64_t staged_peak_bytes; /* Highest staged_bytes seen. */
+  uint64_t staged_bytes;        /* Staging memory held now (buffer capacity). */
+  uint64_t staged_peak_bytes;   /* Highest staged_bytes seen. */
+  uint64_t read_reserved_bytes; /* What reads' batches hold of the read budgets now. */
   uint64_t parts_uploaded;
   uint64_t objects_uploaded;
   uint64_t commits;

@@ -189,6 +189,9 @@ struct ckpt_service {
   uv_async_t events_async;
   struct wevent *events, *events_tail;
   struct attempt *attempts;
+  struct ckpt_reader *readers;  /* Reads not yet freed (ckpt_restore.c). */
+  uint64_t read_reserved;       /* What their batches reserved of the read budgets. */
+  bool read_freed;              /* A batch gave budget back since the last retry. */
   struct begin_pending *begins; /* Begin jobs in flight (they count as their job's attempts). */
   struct ckpt_writer *wait_head, *wait_tail;
   uint64_t staged;
@@ -371,6 +374,10 @@ struct ckpt_orphan_sweep {
 int ckpt_gc_orphan_attempts(struct ckpt_service *s, int64_t now_ms, uint64_t grace_ms,
                             struct ckpt_orphan_sweep *ret);
 void ckpt_gc_orphan_dirs_free(struct ckpt_service *s);
+
+/* ---- ckpt_restore.c (loop thread) ---- */
+/* Reads whose next batch waited for the read budgets try again. */
+void ckpt_read_retry(struct ckpt_service *s);
 
 /* ---- ckpt_calls.c (blocking) ---- */
 struct ckpt_manifest;

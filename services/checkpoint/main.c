@@ -38,6 +38,8 @@ struct checkpoint_config {
   uint64_t part_bytes;
   uint64_t read_piece_bytes;
   uint64_t read_batch_bytes;
+  uint64_t read_budget_bytes;
+  uint64_t read_budget_per_job_bytes;
   uint64_t read_concurrency;
   uint64_t keep_last;
   uint64_t keep_every;
@@ -91,6 +93,12 @@ static const struct flag_spec checkpoint_options[] = {
            "Wanted bytes a restore fetches together (one GET per object and batch); a read "
            "holds about four times this.",
            0),
+    CK_ROW("read-budget", FLAG_SIZE, read_budget_bytes, "1GiB", 1 << 20, (int64_t)1 << 42,
+           "What all restores may hold at once (each batch twice its wanted bytes); beyond, "
+           "a read waits unless its job holds nothing.",
+           0),
+    CK_ROW("read-budget-per-job", FLAG_SIZE, read_budget_per_job_bytes, "256MiB", 1 << 20,
+           (int64_t)1 << 42, "The same for the restores of one job.", 0),
     CK_ROW("keep-last", FLAG_UINT64, keep_last, "0", 0, 1000000,
            "Retention: keep the newest N committed steps per job; 0 keeps all.", 0),
     CK_ROW("keep-every", FLAG_UINT64, keep_every, "0", 0, (int64_t)1 << 40,
@@ -321,6 +329,8 @@ static int open_core(struct checkpoint *ck) {
       .read_piece_bytes = (uint32_t)ck->cfg.read_piece_bytes,
       .read_concurrency = (uint32_t)ck->cfg.read_concurrency,
       .read_batch_bytes = ck->cfg.read_batch_bytes,
+      .read_budget_bytes = ck->cfg.read_budget_bytes,
+      .read_budget_per_job_bytes = ck->cfg.read_budget_per_job_bytes,
       .shm_dir = ck->shm_dir,
       .shm_pool_bytes = ck->cfg.shm_pool_bytes,
       .orphan_upload_grace_ms = (uint32_t)ck->cfg.orphan_upload_grace_ms,

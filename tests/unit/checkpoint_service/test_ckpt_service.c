@@ -207,8 +207,79 @@ static void test_new_instance_finds_checkpoints(void **state) {
   fx_fini(&f);
 }
 
+/* A read whose caller takes no piece: counts what it was handed. */
+struct held_read {
+  struct ckpt_reader *r;
+  int pieces;
+  bool done;
+};
+
+static bool hold_piece(void *arg, const Stoker__V1__ReadChunk *p) {
+  (void)p;
+  ((struct held_read *)arg)->pieces++;
+  return false; /* Held: the read waits for ckpt_read_resume. */
+}
+
+static void held_done(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
+  (void)err, (void)msg, (void)resp;
+  ((struct held_read *)arg)->done = true;
+}
+
+/* Read budgets (issue 25, item 4): eight reads of one job whose caller
+ * takes no piece hold at most the job's budget and a batch, never all of
+ * the service's; another job's reads go on and restore bit-exactly; once
+ * the held reads are cancelled nothing stays reserved. */
+static void test_read_budgets(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  f.opts.read_batch_bytes = 1 << 20;
+  f.opts.read_piece_bytes = 1 << 20;
+  f.opts.read_budget_per_job_bytes = 4 << 20;
+  f.opts.read_budget_bytes = 64 << 20;
+  assert_int_equal(fx_open(&f), 0);
+  struct model *m = model_new(4, FLAT_NUMEL, 3);
+  commit_model(&f, "greedy", 1, m, 4);
+  commit_model(&f, "fine", 1, m, 4);
+  const struct tspec *flat = &m->t[2]; /* model/flat0: 12 MB */
+  struct ckpt_box whole = {.ndim = 1};
+  whole.sizes[0] = flat->shape.dims[0];
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = 1;
+  box.offsets = whole.offsets;
+  box.sizes = whole.sizes;
+  Stoker__V1__ChunkEntry ce = STOKER__V1__CHUNK_ENTRY__INIT, *cep = &ce;
+  ce.tensor = (char *)flat->name;
+  ce.box = &box;
+  Stoker__V1__ReadRequest req = STOKER__V1__READ_REQUEST__INIT;
+  req.job = "greedy";
+  req.step = 1;
+  req.n_wanted = 1;
+  req.wanted = &cep;
+  struct held_read h[8] = {0};
+  for (int i = 0; i < 8; i++) h[i].r = ckpt_read(f.svc, &req, hold_piece, held_done, &h[i]);
+  fx_run_for(&f, 500);
+  struct ckpt_service_stats st;
+  ckpt_service_get_stats(f.svc, &st);
+  print_message("held reads reserve %llu bytes\n", (unsigned long long)st.read_reserved_bytes);
+  assert_true(st.read_reserved_bytes > 0);
+  assert_true(st.read_reserved_bytes <= (4u << 20) + 2 * (1u << 20));
+  assert_int_equal(fx_read_all(&f, "fine", 1, m, 3), 0); /* Another job is served. */
+  for (int i = 0; i < 8; i++) {
+    assert_false(h[i].done);
+    ckpt_read_cancel(h[i].r);
+    assert_true(h[i].done);
+  }
+  fx_run_for(&f, 200);
+  ckpt_service_get_stats(f.svc, &st);
+  assert_int_equal(st.read_reserved_bytes, 0);
+  model_free(m);
+  fx_fini(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_read_budgets),
       cmocka_unit_test(test_write_commit_read),
       cmocka_unit_test(test_writer_leaves_after_staged),
       cmocka_unit_test(test_rank_never_finishes),
