@@ -57,7 +57,7 @@ static void supersede_older(struct ckpt_service *s, const char *job, int64_t ste
              step);
     s->stats.superseded++;
     a->collect = true;
-    attempt_abort(a, STK_EABORTED, msg);
+    ckpt__attempt_abort(a, STK_EABORTED, msg);
   }
 }
 
@@ -89,7 +89,7 @@ static bool take_slot(struct ckpt_service *s, const char *holder, const char *jo
            oldest->id, job, holder);
   s->stats.preempted++;
   oldest->collect = true;
-  attempt_abort(oldest, STK_EABORTED, msg);
+  ckpt__attempt_abort(oldest, STK_EABORTED, msg);
   return true;
 }
 

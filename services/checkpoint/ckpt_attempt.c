@@ -11,7 +11,7 @@
  *   +--------------->  OPEN  ---- every rank sent "last", every object ----+
  *   |                    |        done and journaled (ckpt_upload.c)       |
  *   |                    |                                                 v
- *   |  attempt_abort():  |                                            COMMITTING
+ *   |  ckpt__attempt_abort():  |                                            COMMITTING
  *   |  a bad write, the  |                                           (commit job,
  *   |  Abort call, the   |                                           ckpt_commit.c)
  *   |  attempt timeout,  |                                             |       |
@@ -24,7 +24,7 @@
  *   |                DONE (result = reason)                        DONE (result 0)
  *   |                    \______ answer Commit and Abort; pruned after 10 min _/
  *   |
- *   +-- recovery at open adds DONE entries directly (attempt_recovered).
+ *   +-- recovery at open adds DONE entries directly (ckpt__attempt_recovered).
  *
  * Rules. Only this file changes a->state. Entering ABORTING or DONE frees
  * what the attempt holds of the staging budget and wakes the writers that
@@ -50,21 +50,21 @@
 
 /* ---- Table ---- */
 
-struct attempt *attempt_find(struct ckpt_service *s, const char *id) {
+struct attempt *ckpt__attempt_find(struct ckpt_service *s, const char *id) {
   for (struct attempt *a = s->attempts; a; a = a->next)
     if (strcmp(a->id, id) == 0) return a;
   return NULL;
 }
 
-uint32_t attempt_count_live(const struct ckpt_service *s) {
+uint32_t ckpt__attempt_count_live(const struct ckpt_service *s) {
   uint32_t n = 0;
   for (const struct attempt *a = s->attempts; a; a = a->next)
     if (a->state != ATT_DONE) n++;
   return n;
 }
 
-struct attempt *attempt_new(struct ckpt_service *s, const char *id, const char *job, int64_t step,
-                            uint32_t world, int64_t created_at_ms) {
+struct attempt *ckpt__attempt_new(struct ckpt_service *s, const char *id, const char *job,
+                                  int64_t step, uint32_t world, int64_t created_at_ms) {
   struct attempt *a = calloc(1, sizeof(*a));
   if (!a) return NULL;
   a->ranks = calloc(world, sizeof(*a->ranks));
@@ -88,8 +88,8 @@ struct attempt *attempt_new(struct ckpt_service *s, const char *id, const char *
   return a;
 }
 
-void attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec, int result,
-                       int64_t committed_at_ms, const char *manifest_uri) {
+void ckpt__attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec,
+                             int result, int64_t committed_at_ms, const char *manifest_uri) {
   struct attempt *a = calloc(1, sizeof(*a));
   if (!a || !(a->job = strdup(rec->job))) {
     free(a);
@@ -104,35 +104,35 @@ void attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt 
   if (result) {
     a->result_msg =
         strdup("aborted by recovery: the attempt was incomplete when the service stopped");
-    if (a->result_msg) svc_queue_abort_hook(s, a->job, a->step, a->id, a->result_msg);
+    if (a->result_msg) ckpt__svc_queue_abort_hook(s, a->job, a->step, a->id, a->result_msg);
   } else {
     a->committed_at_ms = committed_at_ms;
     a->manifest_uri = manifest_uri ? strdup(manifest_uri) : NULL;
-    svc_queue_hook(s, a->job, a->step, a->manifest_uri);
+    ckpt__svc_queue_hook(s, a->job, a->step, a->manifest_uri);
   }
   a->next = s->attempts;
   s->attempts = a;
 }
 
-void attempt_touch(struct attempt *a) {
+void ckpt__attempt_touch(struct attempt *a) {
   a->active_ms = uv_now(a->svc->loop);
 }
 
 /* ---- Budget release ---- */
 
-void attempt_budget_wake(struct ckpt_service *s) {
+void ckpt__attempt_budget_wake(struct ckpt_service *s) {
   for (struct ckpt_writer *w = s->wait_head; w; w = w->next_wait)
-    svc_post_event(s, w, CKPT_WRITE_RESUME, 0, "");
+    ckpt__svc_post_event(s, w, CKPT_WRITE_RESUME, 0, "");
 }
 
-void attempt_free_part(struct ckpt_service *s, struct part *p) {
+void ckpt__attempt_free_part(struct ckpt_service *s, struct part *p) {
   s->staged -= p->cap;
   p->obj->att->staged_bytes -= p->cap;
   if (!p->borrowed) free(p->buf);
   free(p);
 }
 
-void attempt_release_segment(struct ckpt_service *s, struct obj *o) {
+void ckpt__attempt_release_segment(struct ckpt_service *s, struct obj *o) {
   if (!o->seg) return;
   char msg[320] = "";
   if (ckpt_shm_seg_broken(o->seg))
@@ -140,15 +140,15 @@ void attempt_release_segment(struct ckpt_service *s, struct obj *o) {
              "attempt %s rank %u: shm segment %s shrank after it was handed over (its writer "
              "truncated or reused it); what was read from it is lost",
              o->att->id, o->rank, o->seg->name);
-  s->staged -= o->size; /* What was fed of it, as staging_feed_shm counted. */
+  s->staged -= o->size; /* What was fed of it, as ckpt__staging_feed_shm counted. */
   o->att->staged_bytes -= o->size;
   ckpt_shm_release(s->shm, o->seg);
   o->seg = NULL;
-  attempt_budget_wake(s);
-  if (msg[0]) attempt_abort(o->att, STK_EINVAL, msg);
+  ckpt__attempt_budget_wake(s);
+  if (msg[0]) ckpt__attempt_abort(o->att, STK_EINVAL, msg);
 }
 
-void attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
+void ckpt__attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
   if (!w->waiting) return;
   struct ckpt_writer **pp = &s->wait_head, *prev = NULL;
   while (*pp && *pp != w) {
@@ -161,7 +161,7 @@ void attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w) {
   w->next_wait = NULL;
 }
 
-void attempt_wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
+void ckpt__attempt_wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
   if (w->waiting) return;
   w->waiting = true;
   w->next_wait = NULL;
@@ -175,14 +175,14 @@ void attempt_wait_add(struct ckpt_service *s, struct ckpt_writer *w) {
 /* Frees the parts of o that no upload job holds. */
 static void drop_unsent(struct ckpt_service *s, struct obj *o) {
   if (o->cur) {
-    attempt_free_part(s, o->cur);
+    ckpt__attempt_free_part(s, o->cur);
     o->cur = NULL;
   }
   while (o->waiting) {
     struct part *p = o->waiting;
     o->waiting = p->next;
     s->parts_outstanding--;
-    attempt_free_part(s, p);
+    ckpt__attempt_free_part(s, p);
   }
 }
 
@@ -193,7 +193,7 @@ static void free_staging(struct attempt *a) {
   for (uint32_t r = 0; r < a->world; r++) {
     struct rank_state *rs = &a->ranks[r];
     if (rs->writer) {
-      attempt_wait_remove(s, rs->writer);
+      ckpt__attempt_wait_remove(s, rs->writer);
       if (a->state == ATT_DONE) {
         rs->writer->att = NULL;
         rs->writer = NULL;
@@ -205,30 +205,30 @@ static void free_staging(struct attempt *a) {
       struct obj *o = rs->objs;
       rs->objs = o->next;
       for (size_t i = 0; i < o->n_chunks; i++) free(o->chunks[i].tensor);
-      attempt_release_segment(s, o);
+      ckpt__attempt_release_segment(s, o);
       free(o->chunks);
       free(o->upload_id);
       free(o);
     }
     rs->objs_tail = rs->cur = NULL;
   }
-  attempt_budget_wake(s); /* Writers of other attempts may fit now. */
+  ckpt__attempt_budget_wake(s); /* Writers of other attempts may fit now. */
 }
 
 static void drop_segments(struct attempt *a) {
   for (uint32_t r = 0; r < a->world; r++)
     for (struct obj *o = a->ranks[r].objs; o; o = o->next) {
       drop_unsent(a->svc, o);
-      attempt_release_segment(a->svc, o);
+      ckpt__attempt_release_segment(a->svc, o);
     }
 }
 
 static bool attempt_live(void *arg, const char *attempt) {
-  struct attempt *a = attempt_find(arg, attempt);
+  struct attempt *a = ckpt__attempt_find(arg, attempt);
   return a && a->state != ATT_DONE;
 }
 
-void attempt_sweep_segments(struct ckpt_service *s) {
+void ckpt__attempt_sweep_segments(struct ckpt_service *s) {
   if (s->shm) ckpt_shm_sweep(s->shm, attempt_live, s);
 }
 
@@ -270,20 +270,20 @@ static void set_done(struct attempt *a, int result, const char *msg) {
   else
     s->stats.aborts++;
   free_staging(a);
-  attempt_sweep_segments(s); /* Segments a rank wrote but never sent. */
+  ckpt__attempt_sweep_segments(s); /* Segments a rank wrote but never sent. */
   answer_waits(a);
   if (result != 0 && s->o.abort_hook)
     s->o.abort_hook(s->o.abort_hook_arg, a->job, a->step, a->id,
                     a->result_msg ? a->result_msg : stk_strerror(result));
 }
 
-bool attempt_commit_start(struct attempt *a) {
+bool ckpt__attempt_commit_start(struct attempt *a) {
   if (a->state != ATT_OPEN) return false;
   a->state = ATT_COMMITTING;
   return true;
 }
 
-void attempt_committed(struct attempt *a, int64_t committed_at_ms, const char *manifest_uri) {
+void ckpt__attempt_committed(struct attempt *a, int64_t committed_at_ms, const char *manifest_uri) {
   struct ckpt_service *s = a->svc;
   a->committed_at_ms = committed_at_ms;
   a->manifest_uri = manifest_uri ? strdup(manifest_uri) : NULL;
@@ -300,8 +300,8 @@ struct cleanup_job {
 
 static void cleanup_work(struct ckpt_task *t) {
   struct cleanup_job *j = (struct cleanup_job *)t;
-  attempt_cleanup_run(j->a->svc, j->a->id);
-  if (j->collect) attempt_collect_run(j->a->svc, j->job);
+  ckpt__attempt_cleanup_run(j->a->svc, j->a->id);
+  if (j->collect) ckpt__attempt_collect_run(j->a->svc, j->job);
 }
 
 static void cleanup_after(struct ckpt_task *t) {
@@ -312,7 +312,7 @@ static void cleanup_after(struct ckpt_task *t) {
   free(j);
 }
 
-void attempt_check_abort(struct attempt *a) {
+void ckpt__attempt_check_abort(struct attempt *a) {
   if (a->state != ATT_ABORTING || a->jobs > 0 || a->cleanup_started) return;
   struct cleanup_job *j = calloc(1, sizeof(*j));
   if (!j) return;
@@ -326,7 +326,7 @@ void attempt_check_abort(struct attempt *a) {
   ckpt_pool_submit(a->svc->work, &j->t);
 }
 
-void attempt_abort(struct attempt *a, int err, const char *msg) {
+void ckpt__attempt_abort(struct attempt *a, int err, const char *msg) {
   if (a->state == ATT_DONE || a->state == ATT_ABORTING) return;
   struct ckpt_service *s = a->svc;
   a->state = ATT_ABORTING;
@@ -339,9 +339,9 @@ void attempt_abort(struct attempt *a, int err, const char *msg) {
     if (!w) continue;
     a->ranks[r].writer = NULL;
     w->att = NULL;
-    svc_post_event(s, w, CKPT_WRITE_FAILED, err, a->result_msg);
+    ckpt__svc_post_event(s, w, CKPT_WRITE_FAILED, err, a->result_msg);
   }
-  attempt_check_abort(a);
+  ckpt__attempt_check_abort(a);
 }
 
 /* ---- The Abort call ---- */
@@ -349,7 +349,7 @@ void attempt_abort(struct attempt *a, int err, const char *msg) {
 void ckpt_abort(struct ckpt_service *s, const Stoker__V1__AbortCheckpointRequest *req,
                 ckpt_done_fn done, void *arg) {
   if (s->closing) FAIL_LATER(s, done, arg, STK_EUNAVAIL, "closing");
-  struct attempt *a = req->attempt && req->attempt[0] ? attempt_find(s, req->attempt) : NULL;
+  struct attempt *a = req->attempt && req->attempt[0] ? ckpt__attempt_find(s, req->attempt) : NULL;
   if (!a) FAIL_LATER(s, done, arg, STK_ENOENT, "unknown attempt (none open on this service)");
   if (a->state == ATT_COMMITTING)
     FAIL_LATER(s, done, arg, STK_ESTATE, "the attempt is committing; it can no longer be aborted");
@@ -357,7 +357,7 @@ void ckpt_abort(struct ckpt_service *s, const Stoker__V1__AbortCheckpointRequest
     FAIL_LATER(s, done, arg, STK_ESTATE, "the attempt committed; delete the step instead");
   if (a->state == ATT_DONE) {
     static Stoker__V1__Empty empty = STOKER__V1__EMPTY__INIT;
-    svc_reply_later(s, &empty.base, done, arg);
+    ckpt__svc_reply_later(s, &empty.base, done, arg);
     return;
   }
   struct commit_wait *w = calloc(1, sizeof(*w));
@@ -371,7 +371,7 @@ void ckpt_abort(struct ckpt_service *s, const Stoker__V1__AbortCheckpointRequest
   snprintf(msg, sizeof(msg), "attempt %s: aborted by request%s%.100s", a->id,
            req->reason && req->reason[0] ? ": " : "", req->reason ? req->reason : "");
   a->collect = true;
-  attempt_abort(a, STK_EABORTED, msg);
+  ckpt__attempt_abort(a, STK_EABORTED, msg);
 }
 
 /* ---- Timeouts and pruning (from the sweep timer) ---- */
@@ -413,7 +413,7 @@ static void check_open(struct attempt *a, uint64_t now) {
     if (!all) {
       snprintf(msg, sizeof(msg), "attempt %s: not every rank finished within %u ms", a->id,
                s->o.attempt_timeout_ms);
-      attempt_abort(a, STK_ETIMEDOUT, msg);
+      ckpt__attempt_abort(a, STK_ETIMEDOUT, msg);
       return;
     }
   }
@@ -423,15 +423,15 @@ static void check_open(struct attempt *a, uint64_t now) {
              s->o.attempt_idle_timeout_ms);
     s->stats.abandoned++;
     a->collect = true;
-    attempt_abort(a, STK_ETIMEDOUT, msg);
+    ckpt__attempt_abort(a, STK_ETIMEDOUT, msg);
   }
 }
 
-void attempt_sweep(struct ckpt_service *s) {
+void ckpt__attempt_sweep(struct ckpt_service *s) {
   uint64_t now = uv_now(s->loop);
   if (now >= s->shm_swept_ms + SEGMENT_SWEEP_MS) {
     s->shm_swept_ms = now;
-    attempt_sweep_segments(s);
+    ckpt__attempt_sweep_segments(s);
   }
   for (struct attempt **pp = &s->attempts; *pp;) {
     struct attempt *a = *pp;
@@ -445,7 +445,7 @@ void attempt_sweep(struct ckpt_service *s) {
   }
 }
 
-void attempt_free_all(struct ckpt_service *s) {
+void ckpt__attempt_free_all(struct ckpt_service *s) {
   while (s->attempts) {
     struct attempt *a = s->attempts;
     s->attempts = a->next;
@@ -480,7 +480,7 @@ static void abort_objects(struct ckpt_service *s, const Stoker__V1__JournalAttem
   kv_iter_free(it);
 }
 
-int attempt_cleanup_run(struct ckpt_service *s, const char *attempt) {
+int ckpt__attempt_cleanup_run(struct ckpt_service *s, const char *attempt) {
   Stoker__V1__JournalAttempt *rec;
   struct ckpt_jkey k;
   ckpt_jkey_attempt(&k, attempt);
@@ -554,7 +554,7 @@ static bool claimed(struct ckpt_service *s, const char *job, const char *rel, co
   return ckpt_gc_attempt_claimed(s, job, step, id);
 }
 
-int attempt_collect_run(struct ckpt_service *s, const char *job) {
+int ckpt__attempt_collect_run(struct ckpt_service *s, const char *job) {
   char *jobdir;
   int err = ckpt_key_job_dir(s->prefix, job, &jobdir);
   if (err) return err;

@@ -148,7 +148,7 @@ void ckpt_delete(struct ckpt_service *s, const Stoker__V1__DeleteCheckpointReque
 
 static int run_gc(struct call_job *j) {
   j->resp = &empty_msg.base;
-  return attempt_collect_run(j->s, j->job);
+  return ckpt__attempt_collect_run(j->s, j->job);
 }
 
 void ckpt_gc(struct ckpt_service *s, const char *job, ckpt_done_fn done, void *arg) {

@@ -213,7 +213,7 @@ static int write_manifest(struct ckpt_service *s, const char *key, const uint8_t
 
 static int record_committed(struct ckpt_service *s, Stoker__V1__JournalAttempt *rec,
                             struct commit_result *ret) {
-  ret->committed_at_ms = svc_now_ms();
+  ret->committed_at_ms = ckpt__svc_now_ms();
   rec->committed_at_ms = ret->committed_at_ms;
   rec->manifest_key = ret->manifest_key;
   struct kv_batch *b = kv_batch_new();
@@ -251,15 +251,15 @@ int ckpt_commit_run(struct ckpt_service *s, const char *attempt, struct commit_r
   if (!err) err = ckpt_key_manifest(s->prefix, rec->job, rec->step, rec->attempt, &key);
   if (!err) {
     snprintf(ret->manifest_key, sizeof(ret->manifest_key), "%s", key);
-    svc_probe(s, "before_manifest");
+    ckpt__svc_probe(s, "before_manifest");
     err = write_manifest(s, key, buf, len);
   }
   if (!err) {
-    svc_probe(s, "manifest_written");
+    ckpt__svc_probe(s, "manifest_written");
     err = record_committed(s, rec, ret);
     rec->manifest_key = NULL; /* Borrowed from ret. */
   }
-  if (!err) svc_probe(s, "committed");
+  if (!err) ckpt__svc_probe(s, "committed");
   ckpt_manifest_free(m);
   free(buf);
   free(key);

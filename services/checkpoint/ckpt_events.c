@@ -13,20 +13,20 @@
 #include "ckpt_service_int.h"
 #include "stk_error.h"
 
-int64_t svc_now_ms(void) {
+int64_t ckpt__svc_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void svc_probe(struct ckpt_service *s, const char *point) {
+void ckpt__svc_probe(struct ckpt_service *s, const char *point) {
   if (s->o.probe) s->o.probe(s->o.probe_arg, point);
 }
 
 /* ---- Deferred writer events and recovered commit and abort hooks ---- */
 
-void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
-                    int err, const char *msg) {
+void ckpt__svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
+                          int err, const char *msg) {
   struct wevent *e = calloc(1, sizeof(*e));
   if (!e) return;
   e->w = w;
@@ -41,7 +41,7 @@ void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_wri
   uv_async_send(&s->events_async);
 }
 
-void svc_free_hooks(struct hook_call *h) {
+void ckpt__svc_free_hooks(struct hook_call *h) {
   while (h) {
     struct hook_call *n = h->next;
     free(h->job);
@@ -53,7 +53,7 @@ void svc_free_hooks(struct hook_call *h) {
   }
 }
 
-void svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const char *uri) {
+void ckpt__svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const char *uri) {
   struct hook_call *h = calloc(1, sizeof(*h));
   if (!h) return;
   h->job = strdup(job);
@@ -63,8 +63,8 @@ void svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const
   s->pending_hooks = h;
 }
 
-void svc_queue_abort_hook(struct ckpt_service *s, const char *job, int64_t step,
-                          const char *attempt, const char *reason) {
+void ckpt__svc_queue_abort_hook(struct ckpt_service *s, const char *job, int64_t step,
+                                const char *attempt, const char *reason) {
   struct hook_call *h = calloc(1, sizeof(*h));
   if (!h) return;
   h->job = strdup(job);
@@ -83,10 +83,10 @@ static void fire_hooks(struct ckpt_service *s) {
       s->o.abort_hook(s->o.abort_hook_arg, h->job, h->step, h->attempt, h->reason);
     else if (!h->reason && s->o.commit_hook && h->job && h->uri)
       s->o.commit_hook(s->o.commit_hook_arg, h->job, h->step, h->uri);
-  svc_free_hooks(list);
+  ckpt__svc_free_hooks(list);
 }
 
-void svc_deliver_events(struct ckpt_service *s) {
+void ckpt__svc_deliver_events(struct ckpt_service *s) {
   fire_hooks(s);
   while (s->events) {
     struct wevent *e = s->events;
@@ -98,7 +98,7 @@ void svc_deliver_events(struct ckpt_service *s) {
   }
 }
 
-void svc_drop_events(struct ckpt_service *s) {
+void ckpt__svc_drop_events(struct ckpt_service *s) {
   while (s->events) {
     struct wevent *e = s->events;
     s->events = e->next;
@@ -109,7 +109,7 @@ void svc_drop_events(struct ckpt_service *s) {
 }
 
 /* Drops the events of a writer being closed. */
-void svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w) {
+void ckpt__svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w) {
   struct wevent **pp = &s->events, *last = NULL;
   while (*pp) {
     struct wevent *e = *pp;
@@ -174,16 +174,16 @@ static void later(struct ckpt_service *s, struct attempt *a, const ProtobufCMess
   uv_timer_start(&f->t, late_fire, 0, 0);
 }
 
-void svc_fail_later(struct ckpt_service *s, ckpt_done_fn done, void *arg, int err,
-                    const char *msg) {
+void ckpt__svc_fail_later(struct ckpt_service *s, ckpt_done_fn done, void *arg, int err,
+                          const char *msg) {
   later(s, NULL, NULL, done, arg, err, msg);
 }
 
-void svc_ref_later(struct ckpt_service *s, struct attempt *a, ckpt_done_fn done, void *arg) {
+void ckpt__svc_ref_later(struct ckpt_service *s, struct attempt *a, ckpt_done_fn done, void *arg) {
   later(s, a, NULL, done, arg, 0, "");
 }
 
-void svc_reply_later(struct ckpt_service *s, const ProtobufCMessage *resp, ckpt_done_fn done,
-                     void *arg) {
+void ckpt__svc_reply_later(struct ckpt_service *s, const ProtobufCMessage *resp, ckpt_done_fn done,
+                           void *arg) {
   later(s, NULL, resp, done, arg, 0, "");
 }

@@ -5,7 +5,7 @@
  * when its A/ record is gone and its objects are not: an abort whose
  * deletes failed (the cleanup is best effort and drops the records anyway),
  * a journal lost or replaced under the same storage. The job's own
- * collection (attempt_collect_run) runs only when an attempt of that job is
+ * collection (ckpt__attempt_collect_run) runs only when an attempt of that job is
  * aborted; this sweep covers every job, whatever happens later.
  *
  * Every interval (a quarter of the grace period, between 100 ms and 10 min)
@@ -42,7 +42,7 @@ struct sweep_job {
 
 static void sweep_work(struct ckpt_task *t) {
   struct sweep_job *j = (struct sweep_job *)t;
-  j->err = ckpt_gc_orphan_attempts(j->s, svc_now_ms(), grace_ms(j->s), &j->found);
+  j->err = ckpt_gc_orphan_attempts(j->s, ckpt__svc_now_ms(), grace_ms(j->s), &j->found);
 }
 
 static void sweep_after(struct ckpt_task *t) {

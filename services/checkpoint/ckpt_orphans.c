@@ -33,7 +33,7 @@ static void ran(struct ckpt_service *s, int err, uint64_t aborted) {
 
 void ckpt_orphans_open(struct ckpt_service *s) {
   uint64_t aborted = 0;
-  int err = ckpt_gc_orphan_uploads(s, svc_now_ms(), grace_ms(s), &aborted);
+  int err = ckpt_gc_orphan_uploads(s, ckpt__svc_now_ms(), grace_ms(s), &aborted);
   ran(s, err, aborted);
 }
 
@@ -46,7 +46,7 @@ struct orphans_job {
 
 static void orphans_work(struct ckpt_task *t) {
   struct orphans_job *j = (struct orphans_job *)t;
-  j->err = ckpt_gc_orphan_uploads(j->s, svc_now_ms(), grace_ms(j->s), &j->aborted);
+  j->err = ckpt_gc_orphan_uploads(j->s, ckpt__svc_now_ms(), grace_ms(j->s), &j->aborted);
 }
 
 static void orphans_after(struct ckpt_task *t) {

@@ -123,12 +123,12 @@ static int recover_attempt(struct ckpt_service *s, const char *id) {
     s->stats.recovered_commits++;
     ckpt_retention_run(s, rec->job);
   } else {
-    err = attempt_cleanup_run(s, id);
+    err = ckpt__attempt_cleanup_run(s, id);
     s->stats.recovered_aborts++;
   }
   if (!err) {
     char *uri = result == 0 ? ckpt_manifest_uri(s, cr.manifest_key) : NULL;
-    attempt_recovered(s, rec, result, cr.committed_at_ms, uri);
+    ckpt__attempt_recovered(s, rec, result, cr.committed_at_ms, uri);
     free(uri);
   }
   stoker__v1__journal_attempt__free_unpacked(rec, NULL);

@@ -615,7 +615,7 @@ static void read_task_after(struct ckpt_task *t) {
 struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequest *req,
                               ckpt_piece_fn on_piece, ckpt_done_fn done, void *arg) {
   if (s->closing) {
-    svc_fail_later(s, done, arg, STK_EUNAVAIL, "closing");
+    ckpt__svc_fail_later(s, done, arg, STK_EUNAVAIL, "closing");
     return NULL;
   }
   int err = ckpt_name_check_job(req->job);
@@ -632,7 +632,7 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
     }
   }
   if (err) {
-    svc_fail_later(s, done, arg, err, stk_detail());
+    ckpt__svc_fail_later(s, done, arg, err, stk_detail());
     return NULL;
   }
   struct ckpt_reader *rd = calloc(1, sizeof(*rd));
@@ -646,7 +646,7 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   if (!rd || !rd->req) {
     free(rd);
     if (shm_fd >= 0) close(shm_fd);
-    svc_fail_later(s, done, arg, STK_ENOMEM, "");
+    ckpt__svc_fail_later(s, done, arg, STK_ENOMEM, "");
     return NULL;
   }
   rd->shm_fd = shm_fd;

@@ -25,13 +25,13 @@
 #define UPLOAD_NICE 10
 
 static void on_events(uv_async_t *h) {
-  svc_deliver_events(h->data);
+  ckpt__svc_deliver_events(h->data);
 }
 
 /* ---- Sweep: attempt timeouts, pruning, close ---- */
 
 static void sweep(struct ckpt_service *s) {
-  attempt_sweep(s);
+  ckpt__attempt_sweep(s);
   ckpt_read_retry(s);
   ckpt_orphans_tick(s);
   ckpt_orphan_attempts_tick(s);
@@ -39,10 +39,10 @@ static void sweep(struct ckpt_service *s) {
 
 static void closed_one(struct ckpt_service *s) {
   if (--s->handles_open > 0) return;
-  attempt_free_all(s);
+  ckpt__attempt_free_all(s);
   ckpt_gc_orphan_dirs_free(s);
-  svc_drop_events(s);
-  svc_free_hooks(s->pending_hooks);
+  ckpt__svc_drop_events(s);
+  ckpt__svc_free_hooks(s->pending_hooks);
   ckpt_shm_close(s->shm);
   kv_close(s->kv);
   if (s->own_storage) storage_free(s->st);
@@ -202,7 +202,8 @@ void ckpt_service_close(struct ckpt_service *s, void (*done)(void *arg), void *a
     struct ckpt_writer *w = s->wait_head;
     s->wait_head = w->next_wait;
     w->waiting = false;
-    svc_post_event(s, w, CKPT_WRITE_FAILED, STK_EUNAVAIL, "the checkpoint service is closing");
+    ckpt__svc_post_event(s, w, CKPT_WRITE_FAILED, STK_EUNAVAIL,
+                         "the checkpoint service is closing");
   }
   s->wait_tail = NULL;
   uv_timer_start(&s->sweep, on_sweep, 0, 5);
@@ -282,9 +283,9 @@ static void begin_after(struct ckpt_task *t) {
   struct begin_pending **p = &s->begins;
   while (*p != &j->pending) p = &(*p)->next;
   *p = j->pending.next;
-  struct attempt *a =
-      j->err == 0 ? attempt_new(s, j->id, j->job, j->rec.step, j->rec.world, j->rec.created_at_ms)
-                  : NULL;
+  struct attempt *a = j->err == 0 ? ckpt__attempt_new(s, j->id, j->job, j->rec.step, j->rec.world,
+                                                      j->rec.created_at_ms)
+                                  : NULL;
   if (a) a->generation = j->rec.generation;
   if (j->err == 0 && !a) j->err = STK_ENOMEM;
   if (j->err) {
@@ -321,7 +322,7 @@ void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckp
   j->rec.step = req->step;
   j->rec.world = req->world;
   j->rec.generation = req->generation;
-  j->rec.created_at_ms = svc_now_ms();
+  j->rec.created_at_ms = ckpt__svc_now_ms();
   j->pending.job = j->job;
   j->pending.next = s->begins;
   s->begins = &j->pending;
@@ -333,7 +334,7 @@ void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckp
 void ckpt_commit(struct ckpt_service *s, const Stoker__V1__CommitCheckpointRequest *req,
                  ckpt_done_fn done, void *arg) {
   if (s->closing) FAIL_LATER(s, done, arg, STK_EUNAVAIL, "closing");
-  struct attempt *a = req->attempt ? attempt_find(s, req->attempt) : NULL;
+  struct attempt *a = req->attempt ? ckpt__attempt_find(s, req->attempt) : NULL;
   if (!a) FAIL_LATER(s, done, arg, STK_ENOENT, "unknown attempt");
   struct commit_wait *w = calloc(1, sizeof(*w));
   if (!w) FAIL_LATER(s, done, arg, STK_ENOMEM, "");
@@ -345,9 +346,9 @@ void ckpt_commit(struct ckpt_service *s, const Stoker__V1__CommitCheckpointReque
     /* Answer from a loop callback: park on a zero timer via the events path. */
     a->waits = w->next;
     if (a->result)
-      svc_fail_later(s, done, arg, a->result, a->result_msg);
+      ckpt__svc_fail_later(s, done, arg, a->result, a->result_msg);
     else
-      svc_ref_later(s, a, done, arg);
+      ckpt__svc_ref_later(s, a, done, arg);
     free(w);
   }
 }

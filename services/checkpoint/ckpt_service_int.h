@@ -83,7 +83,7 @@ struct obj {
   /* Zero-copy staging: the object's bytes are its segment's bytes (object
    * offset x = segment offset x); held until the object is done. */
   struct ckpt_shm_seg *seg;
-  bool put_held;    /* Sealed segment object whose PUT waits (upload_seal). */
+  bool put_held;    /* Sealed segment object whose PUT waits (ckpt__upload_seal). */
   struct obj *next; /* In the rank's list. */
 };
 
@@ -185,7 +185,7 @@ struct ckpt_service {
   bool own_storage;
   struct ckpt_pool *up, *work, *read;
   uv_timer_t sweep;
-  uv_timer_t hold_timer; /* Ends holds for ranks not heard from (upload_release_held). */
+  uv_timer_t hold_timer; /* Ends holds for ranks not heard from (ckpt__upload_release_held). */
   uv_async_t events_async;
   struct wevent *events, *events_tail;
   struct attempt *attempts;
@@ -225,71 +225,72 @@ struct commit_result {
 };
 
 /* ---- ckpt_events.c (leaf) ---- */
-int64_t svc_now_ms(void);
-void svc_probe(struct ckpt_service *s, const char *point);
-void svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
-                    int err, const char *msg);
+int64_t ckpt__svc_now_ms(void);
+void ckpt__svc_probe(struct ckpt_service *s, const char *point);
+void ckpt__svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,
+                          int err, const char *msg);
 /* Drops the events of a writer being closed. */
-void svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w);
+void ckpt__svc_forget_writer(struct ckpt_service *s, struct ckpt_writer *w);
 /* Fires queued commit and abort hooks, then delivers queued writer events. */
-void svc_deliver_events(struct ckpt_service *s);
-void svc_drop_events(struct ckpt_service *s);
-void svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const char *uri);
-void svc_queue_abort_hook(struct ckpt_service *s, const char *job, int64_t step,
-                          const char *attempt, const char *reason);
-void svc_free_hooks(struct hook_call *h);
+void ckpt__svc_deliver_events(struct ckpt_service *s);
+void ckpt__svc_drop_events(struct ckpt_service *s);
+void ckpt__svc_queue_hook(struct ckpt_service *s, const char *job, int64_t step, const char *uri);
+void ckpt__svc_queue_abort_hook(struct ckpt_service *s, const char *job, int64_t step,
+                                const char *attempt, const char *reason);
+void ckpt__svc_free_hooks(struct hook_call *h);
 /* Answer done(arg, ...) from a later loop callback: an error, a's
  * reference, or a static reply. */
-void svc_fail_later(struct ckpt_service *s, ckpt_done_fn done, void *arg, int err, const char *msg);
-void svc_ref_later(struct ckpt_service *s, struct attempt *a, ckpt_done_fn done, void *arg);
-void svc_reply_later(struct ckpt_service *s, const ProtobufCMessage *resp, ckpt_done_fn done,
-                     void *arg);
+void ckpt__svc_fail_later(struct ckpt_service *s, ckpt_done_fn done, void *arg, int err,
+                          const char *msg);
+void ckpt__svc_ref_later(struct ckpt_service *s, struct attempt *a, ckpt_done_fn done, void *arg);
+void ckpt__svc_reply_later(struct ckpt_service *s, const ProtobufCMessage *resp, ckpt_done_fn done,
+                           void *arg);
 #define FAIL_LATER(...)                                                                            \
   do {                                                                                             \
-    svc_fail_later(__VA_ARGS__);                                                                   \
+    ckpt__svc_fail_later(__VA_ARGS__);                                                             \
     return;                                                                                        \
   } while (0)
 
 /* ---- ckpt_attempt.c (loop thread unless marked blocking) ---- */
-struct attempt *attempt_find(struct ckpt_service *s, const char *id);
+struct attempt *ckpt__attempt_find(struct ckpt_service *s, const char *id);
 /* Attempts not DONE. */
-uint32_t attempt_count_live(const struct ckpt_service *s);
+uint32_t ckpt__attempt_count_live(const struct ckpt_service *s);
 /* A new OPEN attempt in the table (NULL: out of memory). */
-struct attempt *attempt_new(struct ckpt_service *s, const char *id, const char *job, int64_t step,
-                            uint32_t world, int64_t created_at_ms);
+struct attempt *ckpt__attempt_new(struct ckpt_service *s, const char *id, const char *job,
+                                  int64_t step, uint32_t world, int64_t created_at_ms);
 /* Remembers an outcome found by recovery so that Commit(attempt) can answer
  * it; a commit also queues the commit hook. */
-void attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec, int result,
-                       int64_t committed_at_ms, const char *manifest_uri);
+void ckpt__attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAttempt *rec,
+                             int result, int64_t committed_at_ms, const char *manifest_uri);
 /* A stream of a was opened, closed or fed (for the abandoned-attempt rule). */
-void attempt_touch(struct attempt *a);
+void ckpt__attempt_touch(struct attempt *a);
 /* OPEN -> COMMITTING; false in any other state. */
-bool attempt_commit_start(struct attempt *a);
+bool ckpt__attempt_commit_start(struct attempt *a);
 /* COMMITTING -> DONE(0); calls the commit hook. */
-void attempt_committed(struct attempt *a, int64_t committed_at_ms, const char *manifest_uri);
+void ckpt__attempt_committed(struct attempt *a, int64_t committed_at_ms, const char *manifest_uri);
 /* OPEN or COMMITTING -> ABORTING: fails a's writers, frees its unsent
  * staging, cleans up once its jobs are over. No-op when already ending. */
-void attempt_abort(struct attempt *a, int err, const char *msg);
+void ckpt__attempt_abort(struct attempt *a, int err, const char *msg);
 /* Called whenever an aborting attempt may have no jobs left. */
-void attempt_check_abort(struct attempt *a);
+void ckpt__attempt_check_abort(struct attempt *a);
 /* Budget: a part's or a segment's memory goes back; waiters are resumed. */
-void attempt_free_part(struct ckpt_service *s, struct part *p);
-void attempt_release_segment(struct ckpt_service *s, struct obj *o);
-void attempt_budget_wake(struct ckpt_service *s);
-void attempt_wait_add(struct ckpt_service *s, struct ckpt_writer *w);
-void attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w);
+void ckpt__attempt_free_part(struct ckpt_service *s, struct part *p);
+void ckpt__attempt_release_segment(struct ckpt_service *s, struct obj *o);
+void ckpt__attempt_budget_wake(struct ckpt_service *s);
+void ckpt__attempt_wait_add(struct ckpt_service *s, struct ckpt_writer *w);
+void ckpt__attempt_wait_remove(struct ckpt_service *s, struct ckpt_writer *w);
 /* Removes segment files of attempts that are over or unknown. */
-void attempt_sweep_segments(struct ckpt_service *s);
+void ckpt__attempt_sweep_segments(struct ckpt_service *s);
 /* From the sweep timer: timeouts, abandoned attempts, pruning, segments. */
-void attempt_sweep(struct ckpt_service *s);
+void ckpt__attempt_sweep(struct ckpt_service *s);
 /* At close, once every job is over. */
-void attempt_free_all(struct ckpt_service *s);
+void ckpt__attempt_free_all(struct ckpt_service *s);
 /* Blocking: deletes the manifest key, aborts uploads, deletes objects and
  * drops the attempt's records (recovery and the cleanup job). */
-int attempt_cleanup_run(struct ckpt_service *s, const char *attempt);
+int ckpt__attempt_cleanup_run(struct ckpt_service *s, const char *attempt);
 /* Blocking: deletes what no manifest and no A/ record claims under the
  * job's directory (attempts of a lost journal). */
-int attempt_collect_run(struct ckpt_service *s, const char *job);
+int ckpt__attempt_collect_run(struct ckpt_service *s, const char *job);
 
 /* ---- ckpt_admit.c (loop thread; above ckpt_attempt.c) ---- */
 /* Whether job may begin an attempt for step: 0, or STK_EBUSY (detail names
@@ -300,24 +301,24 @@ int ckpt_admit(struct ckpt_service *s, const char *job, int64_t step);
 /* ---- ckpt_staging_shm.c ---- */
 /* Feeds a validated chunk whose bytes are in shm segment c->shm_name
  * (len bytes at c->shm_offset): 0, CKPT_WRITE_WAIT or a negative error. */
-int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len);
+int ckpt__staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len);
 /* ---- ckpt_staging_obj.c (below both feeds: calls neither) ---- */
-struct obj *staging_obj_new(struct attempt *a, uint32_t rank);
-int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
+struct obj *ckpt__staging_obj_new(struct attempt *a, uint32_t rank);
+int ckpt__staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len);
 /* The object's part being filled; a new one (the next number) when none.
  * NULL when out of memory. */
-struct part *staging_open_part(struct obj *o);
+struct part *ckpt__staging_open_part(struct obj *o);
 /* p took n more bytes; once full it goes to the uploader. */
-void staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n);
-void staging_relieve(struct ckpt_service *s);
+void ckpt__staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n);
+void ckpt__staging_relieve(struct ckpt_service *s);
 
 /* ---- ckpt_upload.c ---- */
-void upload_part_ready(struct obj *o, struct part *p);
-void upload_seal(struct obj *o);
-void upload_progress(struct attempt *a);
+void ckpt__upload_part_ready(struct obj *o, struct part *p);
+void ckpt__upload_seal(struct obj *o);
+void ckpt__upload_progress(struct attempt *a);
 /* Starts every held segment PUT of a once no rank of it is copying into
  * segments any more, or at once when force (memory is needed). */
-void upload_release_held(struct attempt *a, bool force);
+void ckpt__upload_release_held(struct attempt *a, bool force);
 
 /* ---- ckpt_commit.c (blocking) ---- */
 int ckpt_commit_run(struct ckpt_service *s, const char *attempt, struct commit_result *ret);

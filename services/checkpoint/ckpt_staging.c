@@ -56,7 +56,7 @@ static int part_reserve(struct ckpt_service *s, struct part *p, size_t need) {
 
 static int copy_in(struct ckpt_service *s, struct obj *o, const uint8_t *data, size_t len) {
   while (len > 0) {
-    struct part *p = staging_open_part(o);
+    struct part *p = ckpt__staging_open_part(o);
     if (!p) return STK_ENOMEM;
     size_t room = s->o.part_bytes - p->len, n = len < room ? len : room;
     int err = part_reserve(s, p, p->len + n);
@@ -64,7 +64,7 @@ static int copy_in(struct ckpt_service *s, struct obj *o, const uint8_t *data, s
     memcpy(p->buf + p->len, data, n);
     data += n;
     len -= n;
-    staging_part_took(s, o, p, n);
+    ckpt__staging_part_took(s, o, p, n);
   }
   return 0;
 }
@@ -78,11 +78,11 @@ static int place(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
   struct obj *o = rs->cur;
   if (o && o->size > 0 &&
       (o->seg || (o->size + len + s->o.part_bytes - 1) / s->o.part_bytes > s->o.max_parts)) {
-    upload_seal(o);
+    ckpt__upload_seal(o);
     o = NULL;
   }
-  if (!o && !(o = staging_obj_new(w->att, w->rank))) return STK_ENOMEM;
-  int err = staging_add_chunk(o, c, len);
+  if (!o && !(o = ckpt__staging_obj_new(w->att, w->rank))) return STK_ENOMEM;
+  int err = ckpt__staging_add_chunk(o, c, len);
   if (!err) err = copy_in(s, o, c->data.data, len);
   if (!err) o->size += len;
   return err;
@@ -167,7 +167,7 @@ static int check_chunk(const struct ckpt_service *s, const Stoker__V1__WriteChun
 static int reject(struct attempt *a, int err, const char *detail) {
   char msg[320];
   snprintf(msg, sizeof(msg), "%s", detail);
-  if (a->state == ATT_OPEN) attempt_abort(a, err, msg);
+  if (a->state == ATT_OPEN) ckpt__attempt_abort(a, err, msg);
   stk_set_detail("%s", msg);
   return err;
 }
@@ -175,7 +175,7 @@ static int reject(struct attempt *a, int err, const char *detail) {
 int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
                     ckpt_write_event_fn on_event, void *arg, struct ckpt_writer **ret_writer) {
   if (s->closing) return STK_EUNAVAIL;
-  struct attempt *a = attempt ? attempt_find(s, attempt) : NULL;
+  struct attempt *a = attempt ? ckpt__attempt_find(s, attempt) : NULL;
   if (!a) {
     stk_set_detail("unknown attempt");
     return STK_ENOENT;
@@ -206,7 +206,7 @@ int ckpt_write_open(struct ckpt_service *s, const char *attempt, uint32_t rank,
   w->on_event = on_event;
   w->arg = arg;
   a->ranks[rank].writer = w;
-  attempt_touch(a);
+  ckpt__attempt_touch(a);
   *ret_writer = w;
   return 0;
 }
@@ -227,11 +227,11 @@ static int feed_fail(struct ckpt_writer *w, int err) {
 static void finish_stream(struct ckpt_writer *w) {
   struct rank_state *rs = &w->att->ranks[w->rank];
   rs->last_fed = true;
-  if (rs->cur) upload_seal(rs->cur);
-  upload_release_held(w->att, false);
+  if (rs->cur) ckpt__upload_seal(rs->cur);
+  ckpt__upload_release_held(w->att, false);
   w->staged_sent = true;
-  svc_post_event(w->svc, w, CKPT_WRITE_STAGED, 0, "");
-  upload_progress(w->att);
+  ckpt__svc_post_event(w->svc, w, CKPT_WRITE_STAGED, 0, "");
+  ckpt__upload_progress(w->att);
 }
 
 int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
@@ -244,7 +244,7 @@ int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
     stk_set_detail("the checkpoint service is closing");
     return STK_EUNAVAIL;
   }
-  attempt_touch(w->att);
+  ckpt__attempt_touch(w->att);
   if (w->att->ranks[w->rank].last_fed) {
     stk_set_detail("data after the last chunk");
     return feed_fail(w, STK_EINVAL);
@@ -255,19 +255,19 @@ int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {
   if (!err && has_data) err = check_chunk(s, c, &len);
   if (err) return feed_fail(w, err);
   if (has_data && c->shm_name && c->shm_name[0]) {
-    err = staging_feed_shm(w, c, len);
+    err = ckpt__staging_feed_shm(w, c, len);
     if (err == CKPT_WRITE_WAIT) return err;
     if (err) return feed_fail(w, err);
     w->bytes += len;
   } else if (has_data) {
     struct rank_state *rs = &w->att->ranks[w->rank];
     if (s->staged + growth(s, rs->cur, c->data.len) > s->o.staging_budget_bytes) {
-      attempt_wait_add(s, w);
+      ckpt__attempt_wait_add(s, w);
       s->stats.waits++;
-      staging_relieve(s);
+      ckpt__staging_relieve(s);
       return CKPT_WRITE_WAIT;
     }
-    attempt_wait_remove(s, w);
+    ckpt__attempt_wait_remove(s, w);
     err = place(w, c);
     if (err) return feed_fail(w, err);
     w->bytes += c->data.len;
@@ -283,11 +283,11 @@ uint64_t ckpt_write_bytes(const struct ckpt_writer *w) {
 void ckpt_write_close(struct ckpt_writer *w) {
   if (!w) return;
   struct ckpt_service *s = w->svc;
-  attempt_wait_remove(s, w);
-  svc_forget_writer(s, w);
+  ckpt__attempt_wait_remove(s, w);
+  ckpt__svc_forget_writer(s, w);
   if (w->att && w->att->ranks[w->rank].writer == w) {
     w->att->ranks[w->rank].writer = NULL;
-    attempt_touch(w->att);
+    ckpt__attempt_touch(w->att);
   }
   free(w);
 }

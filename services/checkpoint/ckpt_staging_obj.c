@@ -13,9 +13,9 @@
 
 /* Nothing is uploading, so nothing will free memory: seal every open object
  * so that its partial part is uploaded. */
-void staging_relieve(struct ckpt_service *s) {
+void ckpt__staging_relieve(struct ckpt_service *s) {
   for (struct attempt *a = s->attempts; a; a = a->next)
-    if (a->state == ATT_OPEN) upload_release_held(a, true);
+    if (a->state == ATT_OPEN) ckpt__upload_release_held(a, true);
   if (s->parts_outstanding > 0) return;
   for (struct attempt *a = s->attempts; a; a = a->next) {
     if (a->state != ATT_OPEN) continue;
@@ -23,12 +23,12 @@ void staging_relieve(struct ckpt_service *s) {
       struct obj *o = a->ranks[r].cur;
       /* A shm segment whose chunk messages have not all come yet must stay
        * open: sealing it would refuse the rest ("used once"). */
-      if (o && o->size > 0 && (!o->seg || o->size == o->seg->size)) upload_seal(o);
+      if (o && o->size > 0 && (!o->seg || o->size == o->seg->size)) ckpt__upload_seal(o);
     }
   }
 }
 
-struct obj *staging_obj_new(struct attempt *a, uint32_t rank) {
+struct obj *ckpt__staging_obj_new(struct attempt *a, uint32_t rank) {
   struct obj *o = calloc(1, sizeof(*o));
   if (!o) return NULL;
   struct rank_state *rs = &a->ranks[rank];
@@ -44,7 +44,7 @@ struct obj *staging_obj_new(struct attempt *a, uint32_t rank) {
   return o;
 }
 
-int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len) {
+int ckpt__staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t len) {
   if (o->n_chunks == o->cap_chunks) {
     size_t cap = o->cap_chunks ? o->cap_chunks * 2 : 8;
     struct chunk_rec *n = realloc(o->chunks, cap * sizeof(*n));
@@ -68,7 +68,7 @@ int staging_add_chunk(struct obj *o, const Stoker__V1__WriteChunk *c, uint64_t l
   return 0;
 }
 
-struct part *staging_open_part(struct obj *o) {
+struct part *ckpt__staging_open_part(struct obj *o) {
   if (o->cur) return o->cur;
   struct part *p = calloc(1, sizeof(*p));
   if (!p) return NULL;
@@ -78,10 +78,10 @@ struct part *staging_open_part(struct obj *o) {
   return p;
 }
 
-void staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n) {
+void ckpt__staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n) {
   p->len += n;
   if (p->len == s->o.part_bytes) {
     o->cur = NULL;
-    upload_part_ready(o, p);
+    ckpt__upload_part_ready(o, p);
   }
 }

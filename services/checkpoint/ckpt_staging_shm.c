@@ -48,7 +48,7 @@ static int extend(struct ckpt_service *s, struct obj *o, uint64_t len) {
     return 0;
   }
   while (len > 0) {
-    struct part *p = staging_open_part(o);
+    struct part *p = ckpt__staging_open_part(o);
     if (!p) return STK_ENOMEM;
     if (!p->buf) { /* Fresh: it views its slice of the segment. */
       p->borrowed = true;
@@ -57,7 +57,7 @@ static int extend(struct ckpt_service *s, struct obj *o, uint64_t len) {
     uint64_t room = s->o.part_bytes - p->len, n = len < room ? len : room;
     o->size += n;
     len -= n;
-    staging_part_took(s, o, p, n);
+    ckpt__staging_part_took(s, o, p, n);
   }
   return 0;
 }
@@ -70,7 +70,7 @@ static int follow_on(struct ckpt_service *s, struct obj *o, const Stoker__V1__Wr
                    o->seg->name, c->shm_offset, len, o->size, o->seg->size);
     return STK_EINVAL;
   }
-  int err = staging_add_chunk(o, c, len);
+  int err = ckpt__staging_add_chunk(o, c, len);
   uint64_t before = o->size;
   if (!err) err = extend(s, o, len);
   s->staged += o->size - before;
@@ -109,16 +109,16 @@ static int take(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t
   }
   if (s->staged + len > s->o.staging_budget_bytes) {
     ckpt_shm_unmap(seg);
-    attempt_wait_add(s, w);
+    ckpt__attempt_wait_add(s, w);
     s->stats.waits++;
-    staging_relieve(s);
+    ckpt__staging_relieve(s);
     return CKPT_WRITE_WAIT;
   }
   *ret_seg = seg;
   return 0;
 }
 
-int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len) {
+int ckpt__staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uint64_t len) {
   struct ckpt_service *s = w->svc;
   struct rank_state *rs = &w->att->ranks[w->rank];
   if (!s->shm) {
@@ -130,9 +130,9 @@ int staging_feed_shm(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c, uin
   struct ckpt_shm_seg *seg = NULL;
   int err = take(w, c, len, &seg);
   if (err) return err;
-  attempt_wait_remove(s, w);
-  if (rs->cur) upload_seal(rs->cur);
-  struct obj *o = staging_obj_new(w->att, w->rank);
+  ckpt__attempt_wait_remove(s, w);
+  if (rs->cur) ckpt__upload_seal(rs->cur);
+  struct obj *o = ckpt__staging_obj_new(w->att, w->rank);
   if (!o) {
     ckpt_shm_unmap(seg);
     return STK_ENOMEM;

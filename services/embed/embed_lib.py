@@ -4,7 +4,7 @@ relocatable object in a static library, with only its API left global.
 
 A trainer that embeds a core links it beside its own code and libraries. The
 tree's static libraries define generic global names (log_event, kv_open,
-strbuf_printf, shm_ring_create, storage_get, attempt_find, ...) that such a
+strbuf_printf, shm_ring_create, storage_get, ...) that such a
 program may define too: the link fails ("multiple definition") or, worse,
 the core silently calls the program's function. Renaming every internal
 symbol would touch most files; instead, at build time:

@@ -3,8 +3,8 @@
 gets from the plain static libraries and from the embeddable ones
 (services/embed), decided by the linker alone:
 
-1. It defines kv_open, crc32c, strbuf_append, storage_open and attempt_find
-   and calls into every core: the plain archives fail the link ("multiple
+1. It defines kv_open, crc32c, strbuf_append and storage_open and calls
+   into every core: the plain archives fail the link ("multiple
    definition of `kv_open'" and each of the others); the embeddable ones link.
 2. It defines crc32c and crc32c_extend, all that services/common's crc32c.o
    defines, and calls dl_export_state: the plain archives link without a
@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 
-CLASHING = ["kv_open", "crc32c", "strbuf_append", "storage_open", "attempt_find"]
+CLASHING = ["kv_open", "crc32c", "strbuf_append", "storage_open"]
 CLASH_SOURCE = (
     "".join(f"int {n}(void);\nint {n}(void) {{ return 1; }}\n" for n in CLASHING)
     + """

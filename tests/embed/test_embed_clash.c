@@ -1,8 +1,9 @@
 /*
  * A trainer that embeds the service cores and has functions of its own
  * under generic names the tree's static libraries define (kv_open,
- * log_event, crc32c, strbuf_append, metrics_new, storage_open,
- * attempt_find): linked against
+ * log_event, crc32c, strbuf_append, metrics_new, storage_open; and
+ * attempt_find, which the checkpoint core once defined before its
+ * internals took the ckpt__ prefix): linked against
  * the embeddable libraries of services/embed (all three in one program), it
  * builds and runs, and each side calls its own code. The dataloader core
  * opens its RocksDB state, creates a synthetic job, serves the same batch
