@@ -104,12 +104,8 @@ static int bind_writer(struct ckpt_rpc_writer *x, const Stoker__V1__WriteChunk *
     return -1;
   }
   const char *job = ckpt_service_attempt_job(x->a->svc, ch->attempt);
-  if (job && !rpc_call_covers(x->call, job)) { /* Refused before it can touch the attempt. */
-    char why[400];
-    snprintf(why, sizeof why,
-             "this token covers only jobs named '%s*' (its scope in the server's token file); "
-             "attempt %s belongs to job '%.128s'",
-             rpc_call_scope(x->call), ch->attempt, job);
+  char why[400]; /* Refused before it can touch the attempt. */
+  if (job && rpc_call_denies_job(x->call, job, why, sizeof why)) {
     fail(x, RPC_PERMISSION_DENIED, "%s", why);
     return -1;
   }

@@ -123,7 +123,7 @@ struct rpc_method_def {
   { .name = RPC_METHOD_FIELD(svc_type, field), .kind = k, .handler = fn, .parks = parked }
 /* A method whose request names no job (a listing, a client stream, a call
  * naming an attempt): its handler checks a scoped caller itself with
- * rpc_call_covers / rpc_call_check_job. Without such a row, a scoped token
+ * rpc_call_check_job / rpc_call_denies_job. Without such a row, a scoped token
  * may call only methods whose request names the job (rpc_scope.c). */
 #define RPC_SCOPED_ROW_(svc_type, field, k, fn)                                                    \
   { .name = RPC_METHOD_FIELD(svc_type, field), .kind = k, .handler = fn, .checks_scope = true }
@@ -376,12 +376,14 @@ int rpc_read_token_file(const char *path, char **ret_token);
 /* The job-name prefix the call's token covers; NULL when it covers every
  * job (an operator's token, or a server without tokens). */
 const char *rpc_call_scope(const struct rpc_call *c);
-/* Whether the call's token covers job (a listing keeps only these). */
-bool rpc_call_covers(const struct rpc_call *c, const char *job);
 /* rpc_reply for a listing: the entries of resp's repeated message fields
  * that the call's token does not cover are left out (each entry judged by
  * its `job`, or its spec's `job` or `name`). */
 void rpc_reply_listing(struct rpc_call *c, const ProtobufCMessage *resp);
+/* Whether the call's token does not cover job; when so, why (naming the
+ * scope) goes to why. For a handler that ends its call its own way (a
+ * client stream). */
+bool rpc_call_denies_job(const struct rpc_call *c, const char *job, char *why, size_t why_len);
 /* True when the call's token covers job; else fails the call with
  * PERMISSION_DENIED naming the scope and returns false. */
 bool rpc_call_check_job(struct rpc_call *c, const char *job);

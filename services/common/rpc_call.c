@@ -451,10 +451,6 @@ const char *rpc_call_scope(const struct rpc_call *c) {
   return c->scope;
 }
 
-bool rpc_call_covers(const struct rpc_call *c, const char *job) {
-  return rpc_scope_covers(c->scope, job);
-}
-
 void rpc_reply_listing(struct rpc_call *c, const ProtobufCMessage *resp) {
   if (!c->scope) {
     rpc_reply(c, resp);
@@ -469,11 +465,18 @@ void rpc_reply_listing(struct rpc_call *c, const ProtobufCMessage *resp) {
   rpc_scope_view_free(view);
 }
 
-bool rpc_call_check_job(struct rpc_call *c, const char *job) {
-  if (rpc_scope_covers(c->scope, job)) return true;
-  rpc_fail(c, RPC_PERMISSION_DENIED,
+bool rpc_call_denies_job(const struct rpc_call *c, const char *job, char *why, size_t why_len) {
+  if (rpc_scope_covers(c->scope, job)) return false;
+  snprintf(why, why_len,
            "this token covers only jobs named '%s*' (its scope in the server's token file); "
            "job '%.128s' is outside it",
            c->scope, job ? job : "");
+  return true;
+}
+
+bool rpc_call_check_job(struct rpc_call *c, const char *job) {
+  char why[400];
+  if (!rpc_call_denies_job(c, job, why, sizeof why)) return true;
+  rpc_fail(c, RPC_PERMISSION_DENIED, "%s", why);
   return false;
 }

@@ -32,6 +32,7 @@ struct shm_ring {
   uint64_t last_seq;  /* Daemon: the highest sequence handed out. */
   int fd;             /* Daemon: the file, to reserve a slot's pages when first written; else -1. */
   bool *reserved;     /* Daemon: [slots], whether the slot's pages are reserved. */
+  uint64_t reserved_bytes; /* Daemon: the header's page and the slots reserved. */
   char path[SHM_RING_PATH_MAX];
 };
 
@@ -270,6 +271,7 @@ int shm_ring_create(int dirfd, const char *dir, const uint8_t nonce[SHM_RING_NON
     return err;
   }
   r->fd = fd;
+  r->reserved_bytes = PAGE;
   r->map = p;
   r->released = (uint64_t *)(void *)(r->map + RELEASED_AT);
   write_header(r, nonce);
@@ -413,13 +415,12 @@ int shm_ring_reserve(struct shm_ring *r, uint64_t seq) {
     return STK_ENOMEM;
   }
   r->reserved[slot] = true;
+  r->reserved_bytes += r->slot_bytes;
   return 0;
 }
 
 uint64_t shm_ring_reserved_bytes(const struct shm_ring *r) {
-  uint64_t n = PAGE;
-  for (uint32_t i = 0; i < r->slots; i++) n += r->reserved[i] ? r->slot_bytes : 0;
-  return n;
+  return r->reserved_bytes;
 }
 
 void shm_ring_free(struct shm_ring *r) {

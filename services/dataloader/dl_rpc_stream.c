@@ -90,17 +90,21 @@ static uint64_t held(const struct dl_stream *s) {
   return s->inline_bytes + (s->shm.ring ? shm_ring_reserved_bytes(s->shm.ring) : 0);
 }
 
-/* What the streams of job (NULL: every job) hold. */
-static uint64_t held_by(const struct dl_rpc *a, const char *job) {
-  uint64_t n = 0;
-  for (const struct dl_stream *s = a->streams; s; s = s->next)
-    if (!job || strcmp(s->req->job, job) == 0) n += held(s);
-  return n;
+/* What the streams of job hold (*ret_job) and those of every job (*ret_all),
+ * in one pass. */
+static void held_by(const struct dl_rpc *a, const char *job, uint64_t *ret_job, uint64_t *ret_all) {
+  *ret_job = *ret_all = 0;
+  for (const struct dl_stream *s = a->streams; s; s = s->next) {
+    uint64_t n = held(s);
+    *ret_all += n;
+    if (strcmp(s->req->job, job) == 0) *ret_job += n;
+  }
 }
 
 /* Bytes s may still take before its job's or the daemon's budget. */
 static uint64_t budget_left(const struct dl_stream *s) {
-  uint64_t all = held_by(s->a, NULL), job = held_by(s->a, s->req->job);
+  uint64_t job, all;
+  held_by(s->a, s->req->job, &job, &all);
   uint64_t left_all = all < s->a->stream_bytes ? s->a->stream_bytes - all : 0;
   uint64_t left_job = job < s->a->stream_bytes_per_job ? s->a->stream_bytes_per_job - job : 0;
   return left_all < left_job ? left_all : left_job;
@@ -403,7 +407,8 @@ void dl_rpc_stream(struct rpc_call *call, struct dl_rpc *a,
     rpc_finish(call, RPC_UNAVAILABLE, "dataloader is shutting down; retry");
     return;
   }
-  uint64_t job_held = held_by(a, r->job), all_held = held_by(a, NULL);
+  uint64_t job_held, all_held;
+  held_by(a, r->job, &job_held, &all_held);
   if (job_held >= a->stream_bytes_per_job || all_held >= a->stream_bytes) {
     bool job = job_held >= a->stream_bytes_per_job;
     rpc_finish(call, RPC_RESOURCE_EXHAUSTED,
