@@ -112,7 +112,7 @@ static void *client_thread(void *arg) {
 
 static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channel_credentials *cr) {
   size_t max = o->max_recv_bytes ? o->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
-  grpc_arg args[8];
+  grpc_arg args[9];
   size_t n = 0;
   memset(args, 0, sizeof(args));
   args[n].type = GRPC_ARG_INTEGER;
@@ -138,6 +138,14 @@ static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channe
   args[n].type = GRPC_ARG_INTEGER;
   args[n].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
   args[n++].value.integer = 100;
+  /* A restarted server pod (a rolling update, a rescheduled StatefulSet pod)
+   * comes back at a new address under the same DNS name. gRPC asks DNS again
+   * when a connection fails, but at most every 30 s by default, so a rank sat
+   * on the old, unroutable address for a minute and more; once a second is
+   * cheap for one name per channel. */
+  args[n].type = GRPC_ARG_INTEGER;
+  args[n].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
+  args[n++].value.integer = 1000;
   if (o->tls_server_name) {
     args[n].type = GRPC_ARG_STRING;
     args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
