@@ -220,6 +220,8 @@ static void test_explain_table_and_json(void **state) {
   l[1].token_end = 9;
   l[1].epoch = 2;
   l[1].lane = 3;
+  l[1].tokenizer = "bytes";
+  l[1].doc_byte_end = 9;
   Stoker__V1__ExplainResponse r = STOKER__V1__EXPLAIN_RESPONSE__INIT;
   r.sources = lp;
   r.n_sources = 2;
@@ -237,6 +239,10 @@ static void test_explain_table_and_json(void **state) {
                       "web-00.bin");
   assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "doc_token_begin")->valuedouble,
                    40);
+  assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "tokenizer")); /* stored as tokens */
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 1), "tokenizer")->valuestring,
+                      "bytes");
+  assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 1), "doc_byte_end")->valuedouble, 9);
   assert_int_equal(cJSON_GetObjectItem(o, "world")->valuedouble, 2);
   cJSON_Delete(o);
 }
