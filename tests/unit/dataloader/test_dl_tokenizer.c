@@ -35,7 +35,8 @@
 #include "stk_error.h"
 
 #define N_DOCS    150
-#define S         6 /* the step the tokenizer changes */
+#define S         6  /* the step the tokenizer changes */
+#define S_BACK    11 /* the step the cover test goes back to bytes */
 #define MAX_STEPS 3000
 
 static char g_dir[256];
@@ -235,6 +236,9 @@ struct coverage {
   uint8_t *count[N_DOCS]; /* per byte of each document: times served in epoch 0 */
   uint32_t lanes_done;    /* a bit per lane that served epoch 1 */
   bool resumed;           /* a piece at S went on inside a document with gpt2 */
+  bool midchar;           /* ... and inside a character (its first byte served as bytes) */
+  bool back;              /* bytes again from S_BACK */
+  bool resumed_back;      /* a piece at S_BACK went on inside a document with bytes */
 };
 
 /* Bytes the ids of a piece spell under its tokenizer. */
@@ -269,7 +273,7 @@ static void trace_step(struct dl *dl, const char *job, int64_t step, struct cove
       line = s->line;
       fill = 0;
     }
-    const char *want = step < S ? "bytes" : g_gpt2;
+    const char *want = step < S || (cov->back && step >= S_BACK) ? "bytes" : g_gpt2;
     if (strcmp(s->tokenizer, want) != 0)
       fail_msg("step %lld: tokenizer '%s'", (long long)step, s->tokenizer);
     assert_true(s->document < N_DOCS);
@@ -281,7 +285,12 @@ static void trace_step(struct dl *dl, const char *job, int64_t step, struct cove
     assert_int_equal(got, s->doc_byte_end - s->doc_byte_begin);
     assert_true(s->doc_byte_end <= strlen(text));
     assert_memory_equal(buf, text + s->doc_byte_begin, got);
-    if (step == S && s->doc_byte_begin > 0 && s->doc_token_begin == 0) cov->resumed = true;
+    if (step == S && s->doc_byte_begin > 0 && s->doc_token_begin == 0) {
+      cov->resumed = true;
+      cov->midchar |= ((uint8_t)text[s->doc_byte_begin] & 0xc0) == 0x80;
+    }
+    if (step == S_BACK && s->doc_byte_begin > 0 && s->doc_token_begin == 0)
+      cov->resumed_back = true;
     fill += (uint32_t)n;
     if (s->epoch > 0)
       cov->lanes_done |= 1u << s->lane;
@@ -295,13 +304,15 @@ static void trace_step(struct dl *dl, const char *job, int64_t step, struct cove
 
 /* Serves the job until every lane went past epoch 0; every byte of every
  * document was served exactly once in it. */
-static void serve_epoch(struct dl *dl, const char *job, bool eos) {
-  struct coverage cov = {0};
+static void serve_epoch(struct dl *dl, const char *job, bool eos, bool back) {
+  struct coverage cov = {.back = back};
   for (int d = 0; d < N_DOCS; d++) cov.count[d] = calloc(strlen(g_text[d]) + 1, 1);
   int64_t step = 0;
   for (; step < MAX_STEPS && cov.lanes_done != 0xF; step++) trace_step(dl, job, step, &cov, eos);
   assert_true(cov.lanes_done == 0xF);
   assert_true(cov.resumed); /* the switch fell inside a document */
+  assert_true(cov.midchar); /* and inside a character in one lane */
+  assert_true(cov.resumed_back == back);
   for (int d = 0; d < N_DOCS; d++) {
     for (size_t x = 0; x < strlen(g_text[d]); x++)
       if (cov.count[d][x] != 1)
@@ -313,12 +324,14 @@ static void serve_epoch(struct dl *dl, const char *job, bool eos) {
 /* ---- the tests ---- */
 
 /* From S the lanes serve gpt2 ids, the documents go on where they
- * stopped, and the epoch covers every byte once (with and without EOS). */
+ * stopped, and the epoch covers every byte once (with and without EOS;
+ * and going back to bytes at S_BACK, from inside gpt2 tokens' documents). */
 static void test_switch_covers_each_byte_once(void **state) {
   (void)state;
   struct dl *dl = open_dl("db-cover");
-  for (int eos = 0; eos < 2; eos++) {
-    const char *job = eos ? "cover-eos" : "cover";
+  for (int run = 0; run < 3; run++) {
+    bool eos = run == 1, back = run == 2;
+    const char *job = run == 0 ? "cover" : run == 1 ? "cover-eos" : "cover-back";
     struct ds d;
     ds_init(&d, "text", NULL, 1);
     assert_int_equal(create(dl, job, &d, 1, eos), 0);
@@ -329,7 +342,11 @@ static void test_switch_covers_each_byte_once(void **state) {
     assert_string_equal(info->spec->datasets[0]->tokenizer, g_gpt2); /* GetLoader says so */
     assert_int_equal(info->spec->seq_len, 31);
     dl_info_free(info);
-    serve_epoch(dl, job, eos);
+    if (back) {
+      ds_init(&d, "text", "bytes", 1);
+      assert_int_equal(update(dl, job, S_BACK, &d, 40), 0);
+    }
+    serve_epoch(dl, job, eos, back);
   }
   dl_close(dl);
 }
