@@ -4,8 +4,10 @@
  * stored configuration (dl_config_decode), and freed (dl_job_free: by the
  * job table when the last reference goes, or by whoever built a job that
  * never reached the table). Here too its append-only dataset table (each
- * dataset's maps in a fault group of its own), the check that none of them
- * was truncated under the job, and a commit record's clear. This file sits above
+ * dataset's maps in a fault group of its own, and each dataset's
+ * append-only table of tokenizers versions chose), the checks of a list of
+ * datasets that CreateLoader and UpdateMixture share, the check that none
+ * of them was truncated under the job, and a commit record's clear. This file sits above
  * the job's parts (versions, lanes, snapshots, the configuration's bytes)
  * and below everything that looks jobs up (dl_jobs.c and the entry points):
  * it calls none of its users.
@@ -126,10 +128,6 @@ int dl_ds_tokenizer(struct dl *dl, struct dl_job *j, uint32_t d, const char *nam
   if (!dl_source_tokenizes(ds->src)) {
     stk_set_detail("dataset %s: only text datasets are tokenized; its tokenizer stays '%s'",
                    ds->spec->name, ds->tok_name[0]);
-    return STK_EINVAL;
-  }
-  if (strlen(name) > MAX_TOKENIZER_BYTES) {
-    stk_set_detail("dataset %s: tokenizer over %u bytes", ds->spec->name, MAX_TOKENIZER_BYTES);
     return STK_EINVAL;
   }
   if (ds->n_tok >= MAX_TOKENIZERS) {

@@ -21,6 +21,12 @@
  * offset means the same thing whatever is blocked, and from a version's
  * first line on its blocklist decides what is left. Mixing charges only
  * the tokens served.
+ *
+ * Tokenizer switch: a version that reads a text dataset with another
+ * tokenizer re-reads the unit a lane is in the middle of from a place (the
+ * document being served, from the byte the old tokens reached), so the
+ * document goes on where it stopped; the place is part of the pointer
+ * (dl_gen.res_*), and offsets are in the unit as so read.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -13,6 +13,10 @@
  * the blocks before it: an index of those counts (8 bytes per block) is
  * built with one pass over the file (line ends only, nothing tokenized) the
  * first time a document is asked for.
+ *
+ * A unit can also be read from a place (text_read_from: from one of its
+ * documents, that one from a byte of its text): a job that changes the
+ * tokenizer in the middle of a unit goes on there with the new one.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
