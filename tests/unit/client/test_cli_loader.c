@@ -134,6 +134,20 @@ static void test_mixture_flags(void **state) {
   assert_int_equal(m.req.block_documents[0]->document, 42);
   assert_string_equal(m.req.block_documents[1]->file, "x/y.jsonl");
   assert_int_equal(m.req.block_documents[1]->document, 7);
+  /* A tokenizer for a dataset of the mixture (a text dataset read the new way). */
+  assert_int_equal(parse(&a, "--from-step", "9", "--dataset", "web=/d/web.jsonl:text",
+                         "--tokenizer", "web=gpt2:/v/enc.json,/v/vocab.bpe", NULL),
+                   0);
+  assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), 0);
+  assert_string_equal(m.req.datasets[0]->tokenizer, "gpt2:/v/enc.json,/v/vocab.bpe");
+  const char *bad_tok[] = {"other=bytes", "web=", "web", "=bytes"};
+  for (size_t i = 0; i < sizeof bad_tok / sizeof bad_tok[0]; i++) {
+    assert_int_equal(parse(&a, "--from-step", "9", "--dataset", "web=/d/web.jsonl:text",
+                           "--tokenizer", bad_tok[i], NULL),
+                     0);
+    assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), STK_EINVAL);
+    assert_non_null(strstr(err, "--tokenizer"));
+  }
   const char *bad[] = {"web/42", "/f/1", "web//1", "web/f/x", "web/f/"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(parse(&a, "--from-step", "9", "--block-document", bad[i], NULL), 0);
