@@ -67,10 +67,12 @@ static void test_create_flags(void **state) {
   assert_int_equal(parse(&a, "loader", "create", "j", "--dataset", "a=/d/a:llmc@2", "--dataset",
                          "b=synthetic:10:1:5:3", "--seq-len", "1024", "--global-batch=64", "--seed",
                          "9", "--shards", "512", "--lanes", "16", "--eos", "50256",
-                         "--max-doc-tokens", "8192", NULL),
+                         "--max-doc-tokens", "8192", "--tokenizer", "b=bytes", NULL),
                    0);
   assert_int_equal(cli_loader_spec_from_args(&a, "j", &s, err, sizeof(err)), 0);
   assert_string_equal(s.spec.job, "j");
+  assert_string_equal(s.spec.datasets[1]->tokenizer, "bytes");
+  assert_string_equal(s.spec.datasets[0]->tokenizer, ""); /* unset: the default */
   assert_int_equal(s.spec.n_datasets, 2);
   assert_string_equal(s.spec.datasets[1]->name, "b");
   assert_true(s.spec.datasets[0]->weight == 2.0);
