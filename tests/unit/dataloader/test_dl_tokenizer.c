@@ -369,15 +369,16 @@ static void test_same_batches_restart_world(void **state) {
   ds_init(&d, "text", NULL, 1);
   assert_int_equal(create(dl, job, &d, 1, false), 0);
   ds_init(&d, "text", g_gpt2, 1);
-  assert_int_equal(update(dl, job, S, &d, 0), 0);
+  assert_int_equal(update(dl, job, S, &d, 7),
+                   0); /* short lines: the commit falls in resumed units */
   ds_init(&d, "text", "bytes", 1);
-  assert_int_equal(update(dl, job, S + 20, &d, 0), 0);
+  assert_int_equal(update(dl, job, S + 10, &d, 0), 0);
   uint32_t *want[N_CHECK];
   size_t n[N_CHECK], m;
   for (int s = 0; s < N_CHECK; s++) want[s] = global(dl, job, s, 1, &n[s]);
   bool ids_gpt2 = false, ids_bytes = true;
   for (size_t i = 0; i < n[S]; i++) ids_gpt2 |= want[S][i] >= 1000;
-  for (size_t i = 0; i < n[S + 20]; i++) ids_bytes &= want[S + 20][i] < 256;
+  for (size_t i = 0; i < n[S + 10]; i++) ids_bytes &= want[S + 10][i] < 256;
   assert_true(ids_gpt2);
   assert_true(ids_bytes);
   for (uint32_t world = 2; world <= 8; world *= 2)
@@ -395,10 +396,10 @@ static void test_same_batches_restart_world(void **state) {
     assert_memory_equal(got, want[s], m * sizeof *got);
     free(got);
   }
-  assert_int_equal(dl_commit(dl, job, S + 2), 0);
+  assert_int_equal(dl_commit(dl, job, S + 1), 0);
   dl_close(dl);
   dl = open_dl("db-same"); /* from the committed lanes (inside resumed units) */
-  for (int s = S + 3; s < N_CHECK; s++) {
+  for (int s = S + 2; s < N_CHECK; s++) {
     uint32_t *got = global(dl, job, s, 4, &m);
     assert_int_equal(m, n[s]);
     assert_memory_equal(got, want[s], m * sizeof *got);
@@ -407,13 +408,14 @@ static void test_same_batches_restart_world(void **state) {
   /* and exported, into another store */
   uint8_t *blob;
   size_t len;
-  assert_int_equal(dl_export_state(dl, job, S + 2, &blob, &len), 0);
+  assert_int_equal(dl_export_state(dl, job, S + 1, &blob, &len), 0);
+  assert_non_null(memmem(blob, len, "DLG2", 4)); /* a lane sat in a unit read from a place */
   struct dl *other = open_dl("db-same-import");
   int64_t step;
   assert_int_equal(dl_import_state(other, blob, len, &step), 0);
-  assert_int_equal(step, S + 2);
+  assert_int_equal(step, S + 1);
   free(blob);
-  for (int s = S + 3; s < N_CHECK; s++) {
+  for (int s = S + 2; s < N_CHECK; s++) {
     uint32_t *got = global(other, job, s, 1, &m);
     assert_memory_equal(got, want[s], m * sizeof *got);
     free(got);
