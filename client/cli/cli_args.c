@@ -64,6 +64,8 @@ static const struct flag_spec cli_flags[] = {
     VERB("eos", FLAG_UINT64, NULL, "End-of-sequence token id put after each document."),
     VERB("max-doc-tokens", FLAG_UINT64, NULL, "Longest document in tokens (longer ones are cut)."),
     VERB("from-step", FLAG_UINT64, NULL, "First step the new configuration applies to (required)."),
+    VERB("tokenizer", FLAG_ARG, NULL,
+         "NAME=SPEC: text dataset NAME read with SPEC (bytes, gpt2:VOCAB,MERGES; repeatable)."),
     VERB("block-document", FLAG_ARG, NULL,
          "A document DATASET/FILE/DOC (as explain names it) never to serve again (repeatable)."),
     VERB("rank", FLAG_UINT64, "0", "The rank whose slice to explain."),

@@ -79,10 +79,11 @@ static const struct cli_command commands[] = {
      NULL},
     {{"loader", "create"},
      1,
-     "dataset seq-len global-batch seed shards lanes bos eos max-doc-tokens",
+     "dataset seq-len global-batch seed shards lanes bos eos max-doc-tokens tokenizer",
      cli_loader_create,
      "JOB --dataset NAME=URI[:FORMAT][@WEIGHT]...\n--seq-len N --global-batch N [--seed N] "
-     "[--shards L] [--lanes C]\n[--bos ID] [--eos ID] [--max-doc-tokens N]",
+     "[--shards L] [--lanes C]\n[--bos ID] [--eos ID] [--max-doc-tokens N] "
+     "[--tokenizer NAME=SPEC]...",
      "create a job's data loader (FORMAT: megatron, llmc, text)",
      NULL},
     {{"loader", "show"},
@@ -108,10 +109,10 @@ static const struct cli_command commands[] = {
      NULL},
     {{"loader", "mixture"},
      1,
-     "from-step dataset seq-len global-batch block-document",
+     "from-step dataset seq-len global-batch block-document tokenizer",
      cli_loader_mixture,
      "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N] "
-     "[--block-document DATASET/FILE/DOC]...",
+     "[--block-document DATASET/FILE/DOC]...\n[--tokenizer NAME=SPEC]...",
      "new configuration from step S on",
      NULL},
     {{"loader", "explain"},

@@ -68,6 +68,11 @@ cJSON *fmt_explain_json(const char *job, int64_t step, uint32_t rank, uint32_t w
     cJSON_AddNumberToObject(x, "document", (double)l->document);
     cJSON_AddNumberToObject(x, "doc_token_begin", (double)l->doc_token_begin);
     cJSON_AddNumberToObject(x, "doc_token_end", (double)l->doc_token_end);
+    if (l->tokenizer && *l->tokenizer) { /* text datasets: the tokenizer and the text's bytes */
+      add_str(x, "tokenizer", l->tokenizer);
+      cJSON_AddNumberToObject(x, "doc_byte_begin", (double)l->doc_byte_begin);
+      cJSON_AddNumberToObject(x, "doc_byte_end", (double)l->doc_byte_end);
+    }
     cJSON_AddNumberToObject(x, "unit", (double)l->unit);
     cJSON_AddNumberToObject(x, "token_begin", (double)l->token_begin);
     cJSON_AddNumberToObject(x, "token_end", (double)l->token_end);

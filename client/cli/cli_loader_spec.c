@@ -81,13 +81,30 @@ int cli_parse_dataset(const char *s, struct cli_datasets *d, char *err, size_t e
   return 0;
 }
 
+/* Every --tokenizer NAME=SPEC onto the --dataset NAME (SPEC stays in the
+ * flag's own storage: it may be as long as two paths). */
+static int tokenizers(const struct cli_args *a, struct cli_datasets *d, char *err, size_t err_len) {
+  for (int i = 0; i < a->n_flags; i++) {
+    if (strcmp(a->flags[i].name, "tokenizer") != 0) continue;
+    const char *v = a->flags[i].value ? a->flags[i].value : "", *eq = strchr(v, '=');
+    size_t k = 0, len = eq ? (size_t)(eq - v) : 0;
+    while (k < d->n && (strlen(d->ds[k].name) != len || strncmp(d->ds[k].name, v, len) != 0)) k++;
+    if (!eq || !len || !eq[1] || k == d->n) {
+      snprintf(err, err_len, "--tokenizer: expected NAME=SPEC naming a --dataset, got \"%s\"", v);
+      return STK_EINVAL;
+    }
+    d->ds[k].tokenizer = (char *)eq + 1;
+  }
+  return 0;
+}
+
 static int datasets(const struct cli_args *a, struct cli_datasets *d, char *err, size_t err_len) {
   d->n = 0;
   for (int i = 0; i < a->n_flags; i++) {
     if (strcmp(a->flags[i].name, "dataset") != 0) continue;
     if (cli_parse_dataset(a->flags[i].value, d, err, err_len) < 0) return STK_EINVAL;
   }
-  return 0;
+  return tokenizers(a, d, err, err_len);
 }
 
 /* Parses an optional integer flag; *ret_set tells whether it was given. */

@@ -6,7 +6,10 @@
  *
  * A dataset is NAME=URI[:FORMAT][@WEIGHT]: FORMAT is megatron, llmc or text
  * (recognised only as the last ':' part, since URIs hold ':' themselves);
- * WEIGHT a positive number after the last '@' (default 1).
+ * WEIGHT a positive number after the last '@' (default 1). --tokenizer
+ * NAME=SPEC (repeatable, create and mixture) sets the tokenizer of the
+ * --dataset NAME: bytes or gpt2:VOCAB,MERGES (text datasets); in a mixture
+ * the dataset is read with it from the new version on.
  */
 #ifndef STK_CLI_LOADER_SPEC_H
 #define STK_CLI_LOADER_SPEC_H

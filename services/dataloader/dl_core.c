@@ -110,7 +110,7 @@ int dl_delete_job(struct dl *dl, const char *job) {
   return rc;
 }
 
-/* The latest version's shape and mixture over the creation spec. */
+/* The latest version's shape, mixture and tokenizers over the creation spec. */
 static int fill_info(const struct dl_job *j, Stoker__V1__LoaderInfo *info) {
   const struct dl_version *v = &j->ver[j->n_ver - 1];
   Stoker__V1__LoaderSpec *s = malloc(sizeof *s);
@@ -129,6 +129,8 @@ static int fill_info(const struct dl_job *j, Stoker__V1__LoaderInfo *info) {
     if (!(ds[d] = malloc(sizeof *ds[d]))) break;
     *ds[d] = *j->ds[d].spec; /* shallow: strings stay the job's, see dl_info_free */
     ds[d]->weight = dl_version_weight(v, d);
+    uint32_t t = dl_version_tok(v, d);
+    if (t) ds[d]->tokenizer = j->ds[d].tok_name[t]; /* the one a version chose */
     s->n_datasets = d + 1;
   }
   s->datasets = ds;

@@ -23,7 +23,14 @@
  * for the job's whole life (versions weight them by index). */
 struct dl_ds {
   Stoker__V1__DatasetSpec *spec; /* Own copy (unpacked from our own packing). */
-  struct dl_source *src;
+  struct dl_source *src;         /* read with the spec's tokenizer (tokenizer 0) */
+  /* The dataset's tokenizers, append-only like the table (versions name
+   * them by index): tok_name[0] is the spec's ("bytes" when empty),
+   * tok_src[0] == src; others were asked for by later versions (text
+   * datasets only) and read the same files with that tokenizer. */
+  char **tok_name;            /* [n_tok] */
+  struct dl_source **tok_src; /* [n_tok] */
+  uint32_t n_tok;
   struct map_guard_group *faults; /* its maps' SIGBUS record (services/common/map_guard.h) */
   uint64_t units;
   uint64_t key;    /* Hash of the name: keys this dataset's shuffles. */
@@ -52,6 +59,8 @@ struct dl_version {
   size_t n_blocked;
   struct dl_doc_block *doc_blocked; /* [n_doc_blocked] sorted by (ds, file, doc) */
   size_t n_doc_blocked;
+  uint32_t *tok; /* [n_tok] each dataset's tokenizer (index into dl_ds.tok_name); past the end: 0 */
+  uint32_t n_tok;
 };
 
 /* Per (lane, dataset) progress through the lane's shards. */
@@ -99,6 +108,18 @@ struct dl_gen {
    * offset charge_from on, when it is used up. */
   uint64_t raw_pos;
   uint64_t charge_from;
+  /* res_rel > 0: the current unit was read from a place (a version changed
+   * its dataset's tokenizer in the middle of it): from its document
+   * res_rel (counted as dl_unit.doc_rel) on, that document from byte
+   * res_byte of its text as the leading piece when res_lead. Offsets are in
+   * the unit as so read. */
+  uint32_t res_rel;
+  uint64_t res_byte;
+  bool res_lead;
+  /* Explain's byte cursor: served offset bc_off of piece bc_piece is byte
+   * bc_bytes of its document (SIZE_MAX: none). */
+  size_t bc_piece;
+  uint64_t bc_off, bc_bytes;
 };
 
 struct dl_snap {
@@ -225,8 +246,25 @@ int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job 
 /* A job from its stored configuration (dl_config_encode): datasets reopened. */
 int dl_config_decode(struct dl *dl, const uint8_t *p, size_t len, struct dl_job **ret_job);
 void dl_job_free(struct dl_job *j); /* accepts NULL */
+/* What CreateLoader and UpdateMixture both check of a list of datasets
+ * before anything is opened: 1 to 256 of them, valid unique names, bounded
+ * strings, finite weights in [0, 1e12] summing to more than 0. */
+int dl_check_datasets(Stoker__V1__DatasetSpec *const *ds, size_t n);
 int dl_ds_add(struct dl *dl, struct dl_job *j, const Stoker__V1__DatasetSpec *spec);
 int dl_ds_find(const struct dl_job *j, const char *name);
+/* A known dataset named again (UpdateMixture): every field a version cannot
+ * change (source, format, block sizes) must be unset or as stored. */
+int dl_ds_check_same(const struct dl_job *j, uint32_t d, const Stoker__V1__DatasetSpec *spec);
+/* The index of tokenizer `name` of dataset d, opening the dataset with it
+ * when new (text datasets only; the same checks and errors as CreateLoader's
+ * open). dl_ds_drop_tokenizers takes back those at or past n_tok. */
+int dl_ds_tokenizer(struct dl *dl, struct dl_job *j, uint32_t d, const char *name,
+                    uint32_t *ret_tok);
+void dl_ds_drop_tokenizers(struct dl_ds *ds, uint32_t n_tok);
+/* A tokenizer spec as stored and compared: "" and NULL are "bytes". */
+static inline const char *dl_tok_norm(const char *name) {
+  return name && *name ? name : "bytes";
+}
 void dl_ds_clear(struct dl_ds *ds); /* frees the reader, its fault group and the spec */
 /* STK_ECORRUPT with a detail naming the dataset and file when a read
  * through one of the job's dataset maps faulted (the file shrank under it):
@@ -296,12 +334,15 @@ void dl_helper_wait(struct dl_helper *h); /* until fn returned */
 int dl_default_open_source(void *arg, const Stoker__V1__DatasetSpec *spec,
                            struct dl_source **ret_source);
 
-/* ---- dl_config.c: the configuration as bytes (DLC2; DLC1 read) ---- */
+/* ---- dl_config.c: the configuration as bytes (DLC3 when a version changed
+ * a tokenizer, else DLC2; DLC1 read) ---- */
 /* A stored configuration as read: what dl_config_decode builds a job from. */
 struct dl_config {
   Stoker__V1__LoaderSpec *spec;
   Stoker__V1__DatasetSpec **ds; /* [n_ds] */
   uint32_t n_ds;
+  char ***alt;            /* [n_ds][n_alt[d]] each dataset's tokenizers past its spec's (DLC3) */
+  uint32_t *n_alt;        /* [n_ds] */
   struct dl_version *ver; /* [n_ver] */
   uint32_t n_ver;
   uint64_t next_ver_id;
@@ -323,7 +364,13 @@ bool dl_version_doc_blocked(const struct dl_version *v, uint32_t ds, uint32_t fi
 bool dl_version_blocks_docs(const struct dl_version *v, uint32_t ds);
 void dl_version_sort_doc_blocked(struct dl_version *v);
 double dl_version_weight(const struct dl_version *v, uint32_t ds);
+uint32_t dl_version_tok(const struct dl_version *v, uint32_t ds);
 int dl_check_shape(const struct dl *dl, uint32_t seq_len, uint32_t global_batch);
+
+/* The reader of dataset d under version vi's tokenizer. */
+static inline struct dl_source *dl_ds_src(const struct dl_job *j, uint32_t vi, uint32_t d) {
+  return j->ds[d].tok_src[dl_version_tok(&j->ver[vi], d)];
+}
 
 /* ---- dl_steps.c: step / line arithmetic ---- */
 uint32_t dl_version_of_step(const struct dl_job *j, int64_t step);

@@ -4,8 +4,10 @@
  * stored configuration (dl_config_decode), and freed (dl_job_free: by the
  * job table when the last reference goes, or by whoever built a job that
  * never reached the table). Here too its append-only dataset table (each
- * dataset's maps in a fault group of its own), the check that none of them
- * was truncated under the job, and a commit record's clear. This file sits above
+ * dataset's maps in a fault group of its own, and each dataset's
+ * append-only table of tokenizers versions chose), the checks of a list of
+ * datasets that CreateLoader and UpdateMixture share, the check that none
+ * of them was truncated under the job, and a commit record's clear. This file sits above
  * the job's parts (versions, lanes, snapshots, the configuration's bytes)
  * and below everything that looks jobs up (dl_jobs.c and the entry points):
  * it calls none of its users.
@@ -26,6 +28,8 @@
  * most PATH_MAX) with its scheme, and two paths with "gpt2:" and ",". */
 #define MAX_URI_BYTES       4096u
 #define MAX_TOKENIZER_BYTES 8200u
+/* Tokenizers one dataset may be read with over a job's life (each an open reader). */
+#define MAX_TOKENIZERS 16u
 
 int dl_validate_name(const char *what, const char *name) {
   size_t n = name ? strlen(name) : 0;
@@ -61,26 +65,120 @@ int dl_ds_find(const struct dl_job *j, const char *name) {
   return -1;
 }
 
+void dl_ds_drop_tokenizers(struct dl_ds *ds, uint32_t n_tok) {
+  while (ds->n_tok > n_tok && ds->n_tok > 1) {
+    ds->n_tok--;
+    dl_source_free(ds->tok_src[ds->n_tok]);
+    free(ds->tok_name[ds->n_tok]);
+  }
+}
+
 void dl_ds_clear(struct dl_ds *ds) {
+  dl_ds_drop_tokenizers(ds, 1);
+  if (ds->n_tok) free(ds->tok_name[0]);
+  free(ds->tok_name);
+  free(ds->tok_src);
   dl_source_free(ds->src); /* its maps first: they name the fault group */
   map_guard_group_free(ds->faults);
   if (ds->spec) stoker__v1__dataset_spec__free_unpacked(ds->spec, NULL);
   memset(ds, 0, sizeof *ds);
 }
 
-/* Opens the dataset with its maps in the dataset's own fault group, so a
+/* Opens the dataset as `spec` says (its own spec, or that spec with
+ * another tokenizer) with its maps in the dataset's own fault group, so a
  * file truncated later breaks this dataset's job only (dl_job_check_data). */
-static int open_ds(struct dl *dl, struct dl_ds *ds) {
-  if (!(ds->faults = map_guard_group_new())) return STK_ENOMEM;
+static int open_in_group(struct dl *dl, struct dl_ds *ds, const Stoker__V1__DatasetSpec *spec,
+                         struct dl_source **ret) {
   map_guard_scope_enter(ds->faults);
-  int rc = dl->opts.open_source(dl->opts.open_source_arg, ds->spec, &ds->src);
+  int rc = dl->opts.open_source(dl->opts.open_source_arg, spec, ret);
   map_guard_scope_leave();
   const char *path;
   if (rc == 0 && map_guard_group_broken(ds->faults, &path)) {
     stk_set_detail("dataset %s: %s shrank while it was opened", ds->spec->name, path);
+    dl_source_free(*ret);
+    *ret = NULL;
     rc = STK_ECORRUPT;
   }
   return rc;
+}
+
+static int open_ds(struct dl *dl, struct dl_ds *ds) {
+  if (!(ds->faults = map_guard_group_new())) return STK_ENOMEM;
+  int rc = open_in_group(dl, ds, ds->spec, &ds->src);
+  if (rc < 0) return rc;
+  ds->tok_name = malloc(sizeof *ds->tok_name);
+  ds->tok_src = malloc(sizeof *ds->tok_src);
+  if (!ds->tok_name || !ds->tok_src ||
+      !(ds->tok_name[0] = strdup(dl_tok_norm(ds->spec->tokenizer))))
+    return STK_ENOMEM;
+  ds->tok_src[0] = ds->src;
+  ds->n_tok = 1;
+  return 0;
+}
+
+int dl_ds_tokenizer(struct dl *dl, struct dl_job *j, uint32_t d, const char *name,
+                    uint32_t *ret_tok) {
+  struct dl_ds *ds = &j->ds[d];
+  name = dl_tok_norm(name);
+  for (uint32_t t = 0; t < ds->n_tok; t++)
+    if (strcmp(ds->tok_name[t], name) == 0) {
+      *ret_tok = t;
+      return 0;
+    }
+  if (!dl_source_tokenizes(ds->src)) {
+    stk_set_detail("dataset %s: only text datasets are tokenized; its tokenizer stays '%s'",
+                   ds->spec->name, ds->tok_name[0]);
+    return STK_EINVAL;
+  }
+  if (ds->n_tok >= MAX_TOKENIZERS) {
+    stk_set_detail("dataset %s: at most %u tokenizers over a job's life", ds->spec->name,
+                   MAX_TOKENIZERS);
+    return STK_EINVAL;
+  }
+  char **names = realloc(ds->tok_name, (ds->n_tok + 1) * sizeof *names);
+  if (names) ds->tok_name = names;
+  struct dl_source **srcs = names ? realloc(ds->tok_src, (ds->n_tok + 1) * sizeof *srcs) : NULL;
+  if (srcs) ds->tok_src = srcs;
+  char *copy = srcs ? strdup(name) : NULL;
+  if (!copy) return STK_ENOMEM;
+  Stoker__V1__DatasetSpec spec = *ds->spec; /* shallow: only the tokenizer differs */
+  spec.tokenizer = copy;
+  struct dl_source *src = NULL;
+  int rc = open_in_group(dl, ds, &spec, &src);
+  if (rc == 0 && dl_source_units(src) != ds->units) { /* text units are byte blocks */
+    stk_set_detail("dataset %s: %llu units with tokenizer '%s', %llu with '%s'", ds->spec->name,
+                   (unsigned long long)dl_source_units(src), name, (unsigned long long)ds->units,
+                   ds->tok_name[0]);
+    dl_source_free(src);
+    rc = STK_ECORRUPT;
+  }
+  if (rc < 0) {
+    free(copy);
+    return rc;
+  }
+  ds->tok_name[ds->n_tok] = copy;
+  ds->tok_src[ds->n_tok] = src;
+  *ret_tok = ds->n_tok++;
+  return 0;
+}
+
+int dl_ds_check_same(const struct dl_job *j, uint32_t d, const Stoker__V1__DatasetSpec *spec) {
+  const Stoker__V1__DatasetSpec *was = j->ds[d].spec;
+  const char *uri = spec->source && spec->source->uri ? spec->source->uri : "";
+  const char *what = NULL;
+  if (*uri && strcmp(uri, was->source && was->source->uri ? was->source->uri : "") != 0)
+    what = "source";
+  else if (spec->format && spec->format != was->format)
+    what = "format";
+  else if (spec->block_tokens && spec->block_tokens != was->block_tokens)
+    what = "block_tokens";
+  else if (spec->block_bytes && spec->block_bytes != was->block_bytes)
+    what = "block_bytes";
+  if (!what) return 0;
+  stk_set_detail("dataset %s: a new version may change its weight and tokenizer only, not its "
+                 "%s (add the data under a new name)",
+                 spec->name, what);
+  return STK_EINVAL;
 }
 
 /* Bytes one copy of every lane's state takes with datasets [0, n_ds) of
@@ -121,6 +219,39 @@ static int check_ds_strings(const Stoker__V1__DatasetSpec *spec) {
   }
   if (spec->tokenizer && strlen(spec->tokenizer) > MAX_TOKENIZER_BYTES) {
     stk_set_detail("dataset %s: tokenizer over %u bytes", spec->name, MAX_TOKENIZER_BYTES);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
+static int check_weight(const Stoker__V1__DatasetSpec *d) {
+  if (!isfinite(d->weight) || d->weight < 0 || d->weight > 1e12) {
+    stk_set_detail("dataset %s: weight must be finite, >= 0 and <= 1e12", d->name);
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
+int dl_check_datasets(Stoker__V1__DatasetSpec *const *ds, size_t n) {
+  if (n < 1 || n > MAX_DATASETS) {
+    stk_set_detail("a job needs 1 to %u datasets", MAX_DATASETS);
+    return STK_EINVAL;
+  }
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) {
+    int rc = dl_validate_name("dataset", ds[i]->name);
+    if (rc == 0) rc = check_ds_strings(ds[i]);
+    if (rc == 0) rc = check_weight(ds[i]);
+    if (rc < 0) return rc;
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(ds[k]->name, ds[i]->name) == 0) {
+        stk_set_detail("dataset %s listed twice", ds[i]->name);
+        return STK_EINVAL;
+      }
+    sum += ds[i]->weight;
+  }
+  if (!(sum > 0)) {
+    stk_set_detail("the weights of the datasets sum to 0");
     return STK_EINVAL;
   }
   return 0;
@@ -239,39 +370,11 @@ void dl_job_free(struct dl_job *j) {
   free(j);
 }
 
-static int check_weight(const Stoker__V1__DatasetSpec *d) {
-  if (!isfinite(d->weight) || d->weight < 0 || d->weight > 1e12) {
-    stk_set_detail("dataset %s: weight must be finite, >= 0 and <= 1e12", d->name);
-    return STK_EINVAL;
-  }
-  return 0;
-}
-
 int dl_job_new(struct dl *dl, const Stoker__V1__LoaderSpec *spec, struct dl_job **ret_job) {
-  if (spec->n_datasets < 1 || spec->n_datasets > MAX_DATASETS) {
-    stk_set_detail("a job needs 1 to %u datasets", MAX_DATASETS);
-    return STK_EINVAL;
-  }
-  double sum = 0;
-  for (size_t i = 0; i < spec->n_datasets; i++) {
-    int rc = check_weight(spec->datasets[i]);
-    if (rc < 0) return rc;
-    sum += spec->datasets[i]->weight;
-  }
-  if (!(sum > 0)) {
-    stk_set_detail("the weights of the datasets sum to 0");
-    return STK_EINVAL;
-  }
   struct dl_job *j = NULL;
-  int rc = job_alloc(dl, spec, &j);
-  for (size_t i = 0; rc == 0 && i < spec->n_datasets; i++) {
-    if (spec->datasets[i]->name && dl_ds_find(j, spec->datasets[i]->name) >= 0) {
-      stk_set_detail("dataset %s listed twice", spec->datasets[i]->name);
-      rc = STK_EINVAL;
-    } else {
-      rc = dl_ds_add(dl, j, spec->datasets[i]);
-    }
-  }
+  int rc = dl_check_datasets(spec->datasets, spec->n_datasets);
+  if (rc == 0) rc = job_alloc(dl, spec, &j);
+  for (size_t i = 0; rc == 0 && i < spec->n_datasets; i++) rc = dl_ds_add(dl, j, spec->datasets[i]);
   struct dl_version v = {.id = 0, .seq_len = spec->seq_len, .global_batch = spec->global_batch};
   if (rc == 0 && !(j->ver = calloc(1, sizeof *j->ver))) rc = STK_ENOMEM;
   if (rc == 0 && !(v.weights = malloc(j->n_ds * sizeof *v.weights))) rc = STK_ENOMEM;
@@ -298,6 +401,15 @@ int dl_config_decode(struct dl *dl, const uint8_t *p, size_t len, struct dl_job 
   struct dl_job *j = NULL;
   rc = job_alloc(dl, c.spec, &j);
   for (uint32_t d = 0; rc == 0 && d < c.n_ds; d++) rc = dl_ds_add(dl, j, c.ds[d]);
+  for (uint32_t d = 0; rc == 0 && d < c.n_ds; d++) /* the tokenizers later versions chose */
+    for (uint32_t t = 0; rc == 0 && c.n_alt && t < c.n_alt[d]; t++) {
+      uint32_t got;
+      rc = dl_ds_tokenizer(dl, j, d, c.alt[d][t], &got);
+      if (rc == 0 && got != t + 1) rc = STK_ECORRUPT;
+    }
+  for (uint32_t v = 0; rc == 0 && v < c.n_ver; v++)
+    for (uint32_t d = 0; d < c.ver[v].n_tok && rc == 0; d++)
+      if (c.ver[v].tok[d] >= j->ds[d].n_tok) rc = STK_ECORRUPT;
   if (rc == 0) { /* the versions move into the job */
     j->ver = c.ver;
     j->n_ver = c.n_ver;

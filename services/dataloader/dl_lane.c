@@ -21,6 +21,12 @@
  * offset means the same thing whatever is blocked, and from a version's
  * first line on its blocklist decides what is left. Mixing charges only
  * the tokens served.
+ *
+ * Tokenizer switch: a version that reads a text dataset with another
+ * tokenizer re-reads the unit a lane is in the middle of from a place (the
+ * document being served, from the byte the old tokens reached), so the
+ * document goes on where it stopped; the place is part of the pointer
+ * (dl_gen.res_*), and offsets are in the unit as so read.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +53,7 @@ static void unit_drop(struct dl_gen *g) {
   g->seg_blk = NULL;
   g->n_xtok = g->n_seg = g->n_blk = 0;
   g->ids = false;
+  g->bc_piece = SIZE_MAX;
 }
 
 void dl_gen_free(struct dl_gen *g) {
@@ -81,7 +88,9 @@ int dl_gen_fit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
  * is asked only when needed (name_pieces; its arrays are allocated then). */
 static int build_pieces(struct dl_gen *g) {
   const struct dl_unit *u = &g->unit;
-  size_t lead = (u->n_docs == 0 || u->doc_starts[0] > 0) ? 1 : 0;
+  /* A unit read from the middle of a document leads with that document's
+   * rest, even an empty one (an EOS may still be due). */
+  size_t lead = (u->n_docs == 0 || u->doc_starts[0] > 0 || g->res_lead) ? 1 : 0;
   size_t n = u->n_docs + lead;
   g->seg_x = malloc((n + 1) * sizeof *g->seg_x);
   g->seg_new = malloc(n + 1);
@@ -110,9 +119,13 @@ static int name_pieces(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t 
   for (size_t i = 0; i < g->n_seg; i++) {
     size_t di = i - lead;
     bool piece_lead = lead && i == 0;
-    uint64_t rel = piece_lead ? 0 : u->doc_rel ? u->doc_rel[di] : di + 1;
+    uint64_t rel = piece_lead   ? (g->res_lead ? g->res_rel : 0)
+                   : u->doc_rel ? u->doc_rel[di]
+                                : di + 1;
     g->seg_doc[i] = docs.base + rel - 1;
-    g->seg_doc_off[i] = piece_lead ? docs.lead_offset : 0;
+    /* A document resumed with another tokenizer counts its tokens from
+     * the byte where it resumed (doc_byte_begin says which). */
+    g->seg_doc_off[i] = piece_lead && !g->res_lead ? docs.lead_offset : 0;
   }
   g->ids = true;
   return 0;
@@ -162,10 +175,12 @@ static int load_unit(struct dl_job *j, struct dl_gen *g, uint32_t d, uint64_t un
   unit_drop(g);
   bool plain = !j->add_bos && !j->add_eos;
   whole = whole || dl_version_blocks_docs(&j->ver[g->vi], d);
-  struct dl_source *src = j->ds[d].src;
-  int rc = !plain  ? dl_source_read_unit(src, unit, &g->unit)
-           : whole ? dl_source_read_unit_runs(src, unit, &g->unit)
-                   : dl_source_read_unit_delimited(src, unit, &g->unit);
+  struct dl_source *src = dl_ds_src(j, g->vi, d);
+  int rc = g->res_rel
+               ? dl_source_read_unit_from(src, unit, g->res_rel, g->res_byte, g->res_lead, &g->unit)
+           : !plain ? dl_source_read_unit(src, unit, &g->unit)
+           : whole  ? dl_source_read_unit_runs(src, unit, &g->unit)
+                    : dl_source_read_unit_delimited(src, unit, &g->unit);
   if (rc < 0) {
     memset(&g->unit, 0, sizeof g->unit);
     return rc;
@@ -317,6 +332,8 @@ static int next_unit(struct dl_job *j, uint32_t c, struct dl_gen *g) {
       continue;
     uint64_t unit = take_unit(j, c, s, (uint32_t)d);
     if (dl_version_blocked(v, (uint32_t)d, unit)) continue;
+    g->res_rel = 0; /* a new unit is read whole */
+    g->res_lead = false;
     int rc = dl_gen_load_unit(j, g, (uint32_t)d, unit);
     if (rc < 0) return rc;
     g->off = 0;
@@ -343,8 +360,37 @@ static void doc_range(const struct dl_job *j, const struct dl_gen *g, size_t i, 
   *ret_end = g->seg_doc_off[i] + (e - first);
 }
 
+static bool is_lead(const struct dl_gen *g, size_t i) {
+  return i == 0 && g->n_seg > g->unit.n_docs;
+}
+
+/* Byte of its document's text where piece i's first token starts: 0, or
+ * where a document resumed with another tokenizer went on. */
+static uint64_t piece_byte0(const struct dl_gen *g, size_t i) {
+  return is_lead(g, i) && g->res_lead ? g->res_byte : 0;
+}
+
+/* The byte of its document's text where served offset `at` of piece i
+ * lies (a text dataset's unit: copied, so xtok is set), read with src.
+ * A cursor makes a document's consecutive lines cost their own tokens. */
+static uint64_t piece_byte_at(const struct dl_job *j, struct dl_gen *g, const struct dl_source *src,
+                              size_t i, uint64_t at) {
+  uint64_t first = g->seg_x[i] + (j->add_bos && g->seg_new[i]);
+  uint64_t last = piece_end(g, i) - j->add_eos;
+  if (last < first) last = first;
+  at = at < first ? first : at > last ? last : at;
+  if (g->bc_piece != i || g->bc_off > at) {
+    g->bc_piece = i;
+    g->bc_off = first;
+    g->bc_bytes = piece_byte0(g, i);
+  }
+  for (; g->bc_off < at && g->xtok; g->bc_off++)
+    g->bc_bytes += dl_source_token_bytes(src, g->xtok[g->bc_off]);
+  return g->bc_bytes;
+}
+
 /* One source entry: n tokens of one piece at the offset. */
-static int add_run(struct dl_job *j, const struct dl_gen *g, struct dl_line_out *o, size_t n) {
+static int add_run(struct dl_job *j, struct dl_gen *g, struct dl_line_out *o, size_t n) {
   if (o->n_runs == o->cap_runs) {
     size_t cap = o->cap_runs ? o->cap_runs * 2 : 16;
     Stoker__V1__LineSource **r = realloc(o->runs, cap * sizeof *r);
@@ -364,16 +410,24 @@ static int add_run(struct dl_job *j, const struct dl_gen *g, struct dl_line_out 
     free(s);
     return STK_ENOMEM;
   }
+  o->runs[o->n_runs++] = s; /* freed with the others from here on */
   size_t i = piece_at(g, g->off);
   s->document = g->seg_doc[i];
   doc_range(j, g, i, g->off, g->off + n, &s->doc_token_begin, &s->doc_token_end);
+  const struct dl_source *src = dl_ds_src(j, g->vi, (uint32_t)g->cur_ds);
+  s->tokenizer = "";
+  if (dl_source_tokenizes(src)) { /* text: the tokenizer, and the piece's bytes of the text */
+    const struct dl_ds *ds = &j->ds[g->cur_ds];
+    s->tokenizer = ds->tok_name[dl_version_tok(&j->ver[g->vi], (uint32_t)g->cur_ds)];
+    s->doc_byte_begin = piece_byte_at(j, g, src, i, g->off);
+    s->doc_byte_end = piece_byte_at(j, g, src, i, g->off + n);
+  }
   s->token_begin = g->off;
   s->token_end = g->off + n;
   s->epoch = g->cur_epoch;
   s->unit = g->cur_unit;
   s->lane = o->lane;
-  o->runs[o->n_runs++] = s;
-  return 0;
+  return (s->tokenizer = strdup(s->tokenizer)) ? 0 : STK_ENOMEM;
 }
 
 /* Copies n tokens of the current unit at line position fill. */
@@ -401,6 +455,8 @@ int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_o
       dl_gen_charge_used_up(j, g);
       unit_drop(g);
       g->cur_ds = -1;
+      g->res_rel = 0;
+      g->res_lead = false;
       if ((rc = next_unit(j, c, g)) < 0) break;
     }
     bool explain = out && out->explain;
@@ -427,6 +483,32 @@ int dl_gen_line(struct dl_job *j, uint32_t c, struct dl_gen *g, struct dl_line_o
   return rc;
 }
 
+/* The current unit read again with version g->vi's tokenizer from where
+ * the old one (src) stopped: the document being served goes on from its
+ * next byte (the rest of a token-split character too: the tokenizers are
+ * byte-level), the unit's later documents follow. A document not begun
+ * starts afresh (its BOS then still due). */
+static int switch_tokenizer(struct dl_job *j, struct dl_gen *g, uint32_t d,
+                            const struct dl_source *src) {
+  size_t i = piece_at(g, g->off);
+  bool lead = is_lead(g, i);
+  uint32_t rel = 1; /* a unit of empty documents only: nothing follows */
+  if (lead && g->res_lead)
+    rel = g->res_rel;
+  else if (!lead) {
+    size_t di = i - (g->n_seg > g->unit.n_docs);
+    rel = g->unit.doc_rel ? g->unit.doc_rel[di] : (uint32_t)(di + 1);
+  }
+  uint64_t byte = piece_byte_at(j, g, src, i, g->off);
+  bool from_byte = lead || g->off > g->seg_x[i];
+  g->res_rel = rel;
+  g->res_byte = from_byte ? byte : 0;
+  g->res_lead = from_byte;
+  int rc = load_unit(j, g, d, g->cur_unit, false);
+  g->off = 0;
+  return rc;
+}
+
 int dl_gen_next_version(struct dl_job *j, struct dl_gen *g) {
   g->vi++;
   g->k = 0;
@@ -439,13 +521,18 @@ int dl_gen_next_version(struct dl_job *j, struct dl_gen *g) {
     unit_drop(g);
     g->cur_ds = -1;
     g->off = 0;
+    g->res_rel = 0;
+    g->res_lead = false;
     return 0;
   }
   /* The new version's blocked documents apply to the rest of the unit: a
    * delimited unit is read whole from here (nothing is charged twice: the
    * counters of the new version start at 0), a whole one re-marked. */
   int rc = 0;
-  if (dl_gen_delimited(g) && dl_version_blocks_docs(v, d)) {
+  uint32_t was = dl_version_tok(&j->ver[g->vi - 1], d), now = dl_version_tok(v, d);
+  if (was != now && !dl_gen_delimited(g)) {
+    rc = switch_tokenizer(j, g, d, j->ds[d].tok_src[was]);
+  } else if (dl_gen_delimited(g) && dl_version_blocks_docs(v, d)) {
     uint64_t off = g->off;
     rc = load_unit(j, g, d, g->cur_unit, true);
     g->off = off;

@@ -256,6 +256,7 @@ static void sink_free(struct sink *s) {
   for (size_t i = 0; i < s->out.n_runs; i++) {
     free(s->out.runs[i]->dataset);
     free(s->out.runs[i]->file);
+    free(s->out.runs[i]->tokenizer);
     free(s->out.runs[i]);
   }
   free(s->out.runs);
@@ -353,6 +354,7 @@ void dl_explain_free(Stoker__V1__ExplainResponse *resp) {
   for (size_t i = 0; i < resp->n_sources; i++) {
     free(resp->sources[i]->dataset);
     free(resp->sources[i]->file);
+    free(resp->sources[i]->tokenizer);
     free(resp->sources[i]);
   }
   free(resp->sources);

@@ -2,12 +2,13 @@
  * dl_update: UpdateMixture — a new configuration version from a step on.
  * The new version starts from the one in force at from_step and changes
  * what the request names: mixture (new datasets opened and appended to the
- * job's table; a known dataset keeps its position, so nothing repeats),
- * seq_len, global_batch, blocked units and documents. Versions at or after from_step are
- * replaced. Everything is validated and built aside, stored with a synced
- * write, and only then swapped in; a failure changes nothing.
+ * job's table; a known dataset keeps its position, so nothing repeats, and
+ * may be read with another tokenizer: text datasets, opened once more with
+ * it), seq_len, global_batch, blocked units and documents. The datasets are
+ * checked by the function CreateLoader's are (dl_check_datasets). Versions at or after from_step
+ * are replaced. Everything is validated and built aside, stored with a synced write, and only then
+ * swapped in; a failure changes nothing.
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,41 +16,41 @@
 #include "stk_error.h"
 
 /* Weights of the new mixture; opens datasets not yet in the table. */
+/* The new mixture: checked as CreateLoader checks its datasets; a known
+ * dataset may change its weight and its tokenizer (empty: the one in
+ * force), nothing else; a new one is opened and appended to the table. */
 static int set_mixture(struct dl *dl, struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req,
                        struct dl_version *v) {
-  double sum = 0;
-  for (size_t i = 0; i < req->n_datasets; i++) {
-    const Stoker__V1__DatasetSpec *d = req->datasets[i];
-    int rc = dl_validate_name("dataset", d->name);
-    if (rc < 0) return rc;
-    if (!isfinite(d->weight) || d->weight < 0 || d->weight > 1e12) {
-      stk_set_detail("dataset %s: weight must be finite, >= 0 and <= 1e12", d->name);
-      return STK_EINVAL;
-    }
-    for (size_t k = 0; k < i; k++)
-      if (strcmp(req->datasets[k]->name, d->name) == 0) {
-        stk_set_detail("dataset %s listed twice", d->name);
-        return STK_EINVAL;
-      }
-    sum += d->weight;
+  int rc = dl_check_datasets(req->datasets, req->n_datasets);
+  for (size_t i = 0; rc == 0 && i < req->n_datasets; i++) {
+    int d = dl_ds_find(j, req->datasets[i]->name);
+    if (d >= 0) rc = dl_ds_check_same(j, (uint32_t)d, req->datasets[i]);
   }
-  if (!(sum > 0)) {
-    stk_set_detail("the weights of the datasets sum to 0");
-    return STK_EINVAL;
-  }
-  for (size_t i = 0; i < req->n_datasets; i++)
-    if (dl_ds_find(j, req->datasets[i]->name) < 0) {
-      int rc = dl_ds_add(dl, j, req->datasets[i]);
-      if (rc < 0) return rc;
-    }
+  for (size_t i = 0; rc == 0 && i < req->n_datasets; i++)
+    if (dl_ds_find(j, req->datasets[i]->name) < 0) rc = dl_ds_add(dl, j, req->datasets[i]);
+  if (rc < 0) return rc;
   double *w = calloc(j->n_ds, sizeof *w);
-  if (!w) return STK_ENOMEM;
-  for (size_t i = 0; i < req->n_datasets; i++)
-    w[dl_ds_find(j, req->datasets[i]->name)] = req->datasets[i]->weight;
+  uint32_t *tok = calloc(j->n_ds, sizeof *tok);
+  if (!w || !tok) {
+    free(w);
+    free(tok);
+    return STK_ENOMEM;
+  }
+  for (uint32_t d = 0; d < j->n_ds; d++) tok[d] = dl_version_tok(v, d);
   free(v->weights);
+  free(v->tok);
   v->weights = w;
   v->n_weights = j->n_ds;
-  return 0;
+  v->tok = tok;
+  v->n_tok = j->n_ds;
+  for (size_t i = 0; rc == 0 && i < req->n_datasets; i++) {
+    const Stoker__V1__DatasetSpec *spec = req->datasets[i];
+    uint32_t d = (uint32_t)dl_ds_find(j, spec->name);
+    w[d] = spec->weight;
+    if (spec->tokenizer && *spec->tokenizer)
+      rc = dl_ds_tokenizer(dl, j, d, spec->tokenizer, &tok[d]);
+  }
+  return rc;
 }
 
 static int add_blocks(struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req,
@@ -166,15 +167,21 @@ static int make_version(struct dl *dl, struct dl_job *j,
   return rc;
 }
 
-static void drop_datasets(struct dl_job *j, uint32_t n_ds) {
+/* Takes back the datasets and tokenizers a failed update opened (n_tok:
+ * each older dataset's tokenizer count before). */
+static void drop_datasets(struct dl_job *j, uint32_t n_ds, const uint32_t *n_tok) {
   while (j->n_ds > n_ds) {
     dl_ds_clear(&j->ds[--j->n_ds]);
   }
+  for (uint32_t d = 0; n_tok && d < n_ds; d++) dl_ds_drop_tokenizers(&j->ds[d], n_tok[d]);
 }
 
 static int apply(struct dl *dl, struct dl_job *j, const Stoker__V1__UpdateMixtureRequest *req) {
   struct dl_version v = {0}, *list = NULL, *old = j->ver;
   uint32_t n_ds = j->n_ds, n = 0, old_n = j->n_ver;
+  uint32_t *n_tok = malloc((n_ds + 1) * sizeof *n_tok);
+  if (!n_tok) return STK_ENOMEM;
+  for (uint32_t d = 0; d < n_ds; d++) n_tok[d] = j->ds[d].n_tok;
   int rc = make_version(dl, j, req, &v);
   if (rc == 0) rc = build(j, &v, &list, &n);
   if (rc == 0) {
@@ -191,7 +198,8 @@ static int apply(struct dl *dl, struct dl_job *j, const Stoker__V1__UpdateMixtur
   } else {
     dl_version_clear(&v);
   }
-  if (rc < 0) drop_datasets(j, n_ds);
+  if (rc < 0) drop_datasets(j, n_ds, n_tok);
+  free(n_tok);
   if (list) {
     for (uint32_t i = 0; i < old_n; i++) dl_version_clear(&old[i]);
     free(old);

@@ -1,6 +1,7 @@
 /*
  * dl_version: configuration versions (mixture weights, seq_len,
- * global_batch, blocked units and documents, each in force from a step on):
+ * global_batch, blocked units and documents, each dataset's tokenizer, each
+ * in force from a step on):
  * copies, lookups, the bounds of a shape. Records only: calls nothing of the
  * dataloader.
  */
@@ -30,6 +31,7 @@ void dl_version_clear(struct dl_version *v) {
   free(v->weights);
   free(v->blocked);
   free(v->doc_blocked);
+  free(v->tok);
   memset(v, 0, sizeof *v);
 }
 
@@ -38,12 +40,15 @@ int dl_version_copy(const struct dl_version *src, struct dl_version *dst) {
   dst->weights = malloc((src->n_weights + 1) * sizeof *dst->weights);
   dst->blocked = malloc((src->n_blocked + 1) * sizeof *dst->blocked);
   dst->doc_blocked = malloc((src->n_doc_blocked + 1) * sizeof *dst->doc_blocked);
-  if (!dst->weights || !dst->blocked || !dst->doc_blocked) {
+  dst->tok = malloc((src->n_tok + 1) * sizeof *dst->tok);
+  if (!dst->weights || !dst->blocked || !dst->doc_blocked || !dst->tok) {
     free(dst->weights);
     free(dst->blocked);
     free(dst->doc_blocked);
+    free(dst->tok);
     return STK_ENOMEM;
   }
+  if (src->n_tok) memcpy(dst->tok, src->tok, src->n_tok * sizeof *dst->tok);
   if (src->n_weights) memcpy(dst->weights, src->weights, src->n_weights * sizeof *dst->weights);
   if (src->n_blocked) memcpy(dst->blocked, src->blocked, src->n_blocked * sizeof *dst->blocked);
   if (src->n_doc_blocked)
@@ -100,6 +105,10 @@ void dl_version_sort_doc_blocked(struct dl_version *v) {
 
 double dl_version_weight(const struct dl_version *v, uint32_t ds) {
   return ds < v->n_weights ? v->weights[ds] : 0;
+}
+
+uint32_t dl_version_tok(const struct dl_version *v, uint32_t ds) {
+  return ds < v->n_tok ? v->tok[ds] : 0;
 }
 
 /* Sorts and removes duplicates (after appending new blocked units). */

@@ -7,6 +7,10 @@
  * batch; exported state imported into a second daemon serves the same
  * batches. Datasets: the synthetic corpus (tokens encode document and
  * position) and real Megatron and llm.c files written by dl_synthetic.
+ * A text dataset switched from bytes to a GPT-2 tokenizer by UpdateMixture
+ * serves the same batches after a kill -9 (from a commit inside a resumed
+ * unit) and at another world size, GetLoader names the tokenizer, and an
+ * update with a tokenizer CreateLoader refuses gets CreateLoader's answer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -239,6 +243,124 @@ static void test_export_import_second_daemon(void **state) {
   harness_daemon_free(d2);
 }
 
+/* ------------------------------------------------- tokenizer switch */
+
+/* A JSONL corpus and a GPT-2 tokenizer under the daemon's root: every byte
+ * b is id 1000 + b, plus the merges "t h" and "th e" (ids 2000, 2001). */
+static void write_text_and_gpt2(const char *root, char ret_uri[700], char ret_tok[1400]) {
+  static const char *const words[] = {"the", "cat", "caf\u00e9", "then", "on", "a"};
+  char path[600];
+  snprintf(path, sizeof(path), "%s/text.jsonl", root);
+  FILE *t = fopen(path, "w");
+  assert_non_null(t);
+  uint64_t st = 5;
+  for (int d = 0; d < 200; d++) {
+    fputs("{\"text\": \"", t);
+    int n = 2 + (int)((st = st * 6364136223846793005ull + 1) >> 58);
+    for (int i = 0; i < n; i++)
+      fprintf(t, "%s%s", i ? " " : "", words[(st = st * 6364136223846793005ull + 1) >> 61 & 3]);
+    fputs("\"}\n", t);
+  }
+  assert_int_equal(fclose(t), 0);
+  snprintf(ret_uri, 700, "file://%s", path);
+  char vocab[600], merges[600];
+  snprintf(vocab, sizeof(vocab), "%s/encoder.json", root);
+  snprintf(merges, sizeof(merges), "%s/vocab.bpe", root);
+  FILE *v = fopen(vocab, "w"), *m = fopen(merges, "w");
+  assert_non_null(v);
+  assert_non_null(m);
+  unsigned extra = 0;
+  fputs("{", v);
+  for (int b = 0; b < 256; b++) { /* GPT-2's byte-to-unicode spelling */
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    fprintf(v, "\"\\u%04x\": %d, ", printable ? (unsigned)b : 256 + extra++, 1000 + b);
+  }
+  fputs("\"th\": 2000, \"the\": 2001}\n", v);
+  fputs("#version: 0.2\nt h\nth e\n", m);
+  assert_int_equal(fclose(v), 0);
+  assert_int_equal(fclose(m), 0);
+  snprintf(ret_tok, 1400, "gpt2:%s,%s", vocab, merges);
+}
+
+static int update_tokenizer(struct fixture *f, const char *job, int64_t from, const char *uri,
+                            const char *tokenizer, char *msg, size_t msg_len) {
+  Stoker__V1__StorageRef ref = STOKER__V1__STORAGE_REF__INIT;
+  Stoker__V1__DatasetSpec ds = STOKER__V1__DATASET_SPEC__INIT, *dsp = &ds;
+  ref.uri = (char *)uri;
+  ds.name = "text";
+  ds.source = &ref;
+  ds.format = STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_TEXT;
+  ds.weight = 1;
+  ds.tokenizer = (char *)tokenizer;
+  Stoker__V1__UpdateMixtureRequest u = STOKER__V1__UPDATE_MIXTURE_REQUEST__INIT;
+  u.job = (char *)job;
+  u.from_step = from;
+  u.datasets = &dsp;
+  u.n_datasets = 1;
+  return tdl_call(f->rc, "UpdateMixture", &u.base, &stoker__v1__loader_info__descriptor, NULL, msg,
+                  msg_len);
+}
+
+#define TOK_STEPS 24
+#define TOK_FROM  5
+
+static void test_tokenizer_switch_after_kill(void **state) {
+  struct fixture *f = *state;
+  char uri[700], gpt2[1400], msg[1024], create_msg[1024];
+  write_text_and_gpt2(f->d->root, uri, gpt2);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "tok", uri, STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_TEXT, 47, 8);
+  t.ds.name = "text";
+  t.ds.block_bytes = 256;
+  t.ds.tokenizer = "nope"; /* CreateLoader's answer to an unknown tokenizer */
+  assert_int_equal(tdl_create(f->rc, &t.spec, create_msg, sizeof(create_msg)),
+                   RPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(create_msg, "unknown tokenizer"));
+  t.ds.tokenizer = "";
+  assert_int_equal(tdl_create(f->rc, &t.spec, NULL, 0), RPC_OK);
+  assert_int_equal(update_tokenizer(f, "tok", TOK_FROM, uri, "nope", msg, sizeof(msg)),
+                   RPC_INVALID_ARGUMENT);
+  assert_string_equal(msg, create_msg); /* the same answer, nothing changed */
+  assert_int_equal(update_tokenizer(f, "tok", TOK_FROM, uri, gpt2, msg, sizeof(msg)), RPC_OK);
+
+  uint8_t *want[TOK_STEPS];
+  size_t n[TOK_STEPS];
+  for (int s = 0; s < TOK_STEPS; s++) {
+    assert_non_null(want[s] = tdl_global(f->rc, "tok", s, 1, &n[s]));
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (size_t i = 0; i + 4 <= n[s]; i += 4) {
+      uint32_t id;
+      memcpy(&id, want[s] + i, 4);
+      lo = id < lo ? id : lo;
+      hi = id > hi ? id : hi;
+    }
+    if (s < TOK_FROM)
+      assert_true(hi < 256); /* bytes */
+    else
+      assert_true(lo >= 1000); /* gpt2 ids only */
+  }
+  Stoker__V1__GetLoaderRequest g = STOKER__V1__GET_LOADER_REQUEST__INIT;
+  g.job = "tok";
+  Stoker__V1__LoaderInfo *info = NULL;
+  assert_int_equal(tdl_call(f->rc, "GetLoader", &g.base, &stoker__v1__loader_info__descriptor,
+                            (ProtobufCMessage **)&info, msg, sizeof(msg)),
+                   RPC_OK);
+  assert_string_equal(info->spec->datasets[0]->tokenizer, gpt2);
+  stoker__v1__loader_info__free_unpacked(info, NULL);
+
+  assert_int_equal(tdl_commit(f->rc, "tok", TOK_FROM + 1), RPC_OK);
+  crash_restart(f);
+  for (int s = TOK_FROM + 2; s < TOK_STEPS; s++) {
+    size_t len;
+    uint8_t *got = tdl_global(f->rc, "tok", s, s % 2 ? 4 : 2, &len);
+    assert_non_null(got);
+    assert_int_equal(len, n[s]);
+    assert_memory_equal(got, want[s], len);
+    free(got);
+  }
+  for (int s = 0; s < TOK_STEPS; s++) free(want[s]);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 2;
   const struct CMUnitTest tests[] = {
@@ -248,6 +370,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_exact_resume_after_kill, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rescale_4_to_3, setup, teardown),
       cmocka_unit_test_setup_teardown(test_export_import_second_daemon, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_tokenizer_switch_after_kill, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

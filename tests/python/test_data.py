@@ -350,8 +350,9 @@ def make_create(addr: str) -> Callable[[str, str, int], StokerError]:
 def test_data_roots_bound_what_clients_read(daemons, tmp_path):
     """The daemon serves files under its --data-root only: /etc/passwd, a
     ".." walk out of the root, a link inside the root to a file outside, and
-    the tokenizer's vocabulary path all answer PERMISSION_DENIED naming the
-    rule; a link out answers the same whether or not its target exists (no
+    the tokenizer's vocabulary path (at CreateLoader, and at UpdateMixture
+    switching a job's tokenizer: the same answer) all answer
+    PERMISSION_DENIED naming the rule; a link out answers the same whether or not its target exists (no
     existence oracle); a daemon started with no root serves no file at all."""
     create = make_create(daemons["dataloader"].addr)
     (tmp_path / "escape.txt").symlink_to("/etc/passwd")
@@ -386,6 +387,32 @@ def test_data_roots_bound_what_clients_read(daemons, tmp_path):
             timeout=10,
         )
     assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, e.value
+    # UpdateMixture switching a job's tokenizer to that vocabulary: the same answer.
+    conn = Connection(daemons["dataloader"].addr)
+    ok = pb.DatasetSpec(
+        name="d",
+        weight=1.0,
+        format=pb.DATASET_FORMAT_TEXT,
+        source=common_pb2.StorageRef(uri=f"file://{tmp_path}/ok.txt"),
+    )
+    conn.unary(
+        "/stoker.v1.Dataloader/CreateLoader",
+        pb.CreateLoaderRequest(
+            spec=pb.LoaderSpec(job="vocab", seq_len=8, global_batch=2, lanes=1, datasets=[ok])
+        ),
+        pb.LoaderInfo,
+        timeout=10,
+    )
+    with pytest.raises(StokerError) as u:
+        conn.unary(
+            "/stoker.v1.Dataloader/UpdateMixture",
+            pb.UpdateMixtureRequest(job="vocab", from_step=3, datasets=[spec]),
+            pb.LoaderInfo,
+            timeout=10,
+        )
+    assert u.value.code == grpc.StatusCode.PERMISSION_DENIED, u.value
+    same = str(e.value).replace("CreateLoader", "UpdateMixture")  # the method's name apart
+    assert str(u.value) == same, (u.value, e.value)
     (tmp_path / "bare").mkdir()
     bare = Daemon("dataloader", tmp_path / "bare", data_roots=[])
     try:

@@ -31,6 +31,8 @@ struct dl_bpe {
   pcre2_code *re;
   bool jit;
   uint32_t byte_id[256];
+  uint16_t *id_bytes; /* [n_ids] bytes each token id stands for (0: not a byte-level token) */
+  uint32_t n_ids;
   struct dl_u64map merges; /* (left id << 32 | right id) -> (rank << 32 | merged id) */
   pthread_mutex_t lock;    /* guards cache */
   struct dl_strmap cache;  /* word bytes -> (uintptr_t) uint32_t[1 + n]: n, ids */
@@ -65,6 +67,22 @@ static int spelling_to_bytes(const int16_t inv[324], const char *s, char *out, s
   return 0;
 }
 
+/* Records that token `id` stands for len bytes (dl_bpe_token_bytes). */
+static int note_bytes(struct dl_bpe *b, uint32_t id, size_t len) {
+  if (id >= (1u << 24)) return STK_ECORRUPT; /* no vocabulary is that large */
+  if (id >= b->n_ids) {
+    uint32_t n = b->n_ids ? b->n_ids : 1024;
+    while (n <= id) n *= 2;
+    uint16_t *p = realloc(b->id_bytes, n * sizeof *p);
+    if (!p) return STK_ENOMEM;
+    memset(p + b->n_ids, 0, (n - b->n_ids) * sizeof *p);
+    b->id_bytes = p;
+    b->n_ids = n;
+  }
+  b->id_bytes[id] = (uint16_t)len;
+  return 0;
+}
+
 static int load_vocab(const char *path, const int16_t inv[324], struct dl_bpe *b,
                       struct dl_strmap *vocab) {
   struct dl_map m;
@@ -79,16 +97,18 @@ static int load_vocab(const char *path, const int16_t inv[324], struct dl_bpe *b
   }
   for (int i = 0; i < 256; i++) b->byte_id[i] = UINT32_MAX;
   for (const cJSON *e = root->child; e && rc == 0; e = e->next) {
-    char raw[1024];
+    char raw[1024]; /* a spelling's bytes: at most its length, so len < 1024 */
     size_t len;
     if (!cJSON_IsNumber(e) || strlen(e->string) >= sizeof raw || e->valuedouble < 0 ||
         spelling_to_bytes(inv, e->string, raw, &len) < 0)
       continue; /* not a byte-level token (e.g. added special tokens): never produced */
     uint32_t id = (uint32_t)e->valuedouble;
     rc = dl_strmap_put(vocab, raw, len, id);
+    if (rc == 0) rc = note_bytes(b, id, len);
     if (len == 1) b->byte_id[(uint8_t)raw[0]] = id;
   }
   cJSON_Delete(root);
+  if (rc == STK_ECORRUPT) stk_set_detail("%s: a token id over 2^24", path);
   for (int i = 0; i < 256 && rc == 0; i++) {
     if (b->byte_id[i] != UINT32_MAX) continue;
     stk_set_detail("%s: no token for byte %d", path, i);
@@ -183,6 +203,7 @@ static void free_cached(uint64_t val) {
 void dl_bpe_free(struct dl_bpe *b) {
   if (!b) return;
   if (b->re) pcre2_code_free(b->re);
+  free(b->id_bytes);
   dl_u64map_clear(&b->merges);
   dl_strmap_clear(&b->cache, free_cached);
   pthread_mutex_destroy(&b->lock);
@@ -260,4 +281,8 @@ int dl_bpe_encode(struct dl_bpe *b, const char *text, size_t len, struct dl_toke
   }
   pcre2_match_data_free(md);
   return rc;
+}
+
+size_t dl_bpe_token_bytes(const struct dl_bpe *b, uint32_t id) {
+  return id < b->n_ids ? b->id_bytes[id] : 0;
 }

@@ -128,3 +128,32 @@ int dl_source_read_unit_runs(struct dl_source *s, uint64_t u, struct dl_unit *re
 int dl_source_read_unit_delimited(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
   return read_with(s, u, ret_unit, DELIMITED);
 }
+
+bool dl_source_tokenizes(const struct dl_source *s) {
+  return s->ops->read_from && s->ops->token_bytes;
+}
+
+size_t dl_source_token_bytes(const struct dl_source *s, uint32_t id) {
+  return s->ops->token_bytes ? s->ops->token_bytes(s, id) : 0;
+}
+
+int dl_source_read_unit_from(struct dl_source *s, uint64_t u, uint32_t doc_rel, uint64_t byte,
+                             bool lead, struct dl_unit *ret_unit) {
+  if (!dl_source_tokenizes(s)) {
+    stk_set_detail("%s: its format is read as tokens, never from a byte", s->name);
+    return STK_EINVAL;
+  }
+  if (u >= s->n_units) {
+    stk_set_detail("%s: unit %llu out of range (%llu units)", s->name, (unsigned long long)u,
+                   (unsigned long long)s->n_units);
+    return STK_ERANGE;
+  }
+  struct dl_unit unit = {0};
+  int rc = s->ops->read_from(s, u, doc_rel, byte, lead, &unit);
+  if (rc < 0) {
+    dl_unit_free(&unit);
+    return rc;
+  }
+  *ret_unit = unit;
+  return 0;
+}

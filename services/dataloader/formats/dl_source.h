@@ -136,6 +136,23 @@ int dl_source_find_file(const struct dl_source *s, const char *name, uint32_t *r
 /* Number of documents in a file (builds its index where needed). */
 int dl_source_file_docs(struct dl_source *s, uint32_t file, uint64_t *ret_docs);
 
+/* Readers that tokenize text (text datasets) can start a unit anywhere in
+ * it, so a job that changes a dataset's tokenizer in the middle of a unit
+ * goes on from the byte where the old tokenizer stopped.
+ * dl_source_tokenizes: whether s is such a reader. dl_source_token_bytes:
+ * the bytes of text token `id` stands for (the tokenizers are byte-level:
+ * a run of ids spells exactly the bytes it was encoded from); 0 for other
+ * readers and ids never produced.
+ * dl_source_read_unit_from: unit u without its documents before doc_rel
+ * (counted as doc_rel in dl_unit: the unit's first document is 1); when
+ * lead, document doc_rel is tokenized from byte `byte` of its text and is
+ * the unit's leading fragment (no entry in doc_starts), else it starts
+ * fresh. Copied form; STK_EINVAL for readers that do not tokenize. */
+bool dl_source_tokenizes(const struct dl_source *s);
+size_t dl_source_token_bytes(const struct dl_source *s, uint32_t id);
+int dl_source_read_unit_from(struct dl_source *s, uint64_t u, uint32_t doc_rel, uint64_t byte,
+                             bool lead, struct dl_unit *ret_unit);
+
 /* Copies tokens [off, off + n) of a unit of the copied or borrowed form to dst. */
 void dl_unit_copy(const struct dl_unit *unit, size_t off, size_t n, uint32_t *dst);
 void dl_unit_free(struct dl_unit *unit);

@@ -23,6 +23,11 @@ struct dl_source_ops {
   int (*unit_docs)(struct dl_source *s, uint64_t u, struct dl_unit_docs *ret_docs);
   /* dl_source_file_docs for a file in range. */
   int (*file_docs)(struct dl_source *s, uint32_t file, uint64_t *ret_docs);
+  /* Optional (readers that tokenize text): dl_source_read_unit_from and
+   * dl_source_token_bytes for a unit in range. */
+  int (*read_from)(struct dl_source *s, uint64_t u, uint32_t doc_rel, uint64_t byte, bool lead,
+                   struct dl_unit *ret_unit);
+  size_t (*token_bytes)(const struct dl_source *s, uint32_t id);
 };
 
 struct dl_source {

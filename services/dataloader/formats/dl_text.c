@@ -13,6 +13,10 @@
  * the blocks before it: an index of those counts (8 bytes per block) is
  * built with one pass over the file (line ends only, nothing tokenized) the
  * first time a document is asked for.
+ *
+ * A unit can also be read from a place (text_read_from: from one of its
+ * documents, that one from a byte of its text): a job that changes the
+ * tokenizer in the middle of a unit goes on there with the new one.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -58,6 +62,12 @@ struct builder {
   struct dl_unit *unit;
   size_t doc_cap;
   uint32_t seen; /* documents met so far (also those without tokens) */
+  /* A read from a place (text_read_from): documents before from_rel are
+   * passed over; when lead, document from_rel is tokenized from byte
+   * from_byte of its text on, as the unit's leading piece (no start). */
+  uint32_t from_rel;
+  uint64_t from_byte;
+  bool lead;
 };
 
 static const struct tfile *find_file(const struct text *t, uint64_t u) {
@@ -98,6 +108,11 @@ static bool blank(const struct tfile *f, size_t p, size_t e) {
 static int add_doc(struct text *t, struct builder *b, const char *s, size_t len) {
   size_t before = b->toks.n;
   b->seen++;
+  if (b->seen < b->from_rel) return 0;
+  if (b->seen == b->from_rel && b->lead) {
+    size_t skip = b->from_byte < len ? (size_t)b->from_byte : len;
+    return dl_tokenizer_encode(t->tok, s + skip, len - skip, &b->toks);
+  }
   int rc = dl_tokenizer_encode(t->tok, s, len, &b->toks);
   if (rc < 0 || b->toks.n == before) return rc;
   return dl_unit_add_doc_rel(b->unit, &b->doc_cap, (uint32_t)before, b->seen);
@@ -206,19 +221,37 @@ static void cache_put(struct text *t, uint64_t u, const struct dl_unit *unit) {
   pthread_mutex_unlock(&t->lock);
 }
 
+/* Reads unit u as the builder says (all of it, or from a place). */
+static int build_unit(struct text *t, uint64_t u, struct builder *b) {
+  const struct tfile *f = find_file(t, u);
+  uint64_t start = (u - f->first_unit) * t->block_bytes;
+  int rc = read_block(t, f, start, start + text_weight(&t->base, u), b);
+  b->unit->tokens = b->toks.ids;
+  b->unit->n_tokens = b->toks.n;
+  b->unit->file = (uint32_t)(f - t->files);
+  return rc;
+}
+
 static int text_read(struct dl_source *s, uint64_t u, struct dl_unit *ret_unit) {
   struct text *t = (struct text *)s;
   int rc = cache_get(t, u, ret_unit);
   if (rc != 0) return rc < 0 ? rc : 0;
-  const struct tfile *f = find_file(t, u);
-  uint64_t start = (u - f->first_unit) * t->block_bytes;
   struct builder b = {.unit = ret_unit};
-  rc = read_block(t, f, start, start + text_weight(s, u), &b);
-  ret_unit->tokens = b.toks.ids;
-  ret_unit->n_tokens = b.toks.n;
-  ret_unit->file = (uint32_t)(f - t->files);
+  rc = build_unit(t, u, &b);
   if (rc == 0) cache_put(t, u, ret_unit);
   return rc;
+}
+
+/* Not cached: a unit is read from a place once, when a version changes
+ * its dataset's tokenizer in the middle of it (and after a restore there). */
+static int text_read_from(struct dl_source *s, uint64_t u, uint32_t doc_rel, uint64_t byte,
+                          bool lead, struct dl_unit *ret_unit) {
+  struct builder b = {.unit = ret_unit, .from_rel = doc_rel, .from_byte = byte, .lead = lead};
+  return build_unit((struct text *)s, u, &b);
+}
+
+static size_t text_token_bytes(const struct dl_source *s, uint32_t id) {
+  return dl_tokenizer_token_bytes(((const struct text *)s)->tok, id);
 }
 
 /* Documents starting in [start, end) of f, by read_block's rules. */
@@ -302,7 +335,9 @@ static const struct dl_source_ops text_ops = {.unit_weight = text_weight,
                                               .read_unit = text_read,
                                               .free = text_free,
                                               .unit_docs = text_unit_docs,
-                                              .file_docs = text_file_docs};
+                                              .file_docs = text_file_docs,
+                                              .read_from = text_read_from,
+                                              .token_bytes = text_token_bytes};
 
 static bool ends_with(const char *s, const char *suffix) {
   size_t ls = strlen(s), lx = strlen(suffix);

@@ -68,3 +68,8 @@ int dl_tokenizer_encode(struct dl_tokenizer *tok, const char *text, size_t len,
   for (size_t i = 0; i < len; i++) out->ids[out->n++] = (uint8_t)text[i];
   return 0;
 }
+
+size_t dl_tokenizer_token_bytes(const struct dl_tokenizer *tok, uint32_t id) {
+  if (tok->bpe) return dl_bpe_token_bytes(tok->bpe, id);
+  return id < 256 ? 1 : 0;
+}

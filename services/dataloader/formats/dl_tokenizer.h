@@ -29,6 +29,9 @@ void dl_tokenizer_free(struct dl_tokenizer *tok);
 /* Appends the ids of text[0..len) to out. 0 or STK_ENOMEM. */
 int dl_tokenizer_encode(struct dl_tokenizer *tok, const char *text, size_t len,
                         struct dl_tokens *out);
+/* Bytes of text the id stands for (byte-level tokenizers: the text of a run
+ * of ids is the concatenation of theirs); 0 for an id encode never gives. */
+size_t dl_tokenizer_token_bytes(const struct dl_tokenizer *tok, uint32_t id);
 void dl_tokens_release(struct dl_tokens *t);
 /* Appends one id; 0 or STK_ENOMEM. */
 int dl_tokens_push(struct dl_tokens *t, uint32_t id);

@@ -67,10 +67,12 @@ static void test_create_flags(void **state) {
   assert_int_equal(parse(&a, "loader", "create", "j", "--dataset", "a=/d/a:llmc@2", "--dataset",
                          "b=synthetic:10:1:5:3", "--seq-len", "1024", "--global-batch=64", "--seed",
                          "9", "--shards", "512", "--lanes", "16", "--eos", "50256",
-                         "--max-doc-tokens", "8192", NULL),
+                         "--max-doc-tokens", "8192", "--tokenizer", "b=bytes", NULL),
                    0);
   assert_int_equal(cli_loader_spec_from_args(&a, "j", &s, err, sizeof(err)), 0);
   assert_string_equal(s.spec.job, "j");
+  assert_string_equal(s.spec.datasets[1]->tokenizer, "bytes");
+  assert_string_equal(s.spec.datasets[0]->tokenizer, ""); /* unset: the default */
   assert_int_equal(s.spec.n_datasets, 2);
   assert_string_equal(s.spec.datasets[1]->name, "b");
   assert_true(s.spec.datasets[0]->weight == 2.0);
@@ -134,6 +136,20 @@ static void test_mixture_flags(void **state) {
   assert_int_equal(m.req.block_documents[0]->document, 42);
   assert_string_equal(m.req.block_documents[1]->file, "x/y.jsonl");
   assert_int_equal(m.req.block_documents[1]->document, 7);
+  /* A tokenizer for a dataset of the mixture (a text dataset read the new way). */
+  assert_int_equal(parse(&a, "--from-step", "9", "--dataset", "web=/d/web.jsonl:text",
+                         "--tokenizer", "web=gpt2:/v/enc.json,/v/vocab.bpe", NULL),
+                   0);
+  assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), 0);
+  assert_string_equal(m.req.datasets[0]->tokenizer, "gpt2:/v/enc.json,/v/vocab.bpe");
+  const char *bad_tok[] = {"other=bytes", "web=", "web", "=bytes"};
+  for (size_t i = 0; i < sizeof bad_tok / sizeof bad_tok[0]; i++) {
+    assert_int_equal(parse(&a, "--from-step", "9", "--dataset", "web=/d/web.jsonl:text",
+                           "--tokenizer", bad_tok[i], NULL),
+                     0);
+    assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), STK_EINVAL);
+    assert_non_null(strstr(err, "--tokenizer"));
+  }
   const char *bad[] = {"web/42", "/f/1", "web//1", "web/f/x", "web/f/"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     assert_int_equal(parse(&a, "--from-step", "9", "--block-document", bad[i], NULL), 0);
@@ -220,6 +236,8 @@ static void test_explain_table_and_json(void **state) {
   l[1].token_end = 9;
   l[1].epoch = 2;
   l[1].lane = 3;
+  l[1].tokenizer = "bytes";
+  l[1].doc_byte_end = 9;
   Stoker__V1__ExplainResponse r = STOKER__V1__EXPLAIN_RESPONSE__INIT;
   r.sources = lp;
   r.n_sources = 2;
@@ -237,6 +255,10 @@ static void test_explain_table_and_json(void **state) {
                       "web-00.bin");
   assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "doc_token_begin")->valuedouble,
                    40);
+  assert_null(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 0), "tokenizer")); /* stored as tokens */
+  assert_string_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 1), "tokenizer")->valuestring,
+                      "bytes");
+  assert_int_equal(cJSON_GetObjectItem(cJSON_GetArrayItem(src, 1), "doc_byte_end")->valuedouble, 9);
   assert_int_equal(cJSON_GetObjectItem(o, "world")->valuedouble, 2);
   cJSON_Delete(o);
 }

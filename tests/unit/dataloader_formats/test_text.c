@@ -1,7 +1,11 @@
 /*
  * Tests for the text reader with the byte tokenizer: JSONL and plain text
  * give every document exactly once, in order, whatever the block size; bad
- * JSONL lines are reported as file:line; the tokenizer spec is checked.
+ * JSONL lines are reported as file:line; the tokenizer spec is checked. A
+ * unit read from a place (a document of it, from a byte of its text: what a
+ * tokenizer switch reads) holds exactly that document's rest as its leading
+ * piece and the later documents whole, numbered as in the whole unit; the
+ * byte tokenizer's ids spell one byte each.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -150,11 +154,46 @@ static void test_byte_tokenizer(void **state) {
   tmpdir_remove(dir);
 }
 
+static void test_read_from_a_place(void **state) {
+  char *dir = tmpdir_new();
+  const char content[] = "{\"text\": \"caf\u00e9 one\"}\n{\"text\": \"\"}\n{\"text\": \"two\"}\n";
+  write_file(path_in(dir, "a.jsonl"), content, strlen(content));
+  struct dl_source_opts o = {.path = path_in(dir, "a.jsonl"), .format = DL_FORMAT_TEXT};
+  struct dl_source *s = NULL;
+  assert_int_equal(dl_source_open(&o, &s), 0);
+  assert_true(dl_source_tokenizes(s));
+  assert_int_equal(dl_source_token_bytes(s, 'a'), 1);
+  assert_int_equal(dl_source_token_bytes(s, 256), 0);
+  struct dl_unit u;
+  /* Document 1 from byte 4: the second byte of the "é" on, then document 3. */
+  assert_int_equal(dl_source_read_unit_from(s, 0, 1, 4, true, &u), 0);
+  assert_int_equal(u.n_tokens, 5 + 3);
+  const uint32_t want[] = {0xa9, ' ', 'o', 'n', 'e', 't', 'w', 'o'};
+  assert_memory_equal(u.tokens, want, sizeof want);
+  assert_int_equal(u.n_docs, 1); /* the lead has no start */
+  assert_int_equal(u.doc_starts[0], 5);
+  assert_int_equal(u.doc_rel[0], 3); /* as numbered in the whole unit */
+  dl_unit_free(&u);
+  /* Document 3 afresh: it starts the unit. */
+  assert_int_equal(dl_source_read_unit_from(s, 0, 3, 0, false, &u), 0);
+  assert_int_equal(u.n_tokens, 3);
+  assert_int_equal(u.n_docs, 1);
+  assert_int_equal(u.doc_starts[0], 0);
+  assert_int_equal(u.doc_rel[0], 3);
+  dl_unit_free(&u);
+  /* Past the end of a document's text: its rest is empty. */
+  assert_int_equal(dl_source_read_unit_from(s, 0, 1, 99, true, &u), 0);
+  assert_int_equal(u.n_tokens, 3);
+  dl_unit_free(&u);
+  dl_source_free(s);
+  tmpdir_remove(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_jsonl),          cmocka_unit_test(test_plain),
       cmocka_unit_test(test_bad_jsonl),      cmocka_unit_test(test_directory),
-      cmocka_unit_test(test_byte_tokenizer),
+      cmocka_unit_test(test_byte_tokenizer), cmocka_unit_test(test_read_from_a_place),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
