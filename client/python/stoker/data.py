@@ -76,7 +76,8 @@ class StokerDataset(IterableDataset[Sample]):
     """This rank's batches of a dataloader job, step after step.
 
     Args:
-        job: the dataloader job (created with ``CreateLoader`` or stokerctl).
+        job: the dataloader job, created with
+            ``stoker.jobs.Jobs().create_loader(...)`` or ``stokerctl loader create``.
         address: ``HOST:PORT`` of the dataloader, or a comma-separated list of
             the parts of a scaled-out one; default ``STOKER_DATALOADER``.
         rank, world_size: used when torch.distributed is not initialised
