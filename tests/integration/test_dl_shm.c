@@ -13,7 +13,8 @@
  * /dev/shm. The stream options (stk_batch_stream_open_opts): int64 tokens
  * are GetBatch's widened, in the ring's slot in place or widened from an
  * inline batch; STK_SHM_OFF never asks for the ring; STK_SHM_REQUIRE ends
- * the stream with FAILED_PRECONDITION where the ring cannot be opened;
+ * the stream with FAILED_PRECONDITION where the ring cannot be opened or
+ * the daemon has none;
  * bad options are STK_EINVAL.
  */
 #include <dirent.h>
@@ -273,6 +274,42 @@ static void test_required_ring_that_cannot_be_opened(void **state) {
   assert_int_equal(rename(moved, f->shm), 0);
 }
 
+/* A daemon with no ring (shm-dir off) sends every batch inline: a stream
+ * that requires the ring ends at its first batch (issue 26), one that does
+ * not takes the batches inline. */
+static void test_required_ring_from_a_daemon_without_one(void **state) {
+  struct fixture *f = *state;
+  struct harness_daemon *d = NULL;
+  struct rpc_client *rc = NULL;
+  const char *args[] = {"--shm-dir", "", NULL};
+  assert_int_equal(tdl_daemon_open(&d, &rc, args, NULL), 0);
+  struct stk_client *c = harness_client(d);
+  assert_non_null(c);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "s", "synthetic:4000:16:4000:3", 0, 255, 8);
+  char msg[512] = "";
+  assert_int_equal(tdl_create(rc, &t.spec, msg, sizeof(msg)), RPC_OK);
+  struct stk_batch_stream_opts o = {.prefetch = 1, .token_bytes = 8, .shm = STK_SHM_REQUIRE};
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open_opts(c, "s", 0, 0, 1, &o, &s), 0);
+  struct stk_batch b;
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), STK_ESTATE);
+  int code = 0;
+  const char *why = stk_client_last_error(&code);
+  assert_int_equal(code, 9); /* FAILED_PRECONDITION */
+  if (!strstr(why, "sent step 0 inline")) fail_msg("last error \"%s\" does not say why", why);
+  stk_batch_stream_free(s);
+  o.shm = STK_SHM_AUTO;
+  assert_int_equal(stk_batch_stream_open_opts(c, "s", 0, 0, 1, &o, &s), 0);
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+  assert_int_equal(stk_batch_ring_slots(&b), 0);
+  stk_batch_free(&b);
+  stk_batch_stream_free(s);
+  stk_client_free(c);
+  tdl_daemon_close(d, rc);
+  (void)f;
+}
+
 static void test_bad_stream_options(void **state) {
   struct fixture *f = *state;
   struct stk_batch_stream *s = NULL;
@@ -364,6 +401,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_unreachable_ring_falls_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int64_tokens_in_the_ring, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int64_tokens_inline_with_shm_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_required_ring_from_a_daemon_without_one, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_required_ring_that_cannot_be_opened, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_stream_options, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_nonce, setup, teardown),
