@@ -599,4 +599,6 @@ def test_create_loader_from_python_equals_stokerctl_and_serves(daemons, tmp_path
     with pytest.raises(StokerError) as e:
         jobs.create_loader("py", [DatasetSpec("t", str(corpus), "text")], 16, 4)
     assert e.value.code == grpc.StatusCode.ALREADY_EXISTS, e.value
+    kept = jobs.create_loader("py", [DatasetSpec("t", str(corpus), "text")], 16, 4, exist_ok=True)
+    assert kept.spec == made.spec  # the existing job, as it was (lanes 2, two datasets)
     assert sorted(ld.job for ld in jobs.loaders()) == ["cli", "py"]

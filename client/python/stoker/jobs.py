@@ -36,6 +36,8 @@ from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, TypeVar
 
+import grpc
+
 from stoker.connection import (
     CHECKPOINT,
     COORDINATOR,
@@ -963,6 +965,7 @@ class Jobs:
         bos_id: int | None = None,
         eos_id: int | None = None,
         max_doc_tokens: int = 0,
+        exist_ok: bool = False,
     ) -> Loader:
         """Creates the dataloader job ``job`` (``stokerctl loader create``,
         ``CreateLoader``) on every part, in part order (a failure names the
@@ -976,8 +979,11 @@ class Jobs:
         256 and 8; lanes <= logical_shards, and a scaled-out loader has at
         most ``lanes`` parts). bos_id / eos_id: a token put before / after
         each document (None: none). max_doc_tokens: longer documents are
-        cut (0: never). ALREADY_EXISTS when the job exists; a bad spec is
-        INVALID_ARGUMENT, a path outside the data roots PERMISSION_DENIED.
+        cut (0: never). ALREADY_EXISTS when the job exists, unless
+        ``exist_ok``: then a part that has the job keeps it as it is (its
+        spec is not compared) and the others get it, as when several ranks
+        or a restarted run create it. A bad spec is INVALID_ARGUMENT, a path
+        outside the data roots PERMISSION_DENIED.
         """
         if isinstance(datasets, DatasetSpec):
             datasets = [datasets]
@@ -1002,7 +1008,13 @@ class Jobs:
         out = []
         for i, conn in enumerate(conns):
             try:
-                reply = conn.unary(DATALOADER + "CreateLoader", req, dl_pb.LoaderInfo)
+                try:
+                    reply = conn.unary(DATALOADER + "CreateLoader", req, dl_pb.LoaderInfo)
+                except StokerError as e:
+                    if not exist_ok or e.code != grpc.StatusCode.ALREADY_EXISTS:
+                        raise
+                    get = dl_pb.GetLoaderRequest(job=job)
+                    reply = conn.unary(DATALOADER + "GetLoader", get, dl_pb.LoaderInfo, retry=True)
             except StokerError as e:
                 if len(conns) == 1:
                     raise
