@@ -360,9 +360,14 @@ def test_loader_equals_stokerctl(daemons):
         "5",
         "--max-doc-tokens",
         "64",
+        "--block-tokens",
+        "512",
     )
     jobs = Jobs(dataloader=addr)
     fresh = jobs.loader("ld")
+    assert fresh.spec is not None
+    # --block-tokens: the llm.c dataset's unit size, kept by the job.
+    assert [d.block_tokens for d in fresh.spec.datasets] == [512, 0]
     assert fresh.as_dict() == created == ctl("--dataloader", addr, "loader", "show", "ld")[0]
     assert fresh.committed_step == -1 and (fresh.part, fresh.parts) == (0, 0)
     assert fresh.spec is not None and fresh.spec.seq_len == 32 and fresh.spec.add_eos
