@@ -34,7 +34,9 @@ calls ``reset``, before DCP's own error handling, so a checkpoint the
 service cannot give raises its :class:`StokerError` out of ``dcp.load``.
 A failure later (while planning, writing or reading) reaches the caller
 the way DCP reports it, as a ``CheckpointException`` holding each failed
-rank's exception; :func:`service_error` returns the StokerError in it.
+rank's exception; :func:`service_error` returns the StokerError in it. A
+load without ``checkpoint_id`` reads the metadata inside DCP's handling,
+which keeps only its message (in an AssertionError): pass the step.
 
 A checkpoint without that JSON (the C trainer's) is described from its
 manifest alone: its tensors load like any DCP checkpoint's, its blobs as
