@@ -13,7 +13,8 @@
  * view their slots in place. Where the ring cannot be opened (the daemon
  * is on another host, or another user's), the iterator ends that call and
  * reopens it from the next step without shared memory, once (or, opened
- * with STK_SHM_REQUIRE, ends the stream with STK_ESTATE).
+ * with STK_SHM_REQUIRE, ends the stream with STK_ESTATE, as it does when
+ * the stream's first batch comes inline: the daemon made no ring).
  *
  * A stream made elsewhere (a scaled-out job's, assembled from one stream per
  * part in loader_parts_stream.c, above this file) is wrapped with the ops
@@ -164,6 +165,16 @@ static int take_batch(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
     s->reopen = true; /* Not this host's ring: fall back, from this step. */
     protobuf_c_message_free_unpacked(msg, NULL);
     return err;
+  }
+  if (err == 0 && !m->shm_seq && !s->ring && s->shm_mode == STK_SHM_REQUIRE) {
+    /* The daemon names its ring with a stream's first batch: none, no ring. */
+    client_set_error(9,
+                     "shared-memory transport required, but the dataloader sent step %lld inline "
+                     "(its shm-dir is off, the batch is over its shm-ring-max, or its tmpfs is "
+                     "full)",
+                     (long long)m->step);
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return STK_ESTATE;
   }
   if (err == 0 && m->shm_seq && (!s->ring || m->shm_seq <= s->last_seq)) {
     if (s->ring)

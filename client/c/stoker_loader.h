@@ -97,8 +97,12 @@ enum stk_shm_mode {
   STK_SHM_AUTO = 0,    /* The daemon's shared-memory ring when it shares this host (unless
                         * STOKER_DL_SHM=off), else inline in the messages. */
   STK_SHM_OFF = 1,     /* Always inline in the messages. */
-  STK_SHM_REQUIRE = 2, /* The ring; a ring this client cannot open (another host) ends the
-                        * stream with STK_ESTATE (FAILED_PRECONDITION) instead of a fallback. */
+  STK_SHM_REQUIRE = 2, /* The ring, for every batch from the first; a ring this client cannot
+                        * open (another host), or a first batch that comes inline (the daemon
+                        * has no ring: its shm-dir off, a batch over its shm-ring-max, tmpfs
+                        * full), ends the stream with STK_ESTATE (FAILED_PRECONDITION) instead
+                        * of a fallback. A later batch larger than the ring's slots (the shape
+                        * grew at a step) still comes inline. */
 };
 
 /* Options of stk_batch_stream_open_opts; zero-initialise (all zero: what

@@ -58,8 +58,14 @@ static const struct flag_spec cli_flags[] = {
     VERB("global-batch", FLAG_UINT64, NULL,
          "Sequences per step over all ranks (required by loader create)."),
     VERB("seed", FLAG_UINT64, "0", "Seed of the shuffle."),
-    VERB("shards", FLAG_UINT64, NULL, "Logical shards the data is split into."),
-    VERB("lanes", FLAG_UINT64, NULL, "Lanes (packing streams) per rank."),
+    VERB("shards", FLAG_UINT64, NULL,
+         "Logical shards the data is split into (service default 256)."),
+    VERB("lanes", FLAG_UINT64, NULL,
+         "Lanes (packing streams) of the whole job, not per rank: at most --shards, fixed for\n"
+         "the job's life, the most dataloader parts that can serve it (service default 8)."),
+    VERB("block-tokens", FLAG_UINT64, NULL,
+         "Unit size in tokens of every llm.c (:llmc) dataset given: the block read at random\n"
+         "(service default 32768; the job keeps it)."),
     VERB("bos", FLAG_UINT64, NULL, "Beginning-of-sequence token id put before each document."),
     VERB("eos", FLAG_UINT64, NULL, "End-of-sequence token id put after each document."),
     VERB("max-doc-tokens", FLAG_UINT64, NULL, "Longest document in tokens (longer ones are cut)."),

@@ -79,13 +79,16 @@ static const struct cli_command commands[] = {
      NULL},
     {{"loader", "create"},
      1,
-     "dataset seq-len global-batch seed shards lanes bos eos max-doc-tokens tokenizer",
+     "dataset seq-len global-batch seed shards lanes block-tokens bos eos max-doc-tokens tokenizer",
      cli_loader_create,
      "JOB --dataset NAME=URI[:FORMAT][@WEIGHT]...\n--seq-len N --global-batch N [--seed N] "
-     "[--shards L] [--lanes C]\n[--bos ID] [--eos ID] [--max-doc-tokens N] "
+     "[--shards L] [--lanes C]\n[--block-tokens N] [--bos ID] [--eos ID] [--max-doc-tokens N] "
      "[--tokenizer NAME=SPEC]...",
      "create a job's data loader (FORMAT: megatron, llmc, text)",
-     NULL},
+     "URI: file:///PATH or /PATH (a file or directory the dataloader reads; PATH must lie\n"
+     "under one of its data-root directories, links included, else PERMISSION_DENIED), or\n"
+     "synthetic:N_DOCS:MIN_LEN:MAX_LEN:SEED. Lanes are the job's, over all ranks: any world\n"
+     "size reads the same global batches.\n"},
     {{"loader", "show"},
      1,
      "",
@@ -109,9 +112,9 @@ static const struct cli_command commands[] = {
      NULL},
     {{"loader", "mixture"},
      1,
-     "from-step dataset seq-len global-batch block-document tokenizer",
+     "from-step dataset block-tokens seq-len global-batch block-document tokenizer",
      cli_loader_mixture,
-     "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N] "
+     "JOB --from-step S [--dataset ...]... [--seq-len N]\n[--global-batch N] [--block-tokens N] "
      "[--block-document DATASET/FILE/DOC]...\n[--tokenizer NAME=SPEC]...",
      "new configuration from step S on",
      NULL},

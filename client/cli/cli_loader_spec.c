@@ -81,6 +81,9 @@ int cli_parse_dataset(const char *s, struct cli_datasets *d, char *err, size_t e
   return 0;
 }
 
+static int num(const struct cli_args *a, const char *flag, uint64_t max, uint64_t *ret_value,
+               bool *ret_set, char *err, size_t err_len);
+
 /* Every --tokenizer NAME=SPEC onto the --dataset NAME (SPEC stays in the
  * flag's own storage: it may be as long as two paths). */
 static int tokenizers(const struct cli_args *a, struct cli_datasets *d, char *err, size_t err_len) {
@@ -98,11 +101,28 @@ static int tokenizers(const struct cli_args *a, struct cli_datasets *d, char *er
   return 0;
 }
 
+/* Every --dataset, --block-tokens N as the unit size of each llm.c one
+ * (refused when none is llm.c: it would change nothing), then --tokenizer. */
 static int datasets(const struct cli_args *a, struct cli_datasets *d, char *err, size_t err_len) {
   d->n = 0;
   for (int i = 0; i < a->n_flags; i++) {
     if (strcmp(a->flags[i].name, "dataset") != 0) continue;
     if (cli_parse_dataset(a->flags[i].value, d, err, err_len) < 0) return STK_EINVAL;
+  }
+  uint64_t block = 0;
+  bool block_set;
+  if (num(a, "block-tokens", UINT32_MAX, &block, &block_set, err, err_len) < 0) return STK_EINVAL;
+  if (!block_set) return tokenizers(a, d, err, err_len);
+  size_t llmc = 0;
+  for (size_t i = 0; i < d->n; i++) {
+    if (d->ds[i].format != STOKER__V1__DATASET_FORMAT__DATASET_FORMAT_LLMC) continue;
+    d->ds[i].block_tokens = (uint32_t)block;
+    llmc++;
+  }
+  if (block == 0 || llmc == 0) {
+    snprintf(err, err_len, "--block-tokens: %s",
+             block == 0 ? "must be at least 1" : "no --dataset NAME=URI:llmc to apply it to");
+    return STK_EINVAL;
   }
   return tokenizers(a, d, err, err_len);
 }

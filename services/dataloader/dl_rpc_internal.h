@@ -61,6 +61,11 @@ void dl_stream_ring_setup(struct dl_stream_ring *r, const struct dl_rpc *a, uint
  * further free slot (*ret_full). */
 uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint64_t after, uint64_t *ret_seq,
                               size_t *ret_bytes, bool *ret_full);
+/* Moves b, generated on the heap with its tokens encoded (the batch that
+ * sized the ring), into the ring's first free slot at the ring's token
+ * width: its sequence, or 0 when it stays inline. Loop thread; the caller
+ * then calls dl_stream_ring_written. */
+uint64_t dl_stream_ring_adopt(struct dl_stream_ring *r, struct dl_batch *b);
 /* The batch of sequence seq (from dl_stream_ring_dest) is queued. */
 void dl_stream_ring_written(struct dl_stream_ring *r, uint64_t seq);
 /* A batch generated into its slot, its tokens encoded as little-endian

@@ -1,14 +1,16 @@
 /*
  * Shared-memory delivery for one StreamBatches call (issue 3: a trainer on
  * the daemon's host gets tokens at memory speed instead of through two
- * socket copies). The first batch goes inline and sizes the ring: slots of
- * that batch's bytes, 2 x prefetch + 2 of them (the daemon's prefetch plus
- * the client's queue, the batch the trainer holds and one in hand), fewer
- * if that is over the daemon's ring limit. From then on each batch is
- * generated straight into the slot of its sequence once the client has
- * released the slot's previous batch, and the message says only "sequence
- * n". A batch that does not fit a slot (sequence length or batch size grew
- * at a step boundary) still goes inline.
+ * socket copies). The first batch is generated on the heap and sizes the
+ * ring: slots of that batch's bytes, 2 x prefetch + 2 of them (the daemon's
+ * prefetch plus the client's queue, the batch the trainer holds and one in
+ * hand), fewer if that is over the daemon's ring limit; it is then copied
+ * into the first slot (one copy per stream), so a client that asked for
+ * the ring gets every batch through it, the first included (issue 26). From
+ * then on each batch is generated straight into the slot of its sequence
+ * once the client has released the slot's previous batch, and the message
+ * says only "sequence n". A batch that does not fit a slot (sequence length
+ * or batch size grew at a step boundary) still goes inline.
  *
  * A client may ask for int64 tokens in the slots (shm_token_bytes 8): the
  * core generates uint32 tokens into the slot's first half and the worker
@@ -72,6 +74,21 @@ uint32_t *dl_stream_ring_dest(struct dl_stream_ring *r, uint64_t after, uint64_t
   *ret_seq = seq;
   *ret_bytes = shm_ring_slot_bytes(r->ring) / r->token_bytes * 4;
   return (uint32_t *)(void *)shm_ring_slot(r->ring, seq);
+}
+
+uint64_t dl_stream_ring_adopt(struct dl_stream_ring *r, struct dl_batch *b) {
+  uint64_t seq;
+  size_t room;
+  bool full;
+  uint32_t *dest = dl_stream_ring_dest(r, 0, &seq, &room, &full);
+  size_t bytes = (size_t)b->lines * b->line_tokens * sizeof(uint32_t);
+  if (!dest || bytes > room) return 0; /* Stays inline (the slot, if any, stays free). */
+  memcpy(dest, b->tokens, bytes);
+  free(b->tokens);
+  b->tokens = dest;
+  b->tokens_borrowed = true;
+  dl_stream_ring_widen(r, b);
+  return seq;
 }
 
 void dl_stream_ring_written(struct dl_stream_ring *r, uint64_t seq) {

@@ -179,10 +179,12 @@ static void gen_work(uv_work_t *w) {
 static void take_generated(struct dl_stream *s, uint32_t j) {
   struct dl_batch *b = &s->gen_out[j];
   uint64_t seq = b->tokens_borrowed ? s->gen_seq[j] : 0;
-  if (seq)
-    dl_stream_ring_written(&s->shm, seq);
-  else
+  if (!seq && !s->shm.ring) {
+    /* The stream's first batch sizes the ring, then goes through it too. */
     dl_stream_ring_setup(&s->shm, s->a, s->prefetch, b);
+    if (s->shm.ring) seq = dl_stream_ring_adopt(&s->shm, b);
+  }
+  if (seq) dl_stream_ring_written(&s->shm, seq);
   s->ready[(s->head + s->n_ready) % s->prefetch] = (struct ready){.b = *b, .seq = seq};
   if (!seq) s->inline_bytes += token_bytes(b);
   s->batch_bytes = token_bytes(b);

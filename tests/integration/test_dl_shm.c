@@ -2,6 +2,7 @@
  * Shared-memory delivery of StreamBatches on the real daemon, through the
  * client library (issue 3): batches from the ring carry exactly GetBatch's
  * bytes, and the daemon counts them as delivered through shared memory;
+ * every batch, the first of a stream included, comes through the ring;
  * the ring's name is gone once the client mapped it; a client that holds
  * every slot stops the daemon (a held batch is never overwritten, a freed
  * slot is used while those before it are still held) until it
@@ -12,7 +13,8 @@
  * /dev/shm. The stream options (stk_batch_stream_open_opts): int64 tokens
  * are GetBatch's widened, in the ring's slot in place or widened from an
  * inline batch; STK_SHM_OFF never asks for the ring; STK_SHM_REQUIRE ends
- * the stream with FAILED_PRECONDITION where the ring cannot be opened;
+ * the stream with FAILED_PRECONDITION where the ring cannot be opened or
+ * the daemon has none;
  * bad options are STK_EINVAL.
  */
 #include <dirent.h>
@@ -108,8 +110,8 @@ static void test_ring_same_bytes(void **state) {
   struct stk_batch_stream *s = NULL;
   assert_int_equal(stk_batch_stream_open(f->c, "s", 5, 1, 2, 2, &s), 0);
   read_checked(f, s, 5, 12, 1, 2);
-  /* The first batch sizes the ring and goes inline; the rest used it. */
-  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) >= before + 11);
+  /* Every batch came through the ring, the first (which sized it) too. */
+  assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) >= before + 12);
   assert_int_equal(rings_in(f->shm), 0); /* Mapped, name removed. */
   stk_batch_stream_free(s);
 }
@@ -119,26 +121,27 @@ static void test_held_slots_stop_the_daemon(void **state) {
   /* Prefetch 1: a ring of 2 x 1 + 2 = 4 slots. */
   struct stk_batch_stream *s = NULL;
   assert_int_equal(stk_batch_stream_open(f->c, "s", 0, 0, 1, 1, &s), 0);
-  struct stk_batch held[5];
-  for (int i = 0; i < 5; i++) { /* Step 0 inline, steps 1..4 in every slot. */
+  struct stk_batch held[4];
+  for (int i = 0; i < 4; i++) { /* Steps 0..3 in every slot (step 0 too). */
     assert_int_equal(stk_batch_stream_next(s, 20000, &held[i]), 0);
     assert_int_equal(held[i].step, i);
+    assert_int_equal(stk_batch_ring_slots(&held[i]), 4);
   }
   struct stk_batch b;
   assert_int_equal(stk_batch_stream_next(s, 1500, &b), STK_ETIMEDOUT);
-  for (int i = 0; i < 5; i++) assert_same_as_get(f, &held[i], 0, 1); /* Nothing overwritten. */
-  /* Frees the slot of step 3 (the third): the daemon passes over the two
-   * before it, still held, and step 5 goes there. */
-  stk_batch_free(&held[3]);
+  for (int i = 0; i < 4; i++) assert_same_as_get(f, &held[i], 0, 1); /* Nothing overwritten. */
+  /* Frees the slot of step 2 (the third): the daemon passes over the two
+   * before it, still held, and step 4 goes there. */
+  stk_batch_free(&held[2]);
   assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
-  assert_int_equal(b.step, 5);
+  assert_int_equal(b.step, 4);
   assert_same_as_get(f, &b, 0, 1);
-  for (int i = 0; i < 5; i++)
-    if (i != 3) assert_same_as_get(f, &held[i], 0, 1);
+  for (int i = 0; i < 4; i++)
+    if (i != 2) assert_same_as_get(f, &held[i], 0, 1);
   stk_batch_free(&b);
-  for (int i = 0; i < 5; i++)
-    if (i != 3) stk_batch_free(&held[i]);
-  read_checked(f, s, 6, 6, 0, 1);
+  for (int i = 0; i < 4; i++)
+    if (i != 2) stk_batch_free(&held[i]);
+  read_checked(f, s, 5, 6, 0, 1);
   /* A batch kept after its stream is gone stays readable. */
   assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
   stk_batch_stream_free(s);
@@ -215,9 +218,8 @@ static void test_int64_tokens_in_the_ring(void **state) {
     in_ring += slots != 0;
     stk_batch_free(&b);
   }
-  /* The first group, generated before a batch sized the ring (at most the
-   * prefetch), goes inline. */
-  assert_true(in_ring >= 12 - 2);
+  /* Every batch, the first (which sized the ring) too. */
+  assert_int_equal(in_ring, 12);
   assert_true(tdl_metric(f->metrics_port, SHM_BATCHES) >= before + in_ring);
   stk_batch_stream_free(s);
   /* A uint32 stream's batches have no int64 tokens. */
@@ -258,11 +260,11 @@ static void test_required_ring_that_cannot_be_opened(void **state) {
   struct stk_batch b;
   int err = 0, taken = 0;
   while (taken < 20 && (err = stk_batch_stream_next(s, 20000, &b)) == 0) {
-    assert_int_equal(stk_batch_ring_slots(&b), 0); /* The batches before the ring: inline. */
     stk_batch_free(&b);
     taken++;
   }
   assert_int_equal(err, STK_ESTATE);
+  assert_int_equal(taken, 0); /* The first batch names the ring: no batch comes inline. */
   int code = 0;
   const char *msg = stk_client_last_error(&code);
   assert_int_equal(code, 9); /* FAILED_PRECONDITION */
@@ -270,6 +272,42 @@ static void test_required_ring_that_cannot_be_opened(void **state) {
     fail_msg("last error \"%s\" does not say why", msg);
   stk_batch_stream_free(s);
   assert_int_equal(rename(moved, f->shm), 0);
+}
+
+/* A daemon with no ring (shm-dir off) sends every batch inline: a stream
+ * that requires the ring ends at its first batch (issue 26), one that does
+ * not takes the batches inline. */
+static void test_required_ring_from_a_daemon_without_one(void **state) {
+  struct fixture *f = *state;
+  struct harness_daemon *d = NULL;
+  struct rpc_client *rc = NULL;
+  const char *args[] = {"--shm-dir", "", NULL};
+  assert_int_equal(tdl_daemon_open(&d, &rc, args, NULL), 0);
+  struct stk_client *c = harness_client(d);
+  assert_non_null(c);
+  struct tdl_spec t;
+  tdl_spec_init(&t, "s", "synthetic:4000:16:4000:3", 0, 255, 8);
+  char msg[512] = "";
+  assert_int_equal(tdl_create(rc, &t.spec, msg, sizeof(msg)), RPC_OK);
+  struct stk_batch_stream_opts o = {.prefetch = 1, .token_bytes = 8, .shm = STK_SHM_REQUIRE};
+  struct stk_batch_stream *s = NULL;
+  assert_int_equal(stk_batch_stream_open_opts(c, "s", 0, 0, 1, &o, &s), 0);
+  struct stk_batch b;
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), STK_ESTATE);
+  int code = 0;
+  const char *why = stk_client_last_error(&code);
+  assert_int_equal(code, 9); /* FAILED_PRECONDITION */
+  if (!strstr(why, "sent step 0 inline")) fail_msg("last error \"%s\" does not say why", why);
+  stk_batch_stream_free(s);
+  o.shm = STK_SHM_AUTO;
+  assert_int_equal(stk_batch_stream_open_opts(c, "s", 0, 0, 1, &o, &s), 0);
+  assert_int_equal(stk_batch_stream_next(s, 20000, &b), 0);
+  assert_int_equal(stk_batch_ring_slots(&b), 0);
+  stk_batch_free(&b);
+  stk_batch_stream_free(s);
+  stk_client_free(c);
+  tdl_daemon_close(d, rc);
+  (void)f;
 }
 
 static void test_bad_stream_options(void **state) {
@@ -363,6 +401,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_unreachable_ring_falls_back, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int64_tokens_in_the_ring, setup, teardown),
       cmocka_unit_test_setup_teardown(test_int64_tokens_inline_with_shm_off, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_required_ring_from_a_daemon_without_one, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_required_ring_that_cannot_be_opened, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_stream_options, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_nonce, setup, teardown),

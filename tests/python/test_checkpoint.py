@@ -23,8 +23,14 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 
 from stoker import Jobs, StokerError, _segmap
-from stoker.checkpoint import METADATA_TENSOR, StokerReader, StokerWriter, storage_name
-from stoker.connection import Connection
+from stoker.checkpoint import (
+    METADATA_TENSOR,
+    StokerReader,
+    StokerWriter,
+    service_error,
+    storage_name,
+)
+from stoker.connection import Connection, Security
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
 from stoker.v1 import common_pb2
 
@@ -270,6 +276,50 @@ def test_bad_input_raises_with_the_status(daemons):
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
 
 
+def test_a_load_that_cannot_start_raises_the_services_error_itself(tmp_path):
+    """dcp.load of a checkpoint the service cannot give (no such step, a
+    token outside its scope) raises the StokerError with the service's
+    message and status, not DCP's CheckpointException (a BaseException
+    whose failures hold only an AssertionError's text) (issue 26, part 6)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("op-token\na-token team-a-*\n")
+    d = Daemon("checkpoint", tmp_path, "--token-file", str(tokens))
+    try:
+        op = Security(token="op-token")
+        state = {"w": torch.arange(6, dtype=torch.float32)}
+        dcp.save(
+            state,
+            storage_writer=StokerWriter("team-b-1", d.addr, security=op),
+            checkpoint_id=4,
+            no_dist=True,
+        )
+        got = {"w": torch.zeros(6)}
+        with pytest.raises(StokerError) as e:
+            dcp.load(
+                got,
+                storage_reader=StokerReader("team-b-1", d.addr, security=op),
+                checkpoint_id=5,
+                no_dist=True,
+            )
+        assert e.value.code == grpc.StatusCode.NOT_FOUND, e.value
+        assert "step 5" in str(e.value), str(e.value)
+        team_a = StokerReader("team-b-1", d.addr, security=Security(token="a-token"))
+        with pytest.raises(StokerError) as e:
+            dcp.load(got, storage_reader=team_a, checkpoint_id=4, no_dist=True)
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, e.value
+        assert "'team-a-*'" in str(e.value) and "'team-b-1'" in str(e.value), str(e.value)
+        assert not torch.any(got["w"])  # nothing was read
+        dcp.load(
+            got,
+            storage_reader=StokerReader("team-b-1", d.addr, security=op),
+            checkpoint_id=4,
+            no_dist=True,
+        )
+        assert torch.equal(got["w"], state["w"])
+    finally:
+        d.stop()
+
+
 def test_a_c_trainer_checkpoint_is_read_from_python(daemons, tmp_path):
     """One format, two clients: two stoker-train ranks (C) write checkpoints;
     Python lists them, reads the manifest, and loads every parameter shard
@@ -362,6 +412,8 @@ def test_a_dtype_without_a_checkpoint_type_is_refused_before_anything_is_sent(da
         dcp.save(state, storage_writer=StokerWriter("bad", addr), checkpoint_id=1, no_dist=True)
     err, _ = e.value.failures[0]
     assert isinstance(err, StokerError), repr(err)
+    assert service_error(e.value) is err and service_error(err) is err
+    assert service_error(RuntimeError("x")) is None
     assert err.code == grpc.StatusCode.INVALID_ARGUMENT and "complex64" in err.details
     with pytest.raises(StokerError) as nf:
         StokerReader("bad", addr).latest_step()

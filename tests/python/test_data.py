@@ -135,6 +135,37 @@ def in_ring(t: torch.Tensor) -> bool:
     return False
 
 
+def test_shm_delivers_every_batch_through_the_ring_from_the_first(daemons, receiver, tmp_path):
+    """transport="shm" (issue 26, part 6): every batch of every stream is a
+    view of the daemon's ring, the first ones included (they came inline
+    while the first batch sized the ring); a daemon that makes no ring fails
+    the stream at its first batch instead of serving it over gRPC."""
+    addr = daemons["dataloader"].addr
+    create_loader(addr)
+    for start in (0, 5):  # each stream is a new ring
+        ds = StokerDataset(
+            "pt", address=addr, rank=0, world_size=1, start_step=start, steps=8, transport="shm"
+        )
+        seen = []
+        for inputs, _ in ds:
+            seen.append((ds.transport_in_use, in_ring(inputs)))
+            del inputs, _
+        assert seen == [(f"shm ({receiver})", True)] * 8, seen
+
+    (tmp_path / "no-shm").mkdir()
+    d = Daemon("dataloader", tmp_path / "no-shm", "--shm-dir", "")
+    try:
+        create_loader(d.addr)
+        with pytest.raises(StokerError) as e:
+            list(StokerDataset("pt", address=d.addr, steps=3, transport="shm"))
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION, e.value
+        assert "sent step 0 inline" in e.value.details, e.value.details
+        ds = StokerDataset("pt", address=d.addr, steps=3, transport="auto")
+        assert len(list(ds)) == 3 and ds.transport_in_use == f"grpc ({receiver})"
+    finally:
+        d.stop()
+
+
 def test_ring_samples_are_views_lent_until_freed_and_never_overwritten(daemons):
     # prefetch 1: a ring of 4 slots, of which the dataset lends at most 2 as
     # tensors; kept ones are passed over by the daemon, never written.
@@ -142,15 +173,13 @@ def test_ring_samples_are_views_lent_until_freed_and_never_overwritten(daemons):
     create_loader(addr)
     ref = list(StokerDataset("pt", address=addr, rank=0, world_size=1, steps=40, transport="grpc"))
     it = iter(StokerDataset("pt", address=addr, rank=0, world_size=1, steps=40, prefetch=1))
-    first = next(it)  # Inline: it sizes the ring.
-    assert not in_ring(first[0]) and first[0].dtype == torch.int64
-    kept = [next(it), next(it)]  # Steps 1 and 2: views of two slots.
+    kept = [next(it), next(it)]  # Steps 0 and 1: views of two slots (step 0 sized the ring).
     assert all(in_ring(s[0]) and s[0].dtype == torch.int64 for s in kept)
-    for step in range(3, 20):  # Half the ring is lent: copies, and the stream goes on.
+    for step in range(2, 20):  # Half the ring is lent: copies, and the stream goes on.
         sample = next(it)
         assert not in_ring(sample[0])
         assert torch.equal(sample[0], ref[step][0]) and torch.equal(sample[1], ref[step][1])
-    for step, s in zip((1, 2), kept, strict=True):
+    for step, s in zip((0, 1), kept, strict=True):
         assert torch.equal(s[0], ref[step][0]) and torch.equal(s[1], ref[step][1])
     del kept, s, sample  # Their slots go back to the daemon: views again.
     for step in range(20, 40):

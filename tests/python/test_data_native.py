@@ -45,9 +45,9 @@ def test_the_library_is_used_and_yields_the_bytes_of_grpc_python(daemons, monkey
 
     native_repr, native = read("auto")
     assert f"transport=shm {NATIVE}" in native_repr, native_repr
-    # Step 0 sizes the ring (inline); the next ones view slots until the
-    # trainer holds half of the ring's 4 (prefetch 1), then copies.
-    assert [in_ring(s[0]) for s in native] == [False, True, True] + [False] * 5
+    # Every batch comes through the ring, step 0 (which sized it) too: views
+    # until the trainer holds half of the ring's 4 (prefetch 1), then copies.
+    assert [in_ring(s[0]) for s in native] == [True, True] + [False] * 6
     native_inline_repr, native_inline = read("grpc")
     assert f"transport=grpc {NATIVE}" in native_inline_repr
     monkeypatch.setenv("STOKER_CLIENT_LIBRARY", "off")
@@ -76,10 +76,8 @@ def test_a_slot_goes_back_when_the_last_tensor_over_it_is_freed(daemons):
         lib, addr, Security(), "pt", 0, 0, 1, 1, _native.SHM_REQUIRE, 20.0
     )
     try:
-        *_, slots = stream.next(20.0, False)  # Inline: it sizes the ring.
-        assert slots == 0 and stream.lent == 0
         kept = []
-        for step in (1, 2, 3):
+        for step in (0, 1, 2):  # The first too: it sized the ring, and went through it.
             got, tokens, lines, line_tokens, _, slots = stream.next(20.0, False)
             assert got == step and slots == 4  # prefetch 1: 2 x 1 + 2 slots
             t = torch.from_numpy(tokens).view(lines, line_tokens)
@@ -94,7 +92,7 @@ def test_a_slot_goes_back_when_the_last_tensor_over_it_is_freed(daemons):
         kept.clear()
         assert stream.lent == 0
         # With every slot free again the stream goes on through the ring.
-        for step in range(4, 12):
+        for step in range(3, 11):
             got, tokens, *_, slots = stream.next(20.0, False)
             assert got == step and slots == 4 and stream.lent == 1
             del tokens

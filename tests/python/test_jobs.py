@@ -24,7 +24,8 @@ from conftest import Daemon, binary
 from stoker import Jobs, StokerError
 from stoker.checkpoint import StokerWriter
 from stoker.connection import Connection
-from stoker.jobs import ChunkEntry, Job, JobEvent, Loader
+from stoker.data import StokerDataset
+from stoker.jobs import ChunkEntry, DatasetSpec, Job, JobEvent, Loader
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as coord_pb
@@ -359,9 +360,14 @@ def test_loader_equals_stokerctl(daemons):
         "5",
         "--max-doc-tokens",
         "64",
+        "--block-tokens",
+        "512",
     )
     jobs = Jobs(dataloader=addr)
     fresh = jobs.loader("ld")
+    assert fresh.spec is not None
+    # --block-tokens: the llm.c dataset's unit size, kept by the job.
+    assert [d.block_tokens for d in fresh.spec.datasets] == [512, 0]
     assert fresh.as_dict() == created == ctl("--dataloader", addr, "loader", "show", "ld")[0]
     assert fresh.committed_step == -1 and (fresh.part, fresh.parts) == (0, 0)
     assert fresh.spec is not None and fresh.spec.seq_len == 32 and fresh.spec.add_eos
@@ -525,3 +531,79 @@ def test_abort_checkpoint_ends_an_open_attempt(daemons):
     with pytest.raises(StokerError) as e:
         jobs.abort_checkpoint("0123456789abcdef0123456789abcdef")
     assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+
+def test_create_loader_from_python_equals_stokerctl_and_serves(daemons, tmp_path):
+    """Jobs.create_loader (issue 26, part 6): a job created from Python is
+    the job stokerctl creates from the same flags, and StokerDataset reads it;
+    the data-root rule and bad values answer as documented."""
+    addr = daemons["dataloader"].addr  # its --data-root is tmp_path
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"paragraph {i} of a small corpus.\n\n" for i in range(6000)))
+    jobs = Jobs(dataloader=addr)
+    made = jobs.create_loader(
+        "py",
+        [
+            DatasetSpec("t", f"file://{corpus}", "text", 0.75, tokenizer="bytes"),
+            DatasetSpec("s", "synthetic:80:5:90:3", weight=0.25),
+        ],
+        seq_len=16,
+        global_batch=4,
+        seed=3,
+        lanes=2,
+        eos_id=10,
+    )
+    ctl(
+        "--dataloader",
+        addr,
+        "loader",
+        "create",
+        "cli",
+        "--dataset",
+        f"t=file://{corpus}:text@0.75",
+        "--dataset",
+        "s=synthetic:80:5:90:3@0.25",
+        "--seq-len",
+        "16",
+        "--global-batch",
+        "4",
+        "--seed",
+        "3",
+        "--lanes",
+        "2",
+        "--eos",
+        "10",
+    )
+    (theirs,) = ctl("--dataloader", addr, "loader", "show", "cli")
+    ours = made.as_dict()
+    assert ours == jobs.loader("py").as_dict()
+    # stokerctl's --dataset has no tokenizer (the text reader's default is bytes).
+    for d in (*ours["datasets"], *theirs["datasets"]):
+        d.pop("tokenizer")
+    assert {**ours, "job": "cli"} == theirs
+    assert made.spec is not None and made.spec.lanes == 2 and made.spec.add_eos
+
+    batches = [
+        b for b in StokerDataset("py", address=addr, steps=2, rank=0, world_size=1, timeout=20)
+    ]
+    same = StokerDataset("cli", address=addr, steps=2, rank=0, world_size=1, timeout=20)
+    for (x, y), (cx, cy) in zip(batches, same, strict=True):
+        assert x.shape == (4, 16) and torch.equal(x, cx) and torch.equal(y, cy)
+
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("not under the data root\n\n" * 50)
+    try:
+        with pytest.raises(StokerError) as e:
+            jobs.create_loader("out", [DatasetSpec("o", str(outside), "text")], 16, 4)
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, e.value
+    finally:
+        outside.unlink()
+    with pytest.raises(StokerError) as e:
+        jobs.create_loader("bad", [DatasetSpec("t", str(corpus), "jsonl")], 16, 4)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "jsonl" in e.value.details
+    with pytest.raises(StokerError) as e:
+        jobs.create_loader("py", [DatasetSpec("t", str(corpus), "text")], 16, 4)
+    assert e.value.code == grpc.StatusCode.ALREADY_EXISTS, e.value
+    kept = jobs.create_loader("py", [DatasetSpec("t", str(corpus), "text")], 16, 4, exist_ok=True)
+    assert kept.spec == made.spec  # the existing job, as it was (lanes 2, two datasets)
+    assert sorted(ld.job for ld in jobs.loaders()) == ["cli", "py"]

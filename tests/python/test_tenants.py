@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import pathlib
 import signal
+import subprocess
 import time
 from typing import Any
 
 import grpc
 import pytest
-from conftest import Daemon
+from conftest import Daemon, binary
 
+from stoker import Jobs, Security, StokerError
 from stoker.v1 import checkpoint_pb2 as ck
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as co
@@ -282,5 +284,38 @@ def test_checkpoint_service_confines_each_team_to_its_attempts(tmp_path):
             ),
             grpc.RpcError,
         )
+    finally:
+        d.stop()
+
+
+def test_a_scope_refusal_reaches_the_user_whole(tmp_path):
+    """The service's PERMISSION_DENIED message, naming the caller's scope and
+    the rule, reaches a user of the stoker package (StokerError's text) and
+    of stokerctl (its error line, exit 5) unchanged (issue 26, part 6)."""
+    d = start("coordinator", tmp_path)
+    try:
+        op = Jobs(d.addr, security=Security(token="op-token"))
+        op.create("team-b-1", 1, 2)
+        team_a = Jobs(d.addr, security=Security(token="a-token"))
+        rule = (
+            "this token covers only jobs named 'team-a-*' (its scope in the server's token "
+            "file); job 'team-b-1' is outside it"
+        )
+        with pytest.raises(StokerError) as e:
+            team_a.show("team-b-1")
+        assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert e.value.details == rule, e.value.details
+        assert str(e.value) == f"/stoker.v1.Coordinator/GetJob: PERMISSION_DENIED: {rule}"
+        token = tmp_path / "a-token"
+        token.write_text("a-token\n")
+        ctl = [str(binary("stokerctl")), "--coordinator", d.addr, "--token-file", str(token)]
+        out = subprocess.run(
+            [*ctl, "job", "show", "team-b-1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert out.returncode == 5, out
+        assert out.stderr == f"stokerctl: job show: {rule} (PERMISSION_DENIED)\n", out.stderr
     finally:
         d.stop()

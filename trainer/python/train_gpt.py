@@ -38,11 +38,9 @@ from gpt import GPT, GPTConfig
 
 from stoker import StokerError, elastic
 from stoker.checkpoint import StokerReader, StokerWriter
-from stoker.connection import Connection
 from stoker.data import StokerDataset
+from stoker.jobs import DatasetSpec, Jobs
 from stoker.membership import CHECKPOINT_NOW, STOP
-from stoker.v1 import common_pb2
-from stoker.v1 import dataloader_pb2 as dl
 
 
 def parse_args() -> argparse.Namespace:
@@ -79,32 +77,18 @@ def ensure_loader(args: argparse.Namespace) -> None:
     (``STOKER_DATALOADER``, comma-separated for a scaled-out one), part by
     part as the C trainer does: a part that already has it (another rank,
     an earlier run) keeps it, a part replaced without its state gets it."""
-    spec = dl.LoaderSpec(
-        job=args.job,
-        seq_len=args.seq_len,
-        global_batch=args.global_batch,
-        seed=args.seed,
-        datasets=[
-            dl.DatasetSpec(
-                name="corpus",
-                weight=1.0,
-                tokenizer="bytes",
-                format=dl.DATASET_FORMAT_TEXT,
-                block_bytes=4096,
-                source=common_pb2.StorageRef(uri=f"file://{args.corpus}"),
-            )
-        ],
+    corpus = DatasetSpec(
+        "corpus", f"file://{args.corpus}", "text", tokenizer="bytes", block_bytes=4096
     )
-    for address in os.environ["STOKER_DATALOADER"].split(","):
-        try:
-            Connection(address.strip()).unary(
-                "/stoker.v1.Dataloader/CreateLoader",
-                dl.CreateLoaderRequest(spec=spec),
-                dl.LoaderInfo,
-            )
-        except StokerError as e:
-            if e.code.name != "ALREADY_EXISTS":
-                raise
+    with Jobs(timeout=30.0) as ops:
+        ops.create_loader(
+            args.job,
+            [corpus],
+            seq_len=args.seq_len,
+            global_batch=args.global_batch,
+            seed=args.seed,
+            exist_ok=True,
+        )
 
 
 class TrainState:

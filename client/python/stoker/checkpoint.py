@@ -26,7 +26,17 @@ How a save maps onto the service:
 
 ``dcp.async_save`` with ``StokerWriter(job, step=s)`` returns once the
 service holds every byte of the rank (the writer is its own ``AsyncStager``,
-see below and ``stoker._staged_save``).
+see below and ``stoker._staged_save``): at once while the service's staging
+budget has room for them, else after uploads made that room.
+
+Errors: a load given a ``checkpoint_id`` fetches the manifest when DCP
+calls ``reset``, before DCP's own error handling, so a checkpoint the
+service cannot give raises its :class:`StokerError` out of ``dcp.load``.
+A failure later (while planning, writing or reading) reaches the caller
+the way DCP reports it, as a ``CheckpointException`` holding each failed
+rank's exception; :func:`service_error` returns the StokerError in it. A
+load without ``checkpoint_id`` reads the metadata inside DCP's handling,
+which keeps only its message (in an AssertionError): pass the step.
 
 A checkpoint without that JSON (the C trainer's) is described from its
 manifest alone: its tensors load like any DCP checkpoint's, its blobs as
@@ -121,6 +131,20 @@ def parse_step(checkpoint_id: str | os.PathLike[str] | int | None, default: int 
     return int(m.group(1))
 
 
+def service_error(exc: BaseException) -> StokerError | None:
+    """The :class:`StokerError` behind a failed ``dcp.save`` / ``dcp.load``:
+    ``exc`` itself, or the first rank's among the failures of DCP's
+    ``CheckpointException`` (a ``BaseException``: ``except Exception`` does
+    not catch it, and its text is every rank's traceback), else None."""
+    if isinstance(exc, StokerError):
+        return exc
+    for failure in sorted(getattr(exc, "failures", {}).items()):
+        err = failure[1][0]
+        if isinstance(err, StokerError):
+            return err
+    return None
+
+
 def storage_name(fqn: str) -> str:
     """The service's tensor name for a DCP name: the same where it is a valid
     name ([A-Za-z0-9._/-], no empty, '.' or '..' segment), else a cleaned name
@@ -158,6 +182,10 @@ class StokerWriter(StorageWriter):
         step: the step when ``dcp.save`` gets no ``checkpoint_id``.
         chunk_bytes: largest chunk per message.
         timeout: seconds for each call (Begin, Commit; Write as a whole).
+        process_group: the group ``async_save``'s staging (``step=`` given)
+            runs its one collective on: the group given to ``dcp.async_save``
+            (e.g. a gloo group beside NCCL); None: the default group. Its
+            rank 0 begins the attempt. ``dcp.save`` uses DCP's own group.
         generation: the coordinator generation of the ranks saving, which
             ``stokerctl checkpoint list`` shows beside the checkpoint;
             default: ``STOKER_GENERATION``, which the Stoker rendezvous sets
@@ -526,13 +554,23 @@ class StokerReader(StorageReader):
         self.blob_sizes: dict[str, int] = {}  # storage name -> bytes
         # How the last read_data's bytes came: "shm" (a read file) or "grpc".
         self.transport = "grpc"
+        self._manifest: pb.Manifest | None = None  # Of self.step, until the next reset.
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        """Names the checkpoint to read and, given a ``checkpoint_id``, fetches
+        its manifest at once. ``dcp.load`` calls this before its own error
+        handling, so a checkpoint that cannot be read (no such step, outside
+        the token's scope, the service down) raises the service's
+        :class:`StokerError` out of ``dcp.load`` as it is, rather than inside
+        DCP's ``CheckpointException`` (a ``BaseException``)."""
+        self._manifest = None
         self.step = (
             None
             if checkpoint_id is None and self.default_step is None
             else parse_step(checkpoint_id, self.default_step)
         )
+        if checkpoint_id is not None:
+            self._manifest = self.manifest()
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -554,6 +592,8 @@ class StokerReader(StorageReader):
 
     def manifest(self) -> pb.Manifest:
         """The stored manifest of the checkpoint being read."""
+        if self._manifest is not None:
+            return self._manifest
         if self.step is None:
             self.step = self.latest_step()
         m: pb.Manifest = self.conn.unary(
@@ -562,6 +602,7 @@ class StokerReader(StorageReader):
             pb.Manifest,
             retry=True,
         )
+        self._manifest = m  # Until the next reset.
         return m
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:

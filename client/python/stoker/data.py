@@ -76,7 +76,8 @@ class StokerDataset(IterableDataset[Sample]):
     """This rank's batches of a dataloader job, step after step.
 
     Args:
-        job: the dataloader job (created with ``CreateLoader`` or stokerctl).
+        job: the dataloader job, created with
+            ``stoker.jobs.Jobs().create_loader(...)`` or ``stokerctl loader create``.
         address: ``HOST:PORT`` of the dataloader, or a comma-separated list of
             the parts of a scaled-out one; default ``STOKER_DATALOADER``.
         rank, world_size: used when torch.distributed is not initialised
@@ -86,7 +87,12 @@ class StokerDataset(IterableDataset[Sample]):
         doc_starts: also yield an int64 ``[n, 2]`` tensor of (line, position)
             where a document starts in ``inputs`` (for document masking).
         transport: ``"auto"`` (shared memory when on the daemon's host),
-            ``"shm"`` (fail if not possible) or ``"grpc"``.
+            ``"shm"`` or ``"grpc"``. ``"shm"``: every batch through the ring,
+            from each stream's first; a stream whose ring cannot be opened
+            (another host) or that the daemon serves without one (its
+            shm-dir off, a batch over its shm-ring-max, tmpfs full) fails
+            with FAILED_PRECONDITION. Only a batch larger than the ring's
+            slots (the shape grew at a mixture's step) still comes inline.
         prefetch: batches the service prepares ahead of the trainer.
         timeout: seconds a call may take, and how long the dataset keeps
             reconnecting to a restarting service before it gives up.
@@ -184,8 +190,8 @@ class StokerDataset(IterableDataset[Sample]):
 
     @property
     def transport_in_use(self) -> str:
-        """How the batches come (what the repr shows): ``"shm (libstoker-client)"``,
-        ``"grpc (grpcio)"``, ..., or ``"not started"``."""
+        """How the last batch yielded came (what the repr shows):
+        ``"shm (libstoker-client)"``, ``"grpc (grpcio)"``, ..., or ``"not started"``."""
         return self._in_use
 
     def __repr__(self) -> str:
@@ -403,6 +409,9 @@ class _BatchStream:
     def _payload(self, b: pb.Batch) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
         starts = _starts(b.doc_starts, b.line_tokens) if self.ds.doc_starts else None
         if b.shm_seq == 0:
+            if self.ds.transport == "shm" and self.ring is None:
+                raise _no_ring(b.step)
+            self.transport = "grpc (grpcio)"
             return _tokens(b), b.lines, b.line_tokens, starts
         if b.shm_path:
             self._attach(b.shm_path)
@@ -410,6 +419,7 @@ class _BatchStream:
             raise StokerError(
                 grpc.StatusCode.DATA_LOSS, f"step {b.step} is in a ring this stream never named"
             )
+        self.transport = "shm (grpcio)"
         view = self.ring.view(b.shm_seq, b.lines * b.line_tokens, np.int64)
         if self.lent.count >= self.ring.slots // 2:
             # The trainer keeps batches: a copy, so the daemon is not kept waiting.
@@ -455,6 +465,17 @@ class _BatchStream:
         self.watchdog.close()
 
 
+def _no_ring(step: int) -> StokerError:
+    """transport="shm", and the stream's first batch came inline: the daemon
+    makes no ring for it."""
+    return StokerError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"shared-memory transport asked for, but the dataloader sent step {step} inline "
+        "(its shm-dir is off, the batch is over its shm-ring-max, or its tmpfs is full)",
+        SERVICE + "StreamBatches",
+    )
+
+
 def _reopening(ds: StokerDataset, attempt: Callable[[], T], reset: Callable[[], None]) -> T:
     """attempt() until it succeeds; after a failure, reset() and, if it was
     UNAVAILABLE (a restarting daemon), again with backoff until the
@@ -486,6 +507,7 @@ class _NativeBatchStream:
         self.lib = lib
         self.stream: _native.NativeStream | None = None
         self.expect = -1
+        self.ring_seen = False
         self.transport = f"grpc ({NATIVE})"
 
     def _open(self, step: int) -> _native.NativeStream:
@@ -504,7 +526,7 @@ class _NativeBatchStream:
             self.ds.timeout,
         )
         self.expect = step
-        self.transport = f"grpc ({NATIVE})"
+        self.ring_seen = False  # A batch of this stream came through the ring.
         return self.stream
 
     def next(self, step: int) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
@@ -520,8 +542,11 @@ class _NativeBatchStream:
         if got != step:
             raise StokerError(grpc.StatusCode.DATA_LOSS, f"stream sent step {got}, expected {step}")
         self.expect = step + 1
+        if not slots and self.ds.transport == "shm" and not self.ring_seen:
+            raise _no_ring(got)
+        self.transport = f"{'shm' if slots else 'grpc'} ({NATIVE})"
         if slots:
-            self.transport = f"shm ({NATIVE})"
+            self.ring_seen = True
             if stream.lent > slots // 2:
                 # The trainer keeps batches: a copy (the view's slot goes
                 # back at once), so the daemon is not kept waiting.

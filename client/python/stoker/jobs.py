@@ -19,6 +19,7 @@ every field instead, including those stokerctl leaves out.
 ``list(label_selector)``               ``jobs list --label K=V`` (one line per job)
 ``show(name)`` / ``create`` / actions  ``job show|create|scale|pause|resume|stop``
 ``watch(name, after_seq)``             ``job watch NAME --after SEQ``
+``create_loader(job, datasets, ...)``  ``loader create JOB --dataset ...``
 ``loader(job)``                        ``loader show JOB``
 ``checkpoints(job)``                   ``checkpoint list JOB``
 ``checkpoint(job, step)``              ``checkpoint show JOB STEP``
@@ -30,10 +31,12 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, TypeVar
+
+import grpc
 
 from stoker.connection import (
     CHECKPOINT,
@@ -72,6 +75,9 @@ _FORMAT_NAMES: dict[int, str] = {
     dl_pb.DATASET_FORMAT_LLMC: "llmc",
     dl_pb.DATASET_FORMAT_TEXT: "text",
 }
+
+
+_FORMAT_VALUES: dict[str, int] = {"": 0, **{v: k for k, v in _FORMAT_NAMES.items()}}
 
 
 def _format_name(value: int) -> str:
@@ -314,21 +320,26 @@ class JobEvent:
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """One dataset of a loader's mixture.
+    """One dataset of a loader's mixture (read from a loader, or given to
+    :meth:`Jobs.create_loader`).
 
-    uri: its source; format: "megatron", "llmc", "text" or "" (unset);
-    weight: its share of the mixture (relative); tokenizer: "bytes",
-    "gpt2:<vocab>,<merges>" or "" (pre-tokenized); block_tokens,
-    block_bytes: the llm.c and text unit sizes (0: the reader's default).
+    uri: its source, read by the dataloader daemon: ``file:///PATH`` or
+    ``/PATH`` (a file or directory under one of the daemon's ``--data-root``
+    directories, else PERMISSION_DENIED) or
+    ``synthetic:N_DOCS:MIN_LEN:MAX_LEN:SEED``; format: "megatron", "llmc",
+    "text" or "" (unset: only for synthetic sources); weight: its share of
+    the mixture (relative); tokenizer: "bytes", "gpt2:<vocab>,<merges>" or
+    "" (pre-tokenized); block_tokens, block_bytes: the llm.c and text unit
+    sizes (0: the reader's default, 32768 tokens and 64 KiB).
     """
 
     name: str
     uri: str
-    format: str
-    weight: float
-    tokenizer: str
-    block_tokens: int
-    block_bytes: int
+    format: str = ""
+    weight: float = 1.0
+    tokenizer: str = ""
+    block_tokens: int = 0
+    block_bytes: int = 0
 
     @classmethod
     def from_proto(cls, m: dl_pb.DatasetSpec) -> DatasetSpec:
@@ -340,6 +351,25 @@ class DatasetSpec:
             tokenizer=m.tokenizer,
             block_tokens=m.block_tokens,
             block_bytes=m.block_bytes,
+        )
+
+    def to_proto(self) -> dl_pb.DatasetSpec:
+        """The ``DatasetSpec`` message; a bad value is INVALID_ARGUMENT."""
+        fmt = _FORMAT_VALUES.get(self.format)
+        if fmt is None:
+            raise invalid_argument(
+                f"dataset {self.name!r}: format {self.format!r} is none of {sorted(_FORMAT_VALUES)}"
+            )
+        return _request(
+            dl_pb.DatasetSpec,
+            f"dataset {self.name!r}",
+            name=self.name,
+            source=common_pb2.StorageRef(uri=self.uri),
+            format=fmt,
+            weight=self.weight,
+            tokenizer=self.tokenizer,
+            block_tokens=self.block_tokens,
+            block_bytes=self.block_bytes,
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -359,7 +389,7 @@ class LoaderSpec:
 
     seq_len: tokens per line (a line holds seq_len + 1); global_batch: lines
     per step over all ranks; seed: of the shuffle; logical_shards, lanes:
-    the rescalable sharding; add_bos / bos_id, add_eos / eos_id: special
+    the rescalable sharding, the job's over all ranks (not per rank); add_bos / bos_id, add_eos / eos_id: special
     tokens around documents; max_doc_tokens: longer documents are cut (0:
     never).
     """
@@ -921,6 +951,78 @@ class Jobs:
         return [Job.from_proto(j) for j in jobs]
 
     # ---- loaders ---------------------------------------------------------------------
+
+    def create_loader(
+        self,
+        job: str,
+        datasets: Sequence[DatasetSpec],
+        seq_len: int,
+        global_batch: int,
+        *,
+        seed: int = 0,
+        logical_shards: int = 0,
+        lanes: int = 0,
+        bos_id: int | None = None,
+        eos_id: int | None = None,
+        max_doc_tokens: int = 0,
+        exist_ok: bool = False,
+    ) -> Loader:
+        """Creates the dataloader job ``job`` (``stokerctl loader create``,
+        ``CreateLoader``) on every part, in part order (a failure names the
+        part when there are several), and returns it as :meth:`loader` would.
+
+        datasets: the mixture, e.g. ``DatasetSpec("web",
+        "file:///data/web", "megatron", 0.7)`` (each URI is read by the
+        daemon, under its ``--data-root``). seq_len: tokens per line;
+        global_batch: lines per step over all ranks. logical_shards, lanes:
+        the job's, over all ranks, fixed for its life (0: the service's
+        256 and 8; lanes <= logical_shards, and a scaled-out loader has at
+        most ``lanes`` parts). bos_id / eos_id: a token put before / after
+        each document (None: none). max_doc_tokens: longer documents are
+        cut (0: never). ALREADY_EXISTS when the job exists, unless
+        ``exist_ok``: then a part that has the job keeps it as it is (its
+        spec is not compared) and the others get it, as when several ranks
+        or a restarted run create it. A bad spec is INVALID_ARGUMENT, a path
+        outside the data roots PERMISSION_DENIED.
+        """
+        if isinstance(datasets, DatasetSpec):
+            datasets = [datasets]
+        spec = _request(
+            dl_pb.LoaderSpec,
+            "loader spec",
+            job=job,
+            datasets=[d.to_proto() for d in datasets],
+            seq_len=seq_len,
+            global_batch=global_batch,
+            seed=seed,
+            logical_shards=logical_shards,
+            lanes=lanes,
+            add_bos=bos_id is not None,
+            bos_id=bos_id or 0,
+            add_eos=eos_id is not None,
+            eos_id=eos_id or 0,
+            max_doc_tokens=max_doc_tokens,
+        )
+        req = dl_pb.CreateLoaderRequest(spec=spec)
+        conns = self._connections("STOKER_DATALOADER")
+        out = []
+        for i, conn in enumerate(conns):
+            try:
+                try:
+                    reply = conn.unary(DATALOADER + "CreateLoader", req, dl_pb.LoaderInfo)
+                except StokerError as e:
+                    if not exist_ok or e.code != grpc.StatusCode.ALREADY_EXISTS:
+                        raise
+                    get = dl_pb.GetLoaderRequest(job=job)
+                    reply = conn.unary(DATALOADER + "GetLoader", get, dl_pb.LoaderInfo, retry=True)
+            except StokerError as e:
+                if len(conns) == 1:
+                    raise
+                raise StokerError(
+                    e.code, f"dataloader part {i} of {len(conns)}: {e.details}", e.method
+                ) from None
+            out.append(Loader.from_proto(reply))
+        return _combine_parts(out)
 
     def loader_parts(self, job: str) -> builtins.list[Loader]:
         """``GetLoader`` of every dataloader address given, in part order (a

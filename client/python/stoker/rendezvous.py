@@ -18,11 +18,16 @@ as finished, so the others' exit barrier goes on in the same generation and
 the job ends FINISHED once every agent finished; any other agent leaves
 plainly and the job re-rendezvous without it.
 
-``rdzv_conf`` keys (all optional): ``heartbeat_interval_ms``,
-``heartbeat_misses``, ``last_call_ms``, ``join_timeout_ms``, ``dataset`` and
-``checkpoint_storage`` (storage URIs, shown by ``stokerctl job show``; all
-used when the job is created here), ``join_timeout`` (seconds a Join may
-park).
+``rdzv_conf`` keys (all optional). Fields of the job's spec, used only when
+this agent creates the job (an existing job keeps its own; 0 or absent: the
+coordinator's default): ``heartbeat_interval_ms``, ``heartbeat_misses``,
+``last_call_ms``, ``join_timeout_ms`` (how long the coordinator parks a Join
+of this job before it answers DEADLINE_EXCEEDED, for every member; default
+600000), ``dataset`` and ``checkpoint_storage`` (storage URIs, shown by
+``stokerctl job show``). For this agent alone, whoever created the job:
+``join_timeout`` (seconds this agent waits for each Join's answer, its
+client deadline, retries included; default 600). A Join ends at the earlier
+of the two.
 """
 
 from __future__ import annotations

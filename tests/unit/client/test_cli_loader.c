@@ -85,6 +85,27 @@ static void test_create_flags(void **state) {
   assert_true(s.spec.add_eos);
   assert_int_equal(s.spec.eos_id, 50256);
   assert_int_equal(s.spec.max_doc_tokens, 8192);
+  assert_int_equal(s.spec.datasets[0]->block_tokens, 0); /* Not given: the service's default. */
+
+  /* --block-tokens: the unit size of every llm.c dataset, and only theirs. */
+  assert_int_equal(parse(&a, "loader", "create", "j", "--dataset", "a=/d/a:llmc", "--dataset",
+                         "b=/d/b:megatron", "--dataset", "c=/d/c:llmc@2", "--block-tokens", "4096",
+                         "--seq-len", "8", "--global-batch", "2", NULL),
+                   0);
+  assert_int_equal(cli_loader_spec_from_args(&a, "j", &s, err, sizeof(err)), 0);
+  assert_int_equal(s.spec.datasets[0]->block_tokens, 4096);
+  assert_int_equal(s.spec.datasets[1]->block_tokens, 0);
+  assert_int_equal(s.spec.datasets[2]->block_tokens, 4096);
+  assert_int_equal(parse(&a, "loader", "create", "j", "--dataset", "b=/d/b:megatron",
+                         "--block-tokens", "4096", "--seq-len", "8", "--global-batch", "2", NULL),
+                   0);
+  assert_int_equal(cli_loader_spec_from_args(&a, "j", &s, err, sizeof(err)), STK_EINVAL);
+  assert_non_null(strstr(err, "--block-tokens"));
+  assert_int_equal(parse(&a, "loader", "create", "j", "--dataset", "a=/d/a:llmc", "--block-tokens",
+                         "0", "--seq-len", "8", "--global-batch", "2", NULL),
+                   0);
+  assert_int_equal(cli_loader_spec_from_args(&a, "j", &s, err, sizeof(err)), STK_EINVAL);
+  assert_non_null(strstr(err, "at least 1"));
 
   assert_int_equal(
       parse(&a, "loader", "create", "j", "--seq-len", "8", "--global-batch", "2", NULL), 0);
@@ -113,6 +134,10 @@ static void test_mixture_flags(void **state) {
   assert_int_equal(m.req.n_datasets, 1);
   assert_true(m.req.datasets[0]->weight == 0.25);
   assert_int_equal(m.req.seq_len, 0);
+  assert_int_equal(
+      parse(&a, "--from-step", "5", "--dataset", "n=/x:llmc", "--block-tokens", "512", NULL), 0);
+  assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), 0);
+  assert_int_equal(m.req.datasets[0]->block_tokens, 512);
   assert_int_equal(parse(&a, "--from-step", "7", "--global-batch", "32", NULL), 0);
   assert_int_equal(cli_mixture_from_args(&a, "j", &m, err, sizeof(err)), 0);
   assert_int_equal(m.req.n_datasets, 0);
