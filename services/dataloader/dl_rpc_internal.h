@@ -23,6 +23,7 @@ struct dl_rpc {
   uv_loop_t *loop;
   uint32_t max_prefetch, default_prefetch;
   struct metric_counter *batches, *tokens, *shm_batches;
+  struct metric_counter *replay_yields; /* Slices of replay that gave the worker back. */
   struct metric_histogram *gen_seconds;
   struct metric_gauge *prefetched; /* Generated, not yet sent, over all streams. */
   struct dl_stream *streams;       /* Open streams (doubly linked). */

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pathlib
 import signal
+import statistics
+import threading
 import time
 from typing import Any
 
@@ -284,3 +286,112 @@ def test_checkpoint_service_confines_each_team_to_its_attempts(tmp_path):
         )
     finally:
         d.stop()
+
+
+def long_line_spec(job: str, seq_len: int) -> dl.LoaderSpec:
+    ds = dl.DatasetSpec(
+        name="s",
+        weight=1.0,
+        format=dl.DATASET_FORMAT_LLMC,
+        source=common_pb2.StorageRef(uri="synthetic:100000:500:4000:3"),
+    )
+    return dl.LoaderSpec(
+        job=job, seq_len=seq_len, global_batch=1, lanes=1, logical_shards=1, datasets=[ds]
+    )
+
+
+def greedy_beside_small(
+    tmp_path: pathlib.Path, slice_tokens: int
+) -> tuple[list[float], list[float]]:
+    """Team A's 4 jobs each ask 32,000 lines of 32,768 tokens ahead (1G
+    tokens, just within --max-replay-tokens), again and again, on a
+    dataloader of 2 workers, while team B's small job asks its next batch.
+    Returns the latencies of A's calls and of B's (seconds)."""
+    tokens = tmp_path / "dataloader-tokens"
+    tokens.write_text(TOKENS)
+    d = Daemon(
+        "dataloader",
+        tmp_path,
+        "--token-file",
+        str(tokens),
+        "--worker-threads",
+        "2",
+        "--replay-slice-tokens",
+        str(slice_tokens),
+    )
+    try:
+        a, b = caller(d.addr, "a-token"), caller(d.addr, "b-token")
+        jobs = [f"team-a-{i}" for i in range(4)]
+        for job in jobs:
+            got = a(
+                "Dataloader",
+                "CreateLoader",
+                dl.CreateLoaderRequest(spec=long_line_spec(job, 32767)),
+                dl.LoaderInfo,
+            )
+            assert not isinstance(got, grpc.RpcError), got
+        got = b(
+            "Dataloader",
+            "CreateLoader",
+            dl.CreateLoaderRequest(spec=loader_spec(tmp_path, "team-b-small")),
+            dl.LoaderInfo,
+        )
+        assert not isinstance(got, grpc.RpcError), got
+        a_seconds: list[float] = []
+        stop = threading.Event()
+
+        def greedy(job: str) -> None:
+            step = 0
+            while not stop.is_set():
+                step += 32000
+                t0 = time.monotonic()
+                got = a(
+                    "Dataloader",
+                    "GetBatch",
+                    dl.GetBatchRequest(job=job, step=step, world=1),
+                    dl.Batch,
+                )
+                assert not isinstance(got, grpc.RpcError), got
+                a_seconds.append(time.monotonic() - t0)
+
+        threads = [threading.Thread(target=greedy, args=(job,)) for job in jobs]
+        for t in threads:
+            t.start()
+        b_seconds: list[float] = []
+        try:
+            while len(a_seconds) < 2:  # A holds every worker
+                time.sleep(0.05)
+            for step in range(40):
+                t0 = time.monotonic()
+                got = b(
+                    "Dataloader",
+                    "GetBatch",
+                    dl.GetBatchRequest(job="team-b-small", step=step, world=1),
+                    dl.Batch,
+                )
+                assert not isinstance(got, grpc.RpcError), got
+                b_seconds.append(time.monotonic() - t0)
+                time.sleep(0.02)  # B's trainer computes between batches
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        return a_seconds, b_seconds
+    finally:
+        d.stop()
+
+
+def test_a_long_replay_gives_its_worker_back_between_slices(tmp_path):
+    """Issue 25, item 8: A's far-ahead calls each replay 1G tokens (about a
+    second of a worker); without slices B's call waits for one of them to
+    end. With slices of 4M tokens, B waits at most about a slice: every B
+    call ends within a quarter of A's median call, however loaded the
+    machine (both scale with it)."""
+    a_seconds, b_seconds = greedy_beside_small(tmp_path, 1 << 22)
+    print(
+        f"A: {len(a_seconds)} calls, median {statistics.median(a_seconds):.3f} s; "
+        f"B: {len(b_seconds)} calls, median {statistics.median(b_seconds):.4f} s, "
+        f"max {max(b_seconds):.4f} s"
+    )
+    assert len(b_seconds) == 40
+    assert max(b_seconds) < statistics.median(a_seconds) / 4, (a_seconds, b_seconds)
