@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "stoker/v1/checkpoint.pb-c.h"
+#include "stoker/v1/common.pb-c.h"
 #include "stoker/v1/coordinator.pb-c.h"
 #include "stoker/v1/dataloader.pb-c.h"
 #include "stoker_ckpt.h"
@@ -120,5 +121,12 @@ int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t
  * has no Verify method. */
 int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
                     Stoker__V1__VerifyCheckpointResponse **ret_resp);
+
+/* ----------------------------------------------------------------- usage */
+
+/* stoker.v1.Usage/GetUsage of the daemon c talks to (any of the three):
+ * each of its budgets with its limits and the jobs the client's token
+ * covers that hold some of it. */
+int stk_usage_get(struct stk_client *c, int64_t timeout_ms, Stoker__V1__UsageReport **ret_report);
 
 #endif

@@ -101,8 +101,9 @@ void dl_rpc_stream_drain(struct dl_rpc *a);
 
 /* One open stream's queue, for the per-job gauges (dl_rpc_metrics.c). */
 struct dl_stream_queue {
-  const char *job; /* The request's; valid while the stream is open. */
-  uint32_t ready;  /* Batches generated and not yet sent (at most its prefetch). */
+  const char *job;     /* The request's; valid while the stream is open. */
+  uint32_t ready;      /* Batches generated and not yet sent (at most its prefetch). */
+  uint64_t held_bytes; /* What it holds of the stream budgets (--stream-bytes). */
 };
 /* Fills ret[0..cap) with the open streams' queues (loop thread); returns
  * how many streams are open (may exceed cap). */

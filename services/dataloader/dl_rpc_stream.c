@@ -387,7 +387,9 @@ void dl_rpc_stream_drain(struct dl_rpc *a) {
 size_t dl_rpc_stream_queues(const struct dl_rpc *a, struct dl_stream_queue *ret, size_t cap) {
   size_t n = 0;
   for (const struct dl_stream *s = a->streams; s; s = s->next, n++)
-    if (n < cap) ret[n] = (struct dl_stream_queue){.job = s->req->job, .ready = s->n_ready};
+    if (n < cap)
+      ret[n] =
+          (struct dl_stream_queue){.job = s->req->job, .ready = s->n_ready, .held_bytes = held(s)};
   return n;
 }
 

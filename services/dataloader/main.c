@@ -6,6 +6,7 @@
  * flushes RocksDB), exit.
  */
 #include "daemon.h"
+#include "daemon_usage.h"
 #include "dl_core.h"
 #include "dl_roots.h"
 #include "dl_rpc.h"
@@ -233,6 +234,7 @@ static int register_adapter(struct dataloader *d) {
       .stream_bytes_per_job = d->cfg.stream_bytes_per_job,
   };
   rc = dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
+  if (rc == 0) rc = daemon_usage_serve(d->daemon, dl_rpc_usage_collect, d->adapter);
   if (rc) log_error("startup", "%s: %s", stk_strerror(rc), stk_detail());
   return rc;
 }

@@ -8,16 +8,20 @@ the table."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import signal
+import socket
 import statistics
+import subprocess
 import threading
 import time
+import urllib.request
 from typing import Any
 
 import grpc
 import pytest
-from conftest import Daemon
+from conftest import Daemon, binary
 
 from stoker.v1 import checkpoint_pb2 as ck
 from stoker.v1 import common_pb2
@@ -395,3 +399,124 @@ def test_a_long_replay_gives_its_worker_back_between_slices(tmp_path):
     )
     assert len(b_seconds) == 40
     assert max(b_seconds) < statistics.median(a_seconds) / 4, (a_seconds, b_seconds)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(addr: str) -> dict[str, float]:
+    """The stoker_budget_* samples of a daemon's /metrics, by series."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("stoker_budget_")
+    }
+
+
+def test_budget_usage_per_tenant_on_metrics_and_get_usage(tmp_path):
+    """Issue 25 (closing paragraph): the coordinator's key-value budget per
+    tenant and job against its limits, on /metrics (every tenant) and
+    through GetUsage (the caller's jobs only), with the values the budget
+    itself enforces: each entry costs key + value + 64 bytes, and the set
+    that would pass the per-job limit is refused."""
+    tokens = tmp_path / "coordinator-tokens"
+    tokens.write_text(TOKENS)
+    metrics = f"127.0.0.1:{free_port()}"
+    d = Daemon(
+        "coordinator",
+        tmp_path,
+        "--token-file",
+        str(tokens),
+        "--metrics-listen",
+        metrics,
+        "--kv-bytes-per-job",
+        "64KiB",
+        "--kv-bytes",
+        "1MiB",
+    )
+    try:
+        op, a, b = (caller(d.addr, t) for t in ("op-token", "a-token", "b-token"))
+        for who, name in ((a, "team-a-1"), (b, "team-b-1")):
+            got = who("Coordinator", "CreateJob", co.CreateJobRequest(spec=job_spec(name)), co.Job)
+            assert not isinstance(got, grpc.RpcError), got
+        value = b"x" * 20000
+        for i in range(3):
+            got = a(
+                "Coordinator",
+                "KvSet",
+                co.KvSetRequest(job="team-a-1", generation=1, key=f"k{i}", value=value),
+                common_pb2.Empty,
+            )
+            assert not isinstance(got, grpc.RpcError), got
+        a_used = 3 * (2 + 20000 + 64)
+        refused = a(
+            "Coordinator",
+            "KvSet",
+            co.KvSetRequest(job="team-a-1", generation=1, key="k3", value=value),
+            common_pb2.Empty,
+        )
+        assert isinstance(refused, grpc.RpcError), refused
+        assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused
+        got = b(
+            "Coordinator",
+            "KvSet",
+            co.KvSetRequest(job="team-b-1", generation=1, key="only", value=b"y" * 5000),
+            common_pb2.Empty,
+        )
+        assert not isinstance(got, grpc.RpcError), got
+        b_used = 4 + 5000 + 64
+
+        m = scrape(metrics)
+        assert m['stoker_budget_limit_bytes{budget="kv",per="job"}'] == 64 * 1024, m
+        assert m['stoker_budget_limit_bytes{budget="kv",per="all"}'] == 1024 * 1024, m
+        assert m['stoker_budget_used_bytes{budget="kv"}'] == a_used + b_used, m
+        key = 'stoker_budget_job_used_bytes{budget="kv",tenant="team-a-*",job="team-a-1"}'
+        assert m[key] == a_used, m
+        assert m['stoker_budget_tenant_used_bytes{budget="kv",tenant="team-a-*"}'] == a_used, m
+        assert m['stoker_budget_tenant_used_bytes{budget="kv",tenant="team-b-*"}'] == b_used, m
+
+        def usage(who: Any) -> dict[str, tuple[str, int]]:
+            report = who("Usage", "GetUsage", common_pb2.GetUsageRequest(), common_pb2.UsageReport)
+            assert not isinstance(report, grpc.RpcError), report
+            (kv,) = report.budgets
+            assert (kv.budget, kv.limit_per_job_bytes, kv.limit_bytes) == ("kv", 65536, 1 << 20)
+            assert kv.used_bytes == a_used + b_used  # the budget as a whole: every tenant's
+            return {j.job: (j.tenant, j.used_bytes) for j in kv.jobs}
+
+        assert usage(a) == {"team-a-1": ("team-a-*", a_used)}
+        assert usage(b) == {"team-b-1": ("team-b-*", b_used)}
+        assert usage(op) == {"team-a-1": ("team-a-*", a_used), "team-b-1": ("team-b-*", b_used)}
+
+        # stokerctl usage: the same figures, for the caller's jobs only.
+        def stokerctl(token: str, *args: str) -> str:
+            (tmp_path / "ctl-token").write_text(token + "\n")
+            out = subprocess.run(
+                [
+                    str(binary("stokerctl")),
+                    *("--coordinator", d.addr, "--token-file", str(tmp_path / "ctl-token")),
+                    *("usage", *args),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        (line,) = stokerctl("a-token", "--json").splitlines()
+        got = json.loads(line)
+        assert got["budget"] == "kv" and got["used_bytes"] == a_used + b_used, got
+        assert (got["limit_bytes"], got["limit_per_job_bytes"]) == (1 << 20, 65536), got
+        assert got["jobs"] == [{"job": "team-a-1", "tenant": "team-a-*", "used_bytes": a_used}]
+        table = [line.split() for line in stokerctl("b-token").splitlines()]
+        assert table[0] == ["SERVICE", "BUDGET", "TENANT", "JOB", "USED", "LIMIT"], table
+        assert ["coordinator", "kv", "team-b-*", "team-b-1", "4.9", "KiB", "64.0", "KiB"] in table
+        assert ["coordinator", "kv", "team-b-*", "(tenant)", "4.9", "KiB", "1.0", "MiB"] in table
+        assert not any("team-a-1" in r for r in table), table
+    finally:
+        d.stop()
