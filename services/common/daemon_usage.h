@@ -8,8 +8,9 @@
  * A tenant is a team of the token file: a job belongs to the longest team
  * prefix covering its name (rpc_server_tenant), "*" when none does. The
  * label set is bounded: per-job series for the first METRICS_JOBS_MAX jobs
- * by name (per budget), per-tenant series for the first
- * USAGE_TENANTS_MAX tenants by name, the rest summed under tenant="other".
+ * by name (per budget), per-tenant series for
+ * USAGE_TENANTS_MAX tenants (met in job-name order), the rest summed under
+ * tenant="other".
  *
  * Loop thread only: the daemon's collect function runs on the loop (for a
  * GetUsage call and for each /metrics render) and its job names need only

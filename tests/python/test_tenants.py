@@ -520,3 +520,94 @@ def test_budget_usage_per_tenant_on_metrics_and_get_usage(tmp_path):
         assert not any("team-a-1" in r for r in table), table
     finally:
         d.stop()
+
+
+def test_stream_budget_per_tenant_on_metrics_and_get_usage(tmp_path):
+    """The dataloader's stream budget: a team's stream that its client does
+    not read holds its prefetch depth of generated batches (4 x 32,768
+    tokens x 4 bytes), shown against --stream-bytes-per-job for its tenant
+    and job, to that team alone through GetUsage."""
+    tokens = tmp_path / "dataloader-tokens"
+    tokens.write_text(TOKENS)
+    metrics = f"127.0.0.1:{free_port()}"
+    d = Daemon(
+        "dataloader",
+        tmp_path,
+        "--token-file",
+        str(tokens),
+        "--metrics-listen",
+        metrics,
+        "--stream-bytes-per-job",
+        "8MiB",
+        "--stream-bytes",
+        "64MiB",
+    )
+    try:
+        a, b = caller(d.addr, "a-token"), caller(d.addr, "b-token")
+        spec = long_line_spec("team-a-s", 32767)
+        got = a("Dataloader", "CreateLoader", dl.CreateLoaderRequest(spec=spec), dl.LoaderInfo)
+        assert not isinstance(got, grpc.RpcError), got
+        stream = a.channel.unary_stream(  # type: ignore[attr-defined]
+            "/stoker.v1.Dataloader/StreamBatches",
+            request_serializer=dl.StreamBatchesRequest.SerializeToString,
+            response_deserializer=dl.Batch.FromString,
+        )
+        req = dl.StreamBatchesRequest(job="team-a-s", world=1, prefetch=4, count=1000)
+        unread = stream(req, metadata=[("authorization", "Bearer a-token")], timeout=60)
+        held = 4 * 32768 * 4
+        key = 'stoker_budget_job_used_bytes{budget="stream",tenant="team-a-*",job="team-a-s"}'
+        until = time.monotonic() + 20
+        while scrape(metrics).get(key) != held and time.monotonic() < until:
+            time.sleep(0.1)
+        m = scrape(metrics)
+        assert m.get(key) == held, m
+        assert m['stoker_budget_tenant_used_bytes{budget="stream",tenant="team-a-*"}'] == held, m
+        assert m['stoker_budget_used_bytes{budget="stream"}'] == held, m
+        assert m['stoker_budget_limit_bytes{budget="stream",per="job"}'] == 8 << 20, m
+        assert m['stoker_budget_limit_bytes{budget="stream",per="all"}'] == 64 << 20, m
+        for who, jobs in ((a, [("team-a-s", "team-a-*", held)]), (b, [])):
+            report = who("Usage", "GetUsage", common_pb2.GetUsageRequest(), common_pb2.UsageReport)
+            (stream_budget,) = report.budgets
+            assert stream_budget.budget == "stream" and stream_budget.used_bytes == held
+            assert [(j.job, j.tenant, j.used_bytes) for j in stream_budget.jobs] == jobs
+        unread.cancel()
+    finally:
+        d.stop()
+
+
+def test_budget_series_per_tenant_are_bounded(tmp_path):
+    """105 teams each holding key-value bytes: the first 100 tenants by name
+    get a series of their own, the other 5 are summed as tenant="other", and
+    the tenants' series still add up to the whole."""
+    teams = [f"t{i:03d}" for i in range(105)]
+    tokens = tmp_path / "coordinator-tokens"
+    tokens.write_text("op-token\n" + "".join(f"tok-{t} {t}-*\n" for t in teams))
+    metrics = f"127.0.0.1:{free_port()}"
+    d = Daemon("coordinator", tmp_path, "--token-file", str(tokens), "--metrics-listen", metrics)
+    try:
+        op = caller(d.addr, "op-token")
+        for t in teams:
+            job = f"{t}-j"
+            got = op("Coordinator", "CreateJob", co.CreateJobRequest(spec=job_spec(job)), co.Job)
+            assert not isinstance(got, grpc.RpcError), got
+            got = op(
+                "Coordinator",
+                "KvSet",
+                co.KvSetRequest(job=job, generation=1, key="k", value=b"v" * 100),
+                common_pb2.Empty,
+            )
+            assert not isinstance(got, grpc.RpcError), got
+        m = scrape(metrics)
+        per = 1 + 100 + 64
+        tenants = {
+            k: v
+            for k, v in m.items()
+            if k.startswith('stoker_budget_tenant_used_bytes{budget="kv"')
+        }
+        assert len(tenants) == 101, sorted(tenants)
+        assert tenants['stoker_budget_tenant_used_bytes{budget="kv",tenant="t000-*"}'] == per
+        assert 'stoker_budget_tenant_used_bytes{budget="kv",tenant="t100-*"}' not in tenants
+        assert tenants['stoker_budget_tenant_used_bytes{budget="kv",tenant="other"}'] == 5 * per
+        assert sum(tenants.values()) == m['stoker_budget_used_bytes{budget="kv"}'] == 105 * per
+    finally:
+        d.stop()
