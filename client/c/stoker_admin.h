@@ -2,10 +2,10 @@
  * libstoker-client, operator calls: what stokerctl, the tests and the
  * in-tree trainer call besides the public API, each taking or answering
  * protobuf-c messages of stoker/v1 (jobs, scale, watch; loader create,
- * get, mixture, explain; checkpoint list, manifest, delete, verify). This
- * header is NOT installed: it names generated protobuf-c types, whose
- * layout is not a stable ABI. Its functions live in the static library
- * (admin.c, loader_admin.c, ckpt_admin.c) and are not part of the shared
+ * get, mixture, explain; checkpoint list, manifest, delete, verify; the
+ * budget usage any daemon reports). This header is NOT installed: it
+ * names generated protobuf-c types, whose layout is not a stable ABI. Its functions live in the
+ * static library (admin.c, loader_admin.c, ckpt_admin.c) and are not part of the shared
  * libstoker-client.so, so only programs built in this tree call them.
  *
  * Every message returned (*ret_job, *ret_info, *ret_resp, ...) is freed by
