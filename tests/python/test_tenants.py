@@ -306,13 +306,15 @@ def long_line_spec(job: str, seq_len: int) -> dl.LoaderSpec:
 
 def greedy_beside_small(
     tmp_path: pathlib.Path, slice_tokens: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], float]:
     """Team A's 4 jobs each ask 32,000 lines of 32,768 tokens ahead (1G
     tokens, just within --max-replay-tokens), again and again, on a
     dataloader of 2 workers, while team B's small job asks its next batch.
-    Returns the latencies of A's calls and of B's (seconds)."""
+    Returns the latencies of A's calls and of B's (seconds), and the replay
+    slices the daemon reports as yielded."""
     tokens = tmp_path / "dataloader-tokens"
     tokens.write_text(TOKENS)
+    metrics = f"127.0.0.1:{free_port()}"
     d = Daemon(
         "dataloader",
         tmp_path,
@@ -322,6 +324,8 @@ def greedy_beside_small(
         "2",
         "--replay-slice-tokens",
         str(slice_tokens),
+        "--metrics-listen",
+        metrics,
     )
     try:
         a, b = caller(d.addr, "a-token"), caller(d.addr, "b-token")
@@ -380,7 +384,8 @@ def greedy_beside_small(
             stop.set()
             for t in threads:
                 t.join()
-        return a_seconds, b_seconds
+        yields = scrape(metrics, "stoker_dataloader_replay_slices_yielded_total")
+        return a_seconds, b_seconds, yields["stoker_dataloader_replay_slices_yielded_total"]
     finally:
         d.stop()
 
@@ -391,7 +396,7 @@ def test_a_long_replay_gives_its_worker_back_between_slices(tmp_path):
     end. With slices of 4M tokens, B waits at most about a slice: every B
     call ends within a quarter of A's median call, however loaded the
     machine (both scale with it)."""
-    a_seconds, b_seconds = greedy_beside_small(tmp_path, 1 << 22)
+    a_seconds, b_seconds, yields = greedy_beside_small(tmp_path, 1 << 22)
     print(
         f"A: {len(a_seconds)} calls, median {statistics.median(a_seconds):.3f} s; "
         f"B: {len(b_seconds)} calls, median {statistics.median(b_seconds):.4f} s, "
@@ -399,6 +404,8 @@ def test_a_long_replay_gives_its_worker_back_between_slices(tmp_path):
     )
     assert len(b_seconds) == 40
     assert max(b_seconds) < statistics.median(a_seconds) / 4, (a_seconds, b_seconds)
+    # Each of A's calls gave its worker back after every 4M of its 1G tokens.
+    assert yields >= len(a_seconds) * 240, (yields, len(a_seconds))
 
 
 def free_port() -> int:
@@ -407,14 +414,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def scrape(addr: str) -> dict[str, float]:
-    """The stoker_budget_* samples of a daemon's /metrics, by series."""
+def scrape(addr: str, prefix: str = "stoker_budget_") -> dict[str, float]:
+    """The samples of a daemon's /metrics whose series start with prefix."""
     with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
         text = r.read().decode()
     return {
         line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("stoker_budget_")
+        if line.startswith(prefix)
     }
 
 
