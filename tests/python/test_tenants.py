@@ -618,3 +618,82 @@ def test_budget_series_per_tenant_are_bounded(tmp_path):
         assert sum(tenants.values()) == m['stoker_budget_used_bytes{budget="kv"}'] == 105 * per
     finally:
         d.stop()
+
+
+def test_staging_budget_per_tenant_on_metrics_and_get_usage(tmp_path):
+    """The checkpoint service's staging budget: a team's attempt fed 100,000
+    bytes by a Write stream that stays open (its rank not finished) holds
+    them, shown for its tenant and job against --staging-budget, to that
+    team alone through GetUsage; the read budget is listed with its limits."""
+    tokens = tmp_path / "checkpoint-tokens"
+    tokens.write_text(TOKENS)
+    metrics = f"127.0.0.1:{free_port()}"
+    d = Daemon(
+        "checkpoint",
+        tmp_path,
+        "--token-file",
+        str(tokens),
+        "--metrics-listen",
+        metrics,
+        "--staging-budget",
+        "64MiB",
+    )
+    fed = threading.Event()
+    done = threading.Event()
+    data = chunk("", b"x" * 100000)
+
+    def chunks() -> Any:
+        yield data
+        fed.set()
+        done.wait(20)
+
+    try:
+        a, b = caller(d.addr, "a-token"), caller(d.addr, "b-token")
+        begun = a(
+            "Checkpoint",
+            "Begin",
+            ck.BeginRequest(job="team-a-ck", step=1, world=1),
+            ck.BeginResponse,
+        )
+        assert not isinstance(begun, grpc.RpcError), begun
+        data.attempt = begun.attempt
+        data.last = False
+        stub = a.channel.stream_unary(  # type: ignore[attr-defined]
+            "/stoker.v1.Checkpoint/Write",
+            request_serializer=ck.WriteChunk.SerializeToString,
+            response_deserializer=ck.WriteResponse.FromString,
+        )
+        open_write = stub.future(
+            chunks(), metadata=[("authorization", "Bearer a-token")], timeout=30
+        )
+        assert fed.wait(10)
+        key = 'stoker_budget_job_used_bytes{budget="staging",tenant="team-a-*",job="team-a-ck"}'
+        until = time.monotonic() + 10
+        while scrape(metrics).get(key) != 100000 and time.monotonic() < until:
+            time.sleep(0.05)
+        m = scrape(metrics)
+        assert m.get(key) == 100000, m
+        assert m['stoker_budget_tenant_used_bytes{budget="staging",tenant="team-a-*"}'] == 100000
+        assert m['stoker_budget_used_bytes{budget="staging"}'] == 100000, m
+        assert m['stoker_budget_limit_bytes{budget="staging",per="all"}'] == 64 << 20, m
+        assert 'stoker_budget_limit_bytes{budget="staging",per="job"}' not in m, m
+        assert m['stoker_budget_limit_bytes{budget="read",per="job"}'] == 256 << 20, m
+        for who, jobs in ((a, [("team-a-ck", "team-a-*", 100000)]), (b, [])):
+            report = who("Usage", "GetUsage", common_pb2.GetUsageRequest(), common_pb2.UsageReport)
+            staging, read = report.budgets
+            assert (staging.budget, staging.used_bytes, staging.limit_per_job_bytes) == (
+                "staging",
+                100000,
+                0,
+            )
+            assert [(j.job, j.tenant, j.used_bytes) for j in staging.jobs] == jobs
+            assert (read.budget, read.limit_per_job_bytes, list(read.jobs)) == (
+                "read",
+                256 << 20,
+                [],
+            )
+        done.set()
+        open_write.cancel()
+    finally:
+        done.set()
+        d.stop()
