@@ -194,3 +194,12 @@ void stk_watch_free(struct stk_watch *w) {
   pthread_mutex_destroy(&w->mu);
   free(w);
 }
+
+/* ------------------------------------------------------------------ usage */
+
+int stk_usage_get(struct stk_client *c, int64_t timeout_ms, Stoker__V1__UsageReport **ret_report) {
+  Stoker__V1__GetUsageRequest req = STOKER__V1__GET_USAGE_REQUEST__INIT;
+  return client_call(c, RPC_METHOD_PATH(stoker__v1__usage, get_usage, &req), &req.base,
+                     &stoker__v1__usage_report__descriptor, timeout_ms,
+                     (ProtobufCMessage **)ret_report);
+}

@@ -2,10 +2,10 @@
  * libstoker-client, operator calls: what stokerctl, the tests and the
  * in-tree trainer call besides the public API, each taking or answering
  * protobuf-c messages of stoker/v1 (jobs, scale, watch; loader create,
- * get, mixture, explain; checkpoint list, manifest, delete, verify). This
- * header is NOT installed: it names generated protobuf-c types, whose
- * layout is not a stable ABI. Its functions live in the static library
- * (admin.c, loader_admin.c, ckpt_admin.c) and are not part of the shared
+ * get, mixture, explain; checkpoint list, manifest, delete, verify; the
+ * budget usage any daemon reports). This header is NOT installed: it
+ * names generated protobuf-c types, whose layout is not a stable ABI. Its functions live in the
+ * static library (admin.c, loader_admin.c, ckpt_admin.c) and are not part of the shared
  * libstoker-client.so, so only programs built in this tree call them.
  *
  * Every message returned (*ret_job, *ret_info, *ret_resp, ...) is freed by
@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "stoker/v1/checkpoint.pb-c.h"
+#include "stoker/v1/common.pb-c.h"
 #include "stoker/v1/coordinator.pb-c.h"
 #include "stoker/v1/dataloader.pb-c.h"
 #include "stoker_ckpt.h"
@@ -120,5 +121,12 @@ int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t
  * has no Verify method. */
 int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
                     Stoker__V1__VerifyCheckpointResponse **ret_resp);
+
+/* ----------------------------------------------------------------- usage */
+
+/* stoker.v1.Usage/GetUsage of the daemon c talks to (any of the three):
+ * each of its budgets with its limits and the jobs the client's token
+ * covers that hold some of it. */
+int stk_usage_get(struct stk_client *c, int64_t timeout_ms, Stoker__V1__UsageReport **ret_report);
 
 #endif

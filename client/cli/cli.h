@@ -36,6 +36,7 @@ int64_t cli_now_ms(void);
 
 /* Subcommands; each returns the process exit code. */
 int cli_health(const struct cli_ctx *x);
+int cli_usage(const struct cli_ctx *x);
 int cli_jobs_list(const struct cli_ctx *x);
 int cli_job_show(const struct cli_ctx *x);
 int cli_job_watch(const struct cli_ctx *x);

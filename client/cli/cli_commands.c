@@ -24,6 +24,19 @@ static const struct cli_command commands[] = {
      "(--dataloader, --checkpoint or STOKER_DATALOADER, STOKER_CHECKPOINT).\n"
      "--json: one object per service {\"service\",\"address\",\"status\"} (and \"error\" when\n"
      "unreachable). Exits 0 when all are SERVING, 4 otherwise.\n"},
+    {{"usage", NULL},
+     0,
+     "",
+     cli_usage,
+     "",
+     "what your jobs hold of each service's budgets, against the limits",
+     "Asks every service address given (stoker.v1.Usage/GetUsage): the coordinator's key-value\n"
+     "store (kv), the dataloader's streams (stream), the checkpoint service's staging and\n"
+     "restores (staging, read). Per budget: all jobs (every tenant's, against the service's\n"
+     "limit), then each tenant of your jobs and each of your jobs (against the per-job limit).\n"
+     "A team's token sees its own jobs only; an operator's every job.\n"
+     "--json: one object per budget {\"service\",\"address\",\"budget\",\"used_bytes\",\n"
+     "\"limit_bytes\",\"limit_per_job_bytes\",\"jobs\":[{\"job\",\"tenant\",\"used_bytes\"}]}.\n"},
     {{"jobs", "list"},
      0,
      "label",

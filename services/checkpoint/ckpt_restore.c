@@ -453,6 +453,14 @@ static bool batch_take(struct ckpt_reader *rd, struct batch *b, uint64_t *bytes,
   return true;
 }
 
+size_t ckpt_service_read_holdings(const struct ckpt_service *s, struct ckpt_read_holding *ret,
+                                  size_t cap) {
+  size_t n = 0;
+  for (const struct ckpt_reader *r = s->readers; r; r = r->next, n++)
+    if (n < cap) ret[n] = (struct ckpt_read_holding){.job = r->job, .reserved_bytes = r->reserved};
+  return n;
+}
+
 /* What the reads of job hold of the budgets. */
 static uint64_t job_reserved(const struct ckpt_service *s, const char *job) {
   uint64_t n = 0;

@@ -162,6 +162,16 @@ struct ckpt_attempt_staging {
 size_t ckpt_service_attempt_staging(const struct ckpt_service *s, struct ckpt_attempt_staging *ret,
                                     size_t cap);
 
+/* What one open read (a restore) holds of the read budgets. */
+struct ckpt_read_holding {
+  const char *job;         /* Owned by s; valid until control returns to the loop. */
+  uint64_t reserved_bytes; /* Its batches' reservations (read_reserved_bytes counts them). */
+};
+/* Fills ret[0..cap) with the open reads' holdings; returns how many reads
+ * are open (may exceed cap). Loop thread. */
+size_t ckpt_service_read_holdings(const struct ckpt_service *s, struct ckpt_read_holding *ret,
+                                  size_t cap);
+
 /* Fills ret with how ranks may stage through shared memory (strings owned
  * by s; an empty shm_dir when off). Synchronous. */
 void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret);

@@ -12,6 +12,7 @@
 #include "ckpt_rpc_report.h"
 #include "ckpt_service.h"
 #include "daemon.h"
+#include "daemon_usage.h"
 #include "log.h"
 #include "s3_config.h"
 #include "shm_ring.h"
@@ -166,6 +167,7 @@ struct checkpoint {
   struct metric_counter *orphan_uploads;
   struct metric_counter *orphan_attempts, *orphan_attempt_objects;
   struct ckpt_service_stats last;
+  struct ckpt_budgets budgets; /* For daemon_usage. */
 };
 
 static int check_config(const struct checkpoint_config *c, char *err, size_t err_len) {
@@ -404,7 +406,12 @@ static int register_adapter(struct checkpoint *ck) {
   uv_timer_start(&ck->stats_timer, publish_stats, 500, 500);
   ck->timer_on = true;
   struct ckpt_rpc_opts o = {.metrics = m};
-  return ckpt_rpc_register(daemon_rpc(ck->daemon), ck->svc, &o, &ck->adapter);
+  int rc = ckpt_rpc_register(daemon_rpc(ck->daemon), ck->svc, &o, &ck->adapter);
+  ck->budgets = (struct ckpt_budgets){.svc = &ck->svc,
+                                      .staging_bytes = ck->cfg.staging_budget_bytes,
+                                      .read_bytes = ck->cfg.read_budget_bytes,
+                                      .read_per_job_bytes = ck->cfg.read_budget_per_job_bytes};
+  return rc ? rc : daemon_usage_serve(ck->daemon, ckpt_usage_collect, &ck->budgets);
 }
 
 static void drain_service(struct daemon *dm, void *arg) {

@@ -30,7 +30,7 @@ size_t metrics_jobs_merge(struct metrics_job_row *rows, size_t n) {
   return out + 1;
 }
 
-static void put_label_value(struct strbuf *out, const char *s) {
+void metrics_jobs_put_label(struct strbuf *out, const char *s) {
   for (; *s; s++) {
     if (*s == '\\' || *s == '"') {
       strbuf_putc(out, '\\');
@@ -61,7 +61,7 @@ void metrics_jobs_write(struct strbuf *out, const char *service,
     strbuf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", fams[f].name, fams[f].help, fams[f].name);
     for (size_t i = 0; i < shown; i++) {
       strbuf_printf(out, "%s{job=\"", fams[f].name);
-      put_label_value(out, rows[i].job);
+      metrics_jobs_put_label(out, rows[i].job);
       strbuf_puts(out, "\"} ");
       put_value(out, rows[i].value[f]);
       strbuf_putc(out, '\n');

@@ -42,4 +42,8 @@ void metrics_jobs_write(struct strbuf *out, const char *service,
                         const struct metrics_job_family *fams, size_t n_fams,
                         const struct metrics_job_row *rows, size_t n_rows, size_t n_jobs);
 
+/* Appends a label value escaped as the text format wants (backslash,
+ * quote, newline). */
+void metrics_jobs_put_label(struct strbuf *out, const char *value);
+
 #endif

@@ -272,6 +272,11 @@ void rpc_server_shutdown(struct rpc_server *s, int64_t grace_ms, void (*done)(vo
  * stays and the error comes back with a detail. 0 without a token file.
  * Loop thread. */
 int rpc_server_reload_token(struct rpc_server *s);
+/* The tenant a job belongs to: the job-name prefix of the longest team
+ * token in the server's token file that covers it; NULL when none does
+ * (operators' jobs, or a server without scoped tokens). Loop thread; valid
+ * until the next reload. */
+const char *rpc_server_tenant(const struct rpc_server *s, const char *job);
 
 /* Re-reads the server's TLS certificate, key and client CA (a daemon's
  * SIGHUP) and checks them (the chain parses, the key matches it, the CA

@@ -225,6 +225,9 @@ void rpc_tokens_free(struct rpc_tokens *t);
 /* The line whose token the call's authorization metadata carries, or NULL
  * (none, malformed, or unknown). Constant time per line, every line. */
 const struct rpc_token *rpc_tokens_match(const struct rpc_tokens *t, const grpc_metadata_array *md);
+/* The tenant of job: the longest team prefix in t covering it; NULL when
+ * none does (operators' jobs; t NULL: a server without tokens). */
+const char *rpc_tokens_tenant(const struct rpc_tokens *t, const char *job);
 /* TLS or insecure channel credentials from the PEM files in opts. */
 int rpc_security_channel_creds(const struct rpc_client_opts *opts,
                                grpc_channel_credentials **ret_creds);

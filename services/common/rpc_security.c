@@ -254,3 +254,13 @@ const struct rpc_token *rpc_tokens_match(const struct rpc_tokens *t,
   }
   return NULL;
 }
+
+const char *rpc_tokens_tenant(const struct rpc_tokens *t, const char *job) {
+  const char *best = NULL;
+  for (size_t i = 0; t && i < t->n; i++) {
+    const char *scope = t->v[i].scope;
+    if (scope && rpc_scope_covers(scope, job) && (!best || strlen(scope) > strlen(best)))
+      best = scope;
+  }
+  return best;
+}

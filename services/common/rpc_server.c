@@ -534,6 +534,10 @@ int rpc_server_reload_token(struct rpc_server *s) {
   return 0;
 }
 
+const char *rpc_server_tenant(const struct rpc_server *s, const char *job) {
+  return rpc_tokens_tenant(s->tokens, job);
+}
+
 int rpc_server_reload_tls(struct rpc_server *s) {
   return s->tls ? rpc_server_tls_reload(s->tls) : 0;
 }

@@ -104,6 +104,7 @@ struct coord_job_figures {
   double tokens_per_s;     /* Sum over the members' last reports. */
   int64_t checkpoint_step; /* Latest committed checkpoint; 0: none. */
   uint32_t joiners;        /* Joins parked in the open round. */
+  uint64_t kv_bytes;       /* What its key-value entries hold (--kv-bytes-per-job). */
 };
 /* Fills out[0..max) with the figures of the first jobs by name; returns how
  * many jobs there are (may exceed max). */

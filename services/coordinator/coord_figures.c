@@ -17,7 +17,8 @@ static void figures_of(const struct job *j, struct coord_job_figures *f) {
                                   .generation = j->generation,
                                   .world_size = j->n_members,
                                   .checkpoint_step = j->ckpt_step,
-                                  .joiners = j->n_joiners};
+                                  .joiners = j->n_joiners,
+                                  .kv_bytes = j->kv_bytes};
   size_t pos;
   for (struct hnode *n = coord_tab_first(&j->members, &pos); n;
        n = coord_tab_next(&j->members, n, &pos)) {

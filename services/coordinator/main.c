@@ -8,6 +8,7 @@
 #include "coord_job_metrics.h"
 #include "coord_rpc.h"
 #include "daemon.h"
+#include "daemon_usage.h"
 #include "log.h"
 #include "metrics.h"
 #include "stk_error.h"
@@ -65,6 +66,7 @@ struct coordinator {
   struct metric_gauge *jobs, *members, *parked, *watchers;
   struct metric_counter *synced_writes, *heartbeats, *joins, *events;
   struct coord_stats last;
+  struct coord_kv_budget kv_budget; /* For daemon_usage. */
 };
 
 /* Publishes the core's figures as metrics once a second. */
@@ -162,6 +164,12 @@ int main(int argc, char **argv) {
   cfg_log_effective(&coordinator_table, &co.cfg);
   rc = open_core(&co);
   if (!rc) rc = coord_rpc_register(daemon_rpc(co.daemon), co.coord, &co.adapter);
+  if (!rc) {
+    co.kv_budget = (struct coord_kv_budget){.coord = co.coord,
+                                            .kv_bytes = co.cfg.kv_bytes,
+                                            .kv_bytes_per_job = co.cfg.kv_bytes_per_job};
+    rc = daemon_usage_serve(co.daemon, coord_kv_usage_collect, &co.kv_budget);
+  }
   if (!rc) {
     register_metrics(&co);
     daemon_on_drain(co.daemon, drain_service, &co);

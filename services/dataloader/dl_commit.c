@@ -52,7 +52,7 @@ static int capture(struct dl_job *j, int64_t step, struct state *s) {
     s->pos.k[c] = dl_lane_lines(j, vi, c, step + 1);
     if (!dl_owns_lane(j->dl, c)) continue;
     pthread_mutex_lock(&j->lanes[c].mu);
-    rc = dl_seek(j, c, &g, false, vi, s->pos.k[c]);
+    rc = dl_seek(j, c, &g, false, vi, s->pos.k[c], NULL);
     pthread_mutex_unlock(&j->lanes[c].mu);
     if (rc == 0) rc = dl_gen_encode(j, &g, &s->blobs[c], &s->lens[c]);
     dl_gen_free(&g);

@@ -41,11 +41,17 @@ typedef int (*dl_open_source_fn)(void *arg, const Stoker__V1__DatasetSpec *spec,
                                  struct dl_source **ret_source);
 
 struct dl_opts {
-  const char *dir;                 /* RocksDB directory; created if missing. Required. */
-  uint64_t max_batch_bytes;        /* Largest token payload of one reply; 0: 256 MiB. */
-  int64_t max_step;                /* Steps above are refused; 0: 2^40. */
-  uint64_t max_replay_lines;       /* Lines one lane may regenerate for a call; 0: 2^20. */
-  uint64_t max_replay_tokens;      /* Tokens of those lines (long lines cost more); 0: 2^30. */
+  const char *dir;            /* RocksDB directory; created if missing. Required. */
+  uint64_t max_batch_bytes;   /* Largest token payload of one reply; 0: 256 MiB. */
+  int64_t max_step;           /* Steps above are refused; 0: 2^40. */
+  uint64_t max_replay_lines;  /* Lines one lane may regenerate for a call; 0: 2^20. */
+  uint64_t max_replay_tokens; /* Tokens of those lines (long lines cost more); 0: 2^30. */
+  /* Tokens a GetBatch or Explain call may replay before it gives its thread
+   * back; 0: no bound (the call replays to the line in one go). A call that
+   * reaches the bound returns DL_YIELDED: each lane keeps its place (the
+   * live generator, and a snapshot there), so calling again goes on from
+   * it. The daemon queues the call again behind other jobs' work. */
+  uint64_t replay_slice_tokens;
   uint32_t snapshot_every_lines;   /* In-memory lane snapshot spacing; 0: 32. */
   uint32_t max_snapshots_per_lane; /* In-memory snapshots kept per lane; 0: 256. */
   uint32_t keep_commits;           /* Committed states kept restorable; 0: 2. */
@@ -109,6 +115,11 @@ struct dl_batch {
   uint32_t part, parts;
   bool tokens_borrowed; /* tokens is the caller's dest (dl_get_batch_into) */
 };
+
+/* Returned (positive, not an error) by dl_get_batch, dl_get_batch_into and
+ * dl_explain when opts.replay_slice_tokens ended this slice of the replay
+ * before the batch's lines: nothing is returned; call again to go on. */
+#define DL_YIELDED 1
 
 /* Fills *ret_batch (free with dl_batch_free). Lines [rank*B/world,
  * (rank+1)*B/world) of step's global batch of B lines (on a scaled-out

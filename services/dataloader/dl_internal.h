@@ -275,8 +275,12 @@ void dl_commit_clear(struct dl_commit *c);
 
 /* ---- dl_seek.c: snapshots and random access ---- */
 /* Moves g (the lane's live generator when g == &lane->live) to (vi, k).
- * Caller holds the lane's mutex. */
-int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k);
+ * Caller holds the lane's mutex. budget_tokens (NULL: none; the live
+ * generator only) bounds the tokens replayed and is decreased by them: when
+ * it runs out first, g stays where it stopped and DL_YIELDED is returned
+ * (calling again goes on from there). */
+int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k,
+            uint64_t *budget_tokens);
 int dl_snap_add(struct dl_job *j, uint32_t c, uint32_t vi, uint64_t k, bool pinned,
                 const uint8_t *blob, size_t len);
 void dl_snaps_reindex(struct dl_job *j); /* after versions changed */

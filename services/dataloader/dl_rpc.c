@@ -48,11 +48,20 @@ static void task_work(uv_work_t *w) {
   struct task *t = w->data;
   stk_clear_detail();
   t->err = t->run(t);
-  if (t->err) dl_rpc_capture_error(t->err, t->msg, sizeof(t->msg));
+  if (t->err < 0) dl_rpc_capture_error(t->err, t->msg, sizeof(t->msg));
 }
+
+static void queue(struct task *t);
 
 static void task_done(uv_work_t *w, int status) {
   struct task *t = w->data;
+  if (status == 0 &&
+      t->err == DL_YIELDED) { /* A slice of a long replay: the rest waits its turn. */
+    if (t->a->replay_yields) metric_counter_add(t->a->replay_yields, 1);
+    t->err = 0;
+    queue(t);
+    return;
+  }
   if (status < 0 && !t->err) { /* Never ran (uv_cancel is not used; defensive). */
     t->err = STK_ECANCELED;
     snprintf(t->msg, sizeof(t->msg), "cancelled");
@@ -74,8 +83,9 @@ static const char *request_job(const ProtobufCMessage *req) {
   return job ? job : "";
 }
 
-/* Queues run on a worker (fair shares per job, dl_sched.h); reply (or the
- * error) follows on the loop. */
+/* Queues run on a worker (fair shares per tenant and job, dl_sched.h);
+ * reply (or the error) follows on the loop. A run that yields (a slice of
+ * a long replay, DL_YIELDED) is queued again, behind the work waiting. */
 static void submit(struct rpc_call *call, const ProtobufCMessage *req, struct dl_rpc *a,
                    task_run_fn run, task_reply_fn reply) {
   struct task *t = calloc(1, sizeof(*t));
@@ -89,11 +99,15 @@ static void submit(struct rpc_call *call, const ProtobufCMessage *req, struct dl
   t->run = run;
   t->reply = reply;
   t->work.data = t;
-  int rc = dl_sched_submit(a->sched, rpc_call_scope(call), request_job(req), &t->work, task_work,
-                           task_done);
+  queue(t);
+}
+
+static void queue(struct task *t) {
+  int rc = dl_sched_submit(t->a->sched, rpc_call_scope(t->call), request_job(t->req), &t->work,
+                           task_work, task_done);
   if (rc) {
+    rpc_fail_err(t->call, rc, "cannot queue work");
     free(t);
-    rpc_fail_err(call, rc, "cannot queue work");
   }
 }
 
@@ -154,7 +168,7 @@ static int run_get_batch(struct task *t) {
   const Stoker__V1__GetBatchRequest *r = (const void *)t->req;
   double t0 = dl_rpc_now();
   int rc = dl_get_batch(t->a->dl, r->job, r->step, r->rank, r->world, &t->batch);
-  t->gen_seconds = dl_rpc_now() - t0;
+  t->gen_seconds += dl_rpc_now() - t0; /* Over every slice of its replay. */
   return rc;
 }
 
@@ -294,6 +308,11 @@ static void register_metrics(struct dl_rpc *a, struct metrics *m) {
       metrics_counter(m, "stoker_dataloader_shm_batches_total",
                       "Stream batches delivered through a shared-memory ring (tokens not "
                       "in the message).",
+                      NULL);
+  a->replay_yields =
+      metrics_counter(m, "stoker_dataloader_replay_slices_yielded_total",
+                      "Calls that gave their worker back after a slice of a long replay "
+                      "(--replay-slice-tokens) and were queued again behind other work.",
                       NULL);
   /* Fails only out of memory: the per-job gauges are then missing. */
   metrics_add_collector(m, dl_rpc_job_metrics_collect, a);

@@ -45,6 +45,12 @@ struct dl_rpc_opts {
 int dl_rpc_register(struct rpc_server *s, uv_loop_t *loop, struct dl *dl,
                     const struct dl_rpc_opts *opts, struct dl_rpc **ret_adapter);
 
+/* The stream budget ("stream": --stream-bytes overall, --stream-bytes-per-job
+ * per job) and what each job's open streams hold of it, for daemon_usage
+ * (GetUsage, the stoker_budget_* series); arg the adapter. Loop thread. */
+struct usage;
+int dl_rpc_usage_collect(void *arg, struct usage *u);
+
 /* Ends every open stream UNAVAILABLE ("shutting down; resume from step
  * N") once its generation and send in flight complete; unary calls finish
  * as usual. */

@@ -23,6 +23,7 @@ struct dl_rpc {
   uv_loop_t *loop;
   uint32_t max_prefetch, default_prefetch;
   struct metric_counter *batches, *tokens, *shm_batches;
+  struct metric_counter *replay_yields; /* Slices of replay that gave the worker back. */
   struct metric_histogram *gen_seconds;
   struct metric_gauge *prefetched; /* Generated, not yet sent, over all streams. */
   struct dl_stream *streams;       /* Open streams (doubly linked). */
@@ -105,8 +106,9 @@ void dl_rpc_stream_drain(struct dl_rpc *a);
 
 /* One open stream's queue, for the per-job gauges (dl_rpc_metrics.c). */
 struct dl_stream_queue {
-  const char *job; /* The request's; valid while the stream is open. */
-  uint32_t ready;  /* Batches generated and not yet sent (at most its prefetch). */
+  const char *job;     /* The request's; valid while the stream is open. */
+  uint32_t ready;      /* Batches generated and not yet sent (at most its prefetch). */
+  uint64_t held_bytes; /* What it holds of the stream budgets (--stream-bytes). */
 };
 /* Fills ret[0..cap) with the open streams' queues (loop thread); returns
  * how many streams are open (may exceed cap). */

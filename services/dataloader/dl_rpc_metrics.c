@@ -7,12 +7,15 @@
  * the daemon generates keeps this at its prefetch depth). A process of a
  * scaled-out dataloader counts its own streams; sum over the parts. The
  * label set is bounded as metrics_jobs.h says
- * (stoker_dataloader_jobs_unlabelled counts the jobs left out).
+ * (stoker_dataloader_jobs_unlabelled counts the jobs left out). The same
+ * walk over the streams reports the stream budget to daemon_usage.
  */
 #include <stdlib.h>
 
+#include "daemon_usage.h"
 #include "dl_rpc_internal.h"
 #include "metrics_jobs.h"
+#include "stk_error.h"
 
 /* value[i] of a row is family i. */
 static const struct metrics_job_family families[] = {
@@ -35,4 +38,25 @@ void dl_rpc_job_metrics_collect(struct strbuf *out, void *arg) {
                      jobs, jobs);
   free(rows);
   free(q);
+}
+
+int dl_rpc_usage_collect(void *arg, struct usage *u) {
+  const struct dl_rpc *a = arg;
+  size_t n = dl_rpc_stream_queues(a, NULL, 0);
+  struct dl_stream_queue *q = n ? calloc(n, sizeof(*q)) : NULL;
+  if (n && !q) return STK_ENOMEM;
+  dl_rpc_stream_queues(a, q, n);
+  uint64_t all = 0;
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    all += q[i].held_bytes;
+    rc = usage_add(u, 0, q[i].job, q[i].held_bytes);
+  }
+  u->budgets[0] = (struct usage_budget){.name = "stream",
+                                        .limit_bytes = a->stream_bytes,
+                                        .limit_per_job_bytes = a->stream_bytes_per_job,
+                                        .used_bytes = all};
+  u->n_budgets = 1;
+  free(q);
+  return rc;
 }

@@ -161,6 +161,7 @@ static void gen_work(uv_work_t *w) {
     s->gen_err = dl_get_batch_into(s->a->dl, r->job, s->next_gen + j, r->rank, r->world,
                                    s->gen_dest[j], s->gen_dest_bytes, b);
     s->gen_seconds[j] = dl_rpc_now() - t0;
+    if (s->gen_err == DL_YIELDED) return; /* A slice of a long replay: gen_done queues the rest. */
     if (s->gen_err) {
       dl_rpc_capture_error(s->gen_err, s->gen_msg, sizeof(s->gen_msg));
       return;
@@ -203,6 +204,10 @@ static void gen_done(uv_work_t *w, int status) {
       dl_batch_free(&s->gen_out[j]);
     else
       take_generated(s, j);
+  }
+  if (status == 0 && s->gen_err == DL_YIELDED) {
+    if (s->a->replay_yields) metric_counter_add(s->a->replay_yields, 1);
+    s->gen_err = 0; /* pump() queues the next slice behind the work waiting. */
   }
   if (status < 0 || s->gen_err) {
     int err = status < 0 ? STK_ECANCELED : s->gen_err;
@@ -384,7 +389,9 @@ void dl_rpc_stream_drain(struct dl_rpc *a) {
 size_t dl_rpc_stream_queues(const struct dl_rpc *a, struct dl_stream_queue *ret, size_t cap) {
   size_t n = 0;
   for (const struct dl_stream *s = a->streams; s; s = s->next, n++)
-    if (n < cap) ret[n] = (struct dl_stream_queue){.job = s->req->job, .ready = s->n_ready};
+    if (n < cap)
+      ret[n] =
+          (struct dl_stream_queue){.job = s->req->job, .ready = s->n_ready, .held_bytes = held(s)};
   return n;
 }
 

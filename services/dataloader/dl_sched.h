@@ -15,7 +15,8 @@
  * its jobs with work, each holding at most ceil(tenant's share / its jobs
  * with work). A tenant or job alone may use every worker; once another has
  * work, it gets the next free worker. Tasks already running are never
- * interrupted.
+ * interrupted; a long one bounds itself instead (a replay gives its worker
+ * back after each slice and is submitted again, dl_seek.c).
  *
  * Stuck workers: dl_sched_stuck() is true when every worker has been on
  * its current task for longer than a bound, while tasks wait; the daemon

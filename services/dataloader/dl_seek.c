@@ -7,6 +7,13 @@
  * may need is bounded by max_replay_lines and by max_replay_tokens (lines
  * of a long seq_len cost that much more each), so a hostile far-away step
  * is refused instead of holding a worker.
+ *
+ * The replay loop is resumable: given a budget of tokens, it stops when the
+ * budget is spent, leaves the live generator where it stopped (and a
+ * snapshot there, in case another call of the job moves the live one
+ * first) and returns DL_YIELDED. Calling again restores from that place,
+ * so a long replay runs as slices of at most the budget each, and the
+ * worker between them goes to other calls (dl_sched.h decides whose).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +55,8 @@ static uint64_t distance_tokens(const struct dl_job *j, uint32_t c, uint32_t vi0
   return sat_add(d, sat_mul(k, (uint64_t)j->ver[vi].seq_len + 1));
 }
 
+static int yield(struct dl_job *j, uint32_t c, const struct dl_gen *g);
+
 static void maybe_snap(struct dl_job *j, uint32_t c, const struct dl_gen *g) {
   if (g->k % j->dl->opts.snapshot_every_lines) return;
   uint8_t *blob;
@@ -57,17 +66,36 @@ static void maybe_snap(struct dl_job *j, uint32_t c, const struct dl_gen *g) {
   free(blob);
 }
 
-static int advance(struct dl_job *j, uint32_t c, struct dl_gen *g, uint32_t vi, uint64_t k) {
+/* Runs g forward to (vi, k); with a budget, stops early when the budget
+ * is spent (yield). */
+static int advance(struct dl_job *j, uint32_t c, struct dl_gen *g, uint32_t vi, uint64_t k,
+                   uint64_t *budget_tokens) {
   while (pos_cmp(g->vi, g->k, vi, k) < 0) {
     int rc;
-    if (g->vi < vi && g->k >= dl_lane_version_end(j, g->vi, c))
+    if (g->vi < vi && g->k >= dl_lane_version_end(j, g->vi, c)) {
       rc = dl_gen_next_version(j, g);
-    else
+    } else {
+      if (budget_tokens && *budget_tokens == 0) return yield(j, c, g);
+      uint64_t t = (uint64_t)j->ver[g->vi].seq_len + 1;
       rc = dl_gen_line(j, c, g, NULL);
+      if (budget_tokens) *budget_tokens -= t < *budget_tokens ? t : *budget_tokens;
+    }
     if (rc < 0) return rc;
     maybe_snap(j, c, g);
   }
   return 0;
+}
+
+/* Ends a slice of replay at g's place: a snapshot there keeps the progress
+ * even if the live generator moves before the next slice. */
+static int yield(struct dl_job *j, uint32_t c, const struct dl_gen *g) {
+  uint8_t *blob;
+  size_t len;
+  if (g->k % j->dl->opts.snapshot_every_lines && dl_gen_encode(j, g, &blob, &len) == 0) {
+    dl_snap_add(j, c, g->vi, g->k, false, blob, len); /* A cache: losing it costs a replay. */
+    free(blob);
+  }
+  return DL_YIELDED;
 }
 
 /* Restores g from the best start found; *ret_from tells which. */
@@ -87,7 +115,8 @@ static int restore(struct dl_job *j, uint32_t c, struct dl_gen *g, const struct 
   return dl_gen_fit(j, c, g);
 }
 
-int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k) {
+int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32_t vi, uint64_t k,
+            uint64_t *budget_tokens) {
   struct dl_lane *l = &j->lanes[c];
   uint32_t bvi = 0;
   uint64_t bk = 0;
@@ -124,7 +153,7 @@ int dl_seek(struct dl_job *j, uint32_t c, struct dl_gen *g, bool is_live, uint32
   }
   int rc = keep ? 0 : restore(j, c, g, snap, from_live);
   if (is_live) l->live_ok = rc == 0;
-  if (rc == 0) rc = advance(j, c, g, vi, k);
+  if (rc == 0) rc = advance(j, c, g, vi, k, is_live ? budget_tokens : NULL);
   if (rc < 0 && is_live) l->live_ok = false;
   return rc;
 }

@@ -139,9 +139,13 @@ static int push_starts(struct sink *s, uint32_t base, const uint32_t *tmp, size_
   return 0;
 }
 
-/* Generates the planned items [begin, end) (whole lanes) into s. */
+/* Generates the planned items [begin, end) (whole lanes) into s; with
+ * opts.replay_slice_tokens, DL_YIELDED when the replays of these lanes
+ * spent that many tokens first (the lanes keep their places). */
 static int run_lines(struct dl_job *j, const struct req *q, struct sink *s, uint32_t *tmp,
                      uint32_t begin, uint32_t end) {
+  uint64_t budget = j->dl->opts.replay_slice_tokens;
+  uint64_t *slice = budget ? &budget : NULL;
   int rc = 0;
   for (uint32_t i = begin; rc == 0 && i < end;) {
     uint32_t c = q->items[i].lane;
@@ -155,7 +159,7 @@ static int run_lines(struct dl_job *j, const struct req *q, struct sink *s, uint
       s->out.line = it->out;
       s->out.lane = c;
       size_t runs_before = s->out.n_runs;
-      rc = dl_seek(j, c, &l->live, true, q->vi, it->k);
+      rc = dl_seek(j, c, &l->live, true, q->vi, it->k, slice);
       if (rc == 0) rc = dl_gen_line(j, c, &l->live, &s->out);
       if (rc < 0) l->live_ok = false;
       if (rc == 0) rc = push_starts(s, it->out * q->t, tmp, s->out.n_starts);
@@ -275,7 +279,7 @@ int dl_get_batch_into(struct dl *dl, const char *job, int64_t step, uint32_t ran
   int rc = serve(dl, job, step, rank, world, true, dest, dest_bytes, &s, &q);
   free(q.items);
   if (rc == 0 && s.n_starts > 1) rc = sort_starts(s.starts, s.n_starts, q.t, q.lines);
-  if (rc < 0) {
+  if (rc != 0) { /* An error, or DL_YIELDED: nothing to return yet. */
     free(q.positions);
     if (s.tokens == dest) s.tokens = NULL;
     sink_free(&s);

@@ -6,6 +6,7 @@
  * flushes RocksDB), exit.
  */
 #include "daemon.h"
+#include "daemon_usage.h"
 #include "dl_core.h"
 #include "dl_roots.h"
 #include "dl_rpc.h"
@@ -34,6 +35,7 @@ struct dataloader_config {
   int64_t max_step;
   uint64_t max_replay_lines;
   uint64_t max_replay_tokens;
+  uint64_t replay_slice_tokens;
   uint64_t snapshot_every_lines;
   uint64_t max_snapshots_per_lane;
   uint64_t max_job_state_bytes;
@@ -78,6 +80,10 @@ static const struct flag_spec dataloader_options[] = {
     DL_ROW("max-replay-tokens", FLAG_UINT64, max_replay_tokens, "1073741824", 1, (int64_t)1 << 50,
            "Tokens of the lines one lane may regenerate for a call (long lines cost more "
            "each); a step further is refused (OUT_OF_RANGE)."),
+    DL_ROW("replay-slice-tokens", FLAG_UINT64, replay_slice_tokens, "16777216", 0, (int64_t)1 << 50,
+           "Tokens a call may replay on a worker before giving it back: a long replay runs in "
+           "slices of this many tokens, queued behind other tenants' and jobs' work between "
+           "them (0: in one go)."),
     DL_ROW("snapshot-every-lines", FLAG_UINT64, snapshot_every_lines, "32", 1, 1 << 20,
            "Spacing of the in-memory lane snapshots that bound replay."),
     DL_ROW("max-snapshots-per-lane", FLAG_UINT64, max_snapshots_per_lane, "256", 1, 1 << 20,
@@ -182,6 +188,7 @@ static int open_core(struct dataloader *d) {
       .max_step = d->cfg.max_step,
       .max_replay_lines = d->cfg.max_replay_lines,
       .max_replay_tokens = d->cfg.max_replay_tokens,
+      .replay_slice_tokens = d->cfg.replay_slice_tokens,
       .snapshot_every_lines = (uint32_t)d->cfg.snapshot_every_lines,
       .max_snapshots_per_lane = (uint32_t)d->cfg.max_snapshots_per_lane,
       .keep_commits = (uint32_t)d->cfg.keep_commits,
@@ -227,6 +234,7 @@ static int register_adapter(struct dataloader *d) {
       .stream_bytes_per_job = d->cfg.stream_bytes_per_job,
   };
   rc = dl_rpc_register(daemon_rpc(d->daemon), daemon_loop(d->daemon), d->dl, &o, &d->adapter);
+  if (rc == 0) rc = daemon_usage_serve(d->daemon, dl_rpc_usage_collect, d->adapter);
   if (rc) log_error("startup", "%s: %s", stk_strerror(rc), stk_detail());
   return rc;
 }

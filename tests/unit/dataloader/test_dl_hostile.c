@@ -232,6 +232,48 @@ static void test_replay_bounded_in_tokens(void **state) {
   rm(dir);
 }
 
+/* A batch far ahead, fetched with replay_slice_tokens: every call
+ * returns DL_YIELDED after at most that many tokens of replay and keeps the
+ * lanes' places, so repeated calls reach the batch; the bytes are those of
+ * a replay in one go, and the slices number about the call's replay (over
+ * its lanes) / slice. */
+static void test_replay_runs_in_resumable_slices(void **state) {
+  struct tspec t = BASE;
+  t.seq_len = 4095; /* T = 4096: 4 lines per lane per step */
+  t.global_batch = 8;
+  t.lanes = 2;
+  t.uris[0] = "synthetic:4000:100:3000:7";
+  uint32_t *want[2];
+  int yields[2] = {0, 0};
+  for (int sliced = 0; sliced < 2; sliced++) {
+    char *dir = t_tmpdir();
+    struct dl_opts o = {.dir = dir, .replay_slice_tokens = sliced ? 1u << 20 : 0};
+    struct dl *dl = NULL;
+    assert_int_equal(dl_open(&o, &dl), 0);
+    assert_int_equal(t_create(dl, &t), 0);
+    /* 4,000 lines per lane, 16M tokens each: 32 slices of 1M over the call. */
+    struct dl_batch b;
+    int rc;
+    while ((rc = dl_get_batch(dl, "h", 1000, 0, 1, &b)) == DL_YIELDED) yields[sliced]++;
+    assert_int_equal(rc, 0);
+    want[sliced] = malloc((size_t)b.lines * b.line_tokens * 4);
+    memcpy(want[sliced], b.tokens, (size_t)b.lines * b.line_tokens * 4);
+    dl_batch_free(&b);
+    /* Explain replays the same way (from the live places, now near). */
+    Stoker__V1__ExplainResponse *e;
+    while ((rc = dl_explain(dl, "h", 2000, 0, 1, &e)) == DL_YIELDED) yields[sliced]++;
+    assert_int_equal(rc, 0);
+    dl_explain_free(e);
+    dl_close(dl);
+    rm(dir);
+  }
+  assert_int_equal(yields[0], 0);
+  assert_in_range(yields[1], 2 * 30, 2 * 33); /* about 31 yields for each call */
+  assert_memory_equal(want[0], want[1], (size_t)8 * 4096 * 4);
+  free(want[0]);
+  free(want[1]);
+}
+
 static double first_batch_ms(const char *uri) {
   char *dir = t_tmpdir();
   struct dl *dl = t_open(dir, 0);
@@ -274,6 +316,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_empty_documents_with_markers),
       cmocka_unit_test(test_replay_bounded_in_tokens),
+      cmocka_unit_test(test_replay_runs_in_resumable_slices),
       cmocka_unit_test(test_hostile_requests),
       cmocka_unit_test(test_bad_specs),
       cmocka_unit_test(test_state_blob_bit_flips),
