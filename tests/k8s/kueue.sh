@@ -10,7 +10,8 @@
 #   imported (no registry), pulled IfNotPresent;
 # - the Configuration: deploy/k8s/components/kueue/kueue-manager-config.yaml
 #   (waitForPodsReady, the ElasticJobsViaWorkloadSlices gate, batch/job);
-# - the manager requests 100m CPU instead of 500m (a 2-core node).
+# - the manager requests 100m CPU instead of 500m (a 2-core node), and its pod
+#   template carries the Configuration's hash, so that a changed one restarts it.
 #
 #   tests/k8s/kueue.sh install   build or find, render, apply, wait until the
 #                                controller is Ready and its webhook answers
@@ -31,7 +32,7 @@ die() { log "$*"; exit 1; }
 
 # render DIR: the kustomization over the module's config/default, in DIR
 render() {
-  local dir=$1 moddir rel
+  local dir=$1 moddir rel sum
   moddir=$(GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" |
     sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
   [ -d "$moddir/config/default" ] || die "no config/default in sigs.k8s.io/kueue@$KUEUE_VERSION"
@@ -40,6 +41,8 @@ render() {
   rel=$(python3 -c 'import os, sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' \
     "$moddir/config/default" "$(cd "$dir" && pwd -P)")
   cp "$config" "$dir/controller_manager_config.yaml"
+  # The Configuration's hash on the pod template: a changed one rolls the manager.
+  sum=$(sha256sum "$config" | cut -c1-16)
   cat >"$dir/kustomization.yaml" <<EOF
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -60,6 +63,8 @@ patches:
     metadata: {name: kueue-controller-manager, namespace: kueue-system}
     spec:
       template:
+        metadata:
+          annotations: {stoker.k8s.io/kueue-config-sha256: "$sum"}
         spec:
           containers:
           - name: manager
