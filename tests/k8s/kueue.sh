@@ -64,7 +64,7 @@ patches:
     spec:
       template:
         metadata:
-          annotations: {stoker.k8s.io/kueue-config-sha256: "$sum"}
+          annotations: {stoker/kueue-config-sha256: "$sum"}
         spec:
           containers:
           - name: manager
