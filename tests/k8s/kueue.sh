@@ -9,7 +9,8 @@
 #   module, packed by image.py as localhost/stoker-k8s/kueue:VERSION and
 #   imported (no registry), pulled IfNotPresent;
 # - the Configuration: deploy/k8s/components/kueue/kueue-manager-config.yaml
-#   (waitForPodsReady, the ElasticJobsViaWorkloadSlices gate, batch/job);
+#   (waitForPodsReady, the ElasticJobsViaWorkloadSlices gate on and
+#   TopologyAwareScheduling off, batch/job only; its README says why);
 # - the manager requests 100m CPU instead of 500m (a 2-core node), and its pod
 #   template carries the Configuration's hash, so that a changed one restarts it.
 #
@@ -17,6 +18,8 @@
 #                                controller is Ready and its webhook answers
 #                                (idempotent: a second run changes nothing)
 #   tests/k8s/kueue.sh render    print the manifests install applies
+#   tests/k8s/kueue.sh bad-workload   server-side dry run of a Workload only
+#                                Kueue's webhook refuses (tests/k8s/run's check)
 #   KUEUE_VERSION=v0.17.0        the release (the module's version)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
