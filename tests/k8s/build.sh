@@ -6,12 +6,16 @@
 #
 #   tests/k8s/build.sh            build what is missing, print the bin dir
 #   tests/k8s/build.sh prometheus the same, and Prometheus too (tests/k8s/run)
+#   tests/k8s/build.sh kueue      the same, and Kueue's controller manager too
+#                                 (tests/k8s/kueue.sh)
 #   STOKER_K8S_CACHE=DIR          cache root (default /var/cache/stoker-k8s,
 #                                 or $XDG_CACHE_HOME/stoker-k8s when not root)
 #   K8S_VERSION=v1.34.2           Kubernetes release (staging modules v0.34.x)
 #   COREDNS_VERSION=v1.12.4       CoreDNS release
 #   PROMETHEUS_VERSION=v0.316.0   Prometheus (its Go module's version of 3.x; built
 #                                 with Kubernetes discovery, which Debian's lacks)
+#   KUEUE_VERSION=v0.17.0         Kueue (sigs.k8s.io/kueue, cmd/kueue: the manager
+#                                 binary of its release image)
 #
 # The published module k8s.io/kubernetes does not carry its staging/ modules:
 # its go.mod replaces k8s.io/api and the rest with ./staging/src/k8s.io/...,
@@ -23,6 +27,7 @@ set -euo pipefail
 K8S_VERSION=${K8S_VERSION:-v1.34.2}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 PROMETHEUS_VERSION=${PROMETHEUS_VERSION:-v0.316.0}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 if [ "$(id -u)" = 0 ]; then
     cache_root=${STOKER_K8S_CACHE:-/var/cache/stoker-k8s}
 else
@@ -95,6 +100,20 @@ if [ "${1:-}" = prometheus ] && [ ! -x "$bin/prometheus" ]; then
     mv "$bin.prometheus/prometheus" "$bin/prometheus"
     rmdir "$bin.prometheus"
     echo "build.sh: prometheus built in $(( $(date +%s) - t0 ))s" >&2
+fi
+
+if [ "${1:-}" = kueue ] && [ ! -x "$bin/kueue-$KUEUE_VERSION" ]; then
+    # The version variables its Makefile sets; its go.mod has no replace, so
+    # `go install module@version` builds the release as published.
+    echo "build.sh: building kueue $KUEUE_VERSION" >&2
+    t0=$(date +%s)
+    vpkg=sigs.k8s.io/kueue/pkg/version
+    GOBIN=$bin.kueue GOFLAGS=-mod=mod CGO_ENABLED=0 go install -trimpath \
+        -ldflags "-s -w -X $vpkg.GitVersion=$KUEUE_VERSION -X $vpkg.BuildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+    mv "$bin.kueue/kueue" "$bin/kueue-$KUEUE_VERSION"
+    rmdir "$bin.kueue"
+    echo "build.sh: kueue built in $(( $(date +%s) - t0 ))s" >&2
 fi
 
 echo "$bin"

@@ -90,6 +90,19 @@ IP:$kubernetes_ip,IP:$node_ip,IP:127.0.0.1"
   cert kube-proxy /CN=system:kube-proxy "$client"
   cert kubelet-client "/O=system:nodes/CN=system:node:$node_name" "$client"
   cert kubelet "/CN=$node_name" "$server\nsubjectAltName=DNS:$node_name,IP:$node_ip"
+  # The aggregation layer (Kueue's visibility API): the API server proxies
+  # to extension servers with this client certificate, from its own CA.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 7 \
+    -keyout "$pki/front-proxy-ca.key" -out "$pki/front-proxy-ca.crt" -subj /CN=stoker-k8s-front-proxy-ca \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign \
+    2>/dev/null
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$pki/front-proxy-client.key" -out "$pki/front-proxy-client.csr" \
+    -subj /CN=front-proxy-client 2>/dev/null
+  printf '%b\n' "$client" >"$pki/front-proxy-client.ext"
+  openssl x509 -req -in "$pki/front-proxy-client.csr" -CA "$pki/front-proxy-ca.crt" \
+    -CAkey "$pki/front-proxy-ca.key" -CAcreateserial -days 7 -out "$pki/front-proxy-client.crt" \
+    -extfile "$pki/front-proxy-client.ext" 2>/dev/null
   openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
   openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
   chmod 600 "$pki"/*.key
@@ -217,7 +230,15 @@ up() {
     --kubelet-preferred-address-types=InternalIP,Hostname \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" \
-    --service-account-signing-key-file="$pki/sa.key"
+    --service-account-signing-key-file="$pki/sa.key" \
+    --requestheader-client-ca-file="$pki/front-proxy-ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$pki/front-proxy-client.crt" \
+    --proxy-client-key-file="$pki/front-proxy-client.key" \
+    --enable-aggregator-routing=true
   wait_for 120 "kube-apiserver /readyz" kc get --raw /readyz
 
   start kube-controller-manager "$bin/kube-controller-manager" \
