@@ -37,6 +37,7 @@ struct membership {
   bool terminating;        /* stk_notify_terminating: sent with every heartbeat. */
   bool beat_now;           /* Wakes the heartbeat thread for a beat at once. */
   bool pausing;            /* HeartbeatResponse.pausing of the last action. */
+  bool resizing;           /* HeartbeatResponse.resizing of the last action. */
   stk_action_fn on_action;
   void *on_action_arg;
   /* Heartbeat thread: started by join, stopped by leave/free/rejoin. */

@@ -13,7 +13,8 @@
  * terminating set (and in every later beat), which the coordinator takes as
  * a preemption notice for the whole job. Replies while the job pauses carry
  * pausing (stk_job_pausing): checkpoint, then stop; leave with the step
- * staged (stk_leave_checkpointed).
+ * staged (stk_leave_checkpointed). A CHECKPOINT_NOW of a resize carries
+ * resizing (stk_job_resizing): checkpoint, then wait for RESTART.
  */
 #include "client_internal.h"
 
@@ -125,6 +126,13 @@ bool stk_job_pausing(struct stk_client *c) {
   return p;
 }
 
+bool stk_job_resizing(struct stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  bool r = c->m.resizing;
+  pthread_mutex_unlock(&c->mu);
+  return r;
+}
+
 /* Sends one heartbeat (c->mu released during the call). Returns the
  * action, or NONE on failure; *ret_gen is the job's generation. */
 static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *ret_gen, char *reason,
@@ -156,7 +164,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
   if (err == 0) {
     Stoker__V1__HeartbeatResponse *r = (Stoker__V1__HeartbeatResponse *)w->resp;
     a = (enum stk_action)r->action;
-    if (a != STK_ACTION_NONE) c->m.pausing = r->pausing;
+    if (a != STK_ACTION_NONE) c->m.pausing = r->pausing, c->m.resizing = r->resizing;
     *ret_gen = r->generation;
     snprintf(reason, reason_len, "%s", r->reason ? r->reason : "");
   } else if (err == STK_ENOENT) {
@@ -266,7 +274,7 @@ static int start_membership(struct stk_client *c, const char *job, const char *m
   m->interval_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 5000;
   m->joined = true;
   m->pending = STK_ACTION_NONE;
-  m->pausing = false;
+  m->pausing = m->resizing = false;
   m->hb_stop = false;
   m->beat_now = m->terminating; /* A rank terminating says so at once. */
   int rc = pthread_create(&m->hb_thread, NULL, heartbeat_main, c);

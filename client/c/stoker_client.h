@@ -132,6 +132,12 @@ void stk_notify_terminating(struct stk_client *c);
  * whose work is done. False after a join until a reply says otherwise. */
 bool stk_job_pausing(struct stk_client *c);
 
+/* Whether the last heartbeat reply with an action was a resize's
+ * CHECKPOINT_NOW (ScaleJob): a new round opens once that checkpoint is
+ * reported, so the rank may train no step past it and wait for RESTART
+ * (no step is trained twice). False after a join until a reply says so. */
+bool stk_job_resizing(struct stk_client *c);
+
 /* How a rank says it is doing in its heartbeats (the proto's RankHealth
  * numbers). */
 enum stk_rank_health {

@@ -20,13 +20,17 @@
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 #define A(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
 
+/* flags: the reply's pausing and resizing. */
+enum { HB_PAUSING = 1, HB_RESIZING = 2 };
+
 static void answer_hb_gen(struct coord_wait *w, uint64_t gen, int action, const char *reason,
-                          bool pausing) {
+                          int flags) {
   Stoker__V1__HeartbeatResponse resp = STOKER__V1__HEARTBEAT_RESPONSE__INIT;
   resp.action = action;
   resp.generation = gen;
   resp.reason = (char *)reason;
-  resp.pausing = pausing;
+  resp.pausing = (flags & HB_PAUSING) != 0;
+  resp.resizing = (flags & HB_RESIZING) != 0;
   coord_answer(w, &resp.base);
 }
 
@@ -35,7 +39,7 @@ static bool pausing(const struct job *j) {
 }
 
 static void answer_hb(struct coord_wait *w, struct job *j, int action, const char *reason) {
-  answer_hb_gen(w, j->generation, action, reason, pausing(j));
+  answer_hb_gen(w, j->generation, action, reason, pausing(j) ? HB_PAUSING : 0);
 }
 
 /* A rank got SIGTERM: a preemption notice for the whole job, first wins. */
@@ -96,7 +100,7 @@ static bool periodic_ckpt_due(struct job *j, struct member *m) {
   return true;
 }
 
-static int decide(struct job *j, struct member *m, const char **reason) {
+static int decide(struct job *j, struct member *m, const char **reason, int *flags) {
   if (j->state == S(PAUSING)) {
     if (j->pause_force || j->pause_ckpt_seen) {
       m->told_stop = true;
@@ -113,6 +117,7 @@ static int decide(struct job *j, struct member *m, const char **reason) {
   if (j->scale_pending && !m->told_ckpt) {
     m->told_ckpt = true;
     *reason = "checkpoint before scaling";
+    *flags |= HB_RESIZING;
     return A(CHECKPOINT_NOW);
   }
   if (periodic_ckpt_due(j, m)) {
@@ -151,11 +156,11 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   record_stats(j, m, req);
   const char *reason = "";
   uint64_t gen = j->generation;
-  int action = decide(j, m, &reason);
+  int flags = pausing(j) ? HB_PAUSING : 0;
+  int action = decide(j, m, &reason, &flags);
   /* The last STOP of a pause completes it: answer after that change. */
-  bool was_pausing = pausing(j);
   if (action == A(STOP)) coord_pause_maybe_done(j);
-  answer_hb_gen(w, gen, action, reason, was_pausing);
+  answer_hb_gen(w, gen, action, reason, flags);
 }
 
 /* A finishing job (a member left finished) ends once every member left of

@@ -327,7 +327,7 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
   if (j->state == S(RUNNING)) {
     if (coord_tab_get(&j->members, req->member_id))
       coord_round_open(j, "a member rejoined");
-    else if (j->world < coord_job_cap(j))
+    else if (j->world < coord_job_cap(j) && !j->scale_pending) /* Else: the scale's round. */
       coord_round_open(j, "a new member joined");
   } else {
     coord_round_check(j);

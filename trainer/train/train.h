@@ -24,6 +24,9 @@
  * step, waits until its shards are staged (rank 0: committed), leaves
  * with that step and exits TRAIN_EXIT_RESUMABLE (75), so a Kubernetes Job
  * does not count the pod as completed and the job resumes from the step.
+ * A resize (ScaleJob: CHECKPOINT_NOW with resizing) stops the same way,
+ * then waits for the coordinator's RESTART instead of leaving, so that no
+ * step past the checkpoint is trained and thrown away.
  *
  * The dataloader may be several processes (--dataloader a,b,c: part i of
  * P at place i): the trainer talks to them through one struct stk_loader,
@@ -130,7 +133,7 @@ struct train {
   struct coll_group *group;
   atomic_bool aborted;     /* RESTART or STOP seen by the callback. */
   atomic_bool ckpt_wanted; /* CHECKPOINT_NOW heard; voted on at the next step. */
-  atomic_bool stop_wanted; /* The job is pausing: checkpoint, then stop (TRAIN_STOP_VOTE). */
+  atomic_bool stop_wanted; /* Pausing or resizing: checkpoint, then stop (TRAIN_STOP_VOTE). */
   bool sigterm_told;       /* This rank's SIGTERM was reported to the coordinator. */
   int64_t stopped_step;    /* > 0: stopped after staging the checkpoint of this step. */
   bool not_needed;         /* The coordinator refused the join (job stopped or scaled down). */

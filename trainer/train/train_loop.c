@@ -125,6 +125,7 @@ static int one_step(struct train *t) {
   int sum = fsdp_votes(t->fsdp); /* The same on every rank. */
   int stops = sum / TRAIN_STOP_VOTE, votes = sum % TRAIN_STOP_VOTE + stops;
   if (votes > 0) atomic_store(&t->ckpt_wanted, false);
+  if (stops > 0) atomic_store(&t->stop_wanted, false);
   double dt = (double)(train_now_ms() - t0) / 1000.0;
   double tps = (double)t->o.global_batch * t->o.seq_len / (dt > 1e-3 ? dt : 1e-3);
   stk_report(t->coord, (uint64_t)t->step, tps, loss, STK_RANK_HEALTH_OK);
@@ -136,7 +137,7 @@ static int one_step(struct train *t) {
   bool periodic = t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0;
   if (votes > 0)
     printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)%s\n", t->o.member, t->step,
-           votes, votes > 1 ? "s" : "", stops ? ", then stop: the job is pausing" : "");
+           votes, votes > 1 ? "s" : "", stops ? ", then stop: no step past it" : "");
   if (!err && (periodic || votes > 0)) err = train_ckpt_start(t, t->step);
   if (!err && stops) t->stopped_step = t->step;
   return err;

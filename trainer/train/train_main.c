@@ -24,9 +24,10 @@
 static void on_action(void *arg, enum stk_action a, uint64_t generation, const char *reason) {
   struct train *t = arg;
   if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
-  if (a == STK_ACTION_CHECKPOINT_NOW && stk_job_pausing(t->coord)) {
-    fprintf(stderr, "[%s] the job is pausing: checkpoint, then stop (%s)\n", t->o.member,
-            reason ? reason : "");
+  bool pausing = stk_job_pausing(t->coord);
+  if (a == STK_ACTION_CHECKPOINT_NOW && (pausing || stk_job_resizing(t->coord))) {
+    fprintf(stderr, "[%s] the job is %s: checkpoint, then stop (%s)\n", t->o.member,
+            pausing ? "pausing" : "resizing", reason ? reason : "");
     atomic_store(&t->stop_wanted, true);
   }
   if (a != STK_ACTION_RESTART && a != STK_ACTION_STOP) return;
@@ -53,6 +54,44 @@ static int wait_for_verdict(struct train *t) {
   return 0;
 }
 
+/* After this rank stopped at its checkpoint without knowing the job pauses
+ * (a resize, or a peer's vote that outran the coordinator's word): the
+ * verdict. RESTART (0: rejoin and restore it), STOP (1), or the job pausing
+ * (2: leave with the checkpoint); rejoins anyway after 120 s. */
+static int wait_after_stop(struct train *t) {
+  for (int64_t end = train_now_ms() + 120000; train_now_ms() < end; sleep_ms(50)) {
+    enum stk_action a = stk_poll_action(t->coord);
+    if (stk_job_pausing(t->coord)) return 2;
+    if (a == STK_ACTION_STOP) return 1;
+    if (a == STK_ACTION_RESTART) return 0;
+  }
+  return 0;
+}
+
+/* A stop after this rank's checkpoint at t->stopped_step: true when the
+ * rank leaves (resumable in *ret_resumable), false when it rejoins. */
+static bool after_stop(struct train *t, bool *ret_resumable) {
+  int v = t->sigterm_told || stk_job_pausing(t->coord) ? 2 : wait_after_stop(t);
+  if (v == 2) {
+    printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: the job is pausing "
+           "(exit %d)\n",
+           t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE);
+    *ret_resumable = true;
+    return true;
+  }
+  int64_t step = t->stopped_step;
+  t->stopped_step = 0; /* A plain leave, or the next generation trains. */
+  if (v == 1) {
+    *ret_resumable = stk_job_pausing(t->coord);
+    printf("[%s] STOP at step %" PRId64 "\n", t->o.member, step);
+    return true;
+  }
+  printf("[%s] stopped at step %" PRId64 " after its checkpoint: rejoining (the job is resizing)\n",
+         t->o.member, step);
+  train_drop_group(t);
+  return false;
+}
+
 /* Returns the exit code: 0, or TRAIN_EXIT_RESUMABLE when the job is
  * pausing (this rank stopped after its last checkpoint, or was told STOP
  * while the job pauses). */
@@ -64,11 +103,8 @@ static int run(struct train *t) {
     finished = err == 0;
     if (err == 0) break;
     if (err == 2) {
-      printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: the job is pausing "
-             "(exit %d)\n",
-             t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE);
-      resumable = true;
-      break;
+      if (after_stop(t, &resumable)) break;
+      continue;
     }
     if (err == 1) {
       resumable = stk_job_pausing(t->coord);
