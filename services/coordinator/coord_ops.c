@@ -157,9 +157,11 @@ void coord_resume_job(struct coord *c, const Stoker__V1__JobActionRequest *req, 
   forget_preemption(j);
   j->await_deadline = coord_now(c) + ckpt_wait_ms(j);
   if (j->state == S(PAUSED)) {
+    /* The step the ranks restore: the one they staged before leaving. */
+    int64_t step = j->awaited_step > j->ckpt_step ? j->awaited_step : j->ckpt_step;
     j->state = S(WAITING);
     coord_job_touch(j, "resumed");
-    coord_event(j, E(RESUMED), NULL, 0, "resumed");
+    coord_event(j, E(RESUMED), NULL, step, "resumed from step %lld", (long long)step);
     coord_round_check(j);
   } else if (j->state == S(PAUSING)) {
     coord_event(j, E(RESUMED), NULL, 0, "resumed");

@@ -8,7 +8,9 @@ A preemption notice reaches the job mid-run, in one of two ways:
   step boundary it tells the coordinator (a heartbeat with terminating) and
   votes to stop in the step's all-reduce;
 - notice: an outside party calls PreemptJob (`stokerctl job preempt`, as a
-  queue controller would), twice: the second changes nothing.
+  queue controller would), twice: the second changes nothing;
+- pause: an operator's `stokerctl job pause`, whose stop is resumable too
+  (exit 75), but whose job waits for `stokerctl job resume`.
 
 Either way every rank checkpoints at the same step S and trains no step past
 it, stages its shards and exits 75 (resumable, never 0: a Kubernetes Job
@@ -109,6 +111,8 @@ def preempt(bins, env, work, data, job, how):
     )
     if how == "sigterm":
         procs["r1"].send_signal(signal.SIGTERM)
+    elif how == "pause":
+        subprocess.run([ctl, "job", "pause", job], env=env, check=True, stdout=subprocess.DEVNULL)
     else:
         for _ in range(2):  # The second notice changes nothing.
             subprocess.run(
@@ -142,10 +146,13 @@ def preempt(bins, env, work, data, job, how):
         )(job_json(ctl, env, job)),
         60,
     )
-    want = "member r1 is terminating" if how == "sigterm" else "kueue: evicted"
-    assert j["reason"].startswith("preempted (") and want in j["reason"], j["reason"]
     preempted = [e for e in events(ctl, env, job) if e["type"] == "PREEMPTED"]
-    assert len(preempted) == 1 and want in preempted[0]["message"], preempted
+    if how == "pause":
+        assert j["reason"] == "paused" and not preempted, (j["reason"], preempted)
+    else:
+        want = "member r1 is terminating" if how == "sigterm" else "kueue: evicted"
+        assert j["reason"].startswith("preempted (") and want in j["reason"], j["reason"]
+        assert len(preempted) == 1 and want in preempted[0]["message"], preempted
     print(
         f"{job}: {how} -> both ranks saved at step {step} and exited {RESUMABLE}; "
         f"PAUSED: {j['reason']}"
@@ -153,12 +160,18 @@ def preempt(bins, env, work, data, job, how):
     return step
 
 
-def resume(bins, env, work, data, job, step, ref):
-    """The ranks come back: the job resumes at step, trains to the end."""
+def resume(bins, env, work, data, job, step, ref, how):
+    """The ranks come back: the job resumes at step (after a preemption by
+    itself, after an operator's pause on `job resume`), trains to the end."""
     ctl, train = bins[4], bins[3]
     first = "".join(run_log(work, job, m) for m in MEMBERS)
     procs = launch(train, env, work, job, MEMBERS, train_args(data))
     RUNNING.extend(procs.values())
+    if how == "pause":
+        time.sleep(3)  # Joined and parked: a paused job waits for its operator.
+        assert job_json(ctl, env, job)["state"] == "PAUSED"
+        assert "restored" not in "".join(run_log(work, job, m) for m in MEMBERS)
+        subprocess.run([ctl, "job", "resume", job], env=env, check=True, stdout=subprocess.DEVNULL)
     wait_all(procs, 240)
     second = "".join(run_log(work, job, m) for m in MEMBERS)
     assert second.count(f"restored step {step} at world size 2") == 2, second[-2000:]
@@ -183,9 +196,9 @@ def main():
         os.environ.update(env)  # summary.explain reads STOKER_DATALOADER.
         data = corpus(work)
         ref = reference(bins, env, work, data)
-        for job, how in (("pa", "sigterm"), ("pb", "notice")):
+        for job, how in (("pa", "sigterm"), ("pb", "notice"), ("pc", "pause")):
             step = preempt(bins, env, work, data, job, how)
-            resume(bins, env, work, data, job, step, ref)
+            resume(bins, env, work, data, job, step, ref, how)
     print("ok")
 
 
