@@ -10,7 +10,8 @@ A preemption notice reaches the job mid-run, in one of two ways:
 - notice: an outside party calls PreemptJob (`stokerctl job preempt`, as a
   queue controller would), twice: the second changes nothing;
 - pause: an operator's `stokerctl job pause`, whose stop is resumable too
-  (exit 75), but whose job waits for `stokerctl job resume`.
+  (exit 75), but whose job waits for `stokerctl job resume` (a rank parked
+  in Join meanwhile exits 75 at once on SIGTERM, and is started again).
 
 Either way every rank checkpoints at the same step S and trains no step past
 it, stages its shards and exits 75 (resumable, never 0: a Kubernetes Job
@@ -171,6 +172,11 @@ def resume(bins, env, work, data, job, step, ref, how):
         time.sleep(3)  # Joined and parked: a paused job waits for its operator.
         assert job_json(ctl, env, job)["state"] == "PAUSED"
         assert "restored" not in "".join(run_log(work, job, m) for m in MEMBERS)
+        # A rank parked in Join has nothing to save: SIGTERM exits 75 at once.
+        procs["r1"].send_signal(signal.SIGTERM)
+        assert procs["r1"].wait(timeout=30) == RESUMABLE, "a parked rank's SIGTERM"
+        procs.update(launch(train, env, work, job, ["r1"], train_args(data)))
+        RUNNING.append(procs["r1"])
         subprocess.run([ctl, "job", "resume", job], env=env, check=True, stdout=subprocess.DEVNULL)
     wait_all(procs, 240)
     second = "".join(run_log(work, job, m) for m in MEMBERS)

@@ -62,6 +62,8 @@
 
 /* Set by the SIGTERM handler (train_main.c), read at step boundaries. */
 extern volatile sig_atomic_t train_sigterm;
+/* Set while parked in Join (train_join.c): the handler exits 75 at once. */
+extern volatile sig_atomic_t train_sigterm_exits;
 
 struct train_opts {
   const char *coordinator, *checkpoint; /* Service addresses. */

@@ -13,6 +13,7 @@
 #include "train.h"
 
 volatile sig_atomic_t train_sigterm;
+volatile sig_atomic_t train_sigterm_exits;
 
 int64_t train_now_ms(void) {
   struct timespec ts;

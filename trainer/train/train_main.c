@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stk_config.h"
 #include "train.h"
@@ -139,6 +140,7 @@ static int run(struct train *t) {
 static void on_sigterm(int sig) {
   (void)sig;
   train_sigterm = 1;
+  if (train_sigterm_exits) _exit(TRAIN_EXIT_RESUMABLE); /* Parked in Join: nothing to save. */
 }
 
 /* SIGTERM sets a flag (read at step boundaries); a second one is as the
