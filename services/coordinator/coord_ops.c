@@ -62,7 +62,8 @@ static void go_paused(struct job *j) {
     snprintf(reason, sizeof(reason), "preempted (%s): paused, resumes when its ranks join",
              j->preempted);
     coord_job_touch(j, reason);
-    coord_event(j, E(PAUSED), NULL, j->ckpt_step, "%s", reason);
+    coord_event(j, E(PAUSED), NULL, j->awaited_step > j->ckpt_step ? j->awaited_step : j->ckpt_step,
+                "%s", reason);
     return;
   }
   coord_job_touch(j, "paused");
@@ -113,6 +114,7 @@ static int64_t members_step(const struct job *j) {
 int coord_preempt(struct job *j, const char *reason) {
   if (coord_job_ended(j)) return STK_ESTATE;
   if (j->state == S(PAUSING) || j->state == S(PAUSED)) return 0; /* Once. */
+  free(j->preempted); /* A preemption's, if its round has not closed yet. */
   j->preempted = coord_xstrdup(reason && *reason ? reason : "preempted");
   coord_event(j, E(PREEMPTED), NULL, members_step(j), "%s", j->preempted);
   if (j->state == S(RUNNING) && j->n_members > 0) {

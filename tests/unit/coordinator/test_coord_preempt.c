@@ -221,6 +221,31 @@ static void test_operator_pause_waits(void **state) {
   res_free(a);
 }
 
+/* A job waiting for ranks pauses at once; a Join readmits it; evicted again
+ * before its round closed, it pauses again (a second preemption, a second
+ * event), and its ranks' Joins resume it once more. */
+static void test_preempt_while_waiting(void **state) {
+  struct fx *f = *state;
+  create(f, "pw", 2, 2);
+  assert_int_equal(preempt(f, "pw", "first"), 0);
+  assert_int_equal(state_of(f, "pw"), ST(PAUSED));
+  struct res *a = join(f, "pw", "m0");
+  run_for(f, 30);
+  assert_int_equal(state_of(f, "pw"), ST(WAITING));
+  assert_int_equal(preempt(f, "pw", "second"), 0);
+  assert_int_equal(state_of(f, "pw"), ST(PAUSED));
+  struct res *b = join(f, "pw", "m1");
+  run_until(f, &a->done);
+  run_until(f, &b->done);
+  assert_int_equal(a->err, 0);
+  assert_int_equal(JOINR(b)->world_size, 2);
+  res_free(a), res_free(b);
+  struct seen s;
+  events(f, "pw", &s);
+  assert_int_equal(count(&s, EV(PREEMPTED)), 2);
+  assert_non_null(strstr(s.msg[find(&s, EV(RESUMED))], "second"));
+}
+
 /* Bad input changes nothing; an ended job refuses the notice. */
 static void test_preempt_refused(void **state) {
   struct fx *f = *state;
@@ -243,6 +268,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sigterm_notice, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_resume_on_join, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_operator_pause_waits, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_preempt_while_waiting, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
