@@ -136,6 +136,9 @@ def preempt(bins, env, work, data, job, how):
     assert sorted(trained) == list(range(1, step + 1)), f"trained {sorted(trained)}, saved {step}"
     if how == "sigterm":
         assert "SIGTERM at step" in logs["r1"], logs["r1"][-2000:]
+        took = re.search(r"exit 75, (\d+) ms after SIGTERM", logs["r1"])
+        assert took, logs["r1"][-2000:]
+        print(f"{job}: the SIGTERM'd rank had staged its checkpoint {took[1]} ms after the signal")
     j = wait_for(
         "the checkpoint to commit and the job to pause",
         lambda: (

@@ -137,6 +137,7 @@ struct train {
   atomic_bool ckpt_wanted; /* CHECKPOINT_NOW heard; voted on at the next step. */
   atomic_bool stop_wanted; /* Pausing or resizing: checkpoint, then stop (TRAIN_STOP_VOTE). */
   bool sigterm_told;       /* This rank's SIGTERM was reported to the coordinator. */
+  int64_t sigterm_ms;      /* When the loop saw it (train_now_ms): the grace it needs. */
   int64_t stopped_step;    /* > 0: stopped after staging the checkpoint of this step. */
   bool not_needed;         /* The coordinator refused the join (job stopped or scaled down). */
   char not_needed_why[256];

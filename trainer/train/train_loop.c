@@ -148,6 +148,7 @@ static int one_step(struct train *t) {
 static void sigterm_maybe(struct train *t) {
   if (!train_sigterm || t->sigterm_told) return;
   t->sigterm_told = true;
+  t->sigterm_ms = train_now_ms();
   printf("[%s] SIGTERM at step %" PRId64 ": telling the coordinator; checkpoint, then stop\n",
          t->o.member, t->step);
   stk_notify_terminating(t->coord);

@@ -74,9 +74,13 @@ static int wait_after_stop(struct train *t) {
 static bool after_stop(struct train *t, bool *ret_resumable) {
   int v = t->sigterm_told || stk_job_pausing(t->coord) ? 2 : wait_after_stop(t);
   if (v == 2) {
+    char took[64] = ""; /* What terminationGracePeriodSeconds must cover, and more. */
+    if (t->sigterm_told)
+      snprintf(took, sizeof(took), ", %" PRId64 " ms after SIGTERM",
+               train_now_ms() - t->sigterm_ms);
     printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: the job is pausing "
-           "(exit %d)\n",
-           t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE);
+           "(exit %d%s)\n",
+           t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE, took);
     *ret_resumable = true;
     return true;
   }
