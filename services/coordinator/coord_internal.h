@@ -306,6 +306,8 @@ void coord_surplus_clear(struct job *j);
 /* Whether the open round waits for the checkpoint the last generation's
  * members staged before leaving (job.awaited_step, until await_deadline). */
 bool coord_round_held(const struct job *j);
+/* A preempted, paused job whose ranks are back (a Join) resumes: WAITING. */
+void coord_readmit_maybe(struct job *j);
 
 /* ---- coord_ops.c: operator actions ------------------------------------- */
 void coord_pause_maybe_done(struct job *j);

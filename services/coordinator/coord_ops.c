@@ -75,6 +75,10 @@ void coord_pause_maybe_done(struct job *j) {
   for (uint32_t r = 0; r < j->world; r++)
     if (j->by_rank[r] && !j->by_rank[r]->told_stop) return;
   go_paused(j);
+  if (j->preempted && j->n_joiners) { /* Ranks came back while it paused: they resume it. */
+    coord_readmit_maybe(j);
+    coord_round_check(j);
+  }
 }
 
 void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, coord_done_fn done,

@@ -244,8 +244,7 @@ static void resumed_maybe(struct job *j) {
   j->preempted = NULL;
 }
 
-/* The first Join of a preempted, paused job resumes it (its ranks are back). */
-static void readmit_maybe(struct job *j) {
+void coord_readmit_maybe(struct job *j) {
   if (j->state != S(PAUSED) || !j->preempted) return;
   j->state = S(WAITING);
   j->await_deadline = coord_now(j->c) + coord_job_ckpt_wait_ms(j);
@@ -318,7 +317,7 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
                coord_job_cap(j), req->member_id);
     return w;
   }
-  readmit_maybe(j);
+  coord_readmit_maybe(j);
   park(j, w, req);
   /* Unsynced: this Join's reply waits for the round's synced close, so a
    * rendezvous of N joins is one synced write. */

@@ -246,6 +246,29 @@ static void test_preempt_while_waiting(void **state) {
   assert_non_null(strstr(s.msg[find(&s, EV(RESUMED))], "second"));
 }
 
+/* A rank back (a new pod) while the others still stage: its Join parks in
+ * the pausing job, and the pause's end resumes the job for it. */
+static void test_rank_back_while_pausing(void **state) {
+  struct fx *f = *state;
+  create(f, "pb", 1, 2);
+  struct res *r[2];
+  join_all(f, "pb", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(preempt(f, "pb", "evicted"), 0);
+  assert_int_equal(leave_after(f, "pb", "m0", 1, 6), 0);
+  struct res *back = join(f, "pb", "m0");
+  run_for(f, 30);
+  assert_false(back->done);
+  assert_int_equal(state_of(f, "pb"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "pb", "m1", 1, 6), 0); /* PAUSED, then resumed for m0. */
+  assert_int_equal(state_of(f, "pb"), ST(WAITING));
+  assert_int_equal(report_ckpt(f, "pb", 6, 0), 0);
+  run_until(f, &back->done); /* min 1: closes after the last call. */
+  assert_int_equal(back->err, 0);
+  assert_int_equal(JOINR(back)->latest_checkpoint->step, 6);
+  res_free(back);
+}
+
 /* Bad input changes nothing; an ended job refuses the notice. */
 static void test_preempt_refused(void **state) {
   struct fx *f = *state;
@@ -269,6 +292,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_resume_on_join, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_operator_pause_waits, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_while_waiting, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_rank_back_while_pausing, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
