@@ -93,6 +93,16 @@ int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool sk
                      timeout_ms, (ProtobufCMessage **)ret_job);
 }
 
+int stk_job_preempt(struct stk_client *c, const char *job, const char *reason, int64_t timeout_ms,
+                    Stoker__V1__Job **ret_job) {
+  if (!job) return client_fail(STK_EINVAL, "preempt job");
+  Stoker__V1__PreemptJobRequest req = STOKER__V1__PREEMPT_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.reason = (char *)(reason ? reason : "");
+  return client_call(c, COORD_METHOD(preempt_job, &req), &req.base, &stoker__v1__job__descriptor,
+                     timeout_ms, (ProtobufCMessage **)ret_job);
+}
+
 /* ------------------------------------------------------------------ watch */
 
 struct stk_watch {

@@ -34,6 +34,10 @@ struct membership {
   double loss;
   enum stk_rank_health health;
   enum stk_action pending; /* Most severe action not yet polled. */
+  bool terminating;        /* stk_notify_terminating: sent with every heartbeat. */
+  bool beat_now;           /* Wakes the heartbeat thread for a beat at once. */
+  bool pausing;            /* HeartbeatResponse.pausing of the last action. */
+  bool resizing;           /* HeartbeatResponse.resizing of the last action. */
   stk_action_fn on_action;
   void *on_action_arg;
   /* Heartbeat thread: started by join, stopped by leave/free/rejoin. */

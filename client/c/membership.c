@@ -7,6 +7,14 @@
  * rpc layer's completion thread. It ends when the membership does: on
  * leave, rejoin, free, or when the coordinator answers RESTART or STOP (the
  * generation it served is over; a rejoin starts a new thread).
+ *
+ * A rank about to be terminated (SIGTERM) says so with
+ * stk_notify_terminating: the heartbeat thread beats at once with
+ * terminating set (and in every later beat), which the coordinator takes as
+ * a preemption notice for the whole job. Replies while the job pauses carry
+ * pausing (stk_job_pausing): checkpoint, then stop; leave with the step
+ * staged (stk_leave_checkpointed). A CHECKPOINT_NOW of a resize carries
+ * resizing (stk_job_resizing): checkpoint, then wait for RESTART.
  */
 #include "client_internal.h"
 
@@ -97,9 +105,32 @@ static void deliver(struct stk_client *c, enum stk_action a, uint64_t gen, const
 static void sleep_until(struct stk_client *c, int64_t ms) {
   struct timespec ts;
   client_deadline_after(&ts, ms);
-  while (!c->m.hb_stop) {
+  while (!c->m.hb_stop && !c->m.beat_now) {
     if (pthread_cond_timedwait(&c->m.hb_cv, &c->mu, &ts) == ETIMEDOUT) break;
   }
+  c->m.beat_now = false;
+}
+
+void stk_notify_terminating(struct stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  c->m.terminating = true;
+  c->m.beat_now = true;
+  pthread_cond_broadcast(&c->m.hb_cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+bool stk_job_pausing(struct stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  bool p = c->m.pausing;
+  pthread_mutex_unlock(&c->mu);
+  return p;
+}
+
+bool stk_job_resizing(struct stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  bool r = c->m.resizing;
+  pthread_mutex_unlock(&c->mu);
+  return r;
 }
 
 /* Sends one heartbeat (c->mu released during the call). Returns the
@@ -117,6 +148,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
   req.tokens_per_s = c->m.tokens_per_s;
   req.loss = c->m.loss;
   req.health = (Stoker__V1__RankHealth)c->m.health; /* Same numbers. */
+  req.terminating = c->m.terminating;
   int64_t timeout =
       c->m.interval_ms < HEARTBEAT_CALL_MAX_MS ? c->m.interval_ms : HEARTBEAT_CALL_MAX_MS;
   if (timeout < 1000) timeout = 1000;
@@ -132,6 +164,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
   if (err == 0) {
     Stoker__V1__HeartbeatResponse *r = (Stoker__V1__HeartbeatResponse *)w->resp;
     a = (enum stk_action)r->action;
+    if (a != STK_ACTION_NONE) c->m.pausing = r->pausing, c->m.resizing = r->resizing;
     *ret_gen = r->generation;
     snprintf(reason, reason_len, "%s", r->reason ? r->reason : "");
   } else if (err == STK_ENOENT) {
@@ -241,7 +274,9 @@ static int start_membership(struct stk_client *c, const char *job, const char *m
   m->interval_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 5000;
   m->joined = true;
   m->pending = STK_ACTION_NONE;
+  m->pausing = m->resizing = false;
   m->hb_stop = false;
+  m->beat_now = m->terminating; /* A rank terminating says so at once. */
   int rc = pthread_create(&m->hb_thread, NULL, heartbeat_main, c);
   m->hb_started = rc == 0;
   pthread_mutex_unlock(&c->mu);
@@ -271,10 +306,11 @@ int stk_join(struct stk_client *c, const char *job, const char *member_id, const
   return err;
 }
 
-static int leave(struct stk_client *c, bool finished) {
+static int leave(struct stk_client *c, bool finished, int64_t checkpoint_step) {
   membership_stop_heartbeat(c);
   Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
   req.finished = finished;
+  req.checkpoint_step = checkpoint_step;
   char job[sizeof(c->m.job)], member[sizeof(c->m.member_id)];
   pthread_mutex_lock(&c->mu);
   bool joined = c->m.joined;
@@ -291,9 +327,14 @@ static int leave(struct stk_client *c, bool finished) {
 }
 
 int stk_leave(struct stk_client *c) {
-  return leave(c, false);
+  return leave(c, false, 0);
 }
 
 int stk_leave_finished(struct stk_client *c) {
-  return leave(c, true);
+  return leave(c, true, 0);
+}
+
+int stk_leave_checkpointed(struct stk_client *c, int64_t step) {
+  if (step <= 0) return client_fail(STK_EINVAL, "leave: checkpoint step must be > 0");
+  return leave(c, false, step);
 }

@@ -50,6 +50,9 @@ int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job
 int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t timeout_ms);
 int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
                   int64_t timeout_ms, Stoker__V1__Job **ret_job);
+/* PreemptJob: a preemption notice for the whole job (reason NULL: ""). */
+int stk_job_preempt(struct stk_client *c, const char *job, const char *reason, int64_t timeout_ms,
+                    Stoker__V1__Job **ret_job);
 
 /* Streams job's events with seq > after_seq, then live ones. on_event runs
  * on the client's thread with a borrowed event. The stream ends when the job

@@ -110,6 +110,34 @@ int stk_leave(struct stk_client *c);
  * ends FINISHED once every member finished. Errors as stk_leave. */
 int stk_leave_finished(struct stk_client *c);
 
+/* Leaves a pausing job (stk_job_pausing) after staging the shards of its
+ * last checkpoint, at step (> 0): the checkpoint service commits it after
+ * the member is gone, and the job's next round waits for that commit so
+ * every rank restores it. Errors as stk_leave; STK_EINVAL for step <= 0. */
+int stk_leave_checkpointed(struct stk_client *c, int64_t step);
+
+/* The rank is about to be terminated (it got SIGTERM: its pod is being
+ * evicted). The heartbeat thread beats at once, and every later heartbeat
+ * of this client (after a rejoin too) says so: the coordinator takes it as
+ * a preemption notice for the whole job and answers CHECKPOINT_NOW with
+ * stk_job_pausing() true to every rank. Any thread; never blocks (not
+ * async-signal-safe: call it from the training loop, not the handler). */
+void stk_notify_terminating(struct stk_client *c);
+
+/* Whether the job is pausing or paused (an operator's pause or a
+ * preemption), as the last heartbeat reply with an action said. With
+ * CHECKPOINT_NOW: the checkpoint is the generation's last; stage it, leave
+ * with stk_leave_checkpointed() and exit. With STOP: exit as a process that
+ * will be started again (stoker-train exits 75, EX_TEMPFAIL), not as one
+ * whose work is done. False after a join until a reply says otherwise. */
+bool stk_job_pausing(struct stk_client *c);
+
+/* Whether the last heartbeat reply with an action was a resize's
+ * CHECKPOINT_NOW (ScaleJob): a new round opens once that checkpoint is
+ * reported, so the rank may train no step past it and wait for RESTART
+ * (no step is trained twice). False after a join until a reply says so. */
+bool stk_job_resizing(struct stk_client *c);
+
 /* How a rank says it is doing in its heartbeats (the proto's RankHealth
  * numbers). */
 enum stk_rank_health {

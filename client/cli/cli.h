@@ -44,6 +44,7 @@ int cli_job_create(const struct cli_ctx *x);
 int cli_job_scale(const struct cli_ctx *x);
 int cli_job_pause(const struct cli_ctx *x);
 int cli_job_resume(const struct cli_ctx *x);
+int cli_job_preempt(const struct cli_ctx *x);
 int cli_job_stop(const struct cli_ctx *x);
 int cli_job_delete(const struct cli_ctx *x);
 int cli_loader_create(const struct cli_ctx *x);

@@ -77,7 +77,8 @@ static const struct flag_spec cli_flags[] = {
     VERB("rank", FLAG_UINT64, "0", "The rank whose slice to explain."),
     VERB("world", FLAG_UINT64, "1", "World size the slice is cut for."),
     VERB("progress", FLAG_BOOL, NULL, "A progress bar on stderr (the default on a terminal)."),
-    VERB("reason", FLAG_ARG, NULL, "Why: named in the error the attempt's writers get."),
+    VERB("reason", FLAG_ARG, NULL,
+         "Why: named in the error the attempt's writers get; job preempt: in the event."),
 };
 #undef GLOBAL
 #undef VERB

@@ -76,6 +76,15 @@ static const struct cli_command commands[] = {
      "checkpoint, then pause (--force: without the checkpoint)",
      NULL},
     {{"job", "resume"}, 1, "", cli_job_resume, "NAME", "resume a paused job", NULL},
+    {{"job", "preempt"},
+     1,
+     "reason",
+     cli_job_preempt,
+     "NAME [--reason TEXT]",
+     "preemption notice: checkpoint, stop, resume when the ranks rejoin",
+     "Every rank checkpoints at one step, stages its shards and exits 75 (stoker-train); the job\n"
+     "is PAUSED and resumes by itself from that checkpoint when its ranks join again. A second\n"
+     "notice changes nothing."},
     {{"job", "stop"},
      1,
      "force",

@@ -152,6 +152,21 @@ int cli_job_stop(const struct cli_ctx *x) {
   return job_action(x, STK_JOB_STOP, "stopping");
 }
 
+int cli_job_preempt(const struct cli_ctx *x) {
+  struct stk_client *c;
+  int rc = cli_connect(x, x->args->coordinator, &c);
+  if (rc) return rc;
+  Stoker__V1__Job *job = NULL;
+  int err = stk_job_preempt(c, x->name, cli_flag_value(x->args, "reason"), 0, &job);
+  if (err == 0) {
+    print_action(x, "preempted", job);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+  }
+  rc = err ? cli_report(x, err) : 0;
+  stk_client_free(c);
+  return rc;
+}
+
 int cli_job_delete(const struct cli_ctx *x) {
   struct stk_client *c;
   int rc = cli_connect(x, x->args->coordinator, &c);

@@ -149,6 +149,14 @@ void coord_delete_job(struct coord *c, const Stoker__V1__JobActionRequest *req, 
 void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, coord_done_fn done,
                      void *arg);
 
+/* resp: Stoker__V1__Job. A preemption notice (PreemptJobRequest in the
+ * proto): RUNNING -> PAUSING (checkpoint, then stop), WAITING -> PAUSED,
+ * with a PREEMPTED event; the job resumes when ranks Join again. Already
+ * PAUSING or PAUSED: no change. STOPPED or FINISHED: STK_ESTATE. Reason
+ * over 1024 bytes: STK_EINVAL. */
+void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req,
+                       coord_done_fn done, void *arg);
+
 /* Streams stored events with seq > after_seq, then live events, through
  * on_event (only events already durable are delivered). When the job is
  * deleted, the watcher still gets every event it had not received, then
@@ -170,7 +178,9 @@ void coord_watch_resume(struct coord *c, struct coord_wait *w);
 struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *req,
                               coord_done_fn done, void *arg);
 /* resp: Stoker__V1__HeartbeatResponse. STK_ESTALE when generation is newer
- * than the job's; a member of an older generation gets RESTART. */
+ * than the job's; a member of an older generation gets RESTART. With
+ * req->terminating, a preemption notice as coord_preempt_job (first one
+ * wins). While the job pauses, CHECKPOINT_NOW and STOP carry pausing. */
 void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, coord_done_fn done,
                      void *arg);
 /* resp: Stoker__V1__Empty. Leaving a RUNNING job opens a new round, unless
@@ -180,7 +190,9 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
  * the job is finishing, a member lost or leaving meanwhile opens no round,
  * and once every member left of the generation has finished the job is
  * FINISHED (terminal, a FINISHED event). Unknown member or older
- * generation: no change, success. */
+ * generation: no change, success. req->checkpoint_step (a pausing job's
+ * last checkpoint, staged) is recorded while the job pauses or is paused,
+ * from any generation: the next round waits for its commit. */
 void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_done_fn done,
                  void *arg);
 

@@ -65,6 +65,7 @@ void coord_job_free(struct job *j) {
   free(j->by_rank);
   free(j->name);
   free(j->reason);
+  free(j->preempted);
   free(j->ckpt_uri);
   free(j);
 }

@@ -106,6 +106,11 @@ struct job {
    * which a restart re-arms). */
   bool scale_pending, pause_force, pause_ckpt_seen;
   int64_t scale_step, pause_step, scale_deadline, pause_deadline;
+  /* A preemption (coord_ops.c): its reason while the job pauses, is paused
+   * or resumes by itself (NULL: none); the checkpoint its members staged
+   * before leaving, which the next round waits for until await_deadline. */
+  char *preempted;
+  int64_t awaited_step, await_deadline;
   /* Members of the previous generation left without a seat when the last
    * round closed full at an operator's target (a scale-down): their Join
    * and heartbeat are told they are not needed. In memory only; replaced
@@ -221,6 +226,9 @@ uint32_t coord_job_cap(const struct job *j);
 /* STOPPED or FINISHED: terminal, no round opens again. */
 bool coord_job_ended(const struct job *j);
 int64_t coord_job_lease_ms(const struct job *j);
+/* How long a scale or pause waits for a checkpoint, and a resumed round
+ * for the one its members staged: scale_timeout_beats intervals. */
+int64_t coord_job_ckpt_wait_ms(const struct job *j);
 void coord_answer_job(struct coord_wait *w, struct job *j);
 /* A Job message pointing into the model; valid until the model changes. */
 struct job_view {
@@ -295,9 +303,20 @@ void coord_member_remove(struct job *j, struct member *m);
  * and has no seat now: such a member is not needed. */
 bool coord_surplus_has(const struct job *j, const char *id);
 void coord_surplus_clear(struct job *j);
+/* Whether the open round waits for the checkpoint the last generation's
+ * members staged before leaving (job.awaited_step, until await_deadline). */
+bool coord_round_held(const struct job *j);
+/* A preempted, paused job whose ranks are back (a Join) resumes: WAITING. */
+void coord_readmit_maybe(struct job *j);
 
 /* ---- coord_ops.c: operator actions ------------------------------------- */
 void coord_pause_maybe_done(struct job *j);
+/* A preemption notice (see coord_preempt_job): 0, or STK_ESTATE for an
+ * ended job. A second notice changes nothing. */
+int coord_preempt(struct job *j, const char *reason);
+/* A member left a pausing (or paused) job after staging the checkpoint of
+ * step: the next round waits for it. */
+void coord_pause_await(struct job *j, int64_t step);
 void coord_ops_sweep(struct job *j, int64_t now);
 /* After a restart: fresh deadlines for a pending scale or pause. */
 void coord_ops_rearm(struct job *j);

@@ -24,6 +24,10 @@ int64_t coord_job_lease_ms(const struct job *j) {
   return (int64_t)j->spec->heartbeat_interval_ms * j->spec->heartbeat_misses;
 }
 
+int64_t coord_job_ckpt_wait_ms(const struct job *j) {
+  return (int64_t)j->c->opts.scale_timeout_beats * j->spec->heartbeat_interval_ms;
+}
+
 struct member *coord_member_new(const char *id, const char *address, const char *host) {
   struct member *m = coord_xcalloc(1, sizeof(*m));
   m->id = coord_xstrdup(id);
@@ -113,6 +117,8 @@ uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len) {
   rec.pause_step = j->pause_step;
   rec.pause_force = j->pause_force;
   rec.pause_ckpt_seen = j->pause_ckpt_seen;
+  rec.preempted = j->preempted ? j->preempted : "";
+  rec.awaited_step = j->awaited_step;
   *ret_len = stoker__v1__job_record__get_packed_size(&rec);
   uint8_t *buf = coord_xmalloc(*ret_len);
   stoker__v1__job_record__pack(&rec, buf);

@@ -6,6 +6,8 @@
  * timer finds expired leases by looking at list heads only. Heartbeats
  * write nothing synchronously: statistics are persisted lazily, except a
  * health change, which is an event and is synced with the member's record.
+ * A heartbeat with terminating (the rank got SIGTERM) is a preemption
+ * notice (coord_ops.c); replies while the job pauses carry pausing.
  */
 #include "coord_internal.h"
 
@@ -18,16 +20,35 @@
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 #define A(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
 
-static void answer_hb_gen(struct coord_wait *w, uint64_t gen, int action, const char *reason) {
+/* flags: the reply's pausing and resizing. */
+enum { HB_PAUSING = 1, HB_RESIZING = 2 };
+
+static void answer_hb_gen(struct coord_wait *w, uint64_t gen, int action, const char *reason,
+                          int flags) {
   Stoker__V1__HeartbeatResponse resp = STOKER__V1__HEARTBEAT_RESPONSE__INIT;
   resp.action = action;
   resp.generation = gen;
   resp.reason = (char *)reason;
+  resp.pausing = (flags & HB_PAUSING) != 0;
+  resp.resizing = (flags & HB_RESIZING) != 0;
   coord_answer(w, &resp.base);
 }
 
+static bool pausing(const struct job *j) {
+  return j->state == S(PAUSING) || j->state == S(PAUSED);
+}
+
 static void answer_hb(struct coord_wait *w, struct job *j, int action, const char *reason) {
-  answer_hb_gen(w, j->generation, action, reason);
+  answer_hb_gen(w, j->generation, action, reason, pausing(j) ? HB_PAUSING : 0);
+}
+
+/* A rank got SIGTERM: a preemption notice for the whole job, first wins. */
+static void terminating(struct job *j, const Stoker__V1__HeartbeatRequest *req) {
+  if (!req->terminating || coord_job_ended(j) || pausing(j)) return;
+  char why[1200];
+  snprintf(why, sizeof(why), "member %s is terminating%s%s", req->member_id,
+           *req->message ? ": " : "", req->message);
+  coord_preempt(j, why);
 }
 
 static const char *health_name(Stoker__V1__RankHealth h) {
@@ -79,7 +100,7 @@ static bool periodic_ckpt_due(struct job *j, struct member *m) {
   return true;
 }
 
-static int decide(struct job *j, struct member *m, const char **reason) {
+static int decide(struct job *j, struct member *m, const char **reason, int *flags) {
   if (j->state == S(PAUSING)) {
     if (j->pause_force || j->pause_ckpt_seen) {
       m->told_stop = true;
@@ -96,6 +117,7 @@ static int decide(struct job *j, struct member *m, const char **reason) {
   if (j->scale_pending && !m->told_ckpt) {
     m->told_ckpt = true;
     *reason = "checkpoint before scaling";
+    *flags |= HB_RESIZING;
     return A(CHECKPOINT_NOW);
   }
   if (periodic_ckpt_due(j, m)) {
@@ -121,6 +143,8 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
                      j->state == S(STOPPED)    ? "job stopped"
                      : j->state == S(FINISHED) ? "job finished"
                                                : "job paused");
+  terminating(j, req);
+  if (j->state == S(PAUSED)) return answer_hb(w, j, A(STOP), "job paused");
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
   if (n && req->generation == j->generation && container_of(n, struct member, hn)->finished)
     return answer_hb(w, j, A(STOP), "this member finished");
@@ -132,10 +156,11 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   record_stats(j, m, req);
   const char *reason = "";
   uint64_t gen = j->generation;
-  int action = decide(j, m, &reason);
+  int flags = pausing(j) ? HB_PAUSING : 0;
+  int action = decide(j, m, &reason, &flags);
   /* The last STOP of a pause completes it: answer after that change. */
   if (action == A(STOP)) coord_pause_maybe_done(j);
-  answer_hb_gen(w, gen, action, reason);
+  answer_hb_gen(w, gen, action, reason, flags);
 }
 
 /* A finishing job (a member left finished) ends once every member left of
@@ -209,6 +234,15 @@ void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_don
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
   struct member *m =
       n && req->generation == j->generation ? container_of(n, struct member, hn) : NULL;
+  if (m && req->checkpoint_step > 0 && j->state == S(RUNNING) && !j->n_finished) {
+    /* It stopped after a checkpoint its peers voted for before the notice
+     * that made them (a peer's SIGTERM) reached the coordinator. */
+    char why[300];
+    snprintf(why, sizeof(why), "member %s stopped after staging the checkpoint of step %lld", m->id,
+             (long long)req->checkpoint_step);
+    coord_preempt(j, why);
+  }
+  if (req->checkpoint_step > 0) coord_pause_await(j, req->checkpoint_step);
   if (m && req->finished && j->state == S(RUNNING) && !m->finished)
     finish(j, m);
   else if (m && !m->finished)
@@ -236,7 +270,7 @@ static void sweep_joins(struct job *j, int64_t now) {
   }
   if (changed) coord_round_check(j);
   if (j->state == S(WAITING) && j->last_call_at && now >= j->last_call_at &&
-      j->n_joiners >= j->spec->min_ranks)
+      j->n_joiners >= j->spec->min_ranks && !coord_round_held(j))
     coord_round_close(j);
 }
 

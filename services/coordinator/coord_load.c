@@ -73,6 +73,9 @@ static int load_job(struct coord *c, const char *k, size_t kl, const uint8_t *v,
   j->pause_step = rec->pause_step;
   j->pause_force = rec->pause_force;
   j->pause_ckpt_seen = rec->pause_ckpt_seen;
+  free(j->preempted);
+  j->preempted = rec->preempted && *rec->preempted ? coord_xstrdup(rec->preempted) : NULL;
+  j->awaited_step = rec->awaited_step;
   if (jb->latest_checkpoint) {
     j->ckpt_step = jb->latest_checkpoint->step;
     j->ckpt_at_ms = jb->latest_checkpoint->committed_at_ms;

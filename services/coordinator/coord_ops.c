@@ -6,6 +6,16 @@
  * be reported, at most scale_timeout_beats heartbeat intervals. What they
  * wait for is in the JobRecord; a restart re-arms it with a fresh deadline
  * (and members, new in memory, are asked to checkpoint again).
+ *
+ * A preemption notice (PreemptJob, or a rank's heartbeat with terminating,
+ * whichever comes first) is a pause without force that remembers its
+ * reason (j->preempted): a PREEMPTED event, the members told to checkpoint
+ * and then stop (HeartbeatResponse.pausing), and, once they are gone, a
+ * PAUSED job that resumes by itself when its ranks Join again
+ * (coord_rendezvous.c). Members that stop after staging their last
+ * checkpoint leave with its step (coord_pause_await); the next round waits
+ * for that checkpoint to be reported (at most the same scale_timeout_beats
+ * intervals), so every rank restores it.
  */
 #include "coord_internal.h"
 
@@ -18,8 +28,10 @@
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 #define E(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
 
+static void go_pausing(struct job *j, bool force);
+
 static int64_t ckpt_wait_ms(const struct job *j) {
-  return (int64_t)j->c->opts.scale_timeout_beats * j->spec->heartbeat_interval_ms;
+  return coord_job_ckpt_wait_ms(j);
 }
 
 static void ended(struct coord_wait *w, struct job *j) {
@@ -33,7 +45,8 @@ static void reset_told(struct job *j) {
       j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
 }
 
-/* Ends the generation; parked joins stay parked until ResumeJob. */
+/* Ends the generation; parked joins stay parked until ResumeJob (or, after
+ * a preemption, until the next Join resumes the job). */
 static void go_paused(struct job *j) {
   char key[300];
   coord_sync_end_generation(j, STK_EABORTED, "job paused");
@@ -44,6 +57,15 @@ static void go_paused(struct job *j) {
   j->world = 0;
   j->last_call_at = 0;
   j->scale_pending = false;
+  if (j->preempted) {
+    char reason[1100];
+    snprintf(reason, sizeof(reason), "preempted (%s): paused, resumes when its ranks join",
+             j->preempted);
+    coord_job_touch(j, reason);
+    coord_event(j, E(PAUSED), NULL, j->awaited_step > j->ckpt_step ? j->awaited_step : j->ckpt_step,
+                "%s", reason);
+    return;
+  }
   coord_job_touch(j, "paused");
   coord_event(j, E(PAUSED), NULL, 0, "paused");
 }
@@ -53,6 +75,10 @@ void coord_pause_maybe_done(struct job *j) {
   for (uint32_t r = 0; r < j->world; r++)
     if (j->by_rank[r] && !j->by_rank[r]->told_stop) return;
   go_paused(j);
+  if (j->preempted && j->n_joiners) { /* Ranks came back while it paused: they resume it. */
+    coord_readmit_maybe(j);
+    coord_round_check(j);
+  }
 }
 
 void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, coord_done_fn done,
@@ -64,16 +90,68 @@ void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, c
   if (j->state == S(WAITING) || (j->state == S(RUNNING) && j->n_members == 0)) {
     go_paused(j);
   } else if (j->state == S(RUNNING)) {
-    j->state = S(PAUSING);
-    j->pause_force = req->force;
-    j->pause_ckpt_seen = false;
-    j->pause_step = j->ckpt_step;
-    j->pause_deadline = coord_now(c) + ckpt_wait_ms(j);
-    j->scale_pending = false;
-    reset_told(j);
+    go_pausing(j, req->force);
     coord_job_touch(j, req->force ? "pausing (forced)" : "pausing: checkpoint first");
   }
   coord_answer_job(w, j);
+}
+
+static void go_pausing(struct job *j, bool force) {
+  j->state = S(PAUSING);
+  j->pause_force = force;
+  j->pause_ckpt_seen = false;
+  j->pause_step = j->ckpt_step;
+  j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
+  j->scale_pending = false;
+  j->awaited_step = 0;
+  reset_told(j);
+}
+
+/* The highest step a member reported: where the notice found the job. */
+static int64_t members_step(const struct job *j) {
+  uint64_t step = 0;
+  for (uint32_t r = 0; r < j->world; r++)
+    if (j->by_rank[r] && j->by_rank[r]->step > step) step = j->by_rank[r]->step;
+  return (int64_t)step;
+}
+
+int coord_preempt(struct job *j, const char *reason) {
+  if (coord_job_ended(j)) return STK_ESTATE;
+  if (j->state == S(PAUSING) || j->state == S(PAUSED)) return 0; /* Once. */
+  free(j->preempted); /* A preemption's, if its round has not closed yet. */
+  j->preempted = coord_xstrdup(reason && *reason ? reason : "preempted");
+  coord_event(j, E(PREEMPTED), NULL, members_step(j), "%s", j->preempted);
+  if (j->state == S(RUNNING) && j->n_members > 0) {
+    go_pausing(j, false);
+    char why[1100];
+    snprintf(why, sizeof(why), "preempted (%s): checkpoint, then stop", j->preempted);
+    coord_job_touch(j, why);
+  } else {
+    go_paused(j);
+  }
+  return 0;
+}
+
+void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req,
+                       coord_done_fn done, void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  if (strlen(req->reason) > 1024) return coord_fail(w, STK_EINVAL, "reason over 1024 bytes");
+  struct job *j = coord_job_or_fail(c, req->job, w);
+  if (!j) return;
+  if (coord_preempt(j, req->reason)) return ended(w, j);
+  coord_answer_job(w, j);
+}
+
+void coord_pause_await(struct job *j, int64_t step) {
+  if ((j->state != S(PAUSING) && j->state != S(PAUSED)) || step <= j->awaited_step) return;
+  j->awaited_step = step; /* The deadline runs from the resume. */
+  coord_store_job(j);
+}
+
+/* An operator's resume, or StopJob: the job is no longer a preemption's. */
+static void forget_preemption(struct job *j) {
+  free(j->preempted);
+  j->preempted = NULL;
 }
 
 void coord_resume_job(struct coord *c, const Stoker__V1__JobActionRequest *req, coord_done_fn done,
@@ -82,10 +160,14 @@ void coord_resume_job(struct coord *c, const Stoker__V1__JobActionRequest *req, 
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
   if (coord_job_ended(j)) return ended(w, j);
+  forget_preemption(j);
+  j->await_deadline = coord_now(c) + ckpt_wait_ms(j);
   if (j->state == S(PAUSED)) {
+    /* The step the ranks restore: the one they staged before leaving. */
+    int64_t step = j->awaited_step > j->ckpt_step ? j->awaited_step : j->ckpt_step;
     j->state = S(WAITING);
     coord_job_touch(j, "resumed");
-    coord_event(j, E(RESUMED), NULL, 0, "resumed");
+    coord_event(j, E(RESUMED), NULL, step, "resumed from step %lld", (long long)step);
     coord_round_check(j);
   } else if (j->state == S(PAUSING)) {
     coord_event(j, E(RESUMED), NULL, 0, "resumed");
@@ -101,6 +183,8 @@ void coord_stop_job(struct coord *c, const Stoker__V1__JobActionRequest *req, co
   if (!j) return;
   if (!coord_job_ended(j)) { /* A finished job stays finished. */
     j->state = S(STOPPED);
+    forget_preemption(j);
+    j->awaited_step = 0;
     coord_fail_parked(j, true, STK_ESTATE, "job stopped");
     j->scale_pending = false;
     coord_job_touch(j, "stopped");
@@ -164,6 +248,7 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
     j->pause_ckpt_seen = true;
     coord_store_job(j);
   }
+  coord_round_check(j); /* A round held for this checkpoint may close. */
   Stoker__V1__Empty resp = STOKER__V1__EMPTY__INIT;
   coord_answer(w, &resp.base);
 }
@@ -176,6 +261,12 @@ void coord_ops_sweep(struct job *j, int64_t now) {
     j->pause_force = true;
     coord_store_job(j);
   }
+  if (j->awaited_step > j->ckpt_step && now >= j->await_deadline && j->state != S(PAUSING) &&
+      j->state != S(PAUSED)) {
+    j->awaited_step = 0; /* Gave up waiting: the round restores what there is. */
+    coord_store_job(j);
+    coord_round_check(j);
+  }
 }
 
 void coord_ops_rearm(struct job *j) {
@@ -183,4 +274,5 @@ void coord_ops_rearm(struct job *j) {
   if (j->state != S(RUNNING)) j->scale_pending = false;
   if (j->scale_pending) j->scale_deadline = deadline;
   if (j->state == S(PAUSING)) j->pause_deadline = deadline;
+  j->await_deadline = deadline;
 }

@@ -12,6 +12,12 @@
  * that a restarted coordinator still knows the previous order. Failing all
  * of a job's parked calls (stop, delete, close) is here too, above the
  * barriers and KV of coord_sync.c that it ends with the joins.
+ *
+ * After a preemption (job.preempted) the first Join resumes the PAUSED job
+ * (no ResumeJob); a round whose last generation's members left after
+ * staging a checkpoint (job.awaited_step) closes only once that checkpoint
+ * is reported or the wait ends (coord_ops.c), and the close of a
+ * preempted job's round logs RESUMED with the step its members restore.
  */
 #include "coord_internal.h"
 
@@ -22,6 +28,8 @@
 #include "stk_error.h"
 
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
+
+static void resumed_maybe(struct job *j);
 
 static void delete_record(struct job *j, const char *id) {
   char key[512];
@@ -97,9 +105,14 @@ void coord_fail_parked(struct job *j, bool with_joins, int err, const char *msg)
   coord_sync_end_generation(j, err, msg);
 }
 
+bool coord_round_held(const struct job *j) {
+  return j->awaited_step > j->ckpt_step && coord_now(j->c) < j->await_deadline;
+}
+
 void coord_round_check(struct job *j) {
   if (j->state != S(WAITING)) return;
   if (j->n_joiners >= coord_job_cap(j)) {
+    if (coord_round_held(j)) return; /* ReportCheckpoint or the sweep checks again. */
     coord_round_close(j);
   } else if (j->n_joiners < j->spec->min_ranks) {
     j->last_call_at = 0;
@@ -215,9 +228,27 @@ void coord_round_close(struct job *j) {
   coord_job_touch(j, "round closed");
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_CLOSED, NULL, 0,
               "generation %llu: %u ranks", (unsigned long long)j->generation, k);
+  resumed_maybe(j);
   answer_joins(j, r, k);
   refuse_surplus(j, r, k, n);
   free(r);
+}
+
+/* A preempted job trains again: RESUMED at the step its members restore. */
+static void resumed_maybe(struct job *j) {
+  j->awaited_step = 0;
+  if (!j->preempted) return;
+  coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_RESUMED, NULL, j->ckpt_step,
+              "resumed after preemption (%s) at step %lld", j->preempted, (long long)j->ckpt_step);
+  free(j->preempted);
+  j->preempted = NULL;
+}
+
+void coord_readmit_maybe(struct job *j) {
+  if (j->state != S(PAUSED) || !j->preempted) return;
+  j->state = S(WAITING);
+  j->await_deadline = coord_now(j->c) + coord_job_ckpt_wait_ms(j);
+  coord_job_touch(j, "preempted job: ranks are back, resuming");
 }
 
 static int join_check(struct coord_wait *w, const Stoker__V1__JoinRequest *req) {
@@ -286,6 +317,7 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
                coord_job_cap(j), req->member_id);
     return w;
   }
+  coord_readmit_maybe(j);
   park(j, w, req);
   /* Unsynced: this Join's reply waits for the round's synced close, so a
    * rendezvous of N joins is one synced write. */
@@ -294,7 +326,7 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
   if (j->state == S(RUNNING)) {
     if (coord_tab_get(&j->members, req->member_id))
       coord_round_open(j, "a member rejoined");
-    else if (j->world < coord_job_cap(j))
+    else if (j->world < coord_job_cap(j) && !j->scale_pending) /* Else: the scale's round. */
       coord_round_open(j, "a new member joined");
   } else {
     coord_round_check(j);

@@ -132,6 +132,10 @@ RPC_HANDLER(handle_scale_job, struct coord_rpc, Stoker__V1__ScaleJobRequest) {
   coord_scale_job(svc->coord, req, answer, call);
 }
 
+RPC_HANDLER(handle_preempt_job, struct coord_rpc, Stoker__V1__PreemptJobRequest) {
+  coord_preempt_job(svc->coord, req, answer, call);
+}
+
 RPC_HANDLER(handle_heartbeat, struct coord_rpc, Stoker__V1__HeartbeatRequest) {
   coord_heartbeat(svc->coord, req, answer, call);
 }
@@ -264,6 +268,7 @@ static const struct rpc_method_def coordinator_methods[] = {
     RPC_UNARY_ROW(SVC, kv_delete, handle_kv_delete),
     RPC_UNARY_ROW(SVC, kv_count, handle_kv_count),
     RPC_UNARY_ROW(SVC, report_checkpoint, handle_report_checkpoint),
+    RPC_UNARY_ROW(SVC, preempt_job, handle_preempt_job),
 };
 
 int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc **ret_adapter) {

@@ -107,8 +107,12 @@ void fsdp_free(struct fsdp *f);
 int fsdp_step(struct fsdp *f, const int32_t *tokens, const int32_t *targets, int B, int T,
               float *ret_loss);
 
-/* This rank's vote for the next fsdp_step (cleared by a successful step). */
-void fsdp_set_vote(struct fsdp *f, bool vote);
+/* This rank's vote for the next fsdp_step (cleared by a successful step):
+ * a whole number >= 0 (0: none, 1: a plain vote). The step sums the votes
+ * in f32, exact while the sum stays below 2^24, so a caller may weigh
+ * kinds of votes (stoker-train: 1 for a checkpoint, 4096 for a checkpoint
+ * then stop, below 4096 ranks). */
+void fsdp_set_vote(struct fsdp *f, int vote);
 /* Runs fn(arg) in every later fsdp_step after every collective succeeded
  * and right before the optimizer writes this rank's shards (parameters,
  * m, v): nothing else in a step writes them, so a checkpoint staged from
@@ -117,8 +121,8 @@ void fsdp_set_vote(struct fsdp *f, bool vote);
  * with it and leaves the shards untouched. fn NULL: none. */
 void fsdp_set_before_update(struct fsdp *f, int (*fn)(void *arg), void *arg);
 
-/* How many ranks voted in the last successful step (the same on every
- * rank); 0 after a failed step. */
+/* The sum of the votes of the last successful step (with plain votes, how
+ * many ranks voted; the same on every rank); 0 after a failed step. */
 int fsdp_votes(const struct fsdp *f);
 
 /* One unit's shard on this rank, for checkpointing. */

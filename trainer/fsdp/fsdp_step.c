@@ -175,8 +175,8 @@ void fsdp_set_before_update(struct fsdp *f, int (*fn)(void *arg), void *arg) {
   f->before_update_arg = arg;
 }
 
-void fsdp_set_vote(struct fsdp *f, bool vote) {
-  f->vote = vote ? 1.0f : 0.0f;
+void fsdp_set_vote(struct fsdp *f, int vote) {
+  f->vote = (float)vote;
 }
 
 int fsdp_votes(const struct fsdp *f) {

@@ -17,6 +17,17 @@
  * (fsdp_set_vote) and every rank sees the sum after that step, so all of
  * them checkpoint at the same step without an extra collective.
  *
+ * Stopping resumably: when the job is pausing (an operator's PauseJob, or a
+ * preemption: the coordinator's CHECKPOINT_NOW with pausing, or this rank's
+ * SIGTERM, which it reports at the next step boundary) the rank votes
+ * TRAIN_STOP_VOTE instead of 1; every rank then checkpoints at the same
+ * step, waits until its shards are staged (rank 0: committed), leaves
+ * with that step and exits TRAIN_EXIT_RESUMABLE (75), so a Kubernetes Job
+ * does not count the pod as completed and the job resumes from the step.
+ * A resize (ScaleJob: CHECKPOINT_NOW with resizing) stops the same way,
+ * then waits for the coordinator's RESTART instead of leaving, so that no
+ * step past the checkpoint is trained and thrown away.
+ *
  * The dataloader may be several processes (--dataloader a,b,c: part i of
  * P at place i): the trainer talks to them through one struct stk_loader,
  * which assembles every part's lines into the rank's slice and carries
@@ -29,6 +40,7 @@
 #define STK_TRAIN_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -38,6 +50,20 @@
 #include "stoker_ckpt.h"
 #include "stoker_client.h"
 #include "stoker_loader.h"
+
+/* Exit codes: 0 done (every step trained, or the job stopped or scaled
+ * down without this rank), 1 a failure, 2 bad flags, and 75 (EX_TEMPFAIL)
+ * stopped resumably: the job is paused or preempted, start the rank again
+ * to resume from its checkpoint. */
+#define TRAIN_EXIT_RESUMABLE 75
+/* A rank's vote for "checkpoint, then stop" (a plain checkpoint votes 1):
+ * the sum of the votes tells both apart below 4096 ranks. */
+#define TRAIN_STOP_VOTE 4096
+
+/* Set by the SIGTERM handler (train_main.c), read at step boundaries. */
+extern volatile sig_atomic_t train_sigterm;
+/* Set while parked in Join (train_join.c): the handler exits 75 at once. */
+extern volatile sig_atomic_t train_sigterm_exits;
 
 struct train_opts {
   const char *coordinator, *checkpoint; /* Service addresses. */
@@ -109,6 +135,10 @@ struct train {
   struct coll_group *group;
   atomic_bool aborted;     /* RESTART or STOP seen by the callback. */
   atomic_bool ckpt_wanted; /* CHECKPOINT_NOW heard; voted on at the next step. */
+  atomic_bool stop_wanted; /* Pausing or resizing: checkpoint, then stop (TRAIN_STOP_VOTE). */
+  bool sigterm_told;       /* This rank's SIGTERM was reported to the coordinator. */
+  int64_t sigterm_ms;      /* When the loop saw it (train_now_ms): the grace it needs. */
+  int64_t stopped_step;    /* > 0: stopped after staging the checkpoint of this step. */
   bool not_needed;         /* The coordinator refused the join (job stopped or scaled down). */
   char not_needed_why[256];
   char why[640]; /* What failed this generation, in words (train_why); "" while nothing. */
@@ -168,8 +198,9 @@ int train_ckpt_fence(void *train);
 int train_ckpt_finish(struct train *t, bool wait);
 void train_ckpt_drop(struct train *t);
 
-/* Trains one generation until the steps are done (0), STOP (1) or a
- * failure that needs a rejoin (negative). */
+/* Trains one generation until the steps are done (0), STOP (1), a stop
+ * after a checkpoint the ranks voted for (2: t->stopped_step) or a failure
+ * that needs a rejoin (negative). */
 int train_run_generation(struct train *t);
 
 /* Gathers every unit and (rank 0) writes them to path. */

@@ -84,7 +84,12 @@ static const struct flag_spec train_flags[] = {
 static const struct flag_table train_table = {
     "stoker-train", "--job NAME --member ID --corpus DIR [--OPTION VALUE]...", train_flags,
     sizeof(train_flags) / sizeof(train_flags[0]),
-    "The reference trainer: one process per rank. Also: stoker-train --version."};
+    "The reference trainer: one process per rank. Also: stoker-train --version.\n"
+    "Exit codes: 0 done (every step trained, or the job stopped or scaled down\n"
+    "without this rank); 75 (EX_TEMPFAIL) stopped resumably: the job is paused or\n"
+    "preempted (PauseJob, PreemptJob, or SIGTERM to a rank), every rank saved a\n"
+    "checkpoint at one step; start the ranks again to resume from it; 1 a\n"
+    "failure; 2 bad flags."};
 
 /* An environment variable's value; NULL when unset or empty. */
 static const char *env(const char *name) {

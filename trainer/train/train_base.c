@@ -1,7 +1,7 @@
 /*
  * The trainer's base: what every file of stoker-train shares and nothing
  * above it needs to own — what failed, in words (train_why, the first of a
- * generation wins), the clocks, the names of a unit's checkpoint tensors and
+ * generation wins), the SIGTERM flag, the clocks, the names of a unit's checkpoint tensors and
  * the split of a batch into inputs and targets. It calls no file of the
  * trainer: the loop, the checkpoint, the restore and the held-out loss call
  * down to it.
@@ -11,6 +11,9 @@
 #include <time.h>
 
 #include "train.h"
+
+volatile sig_atomic_t train_sigterm;
+volatile sig_atomic_t train_sigterm_exits;
 
 int64_t train_now_ms(void) {
   struct timespec ts;

@@ -4,7 +4,7 @@
  * everybody's) and ring_group_new. Also dropping the group on a failure or
  * a RESTART from the coordinator. A refused Join (FAILED_PRECONDITION: the
  * job is stopped, or a scale-down left no seat for this member) means this
- * rank is not needed any more.
+ * rank is not needed any more. A SIGTERM while parked in Join exits 75.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -77,7 +77,13 @@ int train_join(struct train *t) {
   (void)stk_poll_action(t->coord);      /* A stale RESTART belongs to the old generation. */
   char host[256] = "localhost"; /* The pod's (or machine's) name, shown by `stokerctl job show`. */
   (void)gethostname(host, sizeof(host) - 1);
+  /* Parked in Join a rank holds nothing a checkpoint would save (what it
+   * trained after the last one is lost to the restart anyway): a SIGTERM
+   * here exits 75 at once instead of waiting out the grace period. */
+  train_sigterm_exits = 1;
+  if (train_sigterm) _exit(TRAIN_EXIT_RESUMABLE);
   int err = stk_join(t->coord, t->o.job, t->o.member, "", host, 600000, &t->m);
+  train_sigterm_exits = 0;
   if (err == STK_ESTATE) {
     t->not_needed = true;
     snprintf(t->not_needed_why, sizeof(t->not_needed_why), "%s", stk_client_last_error(NULL));

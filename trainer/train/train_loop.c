@@ -3,7 +3,8 @@
  * restore, batch stream), then steps until done, STOP or a failure. Rank 0
  * logs loss and tokens/s per step; every rank reports them with its
  * heartbeats. A step checkpoints every N steps, or when any rank voted
- * (CHECKPOINT_NOW) in it.
+ * (CHECKPOINT_NOW) in it; when a rank voted to stop (the job is pausing, or
+ * a rank got SIGTERM), every rank checkpoints at that step and stops.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -109,7 +110,9 @@ static int one_step(struct train *t) {
   int B = 0;
   float loss = 0;
   int err = take_batch(t, &B);
-  fsdp_set_vote(t->fsdp, atomic_load(&t->ckpt_wanted));
+  fsdp_set_vote(t->fsdp, atomic_load(&t->stop_wanted)   ? TRAIN_STOP_VOTE
+                         : atomic_load(&t->ckpt_wanted) ? 1
+                                                        : 0);
   if (err) return err;
   err = fsdp_step(t->fsdp, t->inputs, t->targets, B, t->o.seq_len, &loss);
   if (err) {
@@ -119,8 +122,10 @@ static int one_step(struct train *t) {
                      err == STK_EIO || err == STK_ETIMEDOUT ? " (a peer died or left?)" : "");
   }
   t->step++;
-  int votes = fsdp_votes(t->fsdp); /* The same on every rank. */
+  int sum = fsdp_votes(t->fsdp); /* The same on every rank. */
+  int stops = sum / TRAIN_STOP_VOTE, votes = sum % TRAIN_STOP_VOTE + stops;
   if (votes > 0) atomic_store(&t->ckpt_wanted, false);
+  if (stops > 0) atomic_store(&t->stop_wanted, false);
   double dt = (double)(train_now_ms() - t0) / 1000.0;
   double tps = (double)t->o.global_batch * t->o.seq_len / (dt > 1e-3 ? dt : 1e-3);
   stk_report(t->coord, (uint64_t)t->step, tps, loss, STK_RANK_HEALTH_OK);
@@ -131,10 +136,23 @@ static int one_step(struct train *t) {
   if (!err) err = train_ckpt_finish(t, false); /* An earlier checkpoint, if its pipeline is done. */
   bool periodic = t->o.checkpoint_every > 0 && t->step % t->o.checkpoint_every == 0;
   if (votes > 0)
-    printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)\n", t->o.member, t->step,
-           votes, votes > 1 ? "s" : "");
+    printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)%s\n", t->o.member, t->step,
+           votes, votes > 1 ? "s" : "", stops ? ", then stop: no step past it" : "");
   if (!err && (periodic || votes > 0)) err = train_ckpt_start(t, t->step);
+  if (!err && stops) t->stopped_step = t->step;
   return err;
+}
+
+/* This rank got SIGTERM: at the step boundary it tells the coordinator (a
+ * preemption notice for the whole job) and votes to stop in the next step. */
+static void sigterm_maybe(struct train *t) {
+  if (!train_sigterm || t->sigterm_told) return;
+  t->sigterm_told = true;
+  t->sigterm_ms = train_now_ms();
+  printf("[%s] SIGTERM at step %" PRId64 ": telling the coordinator; checkpoint, then stop\n",
+         t->o.member, t->step);
+  stk_notify_terminating(t->coord);
+  atomic_store(&t->stop_wanted, true);
 }
 
 int train_run_generation(struct train *t) {
@@ -142,15 +160,18 @@ int train_run_generation(struct train *t) {
   int err = train_join(t);
   if (err) train_why(t, err, "joining job %s: %s", t->o.job, train_client_why(err));
   if (!err) err = setup(t);
-  while (!err && t->step < t->o.steps) {
+  while (!err && t->step < t->o.steps && !t->stopped_step) {
+    sigterm_maybe(t);
     err = one_step(t);
     enum stk_action a = stk_poll_action(t->coord);
     if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
-    if (a == STK_ACTION_STOP) err = 1;
+    if (a == STK_ACTION_STOP && !t->stopped_step) err = 1; /* Else: its checkpoint first. */
     if (a == STK_ACTION_RESTART)
       err = train_why(t, STK_EABORTED, "the coordinator asked for a restart");
   }
   if (!err) err = train_ckpt_finish(t, true);
+  if (!err && t->stopped_step) err = 2; /* Staged (rank 0: committed): stop here. */
+  if (err < 0) t->stopped_step = 0;     /* Its checkpoint may not commit: a failure. */
   if (!err && t->o.dump_params) err = train_dump_params(t, t->o.dump_params);
   if (!err) (void)stk_barrier(t->coord, "done", 30000); /* Nobody leaves mid-collective. */
   train_ckpt_drop(t);

@@ -4,14 +4,20 @@
  * in a collective returns at once) and runs generations until the steps
  * are done or the job is stopped. A failed generation waits for the
  * coordinator's RESTART (or STOP), then rejoins. CHECKPOINT_NOW sets a
- * flag the loop votes with. A rank the coordinator no longer needs (its
- * Join refused after a scale-down, or STOP) exits 0 with a message.
+ * flag the loop votes with (and, when the job is pausing, the stop flag).
+ * A rank the coordinator no longer needs (its Join refused after a
+ * scale-down, or STOP) exits 0 with a message. SIGTERM (a pod evicted)
+ * only sets a flag the loop reads at the step boundary. A rank that
+ * stopped because the job is pausing (after its last checkpoint, or told
+ * STOP while pausing) exits TRAIN_EXIT_RESUMABLE (75).
  */
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "stk_config.h"
 #include "train.h"
@@ -19,6 +25,12 @@
 static void on_action(void *arg, enum stk_action a, uint64_t generation, const char *reason) {
   struct train *t = arg;
   if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
+  bool pausing = stk_job_pausing(t->coord);
+  if (a == STK_ACTION_CHECKPOINT_NOW && (pausing || stk_job_resizing(t->coord))) {
+    fprintf(stderr, "[%s] the job is %s: checkpoint, then stop (%s)\n", t->o.member,
+            pausing ? "pausing" : "resizing", reason ? reason : "");
+    atomic_store(&t->stop_wanted, true);
+  }
   if (a != STK_ACTION_RESTART && a != STK_ACTION_STOP) return;
   fprintf(stderr, "[%s] %s (generation %" PRIu64 ": %s)\n", t->o.member,
           a == STK_ACTION_STOP ? "STOP" : "RESTART", generation, reason ? reason : "");
@@ -43,14 +55,66 @@ static int wait_for_verdict(struct train *t) {
   return 0;
 }
 
+/* After this rank stopped at its checkpoint without knowing the job pauses
+ * (a resize, or a peer's vote that outran the coordinator's word): the
+ * verdict. RESTART (0: rejoin and restore it), STOP (1), or the job pausing
+ * (2: leave with the checkpoint); rejoins anyway after 120 s. */
+static int wait_after_stop(struct train *t) {
+  for (int64_t end = train_now_ms() + 120000; train_now_ms() < end; sleep_ms(50)) {
+    enum stk_action a = stk_poll_action(t->coord);
+    if (stk_job_pausing(t->coord)) return 2;
+    if (a == STK_ACTION_STOP) return 1;
+    if (a == STK_ACTION_RESTART) return 0;
+  }
+  return 0;
+}
+
+/* A stop after this rank's checkpoint at t->stopped_step: true when the
+ * rank leaves (resumable in *ret_resumable), false when it rejoins. */
+static bool after_stop(struct train *t, bool *ret_resumable) {
+  int v = t->sigterm_told || stk_job_pausing(t->coord) ? 2 : wait_after_stop(t);
+  if (v == 2) {
+    char took[64] = ""; /* What terminationGracePeriodSeconds must cover, and more. */
+    if (t->sigterm_told)
+      snprintf(took, sizeof(took), ", %" PRId64 " ms after SIGTERM",
+               train_now_ms() - t->sigterm_ms);
+    printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: the job is pausing "
+           "(exit %d%s)\n",
+           t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE, took);
+    *ret_resumable = true;
+    return true;
+  }
+  int64_t step = t->stopped_step;
+  t->stopped_step = 0; /* A plain leave, or the next generation trains. */
+  if (v == 1) {
+    *ret_resumable = stk_job_pausing(t->coord);
+    printf("[%s] STOP at step %" PRId64 "\n", t->o.member, step);
+    return true;
+  }
+  printf("[%s] stopped at step %" PRId64 " after its checkpoint: rejoining (the job is resizing)\n",
+         t->o.member, step);
+  train_drop_group(t);
+  return false;
+}
+
+/* Returns the exit code: 0, or TRAIN_EXIT_RESUMABLE when the job is
+ * pausing (this rank stopped after its last checkpoint, or was told STOP
+ * while the job pauses). */
 static int run(struct train *t) {
   bool finished = false; /* Every step trained. */
+  bool resumable = false;
   for (;;) {
     int err = train_run_generation(t);
     finished = err == 0;
     if (err == 0) break;
+    if (err == 2) {
+      if (after_stop(t, &resumable)) break;
+      continue;
+    }
     if (err == 1) {
-      printf("[%s] STOP at step %" PRId64 "\n", t->o.member, t->step);
+      resumable = stk_job_pausing(t->coord);
+      printf("[%s] STOP at step %" PRId64 "%s\n", t->o.member, t->step,
+             resumable ? ": the job is pausing" : "");
       break;
     }
     if (t->not_needed) {
@@ -62,14 +126,36 @@ static int run(struct train *t) {
             t->m.generation, t->step, t->why[0] ? t->why : stk_strerror(err));
     t->why[0] = '\0';
     train_drop_group(t);
-    if (err != STK_EABORTED && wait_for_verdict(t) == 1) break;
+    if (err != STK_EABORTED && wait_for_verdict(t) == 1) {
+      resumable = stk_job_pausing(t->coord);
+      break;
+    }
   }
   printf("[%s] done at step %" PRId64 "\n", t->o.member, t->step);
   if (!t->not_needed && finished)
     stk_leave_finished(t->coord); /* The others go on; the job ends once all did. */
+  else if (!t->not_needed && t->stopped_step)
+    stk_leave_checkpointed(t->coord, t->stopped_step); /* The next round waits for it. */
   else if (!t->not_needed)
     stk_leave(t->coord);
-  return 0;
+  return resumable ? TRAIN_EXIT_RESUMABLE : 0;
+}
+
+static void on_sigterm(int sig) {
+  (void)sig;
+  train_sigterm = 1;
+  if (train_sigterm_exits) _exit(TRAIN_EXIT_RESUMABLE); /* Parked in Join: nothing to save. */
+}
+
+/* SIGTERM sets a flag (read at step boundaries); a second one is as the
+ * first: the rank finishes its checkpoint unless SIGKILL comes first. */
+static void catch_sigterm(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_sigterm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, NULL);
 }
 
 static int connect_all(struct train *t) {
@@ -97,10 +183,11 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&t.group_mu, NULL);
   pthread_mutex_init(&t.pend.mu, NULL);
   pthread_cond_init(&t.pend.cv, NULL);
-  int err = connect_all(&t);
+  catch_sigterm();
+  int err = connect_all(&t), code = 0;
   if (!err) {
     stk_on_action(t.coord, on_action, &t);
-    err = run(&t);
+    code = run(&t);
   }
   if (err)
     fprintf(stderr, "stoker-train: %s: %s (%s)\n", t.o.member, stk_strerror(err),
@@ -111,5 +198,5 @@ int main(int argc, char **argv) {
   stk_loader_close(t.loader);
   stk_client_free(t.ckpt);
   free(t.inputs), free(t.targets);
-  return err ? 1 : 0;
+  return err ? 1 : code;
 }

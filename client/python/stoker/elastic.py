@@ -5,7 +5,11 @@ training process.
   generation through a :class:`~stoker.store.StokerStore` (under torchrun
   with ``--rdzv-backend=stoker``, from the environment the agent set).
 - :class:`TrainingMonitor` carries the loop's step, loss and tokens/s to the
-  coordinator's heartbeats and brings back CHECKPOINT_NOW, STOP and RESTART.
+  coordinator's heartbeats and brings back CHECKPOINT_NOW, STOP and RESTART;
+  with ``catch_sigterm()`` a SIGTERM (the pod evicted) becomes a preemption
+  notice for the whole job, and ``pausing`` says that a CHECKPOINT_NOW is
+  the last before a resumable stop: save, then exit :data:`RESUMABLE_EXIT`
+  (75), never 0, which a Kubernetes Job would count as a completed index.
 
 Under torchrun the member of the job is the node's agent (its rendezvous
 handler, ``stoker.rendezvous``, heartbeats on a background thread); workers
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from datetime import timedelta
 
@@ -40,6 +45,11 @@ ENV_MEMBER = "STOKER_MEMBER"
 ENV_CONTROL_DIR = "STOKER_CONTROL_DIR"
 ENV_ACTIONS_AFTER = "STOKER_ACTIONS_AFTER"
 ACTIONS_FILE = "actions"
+TERMINATING_FILE = "terminating"  # a worker got SIGTERM (the agent tells the coordinator)
+PAUSING_FILE = "pausing"  # the agent heard that the job is pausing
+# Exit status of a resumable stop (EX_TEMPFAIL): the job is paused or
+# preempted and this rank saved its checkpoint; start it again to resume.
+RESUMABLE_EXIT = 75
 _LIVE_STORES: list[StokerStore] = []
 
 
@@ -97,6 +107,8 @@ class TrainingMonitor:
         self._lock = threading.Lock()
         self._pending: list[tuple[str, str]] = []
         self._progress = Progress()
+        self._sigterm = False
+        self._told = False
         if member is not None:
             member.start_heartbeats(lambda: self._progress, self._queue)
 
@@ -123,7 +135,38 @@ class TrainingMonitor:
             json.dump({"step": step, "loss": loss, "tokens_per_s": tokens_per_s}, f)
         os.replace(tmp, path)
 
+    def catch_sigterm(self) -> None:
+        """Installs a SIGTERM handler (call it from the main thread) that
+        only notes the signal; the next ``poll()`` (a step boundary) tells
+        the coordinator, a preemption notice for the whole job, and every
+        rank then hears CHECKPOINT_NOW with :attr:`pausing`."""
+
+        def handler(signum: int, frame: object) -> None:
+            self._sigterm = True
+
+        signal.signal(signal.SIGTERM, handler)
+
+    @property
+    def terminating(self) -> bool:
+        """This process got SIGTERM (``catch_sigterm``)."""
+        return self._sigterm
+
+    @property
+    def pausing(self) -> bool:
+        """The job is pausing or paused (an operator's pause, a preemption):
+        a CHECKPOINT_NOW is the generation's last (save, then stop) and a stop
+        is resumable (exit :data:`RESUMABLE_EXIT`). A rank that got SIGTERM
+        itself stops resumably too."""
+        if self._sigterm:
+            return True
+        if self._member is not None:
+            return self._member.pausing
+        return self._dir is not None and os.path.exists(os.path.join(self._dir, PAUSING_FILE))
+
     def poll(self) -> list[tuple[str, str]]:
+        if self._sigterm and not self._told:
+            self._told = True
+            self._tell_terminating()
         if self._dir is not None:
             self._read_actions()
         with self._lock:
@@ -150,6 +193,13 @@ class TrainingMonitor:
             if action and action != CONTINUE:
                 self._queue(action, reason)
 
+    def _tell_terminating(self) -> None:
+        if self._member is not None:
+            self._member.notify_terminating()
+        elif self._dir is not None:  # the agent sends it with its next heartbeat
+            with open(os.path.join(self._dir, TERMINATING_FILE), "w", encoding="utf-8") as f:
+                f.write(os.environ.get("LOCAL_RANK", "0") + "\n")
+
     def close(self) -> None:
         if self._member is not None:
             self._member.stop_heartbeats()
@@ -173,6 +223,18 @@ def read_progress(control_dir: str) -> Progress:
     if not steps:
         return Progress()
     return Progress(min(steps), sum(losses) / len(losses), tps)
+
+
+def worker_terminating(control_dir: str) -> bool:
+    """Whether a worker of the node got SIGTERM (the agent's side of
+    ``TrainingMonitor.catch_sigterm``)."""
+    return os.path.exists(os.path.join(control_dir, TERMINATING_FILE))
+
+
+def mark_pausing(control_dir: str) -> None:
+    """The agent's side of ``TrainingMonitor.pausing``: written before the
+    action line that said so."""
+    open(os.path.join(control_dir, PAUSING_FILE), "w", encoding="utf-8").close()
 
 
 def append_action(control_dir: str, seq: int, action: str, reason: str) -> None:

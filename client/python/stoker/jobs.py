@@ -283,7 +283,8 @@ class JobEvent:
     seq: its number in the job's log (ascending); time_ms: Unix ms; type:
     "CREATED", "MEMBER_JOINED", "ROUND_CLOSED", "ROUND_OPENED",
     "MEMBER_LOST", "MEMBER_LEFT", "SCALED", "PAUSED", "RESUMED", "STOPPED",
-    "DELETED", "CHECKPOINT", "HEALTH", "COORDINATOR_RESTARTED" or "FINISHED"; the other
+    "DELETED", "CHECKPOINT", "HEALTH", "COORDINATOR_RESTARTED", "FINISHED" or
+    "PREEMPTED" (a preemption notice: message the reason, step where it came); the other
     fields are set where the type has them (0 or "" otherwise).
     """
 
@@ -917,6 +918,14 @@ class Jobs:
     def resume(self, name: str) -> Job:
         """Opens a rendezvous round for a paused job."""
         return self._action("ResumeJob", name, False)
+
+    def preempt(self, name: str, reason: str = "") -> Job:
+        """A preemption notice for the whole job (``stokerctl job preempt``;
+        a queue controller evicting it): every rank checkpoints at one step
+        and stops resumably, the job is PAUSED and resumes by itself when its
+        ranks join again. A second notice changes nothing."""
+        req = _request(coord_pb.PreemptJobRequest, "preempt", job=name, reason=reason)
+        return self._job_call("PreemptJob", req)
 
     def stop(self, name: str, force: bool = False) -> Job:
         """Ends the job for good (every member is told STOP), after a

@@ -90,7 +90,15 @@ class Member:
             address_from_env("STOKER_COORDINATOR", address), security, timeout=30.0
         )
         self.membership: Membership | None = None
+        # A preemption notice (notify_terminating), sent with every heartbeat.
+        self.terminating = False
+        # What the last answer other than CONTINUE said: the job is pausing
+        # (PauseJob or a preemption: checkpoint, then stop, exit 75) or being
+        # resized (ScaleJob: checkpoint, then wait for RESTART).
+        self.pausing = False
+        self.resizing = False
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def join(self, timeout: float = 600.0) -> Membership:
@@ -127,15 +135,29 @@ class Member:
             loss=progress.loss,
             tokens_per_s=progress.tokens_per_s,
             health=pb.RANK_HEALTH_OK,
+            terminating=self.terminating,
         )
         r = self.conn.unary(SERVICE + "Heartbeat", req, pb.HeartbeatResponse, retry=True)
-        return _ACTIONS.get(r.action, CONTINUE), int(r.generation), r.reason
+        action = _ACTIONS.get(r.action, CONTINUE)
+        if action != CONTINUE:
+            self.pausing, self.resizing = bool(r.pausing), bool(r.resizing)
+        return action, int(r.generation), r.reason
 
-    def leave(self, finished: bool = False) -> None:
+    def notify_terminating(self) -> None:
+        """This process is about to be terminated (it got SIGTERM: its pod is
+        being evicted): every later heartbeat says so, the next one at once.
+        The coordinator takes it as a preemption notice for the whole job and
+        answers CHECKPOINT_NOW with ``pausing`` to every rank."""
+        self.terminating = True
+        self._wake.set()
+
+    def leave(self, finished: bool = False, checkpoint_step: int = 0) -> None:
         """A clean exit: the job re-rendezvous without this member. With
         ``finished`` the member's work is done: the others train on in the
         same generation, and the job ends (state FINISHED) once every member
-        finished."""
+        finished. With ``checkpoint_step`` (the job is pausing) the member
+        stops after staging its shards of that checkpoint: the job's next
+        round waits until it is committed, so every rank restores it."""
         self.stop_heartbeats()
         if self.membership is None:
             return
@@ -144,6 +166,7 @@ class Member:
             member_id=self.member_id,
             generation=self.membership.generation,
             finished=finished,
+            checkpoint_step=checkpoint_step,
         )
         try:
             self.conn.unary(SERVICE + "Leave", req, common_pb2.Empty, timeout=10.0)
@@ -167,14 +190,21 @@ class Member:
         ``progress()``; every answer other than CONTINUE goes to
         ``on_action(action, reason)`` (RESTART also when the job's generation
         moved on). A failing heartbeat is retried at the next interval; one
-        that finds the job gone reports STOP."""
+        that finds the job gone reports STOP. notify_terminating() wakes it
+        for a heartbeat at once."""
         self.stop_heartbeats()
         m = self._current()
         self._stop = threading.Event()
+        if not self.terminating:  # (a terminating member beats at once)
+            self._wake.clear()
         interval = max(m.heartbeat_interval_ms, 50) / 1000.0
 
         def loop(stop: threading.Event) -> None:
-            while not stop.wait(interval):
+            while True:
+                self._wake.wait(interval)
+                self._wake.clear()
+                if stop.is_set():
+                    return
                 try:
                     action, gen, reason = self.heartbeat(progress())
                 except StokerError as e:
@@ -194,6 +224,7 @@ class Member:
 
     def stop_heartbeats(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         self._thread = None

@@ -51,7 +51,7 @@ from torch.distributed.elastic.rendezvous import (
 from stoker import elastic
 from stoker.connection import COORDINATOR, Connection
 from stoker.errors import StokerError
-from stoker.membership import RESTART, STOP, Member
+from stoker.membership import RESTART, STOP, Member, Progress
 from stoker.store import StokerStore
 from stoker.v1 import coordinator_pb2 as pb
 
@@ -167,14 +167,20 @@ class StokerRendezvousHandler(RendezvousHandler):
                 elastic.ENV_ACTIONS_AFTER: str(seen),
             }
         )
-        self.member.start_heartbeats(
-            lambda: elastic.read_progress(self.control_dir), self._on_action
-        )
+        self.member.start_heartbeats(self._progress, self._on_action)
         store = AgentStore(self.job, m.generation, self.coordinator, self._workers_succeeded)
         bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
         return RendezvousInfo(store, m.rank, m.world_size, bootstrap)
 
+    def _progress(self) -> Progress:
+        """The workers' progress; a worker's SIGTERM rides on the heartbeat."""
+        if not self.member.terminating and elastic.worker_terminating(self.control_dir):
+            self.member.terminating = True
+        return elastic.read_progress(self.control_dir)
+
     def _on_action(self, action: str, reason: str) -> None:
+        if self.member.pausing:
+            elastic.mark_pausing(self.control_dir)
         with self._lock:
             self._seq += 1
             seq = self._seq

@@ -52,7 +52,9 @@ static void handle_heartbeat(struct rpc_call *c, const ProtobufCMessage *m, void
   f->heartbeats++;
   f->hb_step = req->step;
   f->hb_loss = req->loss;
+  f->hb_terminating += req->terminating;
   r.action = f->next_action;
+  r.pausing = f->next_pausing;
   pthread_mutex_unlock(&f->mu);
   r.generation = FAKE_GENERATION + (r.action == 1);
   r.reason = r.action ? "scripted" : "";
@@ -64,6 +66,7 @@ static void handle_leave(struct rpc_call *c, const ProtobufCMessage *m, void *da
   pthread_mutex_lock(&f->mu);
   f->leaves++;
   f->leaves_finished += ((const Stoker__V1__LeaveRequest *)m)->finished;
+  f->leave_checkpoint_step = ((const Stoker__V1__LeaveRequest *)m)->checkpoint_step;
   pthread_mutex_unlock(&f->mu);
   Stoker__V1__Empty e = STOKER__V1__EMPTY__INIT;
   rpc_reply(c, &e.base);
@@ -223,6 +226,7 @@ static const struct rpc_method_def defs[] = {
     RPC_UNSERVED_ROW(SVC, kv_compare_set),
     RPC_UNSERVED_ROW(SVC, kv_delete),
     RPC_UNSERVED_ROW(SVC, kv_count),
+    RPC_UNSERVED_ROW(SVC, preempt_job),
 };
 
 void fake_start(struct fake_coord *f) {

@@ -29,7 +29,10 @@ struct fake_coord {
   int heartbeats;
   uint64_t hb_step;
   double hb_loss;
-  int next_action; /* HeartbeatAction for every following heartbeat. */
+  int next_action;               /* HeartbeatAction for every following heartbeat. */
+  int next_pausing;              /* Their HeartbeatResponse.pausing. */
+  int hb_terminating;            /* Heartbeats seen with terminating. */
+  int64_t leave_checkpoint_step; /* Of the last Leave. */
   int leaves;
   int leaves_finished; /* Of those, with finished. */
   int64_t ckpt_step;

@@ -134,6 +134,28 @@ static void test_heartbeat_reports_and_actions(void **state) {
   assert_true(fake_wait(&e->f, &e->f.heartbeats, hb + 1, 2000) > hb);
 }
 
+/* A rank about to be terminated says so in its heartbeats; a reply's
+ * pausing reaches stk_job_pausing; the last checkpoint's step rides on the
+ * Leave. */
+static void test_terminating_and_pausing(void **state) {
+  struct env *e = *state;
+  assert_int_equal(stk_join(e->c, "x", "m1", "", "", 5000, NULL), 0);
+  assert_false(stk_job_pausing(e->c));
+  assert_int_equal(fake_get(&e->f, &e->f.hb_terminating), 0);
+  stk_notify_terminating(e->c);
+  assert_true(fake_wait(&e->f, &e->f.hb_terminating, 1, 2000) >= 1);
+  fake_set(&e->f, &e->f.next_pausing, 1);
+  fake_set(&e->f, &e->f.next_action, STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_CHECKPOINT_NOW);
+  for (int i = 0; i < 400 && stk_poll_action(e->c) != STK_ACTION_CHECKPOINT_NOW; i++) usleep(5000);
+  assert_true(stk_job_pausing(e->c));
+  assert_false(stk_job_resizing(e->c));
+  assert_int_equal(stk_leave_checkpointed(e->c, 0), STK_EINVAL);
+  assert_int_equal(stk_leave_checkpointed(e->c, 12), 0);
+  pthread_mutex_lock(&e->f.mu);
+  assert_int_equal(e->f.leave_checkpoint_step, 12);
+  pthread_mutex_unlock(&e->f.mu);
+}
+
 static void test_barrier(void **state) {
   struct env *e = *state;
   assert_int_equal(stk_barrier(e->c, "b1", 1000), STK_ESTATE); /* Not joined. */
@@ -265,6 +287,7 @@ int main(void) {
       T(test_join_retries_unavailable),
       T(test_join_gives_up),
       T(test_heartbeat_reports_and_actions),
+      T(test_terminating_and_pausing),
       T(test_barrier),
       T(test_kv),
       T(test_checkpoint_and_leave),

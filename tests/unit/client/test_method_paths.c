@@ -45,7 +45,8 @@
   X(kv_compare_set, Stoker__V1__KvCompareSetRequest)                                               \
   X(kv_delete, Stoker__V1__KvDeleteRequest)                                                        \
   X(kv_count, Stoker__V1__KvCountRequest)                                                          \
-  X(report_checkpoint, Stoker__V1__ReportCheckpointRequest)
+  X(report_checkpoint, Stoker__V1__ReportCheckpointRequest)                                        \
+  X(preempt_job, Stoker__V1__PreemptJobRequest)
 
 #define DATALOADER_METHODS(X)                                                                      \
   X(create_loader, Stoker__V1__CreateLoaderRequest)                                                \

@@ -4,7 +4,9 @@
  * of the previous generation left without a seat is told it is not needed
  * (its heartbeat answers STOP, its Join fails FAILED_PRECONDITION at once)
  * instead of parking in Join until the join timeout. A newcomer beyond the
- * cap is a spare and still parks for the next round.
+ * cap is a spare and still parks for the next round. Growing: while a
+ * scale waits for its checkpoint (told with resizing), a newcomer's Join
+ * parks for the scale's round instead of opening one without it.
  */
 #include "coord_test.h"
 
@@ -138,11 +140,59 @@ static void test_late_member_not_surplus(void **state) {
   res_free(r[1]);
 }
 
+/* A heartbeat's reply: the action, and resizing into *ret_resizing. */
+static int beat_resizing(struct fx *f, const char *job, const char *member, uint64_t gen,
+                         bool *ret_resizing) {
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = (char *)job, req.member_id = (char *)member, req.generation = gen;
+  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+  struct res *r = res_new();
+  coord_heartbeat(f->c, &req, on_done, r);
+  wait_res(f, r);
+  assert_int_equal(r->err, 0);
+  Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
+  int action = (int)resp->action;
+  *ret_resizing = resp->resizing;
+  res_free(r);
+  return action;
+}
+
+/* 2 -> 3: the members are told CHECKPOINT_NOW with resizing; a newcomer
+ * joining before the checkpoint is reported parks (the job keeps running
+ * at 2); the report opens the round, which closes at 3 with that
+ * checkpoint. */
+static void test_grow_waits_for_checkpoint(void **state) {
+  struct fx *f = *state;
+  create(f, "gr", 1, 3);
+  struct res *r[3];
+  join_all(f, "gr", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(scale_to(f, "gr", 3), 0);
+  bool resizing = false;
+  assert_int_equal(beat_resizing(f, "gr", "m0", 1, &resizing), ACT(CHECKPOINT_NOW));
+  assert_true(resizing);
+  struct res *newcomer = join(f, "gr", "m2");
+  run_for(f, 60);
+  assert_false(newcomer->done);
+  assert_job(f, "gr", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2); /* No round without it. */
+  assert_int_equal(beat_resizing(f, "gr", "m1", 1, &resizing), ACT(CHECKPOINT_NOW));
+  assert_true(resizing);
+  assert_int_equal(report_ckpt(f, "gr", 12, 1), 0);
+  assert_job(f, "gr", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  join_all(f, "gr", 2, r); /* With the newcomer: 3, the cap. */
+  run_until(f, &newcomer->done);
+  assert_int_equal(newcomer->err, 0);
+  assert_int_equal(JOINR(newcomer)->world_size, 3);
+  assert_int_equal(JOINR(newcomer)->latest_checkpoint->step, 12);
+  res_free(newcomer), res_free(r[0]), res_free(r[1]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_scale_down_running, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_scale_down_parked, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_late_member_not_surplus, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_grow_waits_for_checkpoint, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

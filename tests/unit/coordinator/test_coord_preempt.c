@@ -1,0 +1,299 @@
+/*
+ * A preemption notice must cost no step: the first notice (PreemptJob or a
+ * rank's heartbeat with terminating) pauses the job with a checkpoint first
+ * (CHECKPOINT_NOW with pausing, a PREEMPTED event with the reason, once);
+ * ranks that stop after staging their checkpoint leave with its step; the
+ * paused job resumes by itself when ranks Join (an operator's pause still
+ * waits for ResumeJob); the resumed round waits for that checkpoint to be
+ * reported, so every rank restores it, and logs RESUMED at its step. A
+ * restart keeps a preempted pause and what it waits for.
+ */
+#include "coord_test.h"
+
+#define ACT(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
+#define ST(x)  STOKER__V1__JOB_STATE__JOB_STATE_##x
+#define EV(x)  STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
+
+static int preempt(struct fx *f, const char *job, const char *reason) {
+  Stoker__V1__PreemptJobRequest req = STOKER__V1__PREEMPT_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.reason = (char *)reason;
+  struct res *r = res_new();
+  coord_preempt_job(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  res_free(r);
+  return err;
+}
+
+/* A heartbeat at step; *ret_pausing gets the reply's pausing. */
+static int beat(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
+                bool terminating, bool *ret_pausing) {
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = (char *)job;
+  req.member_id = (char *)member;
+  req.generation = gen;
+  req.step = step;
+  req.terminating = terminating;
+  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+  struct res *r = res_new();
+  coord_heartbeat(f->c, &req, on_done, r);
+  wait_res(f, r);
+  int out = r->err;
+  if (!out) {
+    Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
+    out = (int)resp->action;
+    if (ret_pausing) *ret_pausing = resp->pausing;
+  }
+  res_free(r);
+  return out;
+}
+
+static int leave_after(struct fx *f, const char *job, const char *member, uint64_t gen,
+                       int64_t step) {
+  Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
+  req.job = (char *)job;
+  req.member_id = (char *)member;
+  req.generation = gen;
+  req.checkpoint_step = step;
+  struct res *r = res_new();
+  coord_leave(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  res_free(r);
+  return err;
+}
+
+struct seen {
+  int n, type[64];
+  int64_t step[64];
+  char msg[64][160];
+};
+
+static bool on_ev(void *arg, const Stoker__V1__JobEvent *ev) {
+  struct seen *s = arg;
+  if (s->n < 64) {
+    s->type[s->n] = ev->type;
+    s->step[s->n] = ev->step;
+    snprintf(s->msg[s->n], sizeof(s->msg[0]), "%s", ev->message);
+    s->n++;
+  }
+  return true;
+}
+
+static void ev_done(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
+  (void)arg, (void)err, (void)msg, (void)resp;
+}
+
+/* Every stored event of job (a watch run until it has caught up). */
+static void events(struct fx *f, const char *job, struct seen *s) {
+  memset(s, 0, sizeof(*s));
+  Stoker__V1__WatchJobRequest req = STOKER__V1__WATCH_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  struct coord_wait *w = coord_watch_job(f->c, &req, on_ev, ev_done, s);
+  run_for(f, 50);
+  coord_cancel(f->c, w);
+  run_for(f, 20);
+}
+
+static int count(const struct seen *s, int type) {
+  int n = 0;
+  for (int i = 0; i < s->n; i++) n += s->type[i] == type;
+  return n;
+}
+
+static int find(const struct seen *s, int type) {
+  for (int i = 0; i < s->n; i++)
+    if (s->type[i] == type) return i;
+  fail_msg("no event of type %d", type);
+  return -1;
+}
+
+static Stoker__V1__JobState state_of(struct fx *f, const char *job) {
+  struct res *g = get_job(f, job);
+  assert_int_equal(g->err, 0);
+  Stoker__V1__JobState st = JOB(g)->state;
+  res_free(g);
+  return st;
+}
+
+/* Two ranks; m1's heartbeat says terminating: PAUSING at once, both told
+ * CHECKPOINT_NOW with pausing; both leave after staging step 12, the job is
+ * PAUSED before the commit is reported; a notice again changes nothing. */
+static void test_sigterm_notice(void **state) {
+  struct fx *f = *state;
+  create(f, "pt", 2, 2);
+  struct res *r[2];
+  join_all(f, "pt", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "pt", "m0", 1, 11, false, NULL), ACT(CONTINUE));
+  bool pausing = false;
+  assert_int_equal(beat(f, "pt", "m1", 1, 11, true, &pausing), ACT(CHECKPOINT_NOW));
+  assert_true(pausing);
+  assert_int_equal(state_of(f, "pt"), ST(PAUSING));
+  pausing = false;
+  assert_int_equal(beat(f, "pt", "m0", 1, 11, false, &pausing), ACT(CHECKPOINT_NOW));
+  assert_true(pausing);
+  assert_int_equal(preempt(f, "pt", "again"), 0); /* Changes nothing. */
+  assert_int_equal(beat(f, "pt", "m1", 1, 12, true, NULL), ACT(CONTINUE));
+  assert_int_equal(leave_after(f, "pt", "m0", 1, 12), 0);
+  assert_int_equal(state_of(f, "pt"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "pt", "m1", 1, 12), 0);
+  struct res *g = get_job(f, "pt");
+  assert_int_equal(JOB(g)->state, ST(PAUSED));
+  assert_non_null(strstr(JOB(g)->reason, "member m1 is terminating"));
+  res_free(g);
+  assert_int_equal(preempt(f, "pt", "again"), 0);
+  struct seen s;
+  events(f, "pt", &s);
+  assert_int_equal(count(&s, EV(PREEMPTED)), 1);
+  int i = find(&s, EV(PREEMPTED));
+  assert_int_equal(s.step[i], 11);
+  assert_non_null(strstr(s.msg[i], "member m1 is terminating"));
+  assert_int_equal(count(&s, EV(PAUSED)), 1);
+}
+
+/* The same job comes back: the first Join resumes it (no ResumeJob); the
+ * round, full, waits for the checkpoint the ranks staged (12) and closes
+ * when it is reported, with RESUMED at 12. */
+static void test_resume_on_join(void **state) {
+  struct fx *f = *state;
+  f->opts.scale_timeout_beats = 1000; /* Never gives up waiting here. */
+  fx_close(f);
+  fx_open(f);
+  create(f, "pj", 2, 2);
+  struct res *r[2];
+  join_all(f, "pj", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "pj", 5, 1), 0);
+  assert_int_equal(preempt(f, "pj", "kueue: evicted"), 0);
+  assert_int_equal(beat(f, "pj", "m0", 1, 9, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat(f, "pj", "m1", 1, 9, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(leave_after(f, "pj", "m0", 1, 10), 0);
+  assert_int_equal(leave_after(f, "pj", "m1", 1, 10), 0);
+  assert_int_equal(state_of(f, "pj"), ST(PAUSED));
+  fx_close(f); /* A restart keeps the preemption and the awaited step. */
+  fx_open(f);
+  assert_int_equal(state_of(f, "pj"), ST(PAUSED));
+  struct res *a = join(f, "pj", "m0"), *b = join(f, "pj", "m1");
+  run_for(f, 200);
+  assert_false(a->done || b->done); /* Held for step 10. */
+  assert_int_equal(state_of(f, "pj"), ST(WAITING));
+  assert_int_equal(report_ckpt(f, "pj", 10, 0), 0);
+  run_until(f, &a->done);
+  run_until(f, &b->done);
+  assert_int_equal(a->err, 0);
+  assert_int_equal(JOINR(a)->latest_checkpoint->step, 10);
+  assert_int_equal(JOINR(b)->latest_checkpoint->step, 10);
+  res_free(a), res_free(b);
+  struct seen s;
+  events(f, "pj", &s);
+  int i = find(&s, EV(RESUMED));
+  assert_int_equal(s.step[i], 10);
+  assert_int_equal(count(&s, EV(RESUMED)), 1);
+  assert_non_null(strstr(s.msg[find(&s, EV(PREEMPTED))], "kueue: evicted"));
+  assert_int_equal(state_of(f, "pj"), ST(RUNNING));
+}
+
+/* An operator's pause still waits for ResumeJob; a checkpoint that never
+ * comes holds the resumed round only scale_timeout_beats intervals. */
+static void test_operator_pause_waits(void **state) {
+  struct fx *f = *state;
+  Stoker__V1__JobSpec spec = short_lease_spec_of("po", 1, 1); /* 50 ms intervals. */
+  assert_int_equal(create_spec(f, &spec), 0);
+  struct res *r[1];
+  join_all(f, "po", 1, r);
+  res_free(r[0]);
+  assert_int_equal(job_action(f, coord_pause_job, "po", false), 0);
+  bool pausing = false;
+  assert_int_equal(beat(f, "po", "m0", 1, 3, false, &pausing), ACT(CHECKPOINT_NOW));
+  assert_true(pausing);
+  assert_int_equal(leave_after(f, "po", "m0", 1, 4), 0);
+  assert_int_equal(state_of(f, "po"), ST(PAUSED));
+  struct res *a = join(f, "po", "m0");
+  run_for(f, 150);
+  assert_false(a->done); /* Parked until ResumeJob. */
+  assert_int_equal(state_of(f, "po"), ST(PAUSED));
+  assert_int_equal(job_action(f, coord_resume_job, "po", false), 0);
+  /* Checkpoint 4 is never reported: the round closes after the wait
+   * (scale_timeout_beats, 10 intervals of 50 ms) with what there is. */
+  run_until(f, &a->done);
+  assert_int_equal(a->err, 0);
+  assert_int_equal(JOINR(a)->latest_checkpoint->step, 0);
+  res_free(a);
+}
+
+/* A job waiting for ranks pauses at once; a Join readmits it; evicted again
+ * before its round closed, it pauses again (a second preemption, a second
+ * event), and its ranks' Joins resume it once more. */
+static void test_preempt_while_waiting(void **state) {
+  struct fx *f = *state;
+  create(f, "pw", 2, 2);
+  assert_int_equal(preempt(f, "pw", "first"), 0);
+  assert_int_equal(state_of(f, "pw"), ST(PAUSED));
+  struct res *a = join(f, "pw", "m0");
+  run_for(f, 30);
+  assert_int_equal(state_of(f, "pw"), ST(WAITING));
+  assert_int_equal(preempt(f, "pw", "second"), 0);
+  assert_int_equal(state_of(f, "pw"), ST(PAUSED));
+  struct res *b = join(f, "pw", "m1");
+  run_until(f, &a->done);
+  run_until(f, &b->done);
+  assert_int_equal(a->err, 0);
+  assert_int_equal(JOINR(b)->world_size, 2);
+  res_free(a), res_free(b);
+  struct seen s;
+  events(f, "pw", &s);
+  assert_int_equal(count(&s, EV(PREEMPTED)), 2);
+  assert_non_null(strstr(s.msg[find(&s, EV(RESUMED))], "second"));
+}
+
+/* A rank back (a new pod) while the others still stage: its Join parks in
+ * the pausing job, and the pause's end resumes the job for it. */
+static void test_rank_back_while_pausing(void **state) {
+  struct fx *f = *state;
+  create(f, "pb", 1, 2);
+  struct res *r[2];
+  join_all(f, "pb", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(preempt(f, "pb", "evicted"), 0);
+  assert_int_equal(leave_after(f, "pb", "m0", 1, 6), 0);
+  struct res *back = join(f, "pb", "m0");
+  run_for(f, 30);
+  assert_false(back->done);
+  assert_int_equal(state_of(f, "pb"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "pb", "m1", 1, 6), 0); /* PAUSED, then resumed for m0. */
+  assert_int_equal(state_of(f, "pb"), ST(WAITING));
+  assert_int_equal(report_ckpt(f, "pb", 6, 0), 0);
+  run_until(f, &back->done); /* min 1: closes after the last call. */
+  assert_int_equal(back->err, 0);
+  assert_int_equal(JOINR(back)->latest_checkpoint->step, 6);
+  res_free(back);
+}
+
+/* Bad input changes nothing; an ended job refuses the notice. */
+static void test_preempt_refused(void **state) {
+  struct fx *f = *state;
+  assert_int_equal(preempt(f, "nope", ""), STK_ENOENT);
+  create(f, "ps", 1, 1);
+  char big[1100];
+  memset(big, 'x', sizeof(big) - 1);
+  big[sizeof(big) - 1] = '\0';
+  assert_int_equal(preempt(f, "ps", big), STK_EINVAL);
+  assert_int_equal(state_of(f, "ps"), ST(WAITING));
+  assert_int_equal(job_action(f, coord_stop_job, "ps", false), 0);
+  assert_int_equal(preempt(f, "ps", "late"), STK_ESTATE);
+  struct seen s;
+  events(f, "ps", &s);
+  assert_int_equal(count(&s, EV(PREEMPTED)), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_sigterm_notice, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_resume_on_join, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_operator_pause_waits, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_preempt_while_waiting, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_rank_back_while_pausing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
