@@ -98,6 +98,12 @@ struct ckpt_service_opts {
    * removed once found so for this long; swept every quarter of it (100 ms
    * to 10 min); 1 h default. */
   uint32_t orphan_attempt_grace_ms;
+  /* Several replicas write under the same prefix (issue 26): storage, not
+   * this journal, is the catalogue. Begin refuses a step some replica
+   * committed (STK_EEXIST), List answers the manifests storage holds, and
+   * GetManifest, Read and Verify find a checkpoint another replica
+   * committed (each imported into the journal when first seen). */
+  bool shared_storage;
   ckpt_commit_hook_fn commit_hook;
   void *commit_hook_arg;
   ckpt_abort_hook_fn abort_hook;
