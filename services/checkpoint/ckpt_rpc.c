@@ -149,6 +149,7 @@ RPC_HANDLER(handle_get_staging_info, struct ckpt_rpc, Stoker__V1__StagingInfoReq
   Stoker__V1__StagingInfo info;
   ckpt_staging_info(svc->svc, &info);
   if (svc->draining) info.shm_dir = info.shm_token = "";
+  if (svc->owner) info.owner = svc->owner;
   rpc_reply(call, &info.base);
 }
 
