@@ -216,8 +216,9 @@ static void test_drain_mid_attempt(void **state) {
   struct term_job t = {.d = g.d[x]};
   pthread_t th;
   assert_int_equal(pthread_create(&th, NULL, term_thread, &t), 0);
-  harness_sleep_ms(300);
-  /* Draining: Begin refused with UNAVAILABLE naming the drain. */
+  /* Draining (health NOT_SERVING from the signal on): Begin refused with
+   * UNAVAILABLE naming the drain. */
+  assert_int_equal(harness_health_becomes(cx, STK_NOT_SERVING, 10000), STK_NOT_SERVING);
   int code = 0;
   char scratch[STK_CKPT_ATTEMPT_MAX];
   assert_int_equal(stk_ckpt_begin(cx, "drain-other", 1, WORLD, 500, scratch), STK_EUNAVAIL);
