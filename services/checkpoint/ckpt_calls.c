@@ -238,12 +238,37 @@ struct listing {
   size_t n, cap;
 };
 
+/* Whether the journal's C/ record of the step the manifest key names
+ * (".../step-N/attempt-ID" + "/manifest.pb" from end on) is that key: then
+ * nothing is fetched (List with shared storage lists on every call). */
+static bool journaled(struct ckpt_service *s, const char *job, const char *key, size_t end) {
+  size_t a = end, st;
+  while (a > 0 && key[a - 1] != '/') a--; /* key[a..end): "attempt-ID" */
+  if (a < 2) return false;
+  for (st = a - 1; st > 0 && key[st - 1] != '/';) st--; /* key[st..a-1): "step-N" */
+  char seg[24];
+  int64_t step;
+  if (a - 1 - st >= sizeof(seg)) return false;
+  memcpy(seg, key + st, a - 1 - st);
+  seg[a - 1 - st] = 0;
+  if (ckpt_key_parse_step(seg, &step) != 0) return false;
+  struct ckpt_jkey k;
+  ckpt_jkey_step(&k, 'C', job, step);
+  Stoker__V1__JournalAttempt *rec;
+  if (ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
+                       (ProtobufCMessage **)&rec) != 0)
+    return false;
+  bool same = rec->manifest_key && strcmp(rec->manifest_key, key) == 0;
+  stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+  return same;
+}
+
 static int keys_cb(void *arg, const char *key, uint64_t size) {
   (void)size;
   struct listing *l = arg;
   size_t n = strlen(key);
   if (n <= 12 || strcmp(key + n - 12, "/manifest.pb") != 0) return 0;
-  import_one(l->s, l->job, key);
+  if (!journaled(l->s, l->job, key, n - 12)) import_one(l->s, l->job, key);
   if (l->n == l->cap) {
     size_t cap = l->cap ? 2 * l->cap : 16;
     char **k = realloc(l->keys, cap * sizeof(*k));
