@@ -173,7 +173,9 @@ size_t ckpt_service_attempt_staging(const struct ckpt_service *s, struct ckpt_at
 void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret);
 
 /* resp: Stoker__V1__BeginResponse (attempt: 32 random hex digits, journaled
- * with a synced write). STK_EEXIST if the step is already committed. */
+ * with a synced write). STK_EEXIST if the step is already committed (with
+ * shared_storage: by any service over the store; one LIST of the step's
+ * directory). The owner is the daemon's to fill in (ckpt_rpc). */
 void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckpt_done_fn done,
                 void *arg);
 
