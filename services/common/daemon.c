@@ -37,7 +37,6 @@ struct daemon {
   daemon_busy_fn busy; /* daemon_hold_while */
   void *busy_arg;
   uv_timer_t hold_timer;
-  bool holding;
   uint64_t hold_start_ms;
   daemon_reload_fn on_reload;
   void *reload_arg;
@@ -202,7 +201,6 @@ static void on_signal(uv_signal_t *h, int signum) {
   if (d->on_drain) d->on_drain(d, d->drain_arg);
   if (d->busy && d->busy(d->busy_arg)) {
     rpc_server_set_serving_all(d->rpc, false);
-    d->holding = true;
     d->hold_start_ms = uv_now(&d->loop);
     uv_timer_init(&d->loop, &d->hold_timer);
     d->hold_timer.data = d;
@@ -222,7 +220,6 @@ static void hold_tick(uv_timer_t *t) {
   if (busy && used < grace / 4 * 3) return;
   uv_timer_stop(t);
   uv_close((uv_handle_t *)t, NULL);
-  d->holding = false;
   if (busy) log_warn("shutdown", "grace running out: stopping with the service's work unfinished");
   rpc_server_shutdown(d->rpc, (int64_t)(grace > used ? grace - used : 0), rpc_drained, d);
 }
