@@ -7,8 +7,9 @@ The replicas (`--advertise-host 127.0.0.1 --shared-storage`, one store,
 each its own journal) are named to the ranks by one gRPC target,
 `ipv4:A,B,C` (what a headless Service's name gives: one channel, calls
 spread over the addresses). Two ranks train the tiny GPT for 8 steps,
-checkpointing every 2; once the first checkpoint committed, replicas B and
-C get SIGTERM at once. They must exit 0 (each finishes the attempt it
+checkpointing every 2 (each staging held 400 ms by the trainer's test flag,
+so the run lasts); once the first checkpoint committed, while the ranks
+still train, replicas B and C get SIGTERM at once. They must exit 0 (each finishes the attempt it
 owns, refusing new ones), the ranks must finish without an error (their
 next Begin goes to A), every checkpoint 2..8 must be listed by A, and
 training must be unchanged (parameters bit-identical to a run without
@@ -97,14 +98,21 @@ def main():
                 assert time.time() < end, "no checkpoint committed"
                 assert all(p.poll() is None for p in procs.values()), "a rank ended early"
                 time.sleep(0.05)
+            committed = sum(p.read_text().count("checkpoint committed at step") for p in logs)
+            assert committed < STEPS // EVERY, "the ranks were done before the scale"
+            assert all(p.poll() is None for p in procs.values()), "the ranks were done"
+            t0 = time.time()
             for p, _ in reps[1:]:
                 p.terminate()
             for p, addr in reps[1:]:
                 rc = p.wait(timeout=60)
                 assert rc == 0, f"replica {addr} exited {rc}"
-            print("replicas 1 and 2 stopped mid-run, exit 0")
+            print(f"replicas 1 and 2 stopped mid-run, exit 0 after {time.time() - t0:.1f} s")
 
-        got = train(bins, env, work, "rep", data, ["--checkpoint-every", str(EVERY)], scale_in)
+        # Staging held 2 x 200 ms a checkpoint (the trainer's test flag; training
+        # unchanged): the scale lands while the ranks still train.
+        flags = ["--checkpoint-every", str(EVERY), "--ckpt-stage-test", "slow:200"]
+        got = train(bins, env, work, "rep", data, flags, scale_in)
         assert got == plain, "training through the replicas changed the parameters"
         one = reps[0][1]
         listed = json.loads(
