@@ -4,9 +4,11 @@
  * helpers the write and read paths share. Each call is one client_call:
  * the blocking shell over the async rpc call.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ckpt_internal.h"
 #include "client_internal.h"
@@ -16,7 +18,7 @@ int stk_ckpt_connect(const struct stk_client_opts *opts, struct stk_client **ret
   if (opts) o = *opts;
   if (!o.address || !o.address[0]) o.address = getenv(STK_CKPT_ENV);
   if (!o.address || !o.address[0]) o.address = STK_CKPT_DEFAULT_ADDRESS;
-  return stk_client_new(&o, ret_client);
+  return client_new(&o, true, ret_client);
 }
 
 /* The public enum is the proto's numbers, so the two convert by a cast. */
@@ -95,6 +97,9 @@ void ckpt_box_msg(const struct stk_ckpt_box *box, Stoker__V1__Box *msg) {
 
 /* ----------------------------------------------------------- the calls */
 
+static int begin_call(struct stk_client *c, const Stoker__V1__BeginRequest *req, int64_t timeout_ms,
+                      ProtobufCMessage **ret_resp);
+
 int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t world,
                    int64_t timeout_ms, char ret_attempt[STK_CKPT_ATTEMPT_MAX]) {
   if (!job || !ret_attempt || world == 0 || step < 0) return client_fail(STK_EINVAL, "begin");
@@ -104,14 +109,50 @@ int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t
   req.world = world;
   req.generation = __atomic_load_n(&c->ckpt_generation, __ATOMIC_RELAXED);
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD(begin, &req), &req.base,
-                        &stoker__v1__begin_response__descriptor, timeout_ms, &resp);
+  int err = begin_call(c, &req, client_timeout(c, timeout_ms), &resp);
   if (err < 0) return err;
-  const char *id = ((Stoker__V1__BeginResponse *)resp)->attempt;
-  if (!id[0] || strlen(id) >= STK_CKPT_ATTEMPT_MAX) err = STK_ECORRUPT;
-  if (err == 0) snprintf(ret_attempt, STK_CKPT_ATTEMPT_MAX, "%s", id);
+  const Stoker__V1__BeginResponse *r = (const Stoker__V1__BeginResponse *)resp;
+  const char *id = r->attempt, *owner = r->owner ? r->owner : "";
+  int n = snprintf(ret_attempt, STK_CKPT_ATTEMPT_MAX, owner[0] ? "%s@%s" : "%s", id, owner);
+  if (!id[0] || strchr(id, '@')) err = STK_ECORRUPT;
+  if (!err && (n < 0 || n >= STK_CKPT_ATTEMPT_MAX)) err = STK_ETOOBIG;
   protobuf_c_message_free_unpacked(resp, NULL);
+  if (err == STK_ETOOBIG)
+    return client_fail(err, "begin: the owner's address does not fit the attempt handle "
+                            "(use a shorter --advertise-host)");
   return err < 0 ? client_fail(err, "begin: bad attempt id") : 0;
+}
+
+/* Begin, again while a replica that is leaving (or gone) answers
+ * UNAVAILABLE: round robin gives the next try to another replica. A Begin
+ * refused so created nothing; one cut off by a lost connection may have
+ * left an attempt, which the job's next Begin supersedes. */
+static int begin_call(struct stk_client *c, const Stoker__V1__BeginRequest *req, int64_t timeout_ms,
+                      ProtobufCMessage **ret_resp) {
+  int64_t end = client_now_ms() + timeout_ms, wait_ms = 50;
+  for (;;) {
+    int64_t left = end - client_now_ms();
+    int err = client_call(c, CKPT_METHOD(begin, req), &req->base,
+                          &stoker__v1__begin_response__descriptor, left > 1 ? left : 1, ret_resp);
+    if (err != STK_EUNAVAIL || client_now_ms() + wait_ms >= end) return err;
+    struct timespec ts = {.tv_sec = wait_ms / 1000, .tv_nsec = (wait_ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+    if (wait_ms < 1000) wait_ms *= 2;
+  }
+}
+
+int ckpt_route(struct stk_client *c, const char *handle, char ret_id[STK_CKPT_ATTEMPT_MAX],
+               struct stk_client **ret_client) {
+  if (!c || !handle || !handle[0] || strlen(handle) >= STK_CKPT_ATTEMPT_MAX)
+    return client_fail(STK_EINVAL, "attempt");
+  const char *at = strchr(handle, '@');
+  snprintf(ret_id, STK_CKPT_ATTEMPT_MAX, "%.*s",
+           (int)(at ? at - handle : (ptrdiff_t)strlen(handle)), handle);
+  *ret_client = c;
+  if (!at) return 0;
+  if (!at[1] || at == handle) return client_fail(STK_EINVAL, "attempt handle without id or owner");
+  int err = client_peer(c, at + 1, ret_client);
+  return err < 0 ? client_fail(err, "attempt owner") : 0;
 }
 
 void stk_ckpt_set_generation(struct stk_client *c, uint64_t generation) {
@@ -120,12 +161,14 @@ void stk_ckpt_set_generation(struct stk_client *c, uint64_t generation) {
 
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
                     struct stk_ckpt_ref *ret_ref) {
-  if (!attempt || !attempt[0]) return client_fail(STK_EINVAL, "commit");
+  char id[STK_CKPT_ATTEMPT_MAX];
+  int err = ckpt_route(c, attempt, id, &c);
+  if (err < 0) return err;
   Stoker__V1__CommitCheckpointRequest req = STOKER__V1__COMMIT_CHECKPOINT_REQUEST__INIT;
-  req.attempt = (char *)attempt;
+  req.attempt = id;
   ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD(commit, &req), &req.base,
-                        &stoker__v1__checkpoint_ref__descriptor, timeout_ms, &resp);
+  err = client_call(c, CKPT_METHOD(commit, &req), &req.base,
+                    &stoker__v1__checkpoint_ref__descriptor, timeout_ms, &resp);
   if (err < 0) return err;
   const Stoker__V1__CheckpointRef *ref = (const Stoker__V1__CheckpointRef *)resp;
   if (ret_ref) {
@@ -140,9 +183,11 @@ int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_m
 
 int stk_ckpt_abort(struct stk_client *c, const char *attempt, const char *reason,
                    int64_t timeout_ms) {
-  if (!attempt || !attempt[0]) return client_fail(STK_EINVAL, "abort");
+  char id[STK_CKPT_ATTEMPT_MAX];
+  int err = ckpt_route(c, attempt, id, &c);
+  if (err < 0) return err;
   Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
-  req.attempt = (char *)attempt;
+  req.attempt = id;
   req.reason = (char *)(reason ? reason : "");
   return client_call(c, CKPT_METHOD(abort, &req), &req.base, &stoker__v1__empty__descriptor,
                      timeout_ms, NULL);

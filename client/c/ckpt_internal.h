@@ -19,6 +19,12 @@ bool ckpt_box_valid(const struct stk_ckpt_box *box, const uint64_t *shape);
 /* Points msg at box's arrays (no copy; msg lives no longer than box). */
 void ckpt_box_msg(const struct stk_ckpt_box *box, Stoker__V1__Box *msg);
 
+/* Splits an attempt handle ("ID" or "ID@OWNER", stk_ckpt_begin) into the
+ * id the messages carry and the client to call: c, or the client of the
+ * replica OWNER (client_peer). */
+int ckpt_route(struct stk_client *c, const char *handle, char ret_id[STK_CKPT_ATTEMPT_MAX],
+               struct stk_client **ret_client);
+
 /* ---- ckpt_write.c: the save with hooks (ckpt_stage.c runs it) ---- */
 
 struct ckpt_save_hooks {

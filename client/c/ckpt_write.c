@@ -43,16 +43,19 @@ int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t ran
                          int64_t timeout_ms, struct stk_ckpt_writer **ret_writer) {
   if (!c || !attempt || !attempt[0] || strlen(attempt) >= STK_CKPT_ATTEMPT_MAX || !ret_writer)
     return client_fail(STK_EINVAL, "open writer");
+  char id[STK_CKPT_ATTEMPT_MAX];
+  int err = ckpt_route(c, attempt, id, &c); /* The replica owning the attempt. */
+  if (err < 0) return err;
   struct stk_ckpt_writer *w = calloc(1, sizeof(*w));
   if (!w) return client_fail(STK_ENOMEM, "open writer");
-  snprintf(w->attempt, sizeof(w->attempt), "%s", attempt);
+  snprintf(w->attempt, sizeof(w->attempt), "%s", id);
   w->c = c;
   w->rank = rank;
   w->max_chunk_bytes = DEFAULT_MAX_CHUNK_BYTES;
   w->shm_mode = ckpt_seg_mode_from_env();
-  int err = rpc_client_cstream_open(
-      client_rpc(c), CKPT_METHOD(write, (Stoker__V1__WriteChunk *)NULL),
-      &stoker__v1__write_response__descriptor, timeout_ms > 0 ? timeout_ms : 0, &w->s);
+  err = rpc_client_cstream_open(client_rpc(c), CKPT_METHOD(write, (Stoker__V1__WriteChunk *)NULL),
+                                &stoker__v1__write_response__descriptor,
+                                timeout_ms > 0 ? timeout_ms : 0, &w->s);
   if (err < 0) {
     free(w);
     return client_fail(err, "open writer");

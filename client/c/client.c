@@ -23,6 +23,7 @@ static int keep_opts(struct stk_client *c, const struct rpc_client_opts *ro) {
   c->ro.tls_cert_file = dup_opt(ro->tls_cert_file);
   c->ro.tls_key_file = dup_opt(ro->tls_key_file);
   c->ro.token = dup_opt(ro->token);
+  c->ro.round_robin = ro->round_robin;
   if (!c->ro.target || (ro->tls_ca_file && !c->ro.tls_ca_file) ||
       (ro->tls_cert_file && !c->ro.tls_cert_file) || (ro->tls_key_file && !c->ro.tls_key_file) ||
       (ro->token && !c->ro.token))
@@ -39,6 +40,11 @@ static void drop_opts(struct stk_client *c) {
 }
 
 int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_client) {
+  return client_new(opts, false, ret_client);
+}
+
+int client_new(const struct stk_client_opts *opts, bool round_robin,
+               struct stk_client **ret_client) {
   if (!opts || !opts->address || !opts->address[0])
     return client_fail(STK_EINVAL, "no coordinator address");
   char *token = NULL;
@@ -48,6 +54,7 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
       .tls_cert_file = opts->tls_cert_file,
       .tls_key_file = opts->tls_key_file,
       .token = opts->token,
+      .round_robin = round_robin,
   };
   if (opts->token_file) {
     stk_clear_detail();
@@ -81,8 +88,38 @@ int stk_client_new(const struct stk_client_opts *opts, struct stk_client **ret_c
   return 0;
 }
 
+int client_peer(struct stk_client *c, const char *address, struct stk_client **ret_peer) {
+  pthread_mutex_lock(&c->mu);
+  struct stk_client *p = c->peers;
+  while (p && strcmp(p->ro.target, address) != 0) p = p->next_peer;
+  int err = 0;
+  if (!p) {
+    pthread_mutex_lock(&c->token_mu); /* c->ro.token changes under it. */
+    struct stk_client_opts o = {.address = address,
+                                .tls_ca_file = c->ro.tls_ca_file,
+                                .tls_cert_file = c->ro.tls_cert_file,
+                                .tls_key_file = c->ro.tls_key_file,
+                                .token = c->token_file ? NULL : c->ro.token,
+                                .token_file = c->token_file,
+                                .default_timeout_ms = c->default_timeout_ms};
+    err = client_new(&o, false, &p);
+    pthread_mutex_unlock(&c->token_mu);
+    if (!err) {
+      p->next_peer = c->peers;
+      c->peers = p;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!err) *ret_peer = p;
+  return err;
+}
+
 void stk_client_free(struct stk_client *c) {
   if (!c) return;
+  for (struct stk_client *p = c->peers, *next; p; p = next) {
+    next = p->next_peer;
+    stk_client_free(p);
+  }
   membership_stop_heartbeat(c);
   rpc_client_free(c->rpc);
   drop_opts(c);

@@ -60,6 +60,9 @@ struct stk_client {
   pthread_mutex_t mu;
   struct membership m;
   uint64_t ckpt_generation; /* stk_ckpt_set_generation (atomic loads and stores). */
+  /* Clients of other addresses with this one's options (client_peer, under
+   * mu): the checkpoint replicas owning attempts. Freed with the client. */
+  struct stk_client *peers, *next_peer;
 };
 
 /* One asynchronous unary call waited on by one thread. */
@@ -149,5 +152,16 @@ int client_list_all(struct stk_client *c, const char *method, ProtobufCMessage *
 void membership_stop_heartbeat(struct stk_client *c);
 void membership_init(struct membership *m);
 void membership_close(struct membership *m);
+
+/* ---- client.c: the client's life (top of this ladder) ---- */
+
+/* stk_client_new; round_robin spreads calls over every address the target
+ * resolves to (the checkpoint replicas behind one name). */
+int client_new(const struct stk_client_opts *opts, bool round_robin,
+               struct stk_client **ret_client);
+/* The client of address with c's TLS files, token (file) and default
+ * timeout, made at the first ask and kept in c until c is freed (the
+ * checkpoint replica owning an attempt). Any thread. */
+int client_peer(struct stk_client *c, const char *address, struct stk_client **ret_peer);
 
 #endif

@@ -35,7 +35,12 @@
 #define STK_CKPT_MAX_DIMS        8
 
 /* Opens a client to the checkpoint service: opts->address, else
- * $STOKER_CHECKPOINT, else STK_CKPT_DEFAULT_ADDRESS (opts may be NULL). */
+ * $STOKER_CHECKPOINT, else STK_CKPT_DEFAULT_ADDRESS (opts may be NULL).
+ * Several replicas behind one address (issue 26): the address may resolve
+ * to several (the headless Service's name, or a gRPC target such as
+ * "ipv4:10.0.0.1:7072,10.0.0.2:7072"); calls are spread over them
+ * (round robin), and the attempt handle stk_ckpt_begin answers routes the
+ * attempt's writes, commit and abort to the replica that owns it. */
 int stk_ckpt_connect(const struct stk_client_opts *opts, struct stk_client **ret_client);
 
 /* Element type of a stored tensor; the numbers are the proto's DType
@@ -75,8 +80,14 @@ uint64_t stk_ckpt_box_elems(const struct stk_ckpt_box *box);
 
 /* ------------------------------------------------------------- write path */
 
-/* Starts an attempt; ret_attempt gets its id (STK_CKPT_ATTEMPT_MAX bytes).
- * Errors: STK_EEXIST (step already committed), STK_EINVAL. */
+/* Starts an attempt; ret_attempt gets its handle (STK_CKPT_ATTEMPT_MAX
+ * bytes): the attempt id, or "ID@OWNER" when the service runs as replicas
+ * (BeginResponse.owner): hand it to the ranks as it is, and every call
+ * given it (writer, save, stage, commit, abort) goes to the owner. A
+ * replica that is draining answers UNAVAILABLE and the begin is tried
+ * again (another replica answers) until timeout_ms.
+ * Errors: STK_EEXIST (step already committed), STK_EINVAL, STK_ETOOBIG (the
+ * owner's address does not fit the handle). */
 int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t world,
                    int64_t timeout_ms, char ret_attempt[STK_CKPT_ATTEMPT_MAX]);
 

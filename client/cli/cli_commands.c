@@ -183,7 +183,9 @@ static const struct cli_command commands[] = {
      "ATTEMPT [--reason TEXT]",
      "abort an open checkpoint attempt",
      "Its writers fail, its staging memory is freed and what it uploaded is deleted;\n"
-     "exits 0 also when the attempt was already aborted, 3 once it committed.\n"},
+     "exits 0 also when the attempt was already aborted, 3 once it committed.\n"
+     "With checkpoint replicas, give the handle Begin answered (ID@OWNER) or\n"
+     "--checkpoint OWNER: only the replica owning an attempt knows it.\n"},
 };
 
 const struct cli_command *cli_commands(size_t *ret_n) {

@@ -84,6 +84,9 @@ int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
   Stoker__V1__JournalAttempt *rec;
   int err = ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
                              (ProtobufCMessage **)&rec);
+  if (err == STK_ENOENT && s->o.shared_storage && ckpt_import_step(s, job, step) == 0)
+    err = ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
+                           (ProtobufCMessage **)&rec);
   if (err == STK_ENOENT)
     stk_set_detail("no checkpoint of job %s at step %lld", job, (long long)step);
   if (err) return err;
@@ -226,22 +229,101 @@ static int import_one(struct ckpt_service *s, const char *job, const char *key) 
   return err;
 }
 
+/* What one listing of a job's keys found: the manifests' keys (imported
+ * into the journal as they come). */
+struct listing {
+  struct ckpt_service *s;
+  const char *job;
+  char **keys;
+  size_t n, cap;
+};
+
+/* Whether the journal's C/ record of the step the manifest key names
+ * (".../step-N/attempt-ID" + "/manifest.pb" from end on) is that key: then
+ * nothing is fetched (List with shared storage lists on every call). */
+static bool journaled(struct ckpt_service *s, const char *job, const char *key, size_t end) {
+  size_t a = end, st;
+  while (a > 0 && key[a - 1] != '/') a--; /* key[a..end): "attempt-ID" */
+  if (a < 2) return false;
+  for (st = a - 1; st > 0 && key[st - 1] != '/';) st--; /* key[st..a-1): "step-N" */
+  char seg[24];
+  int64_t step;
+  if (a - 1 - st >= sizeof(seg)) return false;
+  memcpy(seg, key + st, a - 1 - st);
+  seg[a - 1 - st] = 0;
+  if (ckpt_key_parse_step(seg, &step) != 0) return false;
+  struct ckpt_jkey k;
+  ckpt_jkey_step(&k, 'C', job, step);
+  Stoker__V1__JournalAttempt *rec;
+  if (ckpt_journal_get(s->kv, &k, &stoker__v1__journal_attempt__descriptor,
+                       (ProtobufCMessage **)&rec) != 0)
+    return false;
+  bool same = rec->manifest_key && strcmp(rec->manifest_key, key) == 0;
+  stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+  return same;
+}
+
 static int keys_cb(void *arg, const char *key, uint64_t size) {
   (void)size;
-  struct ckpt_service *s = ((void **)arg)[0];
-  const char *job = ((void **)arg)[1];
+  struct listing *l = arg;
   size_t n = strlen(key);
-  if (n > 12 && strcmp(key + n - 12, "/manifest.pb") == 0) import_one(s, job, key);
+  if (n <= 12 || strcmp(key + n - 12, "/manifest.pb") != 0) return 0;
+  if (!journaled(l->s, l->job, key, n - 12)) import_one(l->s, l->job, key);
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 16;
+    char **k = realloc(l->keys, cap * sizeof(*k));
+    if (!k) return STK_ENOMEM;
+    l->keys = k, l->cap = cap;
+  }
+  if (!(l->keys[l->n] = strdup(key))) return STK_ENOMEM;
+  l->n++;
   return 0;
 }
 
-static int import_from_storage(struct ckpt_service *s, const char *job) {
+static void listing_free(struct listing *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->keys[i]);
+  free(l->keys);
+}
+
+/* Whether key is among the manifests the listing found. */
+static bool listed(const struct listing *l, const char *key) {
+  for (size_t i = 0; i < l->n; i++)
+    if (strcmp(l->keys[i], key) == 0) return true;
+  return false;
+}
+
+/* Lists dir (a job's or a step's directory) and imports its manifests;
+ * ret (may be NULL) keeps their keys. */
+static int import_dir(struct ckpt_service *s, const char *job, const char *dir,
+                      struct listing *ret) {
+  struct listing l = {.s = s, .job = job};
+  int err = storage_list(s->st, dir, keys_cb, &l);
+  if (!err && ret)
+    *ret = l;
+  else
+    listing_free(&l);
+  return err;
+}
+
+static int import_from_storage(struct ckpt_service *s, const char *job, struct listing *ret) {
   char *dir;
   int err = ckpt_key_job_dir(s->prefix, job, &dir);
   if (err) return err;
-  void *args[2] = {s, (void *)job};
-  err = storage_list(s->st, dir, keys_cb, args);
+  err = import_dir(s, job, dir, ret);
   free(dir);
+  return err;
+}
+
+int ckpt_import_step(struct ckpt_service *s, const char *job, int64_t step) {
+  char *dir;
+  int err = ckpt_key_step_dir(s->prefix, job, step, &dir);
+  if (err) return err;
+  struct listing l;
+  err = import_dir(s, job, dir, &l);
+  free(dir);
+  if (err) return err;
+  err = l.n ? 0 : STK_ENOENT;
+  listing_free(&l);
   return err;
 }
 
@@ -262,7 +344,7 @@ static bool imported_before(struct ckpt_service *s, const char *job) {
  * checkpoint, and List answers it without listing the bucket again. */
 static int import_once(struct ckpt_service *s, const char *job) {
   if (imported_before(s, job)) return 0;
-  int err = import_from_storage(s, job);
+  int err = import_from_storage(s, job, NULL);
   if (err) return err;
   struct ckpt_jkey k;
   ckpt_jkey_step(&k, 'I', job, -1);
@@ -288,17 +370,28 @@ static int page_close(Stoker__V1__ListCheckpointsResponse *r, size_t *used, uint
   return page_token_encode(key, &r->next_page_token);
 }
 
+/* With shared storage, storage is the catalogue: List answers the
+ * manifests one listing finds (those another replica committed imported on
+ * the way), so a checkpoint a replica deleted is gone from every replica's
+ * answer, and a commit answered before the List began is in it (its
+ * manifest was written before its answer). */
 static int run_list(struct call_job *j) {
   int64_t *steps;
   size_t n;
-  int err = ckpt_committed_steps(j->s, j->job, &steps, &n);
-  if (!err && n == 0) {
+  struct listing seen = {0};
+  bool shared = j->s->o.shared_storage;
+  int err = shared ? import_from_storage(j->s, j->job, &seen) : 0;
+  if (!err) err = ckpt_committed_steps(j->s, j->job, &steps, &n);
+  if (!err && n == 0 && !shared) {
     free(steps);
     steps = NULL;
     err = import_once(j->s, j->job);
     if (!err) err = ckpt_committed_steps(j->s, j->job, &steps, &n);
   }
-  if (err) return err;
+  if (err) {
+    listing_free(&seen);
+    return err;
+  }
   Stoker__V1__ListCheckpointsResponse *r = malloc(sizeof(*r));
   if (!r) err = STK_ENOMEM;
   if (r) stoker__v1__list_checkpoints_response__init(r);
@@ -311,6 +404,10 @@ static int run_list(struct call_job *j) {
     if (ckpt_journal_get(j->s->kv, &k, &stoker__v1__journal_attempt__descriptor,
                          (ProtobufCMessage **)&rec) != 0)
       continue; /* Deleted meanwhile. */
+    if (shared && !listed(&seen, rec->manifest_key)) {
+      stoker__v1__journal_attempt__free_unpacked(rec, NULL);
+      continue; /* Deleted by another replica. */
+    }
     err = list_add(r, rec->step, ckpt_manifest_uri(j->s, rec->manifest_key), rec->committed_at_ms,
                    rec->generation);
     stoker__v1__journal_attempt__free_unpacked(rec, NULL);
@@ -318,6 +415,7 @@ static int run_list(struct call_job *j) {
     if (*r->next_page_token) break;
   }
   free(steps);
+  listing_free(&seen);
   if (err && r) free_list(&r->base);
   if (err) return err;
   j->resp = &r->base;

@@ -81,9 +81,27 @@ static struct ckpt_rpc_unary *start(struct rpc_call *call, struct ckpt_rpc *a, b
 
 /* ------------------------------------------------------------- handlers */
 
+/* Begin's answer names this replica as the owner when it is one of
+ * several. */
+static void begin_done(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
+  struct ckpt_rpc_unary *u = arg;
+  Stoker__V1__BeginResponse r;
+  if (err == 0 && resp && u->a->owner) {
+    r = *(const Stoker__V1__BeginResponse *)resp;
+    r.owner = u->a->owner;
+    resp = &r.base;
+  }
+  core_done(arg, err, errmsg, resp);
+}
+
 RPC_HANDLER(handle_begin, struct ckpt_rpc, Stoker__V1__BeginRequest) {
+  if (svc->leaving) {
+    rpc_fail(call, RPC_UNAVAILABLE, "checkpoint replica %s is draining; begin on another replica",
+             svc->owner);
+    return;
+  }
   struct ckpt_rpc_unary *u = start(call, svc, false);
-  if (u) ckpt_begin(svc->svc, req, core_done, u);
+  if (u) ckpt_begin(svc->svc, req, begin_done, u);
 }
 
 /* A scoped caller may name only its own jobs' attempts (rpc.h); an
@@ -131,6 +149,7 @@ RPC_HANDLER(handle_get_staging_info, struct ckpt_rpc, Stoker__V1__StagingInfoReq
   Stoker__V1__StagingInfo info;
   ckpt_staging_info(svc->svc, &info);
   if (svc->draining) info.shm_dir = info.shm_token = "";
+  if (svc->owner) info.owner = svc->owner;
   rpc_reply(call, &info.base);
 }
 
@@ -186,7 +205,32 @@ int ckpt_rpc_register(struct rpc_server *s, struct ckpt_service *svc,
   return 0;
 }
 
+int ckpt_rpc_set_owner(struct ckpt_rpc *a, const char *owner) {
+  char *o = strdup(owner);
+  if (!o) return STK_ENOMEM;
+  free(a->owner);
+  a->owner = o;
+  return 0;
+}
+
+bool ckpt_rpc_busy(void *adapter) {
+  struct ckpt_rpc *a = adapter;
+  if (!a->svc) return false;
+  size_t n = ckpt_service_attempt_staging(a->svc, NULL, 0);
+  struct ckpt_attempt_staging *at = n ? calloc(n, sizeof(*at)) : NULL;
+  if (n && !at) return true; /* Out of memory: ask again at the next tick. */
+  size_t got = n ? ckpt_service_attempt_staging(a->svc, at, n) : 0;
+  bool open = got > n; /* More than were counted: some may be open. */
+  for (size_t i = 0; i < n && i < got && !open; i++) open = at[i].open;
+  free(at);
+  return open;
+}
+
 void ckpt_rpc_drain(struct ckpt_rpc *a) {
+  if (a->owner) {
+    a->leaving = true;
+    return;
+  }
   a->draining = true;
   for (struct ckpt_rpc_unary *u = a->unary; u; u = u->next) {
     if (!u->call || !u->is_commit) continue;
@@ -204,5 +248,6 @@ void ckpt_rpc_detach(struct ckpt_rpc *a) {
 void ckpt_rpc_free(struct ckpt_rpc *a) {
   if (!a) return;
   ckpt_rpc_detach(a);
+  free(a->owner);
   free(a);
 }

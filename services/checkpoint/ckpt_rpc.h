@@ -31,8 +31,19 @@ int ckpt_rpc_register(struct rpc_server *s, struct ckpt_service *svc,
                       const struct ckpt_rpc_opts *opts, struct ckpt_rpc **ret_adapter);
 
 /* Answers parked Commit calls UNAVAILABLE (the attempt goes on, or is
- * recovered after the restart) so they do not hold the shutdown. */
+ * recovered after the restart) so they do not hold the shutdown. A replica
+ * (ckpt_rpc_set_owner) instead refuses only Begin from then on
+ * (UNAVAILABLE, "draining": the client begins on another replica) and
+ * serves its attempts' calls until they end (ckpt_rpc_busy). */
 void ckpt_rpc_drain(struct ckpt_rpc *a);
+
+/* Runs as one of several replicas behind one address (issue 26): Begin
+ * answers owner (HOST:PORT, copied) as the attempt's owner. */
+int ckpt_rpc_set_owner(struct ckpt_rpc *a, const char *owner);
+
+/* A draining replica still holds an attempt that is not committed or
+ * aborted (the daemon keeps serving while this is true). */
+bool ckpt_rpc_busy(void *adapter);
 
 /* Detaches the writers kept after their calls finished (ranks waiting to
  * become durable, for the uploaded-bytes metric). Call before closing the

@@ -21,6 +21,8 @@ struct ckpt_rpc {
   struct ckpt_rpc_unary *unary;    /* Unary calls waiting for the core (list). */
   struct ckpt_rpc_writer *writers; /* Write streams and lingering writers (list). */
   bool draining;
+  bool leaving; /* A replica draining: Begin refused, its attempts served. */
+  char *owner;  /* ckpt_rpc_set_owner; NULL: one replica. */
 };
 
 /* The stream calls, started by their handlers in ckpt_rpc.c. */

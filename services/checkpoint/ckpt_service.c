@@ -262,6 +262,11 @@ static void begin_work(struct ckpt_task *t) {
   void *v;
   size_t len;
   j->err = kv_get(j->s->kv, NULL, k.b, k.len, &v, &len);
+  /* Another replica may have committed the step (one LIST of its directory). */
+  if (j->err == STK_ENOENT && j->s->o.shared_storage) {
+    j->err = ckpt_import_step(j->s, j->job, j->rec.step);
+    if (j->err == 0) j->err = kv_get(j->s->kv, NULL, k.b, k.len, &v, &len);
+  }
   if (j->err == 0) {
     free(v);
     j->err = STK_EEXIST;

@@ -98,6 +98,12 @@ struct ckpt_service_opts {
    * removed once found so for this long; swept every quarter of it (100 ms
    * to 10 min); 1 h default. */
   uint32_t orphan_attempt_grace_ms;
+  /* Several replicas write under the same prefix (issue 26): storage, not
+   * this journal, is the catalogue. Begin refuses a step some replica
+   * committed (STK_EEXIST), List answers the manifests storage holds, and
+   * GetManifest, Read and Verify find a checkpoint another replica
+   * committed (each imported into the journal when first seen). */
+  bool shared_storage;
   ckpt_commit_hook_fn commit_hook;
   void *commit_hook_arg;
   ckpt_abort_hook_fn abort_hook;
@@ -177,7 +183,9 @@ size_t ckpt_service_read_holdings(const struct ckpt_service *s, struct ckpt_read
 void ckpt_staging_info(const struct ckpt_service *s, Stoker__V1__StagingInfo *ret);
 
 /* resp: Stoker__V1__BeginResponse (attempt: 32 random hex digits, journaled
- * with a synced write). STK_EEXIST if the step is already committed. */
+ * with a synced write). STK_EEXIST if the step is already committed (with
+ * shared_storage: by any service over the store; one LIST of the step's
+ * directory). The owner is the daemon's to fill in (ckpt_rpc). */
 void ckpt_begin(struct ckpt_service *s, const Stoker__V1__BeginRequest *req, ckpt_done_fn done,
                 void *arg);
 

@@ -386,6 +386,10 @@ struct ckpt_manifest;
  * ret_raw). STK_ENOENT when not committed. */
 int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
                        struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len);
+/* With shared storage: imports the manifest of (job, step) another replica
+ * committed, when storage holds one and the journal has no C/ record of it
+ * (0: imported or known; STK_ENOENT: storage holds none). */
+int ckpt_import_step(struct ckpt_service *s, const char *job, int64_t step);
 
 /* ---- ckpt_recover.c (blocking, at open) ---- */
 int ckpt_recover(struct ckpt_service *s);

@@ -57,6 +57,8 @@ struct checkpoint_config {
   char *coordinator_tls_key;
   char *shm_dir;
   uint64_t shm_pool_bytes;
+  char *advertise_host;
+  bool shared_storage;
 };
 
 #define CK_ROW(name, type, field, def, lo, hi, help, flags)                                        \
@@ -140,6 +142,15 @@ static const struct flag_spec checkpoint_options[] = {
            "Released shm segments kept for reuse by the next checkpoint (capped at "
            "staging-budget); 0: none.",
            0),
+    CK_ROW("advertise-host", FLAG_STRING, advertise_host, "", 0, 0,
+           "Replicas behind one address: the host name (or IP) under which ranks reach this "
+           "replica; Begin answers it with the bound port as the attempt's owner; empty: "
+           "ranks keep the address Begin went to (one replica).",
+           0),
+    CK_ROW("shared-storage", FLAG_BOOL, shared_storage, "false", 0, 0,
+           "Replicas share the storage prefix: storage is the catalogue (List, GetManifest, "
+           "Read and Begin see every replica's checkpoints).",
+           0),
 };
 
 static const struct cfg_table checkpoint_table = {
@@ -184,6 +195,20 @@ static int check_config(const struct checkpoint_config *c, char *err, size_t err
   }
   if (c->staging_budget_bytes < c->part_bytes) {
     snprintf(err, err_len, "staging-budget must hold at least one part (part-size)");
+    return STK_EINVAL;
+  }
+  /* Another replica's attempt lives at most attempt-timeout: its uploads
+   * and directory must not look orphaned before that. */
+  if (c->shared_storage && (c->orphan_upload_grace_ms <= c->attempt_timeout_ms ||
+                            c->orphan_attempt_grace_ms <= c->attempt_timeout_ms)) {
+    snprintf(err, err_len,
+             "with shared-storage, orphan-upload-grace and orphan-attempt-grace must exceed "
+             "attempt-timeout (another replica's attempt would look orphaned)");
+    return STK_EINVAL;
+  }
+  if (c->advertise_host && strchr(c->advertise_host, ':')) {
+    snprintf(err, err_len, "advertise-host %s: a host name or IPv4 address, no port",
+             c->advertise_host);
     return STK_EINVAL;
   }
   return 0;
@@ -337,6 +362,7 @@ static int open_core(struct checkpoint *ck) {
       .shm_pool_bytes = ck->cfg.shm_pool_bytes,
       .orphan_upload_grace_ms = (uint32_t)ck->cfg.orphan_upload_grace_ms,
       .orphan_attempt_grace_ms = (uint32_t)ck->cfg.orphan_attempt_grace_ms,
+      .shared_storage = ck->cfg.shared_storage,
       .commit_hook = on_commit,
       .commit_hook_arg = ck,
       .abort_hook = on_abort,
@@ -441,6 +467,24 @@ static void stop_service(struct daemon *dm, void *arg) {
   ckpt_service_close(svc, service_closed, ck);
 }
 
+/* With --advertise-host: one of several replicas behind one address.
+ * Begin names this replica (the host and the bound port) as the owner of
+ * the attempts it starts, and a stop signal lets the attempts it holds end
+ * (committed or aborted) before the calls stop. */
+static int become_replica(struct checkpoint *ck) {
+  const char *host = ck->cfg.advertise_host;
+  if (!host || !host[0]) return 0;
+  const char *bound = daemon_bound(ck->daemon), *port = strrchr(bound, ':');
+  char owner[320];
+  snprintf(owner, sizeof(owner), "%s:%s", host, port ? port + 1 : "");
+  int rc = ckpt_rpc_set_owner(ck->adapter, owner);
+  if (rc) return rc;
+  daemon_hold_while(ck->daemon, ckpt_rpc_busy, ck->adapter);
+  log_info("replica", "owner=%s shared_storage=%s", owner,
+           ck->cfg.shared_storage ? "true" : "false");
+  return 0;
+}
+
 static int load_config(struct checkpoint *ck, int argc, char **argv) {
   char err[512] = "";
   int rc = cfg_load(&checkpoint_table, &ck->cfg, argc, argv, err, sizeof(err));
@@ -495,6 +539,7 @@ int main(int argc, char **argv) {
     rc = daemon_start(ck.daemon, stop_service, &ck, err, sizeof(err));
     if (rc) log_error("startup", "%s", err);
   }
+  if (!rc) rc = become_replica(&ck);
   if (!rc) daemon_run(ck.daemon);
   ckpt_rpc_free(ck.adapter);
   close_after_failure(&ck);

@@ -34,6 +34,10 @@ struct daemon {
   void *stop_arg;
   daemon_drain_fn on_drain;
   void *drain_arg;
+  daemon_busy_fn busy; /* daemon_hold_while */
+  void *busy_arg;
+  uv_timer_t hold_timer;
+  uint64_t hold_start_ms;
   daemon_reload_fn on_reload;
   void *reload_arg;
   struct metric_gauge *reload_ok; /* stoker_reload_last_successful */
@@ -179,6 +183,8 @@ static void on_sighup(uv_signal_t *h, int signum) {
   publish_reload(d, !token_rc && !tls_rc && !service_rc);
 }
 
+static void hold_tick(uv_timer_t *t);
+
 static void on_signal(uv_signal_t *h, int signum) {
   struct daemon *d = h->data;
   if (d->stopping) return;
@@ -193,7 +199,38 @@ static void on_signal(uv_signal_t *h, int signum) {
   metrics_http_stop(d->http);
   d->http = NULL;
   if (d->on_drain) d->on_drain(d, d->drain_arg);
+  if (d->busy && d->busy(d->busy_arg)) {
+    rpc_server_set_serving_all(d->rpc, false);
+    d->hold_start_ms = uv_now(&d->loop);
+    uv_timer_init(&d->loop, &d->hold_timer);
+    d->hold_timer.data = d;
+    uv_timer_start(&d->hold_timer, hold_tick, 100, 100);
+    log_info("shutdown", "finishing the service's work before the calls stop");
+    return;
+  }
   rpc_server_shutdown(d->rpc, d->opts->shutdown_grace_ms, rpc_drained, d);
+}
+
+/* While held: the service's work ended, or three quarters of the grace
+ * did; the server drains within the rest. */
+static void hold_tick(uv_timer_t *t) {
+  struct daemon *d = t->data;
+  uint64_t grace = (uint64_t)d->opts->shutdown_grace_ms, used = uv_now(&d->loop) - d->hold_start_ms;
+  bool busy = d->busy(d->busy_arg);
+  if (busy && used < grace / 4 * 3) return;
+  uv_timer_stop(t);
+  uv_close((uv_handle_t *)t, NULL);
+  if (busy) log_warn("shutdown", "grace running out: stopping with the service's work unfinished");
+  rpc_server_shutdown(d->rpc, (int64_t)(grace > used ? grace - used : 0), rpc_drained, d);
+}
+
+void daemon_hold_while(struct daemon *d, daemon_busy_fn busy, void *arg) {
+  d->busy = busy;
+  d->busy_arg = arg;
+}
+
+const char *daemon_bound(const struct daemon *d) {
+  return d->bound;
 }
 
 void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg) {

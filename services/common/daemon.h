@@ -160,6 +160,18 @@ struct metrics *daemon_metrics(struct daemon *d);
 typedef void (*daemon_drain_fn)(struct daemon *d, void *arg);
 void daemon_on_drain(struct daemon *d, daemon_drain_fn fn, void *arg);
 
+/* Work the service finishes before its calls stop (a checkpoint replica
+ * told to leave commits the attempts it owns): after the drain, busy(arg)
+ * is asked every 100 ms on the loop, and the RPC server keeps serving
+ * (health NOT_SERVING) until it answers false or three quarters of the
+ * shutdown grace are over; the server then drains within what is left.
+ * Optional; set before start. */
+typedef bool (*daemon_busy_fn)(void *arg);
+void daemon_hold_while(struct daemon *d, daemon_busy_fn busy, void *arg);
+
+/* The bound HOST:PORT once started ("" before). */
+const char *daemon_bound(const struct daemon *d);
+
 /* Called on the loop on SIGHUP, after the shared files (token, TLS) were
  * re-read: the service re-reads its own (a client's CA, its token). It
  * logs what it could not load, keeps what it had then and returns an

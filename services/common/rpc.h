@@ -350,6 +350,10 @@ struct rpc_client_opts {
   const char *tls_server_name; /* Override the name checked in the cert. */
   const char *token;           /* Bearer token sent with every call. */
   size_t max_recv_bytes;       /* 0: 64 MiB. */
+  /* Spread calls over every address the target resolves to (gRPC's
+   * round_robin policy: a DNS name's A records, or "ipv4:A:P,B:Q"), skipping
+   * those that fail; false: the first that connects (pick_first). */
+  bool round_robin;
 };
 
 struct rpc_status {

@@ -112,7 +112,7 @@ static void *client_thread(void *arg) {
 
 static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channel_credentials *cr) {
   size_t max = o->max_recv_bytes ? o->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
-  grpc_arg args[9];
+  grpc_arg args[10];
   size_t n = 0;
   memset(args, 0, sizeof(args));
   args[n].type = GRPC_ARG_INTEGER;
@@ -146,6 +146,11 @@ static grpc_channel *create_channel(const struct rpc_client_opts *o, grpc_channe
   args[n].type = GRPC_ARG_INTEGER;
   args[n].key = GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS;
   args[n++].value.integer = 1000;
+  if (o->round_robin) {
+    args[n].type = GRPC_ARG_STRING;
+    args[n].key = GRPC_ARG_LB_POLICY_NAME;
+    args[n++].value.string = "round_robin";
+  }
   if (o->tls_server_name) {
     args[n].type = GRPC_ARG_STRING;
     args[n].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;

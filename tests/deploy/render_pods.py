@@ -12,7 +12,8 @@ This does what the cluster's controllers and DNS would do, and nothing more:
 - every pod gets a fixed address on the podman network, and every pod's
   /etc/hosts (hostAliases) names the others as cluster DNS would: SERVICE for a
   Service's pods, POD.SERVICE for a StatefulSet's pod;
-- a `fieldRef: status.podIP` variable gets the pod's address as its value;
+- a `fieldRef: status.podIP` variable gets the pod's address as its value,
+  `metadata.name` the pod's name;
 - `$(NAME)` in a container's command and args becomes the value of its
   variable NAME (`$$` a literal `$`), as the kubelet expands them;
 - containers' `ports` lists are left out: Kubernetes only documents them,
@@ -153,6 +154,9 @@ def localize(pod: Doc, ip: str) -> tuple[list[str], list[dict[str, str]]]:
             if ref == "status.podIP":
                 env.pop("valueFrom")
                 env["value"] = ip
+            elif ref == "metadata.name":
+                env.pop("valueFrom")
+                env["value"] = pod["metadata"]["name"]
         values = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
         for key in ("command", "args"):
             if key in c:

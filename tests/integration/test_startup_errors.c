@@ -4,7 +4,8 @@
  * acts on: the gRPC port taken ("cannot listen on 127.0.0.1:P: port P is
  * in use by process PID (NAME)", the holder found in /proc), the metrics
  * port taken, and the data directory held by another running daemon ("the
- * data directory DIR is locked by process PID"). gRPC core's own lines
+ * data directory DIR is locked by process PID"), the checkpoint replicas'
+ * flags that cannot work together. gRPC core's own lines
  * come through the daemon's logger. Arguments: the coordinator, dataloader
  * and checkpoint binaries.
  */
@@ -152,15 +153,37 @@ static void test_token_file_rule(void **state) {
   harness_tmpdir_remove(dir);
 }
 
+/* The checkpoint replicas' flags (issue 26): shared storage with an orphan
+ * grace that another replica's live attempt could outlast, and an
+ * advertised host with a port, are refused at start, naming the rule. */
+static void test_replica_flags(void **state) {
+  char dir[256], args[1024];
+  assert_int_equal(harness_tmpdir_new(dir, sizeof(dir)), 0);
+  for (int i = 1; i < test_argc; i++) {
+    if (!strstr(test_argv[i], "checkpoint")) continue;
+    snprintf(args, sizeof(args),
+             "--listen 127.0.0.1:0 --data-dir '%s/data' --shared-storage "
+             "--attempt-timeout 10m --orphan-attempt-grace 5m",
+             dir);
+    expect_failure(test_argv[i], args,
+                   "with shared-storage, orphan-upload-grace and orphan-attempt-grace must "
+                   "exceed attempt-timeout");
+    snprintf(args, sizeof(args),
+             "--listen 127.0.0.1:0 --data-dir '%s/data' --advertise-host checkpoint-0:7072", dir);
+    expect_failure(test_argv[i], args,
+                   "advertise-host checkpoint-0:7072: a host name or IPv4 address, no port");
+  }
+  harness_tmpdir_remove(dir);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   test_argc = argc;
   test_argv = argv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_grpc_port_in_use),
-      cmocka_unit_test(test_metrics_port_in_use),
-      cmocka_unit_test(test_data_dir_locked),
-      cmocka_unit_test(test_token_file_rule),
+      cmocka_unit_test(test_grpc_port_in_use), cmocka_unit_test(test_metrics_port_in_use),
+      cmocka_unit_test(test_data_dir_locked),  cmocka_unit_test(test_token_file_rule),
+      cmocka_unit_test(test_replica_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

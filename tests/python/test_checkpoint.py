@@ -514,3 +514,45 @@ def test_an_idle_attempt_is_aborted_and_logged_once(tmp_path):
         d.stop()
     assert len(lines) == 1, lines
     assert f"job=idle step=7 attempt={attempt}: " in lines[0] and "abandoned" in lines[0], lines
+
+
+def test_replicas_behind_one_address_save_and_load_through_their_owners(tmp_path):
+    """Three checkpoint replicas over one store, the ranks given only the one
+    gRPC target naming all three (as a headless Service's name resolves):
+    Begin lands on any replica, every rank's bytes go through the shared
+    memory of the replica that owns the attempt (the handle names it), loads
+    read through the directory of the replica that answered (StagingInfo
+    names it); after one replica stopped, the next save and load go to the
+    others (issue 26)."""
+    store = tmp_path / "store"
+    store.mkdir()
+    reps = []
+    for i in range(3):
+        root = tmp_path / f"r{i}"
+        root.mkdir()
+        reps.append(
+            Daemon(
+                "checkpoint",
+                root,
+                "--storage",
+                f"file://{store}",
+                "--advertise-host",
+                "127.0.0.1",
+                "--shared-storage",
+            )
+        )
+    one = "ipv4:" + ",".join(d.addr for d in reps)
+    try:
+        run_ranks("save", one, "rep", 10, 2, tmp_path)
+        for out in run_ranks("load", one, "rep", 10, 1, tmp_path):
+            assert_bit_exact(out)
+        reps[0].stop()
+        assert reps[0].proc is not None and reps[0].proc.returncode == 0
+        run_ranks("save", one, "rep", 11, 2, tmp_path)
+        for out in run_ranks("load", one, "rep", 11, 1, tmp_path):
+            assert_bit_exact(out)
+        for d in reps[1:]:
+            assert StokerReader("rep", d.addr).latest_step() == 11
+    finally:
+        for d in reps:
+            d.stop()

@@ -36,11 +36,13 @@ def _token_ok(token: str) -> bool:
     return 0 < len(token) <= 64 and all(c in "0123456789abcdef" for c in token)
 
 
-def read_directory(conn: Connection) -> tuple[str, int] | None:
-    """(directory, largest file) for reads through shared memory, or None when
-    the service is elsewhere, too old, has it off, or STOKER_CKPT_SHM is off.
-    The largest file: FILE_BYTES, or STOKER_CKPT_SHM_READ_BYTES (tests),
-    within what the service accepts."""
+def read_directory(conn: Connection) -> tuple[str, int, str] | None:
+    """(directory, largest file, replica) for reads through shared memory, or
+    None when the service is elsewhere, too old, has it off, or
+    STOKER_CKPT_SHM is off. The largest file: FILE_BYTES, or
+    STOKER_CKPT_SHM_READ_BYTES (tests), within what the service accepts. The
+    replica: the address of the one whose directory it is (the Read naming a
+    file there goes to it), "" for a service that is not replicated."""
     if os.environ.get("STOKER_CKPT_SHM", "auto") in ("0", "off"):
         return None
     info = conn.unary(
@@ -54,7 +56,7 @@ def read_directory(conn: Connection) -> tuple[str, int] | None:
     if not os.path.lexists(os.path.join(d, f"instance-{info.shm_token}")):
         return None  # a directory of that name on another host
     cap = int(os.environ.get("STOKER_CKPT_SHM_READ_BYTES", FILE_BYTES))
-    return d, min(int(info.shm_read_max_bytes), max(cap, DATA + 8))
+    return d, min(int(info.shm_read_max_bytes), max(cap, DATA + 8)), str(info.owner)
 
 
 class ShmReadFile:

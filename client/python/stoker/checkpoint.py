@@ -216,7 +216,9 @@ class StokerWriter(StorageWriter):
             raise invalid_argument(f"generation {generation} is negative")
         self.generation = generation
         self.job = job
-        self.conn = Connection(address_from_env("STOKER_CHECKPOINT", address), security, timeout)
+        self.conn = Connection(
+            address_from_env("STOKER_CHECKPOINT", address), security, timeout, spread=True
+        )
         self.default_step = step
         self.step: int | None = step
         self.chunk_bytes = chunk_bytes
@@ -273,7 +275,10 @@ class StokerWriter(StorageWriter):
         ]
 
     def begin(self, world: int) -> str:
-        """Begins an attempt at self.step for world ranks (coordinator only)."""
+        """Begins an attempt at self.step for world ranks (coordinator only);
+        returns its handle, ``ID`` or ``ID@OWNER`` when the service runs as
+        replicas (every call of the attempt then goes to the owner). A
+        draining replica's UNAVAILABLE is retried: another one answers."""
         begun = self.conn.unary(
             SERVICE + "Begin",
             pb.BeginRequest(
@@ -283,9 +288,16 @@ class StokerWriter(StorageWriter):
                 generation=self.generation,
             ),
             pb.BeginResponse,
+            retry=True,
         )
-        self._attempt = str(begun.attempt)
+        owner = str(begun.owner)
+        self._attempt = f"{begun.attempt}@{owner}" if owner else str(begun.attempt)
         return self._attempt
+
+    def _route(self, handle: str) -> tuple[str, Connection]:
+        """The attempt id a handle names and the connection to its owner."""
+        attempt, _, owner = handle.partition("@")
+        return attempt, self.conn.peer(owner) if owner else self.conn
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         if self._commit_only:
@@ -293,7 +305,9 @@ class StokerWriter(StorageWriter):
             fut_done: Future[list[WriteResult]] = Future()
             fut_done.set_result([])
             return fut_done
-        rp: _RankPlan = plan.storage_data
+        handle: _RankPlan = plan.storage_data
+        attempt, conn = self._route(handle.attempt)
+        rp = replace(handle, attempt=attempt)
         results: list[WriteResult] = []
         failed: list[BaseException] = []
 
@@ -301,20 +315,20 @@ class StokerWriter(StorageWriter):
             # grpc consumes this on its own thread and reports a failure in
             # it only as CANCELLED: keep the real exception to raise it here.
             try:
-                yield from self._messages(rp, plan.items, planner, results)
+                yield from self._messages(conn, rp, plan.items, planner, results)
             except BaseException as e:
                 failed.append(e)
                 raise
 
         try:
-            self.conn.client_stream(SERVICE + "Write", messages(), pb.WriteResponse)
+            conn.client_stream(SERVICE + "Write", messages(), pb.WriteResponse)
         except StokerError as e:
-            self._abort(rp.attempt, failed[0] if failed else e)
+            self._abort(handle.attempt, failed[0] if failed else e)
             if failed:
                 raise failed[0] from None
             raise
         except BaseException as e:
-            self._abort(rp.attempt, e)
+            self._abort(handle.attempt, e)
             raise
         fut: Future[list[WriteResult]] = Future()
         fut.set_result(results)
@@ -322,12 +336,13 @@ class StokerWriter(StorageWriter):
 
     def _messages(
         self,
+        conn: Connection,
         rp: _RankPlan,
         items: list[WriteItem],
         planner: SavePlanner,
         results: list[WriteResult],
     ) -> Iterator[pb.WriteChunk]:
-        staging = ShmStaging.open(self.conn, rp.attempt, rp.rank)
+        staging = ShmStaging.open(conn, rp.attempt, rp.rank)
         self.transport = "shm" if staging else "grpc"
         limit = staging.cap if staging else self.chunk_bytes
         try:
@@ -366,14 +381,15 @@ class StokerWriter(StorageWriter):
             raise
         yield pb.WriteChunk(attempt=rp.attempt, rank=rp.rank, last=True)
 
-    def _abort(self, attempt: str, why: BaseException) -> None:
+    def _abort(self, handle: str, why: BaseException) -> None:
         """This rank cannot write its part: ends the attempt at once (the
         other ranks' writes fail, its staging is freed) rather than leaving
         it to the service's idle timeout. Best effort: the save's own error
         is what the caller sees."""
         reason = f"rank's write failed: {type(why).__name__}: {why}"[:500]
+        attempt, conn = self._route(handle)
         with contextlib.suppress(StokerError):
-            self.conn.unary(
+            conn.unary(
                 SERVICE + "Abort",
                 pb.AbortCheckpointRequest(attempt=attempt, reason=reason),
                 common_pb2.Empty,
@@ -409,9 +425,10 @@ class StokerWriter(StorageWriter):
         """Commits: answers once every rank's bytes are durable and the
         manifest is written (or raises why the attempt failed)."""
         self._commit_only = False
-        self.last_commit = self.conn.unary(
+        attempt, conn = self._route(self._attempt)
+        self.last_commit = conn.unary(
             SERVICE + "Commit",
-            pb.CommitCheckpointRequest(attempt=self._attempt),
+            pb.CommitCheckpointRequest(attempt=attempt),
             common_pb2.CheckpointRef,
         )
 
@@ -546,7 +563,9 @@ class StokerReader(StorageReader):
     ) -> None:
         super().__init__()
         self.job = job
-        self.conn = Connection(address_from_env("STOKER_CHECKPOINT", address), security, timeout)
+        self.conn = Connection(
+            address_from_env("STOKER_CHECKPOINT", address), security, timeout, spread=True
+        )
         self.default_step = step
         self.step: int | None = step
         self.names: dict[str, str] = {}  # DCP name -> storage name
@@ -711,15 +730,16 @@ class StokerReader(StorageReader):
         return plans
 
     def _read(
-        self, wanted: list[pb.ChunkEntry], shm: ShmReadFile | None = None
+        self, wanted: list[pb.ChunkEntry], shm: ShmReadFile | None = None, replica: str = ""
     ) -> Iterator[pb.ReadChunk]:
+        """A Read call: to any replica inline, to replica (the one whose
+        directory holds the read file) through shared memory."""
         assert self.step is not None
         req = pb.ReadRequest(job=self.job, step=self.step, wanted=wanted)
         if shm is not None:
             req.shm_name, req.shm_nonce = shm.name, shm.nonce
-        return iter(
-            self.conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=self.conn.timeout)
-        )
+        conn = self.conn.peer(replica) if replica else self.conn
+        return iter(conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=conn.timeout))
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         """Every item of the plan in one Read call (the service coalesces the
@@ -759,7 +779,9 @@ class StokerReader(StorageReader):
                 self._place(piece, pending, planner)
         _no_bytes([w for ws in pending.values() for w in ws])
 
-    def _read_shm(self, wants: list[_Want], planner: LoadPlanner, d: str, cap: int) -> bool:
+    def _read_shm(
+        self, wants: list[_Want], planner: LoadPlanner, d: str, cap: int, replica: str
+    ) -> bool:
         """The wants through read files of at most cap bytes (a Read call per
         file's worth, the file reused); False when no file could be made."""
         room = cap - SHM_READ_DATA
@@ -781,12 +803,14 @@ class StokerReader(StorageReader):
         self.transport = "shm"
         try:
             for g in groups:
-                self._read_group(f, g, planner)
+                self._read_group(f, g, planner, replica)
         finally:
             f.close()
         return True
 
-    def _read_group(self, f: ShmReadFile, parts: list[_Part], planner: LoadPlanner) -> None:
+    def _read_group(
+        self, f: ShmReadFile, parts: list[_Part], planner: LoadPlanner, replica: str
+    ) -> None:
         """One Read call into f; each part is copied out (and its want
         completed) as soon as the pieces before its end arrived, in order."""
         wanted = [
@@ -794,7 +818,7 @@ class StokerReader(StorageReader):
             for p in parts
         ]
         at, done = SHM_READ_DATA, 0
-        for piece in self._read(wanted, f):
+        for piece in self._read(wanted, f, replica):
             n = piece.shm_length or len(piece.data)
             if piece.shm_length == 0:
                 f.write(at, piece.data)  # inline after all (e.g. an empty piece)

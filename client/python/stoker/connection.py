@@ -159,21 +159,46 @@ class Connection:
     address (a DataLoader worker opens its own channel)."""
 
     def __init__(
-        self, address: str, security: Security | None = None, timeout: float = 30.0
+        self,
+        address: str,
+        security: Security | None = None,
+        timeout: float = 30.0,
+        spread: bool = False,
     ) -> None:
         self.address = address
         self.security = security or Security.from_env()
         self.timeout = timeout
+        # Calls spread over every address the target resolves to (gRPC's
+        # round_robin: the checkpoint replicas behind one name).
+        self.spread = spread
         self._lock = threading.Lock()
         self._channel: grpc.Channel | None = None
         self._pid = -1
         self._token: _TokenSource | None = None
+        self._peers: dict[str, Connection] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"address": self.address, "security": self.security, "timeout": self.timeout}
+        return {
+            "address": self.address,
+            "security": self.security,
+            "timeout": self.timeout,
+            "spread": self.spread,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["address"], state["security"], state["timeout"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["address"], state["security"], state["timeout"], state.get("spread", False)
+        )
+
+    def peer(self, address: str) -> Connection:
+        """A connection to another address with this one's security and
+        timeout, kept for later asks (the checkpoint replica that owns an
+        attempt)."""
+        with self._lock:
+            conn = self._peers.get(address)
+            if conn is None:
+                conn = self._peers[address] = Connection(address, self.security, self.timeout)
+            return conn
 
     def __repr__(self) -> str:
         return f"Connection({self.address!r})"
@@ -188,10 +213,12 @@ class Connection:
             return self._channel
 
     def _open(self) -> grpc.Channel:
-        options = [
+        options: list[tuple[str, int | str]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ]
+        if self.spread:
+            options.append(("grpc.lb_policy_name", "round_robin"))
         sec = self.security
         token = self._token = _TokenSource(sec)
         if sec.tls_ca:
@@ -223,6 +250,9 @@ class Connection:
             if self._channel is not None and self._pid == os.getpid():
                 self._channel.close()
             self._channel = None
+            peers, self._peers = list(self._peers.values()), {}
+        for p in peers:
+            p.close()
 
     def unary_pages(
         self,
