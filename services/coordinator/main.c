@@ -31,6 +31,7 @@ struct coordinator_config {
   uint64_t scale_timeout_beats;
   uint64_t kv_bytes_per_job;
   uint64_t kv_bytes;
+  uint64_t write_buffer;
 };
 
 static const struct flag_spec coordinator_options[] = {
@@ -52,6 +53,11 @@ static const struct flag_spec coordinator_options[] = {
      "Key-value bytes one job's generation may hold; KvSet answers RESOURCE_EXHAUSTED beyond.", 0},
     {"kv-bytes", FLAG_SIZE, offsetof(struct coordinator_config, kv_bytes), "1GiB", 4096,
      (int64_t)1 << 42, NULL, "Key-value bytes all jobs together may hold.", 0},
+    {"write-buffer", FLAG_SIZE, offsetof(struct coordinator_config, write_buffer), "16MiB",
+     (int64_t)1 << 20, (int64_t)1 << 30, NULL,
+     "RocksDB memtable size: state written since the last flush, held in memory (two while one "
+     "flushes).",
+     0},
 };
 
 static const struct cfg_table coordinator_table = {
@@ -186,6 +192,7 @@ static int open_core(struct coordinator *co) {
       .scale_timeout_beats = (uint32_t)co->cfg.scale_timeout_beats,
       .kv_bytes_per_job = co->cfg.kv_bytes_per_job,
       .kv_bytes = co->cfg.kv_bytes,
+      .write_buffer_bytes = co->cfg.write_buffer,
   };
   int rc = coord_open(daemon_loop(co->daemon), &o, &co->coord);
   if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */

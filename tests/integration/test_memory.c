@@ -9,7 +9,10 @@
  * connection carries thousands of pending calls, which libstoker-client
  * would need a thread each for. Not built where nghttp2 is missing, nor
  * under a sanitizer (its allocator keeps freed memory in quarantine).
+ * And --write-buffer, the memtable's size (a bounded share of that memory),
+ * reaches RocksDB: its OPTIONS file in the data directory says so.
  */
+#include <dirent.h>
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -124,10 +129,48 @@ static void test_memory_per_rank_after_rendezvous(void **state) {
   stk_client_free(op);
 }
 
+/* The write_buffer_size line of the newest OPTIONS file in dir (RocksDB
+ * writes one at every open), or 0 when none. */
+static long options_write_buffer(const char *dir) {
+  DIR *dh = opendir(dir);
+  if (!dh) return 0;
+  char newest[256] = "";
+  for (struct dirent *e; (e = readdir(dh));)
+    if (!strncmp(e->d_name, "OPTIONS-", 8) && strlen(e->d_name) < sizeof(newest) &&
+        (strlen(e->d_name) > strlen(newest) ||
+         (strlen(e->d_name) == strlen(newest) && strcmp(e->d_name, newest) > 0)))
+      snprintf(newest, sizeof(newest), "%s", e->d_name);
+  closedir(dh);
+  char path[600], line[512];
+  snprintf(path, sizeof(path), "%s/%s", dir, newest);
+  FILE *f = newest[0] ? fopen(path, "r") : NULL;
+  long v = 0;
+  while (f && fgets(line, sizeof(line), f))
+    if (sscanf(line, " write_buffer_size=%ld", &v) == 1) break;
+  if (f) fclose(f);
+  return v;
+}
+
+/* --write-buffer sizes RocksDB's memtable: 16 MiB by default (RocksDB's
+ * own is 64 MiB), 4 MiB when asked. */
+static void test_write_buffer_flag(void **state) {
+  (void)state;
+  struct harness_daemon *d = harness_daemon_start(NULL);
+  assert_non_null(d);
+  assert_int_equal(options_write_buffer(d->data_dir), 16L << 20);
+  harness_daemon_free(d);
+  const char *const args[] = {"--write-buffer", "4MiB", NULL};
+  d = harness_daemon_start(args);
+  assert_non_null(d);
+  assert_int_equal(options_write_buffer(d->data_dir), 4L << 20);
+  harness_daemon_free(d);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv) != 0) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_memory_per_rank_after_rendezvous, setup, teardown),
+      cmocka_unit_test(test_write_buffer_flag),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
