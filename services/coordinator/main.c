@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 /* Parked calls that must have ended since their peak before the heap's
- * free pages go back to the system (release_memory): about 14 MB. */
-#define TRIM_CALLS 1024
+ * free pages go back to the system (release_memory): about 3.5 MB. */
+#define TRIM_CALLS 256
 
 struct coordinator_config {
   struct daemon_options daemon;
