@@ -126,6 +126,8 @@ static void configure(struct kv *kv, const struct kv_opts *o) {
     rocksdb_options_set_memtable_vector_rep(kv->opts);
     rocksdb_options_set_allow_concurrent_memtable_write(kv->opts, 0); /* The vector's rule. */
   }
+  if (o && o->write_buffer_bytes)
+    rocksdb_options_set_write_buffer_size(kv->opts, o->write_buffer_bytes);
   kv->table_opts = rocksdb_block_based_options_create();
   if (o && o->block_cache_bytes) {
     kv->cache = rocksdb_cache_create_lru(o->block_cache_bytes);

@@ -29,6 +29,9 @@ struct kv_opts {
    * the memtable is an unsorted vector, sorted once when flushed or read,
    * instead of a skiplist that sorts every insert. */
   bool write_mostly;
+  /* Bytes a memtable holds before it is flushed (RocksDB keeps up to two:
+   * one filling, one flushing); 0: RocksDB's default, 64 MiB. */
+  size_t write_buffer_bytes;
 };
 
 /* Opens (creating the directory if needed) the database in dir. Errors:

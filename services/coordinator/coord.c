@@ -81,7 +81,9 @@ static void coord_dealloc(struct coord *c) {
 int coord_open(uv_loop_t *loop, const struct coord_opts *opts, struct coord **ret_coord) {
   if (!loop || !opts || !opts->dir || !ret_coord) return STK_EINVAL;
   struct coord *c = coord_alloc(loop, opts);
-  struct kv_opts ko = {.create_if_missing = true, .write_mostly = true};
+  struct kv_opts ko = {.create_if_missing = true,
+                       .write_mostly = true,
+                       .write_buffer_bytes = (size_t)opts->write_buffer_bytes};
   int err = kv_open(opts->dir, &ko, &c->kv);
   if (!err) err = coord_store_load(c);
   if (err) {

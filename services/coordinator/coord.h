@@ -60,6 +60,7 @@ struct coord_opts {
   uint32_t scale_timeout_beats; /* Heartbeat intervals a scale/pause waits for a checkpoint; 10. */
   uint64_t kv_bytes_per_job;    /* Key-value bytes one job's generation may hold; 64 MiB. */
   uint64_t kv_bytes;            /* Key-value bytes all jobs together may hold; 1 GiB. */
+  uint64_t write_buffer_bytes;  /* RocksDB memtable size; 0: RocksDB's 64 MiB. */
 };
 
 struct coord_stats {

@@ -243,7 +243,10 @@ void coord_job_view_free(struct job_view *v);
  * into a malloc'd buffer. */
 uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len);
 void coord_member_fill(const struct member *m, Stoker__V1__Member *out);
+/* One allocation holding the member and its id, address and host; the
+ * message changes only through coord_member_set_message. */
 struct member *coord_member_new(const char *id, const char *address, const char *host);
+void coord_member_set_message(struct member *m, const char *message);
 void coord_member_free(struct member *m);
 
 /* ---- coord_store.c: the RocksDB layout and group commit ----------------- */

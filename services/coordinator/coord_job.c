@@ -10,6 +10,7 @@
 #include "coord_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 uint32_t coord_job_cap(const struct job *j) {
   return j->target ? j->target : j->spec->max_ranks;
@@ -28,25 +29,35 @@ int64_t coord_job_ckpt_wait_ms(const struct job *j) {
   return (int64_t)j->c->opts.scale_timeout_beats * j->spec->heartbeat_interval_ms;
 }
 
+/* A member is one allocation: the record, then its id, address and host
+ * (fixed for its life). The message, which heartbeats change, is the shared
+ * empty string until a rank sends one. At 100,000 ranks this is about 190
+ * bytes a member instead of 300 in five allocations. */
+static char no_message[1];
+
 struct member *coord_member_new(const char *id, const char *address, const char *host) {
-  struct member *m = coord_xcalloc(1, sizeof(*m));
-  m->id = coord_xstrdup(id);
-  m->address = coord_xstrdup(address);
-  m->host = coord_xstrdup(host);
-  m->message = coord_xstrdup("");
+  size_t li = strlen(id) + 1, la = strlen(address) + 1, lh = strlen(host) + 1;
+  struct member *m = coord_xcalloc(1, sizeof(*m) + li + la + lh);
+  char *s = (char *)(m + 1);
+  m->id = memcpy(s, id, li);
+  m->address = memcpy(s + li, address, la);
+  m->host = memcpy(s + li + la, host, lh);
+  m->message = no_message;
   list_init(&m->lease);
   list_init(&m->dirty);
   return m;
+}
+
+void coord_member_set_message(struct member *m, const char *message) {
+  if (m->message != no_message) free(m->message);
+  m->message = *message ? coord_xstrdup(message) : no_message;
 }
 
 void coord_member_free(struct member *m) {
   if (!m) return;
   list_del(&m->lease);
   list_del(&m->dirty);
-  free(m->id);
-  free(m->address);
-  free(m->host);
-  free(m->message);
+  if (m->message != no_message) free(m->message);
   free(m);
 }
 

@@ -77,8 +77,7 @@ static void record_stats(struct job *j, struct member *m, const Stoker__V1__Hear
         req->health != m->health &&
         !(m->health == 0 && req->health == STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK);
     m->health = req->health;
-    free(m->message);
-    m->message = coord_xstrdup(req->message);
+    coord_member_set_message(m, req->message);
     if (health_changed) { /* The event carries the rank's message in full. */
       coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_HEALTH, m->id, (int64_t)m->step,
                   "%s%s%s", health_name(m->health), *m->message ? ": " : "", m->message);

@@ -98,8 +98,7 @@ static struct member *member_of(const Stoker__V1__Member *mm, struct job *j) {
   m->tps = mm->tokens_per_s;
   m->loss = mm->loss;
   m->health = mm->health;
-  free(m->message);
-  m->message = coord_xstrdup(mm->message);
+  coord_member_set_message(m, mm->message);
   return m;
 }
 

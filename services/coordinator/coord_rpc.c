@@ -15,6 +15,8 @@
 struct coord_rpc {
   struct coord *coord;
   struct parked *parked; /* Doubly linked list of open parked calls. */
+  uint64_t n_parked;     /* Calls on that list. */
+  uint64_t parked_peak;  /* The most at once since coord_rpc_parked_span. */
   bool draining;
 };
 
@@ -37,6 +39,7 @@ static struct parked *parked_new(struct coord_rpc *a, struct rpc_call *call) {
   p->next = a->parked;
   if (a->parked) a->parked->prev = p;
   a->parked = p;
+  if (++a->n_parked > a->parked_peak) a->parked_peak = a->n_parked;
   rpc_call_set_data(call, p);
   return p;
 }
@@ -50,6 +53,7 @@ static void parked_end(struct parked *p) {
     a->parked = p->next;
   if (p->next) p->next->prev = p->prev;
   p->prev = p->next = NULL;
+  a->n_parked--;
   p->wait = NULL;
   p->ended = true;
   rpc_call_set_data(p->call, NULL);
@@ -291,6 +295,12 @@ void coord_rpc_drain(struct coord_rpc *a) {
     next = p->next;
     if (p->wait) coord_cancel(a->coord, p->wait); /* Ends p synchronously. */
   }
+}
+
+void coord_rpc_parked_span(struct coord_rpc *a, uint64_t *ret_now, uint64_t *ret_peak) {
+  *ret_now = a->n_parked;
+  *ret_peak = a->parked_peak;
+  a->parked_peak = a->n_parked;
 }
 
 void coord_rpc_free(struct coord_rpc *a) {

@@ -21,6 +21,10 @@ int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc *
  * retry") now; later calls are served as usual until the server stops. */
 void coord_rpc_drain(struct coord_rpc *a);
 
+/* Parked calls and open watches now (*ret_now) and the most open at once
+ * since the previous call (*ret_peak), whose span starts anew here. */
+void coord_rpc_parked_span(struct coord_rpc *a, uint64_t *ret_now, uint64_t *ret_peak);
+
 void coord_rpc_free(struct coord_rpc *a);
 
 #endif
