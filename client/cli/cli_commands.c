@@ -104,7 +104,7 @@ static const struct cli_command commands[] = {
      "dataset seq-len global-batch seed shards lanes block-tokens bos eos max-doc-tokens tokenizer",
      cli_loader_create,
      "JOB --dataset NAME=URI[:FORMAT][@WEIGHT]...\n--seq-len N --global-batch N [--seed N] "
-     "[--shards L] [--lanes C]\n[--block-tokens N] [--bos ID] [--eos ID] [--max-doc-tokens N] "
+     "[--shards L] [--lanes C]\n[--block-tokens N] [--bos ID] [--eos ID] [--max-doc-tokens N]\n"
      "[--tokenizer NAME=SPEC]...",
      "create a job's data loader (FORMAT: megatron, llmc, text)",
      "URI: file:///PATH or /PATH (a file or directory the dataloader reads; PATH must lie\n"

@@ -22,6 +22,7 @@
 const char *const daemon_log_levels[] = {"debug", "info", "warn", "error", "off", NULL};
 
 struct daemon {
+  void *owned; /* Freed last, in daemon_free (daemon_own). */
   const char *name;
   const struct daemon_options *opts;
   uv_loop_t loop;
@@ -333,5 +334,11 @@ void daemon_free(struct daemon *d) {
   uv_run(&d->loop, UV_RUN_DEFAULT);
   uv_loop_close(&d->loop);
   metrics_free(d->metrics);
+  free(d->owned);
   free(d);
+}
+
+void daemon_own(struct daemon *d, void *block) {
+  free(d->owned);
+  d->owned = block;
 }

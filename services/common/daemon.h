@@ -193,4 +193,9 @@ int daemon_run(struct daemon *d);
 /* Frees everything (after daemon_run returned, or after a failed start). */
 void daemon_free(struct daemon *d);
 
+/* d frees block (with free()) in daemon_free, after its server and metrics,
+ * which may still call into it, are gone: for state that lives as long as the
+ * daemon (daemon_usage's). One block; a second replaces and frees the first. */
+void daemon_own(struct daemon *d, void *block);
+
 #endif

@@ -192,9 +192,10 @@ static void collect_metrics(struct strbuf *out, void *arg) {
 }
 
 int daemon_usage_serve(struct daemon *d, usage_collect_fn collect, void *arg) {
-  /* Lives as long as the process: the server and the registry keep it. */
+  /* Lives as long as the daemon: its server and registry keep it. */
   struct usage_src *s = calloc(1, sizeof(*s));
   if (!s) return STK_ENOMEM;
+  daemon_own(d, s);
   *s = (struct usage_src){.srv = daemon_rpc(d), .collect = collect, .arg = arg};
   int rc = rpc_server_add_service(s->srv, &stoker__v1__usage__descriptor, usage_rows,
                                   RPC_N_ROWS(usage_rows), s);

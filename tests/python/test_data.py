@@ -381,8 +381,9 @@ def test_data_roots_bound_what_clients_read(daemons, tmp_path):
     ".." walk out of the root, a link inside the root to a file outside, and
     the tokenizer's vocabulary path (at CreateLoader, and at UpdateMixture
     switching a job's tokenizer: the same answer) all answer
-    PERMISSION_DENIED naming the rule; a link out answers the same whether or not its target exists (no
-    existence oracle); a daemon started with no root serves no file at all."""
+    PERMISSION_DENIED naming the rule; a link out answers the same whether or
+    not its target exists (no existence oracle); a daemon started with no
+    root serves no file at all."""
     create = make_create(daemons["dataloader"].addr)
     (tmp_path / "escape.txt").symlink_to("/etc/passwd")
     (tmp_path / "ghost.txt").symlink_to("/etc/no-such-file-here")

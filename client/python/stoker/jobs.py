@@ -390,9 +390,9 @@ class LoaderSpec:
 
     seq_len: tokens per line (a line holds seq_len + 1); global_batch: lines
     per step over all ranks; seed: of the shuffle; logical_shards, lanes:
-    the rescalable sharding, the job's over all ranks (not per rank); add_bos / bos_id, add_eos / eos_id: special
-    tokens around documents; max_doc_tokens: longer documents are cut (0:
-    never).
+    the rescalable sharding, the job's over all ranks (not per rank);
+    add_bos / bos_id, add_eos / eos_id: special tokens around documents;
+    max_doc_tokens: longer documents are cut (0: never).
     """
 
     job: str
