@@ -40,22 +40,21 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "local")
 )
 import summary  # The main job's Explain check, log parser and loss comparison.
-from train_harness import corpus, create_job, job_json, launch, services, wait_all, workspace
+from train_harness import (
+    corpus,
+    create_job,
+    job_json,
+    launch,
+    services,
+    wait_all,
+    wait_for,
+    workspace,
+)
 
 STEPS = 60
 RESUMABLE = 75
 MEMBERS = ["r0", "r1"]
 RUNNING = []  # The workspace's process list: ranks left running are killed at the end.
-
-
-def wait_for(what, cond, timeout):
-    end = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.time() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def train_args(data):

@@ -25,7 +25,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,21 +32,20 @@ sys.path.insert(
     0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy", "local")
 )
 import summary  # The main job's Explain check, log parser and loss comparison.
-from train_harness import corpus, create_job, job_json, launch, services, wait_all, workspace
+from train_harness import (
+    corpus,
+    create_job,
+    job_json,
+    launch,
+    services,
+    wait_all,
+    wait_for,
+    workspace,
+)
 
 STEPS = 150
 MEMBERS = ["r0", "r1", "r2"]
 STEP_LINE = re.compile(r"\] step (\d+) loss ")
-
-
-def wait_for(what, cond, timeout):
-    end = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.time() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def train_args(data):

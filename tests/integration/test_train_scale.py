@@ -18,10 +18,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_harness import corpus, create_job, job_json, launch, services, workspace
+from train_harness import corpus, create_job, job_json, launch, services, wait_for, workspace
 
 EVERY = 50000  # The periodic interval: never reached here.
 MEMBERS = ["s0", "s1", "s2"]
@@ -29,16 +28,6 @@ MEMBERS = ["s0", "s1", "s2"]
 
 def log(work, m):
     return open(os.path.join(work, f"sc-{m}.log")).read()
-
-
-def wait_for(what, cond, timeout):
-    end = time.time() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.time() < end, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def all_training(ctl, env):

@@ -159,3 +159,15 @@ def workspace(prefix):
                 p.kill()
             p.wait()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def wait_for(what, cond, timeout):
+    """cond() once it is truthy, polled every 0.1 s; fails naming what after
+    timeout seconds."""
+    end = time.time() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.time() < end, f"timed out waiting for {what}"
+        time.sleep(0.1)
