@@ -100,7 +100,18 @@ class Agents:
                 return m
             assert any(p.poll() is None for p in self.procs), self.text()[-3000:]
             time.sleep(0.2)
-        raise AssertionError(f"no {pattern!r} in {seconds} s:\n{self.text()[-3000:]}")
+        raise AssertionError(
+            f"no {pattern!r} in {seconds} s:\n{self.text()[-3000:]}\n{self.coordinator_view()}"
+        )
+
+    def coordinator_view(self) -> str:
+        """The job as the coordinator holds it (state, generation, reason,
+        members, joins waiting): what a hang in a re-rendezvous leaves behind
+        the agents' last lines."""
+        try:
+            return "coordinator:\n" + self.ctl("job", "show", self.job)
+        except (AssertionError, subprocess.SubprocessError) as e:
+            return f"(coordinator view unavailable: {e})"
 
     def kill_node(self, i: int) -> None:
         """SIGKILL to the agent's process group and to each worker's: torch
