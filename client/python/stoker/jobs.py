@@ -762,6 +762,22 @@ class JobWatch:
 # ---- the client ------------------------------------------------------------------------------
 
 
+def _each_part(conns: Sequence[Connection], call: Callable[[Connection], T]) -> list[T]:
+    """call on every dataloader part in part order; over several parts a
+    failure names its part ("dataloader part I of N: ..."), the code kept."""
+    out = []
+    for i, conn in enumerate(conns):
+        try:
+            out.append(call(conn))
+        except StokerError as e:
+            if len(conns) == 1:
+                raise
+            raise StokerError(
+                e.code, f"dataloader part {i} of {len(conns)}: {e.details}", e.method
+            ) from None
+    return out
+
+
 def _request(make: Callable[..., T], what: str, **values: Any) -> T:
     """Builds a request message; a value of the wrong type or range is
     INVALID_ARGUMENT before anything is sent."""
@@ -1013,43 +1029,29 @@ class Jobs:
             max_doc_tokens=max_doc_tokens,
         )
         req = dl_pb.CreateLoaderRequest(spec=spec)
-        conns = self._connections("STOKER_DATALOADER")
-        out = []
-        for i, conn in enumerate(conns):
+
+        def create(conn: Connection) -> Loader:
             try:
-                try:
-                    reply = conn.unary(DATALOADER + "CreateLoader", req, dl_pb.LoaderInfo)
-                except StokerError as e:
-                    if not exist_ok or e.code != grpc.StatusCode.ALREADY_EXISTS:
-                        raise
-                    get = dl_pb.GetLoaderRequest(job=job)
-                    reply = conn.unary(DATALOADER + "GetLoader", get, dl_pb.LoaderInfo, retry=True)
+                reply = conn.unary(DATALOADER + "CreateLoader", req, dl_pb.LoaderInfo)
             except StokerError as e:
-                if len(conns) == 1:
+                if not exist_ok or e.code != grpc.StatusCode.ALREADY_EXISTS:
                     raise
-                raise StokerError(
-                    e.code, f"dataloader part {i} of {len(conns)}: {e.details}", e.method
-                ) from None
-            out.append(Loader.from_proto(reply))
-        return _combine_parts(out)
+                get = dl_pb.GetLoaderRequest(job=job)
+                reply = conn.unary(DATALOADER + "GetLoader", get, dl_pb.LoaderInfo, retry=True)
+            return Loader.from_proto(reply)
+
+        return _combine_parts(_each_part(self._connections("STOKER_DATALOADER"), create))
 
     def loader_parts(self, job: str) -> builtins.list[Loader]:
         """``GetLoader`` of every dataloader address given, in part order (a
         failure names the part when there are several)."""
         req = _request(dl_pb.GetLoaderRequest, "job", job=job)
-        conns = self._connections("STOKER_DATALOADER")
-        out = []
-        for i, conn in enumerate(conns):
-            try:
-                reply = conn.unary(DATALOADER + "GetLoader", req, dl_pb.LoaderInfo, retry=True)
-            except StokerError as e:
-                if len(conns) == 1:
-                    raise
-                raise StokerError(
-                    e.code, f"dataloader part {i} of {len(conns)}: {e.details}", e.method
-                ) from None
-            out.append(Loader.from_proto(reply))
-        return out
+        return _each_part(
+            self._connections("STOKER_DATALOADER"),
+            lambda conn: Loader.from_proto(
+                conn.unary(DATALOADER + "GetLoader", req, dl_pb.LoaderInfo, retry=True)
+            ),
+        )
 
     def loaders(self) -> builtins.list[Loader]:
         """Every job of every dataloader address given (``stokerctl loader
@@ -1071,16 +1073,10 @@ class Jobs:
         (``stokerctl loader delete``); a failure names the part when there
         are several. NOT_FOUND when no part knows the job."""
         req = _request(dl_pb.DeleteLoaderRequest, "job", job=job)
-        conns = self._connections("STOKER_DATALOADER")
-        for i, conn in enumerate(conns):
-            try:
-                conn.unary(DATALOADER + "DeleteLoader", req, common_pb2.Empty)
-            except StokerError as e:
-                if len(conns) == 1:
-                    raise
-                raise StokerError(
-                    e.code, f"dataloader part {i} of {len(conns)}: {e.details}", e.method
-                ) from None
+        _each_part(
+            self._connections("STOKER_DATALOADER"),
+            lambda conn: conn.unary(DATALOADER + "DeleteLoader", req, common_pb2.Empty),
+        )
 
     def loader(self, job: str) -> Loader:
         """The dataloader job (``stokerctl loader show``): its spec and
