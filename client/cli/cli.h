@@ -34,6 +34,13 @@ int cli_usage_error(const struct cli_ctx *x, const char *fmt, ...)
 /* Unix time now in milliseconds. */
 int64_t cli_now_ms(void);
 
+/* Calls fn once per service address the global flags give, in the order
+ * coordinator, dataloader (each part of its comma list), checkpoint, with the
+ * service's name. Returns the first nonzero result fn gave (all are called). */
+typedef int (*cli_address_fn)(const struct cli_ctx *x, const char *service, const char *address,
+                              void *arg);
+int cli_each_address(const struct cli_ctx *x, cli_address_fn fn, void *arg);
+
 /* Subcommands; each returns the process exit code. */
 int cli_health(const struct cli_ctx *x);
 int cli_usage(const struct cli_ctx *x);

@@ -1,10 +1,11 @@
 /*
  * What every stokerctl command shares (see cli.h): the clock, the client
- * options from the global flags, connecting, and the one-line error
- * reports with their exit codes.
+ * options from the global flags, connecting, every service address, and
+ * the one-line error reports with their exit codes.
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #include "cli.h"
@@ -55,4 +56,24 @@ int cli_connect(const struct cli_ctx *x, const char *address, struct stk_client 
   struct stk_client_opts o = cli_client_opts(x, address);
   int err = stk_client_new(&o, ret_client);
   return err ? cli_report(x, err) : 0;
+}
+
+int cli_each_address(const struct cli_ctx *x, cli_address_fn fn, void *arg) {
+  const char *names[] = {"coordinator", "dataloader", "checkpoint"};
+  const char *addrs[] = {x->args->coordinator, x->args->dataloader, x->args->checkpoint};
+  int worst = 0;
+  for (int i = 0; i < 3; i++) {
+    if (!addrs[i]) continue;
+    /* A scaled-out dataloader is a comma-separated list: each part's own. */
+    for (const char *p = addrs[i]; *p;) {
+      size_t n = strcspn(p, ",");
+      char address[512];
+      snprintf(address, sizeof(address), "%.*s", (int)(n < sizeof(address) ? n : 0), p);
+      int rc = address[0] ? fn(x, names[i], address, arg) : 0;
+      if (rc && !worst) worst = rc;
+      p += n;
+      if (*p == ',') p++;
+    }
+  }
+  return worst;
 }

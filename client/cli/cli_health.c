@@ -52,12 +52,12 @@ static void check(const struct cli_ctx *x, const char *address, struct health_ro
 }
 
 /* Checks one address and adds its row (table) or prints its JSON line:
- * {"service","address","status"} and "error" with the detail if any. */
-static void report(const struct cli_ctx *x, struct table *t, const char *name, const char *address,
-                   int *worst) {
+ * {"service","address","status"} and "error" with the detail if any.
+ * Returns 0 or the exit code of its failure. */
+static int report(const struct cli_ctx *x, const char *name, const char *address, void *arg) {
+  struct table *t = arg;
   struct health_row row = {0};
   check(x, address, &row);
-  if (row.rc && !*worst) *worst = row.rc;
   if (x->args->json) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "service", name);
@@ -70,26 +70,13 @@ static void report(const struct cli_ctx *x, struct table *t, const char *name, c
     const char *cells[] = {name, address, row.status, row.detail[0] ? row.detail : NULL};
     table_add(t, cells);
   }
+  return row.rc;
 }
 
 int cli_health(const struct cli_ctx *x) {
-  const char *names[] = {"coordinator", "dataloader", "checkpoint"};
-  const char *addrs[] = {x->args->coordinator, x->args->dataloader, x->args->checkpoint};
   static const char *const headers[] = {"SERVICE", "ADDRESS", "STATUS", "DETAIL"};
   struct table *t = table_new(4, headers);
-  int worst = 0;
-  for (int i = 0; i < 3; i++) {
-    if (!addrs[i]) continue;
-    /* A scaled-out dataloader is a comma-separated list: one row per part. */
-    for (const char *p = addrs[i]; *p;) {
-      size_t n = strcspn(p, ",");
-      char address[512];
-      snprintf(address, sizeof(address), "%.*s", (int)(n < sizeof(address) ? n : 0), p);
-      if (address[0]) report(x, t, names[i], address, &worst);
-      p += n;
-      if (*p == ',') p++;
-    }
-  }
+  int worst = cli_each_address(x, report, t);
   if (t && !x->args->json) table_print(t, stdout);
   table_free(t);
   return worst;

@@ -68,8 +68,8 @@ static void print_json(const char *service, const char *address, const Stoker__V
 }
 
 /* Asks one address; returns 0 or the exit code of its failure. */
-static int report(const struct cli_ctx *x, struct table *t, const char *service,
-                  const char *address) {
+static int report(const struct cli_ctx *x, const char *service, const char *address, void *arg) {
+  struct table *t = arg;
   struct stk_client *c = NULL;
   int rc = cli_connect(x, address, &c);
   if (rc) return rc;
@@ -98,24 +98,9 @@ static int report(const struct cli_ctx *x, struct table *t, const char *service,
 }
 
 int cli_usage(const struct cli_ctx *x) {
-  const char *names[] = {"coordinator", "dataloader", "checkpoint"};
-  const char *addrs[] = {x->args->coordinator, x->args->dataloader, x->args->checkpoint};
   static const char *const headers[] = {"SERVICE", "BUDGET", "TENANT", "JOB", "USED", "LIMIT"};
   struct table *t = table_new(6, headers);
-  int worst = 0;
-  for (int i = 0; i < 3; i++) {
-    if (!addrs[i]) continue;
-    /* A scaled-out dataloader is a comma-separated list: each part's own. */
-    for (const char *p = addrs[i]; *p;) {
-      size_t n = strcspn(p, ",");
-      char address[512];
-      snprintf(address, sizeof(address), "%.*s", (int)(n < sizeof(address) ? n : 0), p);
-      int rc = address[0] ? report(x, t, names[i], address) : 0;
-      if (rc && !worst) worst = rc;
-      p += n;
-      if (*p == ',') p++;
-    }
-  }
+  int worst = cli_each_address(x, report, t);
   if (t && !x->args->json) table_print(t, stdout);
   table_free(t);
   return worst;
