@@ -25,7 +25,9 @@ static cJSON *spec_json(const Stoker__V1__JobSpec *s) {
   add_str(o, "dataset", s->dataset ? s->dataset->uri : NULL);
   add_str(o, "checkpoint_storage", s->checkpoint_storage ? s->checkpoint_storage->uri : NULL);
   cJSON_AddNumberToObject(o, "checkpoint_every_steps", (double)s->checkpoint_every_steps);
-  if (s->submission) {
+  if (!s->submission) {
+    cJSON_AddNullToObject(o, "submission");
+  } else {
     cJSON *sub = cJSON_AddObjectToObject(o, "submission");
     add_str(sub, "queue", s->submission->queue);
     add_str(sub, "priority", s->submission->priority);
@@ -95,7 +97,7 @@ cJSON *fmt_job_json(const Stoker__V1__Job *j) {
   cJSON_AddNumberToObject(o, "created_at_ms", (double)j->created_at_ms);
   cJSON_AddNumberToObject(o, "updated_at_ms", (double)j->updated_at_ms);
   cJSON_AddNumberToObject(o, "last_event_seq", (double)j->last_event_seq);
-  if (j->queue) cJSON_AddItemToObject(o, "queue", queue_json(j->queue));
+  cJSON_AddItemToObject(o, "queue", j->queue ? queue_json(j->queue) : cJSON_CreateNull());
   return o;
 }
 

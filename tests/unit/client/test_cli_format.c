@@ -178,6 +178,7 @@ static void test_job_json_minimal(void **state) {
   cJSON *o = fmt_job_json(&job);
   assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "spec")));
   assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "latest_checkpoint")));
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "queue"))); /* Not submitted. */
   assert_string_equal(cJSON_GetObjectItem(o, "state")->valuestring, "UNSPECIFIED");
   cJSON_Delete(o);
 }
