@@ -159,7 +159,15 @@ static void test_submit_refused(void **state) {
   assert_int_equal(submit(f, "s", &sub, msg), STK_EINVAL);
   assert_non_null(strstr(msg, "submission.args[3]"));
   assert_no_job(f, "s");
-  long_arg[1024] = 0; /* 1024 bytes: the limit itself passes. */
+  args[3] = "caf\xc3"; /* Cut UTF-8: Python clients could not read the job back. */
+  assert_int_equal(submit(f, "s", &sub, msg), STK_EINVAL);
+  assert_non_null(strstr(msg, "submission.args[3] not valid UTF-8"));
+  args[3] = "\xed\xa0\x80"; /* A surrogate. */
+  assert_int_equal(submit(f, "s", &sub, msg), STK_EINVAL);
+  assert_no_job(f, "s");
+  args[3] = long_arg;
+  long_arg[1024] = 0;                       /* 1024 bytes: the limit itself passes. */
+  args[5] = "caf\xc3\xa9 \xf0\x9f\x94\xa5"; /* Valid UTF-8 passes. */
   memset(name64, 'a', 63), name64[63] = 0;
   sub.queue = name64;
   sub.priority = "";
@@ -248,10 +256,12 @@ static void test_report_refused(void **state) {
       {status(Q(QUEUED), 0, 0), "status.workload"},
       {status(Q(QUEUED), 0, 0), "status.cluster_queue"},
       {status(Q(QUEUED), 0, 0), "status.message"},
+      {status(Q(QUEUED), 0, 0), "status.message not valid UTF-8"},
   };
   bad[4].st.workload = "Job_1";
   bad[5].st.cluster_queue = "cq gpu";
   bad[6].st.message = big;
+  bad[7].st.message = "quota \xff";
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_equal(report(f, "r", &bad[i].st, msg), STK_EINVAL);
     if (!strstr(msg, bad[i].field)) fail_msg("case %zu: \"%s\" names no %s", i, msg, bad[i].field);
