@@ -85,6 +85,8 @@ def test_submit_and_watch(daemons: dict[str, Daemon]) -> None:
         assert "queue team-a, priority high, template llm-7b" in shown
         assert "ADMITTED, 4 ranks admitted, cluster queue cq-gpu, workload job-llm-x1" in shown
         assert jobs.show("llm").as_dict() == ctl_json(addr, "job", "show", "llm")
+        assert jobs.resize("llm", 2).target_ranks == 2
+        assert jobs.stop("llm").state == "STOPPED"
 
 
 def test_refused(daemons: dict[str, Daemon]) -> None:
