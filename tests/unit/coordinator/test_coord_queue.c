@@ -230,6 +230,17 @@ static void test_queue_events(void **state) {
   assert_int_equal(count(&s, EV(ADMITTED)), 2);
   assert_string_equal(s.msg[last(&s, EV(QUEUED))], "queued in team-a");
   assert_string_equal(s.msg[last(&s, EV(ADMITTED))], "admitted 2 ranks");
+  /* Rejected: no event; a waiting job's reason says why. */
+  int before = s.n;
+  st = status(Q(REJECTED), -1, 0);
+  st.message = "no template stoker-template-llm";
+  assert_int_equal(report(f, "q", &st, NULL), 0);
+  g = get_job(f, "q");
+  assert_string_equal(JOB(g)->reason,
+                      "rejected by the queue controller: no template stoker-template-llm");
+  res_free(g);
+  events(f, "q", &s);
+  assert_int_equal(s.n, before);
 }
 
 static void test_report_refused(void **state) {
