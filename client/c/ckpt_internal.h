@@ -106,11 +106,13 @@ bool ckpt_writer_ready(struct stk_ckpt_writer *w);
  * message taken, the reply, the status), under the stream's lock: it must
  * not call the writer. */
 void ckpt_writer_set_notify(struct stk_ckpt_writer *w, void (*notify)(void *arg), void *arg);
-/* Sends what is left of a segment and "last", and starts the half-close,
- * without waiting for the reply (call once ready). Then ckpt_writer_ended
- * tells when ckpt_writer_end(w, true, ...) returns at once. An error here
- * (a segment not sent) ends the stream without "last". */
+/* Sends what is left of a segment and "last" (call once ready). An error
+ * here (a segment not sent) ends the stream without "last". */
 int ckpt_writer_send_last(struct stk_ckpt_writer *w, bool wait_durable);
+/* Starts the half-close after "last" (call once ready again); then
+ * ckpt_writer_ended tells when ckpt_writer_end(w, true, ...) returns at
+ * once with the reply. */
+void ckpt_writer_close_send(struct stk_ckpt_writer *w);
 bool ckpt_writer_ended(struct stk_ckpt_writer *w);
 
 /* Ends w's stream: with "last" (the reply's staged bytes and durability

@@ -13,17 +13,18 @@
  *     its client and none touches it once freed.
  *
  *   OPEN --> TENSOR (once per piece of each tensor, then once more)
- *        --> FINISH ("last", half-close) --> REPLY --> DONE
+ *        --> FINISH ("last") --> CLOSE (half-close) --> REPLY --> DONE
  *
- * A step never waits on the network: TENSOR and FINISH go on only when the
- * stream took the message before (gRPC flow control), REPLY once the reply
- * is in; otherwise the step answers WAIT and the stream's next move (a
- * callback on the rpc client's thread) wakes the job on the engine, or the
- * blocking caller. A piece is one message (gRPC) or one copy into a
+ * A step never waits on the network: TENSOR, FINISH and CLOSE go on only
+ * when the stream took the message before (gRPC flow control), REPLY once
+ * the reply is in; otherwise the step answers WAIT and the stream's next
+ * move (a callback on the rpc client's thread) wakes the job on the engine,
+ * or the blocking caller. A piece is one message (gRPC) or one copy into a
  * shared-memory segment. Any step that fails, or finds the save cancelled,
- * goes to DONE with the error. The caller's buffers are released (the hook) on leaving TENSOR for
- * FINISH, or when the save fails before. The tensor array, names, shapes
- * and boxes are copied at new, so a caller's metadata may go at once.
+ * goes to DONE with the error. The caller's buffers are released (the
+ * hook) on leaving TENSOR for FINISH, or when the save fails before. The
+ * tensor array, names, shapes and boxes are copied at new, so a caller's
+ * metadata may go at once.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@
 enum save_state {
   SAVE_OPEN,   /* Next: open the rank's Write stream. */
   SAVE_TENSOR, /* Next: a piece of tensor `next` (its hook first); at n: release. */
-  SAVE_FINISH, /* Every byte sent: next "last" and the half-close. */
+  SAVE_FINISH, /* Every byte sent: next "last". */
+  SAVE_CLOSE,  /* Next: the half-close, once "last" was taken. */
   SAVE_REPLY,  /* Waiting for the service's reply (the shard staged). */
   SAVE_DONE,   /* err, err_code, msg and bytes hold the outcome. */
 };
@@ -247,6 +249,13 @@ static enum client_step step_finish(struct ckpt_save *s) {
   if (!ckpt_writer_ready(s->w)) return CLIENT_STEP_WAIT;
   int err = ckpt_writer_send_last(s->w, false);
   if (err) return finish(s, err, 0);
+  s->state = SAVE_CLOSE;
+  return CLIENT_STEP_MORE;
+}
+
+static enum client_step step_close(struct ckpt_save *s) {
+  if (!ckpt_writer_ready(s->w)) return CLIENT_STEP_WAIT;
+  ckpt_writer_close_send(s->w);
   s->state = SAVE_REPLY;
   return CLIENT_STEP_MORE;
 }
@@ -272,6 +281,8 @@ static enum client_step step(struct ckpt_save *s) {
     return step_tensor(s);
   case SAVE_FINISH:
     return step_finish(s);
+  case SAVE_CLOSE:
+    return step_close(s);
   case SAVE_REPLY:
     return step_reply(s);
   case SAVE_DONE:

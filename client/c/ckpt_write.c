@@ -278,9 +278,12 @@ int ckpt_writer_send_last(struct stk_ckpt_writer *w, bool wait_durable) {
   m.last = true;
   m.wait_durable = wait_durable;
   send_chunk(w, &m); /* On failure the status tells why. */
-  rpc_client_cstream_close_send(w->s);
   w->last_sent = true;
   return 0;
+}
+
+void ckpt_writer_close_send(struct stk_ckpt_writer *w) {
+  rpc_client_cstream_close_send(w->s);
 }
 
 bool ckpt_writer_ended(struct stk_ckpt_writer *w) {
