@@ -157,7 +157,10 @@ static void job_done(struct client_job *j) {
 /* On the rpc client's thread (under the stream's lock): the stream moved. */
 static void stream_moved(void *arg) {
   struct ckpt_save *s = arg;
-  if (s->on_engine) return client_engine_wake(&s->c->engine, &s->job);
+  if (s->on_engine) {
+    client_engine_wake(&s->c->engine, &s->job);
+    return;
+  }
   pthread_mutex_lock(&s->mu);
   s->moved = true;
   pthread_cond_broadcast(&s->cv);

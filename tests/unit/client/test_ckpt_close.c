@@ -50,7 +50,10 @@ static void end_held(struct held *h) {
 static void on_chunk(struct rpc_call *call, ProtobufCMessage *msg, int err, void *arg) {
   struct held *h = arg;
   h->receiving = false;
-  if (err < 0) return end_held(h); /* The call is gone. */
+  if (err < 0) { /* The call is gone. */
+    end_held(h);
+    return;
+  }
   bool stall = msg && ((Stoker__V1__WriteChunk *)msg)->rank == stall_rank;
   if (msg) protobuf_c_message_free_unpacked(msg, NULL);
   if (!msg || stall) { /* The end of the stream (or a stalled one): hold the call. */
