@@ -25,21 +25,109 @@ void ckpt_box_msg(const struct stk_ckpt_box *box, Stoker__V1__Box *msg);
 int ckpt_route(struct stk_client *c, const char *handle, char ret_id[STK_CKPT_ATTEMPT_MAX],
                struct stk_client **ret_client);
 
-/* ---- ckpt_write.c: the save with hooks (ckpt_stage.c runs it) ---- */
+/* ---- ckpt_save.c: the save machine (ckpt_stage.c runs it on the engine) ---- */
 
 struct ckpt_save_hooks {
-  /* Before tensor i's bytes are read; i = n after the last one. May block. */
+  /* Before tensor i's bytes are read; i = n after the last one. May block
+   * (on the engine's thread it holds the client's other saves). */
   void (*before_tensor)(void *arg, size_t i);
   /* Once, when the caller's buffers are no longer read: every byte copied
    * into a segment or packed into a sent message, or the save failed. */
   void (*released)(void *arg);
+  /* Once, on the engine's thread, when a submitted save is done
+   * (ckpt_save_result tells how); the owner may free it here. */
+  void (*done)(void *arg);
   void *arg;
 };
 
-/* stk_ckpt_save with hooks (h may be NULL). */
-int ckpt_save_hooked(struct stk_client *c, const char *attempt, uint32_t rank,
-                     const struct stk_ckpt_tensor *tensors, size_t n_tensors,
-                     const struct ckpt_save_hooks *h, uint64_t *ret_bytes);
+/* One rank's save of tensors[0..n) of attempt (ckpt_save.c's opening
+ * comment has the states). */
+struct ckpt_save;
+
+/* A save not started: the tensor array, names, shapes and boxes are copied
+ * (the data is read in place). h may be NULL. STK_EINVAL (a bad argument or
+ * tensor), STK_ENOMEM; the last error says which. */
+int ckpt_save_new(struct stk_client *c, const char *attempt, uint32_t rank,
+                  const struct stk_ckpt_tensor *tensors, size_t n_tensors,
+                  const struct ckpt_save_hooks *h, struct ckpt_save **ret_save);
+/* Steps s to its end on this thread (the blocking save). */
+void ckpt_save_run(struct ckpt_save *s);
+/* Hands s to its client's engine, which steps it and then calls h->done.
+ * On failure (the client is closing: STK_ECANCELED) s is the caller's and
+ * done never runs. */
+int ckpt_save_submit(struct ckpt_save *s);
+/* Once done: 0 or the save's error, whose status becomes this thread's last
+ * error; *ret_bytes (may be NULL) the bytes the service took. */
+int ckpt_save_result(const struct ckpt_save *s, uint64_t *ret_bytes);
+/* Frees a save that is done or was never run. Accepts NULL. */
+void ckpt_save_free(struct ckpt_save *s);
+
+/* ---- ckpt_write.c: a rank's Write stream ---- */
+
+/* The geometry of cutting one box into runs of whole rows along dim d. */
+struct ckpt_cut {
+  size_t d;           /* Dims before d are taken one index at a time. */
+  uint64_t row_bytes; /* Bytes of one index of dim d (whole trailing dims). */
+  uint64_t rows;      /* Indices of dim d per piece. */
+};
+
+/* One tensor's box being written a piece at a time (ckpt_put_*): what
+ * stk_ckpt_write_chunk does in one go, for a machine that must not wait
+ * between pieces. The fields are ckpt_write.c's; the box, shape, name and
+ * data stay the caller's and must live until done. */
+struct ckpt_put {
+  const char *tensor;
+  enum stk_dtype dtype;
+  const uint64_t *global_shape;
+  const struct stk_ckpt_box *box;
+  const uint8_t *data;
+  size_t len;
+  bool shm;          /* Pieces cut to the segment size (the stream's path then). */
+  bool whole;        /* One piece: the box as it is. */
+  struct ckpt_cut k; /* Else runs of rows; the next one starts at: */
+  uint64_t idx[STK_CKPT_MAX_DIMS];
+  uint64_t j;
+  bool done; /* Every piece emitted. */
+};
+
+/* Checks a tensor's box as stk_ckpt_write_chunk does (the first one decides
+ * the stream's path: GetStagingInfo) and sets p up to write it. */
+int ckpt_put_start(struct stk_ckpt_writer *w, struct ckpt_put *p, const char *tensor,
+                   enum stk_dtype dtype, const uint64_t *global_shape,
+                   const struct stk_ckpt_box *box, const void *data, size_t len);
+/* Emits p's next piece: one message over gRPC (which waits only if the
+ * stream is not ready), or one copy into a segment (a full segment's chunk
+ * messages sent after it). p->done after the last. */
+int ckpt_put_next(struct stk_ckpt_writer *w, struct ckpt_put *p);
+/* A write would not wait on flow control now (the message in flight was
+ * taken). */
+bool ckpt_writer_ready(struct stk_ckpt_writer *w);
+/* notify(arg) runs on the rpc client's thread whenever w's stream moved (a
+ * message taken, the reply, the status), under the stream's lock: it must
+ * not call the writer. */
+void ckpt_writer_set_notify(struct stk_ckpt_writer *w, void (*notify)(void *arg), void *arg);
+/* Sends what is left of a segment and "last" (call once ready). An error
+ * here (a segment not sent) ends the stream without "last". */
+int ckpt_writer_send_last(struct stk_ckpt_writer *w, bool wait_durable);
+/* Starts the half-close after "last" (call once ready again); then
+ * ckpt_writer_ended tells when ckpt_writer_end(w, true, ...) returns at
+ * once with the reply. */
+void ckpt_writer_close_send(struct stk_ckpt_writer *w);
+bool ckpt_writer_ended(struct stk_ckpt_writer *w);
+
+/* Ends w's stream: with "last" (the reply's staged bytes and durability
+ * answered as stk_ckpt_writer_finish does) or without (abandoned, as
+ * stk_ckpt_writer_abort). w stays allocated, so that ckpt_writer_cancel
+ * may reach a stream while another thread waits here; free it after. */
+int ckpt_writer_end(struct stk_ckpt_writer *w, bool last, bool wait_durable, uint64_t *ret_bytes,
+                    bool *ret_durable);
+/* Cancels w's call: a write or end waiting on it returns. Any thread,
+ * until w is freed. */
+void ckpt_writer_cancel(struct stk_ckpt_writer *w);
+void ckpt_writer_free(struct stk_ckpt_writer *w);
+/* True once the service ended w's call (a write failed): ending it with
+ * "last" tells why. */
+bool ckpt_writer_failed(const struct stk_ckpt_writer *w);
 
 /* ---- ckpt_seg.c: zero-copy staging segments of one write stream ---- */
 

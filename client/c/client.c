@@ -1,7 +1,8 @@
 /*
  * The client object's life: stk_client_new (the channel, its options and
  * token file, the membership state) and stk_client_free. It sits on top of
- * the library's ladder: the blocking call (client_call.c), the token
+ * the library's ladder: the blocking call (client_call.c), the engine of
+ * the saves in flight (client_engine.c, closed first at free), the token
  * (client_token.c) and the base (client_base.c: last error, clocks) are
  * below it, and none of them calls it.
  */
@@ -83,6 +84,7 @@ int client_new(const struct stk_client_opts *opts, bool round_robin,
   c->token_read_ms = client_now_ms();
   pthread_mutex_init(&c->token_mu, NULL);
   pthread_mutex_init(&c->mu, NULL);
+  client_engine_init(&c->engine);
   membership_init(&c->m);
   *ret_client = c;
   return 0;
@@ -116,6 +118,7 @@ int client_peer(struct stk_client *c, const char *address, struct stk_client **r
 
 void stk_client_free(struct stk_client *c) {
   if (!c) return;
+  client_engine_close(&c->engine); /* Saves in flight end while every channel is up. */
   for (struct stk_client *p = c->peers, *next; p; p = next) {
     next = p->next_peer;
     stk_client_free(p);

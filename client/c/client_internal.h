@@ -48,8 +48,51 @@ struct membership {
   struct waiter *hb_waiter; /* The heartbeat in flight, for cancel. */
 };
 
+/* A job of the client's engine (client_engine.c): a state machine that the
+ * engine advances one bounded step at a time. Embedded in its owner. */
+struct client_job;
+enum client_step {
+  CLIENT_STEP_MORE, /* Step again (after the other jobs' turns). */
+  CLIENT_STEP_WAIT, /* Parked until client_engine_wake (what it waits on ended). */
+  CLIENT_STEP_DONE, /* Finished: done runs. */
+};
+struct client_job_ops {
+  /* Advances the job one step without waiting on the network (it returns
+   * CLIENT_STEP_WAIT instead). Never run twice at once. */
+  enum client_step (*step)(struct client_job *j);
+  /* Asks the job to end soon (the client is closing): what it waits on is
+   * cancelled (its wake follows) and its next step ends it. Any thread,
+   * also while a step runs; called under the engine's lock, so it must not
+   * block or call the engine. */
+  void (*cancel)(struct client_job *j);
+  /* Once, after the last step, on the engine's thread; the job is the
+   * owner's again (it may free it here). */
+  void (*done)(struct client_job *j);
+};
+struct client_job {
+  const struct client_job_ops *ops;
+  /* The engine's, under its lock: */
+  struct client_job *next; /* In the queue or the parked list. */
+  int where;               /* enum job_where (client_engine.c). */
+  bool woken;              /* A wake came while the step ran. */
+};
+
+/* The client's engine: its jobs in flight and the thread that steps them
+ * (started at the first job). */
+struct client_engine {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct client_job *head, *tail; /* Waiting for their next step. */
+  struct client_job *parked;      /* Waiting for a wake. */
+  struct client_job *running;     /* Being stepped (outside mu); NULL: none. */
+  bool started;                   /* thread runs and must be joined. */
+  bool closing;                   /* client_engine_close: no new jobs. */
+  pthread_t thread;
+};
+
 struct stk_client {
   struct rpc_client *rpc;
+  struct client_engine engine; /* The saves in flight (client_engine.c). */
   int64_t default_timeout_ms;
   /* What the channel was made with (owned copies), for extra channels:
    * a batch stream blocks its own completion thread for flow control. */
@@ -114,6 +157,23 @@ struct rpc_client *client_rpc(struct stk_client *c);
  * the current token (the CA and certificate files are read again).
  * Errors: as rpc_client_new. */
 int client_new_channel(struct stk_client *c, struct rpc_client **ret_rpc);
+
+/* ---- client_engine.c: the jobs that outlive their call (calls client_base.c) ---- */
+
+void client_engine_init(struct client_engine *e);
+/* Hands j (ops set) to the engine, which steps it until done and then
+ * calls its done. STK_ECANCELED when the engine is closing, STK_ENOMEM when
+ * its thread cannot start; then j is the caller's again and done never
+ * runs. Any thread but the engine's own may submit; a job's done may too. */
+int client_engine_submit(struct client_engine *e, struct client_job *j);
+/* Puts a parked job back in the queue (what it waited on ended); a wake
+ * while its step runs makes a WAIT step again at once. Any thread (the rpc
+ * completion thread) until the job is done. */
+void client_engine_wake(struct client_engine *e, struct client_job *j);
+/* Cancels every job in flight, steps them to their end (their done callbacks
+ * run, on the engine's thread), joins the thread and destroys e. Not from
+ * a job's callback (the thread would join itself). */
+void client_engine_close(struct client_engine *e);
 
 /* ---- client_call.c: the waiter and the blocking call ---- */
 

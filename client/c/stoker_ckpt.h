@@ -168,10 +168,15 @@ struct stk_ckpt_tensor {
 int stk_ckpt_save(struct stk_client *c, const char *attempt, uint32_t rank,
                   const struct stk_ckpt_tensor *tensors, size_t n_tensors, uint64_t *ret_bytes);
 
-/* The same on a thread of its own (a trainer's checkpoint thread goes on at
- * once); done runs once on that thread when the shard is staged (err 0) or
- * failed. The tensors and their buffers must stay unchanged until then; the
- * array itself is copied. If it fails, done never runs. */
+/* The same, handed back at once (a trainer's checkpoint thread goes on):
+ * the save runs on the client's engine, one thread per client that steps
+ * every save in flight of the client in turn, and done runs once on that
+ * thread when the shard is staged (err 0) or failed. The buffers must stay
+ * unchanged until then; the tensor array, names, shapes and boxes are
+ * copied. The client owns the save: freeing the client with the save in
+ * flight cancels it, and done runs (STK_ECANCELED) before stk_client_free
+ * returns (so done must not free the client itself). If this call fails,
+ * done never runs. */
 typedef void (*stk_ckpt_saved_fn)(void *arg, int err, const char *msg, uint64_t bytes);
 int stk_ckpt_save_async(struct stk_client *c, const char *attempt, uint32_t rank,
                         const struct stk_ckpt_tensor *tensors, size_t n_tensors,
@@ -180,27 +185,30 @@ int stk_ckpt_save_async(struct stk_client *c, const char *attempt, uint32_t rank
 /*
  * Staging in the background, for checkpoints that cost the training loop
  * (almost) nothing: stk_ckpt_stage_start saves rank's shard as
- * stk_ckpt_save does, on a thread of its own, reading the caller's buffers
- * in place: no snapshot copy. The caller goes on (a trainer runs the next
- * step's forward and backward) and must not change the buffers until
- * stk_ckpt_stage_fence returned: a trainer calls it right before its
- * optimizer update overwrites the parameters and optimizer state. The
- * fence returns once every byte is in staging (copied into the service's
- * shared memory, or packed into a sent gRPC message), before the service's
- * "staged" reply; stk_ckpt_stage_finish waits for that reply and frees the
- * stage. The checkpoint thus holds exactly the buffers' contents at start.
+ * stk_ckpt_save does, on the client's engine (as stk_ckpt_save_async),
+ * reading the caller's buffers in place: no snapshot copy. The caller goes
+ * on (a trainer runs the next step's forward and backward) and must not
+ * change the buffers until stk_ckpt_stage_fence returned: a trainer calls
+ * it right before its optimizer update overwrites the parameters and
+ * optimizer state. The fence returns once every byte is in staging (copied
+ * into the service's shared memory, or packed into a sent gRPC message),
+ * before the service's "staged" reply; stk_ckpt_stage_finish waits for that
+ * reply and frees the stage. The checkpoint thus holds exactly the buffers'
+ * contents at start.
  */
 struct stk_ckpt_stage;
 
 struct stk_ckpt_stage_opts {
-  /* The staging thread runs at nice 19, so that its copy takes only the
-   * CPU time the caller's threads leave; a fence that has to wait puts it
-   * back at nice 0 (needs RLIMIT_NICE >= 20 or CAP_SYS_NICE; otherwise it
-   * stays at 19 and the fence waits for it at that priority). */
+  /* The engine thread runs at nice 19 while it stages, so that its copy
+   * takes only the CPU time the caller's threads leave; a fence that has to
+   * wait, and the stage's end, put it back at nice 0 (needs RLIMIT_NICE >= 20
+   * or CAP_SYS_NICE; otherwise it stays at 19, and so do the client's later
+   * saves). */
   bool low_priority;
-  /* Called on the staging thread before tensor i's bytes are read, and
+  /* Called on the engine thread before tensor i's bytes are read, and
    * with i = n_tensors after the last one (before the fence lets go); it
-   * may block. For tests (forcing interleavings) and progress. NULL: none. */
+   * may block (the client's other saves wait meanwhile). For tests
+   * (forcing interleavings) and progress. NULL: none. */
   void (*before_tensor)(void *arg, size_t i);
   void *hook_arg;
 };
@@ -208,7 +216,10 @@ struct stk_ckpt_stage_opts {
 /* Starts staging tensors[0..n_tensors) of rank's shard of attempt. The
  * tensor array, names, shapes and boxes are copied; the data buffers are
  * read in place. opts may be NULL (defaults: normal priority, no hook).
- * The client must outlive the stage. */
+ * The client owns the staging: freeing it with the stage in flight cancels
+ * the save (the fence lets go, wait and finish answer STK_ECANCELED); the
+ * stage itself stays the caller's, and finish may come after the client is
+ * freed. */
 int stk_ckpt_stage_start(struct stk_client *c, const char *attempt, uint32_t rank,
                          const struct stk_ckpt_tensor *tensors, size_t n_tensors,
                          const struct stk_ckpt_stage_opts *opts, struct stk_ckpt_stage **ret_stage);

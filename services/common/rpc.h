@@ -444,5 +444,23 @@ int rpc_client_cstream_write(struct rpc_client_cstream *s, const ProtobufCMessag
 /* Frees the stream. Returns as rpc_client_unary does. */
 int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
                               struct rpc_status *ret_st);
+/* finish in two halves: end half-closes and waits for the reply (returns as
+ * finish), free frees (accepts NULL). Between open and free, any thread may
+ * cancel the call: a write or end waiting on it returns (CANCELLED). */
+int rpc_client_cstream_end(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
+                           struct rpc_status *ret_st);
+void rpc_client_cstream_cancel(struct rpc_client_cstream *s);
+void rpc_client_cstream_free(struct rpc_client_cstream *s);
+/* For a caller that must not block (a state machine on an engine): notify
+ * runs on the client's thread after each of the stream's batches ends (a
+ * write taken, the reply, the status), under the stream's lock: it must not
+ * call the stream. write_ready: a write would not wait. close_send starts
+ * the half-close (after the write in flight: call it once write_ready);
+ * ended: the reply and status are in, so end returns at once. */
+void rpc_client_cstream_set_notify(struct rpc_client_cstream *s, void (*notify)(void *arg),
+                                   void *arg);
+bool rpc_client_cstream_write_ready(struct rpc_client_cstream *s);
+void rpc_client_cstream_close_send(struct rpc_client_cstream *s);
+bool rpc_client_cstream_ended(struct rpc_client_cstream *s);
 
 #endif

@@ -8,7 +8,9 @@
  * for the client's completion thread to be scheduled after every message.
  * The final status is asked for at open, so a call the server ends early
  * is seen by the next write or by finish. Completions arrive on the
- * client's thread and only set flags here.
+ * client's thread and only set flags here. A stream's owner may cancel it
+ * from another thread until it frees it (end and free are apart for that:
+ * a save the client's close cancels while its thread waits in end).
  */
 #include "rpc_internal.h"
 
@@ -39,6 +41,9 @@ struct rpc_client_cstream {
   grpc_metadata_array trailing_md;
   grpc_status_code code;
   grpc_slice details;
+  bool closed;               /* The half-close is started. */
+  void (*notify)(void *arg); /* After each batch's end, under mu. */
+  void *notify_arg;
 };
 
 static void on_flag(struct rpc_tag *tag, bool ok) {
@@ -47,6 +52,7 @@ static void on_flag(struct rpc_tag *tag, bool ok) {
   f->done = true;
   f->ok = ok;
   pthread_cond_broadcast(&f->s->cv);
+  if (f->s->notify) f->s->notify(f->s->notify_arg);
   pthread_mutex_unlock(&f->s->mu);
 }
 
@@ -164,10 +170,38 @@ static void half_close(struct rpc_client_cstream *s) {
   start(s, ops, 3, &s->finish);
 }
 
-int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
-                              struct rpc_status *ret_st) {
+void rpc_client_cstream_set_notify(struct rpc_client_cstream *s, void (*notify)(void *arg),
+                                   void *arg) {
+  pthread_mutex_lock(&s->mu);
+  s->notify = notify;
+  s->notify_arg = arg;
+  pthread_mutex_unlock(&s->mu);
+}
+
+bool rpc_client_cstream_write_ready(struct rpc_client_cstream *s) {
+  pthread_mutex_lock(&s->mu);
+  bool ready = s->write.done;
+  pthread_mutex_unlock(&s->mu);
+  return ready;
+}
+
+void rpc_client_cstream_close_send(struct rpc_client_cstream *s) {
+  if (s->closed) return;
   wait_write(s); /* The close goes after the last message. */
   half_close(s);
+  s->closed = true;
+}
+
+bool rpc_client_cstream_ended(struct rpc_client_cstream *s) {
+  pthread_mutex_lock(&s->mu);
+  bool ended = s->closed && s->finish.done && s->status.done && s->start.done;
+  pthread_mutex_unlock(&s->mu);
+  return ended;
+}
+
+int rpc_client_cstream_end(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
+                           struct rpc_status *ret_st) {
+  rpc_client_cstream_close_send(s);
   wait_flag(s, &s->finish);
   wait_flag(s, &s->status);
   wait_flag(s, &s->start);
@@ -178,7 +212,6 @@ int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **r
     st.code = RPC_INTERNAL;
     snprintf(st.message, sizeof(st.message), "malformed or missing reply");
   }
-  stream_free(s);
   if (ret_st) *ret_st = st;
   if (st.code != RPC_OK) return stk_error_from_grpc(st.code);
   if (ret_resp)
@@ -186,4 +219,19 @@ int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **r
   else
     protobuf_c_message_free_unpacked(resp, NULL);
   return 0;
+}
+
+void rpc_client_cstream_cancel(struct rpc_client_cstream *s) {
+  grpc_call_cancel(s->call, NULL);
+}
+
+void rpc_client_cstream_free(struct rpc_client_cstream *s) {
+  if (s) stream_free(s);
+}
+
+int rpc_client_cstream_finish(struct rpc_client_cstream *s, ProtobufCMessage **ret_resp,
+                              struct rpc_status *ret_st) {
+  int err = rpc_client_cstream_end(s, ret_resp, ret_st);
+  stream_free(s);
+  return err;
 }

@@ -178,6 +178,76 @@ static void test_client_stream_sum(void **state) {
   fx_stop(&f, 1000);
 }
 
+/* What a state machine uses: notify after each batch, write_ready,
+ * close_send and ended never block; the stream's moves wake the writer. */
+struct moved {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int n; /* Notifies so far. */
+};
+
+static void on_moved(void *arg) {
+  struct moved *m = arg;
+  pthread_mutex_lock(&m->mu);
+  m->n++;
+  pthread_cond_broadcast(&m->cv);
+  pthread_mutex_unlock(&m->mu);
+}
+
+/* Sleeps until a notify after seen; returns the count. */
+static int wait_moved(struct moved *m, int seen) {
+  pthread_mutex_lock(&m->mu);
+  while (m->n == seen) pthread_cond_wait(&m->cv, &m->mu);
+  int n = m->n;
+  pthread_mutex_unlock(&m->mu);
+  return n;
+}
+
+static void test_client_stream_driven(void **state) {
+  struct fixture f = {0};
+  fx_start(&f, NULL);
+  struct rpc_client *c = fx_client(&f, NULL);
+  struct moved mv = {.n = 0};
+  pthread_mutex_init(&mv.mu, NULL);
+  pthread_cond_init(&mv.cv, NULL);
+  struct rpc_client_cstream *s = NULL;
+  assert_int_equal(
+      rpc_client_cstream_open(c, TEST_PATH("Sum"), &stoker__test__num__descriptor, 20000, &s), 0);
+  rpc_client_cstream_set_notify(s, on_moved, &mv);
+  int64_t want = 0;
+  int seen = 0;
+  for (int i = 1; i <= 500; i++) {
+    while (!rpc_client_cstream_write_ready(s)) seen = wait_moved(&mv, seen);
+    Stoker__Test__Num m = STOKER__TEST__NUM__INIT;
+    m.value = i;
+    want += i;
+    assert_int_equal(rpc_client_cstream_write(s, &m.base), 0);
+  }
+  while (!rpc_client_cstream_write_ready(s)) seen = wait_moved(&mv, seen);
+  rpc_client_cstream_close_send(s);
+  while (!rpc_client_cstream_ended(s)) seen = wait_moved(&mv, seen);
+  ProtobufCMessage *resp = NULL;
+  assert_int_equal(rpc_client_cstream_end(s, &resp, NULL), 0);
+  assert_int_equal(((Stoker__Test__Num *)resp)->value, want);
+  protobuf_c_message_free_unpacked(resp, NULL);
+  rpc_client_cstream_free(s);
+  assert_true(mv.n >= 500); /* At least one per message taken. */
+  /* A cancel from another thread ends the call: end answers CANCELLED. */
+  assert_int_equal(
+      rpc_client_cstream_open(c, TEST_PATH("Sum"), &stoker__test__num__descriptor, 20000, &s), 0);
+  Stoker__Test__Num m = STOKER__TEST__NUM__INIT;
+  assert_int_equal(rpc_client_cstream_write(s, &m.base), 0);
+  rpc_client_cstream_cancel(s);
+  struct rpc_status st;
+  assert_int_equal(rpc_client_cstream_end(s, NULL, &st), STK_ECANCELED);
+  assert_int_equal(st.code, RPC_CANCELLED);
+  rpc_client_cstream_free(s);
+  pthread_mutex_destroy(&mv.mu);
+  pthread_cond_destroy(&mv.cv);
+  rpc_client_free(c);
+  fx_stop(&f, 1000);
+}
+
 static void test_reply_later(void **state) {
   struct fixture f = {0};
   fx_start(&f, NULL);
@@ -304,6 +374,7 @@ int main(void) {
       cmocka_unit_test(test_unary_round_trip),
       cmocka_unit_test(test_server_stream_in_order),
       cmocka_unit_test(test_client_stream_sum),
+      cmocka_unit_test(test_client_stream_driven),
       cmocka_unit_test(test_reply_later),
       cmocka_unit_test(test_unknown_method),
       cmocka_unit_test(test_malformed_request),
