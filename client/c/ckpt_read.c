@@ -1,10 +1,12 @@
 /*
  * Restore: one server-streaming Read call for all the boxes a rank wants.
  * The service cuts each wanted box into pieces (sub-boxes, CRC-checked on
- * its side); here each piece is placed into the caller's buffer for the box
- * that contains it, row by row, on the client's completion thread. A piece
- * that fits no wanted box, or boxes not filled exactly, end the read as
- * STK_ECORRUPT: the caller never gets a silently partial restore.
+ * its side) and sends several to a message (the request asks for
+ * pack_pieces: a restore of many small boxes is a few messages); here each
+ * piece is placed into the caller's buffer for the box that contains it,
+ * row by row, on the client's completion thread. A piece that fits no
+ * wanted box, or boxes not filled exactly, end the read as STK_ECORRUPT:
+ * the caller never gets a silently partial restore.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@ struct read_state {
   const struct stk_ckpt_want *wanted;
   size_t n;
   uint64_t *got; /* Bytes placed per wanted box. */
+  size_t hint;   /* The wanted box of the last piece. */
   uint64_t total;
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -67,36 +70,51 @@ static void place(const Stoker__V1__ReadChunk *m, const struct stk_ckpt_want *w,
   }
 }
 
-/* The wanted box this piece belongs to and its element size, or -1. */
+/* The wanted box this piece belongs to and its element size, or -1.
+ * Pieces come in request order: the search starts at the last box found. */
 static long find_box(struct read_state *r, const Stoker__V1__ReadChunk *m, size_t *ret_elem) {
   uint64_t pe = m->box ? piece_elems(m->box) : 0;
-  for (size_t i = 0; pe && i < r->n; i++) {
+  for (size_t k = 0; pe && m->tensor && k < r->n; k++) {
+    size_t i = (r->hint + k) % r->n;
     const struct stk_ckpt_want *w = &r->wanted[i];
     if (strcmp(w->tensor, m->tensor) != 0 || !box_inside(m->box, &w->box)) continue;
     uint64_t we = stk_ckpt_box_elems(&w->box);
     if (m->data.len % pe != 0 || w->len != we * (m->data.len / pe)) continue;
     *ret_elem = m->data.len / pe;
+    r->hint = i;
     return (long)i;
   }
   return -1;
 }
 
+/* Places one piece; false (the read failed) when it fits no wanted box or
+ * lists pieces of its own. Under r->mu. */
+static bool take(struct read_state *r, const Stoker__V1__ReadChunk *m) {
+  size_t elem = 0;
+  long i = m->n_pieces ? -1 : find_box(r, m, &elem);
+  if (i < 0 || r->got[i] + m->data.len > r->wanted[i].len) {
+    if (!r->local_err) {
+      r->local_err = STK_ECORRUPT;
+      snprintf(r->local_msg, sizeof(r->local_msg), "read: a piece of \"%s\" fits no wanted box",
+               m->tensor ? m->tensor : "");
+    }
+    return false;
+  }
+  place(m, &r->wanted[i], elem);
+  r->got[i] += m->data.len;
+  r->total += m->data.len;
+  return true;
+}
+
+/* A message: one piece, or (pack_pieces) several in m->pieces. */
 static void read_msg(void *arg, ProtobufCMessage *msg) {
   struct read_state *r = arg;
   const Stoker__V1__ReadChunk *m = (const Stoker__V1__ReadChunk *)msg;
-  size_t elem = 0;
-  long i = find_box(r, m, &elem);
   pthread_mutex_lock(&r->mu);
-  if (i >= 0 && r->got[i] + m->data.len <= r->wanted[i].len) {
-    place(m, &r->wanted[i], elem);
-    r->got[i] += m->data.len;
-    r->total += m->data.len;
-  } else if (!r->local_err) {
-    r->local_err = STK_ECORRUPT;
-    snprintf(r->local_msg, sizeof(r->local_msg), "read: a piece of \"%s\" fits no wanted box",
-             m->tensor);
-    if (r->call) rpc_client_call_cancel(r->call); /* Alive: we run on it. */
-  }
+  bool ok = !r->local_err;
+  if (ok && m->n_pieces == 0) ok = take(r, m);
+  for (size_t k = 0; ok && k < m->n_pieces; k++) ok = take(r, m->pieces[k]);
+  if (!ok && r->call) rpc_client_call_cancel(r->call); /* Alive: we run on it. */
   pthread_mutex_unlock(&r->mu);
   protobuf_c_message_free_unpacked(msg, NULL);
 }
@@ -170,6 +188,7 @@ int stk_ckpt_read(struct stk_client *c, const char *job, int64_t step,
   Stoker__V1__ReadRequest req = STOKER__V1__READ_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
+  req.pack_pieces = true; /* Several pieces a message: read_msg takes both forms. */
   Stoker__V1__ChunkEntry *ents = calloc(n_wanted, sizeof(*ents));
   Stoker__V1__ChunkEntry **ptrs = calloc(n_wanted, sizeof(*ptrs));
   Stoker__V1__Box *boxes = calloc(n_wanted, sizeof(*boxes));

@@ -9,6 +9,7 @@
 
 #include "ckpt_journal.h"
 #include "ckpt_manifest.h"
+#include "ckpt_mcache.h"
 #include "ckpt_service_int.h"
 #include "page.h"
 #include "stk_error.h"
@@ -77,6 +78,25 @@ static void call_start(struct ckpt_service *s, const char *job, int64_t step, bo
 
 /* ---- Loading a manifest ---- */
 
+/* The manifest's bytes from storage (ckpt_mcache_load_fn). */
+static int load_raw(void *arg, const char *key, uint8_t **ret_buf, size_t *ret_len) {
+  struct ckpt_service *s = arg;
+  uint64_t size = 0;
+  uint8_t *buf = NULL;
+  size_t got = 0;
+  int err = storage_head(s->st, key, &size);
+  if (!err && size > CKPT_MANIFEST_MAX_BYTES) err = STK_ETOOBIG;
+  if (!err && !(buf = malloc(size ? size : 1))) err = STK_ENOMEM;
+  if (!err) err = storage_get(s->st, key, 0, buf, size, &got);
+  if (err) {
+    free(buf);
+    return err;
+  }
+  *ret_buf = buf;
+  *ret_len = got;
+  return 0;
+}
+
 int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
                        struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len) {
   struct ckpt_jkey k;
@@ -90,13 +110,9 @@ int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
   if (err == STK_ENOENT)
     stk_set_detail("no checkpoint of job %s at step %lld", job, (long long)step);
   if (err) return err;
-  uint64_t size = 0;
   uint8_t *buf = NULL;
   size_t got = 0;
-  err = storage_head(s->st, rec->manifest_key, &size);
-  if (!err && size > CKPT_MANIFEST_MAX_BYTES) err = STK_ETOOBIG;
-  if (!err && !(buf = malloc(size ? size : 1))) err = STK_ENOMEM;
-  if (!err) err = storage_get(s->st, rec->manifest_key, 0, buf, size, &got);
+  err = ckpt_mcache_get(s->mcache, rec->manifest_key, load_raw, s, &buf, &got);
   if (!err) err = ckpt_manifest_parse(buf, got, ret_m);
   if (!err && (strcmp((*ret_m)->job, job) != 0 || (*ret_m)->step != step)) {
     ckpt_manifest_free(*ret_m);

@@ -34,6 +34,11 @@
  * the running sum of the pieces before it; the batch's worker writes the
  * fetched bytes straight there (no assembled copy) and the caller is handed
  * the piece's offset and length instead of its bytes.
+ *
+ * A request with pack_pieces gets the ready pieces of a batch several to a
+ * message (ReadChunk.pieces, up to read_piece_bytes packed): a restore of
+ * many small boxes is then a few messages, not one per box, each of which
+ * cost a send, a completion and a wake-up of the loop on both sides.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -518,8 +523,12 @@ static void fetch_more(struct ckpt_reader *rd) {
   }
 }
 
-/* Hands the caller the pieces that are ready, in order, until it holds one
- * (or the read fails or ends). */
+static bool send_piece(struct ckpt_reader *rd, struct batch *b);
+static int send_packed(struct ckpt_reader *rd, struct batch *b, bool *ret_more);
+
+/* Hands the caller the pieces that are ready, in order, one message at a
+ * time (a piece, or with pack_pieces the ready pieces that fit one), until
+ * it holds one (or the read fails or ends). */
 static void deliver(struct ckpt_reader *rd) {
   while (!rd->held && !rd->finished) {
     int err = fill(rd);
@@ -534,27 +543,92 @@ static void deliver(struct ckpt_reader *rd) {
       rd->n--;
       continue;
     }
-    struct piece *p = &b->pieces[b->delivered++];
-    struct wanted *w = &rd->w[p->wi];
-    Stoker__V1__ReadChunk rc = STOKER__V1__READ_CHUNK__INIT;
-    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-    box.n_offsets = box.n_sizes = p->box.ndim;
-    box.offsets = p->box.offsets;
-    box.sizes = p->box.sizes;
-    rc.tensor = w->tensor;
-    rc.box = &box;
-    if (rd->shm_fd >= 0) {
-      rc.shm_offset = p->shm_off;
-      rc.shm_length = p->len;
+    bool more = true;
+    if (rd->req->pack_pieces) {
+      err = send_packed(rd, b, &more);
+      if (err) return read_finish(rd, err, stk_strerror(err));
     } else {
-      rc.data.data = p->data;
-      rc.data.len = p->len;
+      more = send_piece(rd, b);
     }
-    bool more = rd->on_piece(rd->arg, &rc);
-    free(p->data);
-    p->data = NULL;
     if (!more) rd->held = true;
   }
+}
+
+/* The message of piece p alone (its box in *box). */
+static void piece_msg(const struct ckpt_reader *rd, const struct piece *p,
+                      Stoker__V1__ReadChunk *rc, Stoker__V1__Box *box) {
+  stoker__v1__read_chunk__init(rc);
+  stoker__v1__box__init(box);
+  box->n_offsets = box->n_sizes = p->box.ndim;
+  box->offsets = (uint64_t *)p->box.offsets;
+  box->sizes = (uint64_t *)p->box.sizes;
+  rc->tensor = rd->w[p->wi].tensor;
+  rc->box = box;
+  if (rd->shm_fd >= 0) {
+    rc->shm_offset = p->shm_off;
+    rc->shm_length = p->len;
+  } else {
+    rc->data.data = p->data;
+    rc->data.len = p->len;
+  }
+}
+
+/* The next piece of b as one message; the caller's answer. */
+static bool send_piece(struct ckpt_reader *rd, struct batch *b) {
+  struct piece *p = &b->pieces[b->delivered++];
+  Stoker__V1__ReadChunk rc;
+  Stoker__V1__Box box;
+  piece_msg(rd, p, &rc, &box);
+  bool more = rd->on_piece(rd->arg, &rc);
+  free(p->data);
+  p->data = NULL;
+  return more;
+}
+
+/* Bytes of a length-delimited field of n bytes in its message (a
+ * one-byte tag, the length's varint, the bytes). */
+static uint64_t field_bytes(uint64_t n) {
+  uint64_t len = 1 + 1;
+  for (uint64_t v = n; v >= 0x80; v >>= 7) len++;
+  return len + n;
+}
+
+/* The next pieces of b that are ready, as one message listing them in
+ * pieces: at least one, and as many more as keep the message within
+ * read_piece_bytes packed. *ret_more: the caller's answer. */
+static int send_packed(struct ckpt_reader *rd, struct batch *b, bool *ret_more) {
+  size_t first = b->delivered, left = b->n_pieces - first;
+  Stoker__V1__ReadChunk *rcs = malloc(left * sizeof(*rcs));
+  Stoker__V1__ReadChunk **ptrs = malloc(left * sizeof(*ptrs));
+  Stoker__V1__Box *boxes = malloc(left * sizeof(*boxes));
+  if (!rcs || !ptrs || !boxes) {
+    free(rcs);
+    free(ptrs);
+    free(boxes);
+    return STK_ENOMEM;
+  }
+  uint64_t limit = rd->s->o.read_piece_bytes, packed = 0;
+  size_t n = 0;
+  for (; n < left; n++) {
+    piece_msg(rd, &b->pieces[first + n], &rcs[n], &boxes[n]);
+    uint64_t f = field_bytes(protobuf_c_message_get_packed_size(&rcs[n].base));
+    if (n > 0 && packed + f > limit) break;
+    packed += f;
+    ptrs[n] = &rcs[n];
+  }
+  Stoker__V1__ReadChunk msg = STOKER__V1__READ_CHUNK__INIT;
+  msg.n_pieces = n;
+  msg.pieces = ptrs;
+  b->delivered += n;
+  *ret_more = rd->on_piece(rd->arg, &msg);
+  for (size_t i = 0; i < n; i++) {
+    free(b->pieces[first + i].data);
+    b->pieces[first + i].data = NULL;
+  }
+  free(rcs);
+  free(ptrs);
+  free(boxes);
+  return 0;
 }
 
 /* After of a batch's plan or assembly. */

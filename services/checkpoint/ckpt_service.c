@@ -11,6 +11,7 @@
 
 #include "ckpt_journal.h"
 #include "ckpt_manifest.h"
+#include "ckpt_mcache.h"
 #include "ckpt_service_int.h"
 #include "stk_error.h"
 
@@ -23,6 +24,11 @@
  * "staged". A worker still gets its share whenever the cores are busy
  * with anything else, and all of an idle machine. */
 #define UPLOAD_NICE 10
+
+/* Manifests held for restores (ckpt_mcache.c): a restore's ranks read
+ * within seconds of each other; a large model's manifest is a few MiB. */
+#define MCACHE_BYTES  (64 * MIB)
+#define MCACHE_TTL_MS 60000
 
 static void on_events(uv_async_t *h) {
   ckpt__svc_deliver_events(h->data);
@@ -44,6 +50,7 @@ static void closed_one(struct ckpt_service *s) {
   ckpt__svc_drop_events(s);
   ckpt__svc_free_hooks(s->pending_hooks);
   ckpt_shm_close(s->shm);
+  ckpt_mcache_free(s->mcache);
   kv_close(s->kv);
   if (s->own_storage) storage_free(s->st);
   void (*done)(void *) = s->close_done;
@@ -135,6 +142,7 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   err = ckpt_pool_new(loop, s->o.upload_concurrency, UPLOAD_NICE, &s->up);
   if (!err) err = ckpt_pool_new(loop, 2, 0, &s->work);
   if (!err) err = ckpt_pool_new(loop, s->o.read_concurrency, 0, &s->read);
+  if (!err) err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, &s->mcache);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -148,6 +156,7 @@ static void open_fail(struct ckpt_service *s) {
   ckpt_pool_free(s->up, NULL, NULL);
   ckpt_pool_free(s->work, NULL, NULL);
   ckpt_pool_free(s->read, NULL, NULL);
+  ckpt_mcache_free(s->mcache);
   if (s->own_storage) storage_free(s->st);
   kv_close(s->kv);
   free(s->url);

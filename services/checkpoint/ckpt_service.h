@@ -260,9 +260,11 @@ void ckpt_list(struct ckpt_service *s, const Stoker__V1__ListCheckpointsRequest 
 void ckpt_get_manifest(struct ckpt_service *s, const Stoker__V1__GetManifestRequest *req,
                        ckpt_done_fn done, void *arg);
 
-/* Called per assembled piece (a sub-box of a wanted box, at most
- * read_piece_bytes of data). Return true for the next piece at once, false
- * to hold delivery until ckpt_read_resume (flow control). */
+/* Called per message: an assembled piece (a sub-box of a wanted box, at
+ * most read_piece_bytes of data), or, when the request asks for
+ * pack_pieces, a message listing in pieces the next ready pieces that fit
+ * read_piece_bytes packed (at least one). Return true for the next message
+ * at once, false to hold delivery until ckpt_read_resume (flow control). */
 typedef bool (*ckpt_piece_fn)(void *arg, const Stoker__V1__ReadChunk *piece);
 
 /* Streams the wanted boxes (any world size) from a committed checkpoint:

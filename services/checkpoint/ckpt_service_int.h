@@ -184,6 +184,7 @@ struct ckpt_service {
   struct storage *st;
   bool own_storage;
   struct ckpt_pool *up, *work, *read;
+  struct ckpt_mcache *mcache; /* Manifests recently loaded (ckpt_mcache.c). */
   uv_timer_t sweep;
   uv_timer_t hold_timer; /* Ends holds for ranks not heard from (ckpt__upload_release_held). */
   uv_async_t events_async;
@@ -383,7 +384,9 @@ void ckpt_read_retry(struct ckpt_service *s);
 /* ---- ckpt_calls.c (blocking) ---- */
 struct ckpt_manifest;
 /* The checked manifest of a committed checkpoint (and its raw bytes if
- * ret_raw). STK_ENOENT when not committed. */
+ * ret_raw). STK_ENOENT when not committed. The journal first, then the
+ * bytes from s->mcache (loaded from storage once for concurrent and
+ * repeated calls, ckpt_mcache.c). */
 int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
                        struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len);
 /* With shared storage: imports the manifest of (job, step) another replica

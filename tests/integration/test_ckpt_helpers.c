@@ -248,7 +248,8 @@ struct read_state {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool done, mismatch;
-  uint64_t bytes;
+  bool pack; /* The request asked for pack_pieces. */
+  uint64_t bytes, messages, pieces;
   struct rpc_status st;
 };
 
@@ -261,22 +262,36 @@ static const struct tensor *find_tensor(const char *name, struct tensor *blob) {
   return blob;
 }
 
-/* Pieces are runs of whole rows: the bytes are contiguous in the tensor. */
-static void on_piece(void *arg, ProtobufCMessage *msg) {
-  struct read_state *rs = arg;
-  Stoker__V1__ReadChunk *p = (Stoker__V1__ReadChunk *)msg;
+/* Pieces are runs of whole rows: the bytes are contiguous in the tensor.
+ * Under rs->mu; false when the piece's bytes are not the model's. */
+static bool check_piece(struct read_state *rs, const Stoker__V1__ReadChunk *p) {
   struct tensor blob;
   const struct tensor *t = find_tensor(p->tensor, &blob);
-  bool bad = !t || !p->box || p->box->n_offsets < 1;
+  bool bad = !t || !p->box || p->box->n_offsets < 1 || p->n_pieces > 0;
   if (!bad) {
     uint64_t base = p->box->offsets[0] * (t->cols ? t->cols : 1) * t->esize;
     uint32_t seed = name_seed(t->name);
     for (size_t i = 0; !bad && i < p->data.len; i++)
       bad = p->data.data[i] != pattern(seed, base + i);
   }
-  pthread_mutex_lock(&rs->mu);
-  rs->mismatch |= bad;
   rs->bytes += p->data.len;
+  rs->pieces++;
+  return !bad;
+}
+
+/* A message: one piece, or (pack_pieces asked) a list of them; the other
+ * form is a mismatch. */
+static void on_piece(void *arg, ProtobufCMessage *msg) {
+  struct read_state *rs = arg;
+  Stoker__V1__ReadChunk *p = (Stoker__V1__ReadChunk *)msg;
+  pthread_mutex_lock(&rs->mu);
+  rs->messages++;
+  if (!rs->pack) {
+    rs->mismatch |= !check_piece(rs, p);
+  } else {
+    rs->mismatch |= p->n_pieces == 0 || (p->tensor && p->tensor[0]) || p->box || p->data.len;
+    for (size_t k = 0; k < p->n_pieces; k++) rs->mismatch |= !check_piece(rs, p->pieces[k]);
+  }
   pthread_mutex_unlock(&rs->mu);
   protobuf_c_message_free_unpacked(msg, NULL);
 }
@@ -290,11 +305,12 @@ static void on_done(void *arg, const struct rpc_status *st) {
   pthread_mutex_unlock(&rs->mu);
 }
 
+#define MAX_WANTED 64
 struct wanted {
-  Stoker__V1__ChunkEntry e[16], *ep[16];
-  Stoker__V1__Box box[16];
-  uint64_t off[16][2], sz[16][2];
-  char names[16][64];
+  Stoker__V1__ChunkEntry e[MAX_WANTED], *ep[MAX_WANTED];
+  Stoker__V1__Box box[MAX_WANTED];
+  uint64_t off[MAX_WANTED][2], sz[MAX_WANTED][2];
+  char names[MAX_WANTED][64];
   size_t n;
   uint64_t bytes;
 };
@@ -318,6 +334,30 @@ static void want(struct wanted *w, const char *name, uint64_t r0, uint64_t n, ui
   w->bytes += n * (cols ? cols : 1) * esize;
 }
 
+/* One Read of w's boxes; RPC_OK, the stream's status or TCK_MISMATCH. */
+static int read_wanted(struct rpc_client *rc, const char *job, int64_t step, const struct wanted *w,
+                       struct read_state *rs, char *msg, size_t msg_len) {
+  Stoker__V1__ReadRequest req = STOKER__V1__READ_REQUEST__INIT;
+  req.job = (char *)job;
+  req.step = step;
+  req.n_wanted = w->n;
+  req.wanted = (Stoker__V1__ChunkEntry **)w->ep;
+  req.pack_pieces = rs->pack;
+  int rc2 = rpc_client_stream_async(rc, "/stoker.v1.Checkpoint/Read", &req.base,
+                                    &stoker__v1__read_chunk__descriptor, 60000, on_piece, on_done,
+                                    rs, NULL);
+  int code = RPC_UNAVAILABLE;
+  if (rc2 == 0) {
+    pthread_mutex_lock(&rs->mu);
+    while (!rs->done) pthread_cond_wait(&rs->cv, &rs->mu);
+    pthread_mutex_unlock(&rs->mu);
+    code = rs->st.code;
+    if (msg) snprintf(msg, msg_len, "%s", rs->st.message);
+    if (code == RPC_OK && (rs->mismatch || rs->bytes != w->bytes)) code = TCK_MISMATCH;
+  }
+  return code;
+}
+
 int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
                   uint32_t world, uint32_t write_world, char *msg, size_t msg_len) {
   struct wanted *w = calloc(1, sizeof(*w));
@@ -330,24 +370,22 @@ int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t
     snprintf(blob, sizeof(blob), "blob/rank-%u", r);
     want(w, blob, 0, 1000 + r, 0, 1);
   }
-  Stoker__V1__ReadRequest req = STOKER__V1__READ_REQUEST__INIT;
-  req.job = (char *)job;
-  req.step = step;
-  req.n_wanted = w->n;
-  req.wanted = w->ep;
   struct read_state rs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-  int rc2 = rpc_client_stream_async(rc, "/stoker.v1.Checkpoint/Read", &req.base,
-                                    &stoker__v1__read_chunk__descriptor, 60000, on_piece, on_done,
-                                    &rs, NULL);
-  int code = RPC_UNAVAILABLE;
-  if (rc2 == 0) {
-    pthread_mutex_lock(&rs.mu);
-    while (!rs.done) pthread_cond_wait(&rs.cv, &rs.mu);
-    pthread_mutex_unlock(&rs.mu);
-    code = rs.st.code;
-    if (msg) snprintf(msg, msg_len, "%s", rs.st.message);
-    if (code == RPC_OK && (rs.mismatch || rs.bytes != w->bytes)) code = TCK_MISMATCH;
-  }
+  int code = read_wanted(rc, job, step, w, &rs, msg, msg_len);
+  free(w);
+  return code;
+}
+
+int tck_read_rows(struct rpc_client *rc, const char *job, int64_t step, uint32_t rows, bool pack,
+                  uint64_t *ret_messages, uint64_t *ret_pieces) {
+  struct wanted *w = calloc(1, sizeof(*w));
+  for (uint32_t r = 0; r < rows && r < MAX_WANTED && r < model[0].rows; r++)
+    want(w, model[0].name, r, 1, model[0].cols, model[0].esize);
+  struct read_state rs = {
+      .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .pack = pack};
+  int code = read_wanted(rc, job, step, w, &rs, NULL, 0);
+  *ret_messages = rs.messages;
+  *ret_pieces = rs.pieces;
   free(w);
   return code;
 }

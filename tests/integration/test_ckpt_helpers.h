@@ -77,6 +77,14 @@ void tck_save_ok(struct rpc_client *rc, const char *addr, const char *job, int64
 int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
                   uint32_t world, uint32_t write_world, char *msg, size_t msg_len);
 
+/* One Read of the first `rows` rows (at most 64) of the model's float
+ * matrix, each row a wanted box of its own (4 KiB), the request asking for
+ * pack_pieces or not; every byte and every message's form is checked (pack:
+ * pieces listed, fields 1-5 empty; else one piece per message). RPC_OK, the
+ * stream's status or TCK_MISMATCH; the messages and pieces received. */
+int tck_read_rows(struct rpc_client *rc, const char *job, int64_t step, uint32_t rows, bool pack,
+                  uint64_t *ret_messages, uint64_t *ret_pieces);
+
 /* The model's ranks were written at write_world: every rank of world reads. */
 int tck_read_all(struct rpc_client *rc, const char *job, int64_t step, uint32_t world,
                  uint32_t write_world);

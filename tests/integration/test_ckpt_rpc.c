@@ -255,6 +255,26 @@ static void test_corrupt_object(void **state) {
   harness_daemon_free(d);
 }
 
+/* Several pieces a message over gRPC (issue 26, part 2): 48 small boxes
+ * (a row of 4 KiB each) come in one message when the Read asks for
+ * pack_pieces, and one message per box when it does not (as a client from
+ * before the field gets them); both bit-exact. */
+static void test_read_packs_pieces(void **state) {
+  (void)state;
+  struct harness_daemon *d = start_ck();
+  struct rpc_client *rc = harness_rpc(d);
+  tck_save_ok(rc, d->addr, "pack", 1, 2);
+  uint64_t messages, pieces;
+  assert_int_equal(tck_read_rows(rc, "pack", 1, 48, false, &messages, &pieces), RPC_OK);
+  assert_int_equal(pieces, 48);
+  assert_int_equal(messages, 48);
+  assert_int_equal(tck_read_rows(rc, "pack", 1, 48, true, &messages, &pieces), RPC_OK);
+  assert_int_equal(pieces, 48);
+  assert_int_equal(messages, 1); /* 192 KiB: within one message of 4 MiB. */
+  rpc_client_free(rc);
+  harness_daemon_free(d);
+}
+
 /* Starts the coordinator: harness_init switched to its binary, then back. */
 static struct harness_daemon *start_coordinator(char **argv) {
   char *alt[] = {argv[0], argv[2], NULL};
@@ -346,9 +366,10 @@ int main(int argc, char **argv) {
   }
   test_argv = argv;
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_roundtrip_reshard),        cmocka_unit_test(test_hostile),
-      cmocka_unit_test(test_write_reply_abort_switch), cmocka_unit_test(test_corrupt_object),
-      cmocka_unit_test(test_coordinator_report),       cmocka_unit_test(test_orphan_attempt_sweep),
+      cmocka_unit_test(test_roundtrip_reshard),    cmocka_unit_test(test_hostile),
+      cmocka_unit_test(test_read_packs_pieces),    cmocka_unit_test(test_write_reply_abort_switch),
+      cmocka_unit_test(test_corrupt_object),       cmocka_unit_test(test_coordinator_report),
+      cmocka_unit_test(test_orphan_attempt_sweep),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

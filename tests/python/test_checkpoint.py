@@ -25,8 +25,10 @@ from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from stoker import Jobs, StokerError, _segmap
 from stoker.checkpoint import (
     METADATA_TENSOR,
+    SERVICE,
     StokerReader,
     StokerWriter,
+    _read_pieces,
     service_error,
     storage_name,
 )
@@ -251,6 +253,42 @@ def test_manifest_holds_every_item_as_a_stoker_chunk(daemons, tmp_path):
     shown = json.loads(ctl.stdout)
     text = json.dumps(shown)
     assert "model.embed.weight" in text and "BF16" in text and "BOOL" in text, text[:2000]
+
+
+def test_a_load_of_many_boxes_comes_in_few_messages(daemons, tmp_path, monkeypatch):
+    """The reader asks for several pieces per message (pack_pieces): every
+    chunk's box of a checkpoint comes in one message. A request without the
+    field (a client from before it) gets one message per box, the same
+    pieces (issue 26, part 2)."""
+    addr = daemons["checkpoint"].addr
+    run_ranks("save", addr, "dcp", 31, 1, tmp_path)
+    reader = StokerReader("dcp", addr, step=31)
+    wanted = [ckpt_pb.ChunkEntry(tensor=c.tensor, box=c.box) for c in reader.manifest().chunks]
+    assert len(wanted) >= 8
+
+    def read(pack: bool) -> list[ckpt_pb.ReadChunk]:
+        req = ckpt_pb.ReadRequest(job="dcp", step=31, wanted=wanted, pack_pieces=pack)
+        return list(reader.conn.server_stream(SERVICE + "Read", req, ckpt_pb.ReadChunk, timeout=60))
+
+    def key(p: ckpt_pb.ReadChunk) -> tuple[str, list[int], bytes]:
+        return p.tensor, list(p.box.offsets), p.data
+
+    one = read(False)
+    assert len(one) == len(wanted) and not any(m.pieces for m in one)
+    packed = read(True)
+    assert len(packed) == 1 and not packed[0].tensor and len(packed[0].pieces) == len(wanted)
+    assert [key(p) for p in _read_pieces(packed)] == [key(m) for m in one]
+
+    asked = []
+    stream = reader.conn.server_stream
+
+    def spy(method: str, req: Any, *args: Any, **kwargs: Any) -> Any:
+        asked.append(req.pack_pieces)
+        return stream(method, req, *args, **kwargs)
+
+    monkeypatch.setattr(reader.conn, "server_stream", spy)
+    assert [key(p) for p in reader._read(wanted)] == [key(m) for m in one]
+    assert asked == [True]
 
 
 def test_names_outside_the_services_alphabet_are_mapped_and_kept():

@@ -54,7 +54,7 @@ import re
 import warnings
 import zlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -732,14 +732,18 @@ class StokerReader(StorageReader):
     def _read(
         self, wanted: list[pb.ChunkEntry], shm: ShmReadFile | None = None, replica: str = ""
     ) -> Iterator[pb.ReadChunk]:
-        """A Read call: to any replica inline, to replica (the one whose
-        directory holds the read file) through shared memory."""
+        """A Read call's pieces, in order: to any replica inline, to replica
+        (the one whose directory holds the read file) through shared
+        memory. The service sends several pieces per message (pack_pieces:
+        a restore of many small boxes is a few messages, not one per box)."""
         assert self.step is not None
-        req = pb.ReadRequest(job=self.job, step=self.step, wanted=wanted)
+        req = pb.ReadRequest(job=self.job, step=self.step, wanted=wanted, pack_pieces=True)
         if shm is not None:
             req.shm_name, req.shm_nonce = shm.name, shm.nonce
         conn = self.conn.peer(replica) if replica else self.conn
-        return iter(conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=conn.timeout))
+        return _read_pieces(
+            conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=conn.timeout)
+        )
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         """Every item of the plan in one Read call (the service coalesces the
@@ -856,6 +860,19 @@ class StokerReader(StorageReader):
         else:
             assert w.target is not None
             planner.commit_tensor(w.item, w.target)
+
+
+def _read_pieces(messages: Iterable[pb.ReadChunk]) -> Iterator[pb.ReadChunk]:
+    """The pieces of a Read's messages: each message lists its pieces, or
+    is one piece itself (a service that predates pack_pieces)."""
+    for m in messages:
+        if not m.pieces:
+            yield m
+            continue
+        for p in m.pieces:
+            if p.pieces:
+                raise StokerError(grpc.StatusCode.INTERNAL, "a read piece lists pieces of its own")
+            yield p
 
 
 def _no_bytes(left: list[_Want]) -> None:

@@ -541,13 +541,15 @@ struct mstate {
   const struct model *m;
   struct ckpt_box *want; /* Per tensor (numel 0: not wanted). */
   uint8_t **out;
+  bool pack; /* The request asked for pack_pieces. */
+  struct fx_read_counts counts;
   bool done;
   int err;
   char msg[512];
 };
 
-static bool on_multi_piece(void *arg, const Stoker__V1__ReadChunk *p) {
-  struct mstate *ms = arg;
+static void multi_place(struct mstate *ms, const Stoker__V1__ReadChunk *p) {
+  assert_int_equal(p->n_pieces, 0);
   size_t i = 0;
   while (i < ms->m->n && strcmp(ms->m->t[i].name, p->tensor) != 0) i++;
   assert_true(i < ms->m->n);
@@ -558,6 +560,26 @@ static bool on_multi_piece(void *arg, const Stoker__V1__ReadChunk *p) {
   assert_int_equal(p->data.len, ckpt_box_numel(&pb) * elem);
   struct copy_ctx c = {p->data.data, ms->out[i]};
   assert_int_equal(ckpt_box_runs(&pb, &pb, &ms->want[i], elem, copy_run, &c), 0);
+  ms->counts.pieces++;
+}
+
+/* A message: one piece, or (pack) its list of pieces, never both. */
+static bool on_multi_piece(void *arg, const Stoker__V1__ReadChunk *p) {
+  struct mstate *ms = arg;
+  ms->counts.messages++;
+  if (!ms->pack) {
+    multi_place(ms, p);
+    return true;
+  }
+  assert_true(p->n_pieces >= 1);
+  assert_true(!p->tensor || !p->tensor[0]);
+  assert_null(p->box);
+  assert_int_equal(p->data.len, 0);
+  for (size_t k = 0; k < p->n_pieces; k++) multi_place(ms, p->pieces[k]);
+  if (p->n_pieces > 1) {
+    uint64_t n = protobuf_c_message_get_packed_size(&p->base);
+    if (n > ms->counts.max_packed_bytes) ms->counts.max_packed_bytes = n;
+  }
   return true;
 }
 
@@ -590,8 +612,16 @@ static void multi_request(struct mstate *ms, Stoker__V1__ChunkEntry *ce, Stoker_
 
 int fx_read_rank(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t rank,
                  uint32_t world) {
-  struct mstate ms = {
-      .m = m, .want = calloc(m->n, sizeof(*ms.want)), .out = calloc(m->n, sizeof(*ms.out))};
+  return fx_read_rank_counted(f, job, step, m, rank, world, false, NULL);
+}
+
+int fx_read_rank_counted(struct fx *f, const char *job, int64_t step, const struct model *m,
+                         uint32_t rank, uint32_t world, bool pack,
+                         struct fx_read_counts *ret_counts) {
+  struct mstate ms = {.m = m,
+                      .want = calloc(m->n, sizeof(*ms.want)),
+                      .out = calloc(m->n, sizeof(*ms.out)),
+                      .pack = pack};
   for (size_t i = 0; i < m->n; i++) {
     if (!shard_of(&m->t[i], rank, world, &ms.want[i])) ms.want[i] = (struct ckpt_box){0};
     uint64_t n = ckpt_box_numel(&ms.want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
@@ -603,11 +633,13 @@ int fx_read_rank(struct fx *f, const char *job, int64_t step, const struct model
   req.job = (char *)job;
   req.step = step;
   req.wanted = cep;
+  req.pack_pieces = pack;
   multi_request(&ms, ce, box, cep, &req.n_wanted);
   ckpt_read(f->svc, &req, on_multi_piece, on_multi_done, &ms);
   fx_run_until(f, &ms.done, 60000);
   int rc = ms.err;
   if (rc) print_error("read rank %u/%u: %d %s\n", rank, world, rc, ms.msg);
+  if (ret_counts) *ret_counts = ms.counts;
   for (size_t i = 0; i < m->n; i++) {
     uint64_t n = ckpt_box_numel(&ms.want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
     if (!rc && n > 0) {

@@ -108,6 +108,17 @@ int fx_read_check(struct fx *f, const char *job, int64_t step, const struct tspe
  * model's bytes: 0, the read's error, or -1000 when bytes differ. */
 int fx_read_rank(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t rank,
                  uint32_t world);
+/* What a Read's stream held: messages, pieces, and the largest message
+ * that listed several pieces (packed bytes). */
+struct fx_read_counts {
+  uint64_t messages, pieces, max_packed_bytes;
+};
+/* fx_read_rank, the request asking for pack_pieces or not; every message
+ * is checked to have the form asked for (pack: pieces listed, fields 1-5
+ * empty; else one piece, no list). ret_counts may be NULL. */
+int fx_read_rank_counted(struct fx *f, const char *job, int64_t step, const struct model *m,
+                         uint32_t rank, uint32_t world, bool pack,
+                         struct fx_read_counts *ret_counts);
 /* Reads back every tensor at world size `world` (dim0 and flat sharding). */
 int fx_read_all(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t world);
 

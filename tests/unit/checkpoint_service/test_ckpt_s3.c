@@ -71,6 +71,19 @@ static void test_s3_write_commit_read(void **state) {
   model_free(m);
 }
 
+/* GETs of manifests logged from line *at on (moved past them). */
+static size_t manifest_gets(size_t *at) {
+  FILE *fp = fopen(request_log, "r");
+  assert_non_null(fp);
+  char line[2048];
+  size_t n = 0, gets = 0;
+  while (fgets(line, sizeof(line), fp))
+    if (n++ >= *at && strncmp(line, "GET ", 4) == 0 && strstr(line, "manifest.pb")) gets++;
+  fclose(fp);
+  *at = n;
+  return gets;
+}
+
 /* Ranged GETs of checkpoint objects logged from line *at on (moved past
  * them), and the distinct objects they named. */
 static size_t object_gets(size_t *at, size_t *ret_objects) {
@@ -111,8 +124,9 @@ static void test_s3_restore_few_gets(void **state) {
   assert_int_equal(fx_write_model(&f, att, m, &wo, NULL), 0);
   int rc = fx_commit(&f, att, msg, sizeof(msg));
   if (rc) fail_msg("commit: %s", msg);
-  size_t at = 0, objects;
+  size_t at = 0, objects, mat = 0;
   object_gets(&at, &objects);
+  manifest_gets(&mat);
   const uint32_t worlds[] = {3, 1};
   for (size_t w = 0; w < 2; w++) {
     for (uint32_t r = 0; r < worlds[w]; r++) {
@@ -123,6 +137,8 @@ static void test_s3_restore_few_gets(void **state) {
       assert_true(gets <= 2 * objects);
     }
   }
+  /* The manifest was loaded once for the four reads (ckpt_mcache.c). */
+  assert_int_equal(manifest_gets(&mat), 1);
   fx_close(&f);
   fx_fini(&f);
   storage_free(st);
