@@ -8,30 +8,16 @@
 #include <string.h>
 #include <time.h>
 
-/* The proto name of value without prefix ("JOB_STATE_RUNNING" ->
- * "RUNNING"). */
-static const char *enum_name(const ProtobufCEnumDescriptor *d, int value, const char *prefix,
-                             char *buf, size_t len) {
-  const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(d, value);
-  if (!v) {
-    snprintf(buf, len, "UNKNOWN(%d)", value);
-    return buf;
-  }
-  size_t n = strlen(prefix);
-  snprintf(buf, len, "%s", strncmp(v->name, prefix, n) == 0 ? v->name + n : v->name);
-  return buf;
-}
-
 const char *fmt_job_state(int state, char *buf, size_t len) {
-  return enum_name(&stoker__v1__job_state__descriptor, state, "JOB_STATE_", buf, len);
+  return fmt_enum_name(&stoker__v1__job_state__descriptor, state, buf, len);
 }
 
 const char *fmt_event_type(int type, char *buf, size_t len) {
-  return enum_name(&stoker__v1__job_event_type__descriptor, type, "JOB_EVENT_", buf, len);
+  return fmt_enum_name(&stoker__v1__job_event_type__descriptor, type, buf, len);
 }
 
 const char *fmt_health(int health, char *buf, size_t len) {
-  return enum_name(&stoker__v1__rank_health__descriptor, health, "RANK_HEALTH_", buf, len);
+  return fmt_enum_name(&stoker__v1__rank_health__descriptor, health, buf, len);
 }
 
 void fmt_duration_ms(int64_t ms, char *buf, size_t len) {
