@@ -4,8 +4,10 @@ the daemon's ring writer, the C client's ring reader and its staging to as
 well: stoker._ring reads each sequence of ring-daemon.bin in its slot and,
 once it releases them, leaves ring-released.bin; stoker._segments places the
 chunks of segments.json in the segments and at the offsets the vector
-names, each segment file exactly segment-<i>.bin; and make_vectors.py still
-writes exactly the checked-in files. No daemon runs."""
+names, each segment file exactly segment-<i>.bin; stoker._shm_read makes a
+read file exactly read-client.bin (header and nonce) and the served pieces
+sit where read-served.bin has them; and make_vectors.py still writes exactly
+the checked-in files. No daemon runs."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 
-from stoker import _segmap
+from stoker import _segmap, _shm_read
 from stoker._ring import Ring
 from stoker._segments import ShmStaging
 from stoker.v1 import checkpoint_pb2 as pb
@@ -88,3 +90,23 @@ def test_staging_places_the_chunks_as_the_segment_vectors(tmp_path):
     for i, name in enumerate(names):
         assert (tmp_path / name).read_bytes() == vector(f"segment-{i}.bin"), name
     _segmap._prune()
+
+
+def test_read_file_is_made_and_filled_as_the_read_vectors(tmp_path, monkeypatch):
+    v = json.loads(vector("read.json"))
+    assert v["data_offset"] == _shm_read.DATA
+    nonce = bytes.fromhex(v["nonce_hex"])
+    monkeypatch.setattr(_shm_read.secrets, "token_bytes", lambda n: nonce[:n])
+    f = _shm_read.ShmReadFile(str(tmp_path), v["size"])
+    try:
+        assert (tmp_path / f.name).read_bytes() == vector("read-client.bin")
+        # What the service writes lands where the rank looks for it: each
+        # piece, in order, from DATA on (written here as inline bytes are).
+        at = v["data_offset"]
+        for p in v["pieces"]:
+            f.write(at, bytes((p["fill"] + i) % 251 for i in range(p["length"])))
+            at += p["length"]
+        assert (tmp_path / f.name).read_bytes() == vector("read-served.bin")
+    finally:
+        f.close()
+    assert not (tmp_path / f.name).exists()

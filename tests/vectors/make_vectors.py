@@ -1,6 +1,7 @@
 """Writes the shared-memory test vectors of this folder from the layouts as
 documented (services/common/shm_ring.h for the ring, client/c/ckpt_seg.c and
-stoker/_segments.py's opening comments for segments), with nothing of either
+stoker/_segments.py's opening comments for segments,
+services/checkpoint/ckpt_shm_read.h for read files), with nothing of either
 implementation: ``python3 tests/vectors/make_vectors.py [DIR]`` (default:
 this folder). The C unit tests and pytest check both implementations
 against the files it wrote; tests/python/test_shm_vectors.py also checks
@@ -80,6 +81,32 @@ def place() -> tuple[list[bytes], list[dict[str, object]]]:
     return [bytes(s) for s in segs], where
 
 
+# ---- the checkpoint service's read files ----------------------------------------------
+
+# A rank reading through shared memory makes a file of `size` bytes whose
+# first bytes are "STKREAD1" and its nonce (the rest zero); the service
+# writes the wanted pieces one after the other from data_offset on. Byte i
+# of a piece is (fill + i) % 251.
+READ = {
+    "nonce_hex": bytes(range(0xA0, 0xC0)).hex(),
+    "size": 2 * PAGE,
+    "data_offset": PAGE,
+    "pieces": [{"length": 300, "fill": 5}, {"length": 1000, "fill": 6}],
+}
+
+
+def read_bytes(served: bool) -> bytes:
+    out = bytearray(READ["size"])
+    out[0:8] = b"STKREAD1"
+    nonce = bytes.fromhex(READ["nonce_hex"])
+    out[8 : 8 + len(nonce)] = nonce
+    at = READ["data_offset"]
+    for p in READ["pieces"] if served else []:
+        out[at : at + p["length"]] = chunk_bytes(p)
+        at += p["length"]
+    return bytes(out)
+
+
 def files() -> dict[str, bytes]:
     segs, where = place()
     out = {
@@ -87,6 +114,9 @@ def files() -> dict[str, bytes]:
         "ring-released.bin": ring_bytes(RING["released"]),
         "ring.json": json.dumps(RING, indent=2).encode() + b"\n",
         "segments.json": json.dumps({**SEGMENTS, "placed": where}, indent=2).encode() + b"\n",
+        "read.json": json.dumps(READ, indent=2).encode() + b"\n",
+        "read-client.bin": read_bytes(False),
+        "read-served.bin": read_bytes(True),
     }
     for i, s in enumerate(segs):
         out[f"segment-{i}.bin"] = s
