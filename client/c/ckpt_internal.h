@@ -11,6 +11,8 @@
 
 /* CKPT_METHOD(begin, &req): as COORD_METHOD (client_internal.h). */
 #define CKPT_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__checkpoint, field, req)
+#define CKPT_CALL(c, field, req, timeout_ms, ret)                                                  \
+  CLIENT_CALL(stoker__v1__checkpoint, c, field, req, timeout_ms, ret)
 
 /* True when box has 1..STK_CKPT_MAX_DIMS dims, each size > 0, and (when
  * shape is not NULL) lies inside shape. */
