@@ -86,14 +86,12 @@ static int open_dir(const Stoker__V1__StagingInfo *info) {
 
 static int ask(struct stk_client *c, int *ret_dirfd, uint64_t *ret_max) {
   Stoker__V1__StagingInfoRequest req = STOKER__V1__STAGING_INFO_REQUEST__INIT;
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD(get_staging_info, &req), &req.base,
-                        &stoker__v1__staging_info__descriptor, 0, &resp);
+  Stoker__V1__StagingInfo *info = NULL;
+  int err = CKPT_CALL(c, get_staging_info, &req, 0, &info);
   if (err < 0) return err;
-  const Stoker__V1__StagingInfo *info = (const Stoker__V1__StagingInfo *)resp;
   *ret_dirfd = open_dir(info);
   *ret_max = info->shm_max_bytes;
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
   return 0;
 }
 
