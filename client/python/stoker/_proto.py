@@ -106,6 +106,27 @@ def to_message(cls: type[Req], **values: Any) -> Req:
 _STORAGE_REF = "stoker.v1.StorageRef"
 
 
+class Service:
+    """A service's RPCs by name, from a generated module's descriptor:
+    ``Service(ckpt_pb, "Checkpoint").Begin`` is :func:`method`'s Method
+    (AttributeError for a method the proto lacks)."""
+
+    def __init__(self, module: types.ModuleType, name: str) -> None:
+        self._module, self._name = module, name
+        self._methods: dict[str, Method[Any, Any]] = {}
+
+    def __getattr__(self, name: str) -> Method[Any, Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        m = self._methods.get(name)
+        if m is None:
+            try:
+                m = self._methods[name] = method(self._module, self._name, name)
+            except KeyError:
+                raise AttributeError(f"{self._name} has no method {name}") from None
+        return m
+
+
 # ---- messages as dataclasses ----------------------------------------------------------
 
 
