@@ -63,6 +63,9 @@ struct coord_opts {
   uint64_t write_buffer_bytes;  /* RocksDB memtable size; 0: RocksDB's 64 MiB. */
 };
 
+/* JobEventType values counted apart (coord_stats.events_by_type). */
+#define COORD_EVENT_TYPES 32
+
 struct coord_stats {
   uint64_t jobs;          /* Jobs known now. */
   uint64_t members;       /* Members of current generations, all jobs. */
@@ -73,7 +76,9 @@ struct coord_stats {
   uint64_t heartbeats;    /* Heartbeats handled. */
   uint64_t joins;         /* Joins handled. */
   uint64_t events;        /* Events recorded. */
-  uint64_t kv_bytes;      /* Key-value bytes held now, all jobs (keys, values, overhead). */
+  /* Events recorded by JobEventType (index: the enum's value). */
+  uint64_t events_by_type[COORD_EVENT_TYPES];
+  uint64_t kv_bytes; /* Key-value bytes held now, all jobs (keys, values, overhead). */
 };
 
 /* Opens the store in opts->dir, loads every job, member, KV entry and
@@ -157,6 +162,16 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
  * over 1024 bytes: STK_EINVAL. */
 void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req,
                        coord_done_fn done, void *arg);
+
+/* resp: Stoker__V1__Job. The queue controller's report on a submitted job
+ * (ReportQueueRequest): recorded as Job.queue (synced before the answer);
+ * a change of state logs QUEUED (the queue and position in the message)
+ * or ADMITTED (world_size: the admitted ranks) once, and while the job
+ * waits or is paused its reason says where it is. A job without
+ * spec.submission: STK_ESTATE. A bad status: STK_EINVAL naming the field,
+ * no change. */
+void coord_report_queue(struct coord *c, const Stoker__V1__ReportQueueRequest *req,
+                        coord_done_fn done, void *arg);
 
 /* Streams stored events with seq > after_seq, then live events, through
  * on_event (only events already durable are delivered). When the job is

@@ -90,6 +90,7 @@ void coord_job_view_init(struct job_view *v, struct job *j, bool with_members) {
   v->job.updated_at_ms = j->updated_ms;
   v->job.last_event_seq = j->last_event_seq;
   v->job.reason = j->reason;
+  v->job.queue = j->queue;
   if (!with_members) return;
   v->job.waiting = j->n_joiners;
   v->mem = coord_xcalloc(j->n_members, sizeof(*v->mem));
@@ -130,6 +131,7 @@ uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len) {
   rec.pause_ckpt_seen = j->pause_ckpt_seen;
   rec.preempted = j->preempted ? j->preempted : "";
   rec.awaited_step = j->awaited_step;
+  rec.last_world = j->last_world;
   *ret_len = stoker__v1__job_record__get_packed_size(&rec);
   uint8_t *buf = coord_xmalloc(*ret_len);
   stoker__v1__job_record__pack(&rec, buf);

@@ -12,7 +12,7 @@ import dataclasses
 import grpc
 import pytest
 
-from stoker import _proto, jobs
+from stoker import _proto, jobs, queue
 from stoker.errors import StokerError
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
 from stoker.v1 import common_pb2
@@ -50,7 +50,8 @@ def test_a_bad_request_value_is_invalid_argument_before_sending():
 def test_every_result_class_mirrors_its_whole_message():
     mirrored = {
         cls: _proto.mirrored(cls)
-        for cls in vars(jobs).values()
+        for module in (jobs, queue)
+        for cls in vars(module).values()
         if isinstance(cls, type) and _proto.mirrored(cls)
     }
     # A field added to one of these protos: one annotated line in its class

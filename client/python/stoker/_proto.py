@@ -252,7 +252,8 @@ def _one(fd: FieldDescriptor, raw: Any, hint: Any) -> Any:
         return raw
     if fd.message_type.full_name == _STORAGE_REF and hint is str:
         return raw.uri
-    return from_proto(hint, raw)
+    own = getattr(hint, "from_proto", None)  # a Mirror's, or a class's own
+    return own(raw) if own is not None else from_proto(hint, raw)
 
 
 def _optional(hint: Any) -> bool:

@@ -41,6 +41,7 @@ import grpc
 from stoker._proto import GIVEN, Method, Mirror, derived, enum_name, method, mirror, to_message
 from stoker.connection import Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
+from stoker.queue import QueueStatus, Submission, status_proto
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as coord_pb
@@ -71,6 +72,7 @@ LIST_CHECKPOINTS = method(ckpt_pb, "Checkpoint", "List")
 GET_MANIFEST = method(ckpt_pb, "Checkpoint", "GetManifest")
 ABORT_CHECKPOINT = method(ckpt_pb, "Checkpoint", "Abort")
 VERIFY_CHECKPOINT = method(ckpt_pb, "Checkpoint", "Verify")
+REPORT_QUEUE = method(coord_pb, "Coordinator", "ReportQueue")
 
 
 # stokerctl's dataset format names (its --dataset syntax): the enum's short
@@ -147,7 +149,8 @@ class JobSpec(_Result):
     long a Join may park. labels: free key/value pairs (select jobs by them).
     dataset, checkpoint_storage: storage URIs ("" when unset).
     checkpoint_every_steps: ask ranks for a checkpoint every this many steps
-    (0: the trainer decides).
+    (0: the trainer decides). submission: set for a job submitted to a
+    cluster queue (:meth:`Jobs.submit`), else None.
     """
 
     name: str
@@ -161,6 +164,7 @@ class JobSpec(_Result):
     dataset: str
     checkpoint_storage: str
     checkpoint_every_steps: int
+    submission: Submission | None = None
 
 
 @mirror(coord_pb.Member)
@@ -199,7 +203,9 @@ class Job(_Result):
     waiting: joins parked in the open round. members: the current
     generation's, by rank. latest_checkpoint: None when the coordinator sent
     none (a ref with step 0 means no checkpoint yet). Times are Unix ms;
-    last_event_seq: the newest event (``watch(after_seq=...)``).
+    last_event_seq: the newest event (``watch(after_seq=...)``). queue: a
+    submitted job's place in its cluster's queue, the queue controller's last
+    report (None before the first, and for jobs not submitted).
     """
 
     name: str = field(metadata=derived(lambda m: m.spec.name))
@@ -215,6 +221,7 @@ class Job(_Result):
     created_at_ms: int
     updated_at_ms: int
     last_event_seq: int
+    queue: QueueStatus | None = None
 
     @property
     def step(self) -> int:
@@ -231,8 +238,10 @@ class JobEvent(_Result):
     "CREATED", "MEMBER_JOINED", "ROUND_CLOSED", "ROUND_OPENED",
     "MEMBER_LOST", "MEMBER_LEFT", "SCALED", "PAUSED", "RESUMED", "STOPPED",
     "DELETED", "CHECKPOINT", "HEALTH", "COORDINATOR_RESTARTED", "FINISHED" or
-    "PREEMPTED" (a preemption notice: message the reason, step where it came); the other
-    fields are set where the type has them (0 or "" otherwise).
+    "PREEMPTED" (a preemption notice: message the reason, step where it came),
+    or a submitted job's "QUEUED", "ADMITTED", "SHRUNK", "GROWN" (see
+    :mod:`stoker.queue`; ``stoker.queue.describe(event)`` says it in words);
+    the other fields are set where the type has them (0 or "" otherwise).
     """
 
     seq: int
@@ -923,3 +932,66 @@ class Jobs:
         reading the checkpoint, within the client's timeout."""
         reply = VERIFY_CHECKPOINT.call(self._checkpoint(), True, job=job, step=step)
         return VerifyReport.from_proto(reply, job=job, step=step)
+
+    # ---- submitted jobs (stoker.queue) ----------------------------------------------
+
+    def submit(
+        self,
+        name: str,
+        template: str,
+        min_ranks: int,
+        max_ranks: int,
+        *,
+        queue: str = "",
+        priority: str = "",
+        args: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+        checkpoint_storage: str = "",
+        **spec: int,
+    ) -> Job:
+        """Submits a job to a cluster queue (``stokerctl job submit``): creates
+        it as :meth:`create` does, with a :class:`~stoker.queue.Submission`;
+        the queue controller starts its ranks from ``template`` in ``queue``
+        at ``priority`` ("" : the defaults) with ``args`` appended to the
+        trainer's command (at most 64, each at most 1024 bytes). Follow it
+        with :meth:`watch` (QUEUED, ADMITTED, ...) and the returned job's
+        ``queue``. spec: create's other counts and durations
+        (heartbeat_interval_ms, checkpoint_every_steps, ...). A bad name or
+        argument is INVALID_ARGUMENT naming the field; nothing is created."""
+        sub = to_message(
+            coord_pb.Submission,
+            queue=queue,
+            priority=priority,
+            template=template,
+            args=list(args),
+        )
+        req = to_message(
+            coord_pb.JobSpec,
+            name=name,
+            min_ranks=min_ranks,
+            max_ranks=max_ranks,
+            labels=dict(labels or {}),
+            submission=sub,
+            checkpoint_storage=checkpoint_storage,
+            **spec,
+        )
+        return self._job(CREATE_JOB, spec=req)
+
+    def resize(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
+        """:meth:`scale` by the name ``stokerctl job resize`` uses: checkpoint,
+        then go on at ``ranks`` ranks (a submitted job's queue controller
+        resizes its workload to match; SHRUNK or GROWN is logged)."""
+        return self.scale(name, ranks, skip_checkpoint)
+
+    def report_queue(self, name: str, state: str, **status: Any) -> Job:
+        """The queue controller's report on a submitted job (``ReportQueue``):
+        state "QUEUED", "ADMITTED", "EVICTED", "FINISHED" or "REJECTED", and
+        the :class:`~stoker.queue.QueueStatus` fields (workload,
+        cluster_queue, position, admitted_ranks, message, updated_ms). A change
+        of state logs QUEUED or ADMITTED once. FAILED_PRECONDITION for a job
+        not submitted; INVALID_ARGUMENT naming a bad field."""
+        try:
+            st = status_proto(state, **status)
+        except (TypeError, ValueError) as e:
+            raise invalid_argument(f"queue status: {e}") from None
+        return self._job(REPORT_QUEUE, job=name, status=st)
