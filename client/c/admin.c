@@ -200,7 +200,5 @@ void stk_watch_free(struct stk_watch *w) {
 
 int stk_usage_get(struct stk_client *c, int64_t timeout_ms, Stoker__V1__UsageReport **ret_report) {
   Stoker__V1__GetUsageRequest req = STOKER__V1__GET_USAGE_REQUEST__INIT;
-  return client_call(c, RPC_METHOD_PATH(stoker__v1__usage, get_usage, &req), &req.base,
-                     &stoker__v1__usage_report__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_report);
+  return CLIENT_CALL(stoker__v1__usage, c, get_usage, &req, timeout_ms, ret_report);
 }
