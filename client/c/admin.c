@@ -18,8 +18,7 @@ int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_
   if (!spec) return client_fail(STK_EINVAL, "create job");
   Stoker__V1__CreateJobRequest req = STOKER__V1__CREATE_JOB_REQUEST__INIT;
   req.spec = (Stoker__V1__JobSpec *)spec;
-  return client_call(c, COORD_METHOD(create_job, &req), &req.base, &stoker__v1__job__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_job);
+  return COORD_CALL(c, create_job, &req, timeout_ms, ret_job);
 }
 
 int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
@@ -27,8 +26,7 @@ int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
   if (!job) return client_fail(STK_EINVAL, "get job");
   Stoker__V1__GetJobRequest req = STOKER__V1__GET_JOB_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, COORD_METHOD(get_job, &req), &req.base, &stoker__v1__job__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_job);
+  return COORD_CALL(c, get_job, &req, timeout_ms, ret_job);
 }
 
 int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
@@ -52,9 +50,7 @@ int stk_job_list(struct stk_client *c, const char *const *keys, const char *cons
   }
   req.n_label_selector = n_labels;
   req.label_selector = ptrs;
-  int err = client_list_all(c, COORD_METHOD(list_jobs, &req), &req.base, &req.page_token,
-                            &stoker__v1__list_jobs_response__descriptor, timeout_ms,
-                            (ProtobufCMessage **)ret_resp);
+  int err = CLIENT_LIST_ALL(stoker__v1__coordinator, c, list_jobs, &req, timeout_ms, ret_resp);
   free(entries);
   free(ptrs);
   return err;
@@ -66,11 +62,9 @@ int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job
   Stoker__V1__JobActionRequest req = STOKER__V1__JOB_ACTION_REQUEST__INIT;
   req.job = (char *)job;
   req.force = force;
-  const char *method = verb == STK_JOB_PAUSE    ? COORD_METHOD(pause_job, &req)
-                       : verb == STK_JOB_RESUME ? COORD_METHOD(resume_job, &req)
-                                                : COORD_METHOD(stop_job, &req);
-  return client_call(c, method, &req.base, &stoker__v1__job__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_job);
+  if (verb == STK_JOB_PAUSE) return COORD_CALL(c, pause_job, &req, timeout_ms, ret_job);
+  if (verb == STK_JOB_RESUME) return COORD_CALL(c, resume_job, &req, timeout_ms, ret_job);
+  return COORD_CALL(c, stop_job, &req, timeout_ms, ret_job);
 }
 
 int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t timeout_ms) {
@@ -78,8 +72,7 @@ int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t ti
   Stoker__V1__JobActionRequest req = STOKER__V1__JOB_ACTION_REQUEST__INIT;
   req.job = (char *)job;
   req.force = force;
-  return client_call(c, COORD_METHOD(delete_job, &req), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
+  return COORD_CALL(c, delete_job, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
@@ -89,8 +82,7 @@ int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool sk
   req.job = (char *)job;
   req.ranks = ranks;
   req.skip_checkpoint = skip_checkpoint;
-  return client_call(c, COORD_METHOD(scale_job, &req), &req.base, &stoker__v1__job__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_job);
+  return COORD_CALL(c, scale_job, &req, timeout_ms, ret_job);
 }
 
 int stk_job_preempt(struct stk_client *c, const char *job, const char *reason, int64_t timeout_ms,
@@ -99,8 +91,7 @@ int stk_job_preempt(struct stk_client *c, const char *job, const char *reason, i
   Stoker__V1__PreemptJobRequest req = STOKER__V1__PREEMPT_JOB_REQUEST__INIT;
   req.job = (char *)job;
   req.reason = (char *)(reason ? reason : "");
-  return client_call(c, COORD_METHOD(preempt_job, &req), &req.base, &stoker__v1__job__descriptor,
-                     timeout_ms, (ProtobufCMessage **)ret_job);
+  return COORD_CALL(c, preempt_job, &req, timeout_ms, ret_job);
 }
 
 /* ------------------------------------------------------------------ watch */
@@ -209,7 +200,5 @@ void stk_watch_free(struct stk_watch *w) {
 
 int stk_usage_get(struct stk_client *c, int64_t timeout_ms, Stoker__V1__UsageReport **ret_report) {
   Stoker__V1__GetUsageRequest req = STOKER__V1__GET_USAGE_REQUEST__INIT;
-  return client_call(c, RPC_METHOD_PATH(stoker__v1__usage, get_usage, &req), &req.base,
-                     &stoker__v1__usage_report__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_report);
+  return CLIENT_CALL(stoker__v1__usage, c, get_usage, &req, timeout_ms, ret_report);
 }

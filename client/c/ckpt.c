@@ -166,18 +166,16 @@ int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_m
   if (err < 0) return err;
   Stoker__V1__CommitCheckpointRequest req = STOKER__V1__COMMIT_CHECKPOINT_REQUEST__INIT;
   req.attempt = id;
-  ProtobufCMessage *resp = NULL;
-  err = client_call(c, CKPT_METHOD(commit, &req), &req.base,
-                    &stoker__v1__checkpoint_ref__descriptor, timeout_ms, &resp);
+  Stoker__V1__CheckpointRef *ref = NULL;
+  err = CKPT_CALL(c, commit, &req, timeout_ms, &ref);
   if (err < 0) return err;
-  const Stoker__V1__CheckpointRef *ref = (const Stoker__V1__CheckpointRef *)resp;
   if (ret_ref) {
     ret_ref->step = ref->step;
     ret_ref->committed_at_ms = ref->committed_at_ms;
     ret_ref->generation = ref->generation;
     snprintf(ret_ref->uri, sizeof(ret_ref->uri), "%s", ref->uri ? ref->uri : "");
   }
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&ref->base, NULL);
   return 0;
 }
 
@@ -189,6 +187,5 @@ int stk_ckpt_abort(struct stk_client *c, const char *attempt, const char *reason
   Stoker__V1__AbortCheckpointRequest req = STOKER__V1__ABORT_CHECKPOINT_REQUEST__INIT;
   req.attempt = id;
   req.reason = (char *)(reason ? reason : "");
-  return client_call(c, CKPT_METHOD(abort, &req), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
+  return CKPT_CALL(c, abort, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }

@@ -13,9 +13,7 @@ int stk_ckpt_list(struct stk_client *c, const char *job, int64_t timeout_ms,
   if (!job || !ret_resp) return client_fail(STK_EINVAL, "list");
   Stoker__V1__ListCheckpointsRequest req = STOKER__V1__LIST_CHECKPOINTS_REQUEST__INIT;
   req.job = (char *)job;
-  return client_list_all(c, CKPT_METHOD(list, &req), &req.base, &req.page_token,
-                         &stoker__v1__list_checkpoints_response__descriptor, timeout_ms,
-                         (ProtobufCMessage **)ret_resp);
+  return CLIENT_LIST_ALL(stoker__v1__checkpoint, c, list, &req, timeout_ms, ret_resp);
 }
 
 int stk_ckpt_get_manifest(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
@@ -24,9 +22,7 @@ int stk_ckpt_get_manifest(struct stk_client *c, const char *job, int64_t step, i
   Stoker__V1__GetManifestRequest req = STOKER__V1__GET_MANIFEST_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  return client_call(c, CKPT_METHOD(get_manifest, &req), &req.base,
-                     &stoker__v1__manifest__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_manifest);
+  return CKPT_CALL(c, get_manifest, &req, timeout_ms, ret_manifest);
 }
 
 int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {
@@ -34,8 +30,7 @@ int stk_ckpt_delete(struct stk_client *c, const char *job, int64_t step, int64_t
   Stoker__V1__DeleteCheckpointRequest req = STOKER__V1__DELETE_CHECKPOINT_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  return client_call(c, CKPT_METHOD(delete, &req), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
+  return CKPT_CALL(c, delete, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
@@ -44,7 +39,5 @@ int stk_ckpt_verify(struct stk_client *c, const char *job, int64_t step, int64_t
   Stoker__V1__VerifyCheckpointRequest req = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  return client_call(c, CKPT_METHOD(verify, &req), &req.base,
-                     &stoker__v1__verify_checkpoint_response__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_resp);
+  return CKPT_CALL(c, verify, &req, timeout_ms, ret_resp);
 }

@@ -11,6 +11,8 @@
 
 /* CKPT_METHOD(begin, &req): as COORD_METHOD (client_internal.h). */
 #define CKPT_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__checkpoint, field, req)
+#define CKPT_CALL(c, field, req, timeout_ms, ret)                                                  \
+  CLIENT_CALL(stoker__v1__checkpoint, c, field, req, timeout_ms, ret)
 
 /* True when box has 1..STK_CKPT_MAX_DIMS dims, each size > 0, and (when
  * shape is not NULL) lies inside shape. */
@@ -144,6 +146,13 @@ int ckpt_seg_mode_from_env(void);
  * STK_ENOTSUP (or the call's error) when it cannot and mode is ON. */
 int ckpt_seg_open(struct stk_client *c, const char *attempt, uint32_t rank, int mode,
                   struct ckpt_seg **ret_shm);
+
+/* Staging into the directory dirfd (which m owns from now on, closed even
+ * on failure) in segments of at most max_bytes (and 64 MiB): what
+ * ckpt_seg_open makes once the service answered, and what the test vectors
+ * (tests/vectors) drive without a service. Errors: STK_ENOMEM. */
+int ckpt_seg_new(int dirfd, const char *attempt, uint32_t rank, uint64_t max_bytes,
+                 struct ckpt_seg **ret_shm);
 
 /* Most bytes of one chunk (a segment's capacity). */
 uint64_t ckpt_seg_segment_bytes(const struct ckpt_seg *m);

@@ -86,14 +86,12 @@ static int open_dir(const Stoker__V1__StagingInfo *info) {
 
 static int ask(struct stk_client *c, int *ret_dirfd, uint64_t *ret_max) {
   Stoker__V1__StagingInfoRequest req = STOKER__V1__STAGING_INFO_REQUEST__INIT;
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, CKPT_METHOD(get_staging_info, &req), &req.base,
-                        &stoker__v1__staging_info__descriptor, 0, &resp);
+  Stoker__V1__StagingInfo *info = NULL;
+  int err = CKPT_CALL(c, get_staging_info, &req, 0, &info);
   if (err < 0) return err;
-  const Stoker__V1__StagingInfo *info = (const Stoker__V1__StagingInfo *)resp;
   *ret_dirfd = open_dir(info);
   *ret_max = info->shm_max_bytes;
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&info->base, NULL);
   return 0;
 }
 
@@ -111,16 +109,22 @@ int ckpt_seg_open(struct stk_client *c, const char *attempt, uint32_t rank, int 
     return client_fail(STK_ENOTSUP, "shm staging: the service is not on this host or has it off");
   }
   if (err < 0) return err;
+  err = ckpt_seg_new(dirfd, attempt, rank, max, ret_shm);
+  return err < 0 ? client_fail(err, "shm staging") : 0;
+}
+
+int ckpt_seg_new(int dirfd, const char *attempt, uint32_t rank, uint64_t max_bytes,
+                 struct ckpt_seg **ret_shm) {
   struct ckpt_seg *m = calloc(1, sizeof(*m));
   if (!m) {
     close(dirfd);
-    return client_fail(STK_ENOMEM, "shm staging");
+    return STK_ENOMEM;
   }
   m->dirfd = dirfd;
   m->f.fd = -1;
   snprintf(m->attempt, sizeof(m->attempt), "%s", attempt);
   m->rank = rank;
-  m->cap = max < SEGMENT_BYTES ? max : SEGMENT_BYTES;
+  m->cap = max_bytes < SEGMENT_BYTES ? max_bytes : SEGMENT_BYTES;
   if (getrandom(&m->tag_hi, sizeof(m->tag_hi), 0) != (ssize_t)sizeof(m->tag_hi))
     m->tag_hi = (uint32_t)getpid();
   *ret_shm = m;

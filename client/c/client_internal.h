@@ -21,6 +21,24 @@
  * type does not compile. */
 #define COORD_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__coordinator, field, req)
 
+/* A unary call of a service's method with everything the descriptor knows
+ * taken from it: path and response descriptor (RPC_METHOD_PATH,
+ * RPC_METHOD_REPLY), request and response types checked by the compiler.
+ * ret: Resp ** (a typed NULL when the answer is dropped). COORD_CALL,
+ * DL_CALL (loader_internal.h), CKPT_CALL (ckpt_internal.h) name the
+ * service. */
+#define CLIENT_CALL(prefix, c, field, req, timeout_ms, ret)                                        \
+  client_call((c), RPC_METHOD_PATH(prefix, field, req), &(req)->base,                              \
+              RPC_METHOD_REPLY(prefix, field, req, ret), (timeout_ms), (ProtobufCMessage **)(ret))
+/* The same for a paged listing (client_list_all): req's page_token is set
+ * page by page. */
+#define CLIENT_LIST_ALL(prefix, c, field, req, timeout_ms, ret)                                    \
+  client_list_all((c), RPC_METHOD_PATH(prefix, field, req), &(req)->base, &(req)->page_token,      \
+                  RPC_METHOD_REPLY(prefix, field, req, ret), (timeout_ms),                         \
+                  (ProtobufCMessage **)(ret))
+#define COORD_CALL(c, field, req, timeout_ms, ret)                                                 \
+  CLIENT_CALL(stoker__v1__coordinator, c, field, req, timeout_ms, ret)
+
 /* The member this client joined as, guarded by stk_client.mu. */
 struct membership {
   bool joined;

@@ -18,11 +18,10 @@ int stk_health_check(struct stk_client *c, const char *service, int64_t timeout_
                      int *ret_status) {
   Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
   req.service = (char *)(service ? service : "");
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, RPC_METHOD_PATH(grpc__health__v1__health, check, &req), &req.base,
-                        &grpc__health__v1__health_check_response__descriptor, timeout_ms, &resp);
+  Grpc__Health__V1__HealthCheckResponse *resp = NULL;
+  int err = CLIENT_CALL(grpc__health__v1__health, c, check, &req, timeout_ms, &resp);
   if (err < 0) return err;
-  *ret_status = ((Grpc__Health__V1__HealthCheckResponse *)resp)->status;
-  protobuf_c_message_free_unpacked(resp, NULL);
+  *ret_status = resp->status;
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
   return 0;
 }

@@ -216,10 +216,9 @@ int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, ui
   req.step = step;
   req.rank = rank;
   req.world = world;
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, DL_METHOD(get_batch, &req), &req.base, &stoker__v1__batch__descriptor,
-                        timeout_ms, &resp);
-  return err < 0 ? err : loader_batch_from_msg(resp, false, ret_batch);
+  Stoker__V1__Batch *resp = NULL;
+  int err = DL_CALL(c, get_batch, &req, timeout_ms, &resp);
+  return err < 0 ? err : loader_batch_from_msg(&resp->base, false, ret_batch);
 }
 
 int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {
@@ -227,8 +226,7 @@ int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64
   Stoker__V1__CommitRequest req = STOKER__V1__COMMIT_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  return client_call(c, DL_METHOD(commit, &req), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
+  return DL_CALL(c, commit, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
@@ -237,15 +235,13 @@ int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64
   Stoker__V1__ExportStateRequest req = STOKER__V1__EXPORT_STATE_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, DL_METHOD(export_state, &req), &req.base,
-                        &stoker__v1__loader_state__descriptor, timeout_ms, &resp);
+  Stoker__V1__LoaderState *st = NULL;
+  int err = DL_CALL(c, export_state, &req, timeout_ms, &st);
   if (err < 0) return err;
-  Stoker__V1__LoaderState *st = (Stoker__V1__LoaderState *)resp;
   uint8_t *blob = malloc(st->state.len + 1);
   if (blob) memcpy(blob, st->state.data, st->state.len);
   size_t len = st->state.len;
-  protobuf_c_message_free_unpacked(resp, NULL);
+  protobuf_c_message_free_unpacked(&st->base, NULL);
   if (!blob) return client_fail(STK_ENOMEM, "export state");
   *ret_blob = blob;
   *ret_len = len;
@@ -273,12 +269,11 @@ int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
   req.state.len = lens[0];
   req.more_states = more;
   req.n_more_states = n - 1;
-  ProtobufCMessage *info = NULL;
-  int err = client_call(c, DL_METHOD(import_state, &req), &req.base,
-                        &stoker__v1__loader_info__descriptor, timeout_ms, &info);
+  Stoker__V1__LoaderInfo *info = NULL;
+  int err = DL_CALL(c, import_state, &req, timeout_ms, &info);
   free(more);
   if (err < 0) return err;
-  if (ret_committed_step) *ret_committed_step = ((Stoker__V1__LoaderInfo *)info)->committed_step;
-  protobuf_c_message_free_unpacked(info, NULL);
+  if (ret_committed_step) *ret_committed_step = info->committed_step;
+  protobuf_c_message_free_unpacked(&info->base, NULL);
   return 0;
 }

@@ -14,9 +14,7 @@ int stk_loader_create(struct stk_client *c, const Stoker__V1__LoaderSpec *spec, 
   if (!spec || !spec->job) return client_fail(STK_EINVAL, "create loader");
   Stoker__V1__CreateLoaderRequest req = STOKER__V1__CREATE_LOADER_REQUEST__INIT;
   req.spec = (Stoker__V1__LoaderSpec *)spec;
-  return client_call(c, DL_METHOD(create_loader, &req), &req.base,
-                     &stoker__v1__loader_info__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_info);
+  return DL_CALL(c, create_loader, &req, timeout_ms, ret_info);
 }
 
 int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
@@ -24,33 +22,26 @@ int stk_loader_get(struct stk_client *c, const char *job, int64_t timeout_ms,
   if (!job) return client_fail(STK_EINVAL, "get loader");
   Stoker__V1__GetLoaderRequest req = STOKER__V1__GET_LOADER_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, DL_METHOD(get_loader, &req), &req.base,
-                     &stoker__v1__loader_info__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_info);
+  return DL_CALL(c, get_loader, &req, timeout_ms, ret_info);
 }
 
 int stk_loader_list(struct stk_client *c, int64_t timeout_ms,
                     Stoker__V1__ListLoadersResponse **ret_resp) {
   Stoker__V1__ListLoadersRequest req = STOKER__V1__LIST_LOADERS_REQUEST__INIT;
-  return client_list_all(c, DL_METHOD(list_loaders, &req), &req.base, &req.page_token,
-                         &stoker__v1__list_loaders_response__descriptor, timeout_ms,
-                         (ProtobufCMessage **)ret_resp);
+  return CLIENT_LIST_ALL(stoker__v1__dataloader, c, list_loaders, &req, timeout_ms, ret_resp);
 }
 
 int stk_loader_delete(struct stk_client *c, const char *job, int64_t timeout_ms) {
   if (!job) return client_fail(STK_EINVAL, "delete loader");
   Stoker__V1__DeleteLoaderRequest req = STOKER__V1__DELETE_LOADER_REQUEST__INIT;
   req.job = (char *)job;
-  return client_call(c, DL_METHOD(delete_loader, &req), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
+  return DL_CALL(c, delete_loader, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_loader_update_mixture(struct stk_client *c, const Stoker__V1__UpdateMixtureRequest *req,
                               int64_t timeout_ms, Stoker__V1__LoaderInfo **ret_info) {
   if (!req || !req->job) return client_fail(STK_EINVAL, "update mixture");
-  return client_call(c, DL_METHOD(update_mixture, req), &req->base,
-                     &stoker__v1__loader_info__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_info);
+  return DL_CALL(c, update_mixture, req, timeout_ms, ret_info);
 }
 
 int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
@@ -61,9 +52,7 @@ int stk_loader_explain(struct stk_client *c, const char *job, int64_t step, uint
   req.step = step;
   req.rank = rank;
   req.world = world;
-  return client_call(c, DL_METHOD(explain, &req), &req.base,
-                     &stoker__v1__explain_response__descriptor, timeout_ms,
-                     (ProtobufCMessage **)ret_resp);
+  return DL_CALL(c, explain, &req, timeout_ms, ret_resp);
 }
 
 /* One part's call answering a LoaderInfo (create, update mixture). */

@@ -15,6 +15,8 @@
 
 /* DL_METHOD(get_batch, &req): as COORD_METHOD (client_internal.h). */
 #define DL_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__dataloader, field, req)
+#define DL_CALL(c, field, req, timeout_ms, ret)                                                    \
+  CLIENT_CALL(stoker__v1__dataloader, c, field, req, timeout_ms, ret)
 
 /* Takes msg (a Stoker__V1__Batch) in every case: on success it belongs to
  * *ret_batch; on failure (STK_ECORRUPT: sizes disagree; STK_EINVAL: a

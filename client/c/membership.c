@@ -215,11 +215,7 @@ void membership_stop_heartbeat(struct stk_client *c) {
 /* One Join attempt bounded by the time left. */
 static int join_once(struct stk_client *c, const Stoker__V1__JoinRequest *req, int64_t left_ms,
                      Stoker__V1__JoinResponse **ret_resp) {
-  ProtobufCMessage *resp = NULL;
-  int err = client_call(c, COORD_METHOD(join, req), &req->base,
-                        &stoker__v1__join_response__descriptor, left_ms, &resp);
-  if (err == 0) *ret_resp = (Stoker__V1__JoinResponse *)resp;
-  return err;
+  return COORD_CALL(c, join, req, left_ms, ret_resp);
 }
 
 /* Records why a join gave up: the last server message, kept. */
@@ -322,8 +318,7 @@ static int leave(struct stk_client *c, bool finished, int64_t checkpoint_step) {
   if (!joined) return client_fail(STK_ESTATE, "leave: not joined");
   req.job = job;
   req.member_id = member;
-  return client_call(c, COORD_METHOD(leave, &req), &req.base, &stoker__v1__empty__descriptor, 0,
-                     NULL);
+  return COORD_CALL(c, leave, &req, 0, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_leave(struct stk_client *c) {

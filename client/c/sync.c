@@ -187,8 +187,7 @@ int stk_kv_set(struct stk_client *c, const char *key, const void *value, size_t 
   req.key = (char *)key;
   req.value.data = (uint8_t *)value;
   req.value.len = len;
-  return client_call(c, COORD_METHOD(kv_set, &req), &req.base, &stoker__v1__empty__descriptor,
-                     timeout_ms, NULL);
+  return COORD_CALL(c, kv_set, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_report_checkpoint(struct stk_client *c, const char *job, int64_t step, const char *uri) {
@@ -205,6 +204,5 @@ int stk_report_checkpoint(struct stk_client *c, const char *job, int64_t step, c
   }
   req.step = step;
   req.uri = (char *)uri;
-  return client_call(c, COORD_METHOD(report_checkpoint, &req), &req.base,
-                     &stoker__v1__empty__descriptor, 0, NULL);
+  return COORD_CALL(c, report_checkpoint, &req, 0, (Stoker__V1__Empty **)NULL);
 }

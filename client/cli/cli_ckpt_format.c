@@ -14,13 +14,7 @@
 
 /* The enum's own names (DTYPE_F32 -> "F32"), from the generated descriptor. */
 const char *fmt_dtype(int dtype, char *buf, size_t len) {
-  const ProtobufCEnumValue *v =
-      protobuf_c_enum_descriptor_get_value(&stoker__v1__dtype__descriptor, dtype);
-  if (v)
-    snprintf(buf, len, "%s", v->name + strlen("DTYPE_"));
-  else
-    snprintf(buf, len, "UNKNOWN(%d)", dtype);
-  return buf;
+  return fmt_enum_name(&stoker__v1__dtype__descriptor, dtype, buf, len);
 }
 
 void fmt_bytes(uint64_t bytes, char *buf, size_t len) {
@@ -58,15 +52,8 @@ cJSON *fmt_ckpt_list_json(const char *job, const Stoker__V1__ListCheckpointsResp
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "job", job);
   cJSON *a = cJSON_AddArrayToObject(o, "checkpoints");
-  for (size_t i = 0; i < l->n_checkpoints; i++) {
-    const Stoker__V1__CheckpointRef *r = l->checkpoints[i];
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "step", (double)r->step);
-    cJSON_AddStringToObject(e, "uri", r->uri);
-    cJSON_AddNumberToObject(e, "committed_at_ms", (double)r->committed_at_ms);
-    cJSON_AddNumberToObject(e, "generation", (double)r->generation);
-    cJSON_AddItemToArray(a, e);
-  }
+  for (size_t i = 0; i < l->n_checkpoints; i++)
+    cJSON_AddItemToArray(a, fmt_message_json(&l->checkpoints[i]->base));
   return o;
 }
 
@@ -153,52 +140,17 @@ void fmt_manifest_show(const Stoker__V1__Manifest *m, FILE *out) {
 
 /* ---------------------------------------------------------------- JSON */
 
-static cJSON *u64_array(const uint64_t *v, size_t n) {
-  cJSON *a = cJSON_CreateArray();
-  for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
-  return a;
-}
-
-static cJSON *chunk_json(const Stoker__V1__ChunkEntry *c) {
-  char dt[24];
-  cJSON *e = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "tensor", c->tensor);
-  cJSON_AddStringToObject(e, "dtype", fmt_dtype(c->dtype, dt, sizeof(dt)));
-  cJSON_AddItemToObject(e, "global_shape", u64_array(c->global_shape, c->n_global_shape));
-  cJSON *b = cJSON_AddObjectToObject(e, "box");
-  cJSON_AddItemToObject(b, "offsets",
-                        u64_array(c->box ? c->box->offsets : NULL, c->box ? c->box->n_offsets : 0));
-  cJSON_AddItemToObject(b, "sizes",
-                        u64_array(c->box ? c->box->sizes : NULL, c->box ? c->box->n_sizes : 0));
-  cJSON_AddStringToObject(e, "object", c->object);
-  cJSON_AddNumberToObject(e, "object_offset", (double)c->object_offset);
-  cJSON_AddNumberToObject(e, "length", (double)c->length);
-  return e;
-}
-
-static cJSON *object_json(const Stoker__V1__ObjectEntry *o) {
-  cJSON *e = cJSON_CreateObject();
-  cJSON_AddStringToObject(e, "key", o->key);
-  cJSON_AddNumberToObject(e, "size", (double)o->size);
-  cJSON *crc = cJSON_AddArrayToObject(e, "block_crc32c");
-  for (size_t i = 0; i < o->n_block_crc32c; i++)
-    cJSON_AddItemToArray(crc, cJSON_CreateNumber(o->block_crc32c[i]));
-  return e;
-}
-
+/* The manifest as stored, every field (cli_json.c); a chunk without a box
+ * (none is written so) shows an empty one, as stoker.jobs does. */
 cJSON *fmt_manifest_json(const Stoker__V1__Manifest *m) {
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddStringToObject(o, "job", m->job);
-  cJSON_AddNumberToObject(o, "step", (double)m->step);
-  cJSON_AddNumberToObject(o, "world", m->world);
-  cJSON_AddStringToObject(o, "attempt", m->attempt);
-  cJSON_AddNumberToObject(o, "format_version", m->format_version);
-  cJSON_AddNumberToObject(o, "crc_block_bytes", m->crc_block_bytes);
-  cJSON_AddNumberToObject(o, "created_at_ms", (double)m->created_at_ms);
-  cJSON *objs = cJSON_AddArrayToObject(o, "objects");
-  for (size_t i = 0; i < m->n_objects; i++) cJSON_AddItemToArray(objs, object_json(m->objects[i]));
-  cJSON *chunks = cJSON_AddArrayToObject(o, "chunks");
-  for (size_t i = 0; i < m->n_chunks; i++) cJSON_AddItemToArray(chunks, chunk_json(m->chunks[i]));
+  cJSON *o = fmt_message_json(&m->base);
+  cJSON *chunks = cJSON_GetObjectItemCaseSensitive(o, "chunks");
+  for (size_t i = 0; i < m->n_chunks; i++) {
+    if (m->chunks[i]->box) continue;
+    Stoker__V1__Box empty = STOKER__V1__BOX__INIT;
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(chunks, (int)i), "box",
+                              fmt_message_json(&empty.base));
+  }
   return o;
 }
 
@@ -219,12 +171,7 @@ cJSON *fmt_verify_json(const char *job, int64_t step,
   cJSON_AddStringToObject(o, "job", job);
   cJSON_AddNumberToObject(o, "step", (double)step);
   cJSON_AddBoolToObject(o, "ok", v->n_problems == 0);
-  cJSON_AddNumberToObject(o, "objects", (double)v->objects);
-  cJSON_AddNumberToObject(o, "bytes", (double)v->bytes);
-  cJSON_AddNumberToObject(o, "blocks", (double)v->blocks);
-  cJSON *p = cJSON_AddArrayToObject(o, "problems");
-  for (size_t i = 0; i < v->n_problems; i++)
-    cJSON_AddItemToArray(p, cJSON_CreateString(v->problems[i]));
+  fmt_add_fields_json(o, &v->base);
   return o;
 }
 

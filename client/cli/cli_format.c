@@ -9,34 +9,45 @@
 #include <string.h>
 #include <time.h>
 
-/* The proto name of value without prefix ("JOB_STATE_RUNNING" ->
- * "RUNNING"). */
-static const char *enum_name(const ProtobufCEnumDescriptor *d, int value, const char *prefix,
-                             char *buf, size_t len) {
+const char *fmt_enum_name(const ProtobufCEnumDescriptor *d, int value, char *buf, size_t len) {
   const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(d, value);
   if (!v) {
     snprintf(buf, len, "UNKNOWN(%d)", value);
     return buf;
   }
-  size_t n = strlen(prefix);
-  snprintf(buf, len, "%s", strncmp(v->name, prefix, n) == 0 ? v->name + n : v->name);
+  snprintf(buf, len, "%s", v->name + fmt_enum_prefix_len(d));
   return buf;
 }
 
+size_t fmt_enum_prefix_len(const ProtobufCEnumDescriptor *d) {
+  const ProtobufCEnumValue *zero = protobuf_c_enum_descriptor_get_value(d, 0);
+  const char *u = zero ? strstr(zero->name, "_UNSPECIFIED") : NULL;
+  if (u && strcmp(u, "_UNSPECIFIED") == 0) return (size_t)(u - zero->name) + 1;
+  /* Else the longest prefix every name shares, up to an underscore. */
+  size_t n = d->n_values ? strlen(d->values[0].name) : 0;
+  for (unsigned i = 1; i < d->n_values; i++) {
+    size_t k = 0;
+    while (k < n && d->values[i].name[k] == d->values[0].name[k]) k++;
+    n = k;
+  }
+  while (n > 0 && d->values[0].name[n - 1] != '_') n--;
+  return n;
+}
+
 const char *fmt_job_state(int state, char *buf, size_t len) {
-  return enum_name(&stoker__v1__job_state__descriptor, state, "JOB_STATE_", buf, len);
+  return fmt_enum_name(&stoker__v1__job_state__descriptor, state, buf, len);
 }
 
 const char *fmt_queue_state(int state, char *buf, size_t len) {
-  return enum_name(&stoker__v1__queue_state__descriptor, state, "QUEUE_STATE_", buf, len);
+  return fmt_enum_name(&stoker__v1__queue_state__descriptor, state, buf, len);
 }
 
 const char *fmt_event_type(int type, char *buf, size_t len) {
-  return enum_name(&stoker__v1__job_event_type__descriptor, type, "JOB_EVENT_", buf, len);
+  return fmt_enum_name(&stoker__v1__job_event_type__descriptor, type, buf, len);
 }
 
 const char *fmt_health(int health, char *buf, size_t len) {
-  return enum_name(&stoker__v1__rank_health__descriptor, health, "RANK_HEALTH_", buf, len);
+  return fmt_enum_name(&stoker__v1__rank_health__descriptor, health, buf, len);
 }
 
 void fmt_duration_ms(int64_t ms, char *buf, size_t len) {

@@ -39,8 +39,22 @@ const char *fmt_event_type(int type, char *buf, size_t len);
 const char *fmt_health(int health, char *buf, size_t len);
 const char *fmt_queue_state(int state, char *buf, size_t len);
 
-/* JSON renderings (caller frees with cJSON_Delete). Field names are the
- * proto's; 64-bit counters are numbers; times are Unix ms. */
+/* The value's proto name without the prefix every value of the enum
+ * shares ("JOB_STATE_RUNNING" -> "RUNNING": the zero value's name up to
+ * "UNSPECIFIED", else the longest common prefix up to an underscore);
+ * "UNKNOWN(7)" outside the enum. */
+const char *fmt_enum_name(const ProtobufCEnumDescriptor *d, int value, char *buf, size_t len);
+size_t fmt_enum_prefix_len(const ProtobufCEnumDescriptor *d);
+
+/* JSON renderings (caller frees with cJSON_Delete), derived from the
+ * descriptors (cli_json.c): every field of m in proto order under its proto
+ * name; enums by short name, 64-bit integers as numbers, times in Unix ms,
+ * repeated fields as arrays, maps as objects, an absent sub-message null,
+ * a StorageRef its URI. fmt_message_json(NULL) is null. */
+cJSON *fmt_message_json(const ProtobufCMessage *m);
+/* The same fields added to an object the caller started. */
+void fmt_add_fields_json(cJSON *o, const ProtobufCMessage *m);
+/* A job: its name (the spec's) first, then the message. */
 cJSON *fmt_job_json(const Stoker__V1__Job *job);
 cJSON *fmt_event_json(const Stoker__V1__JobEvent *ev);
 /* Prints obj unformatted on one line. */

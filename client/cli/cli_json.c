@@ -1,120 +1,32 @@
 /*
- * stokerctl --json: jobs and events as JSON objects for tooling, one per
- * line. Field names follow the proto (snake_case), enums are their short
- * names ("RUNNING"), times stay Unix milliseconds.
+ * stokerctl --json: messages as JSON objects for tooling, one per line,
+ * derived from the protobuf-c descriptors rather than copied field by field,
+ * so a field added to a proto shows up here (and equals stoker.jobs'
+ * as_dict(), which derives it from the same descriptors) without a line of
+ * C. Field names and order are the proto's; enums are their short names
+ * ("RUNNING", the prefix every value of the enum shares cut off;
+ * "UNKNOWN(7)" outside it); 64-bit integers are numbers; times stay Unix
+ * milliseconds; a repeated field is an array, a map an object, an absent
+ * sub-message null, and a StorageRef its URI ("" when absent). The few
+ * objects that are not one message (a job's name on top, a verify report's
+ * job, step and ok) add their keys around fmt_add_fields_json.
  */
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli_format.h"
 
-static void add_str(cJSON *o, const char *key, const char *s) {
-  cJSON_AddStringToObject(o, key, s ? s : "");
-}
-
-static cJSON *spec_json(const Stoker__V1__JobSpec *s) {
-  cJSON *o = cJSON_CreateObject();
-  add_str(o, "name", s->name);
-  cJSON_AddNumberToObject(o, "min_ranks", s->min_ranks);
-  cJSON_AddNumberToObject(o, "max_ranks", s->max_ranks);
-  cJSON_AddNumberToObject(o, "heartbeat_interval_ms", s->heartbeat_interval_ms);
-  cJSON_AddNumberToObject(o, "heartbeat_misses", s->heartbeat_misses);
-  cJSON_AddNumberToObject(o, "last_call_ms", s->last_call_ms);
-  cJSON_AddNumberToObject(o, "join_timeout_ms", s->join_timeout_ms);
-  cJSON *labels = cJSON_AddObjectToObject(o, "labels");
-  for (size_t i = 0; i < s->n_labels; i++) add_str(labels, s->labels[i]->key, s->labels[i]->value);
-  add_str(o, "dataset", s->dataset ? s->dataset->uri : NULL);
-  add_str(o, "checkpoint_storage", s->checkpoint_storage ? s->checkpoint_storage->uri : NULL);
-  cJSON_AddNumberToObject(o, "checkpoint_every_steps", (double)s->checkpoint_every_steps);
-  if (!s->submission) {
-    cJSON_AddNullToObject(o, "submission");
-  } else {
-    cJSON *sub = cJSON_AddObjectToObject(o, "submission");
-    add_str(sub, "queue", s->submission->queue);
-    add_str(sub, "priority", s->submission->priority);
-    add_str(sub, "template", s->submission->template_);
-    cJSON *args = cJSON_AddArrayToObject(sub, "args");
-    for (size_t i = 0; i < s->submission->n_args; i++)
-      cJSON_AddItemToArray(args, cJSON_CreateString(s->submission->args[i]));
-  }
-  return o;
-}
-
-static cJSON *queue_json(const Stoker__V1__QueueStatus *q) {
-  char buf[32];
-  cJSON *o = cJSON_CreateObject();
-  add_str(o, "state", fmt_queue_state(q->state, buf, sizeof(buf)));
-  add_str(o, "workload", q->workload);
-  add_str(o, "cluster_queue", q->cluster_queue);
-  cJSON_AddNumberToObject(o, "position", q->position);
-  cJSON_AddNumberToObject(o, "admitted_ranks", q->admitted_ranks);
-  add_str(o, "message", q->message);
-  cJSON_AddNumberToObject(o, "updated_ms", (double)q->updated_ms);
-  return o;
-}
-
-static cJSON *member_json(const Stoker__V1__Member *m) {
-  char buf[32];
-  cJSON *o = cJSON_CreateObject();
-  add_str(o, "member_id", m->member_id);
-  cJSON_AddNumberToObject(o, "rank", m->rank);
-  add_str(o, "address", m->address);
-  add_str(o, "host", m->host);
-  cJSON_AddNumberToObject(o, "last_heartbeat_ms", (double)m->last_heartbeat_ms);
-  cJSON_AddNumberToObject(o, "step", (double)m->step);
-  cJSON_AddNumberToObject(o, "tokens_per_s", m->tokens_per_s);
-  cJSON_AddNumberToObject(o, "loss", m->loss);
-  add_str(o, "health", fmt_health(m->health, buf, sizeof(buf)));
-  add_str(o, "message", m->message);
-  return o;
-}
-
-static cJSON *checkpoint_json(const Stoker__V1__CheckpointRef *c) {
-  if (!c) return cJSON_CreateNull();
-  cJSON *o = cJSON_CreateObject();
-  cJSON_AddNumberToObject(o, "step", (double)c->step);
-  add_str(o, "uri", c->uri);
-  cJSON_AddNumberToObject(o, "committed_at_ms", (double)c->committed_at_ms);
-  cJSON_AddNumberToObject(o, "generation", (double)c->generation);
-  return o;
-}
-
 cJSON *fmt_job_json(const Stoker__V1__Job *j) {
-  char buf[32];
   cJSON *o = cJSON_CreateObject();
   if (!o) return NULL;
-  add_str(o, "name", j->spec ? j->spec->name : NULL);
-  add_str(o, "state", fmt_job_state(j->state, buf, sizeof(buf)));
-  add_str(o, "reason", j->reason);
-  cJSON_AddNumberToObject(o, "generation", (double)j->generation);
-  cJSON_AddNumberToObject(o, "world_size", j->world_size);
-  cJSON_AddNumberToObject(o, "target_ranks", j->target_ranks);
-  cJSON_AddNumberToObject(o, "waiting", j->waiting);
-  cJSON_AddItemToObject(o, "spec", j->spec ? spec_json(j->spec) : cJSON_CreateNull());
-  cJSON *members = cJSON_AddArrayToObject(o, "members");
-  for (size_t i = 0; i < j->n_members; i++)
-    cJSON_AddItemToArray(members, member_json(j->members[i]));
-  cJSON_AddItemToObject(o, "latest_checkpoint", checkpoint_json(j->latest_checkpoint));
-  cJSON_AddNumberToObject(o, "created_at_ms", (double)j->created_at_ms);
-  cJSON_AddNumberToObject(o, "updated_at_ms", (double)j->updated_at_ms);
-  cJSON_AddNumberToObject(o, "last_event_seq", (double)j->last_event_seq);
-  cJSON_AddItemToObject(o, "queue", j->queue ? queue_json(j->queue) : cJSON_CreateNull());
+  cJSON_AddStringToObject(o, "name", j->spec && j->spec->name ? j->spec->name : "");
+  fmt_add_fields_json(o, &j->base);
   return o;
 }
 
 cJSON *fmt_event_json(const Stoker__V1__JobEvent *ev) {
-  char buf[48];
-  cJSON *o = cJSON_CreateObject();
-  if (!o) return NULL;
-  cJSON_AddNumberToObject(o, "seq", (double)ev->seq);
-  cJSON_AddNumberToObject(o, "time_ms", (double)ev->time_ms);
-  add_str(o, "job", ev->job);
-  add_str(o, "type", fmt_event_type(ev->type, buf, sizeof(buf)));
-  cJSON_AddNumberToObject(o, "generation", (double)ev->generation);
-  add_str(o, "member_id", ev->member_id);
-  cJSON_AddNumberToObject(o, "world_size", ev->world_size);
-  cJSON_AddNumberToObject(o, "step", (double)ev->step);
-  add_str(o, "message", ev->message);
-  return o;
+  return fmt_message_json(&ev->base);
 }
 
 void fmt_print_json(const cJSON *obj, FILE *out) {
@@ -122,4 +34,126 @@ void fmt_print_json(const cJSON *obj, FILE *out) {
   if (!s) return;
   fprintf(out, "%s\n", s);
   cJSON_free(s);
+}
+
+cJSON *fmt_message_json(const ProtobufCMessage *m) {
+  if (!m) return cJSON_CreateNull();
+  cJSON *o = cJSON_CreateObject();
+  if (o) fmt_add_fields_json(o, m);
+  return o;
+}
+
+static cJSON *field_json(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f);
+
+void fmt_add_fields_json(cJSON *o, const ProtobufCMessage *m) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+      uint32_t set = *(const uint32_t *)(const void *)((const char *)m + f->quantifier_offset);
+      if (set != f->id) continue; /* Another member of the oneof is set. */
+    }
+    cJSON_AddItemToObject(o, f->name, field_json(m, f));
+  }
+}
+
+/* ---- one field ---- */
+
+static bool is_map_entry(const ProtobufCMessageDescriptor *d) {
+  size_t n = strlen(d->name);
+  return d->n_fields == 2 && n > 5 && strcmp(d->name + n - 5, "Entry") == 0 &&
+         strcmp(d->fields[0].name, "key") == 0 && strcmp(d->fields[1].name, "value") == 0;
+}
+
+static size_t element_bytes(ProtobufCType t) {
+  switch (t) {
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+    return 8;
+  case PROTOBUF_C_TYPE_DOUBLE:
+    return sizeof(double);
+  case PROTOBUF_C_TYPE_STRING:
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return sizeof(void *);
+  case PROTOBUF_C_TYPE_BYTES:
+    return sizeof(ProtobufCBinaryData);
+  case PROTOBUF_C_TYPE_BOOL:
+    return sizeof(protobuf_c_boolean);
+  default:
+    return 4; /* 32-bit integers, float, enum. */
+  }
+}
+
+static cJSON *value_json(const ProtobufCFieldDescriptor *f, const void *p);
+
+static cJSON *field_json(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f) {
+  const void *p = (const char *)m + f->offset;
+  if (f->label != PROTOBUF_C_LABEL_REPEATED) return value_json(f, p);
+  size_t n = *(const size_t *)(const void *)((const char *)m + f->quantifier_offset);
+  const char *arr = *(const char *const *)p;
+  if (f->type == PROTOBUF_C_TYPE_MESSAGE && is_map_entry(f->descriptor)) {
+    cJSON *o = cJSON_CreateObject();
+    for (size_t i = 0; i < n; i++) {
+      const ProtobufCMessage *e = ((const ProtobufCMessage *const *)(const void *)arr)[i];
+      const ProtobufCMessageDescriptor *ed = e->descriptor;
+      cJSON *k = value_json(&ed->fields[0], (const char *)e + ed->fields[0].offset);
+      char num[32];
+      const char *key = cJSON_IsString(k) ? k->valuestring : num;
+      if (!cJSON_IsString(k)) snprintf(num, sizeof(num), "%.17g", cJSON_GetNumberValue(k));
+      cJSON_AddItemToObject(o, key,
+                            value_json(&ed->fields[1], (const char *)e + ed->fields[1].offset));
+      cJSON_Delete(k);
+    }
+    return o;
+  }
+  cJSON *a = cJSON_CreateArray();
+  size_t size = element_bytes(f->type);
+  for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(a, value_json(f, arr + i * size));
+  return a;
+}
+
+static cJSON *value_json(const ProtobufCFieldDescriptor *f, const void *p) {
+  char buf[64];
+  switch (f->type) {
+  case PROTOBUF_C_TYPE_INT32:
+  case PROTOBUF_C_TYPE_SINT32:
+  case PROTOBUF_C_TYPE_SFIXED32:
+    return cJSON_CreateNumber(*(const int32_t *)p);
+  case PROTOBUF_C_TYPE_UINT32:
+  case PROTOBUF_C_TYPE_FIXED32:
+    return cJSON_CreateNumber(*(const uint32_t *)p);
+  case PROTOBUF_C_TYPE_INT64:
+  case PROTOBUF_C_TYPE_SINT64:
+  case PROTOBUF_C_TYPE_SFIXED64:
+    return cJSON_CreateNumber((double)*(const int64_t *)p);
+  case PROTOBUF_C_TYPE_UINT64:
+  case PROTOBUF_C_TYPE_FIXED64:
+    return cJSON_CreateNumber((double)*(const uint64_t *)p);
+  case PROTOBUF_C_TYPE_FLOAT:
+    return cJSON_CreateNumber(*(const float *)p);
+  case PROTOBUF_C_TYPE_DOUBLE:
+    return cJSON_CreateNumber(*(const double *)p);
+  case PROTOBUF_C_TYPE_BOOL:
+    return cJSON_CreateBool(*(const protobuf_c_boolean *)p);
+  case PROTOBUF_C_TYPE_ENUM:
+    return cJSON_CreateString(fmt_enum_name(f->descriptor, *(const int *)p, buf, sizeof(buf)));
+  case PROTOBUF_C_TYPE_STRING: {
+    const char *s = *(const char *const *)p;
+    return cJSON_CreateString(s ? s : "");
+  }
+  case PROTOBUF_C_TYPE_BYTES: /* No operator object holds bytes: their size. */
+    return cJSON_CreateNumber((double)((const ProtobufCBinaryData *)p)->len);
+  case PROTOBUF_C_TYPE_MESSAGE: {
+    const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)p;
+    if (f->descriptor == &stoker__v1__storage_ref__descriptor) {
+      const Stoker__V1__StorageRef *ref = (const Stoker__V1__StorageRef *)sub;
+      return cJSON_CreateString(ref && ref->uri ? ref->uri : "");
+    }
+    return fmt_message_json(sub);
+  }
+  }
+  return cJSON_CreateNull();
 }

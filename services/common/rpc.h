@@ -208,6 +208,39 @@ struct rpc_method_path_cache {
     rpc_method_path_cached(&rpc_path_cache_, &prefix##__descriptor, #field);                       \
   })
 
+/*
+ * The response descriptor of the same method, for the call that unpacks its
+ * answer, so a call site never names the response type by hand:
+ *
+ *   client_call(c, path, &req.base, RPC_METHOD_REPLY(stoker__v1__coordinator, get_job, &req,
+ *               ret_job), timeout_ms, (ProtobufCMessage **)ret_job)
+ *
+ * ret is a pointer to the caller's response pointer (Resp **; a typed NULL,
+ * (Stoker__V1__Empty **)NULL, when the answer is dropped). The compiler
+ * checks req and Resp against the generated stub, whose closure takes the
+ * method's response: a wrong request or response type does not compile.
+ * NULL at run time only for a field the service lacks, which does not
+ * compile either.
+ */
+#define RPC_METHOD_REPLY(prefix, field, req, ret)                                                  \
+  __extension__({                                                                                  \
+    _Pragma("GCC diagnostic push");                                                                \
+    _Pragma("GCC diagnostic error \"-Wincompatible-pointer-types\"");                              \
+    enum {                                                                                         \
+      rpc_reply_checked_ =                                                                         \
+          sizeof(((&prefix##__##field)(NULL, (req),                                                \
+                                       (void (*)(const __typeof__(**(ret)) *, void *))NULL, NULL), \
+                  0))                                                                              \
+    };                                                                                             \
+    _Pragma("GCC diagnostic pop");                                                                 \
+    rpc_method_output(&prefix##__descriptor, #field);                                              \
+  })
+
+/* The response descriptor of desc's method field (rpc_method_by_field);
+ * NULL if desc has none. */
+const ProtobufCMessageDescriptor *rpc_method_output(const ProtobufCServiceDescriptor *desc,
+                                                    const char *field);
+
 /* RPC_METHOD_PATH's writer: cache->path once, from desc's method field (a
  * field desc lacks, which RPC_METHOD_PATH does not compile, writes
  * "/pkg.Svc/field", answered UNIMPLEMENTED); returns cache->path. */

@@ -42,6 +42,12 @@ const ProtobufCMethodDescriptor *rpc_method_by_field(const ProtobufCServiceDescr
   return NULL;
 }
 
+const ProtobufCMessageDescriptor *rpc_method_output(const ProtobufCServiceDescriptor *desc,
+                                                    const char *field) {
+  const ProtobufCMethodDescriptor *md = rpc_method_by_field(desc, field);
+  return md ? md->output : NULL;
+}
+
 int rpc_method_path(const ProtobufCServiceDescriptor *desc, const char *field, char *buf,
                     size_t len) {
   const ProtobufCMethodDescriptor *md = rpc_method_by_field(desc, field);

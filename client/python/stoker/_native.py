@@ -25,12 +25,14 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
-from stoker.connection import DATALOADER, Security
+from stoker._proto import method
+from stoker.connection import Security
 from stoker.errors import StokerError
+from stoker.v1 import dataloader_pb2
 
 LIBRARY_ENV = "STOKER_CLIENT_LIBRARY"
 SONAME = "libstoker-client.so.0"
-STREAM_METHOD = DATALOADER + "StreamBatches"
+STREAM_METHOD = method(dataloader_pb2, "Dataloader", "StreamBatches").path
 
 # enum stk_shm_mode, and the error codes this module branches on (stoker_error.h).
 SHM_AUTO, SHM_OFF, SHM_REQUIRE = 0, 1, 2

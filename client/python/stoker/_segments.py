@@ -26,9 +26,11 @@ from typing import Any
 import torch
 
 from stoker import _segmap
-from stoker.connection import CHECKPOINT, Connection
+from stoker._proto import method
+from stoker.connection import Connection
 from stoker.v1 import checkpoint_pb2 as pb
 
+GET_STAGING_INFO = method(pb, "Checkpoint", "GetStagingInfo")
 SEGMENT_BYTES = 64 << 20  # largest segment this client makes
 
 
@@ -70,12 +72,7 @@ class ShmStaging:
             return None
         info = _infos.get(conn.address)
         if info is None or not _here(info):  # asked once per service instance
-            info = conn.unary(
-                CHECKPOINT + "GetStagingInfo",
-                pb.StagingInfoRequest(),
-                pb.StagingInfo,
-                retry=True,
-            )
+            info = GET_STAGING_INFO.call(conn, True)
             if not _here(info):
                 return None
             _infos[conn.address] = info

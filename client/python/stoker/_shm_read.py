@@ -23,9 +23,11 @@ import secrets
 
 import torch
 
-from stoker.connection import CHECKPOINT, Connection
+from stoker._proto import method
+from stoker.connection import Connection
 from stoker.v1 import checkpoint_pb2 as pb
 
+GET_STAGING_INFO = method(pb, "Checkpoint", "GetStagingInfo")
 MAGIC = b"STKREAD1"
 NONCE_BYTES = 32
 DATA = 4096  # where the service writes the first wanted byte
@@ -45,9 +47,7 @@ def read_directory(conn: Connection) -> tuple[str, int, str] | None:
     file there goes to it), "" for a service that is not replicated."""
     if os.environ.get("STOKER_CKPT_SHM", "auto") in ("0", "off"):
         return None
-    info = conn.unary(
-        CHECKPOINT + "GetStagingInfo", pb.StagingInfoRequest(), pb.StagingInfo, retry=True
-    )
+    info = GET_STAGING_INFO.call(conn, True)
     d = info.shm_dir
     if not d.startswith("/") or not _token_ok(info.shm_token):
         return None

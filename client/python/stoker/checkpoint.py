@@ -82,17 +82,17 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from stoker._proto import Service
 from stoker._segments import ShmStaging
 from stoker._shm_read import DATA as SHM_READ_DATA
 from stoker._shm_read import ShmReadFile, read_directory
 from stoker._staged_save import stage_on_service
-from stoker.connection import CHECKPOINT, Connection, Security, address_from_env
+from stoker.connection import Connection, Security, address_from_env
 from stoker.elastic import ENV_GENERATION
 from stoker.errors import StokerError, invalid_argument
 from stoker.v1 import checkpoint_pb2 as pb
-from stoker.v1 import common_pb2
 
-SERVICE = CHECKPOINT
+RPC = Service(pb, "Checkpoint")  # the RPCs, by name, from the descriptor
 METADATA_TENSOR = "__dcp__/metadata.json"
 METADATA_VERSION = 1
 # Largest chunk per message; the daemons accept 64 MiB messages.
@@ -280,7 +280,7 @@ class StokerWriter(StorageWriter):
         replicas (every call of the attempt then goes to the owner). A
         draining replica's UNAVAILABLE is retried: another one answers."""
         begun = self.conn.unary(
-            SERVICE + "Begin",
+            RPC.Begin.path,
             pb.BeginRequest(
                 job=self.job,
                 step=parse_step(None, self.step),
@@ -321,7 +321,7 @@ class StokerWriter(StorageWriter):
                 raise
 
         try:
-            conn.client_stream(SERVICE + "Write", messages(), pb.WriteResponse)
+            conn.client_stream(RPC.Write.path, messages(), RPC.Write.response_type)
         except StokerError as e:
             self._abort(handle.attempt, failed[0] if failed else e)
             if failed:
@@ -390,9 +390,9 @@ class StokerWriter(StorageWriter):
         attempt, conn = self._route(handle)
         with contextlib.suppress(StokerError):
             conn.unary(
-                SERVICE + "Abort",
+                RPC.Abort.path,
                 pb.AbortCheckpointRequest(attempt=attempt, reason=reason),
-                common_pb2.Empty,
+                RPC.Abort.response_type,
             )
 
     @staticmethod
@@ -427,9 +427,9 @@ class StokerWriter(StorageWriter):
         self._commit_only = False
         attempt, conn = self._route(self._attempt)
         self.last_commit = conn.unary(
-            SERVICE + "Commit",
+            RPC.Commit.path,
             pb.CommitCheckpointRequest(attempt=attempt),
-            common_pb2.CheckpointRef,
+            RPC.Commit.response_type,
         )
 
     # ---- dcp.async_save: returns once the service has the bytes -------------
@@ -598,9 +598,9 @@ class StokerReader(StorageReader):
     def latest_step(self) -> int:
         """The newest committed step of the job (NOT_FOUND when there is none)."""
         listed = self.conn.unary_pages(
-            SERVICE + "List",
+            RPC.List.path,
             pb.ListCheckpointsRequest(job=self.job),
-            pb.ListCheckpointsResponse,
+            RPC.List.response_type,
             "checkpoints",
         )
         if not listed:
@@ -616,9 +616,9 @@ class StokerReader(StorageReader):
         if self.step is None:
             self.step = self.latest_step()
         m: pb.Manifest = self.conn.unary(
-            SERVICE + "GetManifest",
+            RPC.GetManifest.path,
             pb.GetManifestRequest(job=self.job, step=self.step),
-            pb.Manifest,
+            RPC.GetManifest.response_type,
             retry=True,
         )
         self._manifest = m  # Until the next reset.
@@ -742,7 +742,7 @@ class StokerReader(StorageReader):
             req.shm_name, req.shm_nonce = shm.name, shm.nonce
         conn = self.conn.peer(replica) if replica else self.conn
         return _read_pieces(
-            conn.server_stream(SERVICE + "Read", req, pb.ReadChunk, timeout=conn.timeout)
+            conn.server_stream(RPC.Read.path, req, RPC.Read.response_type, timeout=conn.timeout)
         )
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:

@@ -23,7 +23,9 @@ from stoker.errors import StokerError
 
 T = TypeVar("T")
 
-# Method paths start with the service's full name (proto/stoker/v1).
+# Method paths start with the service's full name (proto/stoker/v1). The package
+# itself names its RPCs through stoker._proto (paths and reply types from the
+# descriptors); these stay for scripts that call a method by hand.
 COORDINATOR = "/stoker.v1.Coordinator/"
 DATALOADER = "/stoker.v1.Dataloader/"
 CHECKPOINT = "/stoker.v1.Checkpoint/"

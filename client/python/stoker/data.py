@@ -44,13 +44,13 @@ from numpy.typing import NDArray
 from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker import _native
+from stoker._proto import Service
 from stoker._ring import NONCE_BYTES, Ring, RingError
-from stoker.connection import DATALOADER, Connection, Security, address_from_env
+from stoker.connection import Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
-from stoker.v1 import common_pb2
 from stoker.v1 import dataloader_pb2 as pb
 
-SERVICE = DATALOADER
+RPC = Service(pb, "Dataloader")  # the RPCs, by name, from the descriptor
 STATE_VERSION = 1
 TRANSPORTS = ("auto", "shm", "grpc")
 
@@ -173,7 +173,10 @@ class StokerDataset(IterableDataset[Sample]):
     def info(self) -> pb.LoaderInfo:
         """The job's spec and committed step (``GetLoader``)."""
         info: pb.LoaderInfo = self.parts[0].unary(
-            SERVICE + "GetLoader", pb.GetLoaderRequest(job=self.job), pb.LoaderInfo, retry=True
+            RPC.GetLoader.path,
+            pb.GetLoaderRequest(job=self.job),
+            RPC.GetLoader.response_type,
+            retry=True,
         )
         return info
 
@@ -182,9 +185,9 @@ class StokerDataset(IterableDataset[Sample]):
         checkpoint of that step is committed)."""
         for part in self.parts:
             part.unary(
-                SERVICE + "Commit",
+                RPC.Commit.path,
                 pb.CommitRequest(job=self.job, step=step),
-                common_pb2.Empty,
+                RPC.Commit.response_type,
                 retry=True,
             )
 
@@ -266,7 +269,10 @@ class StokerDataset(IterableDataset[Sample]):
         self, step: int, rank: int, world: int
     ) -> tuple[NDArray[Any], int, int, NDArray[Any] | None]:
         req = pb.GetBatchRequest(job=self.job, step=step, rank=rank, world=world)
-        batches = [p.unary(SERVICE + "GetBatch", req, pb.Batch, retry=True) for p in self.parts]
+        batches = [
+            p.unary(RPC.GetBatch.path, req, RPC.GetBatch.response_type, retry=True)
+            for p in self.parts
+        ]
         if len(batches) == 1 and batches[0].parts <= 1:
             b = batches[0]
             return (_tokens(b), b.lines, b.line_tokens, _starts(b.doc_starts, b.line_tokens))
@@ -364,7 +370,9 @@ class _BatchStream:
             shm_nonce=self.nonce,
             shm_token_bytes=8 if self.use_shm else 0,
         )
-        self.call = self.conn.server_stream(SERVICE + "StreamBatches", req, pb.Batch)
+        self.call = self.conn.server_stream(
+            RPC.StreamBatches.path, req, RPC.StreamBatches.response_type
+        )
         self.queue = []
         self.expect = step
 
@@ -394,12 +402,12 @@ class _BatchStream:
                     raise StokerError(
                         grpc.StatusCode.DEADLINE_EXCEEDED,
                         f"no batch within {self.ds.timeout:g} s",
-                        SERVICE + "StreamBatches",
+                        RPC.StreamBatches.path,
                     ) from None
                 raise StokerError(
                     grpc.StatusCode.UNAVAILABLE,
                     "the batch stream ended early",
-                    SERVICE + "StreamBatches",
+                    RPC.StreamBatches.path,
                 ) from None
             finally:
                 self.watchdog.disarm()
@@ -472,7 +480,7 @@ def _no_ring(step: int) -> StokerError:
         grpc.StatusCode.FAILED_PRECONDITION,
         f"shared-memory transport asked for, but the dataloader sent step {step} inline "
         "(its shm-dir is off, the batch is over its shm-ring-max, or its tmpfs is full)",
-        SERVICE + "StreamBatches",
+        RPC.StreamBatches.path,
     )
 
 

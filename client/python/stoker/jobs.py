@@ -38,14 +38,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from stoker.connection import (
-    CHECKPOINT,
-    COORDINATOR,
-    DATALOADER,
-    Connection,
-    Security,
-    address_from_env,
-)
+from stoker._proto import GIVEN, Method, Mirror, derived, enum_name, method, mirror, to_message
+from stoker.connection import Connection, Security, address_from_env
 from stoker.errors import StokerError, invalid_argument
 from stoker.queue import QueueStatus, Submission, status_proto
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
@@ -58,31 +52,41 @@ DEFAULT_TIMEOUT_S = 10.0
 
 T = TypeVar("T")
 
+# The RPCs the verbs call: path, request and response types come from the
+# descriptors (stoker._proto); a new verb names its RPC here once.
+CREATE_JOB = method(coord_pb, "Coordinator", "CreateJob")
+GET_JOB = method(coord_pb, "Coordinator", "GetJob")
+LIST_JOBS = method(coord_pb, "Coordinator", "ListJobs")
+WATCH_JOB = method(coord_pb, "Coordinator", "WatchJob")
+SCALE_JOB = method(coord_pb, "Coordinator", "ScaleJob")
+PAUSE_JOB = method(coord_pb, "Coordinator", "PauseJob")
+RESUME_JOB = method(coord_pb, "Coordinator", "ResumeJob")
+PREEMPT_JOB = method(coord_pb, "Coordinator", "PreemptJob")
+STOP_JOB = method(coord_pb, "Coordinator", "StopJob")
+DELETE_JOB = method(coord_pb, "Coordinator", "DeleteJob")
+CREATE_LOADER = method(dl_pb, "Dataloader", "CreateLoader")
+GET_LOADER = method(dl_pb, "Dataloader", "GetLoader")
+LIST_LOADERS = method(dl_pb, "Dataloader", "ListLoaders")
+DELETE_LOADER = method(dl_pb, "Dataloader", "DeleteLoader")
+LIST_CHECKPOINTS = method(ckpt_pb, "Checkpoint", "List")
+GET_MANIFEST = method(ckpt_pb, "Checkpoint", "GetManifest")
+ABORT_CHECKPOINT = method(ckpt_pb, "Checkpoint", "Abort")
+VERIFY_CHECKPOINT = method(ckpt_pb, "Checkpoint", "Verify")
+REPORT_QUEUE = method(coord_pb, "Coordinator", "ReportQueue")
 
-def _enum_name(enum: Any, value: int, prefix: str) -> str:
-    """The proto name of ``value`` without ``prefix`` ("JOB_STATE_RUNNING" ->
-    "RUNNING"); "UNKNOWN(7)" outside the enum, as stokerctl prints it."""
-    try:
-        name: str = enum.Name(value)
-    except ValueError:
-        return f"UNKNOWN({value})"
-    return name.removeprefix(prefix)
 
-
-# stokerctl's dataset format names (its --dataset syntax): "" when unset,
-# "?" outside the enum.
+# stokerctl's dataset format names (its --dataset syntax): the enum's short
+# names in lower case ("megatron"); "" when unset, "?" outside the enum.
 _FORMAT_NAMES: dict[int, str] = {
-    dl_pb.DATASET_FORMAT_MEGATRON: "megatron",
-    dl_pb.DATASET_FORMAT_LLMC: "llmc",
-    dl_pb.DATASET_FORMAT_TEXT: "text",
+    v.number: enum_name(dl_pb.DatasetFormat.DESCRIPTOR, v.number).lower()
+    for v in dl_pb.DatasetFormat.DESCRIPTOR.values
+    if v.number
 }
-
-
 _FORMAT_VALUES: dict[str, int] = {"": 0, **{v: k for k, v in _FORMAT_NAMES.items()}}
 
 
-def _format_name(value: int) -> str:
-    return "" if value == 0 else _FORMAT_NAMES.get(value, "?")
+def _format_name(m: dl_pb.DatasetSpec) -> str:
+    return "" if m.format == 0 else _FORMAT_NAMES.get(m.format, "?")
 
 
 def _json(value: Any) -> Any:
@@ -103,11 +107,21 @@ def _fields_json(obj: Any) -> dict[str, Any]:
     return {f.name: _json(getattr(obj, f.name)) for f in fields(obj)}
 
 
+class _Result(Mirror):
+    """A result mirrored from a message; ``as_dict()`` is stokerctl's
+    object, by default every field in order (the classes whose stokerctl
+    object differs say how)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return _fields_json(self)
+
+
 # ---- the coordinator's objects ---------------------------------------------------
 
 
+@mirror(common_pb2.CheckpointRef)
 @dataclass(frozen=True)
-class CheckpointRef:
+class CheckpointRef(_Result):
     """A committed checkpoint, as the coordinator records it (a job's latest)
     or the checkpoint service lists it.
 
@@ -121,16 +135,10 @@ class CheckpointRef:
     committed_at_ms: int
     generation: int
 
-    @classmethod
-    def from_proto(cls, m: common_pb2.CheckpointRef) -> CheckpointRef:
-        return cls(m.step, m.uri, m.committed_at_ms, m.generation)
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
-
-
+@mirror(coord_pb.JobSpec)
 @dataclass(frozen=True)
-class JobSpec:
+class JobSpec(_Result):
     """What a job was created with. Zero durations and counts are the
     coordinator's defaults; the coordinator answers with the values it uses.
 
@@ -158,29 +166,10 @@ class JobSpec:
     checkpoint_every_steps: int
     submission: Submission | None = None
 
-    @classmethod
-    def from_proto(cls, m: coord_pb.JobSpec) -> JobSpec:
-        return cls(
-            name=m.name,
-            min_ranks=m.min_ranks,
-            max_ranks=m.max_ranks,
-            heartbeat_interval_ms=m.heartbeat_interval_ms,
-            heartbeat_misses=m.heartbeat_misses,
-            last_call_ms=m.last_call_ms,
-            join_timeout_ms=m.join_timeout_ms,
-            labels=dict(m.labels),
-            dataset=m.dataset.uri,
-            checkpoint_storage=m.checkpoint_storage.uri,
-            checkpoint_every_steps=m.checkpoint_every_steps,
-            submission=(Submission.from_proto(m.submission) if m.HasField("submission") else None),
-        )
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
-
-
+@mirror(coord_pb.Member)
 @dataclass(frozen=True)
-class Member:
+class Member(_Result):
     """A rank of the current generation with its last reported figures.
 
     rank: its rank in the generation; address: where peers reach it; host:
@@ -200,27 +189,10 @@ class Member:
     health: str
     message: str
 
-    @classmethod
-    def from_proto(cls, m: coord_pb.Member) -> Member:
-        return cls(
-            member_id=m.member_id,
-            rank=m.rank,
-            address=m.address,
-            host=m.host,
-            last_heartbeat_ms=m.last_heartbeat_ms,
-            step=m.step,
-            tokens_per_s=m.tokens_per_s,
-            loss=m.loss,
-            health=_enum_name(coord_pb.RankHealth, m.health, "RANK_HEALTH_"),
-            message=m.message,
-        )
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
-
-
+@mirror(coord_pb.Job)
 @dataclass(frozen=True)
-class Job:
+class Job(_Result):
     """A job as the coordinator holds it.
 
     state: "WAITING" (a rendezvous round is open), "RUNNING", "PAUSING",
@@ -236,7 +208,7 @@ class Job:
     report (None before the first, and for jobs not submitted).
     """
 
-    name: str
+    name: str = field(metadata=derived(lambda m: m.spec.name))
     state: str
     reason: str
     generation: int
@@ -251,41 +223,15 @@ class Job:
     last_event_seq: int
     queue: QueueStatus | None = None
 
-    @classmethod
-    def from_proto(cls, m: coord_pb.Job) -> Job:
-        has_spec = m.HasField("spec")
-        return cls(
-            name=m.spec.name if has_spec else "",
-            state=_enum_name(coord_pb.JobState, m.state, "JOB_STATE_"),
-            reason=m.reason,
-            generation=m.generation,
-            world_size=m.world_size,
-            target_ranks=m.target_ranks,
-            waiting=m.waiting,
-            spec=JobSpec.from_proto(m.spec) if has_spec else None,
-            members=tuple(Member.from_proto(x) for x in m.members),
-            latest_checkpoint=(
-                CheckpointRef.from_proto(m.latest_checkpoint)
-                if m.HasField("latest_checkpoint")
-                else None
-            ),
-            created_at_ms=m.created_at_ms,
-            updated_at_ms=m.updated_at_ms,
-            last_event_seq=m.last_event_seq,
-            queue=QueueStatus.from_proto(m.queue) if m.HasField("queue") else None,
-        )
-
     @property
     def step(self) -> int:
         """The highest step any member reported (stokerctl's STEP column)."""
         return max((x.step for x in self.members), default=0)
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
 
-
+@mirror(coord_pb.JobEvent)
 @dataclass(frozen=True)
-class JobEvent:
+class JobEvent(_Result):
     """One entry of a job's event log.
 
     seq: its number in the job's log (ascending); time_ms: Unix ms; type:
@@ -308,29 +254,13 @@ class JobEvent:
     step: int
     message: str
 
-    @classmethod
-    def from_proto(cls, m: coord_pb.JobEvent) -> JobEvent:
-        return cls(
-            seq=m.seq,
-            time_ms=m.time_ms,
-            job=m.job,
-            type=_enum_name(coord_pb.JobEventType, m.type, "JOB_EVENT_"),
-            generation=m.generation,
-            member_id=m.member_id,
-            world_size=m.world_size,
-            step=m.step,
-            message=m.message,
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
-
 
 # ---- the dataloader's ---------------------------------------------------------------
 
 
+@mirror(dl_pb.DatasetSpec)
 @dataclass(frozen=True)
-class DatasetSpec:
+class DatasetSpec(_Result):
     """One dataset of a loader's mixture (read from a loader, or given to
     :meth:`Jobs.create_loader`).
 
@@ -345,24 +275,12 @@ class DatasetSpec:
     """
 
     name: str
-    uri: str
-    format: str = ""
+    uri: str = field(metadata=derived(lambda m: m.source.uri, covers="source"))
+    format: str = field(default="", metadata=derived(_format_name, covers="format"))
     weight: float = 1.0
     tokenizer: str = ""
     block_tokens: int = 0
     block_bytes: int = 0
-
-    @classmethod
-    def from_proto(cls, m: dl_pb.DatasetSpec) -> DatasetSpec:
-        return cls(
-            name=m.name,
-            uri=m.source.uri,
-            format=_format_name(m.format),
-            weight=m.weight,
-            tokenizer=m.tokenizer,
-            block_tokens=m.block_tokens,
-            block_bytes=m.block_bytes,
-        )
 
     def to_proto(self) -> dl_pb.DatasetSpec:
         """The ``DatasetSpec`` message; a bad value is INVALID_ARGUMENT."""
@@ -371,11 +289,10 @@ class DatasetSpec:
             raise invalid_argument(
                 f"dataset {self.name!r}: format {self.format!r} is none of {sorted(_FORMAT_VALUES)}"
             )
-        return _request(
+        return to_message(
             dl_pb.DatasetSpec,
-            f"dataset {self.name!r}",
             name=self.name,
-            source=common_pb2.StorageRef(uri=self.uri),
+            source=self.uri,
             format=fmt,
             weight=self.weight,
             tokenizer=self.tokenizer,
@@ -394,8 +311,9 @@ class DatasetSpec:
         }
 
 
+@mirror(dl_pb.LoaderSpec)
 @dataclass(frozen=True)
-class LoaderSpec:
+class LoaderSpec(_Result):
     """The shape of a loader's batches.
 
     seq_len: tokens per line (a line holds seq_len + 1); global_batch: lines
@@ -418,26 +336,10 @@ class LoaderSpec:
     bos_id: int
     eos_id: int
 
-    @classmethod
-    def from_proto(cls, m: dl_pb.LoaderSpec) -> LoaderSpec:
-        return cls(
-            job=m.job,
-            datasets=tuple(DatasetSpec.from_proto(d) for d in m.datasets),
-            seq_len=m.seq_len,
-            global_batch=m.global_batch,
-            seed=m.seed,
-            logical_shards=m.logical_shards,
-            lanes=m.lanes,
-            add_bos=m.add_bos,
-            add_eos=m.add_eos,
-            max_doc_tokens=m.max_doc_tokens,
-            bos_id=m.bos_id,
-            eos_id=m.eos_id,
-        )
 
-
+@mirror(dl_pb.LoaderInfo)
 @dataclass(frozen=True)
-class Loader:
+class Loader(_Result):
     """A dataloader job (``GetLoader``).
 
     committed_step: the newest step whose loader state is durable (-1:
@@ -451,7 +353,7 @@ class Loader:
     or its data comes back.
     """
 
-    job: str
+    job: str = field(metadata=derived(lambda m: m.spec.job))
     committed_step: int
     spec: LoaderSpec | None
     part: int
@@ -459,20 +361,6 @@ class Loader:
     lane_lines_generated: tuple[int, ...]
     failed: bool = False
     failure: str = ""
-
-    @classmethod
-    def from_proto(cls, m: dl_pb.LoaderInfo) -> Loader:
-        has_spec = m.HasField("spec")
-        return cls(
-            job=m.spec.job if has_spec else "",
-            committed_step=m.committed_step,
-            spec=LoaderSpec.from_proto(m.spec) if has_spec else None,
-            part=m.part,
-            parts=m.parts,
-            lane_lines_generated=tuple(m.lane_lines_generated),
-            failed=m.failed,
-            failure=m.failure,
-        )
 
     def as_dict(self) -> dict[str, Any]:
         """stokerctl's object: the spec's fields at the top level, without
@@ -548,19 +436,18 @@ class Checkpoints:
         return {"job": self.job, "checkpoints": [c.as_dict() for c in self.checkpoints]}
 
 
+@mirror(ckpt_pb.Box)
 @dataclass(frozen=True)
-class Box:
+class Box(_Result):
     """A box of a tensor: per dimension its first index and its extent (elements)."""
 
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
 
-
+@mirror(ckpt_pb.ChunkEntry)
 @dataclass(frozen=True)
-class ChunkEntry:
+class ChunkEntry(_Result):
     """One stored chunk: the box of a tensor whose row-major bytes are at
     object_offset in object, length bytes (box elements x dtype size).
 
@@ -576,37 +463,16 @@ class ChunkEntry:
     object_offset: int
     length: int
 
-    @classmethod
-    def from_proto(cls, m: ckpt_pb.ChunkEntry) -> ChunkEntry:
-        return cls(
-            tensor=m.tensor,
-            dtype=_enum_name(ckpt_pb.DType, m.dtype, "DTYPE_"),
-            global_shape=tuple(m.global_shape),
-            box=Box(tuple(m.box.offsets), tuple(m.box.sizes)),
-            object=m.object,
-            object_offset=m.object_offset,
-            length=m.length,
-        )
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
-
-
+@mirror(ckpt_pb.ObjectEntry)
 @dataclass(frozen=True)
-class ObjectEntry:
+class ObjectEntry(_Result):
     """One stored object: key relative to the checkpoint's attempt directory,
     size in bytes, and the CRC32C of each block (crc_block_bytes each)."""
 
     key: str
     size: int
     block_crc32c: tuple[int, ...]
-
-    @classmethod
-    def from_proto(cls, m: ckpt_pb.ObjectEntry) -> ObjectEntry:
-        return cls(m.key, m.size, tuple(m.block_crc32c))
-
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
 
 
 @dataclass(frozen=True)
@@ -623,8 +489,9 @@ class TensorInfo:
     nbytes: int
 
 
+@mirror(ckpt_pb.Manifest)
 @dataclass(frozen=True)
-class Manifest:
+class Manifest(_Result):
     """A committed checkpoint's manifest (``GetManifest``).
 
     world: the ranks that wrote it; attempt: its attempt id; format_version:
@@ -641,20 +508,6 @@ class Manifest:
     created_at_ms: int
     objects: tuple[ObjectEntry, ...]
     chunks: tuple[ChunkEntry, ...]
-
-    @classmethod
-    def from_proto(cls, m: ckpt_pb.Manifest) -> Manifest:
-        return cls(
-            job=m.job,
-            step=m.step,
-            world=m.world,
-            attempt=m.attempt,
-            format_version=m.format_version,
-            crc_block_bytes=m.crc_block_bytes,
-            created_at_ms=m.created_at_ms,
-            objects=tuple(ObjectEntry.from_proto(o) for o in m.objects),
-            chunks=tuple(ChunkEntry.from_proto(c) for c in m.chunks),
-        )
 
     @property
     def nbytes(self) -> int:
@@ -679,17 +532,15 @@ class Manifest:
             for name, cs in grouped.items()
         }
 
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
 
-
+@mirror(ckpt_pb.VerifyCheckpointResponse)
 @dataclass(frozen=True)
-class VerifyReport:
+class VerifyReport(_Result):
     """What re-reading every byte of a checkpoint found: objects, bytes and
     CRC blocks read, and one line per bad object or block (ok: none)."""
 
-    job: str
-    step: int
+    job: str = field(metadata=GIVEN)
+    step: int = field(metadata=GIVEN)
     objects: int
     bytes: int
     blocks: int
@@ -788,15 +639,6 @@ def _each_part(conns: Sequence[Connection], call: Callable[[Connection], T]) -> 
     return out
 
 
-def _request(make: Callable[..., T], what: str, **values: Any) -> T:
-    """Builds a request message; a value of the wrong type or range is
-    INVALID_ARGUMENT before anything is sent."""
-    try:
-        return make(**values)
-    except (TypeError, ValueError) as e:
-        raise invalid_argument(f"{what}: {e}") from None
-
-
 class Jobs:
     """The operator's calls to the Stoker services.
 
@@ -872,9 +714,8 @@ class Jobs:
 
     # ---- jobs ----------------------------------------------------------------------
 
-    def _job_call(self, method: str, request: Any, retry: bool = False) -> Job:
-        reply = self._coordinator().unary(COORDINATOR + method, request, coord_pb.Job, retry=retry)
-        return Job.from_proto(reply)
+    def _job(self, m: Method[Any, Any], retry: bool = False, **request: Any) -> Job:
+        return Job.from_proto(m.call(self._coordinator(), retry, **request))
 
     def create(
         self,
@@ -895,9 +736,8 @@ class Jobs:
         take the coordinator's defaults (5000 ms interval, 3 misses, 30000
         ms last call, 600000 ms join timeout). dataset, checkpoint_storage:
         storage URIs, "" for none. ALREADY_EXISTS when the name is taken."""
-        spec = _request(
+        spec = to_message(
             coord_pb.JobSpec,
-            "job spec",
             name=name,
             min_ranks=min_ranks,
             max_ranks=max_ranks,
@@ -906,62 +746,47 @@ class Jobs:
             last_call_ms=last_call_ms,
             join_timeout_ms=join_timeout_ms,
             labels=dict(labels or {}),
+            dataset=dataset,
+            checkpoint_storage=checkpoint_storage,
             checkpoint_every_steps=checkpoint_every_steps,
         )
-        if dataset:
-            spec.dataset.uri = dataset
-        if checkpoint_storage:
-            spec.checkpoint_storage.uri = checkpoint_storage
-        return self._job_call("CreateJob", coord_pb.CreateJobRequest(spec=spec))
+        return self._job(CREATE_JOB, spec=spec)
 
     def show(self, name: str) -> Job:
         """The job now (``stokerctl job show``); NOT_FOUND when there is none."""
-        return self._job_call("GetJob", _request(coord_pb.GetJobRequest, "job", job=name), True)
+        return self._job(GET_JOB, True, job=name)
 
     get = show
 
     def scale(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
         """Asks the job to restart at ``ranks`` ranks (min_ranks <= ranks <=
         max_ranks), after a checkpoint unless ``skip_checkpoint``."""
-        req = _request(
-            coord_pb.ScaleJobRequest,
-            "scale",
-            job=name,
-            ranks=ranks,
-            skip_checkpoint=skip_checkpoint,
-        )
-        return self._job_call("ScaleJob", req)
-
-    def _action(self, method: str, name: str, force: bool) -> Job:
-        req = _request(coord_pb.JobActionRequest, method, job=name, force=force)
-        return self._job_call(method, req)
+        return self._job(SCALE_JOB, job=name, ranks=ranks, skip_checkpoint=skip_checkpoint)
 
     def pause(self, name: str, force: bool = False) -> Job:
         """Checkpoint, then stop the ranks; resumable. ``force``: do not ask
         for a checkpoint first."""
-        return self._action("PauseJob", name, force)
+        return self._job(PAUSE_JOB, job=name, force=force)
 
     def resume(self, name: str) -> Job:
         """Opens a rendezvous round for a paused job."""
-        return self._action("ResumeJob", name, False)
+        return self._job(RESUME_JOB, job=name)
 
     def preempt(self, name: str, reason: str = "") -> Job:
         """A preemption notice for the whole job (``stokerctl job preempt``;
         a queue controller evicting it): every rank checkpoints at one step
         and stops resumably, the job is PAUSED and resumes by itself when its
         ranks join again. A second notice changes nothing."""
-        req = _request(coord_pb.PreemptJobRequest, "preempt", job=name, reason=reason)
-        return self._job_call("PreemptJob", req)
+        return self._job(PREEMPT_JOB, job=name, reason=reason)
 
     def stop(self, name: str, force: bool = False) -> Job:
         """Ends the job for good (every member is told STOP), after a
         checkpoint unless ``force``."""
-        return self._action("StopJob", name, force)
+        return self._job(STOP_JOB, job=name, force=force)
 
     def delete(self, name: str, force: bool = False) -> None:
         """Deletes the job and its events; ``force``: even while ranks are members."""
-        req = _request(coord_pb.JobActionRequest, "DeleteJob", job=name, force=force)
-        self._coordinator().unary(COORDINATOR + "DeleteJob", req, common_pb2.Empty)
+        DELETE_JOB.call(self._coordinator(), job=name, force=force)
 
     def watch(
         self, name: str, after_seq: int = 0, *, idle_timeout: float | None = None
@@ -970,19 +795,14 @@ class Jobs:
         job watch``); see :class:`JobWatch`. ``idle_timeout``: seconds
         without an event after which the iteration ends (None: wait as long
         as the job lives)."""
-        req = _request(coord_pb.WatchJobRequest, "watch", job=name, after_seq=after_seq)
-        stream = self._coordinator().server_stream(COORDINATOR + "WatchJob", req, coord_pb.JobEvent)
+        stream = WATCH_JOB.stream(self._coordinator(), job=name, after_seq=after_seq)
         return JobWatch(stream, after_seq, idle_timeout)
 
     def list(self, label_selector: Mapping[str, str] | None = None) -> builtins.list[Job]:
         """Every job whose labels include all of ``label_selector``
         (``stokerctl jobs list --label K=V``), by name, every page followed."""
-        req = _request(
-            coord_pb.ListJobsRequest, "label_selector", label_selector=dict(label_selector or {})
-        )
-        jobs = self._coordinator().unary_pages(
-            COORDINATOR + "ListJobs", req, coord_pb.ListJobsResponse, "jobs"
-        )
+        selector = dict(label_selector or {})
+        jobs = LIST_JOBS.pages(self._coordinator(), "jobs", label_selector=selector)
         return [Job.from_proto(j) for j in jobs]
 
     # ---- loaders ---------------------------------------------------------------------
@@ -1022,9 +842,8 @@ class Jobs:
         """
         if isinstance(datasets, DatasetSpec):
             datasets = [datasets]
-        spec = _request(
+        spec = to_message(
             dl_pb.LoaderSpec,
-            "loader spec",
             job=job,
             datasets=[d.to_proto() for d in datasets],
             seq_len=seq_len,
@@ -1038,16 +857,14 @@ class Jobs:
             eos_id=eos_id or 0,
             max_doc_tokens=max_doc_tokens,
         )
-        req = dl_pb.CreateLoaderRequest(spec=spec)
 
         def create(conn: Connection) -> Loader:
             try:
-                reply = conn.unary(DATALOADER + "CreateLoader", req, dl_pb.LoaderInfo)
+                reply = CREATE_LOADER.call(conn, spec=spec)
             except StokerError as e:
                 if not exist_ok or e.code != grpc.StatusCode.ALREADY_EXISTS:
                     raise
-                get = dl_pb.GetLoaderRequest(job=job)
-                reply = conn.unary(DATALOADER + "GetLoader", get, dl_pb.LoaderInfo, retry=True)
+                return self._get_loader(conn, job)
             return Loader.from_proto(reply)
 
         return _combine_parts(_each_part(self._connections("STOKER_DATALOADER"), create))
@@ -1055,13 +872,13 @@ class Jobs:
     def loader_parts(self, job: str) -> builtins.list[Loader]:
         """``GetLoader`` of every dataloader address given, in part order (a
         failure names the part when there are several)."""
-        req = _request(dl_pb.GetLoaderRequest, "job", job=job)
         return _each_part(
-            self._connections("STOKER_DATALOADER"),
-            lambda conn: Loader.from_proto(
-                conn.unary(DATALOADER + "GetLoader", req, dl_pb.LoaderInfo, retry=True)
-            ),
+            self._connections("STOKER_DATALOADER"), lambda conn: self._get_loader(conn, job)
         )
+
+    @staticmethod
+    def _get_loader(conn: Connection, job: str) -> Loader:
+        return Loader.from_proto(GET_LOADER.call(conn, True, job=job))
 
     def loaders(self) -> builtins.list[Loader]:
         """Every job of every dataloader address given (``stokerctl loader
@@ -1069,12 +886,7 @@ class Jobs:
         conns = self._connections("STOKER_DATALOADER")
         out: builtins.list[Loader] = []
         for conn in conns:
-            infos = conn.unary_pages(
-                DATALOADER + "ListLoaders",
-                dl_pb.ListLoadersRequest(),
-                dl_pb.ListLoadersResponse,
-                "loaders",
-            )
+            infos = LIST_LOADERS.pages(conn, "loaders")
             out.extend(Loader.from_proto(m) for m in infos)
         return out
 
@@ -1082,10 +894,8 @@ class Jobs:
         """Removes the job and what it stored from every part, in part order
         (``stokerctl loader delete``); a failure names the part when there
         are several. NOT_FOUND when no part knows the job."""
-        req = _request(dl_pb.DeleteLoaderRequest, "job", job=job)
         _each_part(
-            self._connections("STOKER_DATALOADER"),
-            lambda conn: conn.unary(DATALOADER + "DeleteLoader", req, common_pb2.Empty),
+            self._connections("STOKER_DATALOADER"), lambda conn: DELETE_LOADER.call(conn, job=job)
         )
 
     def loader(self, job: str) -> Loader:
@@ -1099,24 +909,13 @@ class Jobs:
     def checkpoints(self, job: str) -> Checkpoints:
         """The job's committed checkpoints (``stokerctl checkpoint list``),
         by step, every page followed."""
-        refs = self._checkpoint().unary_pages(
-            CHECKPOINT + "List",
-            _request(ckpt_pb.ListCheckpointsRequest, "job", job=job),
-            ckpt_pb.ListCheckpointsResponse,
-            "checkpoints",
-        )
+        refs = LIST_CHECKPOINTS.pages(self._checkpoint(), "checkpoints", job=job)
         return Checkpoints(job, tuple(CheckpointRef.from_proto(c) for c in refs))
 
     def checkpoint(self, job: str, step: int) -> Manifest:
         """The manifest of the checkpoint at ``step`` (``stokerctl checkpoint
         show``); NOT_FOUND when there is none."""
-        reply = self._checkpoint().unary(
-            CHECKPOINT + "GetManifest",
-            _request(ckpt_pb.GetManifestRequest, "step", job=job, step=step),
-            ckpt_pb.Manifest,
-            retry=True,
-        )
-        return Manifest.from_proto(reply)
+        return Manifest.from_proto(GET_MANIFEST.call(self._checkpoint(), True, job=job, step=step))
 
     def abort_checkpoint(self, attempt: str, reason: str = "") -> None:
         """Ends an open checkpoint attempt (``stokerctl checkpoint abort``):
@@ -1124,31 +923,15 @@ class Jobs:
         and what it uploaded is deleted. Aborting one already aborted is fine;
         NOT_FOUND for an attempt the service does not know,
         FAILED_PRECONDITION once it commits."""
-        self._checkpoint().unary(
-            CHECKPOINT + "Abort",
-            _request(ckpt_pb.AbortCheckpointRequest, "attempt", attempt=attempt, reason=reason),
-            common_pb2.Empty,
-        )
+        ABORT_CHECKPOINT.call(self._checkpoint(), attempt=attempt, reason=reason)
 
     def verify(self, job: str, step: int) -> VerifyReport:
         """Re-reads every byte of the checkpoint and checks every block CRC
         on the service (``stokerctl checkpoint verify``). Bad blocks are in
         the report's ``problems``, not an error; it can take as long as
         reading the checkpoint, within the client's timeout."""
-        reply = self._checkpoint().unary(
-            CHECKPOINT + "Verify",
-            _request(ckpt_pb.VerifyCheckpointRequest, "step", job=job, step=step),
-            ckpt_pb.VerifyCheckpointResponse,
-            retry=True,
-        )
-        return VerifyReport(
-            job=job,
-            step=step,
-            objects=reply.objects,
-            bytes=reply.bytes,
-            blocks=reply.blocks,
-            problems=tuple(reply.problems),
-        )
+        reply = VERIFY_CHECKPOINT.call(self._checkpoint(), True, job=job, step=step)
+        return VerifyReport.from_proto(reply, job=job, step=step)
 
     # ---- submitted jobs (stoker.queue) ----------------------------------------------
 
@@ -1175,27 +958,24 @@ class Jobs:
         ``queue``. spec: create's other counts and durations
         (heartbeat_interval_ms, checkpoint_every_steps, ...). A bad name or
         argument is INVALID_ARGUMENT naming the field; nothing is created."""
-        sub = _request(
+        sub = to_message(
             coord_pb.Submission,
-            "submission",
             queue=queue,
             priority=priority,
             template=template,
             args=list(args),
         )
-        req = _request(
+        req = to_message(
             coord_pb.JobSpec,
-            "job spec",
             name=name,
             min_ranks=min_ranks,
             max_ranks=max_ranks,
             labels=dict(labels or {}),
             submission=sub,
+            checkpoint_storage=checkpoint_storage,
             **spec,
         )
-        if checkpoint_storage:
-            req.checkpoint_storage.uri = checkpoint_storage
-        return self._job_call("CreateJob", coord_pb.CreateJobRequest(spec=req))
+        return self._job(CREATE_JOB, spec=req)
 
     def resize(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
         """:meth:`scale` by the name ``stokerctl job resize`` uses: checkpoint,
@@ -1214,5 +994,4 @@ class Jobs:
             st = status_proto(state, **status)
         except (TypeError, ValueError) as e:
             raise invalid_argument(f"queue status: {e}") from None
-        req = _request(coord_pb.ReportQueueRequest, "report", job=name, status=st)
-        return self._job_call("ReportQueue", req)
+        return self._job(REPORT_QUEUE, job=name, status=st)

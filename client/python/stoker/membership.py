@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 import grpc
 
-from stoker.connection import COORDINATOR, Connection, Security, address_from_env
+from stoker._proto import Service
+from stoker.connection import Connection, Security, address_from_env
 from stoker.errors import StokerError
-from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
-SERVICE = COORDINATOR
+RPC = Service(pb, "Coordinator")  # the RPCs, by name, from the descriptor
 
 # Heartbeat answers, by the names the proto and stokerctl use.
 CONTINUE, RESTART, CHECKPOINT_NOW, STOP = "CONTINUE", "RESTART", "CHECKPOINT_NOW", "STOP"
@@ -109,7 +109,7 @@ class Member:
             address=self.peer_address,
             host=socket.gethostname(),
         )
-        r = self.conn.unary(SERVICE + "Join", req, pb.JoinResponse, timeout=timeout, retry=True)
+        r = self.conn.unary(RPC.Join.path, req, RPC.Join.response_type, timeout=timeout, retry=True)
         self.membership = Membership(
             job=self.job,
             member_id=self.member_id,
@@ -137,7 +137,7 @@ class Member:
             health=pb.RANK_HEALTH_OK,
             terminating=self.terminating,
         )
-        r = self.conn.unary(SERVICE + "Heartbeat", req, pb.HeartbeatResponse, retry=True)
+        r = self.conn.unary(RPC.Heartbeat.path, req, RPC.Heartbeat.response_type, retry=True)
         action = _ACTIONS.get(r.action, CONTINUE)
         if action != CONTINUE:
             self.pausing, self.resizing = bool(r.pausing), bool(r.resizing)
@@ -169,7 +169,7 @@ class Member:
             checkpoint_step=checkpoint_step,
         )
         try:
-            self.conn.unary(SERVICE + "Leave", req, common_pb2.Empty, timeout=10.0)
+            self.conn.unary(RPC.Leave.path, req, RPC.Leave.response_type, timeout=10.0)
         except StokerError as e:
             if e.code not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
                 raise

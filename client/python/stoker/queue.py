@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from stoker._proto import Mirror, mirror
 from stoker.v1 import coordinator_pb2 as coord_pb
 
 # The event types of a submitted job's life (JobEvent.type).
@@ -41,16 +42,9 @@ QUEUE_EVENTS = frozenset({QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED})
 QUEUE_STATES = ("UNSPECIFIED", "QUEUED", "ADMITTED", "EVICTED", "FINISHED", "REJECTED")
 
 
-def _state_name(value: int) -> str:
-    try:
-        name: str = coord_pb.QueueState.Name(value)
-    except ValueError:
-        return f"UNKNOWN({value})"
-    return name.removeprefix("QUEUE_STATE_")
-
-
+@mirror(coord_pb.Submission)
 @dataclass(frozen=True)
-class Submission:
+class Submission(Mirror):
     """Where a submitted job runs (JobSpec.submission).
 
     queue: the queue's name (a Kueue LocalQueue; "" the controller's default); priority: a
@@ -63,10 +57,6 @@ class Submission:
     template: str
     args: tuple[str, ...]
 
-    @classmethod
-    def from_proto(cls, m: coord_pb.Submission) -> Submission:
-        return cls(queue=m.queue, priority=m.priority, template=m.template, args=tuple(m.args))
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "queue": self.queue,
@@ -76,8 +66,9 @@ class Submission:
         }
 
 
+@mirror(coord_pb.QueueStatus)
 @dataclass(frozen=True)
-class QueueStatus:
+class QueueStatus(Mirror):
     """The queue controller's last report on a submitted job (Job.queue).
 
     state: "QUEUED", "ADMITTED", "EVICTED", "FINISHED" or "REJECTED"; workload: its name in
@@ -93,18 +84,6 @@ class QueueStatus:
     admitted_ranks: int
     message: str
     updated_ms: int
-
-    @classmethod
-    def from_proto(cls, m: coord_pb.QueueStatus) -> QueueStatus:
-        return cls(
-            state=_state_name(m.state),
-            workload=m.workload,
-            cluster_queue=m.cluster_queue,
-            position=m.position,
-            admitted_ranks=m.admitted_ranks,
-            message=m.message,
-            updated_ms=m.updated_ms,
-        )
 
     def as_dict(self) -> dict[str, Any]:
         return {

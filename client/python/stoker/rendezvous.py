@@ -49,13 +49,14 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from stoker import elastic
-from stoker.connection import COORDINATOR, Connection
+from stoker._proto import Service
+from stoker.connection import Connection
 from stoker.errors import StokerError
 from stoker.membership import RESTART, STOP, Member, Progress
 from stoker.store import StokerStore
 from stoker.v1 import coordinator_pb2 as pb
 
-SERVICE = COORDINATOR
+RPC = Service(pb, "Coordinator")  # the RPCs, by name, from the descriptor
 
 # torchrun's agent checks in to its exit barrier (store_util.barrier under
 # this prefix, on the rendezvous store) only when its workers succeeded.
@@ -105,7 +106,8 @@ def ensure_job(
     if conf.get("checkpoint_storage"):
         spec.checkpoint_storage.uri = str(conf["checkpoint_storage"])
     try:
-        conn.unary(SERVICE + "CreateJob", pb.CreateJobRequest(spec=spec), pb.Job, retry=True)
+        create = RPC.CreateJob
+        conn.unary(create.path, pb.CreateJobRequest(spec=spec), create.response_type, retry=True)
     except StokerError as e:
         if e.code != grpc.StatusCode.ALREADY_EXISTS:
             raise

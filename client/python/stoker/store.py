@@ -28,12 +28,12 @@ import grpc
 import torch.distributed as dist
 from torch._C._distributed_c10d import Store
 
-from stoker.connection import COORDINATOR, Connection, Security, address_from_env
+from stoker._proto import Service
+from stoker.connection import Connection, Security, address_from_env
 from stoker.errors import StokerError
-from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
-SERVICE = COORDINATOR
+RPC = Service(pb, "Coordinator")  # the RPCs, by name, from the descriptor
 _KEY = re.compile(r"[A-Za-z0-9._:/-]{1,256}")
 DEFAULT_TIMEOUT = timedelta(seconds=300)
 
@@ -91,8 +91,9 @@ class StokerStore(Store):
             f"address={self.conn.address!r})"
         )
 
-    def _call(self, method: str, request: Any, reply: Any, timeout: float | None = None) -> Any:
-        return self.conn.unary(SERVICE + method, request, reply, timeout=timeout, retry=True)
+    def _call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        m = getattr(RPC, method)  # path and reply type from the descriptor
+        return self.conn.unary(m.path, request, m.response_type, timeout=timeout, retry=True)
 
     # ---- the Store API ----------------------------------------------------------
 
@@ -105,7 +106,6 @@ class StokerStore(Store):
                 key=coordinator_key(key),
                 value=_as_bytes(value),
             ),
-            common_pb2.Empty,
         )
 
     def get(self, key: str) -> bytes:
@@ -116,7 +116,7 @@ class StokerStore(Store):
             job=self.job, generation=self.generation, key=coordinator_key(key), wait=True
         )
         try:
-            reply = self._call("KvGet", req, pb.KvGetResponse, timeout=seconds)
+            reply = self._call("KvGet", req, timeout=seconds)
         except StokerError as e:
             if e.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise StoreTimeout(
@@ -135,7 +135,6 @@ class StokerStore(Store):
             pb.KvAddRequest(
                 job=self.job, generation=self.generation, key=coordinator_key(key), delta=value
             ),
-            pb.KvAddResponse,
         )
         return int(reply.value)
 
@@ -147,14 +146,13 @@ class StokerStore(Store):
             expected=_as_bytes(expected_value),
             desired=_as_bytes(desired_value),
         )
-        value: bytes = self._call("KvCompareSet", req, pb.KvGetResponse).value
+        value: bytes = self._call("KvCompareSet", req).value
         return value
 
     def delete_key(self, key: str) -> bool:
         reply = self._call(
             "KvDelete",
             pb.KvDeleteRequest(job=self.job, generation=self.generation, key=coordinator_key(key)),
-            pb.KvDeleteResponse,
         )
         return bool(reply.deleted)
 
@@ -162,7 +160,6 @@ class StokerStore(Store):
         reply = self._call(
             "KvCount",
             pb.KvCountRequest(job=self.job, generation=self.generation),
-            pb.KvCountResponse,
         )
         return int(reply.keys)
 
@@ -172,7 +169,7 @@ class StokerStore(Store):
                 job=self.job, generation=self.generation, key=coordinator_key(key), wait=False
             )
             try:
-                self._call("KvGet", req, pb.KvGetResponse)
+                self._call("KvGet", req)
             except StokerError as e:
                 if e.code == grpc.StatusCode.NOT_FOUND:
                     return False

@@ -1,6 +1,7 @@
 /*
  * stokerctl's output: tables line up, JSON of a Job and an event carries
- * every field under the proto's names (checked by parsing it back), the
+ * every field under the proto's names (checked by parsing it back, and
+ * against the descriptors: a field the proto gains is there too), the
  * job view shows the member table, enum names and times render as shown
  * in the docs.
  */
@@ -237,6 +238,53 @@ static void test_event(void **state) {
   cJSON_Delete(o);
 }
 
+/* The JSON comes from the descriptors: every field of every message a job
+ * holds is a key, whatever the proto adds later, with no C per field. */
+static void assert_every_field(const cJSON *o, const ProtobufCMessageDescriptor *d) {
+  assert_true(cJSON_IsObject(o));
+  for (unsigned i = 0; i < d->n_fields; i++)
+    if (!cJSON_HasObjectItem(o, d->fields[i].name))
+      fail_msg("%s: no key %s", d->name, d->fields[i].name);
+  assert_int_equal(cJSON_GetArraySize(o) >= (int)d->n_fields, 1);
+}
+
+static void test_json_has_every_field_of_the_descriptors(void **state) {
+  static struct sample s;
+  sample_init(&s);
+  cJSON *o = fmt_job_json(&s.job);
+  assert_every_field(o, &stoker__v1__job__descriptor);
+  assert_int_equal(cJSON_GetArraySize(o), (int)stoker__v1__job__descriptor.n_fields + 1); /* name */
+  assert_every_field(cJSON_GetObjectItem(o, "spec"), &stoker__v1__job_spec__descriptor);
+  assert_every_field(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "members"), 0),
+                     &stoker__v1__member__descriptor);
+  assert_every_field(cJSON_GetObjectItem(o, "latest_checkpoint"),
+                     &stoker__v1__checkpoint_ref__descriptor);
+  /* A StorageRef is its URI, "" when absent; a map an object. */
+  cJSON *spec = cJSON_GetObjectItem(o, "spec");
+  assert_string_equal(cJSON_GetObjectItem(spec, "checkpoint_storage")->valuestring, "");
+  assert_true(cJSON_IsObject(cJSON_GetObjectItem(spec, "labels")));
+  cJSON_Delete(o);
+  Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
+  ev.type = 99;
+  o = fmt_event_json(&ev);
+  assert_every_field(o, &stoker__v1__job_event__descriptor);
+  assert_string_equal(cJSON_GetObjectItem(o, "type")->valuestring, "UNKNOWN(99)");
+  cJSON_Delete(o);
+}
+
+static void test_enum_prefixes_come_from_the_descriptor(void **state) {
+  char buf[48];
+  assert_string_equal(fmt_enum_name(&stoker__v1__heartbeat_action__descriptor,
+                                    STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_CONTINUE, buf,
+                                    sizeof(buf)),
+                      "CONTINUE"); /* No UNSPECIFIED: the common prefix. */
+  assert_string_equal(fmt_enum_name(&stoker__v1__job_event_type__descriptor,
+                                    STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_JOINED, buf,
+                                    sizeof(buf)),
+                      "MEMBER_JOINED");
+  assert_int_equal(fmt_enum_prefix_len(&stoker__v1__job_state__descriptor), strlen("JOB_STATE_"));
+}
+
 /* The queue and resize events read as sentences from their fields. */
 static void test_queue_events(void **state) {
   Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
@@ -326,12 +374,19 @@ static void test_job_queue(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_table_aligns), cmocka_unit_test(test_table_grows),
-      cmocka_unit_test(test_enum_names),   cmocka_unit_test(test_times),
-      cmocka_unit_test(test_job_json),     cmocka_unit_test(test_job_json_minimal),
-      cmocka_unit_test(test_job_show),     cmocka_unit_test(test_jobs_table),
-      cmocka_unit_test(test_event),        cmocka_unit_test(test_queue_events),
+      cmocka_unit_test(test_table_aligns),
+      cmocka_unit_test(test_table_grows),
+      cmocka_unit_test(test_enum_names),
+      cmocka_unit_test(test_times),
+      cmocka_unit_test(test_job_json),
+      cmocka_unit_test(test_job_json_minimal),
+      cmocka_unit_test(test_job_show),
+      cmocka_unit_test(test_jobs_table),
+      cmocka_unit_test(test_event),
+      cmocka_unit_test(test_queue_events),
       cmocka_unit_test(test_job_queue),
+      cmocka_unit_test(test_json_has_every_field_of_the_descriptors),
+      cmocka_unit_test(test_enum_prefixes_come_from_the_descriptor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

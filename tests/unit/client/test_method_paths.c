@@ -6,8 +6,10 @@
  * from the descriptor the service's client macro is tied to, in the
  * descriptor's order, every method listed. A call site's path is written
  * once and kept (the same buffer every time), also when many threads reach
- * it first at once. That a method the service lacks, or a request of
- * another type, does not compile is the compiler's part (rpc.h).
+ * it first at once. The response descriptor a call unpacks with
+ * (RPC_METHOD_REPLY) is the method's own. That a method the service lacks,
+ * or a request or response of another type, does not compile is the
+ * compiler's part (rpc.h).
  */
 #include "ckpt_internal.h"
 #include "client_internal.h"
@@ -153,12 +155,39 @@ static void test_field_the_service_lacks(void **state) {
       "/stoker.v1.Coordinator/commit");
 }
 
+/* RPC_METHOD_REPLY: the response descriptor is the method's own, taken
+ * from the service descriptor (a call site names no response type; a
+ * wrong one does not compile); none for a field the service lacks. */
+static void test_reply_descriptors_are_the_methods(void **state) {
+  (void)state;
+  Stoker__V1__GetJobRequest get = STOKER__V1__GET_JOB_REQUEST__INIT;
+  Stoker__V1__Job **job = NULL;
+  assert_ptr_equal(RPC_METHOD_REPLY(stoker__v1__coordinator, get_job, &get, job),
+                   &stoker__v1__job__descriptor);
+  Stoker__V1__JobActionRequest act = STOKER__V1__JOB_ACTION_REQUEST__INIT;
+  assert_ptr_equal(
+      RPC_METHOD_REPLY(stoker__v1__coordinator, delete_job, &act, (Stoker__V1__Empty **)NULL),
+      &stoker__v1__empty__descriptor);
+  Stoker__V1__ListLoadersRequest ll = STOKER__V1__LIST_LOADERS_REQUEST__INIT;
+  Stoker__V1__ListLoadersResponse **lr = NULL;
+  assert_ptr_equal(RPC_METHOD_REPLY(stoker__v1__dataloader, list_loaders, &ll, lr),
+                   &stoker__v1__list_loaders_response__descriptor);
+  Stoker__V1__VerifyCheckpointRequest v = STOKER__V1__VERIFY_CHECKPOINT_REQUEST__INIT;
+  Stoker__V1__VerifyCheckpointResponse **vr = NULL;
+  assert_ptr_equal(RPC_METHOD_REPLY(stoker__v1__checkpoint, verify, &v, vr),
+                   &stoker__v1__verify_checkpoint_response__descriptor);
+  for (unsigned i = 0; i < stoker__v1__coordinator__descriptor.n_methods; i++)
+    assert_non_null(stoker__v1__coordinator__descriptor.methods[i].output);
+  assert_null(rpc_method_output(&stoker__v1__coordinator__descriptor, "commit"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_method_of_every_service),
       cmocka_unit_test(test_call_site_keeps_its_path),
       cmocka_unit_test(test_first_use_from_many_threads),
       cmocka_unit_test(test_field_the_service_lacks),
+      cmocka_unit_test(test_reply_descriptors_are_the_methods),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
