@@ -98,3 +98,61 @@ def test_a_job_whose_agents_all_finish_ends(daemons, tmp_path):
     assert job["reason"].startswith("finished"), job
     shown = subprocess.run([*ctl[:-1], "job", "show", "done"], capture_output=True, text=True)
     assert "FINISHED" in shown.stdout, shown.stdout
+
+
+RANK_SCRIPT = """
+import datetime, torch, torch.distributed as dist
+from stoker import elastic
+elastic.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+t = torch.tensor([float(dist.get_rank()) + 1.0])
+dist.all_reduce(t)
+print(f"sum={t.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_workers_of_one_generation_meet_whatever_their_agents_restart_counts(daemons):
+    """torchrun counts a restart after a failed worker but not one after a
+    membership change (TORCHELASTIC_RESTART_COUNT), so when a node is lost
+    one survivor's worker may fail on the dead peer (count 1) while the
+    other's agent hears RESTART first (count 0). Both workers start in the
+    same generation and must still form their process group: before, each
+    looked for the other under pg/<its own count> and waited forever."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    ensure_job(conn, "counts", 2, 2, {"last_call_ms": 100})
+    conn.close()
+    members = [Member("counts", addr) for _ in range(2)]
+    threads = [threading.Thread(target=join_and_beat, args=(m,)) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ships = [m.membership for m in members]
+    assert ships[0].generation == ships[1].generation, ships
+    procs = []
+    for m, restarts in zip(ships, ("1", "0"), strict=True):
+        env = dict(
+            os.environ,
+            STOKER_COORDINATOR=addr,
+            RANK=str(m.rank),
+            WORLD_SIZE="2",
+            TORCHELASTIC_RESTART_COUNT=restarts,
+            OMP_NUM_THREADS="1",
+        )
+        env[elastic.ENV_JOB] = "counts"
+        env[elastic.ENV_GENERATION] = str(m.generation)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK_SCRIPT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for m in members:
+        m.leave()
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0 and "sum=3" in out, out[-2000:]

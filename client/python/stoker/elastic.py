@@ -68,12 +68,16 @@ def init_process_group(
     backend: str = "gloo", timeout: timedelta = timedelta(seconds=300)
 ) -> StokerStore:
     """``torch.distributed.init_process_group`` over the coordinator's KV,
-    with torchrun's RANK and WORLD_SIZE. Keys go under ``pg/<restart>/`` so
-    that the workers of each restart (and the agents' own keys) stay apart."""
+    with torchrun's RANK and WORLD_SIZE. Keys go under ``pg/``, apart from
+    the agents' own keys in the same generation. Nothing else may tell
+    workers of different restarts apart: every restart is a new generation
+    (the agents rejoin), whose keys start empty, while torchrun's
+    ``TORCHELASTIC_RESTART_COUNT`` differs between agents of one generation
+    (it counts restarts after a failed worker, not those after a membership
+    change), so workers that looked for each other under it never met."""
     store = worker_store(timeout)
     _LIVE_STORES.append(store)  # see stoker.store: C++ needs the Python object
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefixed = PrefixStore(f"pg/{restart}", store)
+    prefixed = PrefixStore("pg", store)
     dist.init_process_group(
         backend,
         store=prefixed,
