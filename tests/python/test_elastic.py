@@ -100,9 +100,22 @@ class Agents:
                 return m
             assert any(p.poll() is None for p in self.procs), self.text()[-3000:]
             time.sleep(0.2)
+        self.dump_stacks()
         raise AssertionError(
-            f"no {pattern!r} in {seconds} s:\n{self.text()[-3000:]}\n{self.coordinator_view()}"
+            f"no {pattern!r} in {seconds} s:\n{self.text()[-6000:]}\n{self.coordinator_view()}"
         )
+
+    def dump_stacks(self) -> None:
+        """SIGUSR1 to every live worker: train_gpt.py prints each of its
+        threads' stacks to the agent's log (where a hang hangs)."""
+        for p in self.procs:
+            if p.poll() is not None:
+                continue
+            workers = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True)
+            for w in workers.stdout.split():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(w), signal.SIGUSR1)
+        time.sleep(1.0)
 
     def coordinator_view(self) -> str:
         """The job as the coordinator holds it (state, generation, reason,

@@ -19,8 +19,10 @@ precision: the main job compares runs with it).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -123,6 +125,9 @@ def latest_checkpoint(job: str) -> int:
 
 def main() -> None:
     args = parse_args()
+    # SIGUSR1 prints every thread's stack to stderr (a hang's "where"; the
+    # tests send it before they give up on a run).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     torch.set_num_threads(1)
     # Stoker: the process group over the coordinator's store (under torchrun
     # with --rdzv-backend=stoker); a plain torchrun works too.
