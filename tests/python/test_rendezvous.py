@@ -14,12 +14,15 @@ import threading
 import time
 from collections.abc import Callable
 
+import grpc
 from conftest import binary
 
 from stoker import elastic
 from stoker.connection import Connection
+from stoker.errors import StokerError
 from stoker.membership import RESTART, Member, Progress
 from stoker.rendezvous import StokerRendezvousHandler, ensure_job
+from stoker.store import StokerStore
 
 
 def wait_for(cond: Callable[[], bool], seconds: float = 10.0) -> None:
@@ -156,3 +159,50 @@ def test_workers_of_one_generation_meet_whatever_their_agents_restart_counts(dae
         m.leave()
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0 and "sum=3" in out, out[-2000:]
+
+
+def test_a_round_that_ends_before_the_agents_store_answers_is_joined_again(daemons):
+    """The generation an agent joined ends before its first store call (a
+    member lost or added right after the close): the store answers
+    FAILED_PRECONDITION, which torch's agent does not survive, so
+    next_rendezvous joins the next round and returns that one."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 50}
+    ensure_job(conn, "stale", 1, 2, conf)
+    conn.close()
+    agent = StokerRendezvousHandler("stale", addr)
+    other = Member("stale", addr)
+    joined = threading.Thread(target=join_and_beat, args=(other,))
+    real_join = agent.member.join
+    gens: list[int] = []
+
+    def join_then_lose_the_round(timeout: float = 600.0):
+        m = real_join(timeout=timeout)
+        gens.append(m.generation)
+        if len(gens) == 1:  # a second node arrives before the agent's store call
+            joined.start()
+            fenced = StokerStore("stale", m.generation, addr)
+
+            def ended() -> bool:
+                try:
+                    fenced.set("probe", b"")
+                except StokerError as e:
+                    return e.code == grpc.StatusCode.FAILED_PRECONDITION
+                return False
+
+            wait_for(ended)
+        return m
+
+    agent.member.join = join_then_lose_the_round  # type: ignore[method-assign]
+    try:
+        info = agent.next_rendezvous()
+        joined.join()
+        assert len(gens) == 2 and gens[1] > gens[0], gens
+        assert info.world_size == 2 and other.membership is not None
+        assert other.membership.generation == gens[1]
+        assert info.bootstrap_store_info is not None
+        assert info.bootstrap_store_info.master_port > 0
+    finally:
+        other.leave()
+        agent.shutdown()

@@ -64,6 +64,9 @@ try:
 except ImportError:  # pragma: no cover (the name of torch 2.x)
     _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 EXIT_BARRIER_KEY = _TERMINAL_STATE_SYNC_ID + "/num_members"
+# Rounds next_rendezvous joins in a row when each ends before its store
+# answered (see there); a job that stopped fails the next Join itself.
+STALE_REJOINS = 5
 
 
 class AgentStore(StokerStore):
@@ -146,8 +149,23 @@ class StokerRendezvousHandler(RendezvousHandler):
             from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
             raise RendezvousClosedError(f"job {self.job} is stopped")
+        # The round may end again before this agent's first store call: a
+        # member lost right after the close (a node that dies at start, or
+        # heartbeats that a loaded host delayed past their lease) ends the
+        # generation and its keys, and the store answers FAILED_PRECONDITION.
+        # torch would end the agent on that error; join the next round.
+        for attempt in range(1, STALE_REJOINS + 1):
+            info = self._join_once(last=attempt == STALE_REJOINS)
+            if info is not None:
+                return info
+        raise AssertionError("unreachable")
+
+    def _join_once(self, last: bool) -> RendezvousInfo | None:
+        """One Join, then the bootstrap keys (MASTER_ADDR and MASTER_PORT)
+        in the round's store; None when that round ended first (unless
+        ``last``: then its error)."""
         self.member.stop_heartbeats()
-        with self._lock:
+        with self._lock:  # (a RESTART heard before this Join is answered by it)
             self._changed = False
         m = self.member.join(timeout=self.join_timeout)
         # Workers inherit the agent's environment: they find their
@@ -169,7 +187,12 @@ class StokerRendezvousHandler(RendezvousHandler):
         )
         self.member.start_heartbeats(self._progress, self._on_action)
         store = AgentStore(self.job, m.generation, self.coordinator, self._workers_succeeded)
-        bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
+        try:
+            bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
+        except StokerError as e:
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION or last:
+                raise
+            return None
         return RendezvousInfo(store, m.rank, m.world_size, bootstrap)
 
     def _progress(self) -> Progress:
