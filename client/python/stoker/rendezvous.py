@@ -18,6 +18,12 @@ as finished, so the others' exit barrier goes on in the same generation and
 the job ends FINISHED once every agent finished; any other agent leaves
 plainly and the job re-rendezvous without it.
 
+Preemption (issue 23): the agent's first SIGTERM (an eviction signals the
+pod's main process, torchrun) is a preemption notice on the next heartbeat
+rather than torch's immediate stop of the workers; the workers save at one
+step and exit 75 (``TrainingMonitor.exit_resumably``), and the agent leaves
+with that step and exits 75 instead of restarting them.
+
 ``rdzv_conf`` keys (all optional). Fields of the job's spec, used only when
 this agent creates the job (an existing job keeps its own; 0 or absent: the
 coordinator's default): ``heartbeat_interval_ms``, ``heartbeat_misses``,
