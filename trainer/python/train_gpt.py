@@ -132,6 +132,14 @@ def main() -> None:
     # Stoker: the process group over the coordinator's store (under torchrun
     # with --rdzv-backend=stoker); a plain torchrun works too.
     if os.environ.get(elastic.ENV_CONTROL_DIR):
+        # Where a start that never trains stopped: the generation and
+        # torchrun's restart count this worker got (they differ between
+        # agents), before the process group forms.
+        print(
+            f"rank {os.environ.get('RANK')}: generation {os.environ.get(elastic.ENV_GENERATION)}, "
+            f"torchrun restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')}",
+            flush=True,
+        )
         elastic.init_process_group("gloo")
         # (An eviction's SIGTERM goes to the agent, which reports it: a
         # worker's SIGTERM is its agent stopping it, for a restart.)
