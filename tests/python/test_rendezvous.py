@@ -15,14 +15,18 @@ import time
 from collections.abc import Callable
 
 import grpc
+import pytest
 from conftest import binary
 
 from stoker import elastic
 from stoker.connection import Connection
 from stoker.errors import StokerError
+from stoker.jobs import Jobs
 from stoker.membership import RESTART, Member, Progress
 from stoker.rendezvous import StokerRendezvousHandler, ensure_job
 from stoker.store import StokerStore
+from stoker.v1 import common_pb2
+from stoker.v1 import coordinator_pb2 as pb
 
 
 def wait_for(cond: Callable[[], bool], seconds: float = 10.0) -> None:
@@ -168,7 +172,9 @@ def test_a_round_that_ends_before_the_agents_store_answers_is_joined_again(daemo
     next_rendezvous joins the next round and returns that one."""
     addr = daemons["coordinator"].addr
     conn = Connection(addr)
-    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 50}
+    # The last call outlasts the agent's way from the failed store call to
+    # its next Join, so the second node's round waits for it.
+    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 3000}
     ensure_job(conn, "stale", 1, 2, conf)
     conn.close()
     agent = StokerRendezvousHandler("stale", addr)
@@ -206,3 +212,42 @@ def test_a_round_that_ends_before_the_agents_store_answers_is_joined_again(daemo
     finally:
         other.leave()
         agent.shutdown()
+
+
+def test_workers_that_stop_resumably_end_the_agent_with_75(daemons):
+    """The job pausing (a preemption), a worker saves and calls
+    exit_resumably: its agent leaves with that step and ends with 75, at
+    torch's restart (next_rendezvous) as at its end (shutdown), and the job
+    is PAUSED waiting for that step."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 50}
+    ensure_job(conn, "pause", 1, 1, conf)
+    conn.close()
+    jobs = Jobs(addr)
+    for end in ("next_rendezvous", "shutdown"):
+        agent = StokerRendezvousHandler("pause", addr)
+        try:
+            agent.next_rendezvous()
+            worker = elastic.TrainingMonitor.from_env()
+            jobs.preempt("pause", "kueue: evicted")
+            heard: list[tuple[str, str]] = []
+            wait_for(lambda h=heard, w=worker: bool(h.extend(w.poll()) or h))
+            assert heard[0][0] == "CHECKPOINT_NOW" and worker.pausing, heard
+            with pytest.raises(SystemExit) as e:
+                worker.exit_resumably(6)
+            assert e.value.code == elastic.RESUMABLE_EXIT
+            with pytest.raises(SystemExit) as e:
+                getattr(agent, end)()
+            assert e.value.code == elastic.RESUMABLE_EXIT
+            assert agent.member.membership is None  # it left
+            assert jobs.show("pause").state == "PAUSED"
+        finally:
+            agent.shutdown()
+        # The checkpoint service reports step 6 committed; the next agent's
+        # Join resumes the job.
+        Connection(addr).unary(
+            "/stoker.v1.Coordinator/ReportCheckpoint",
+            pb.ReportCheckpointRequest(job="pause", step=6, uri="file:///ckpt/6"),
+            common_pb2.Empty,
+        )

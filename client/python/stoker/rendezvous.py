@@ -147,6 +147,7 @@ class StokerRendezvousHandler(RendezvousHandler):
         self._closed = False
         self._finished = False  # the agent entered its exit barrier
         self._seq = 0
+        self._sigterm = False  # the agent got SIGTERM (catch_sigterm)
 
     def get_backend(self) -> str:
         return "stoker"
@@ -228,11 +229,12 @@ class StokerRendezvousHandler(RendezvousHandler):
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum: int, frame: object) -> None:
-        if self.member.terminating:
+        if self._sigterm:
             raise SignalException(
                 f"Process {os.getpid()} got signal: {signal.SIGTERM!r} again",
                 sigval=signal.SIGTERM,
             )
+        self._sigterm = True
         self.member.notify_terminating()
 
     def _progress(self) -> Progress:
