@@ -591,6 +591,16 @@ def test_replicas_behind_one_address_save_and_load_through_their_owners(tmp_path
             assert_bit_exact(out)
         for d in reps[1:]:
             assert StokerReader("rep", d.addr).latest_step() == 11
+        # A save and a load close their channels (to the target and to the
+        # owning replica) when they are over, leaving none for the
+        # interpreter's exit: a rank torn down there with channels open
+        # once aborted ("terminate called without an active exception").
+        writer, reader = StokerWriter("rep", one), StokerReader("rep", one)
+        state = {"w": torch.arange(6.0)}
+        dcp.save(state, storage_writer=writer, checkpoint_id=12, no_dist=True)
+        assert writer.last_commit is not None and not writer.conn.is_open
+        dcp.load(state, storage_reader=reader, checkpoint_id=12, no_dist=True)
+        assert reader.transport == "shm" and not reader.conn.is_open
     finally:
         for d in reps:
             d.stop()

@@ -100,9 +100,22 @@ class Agents:
                 return m
             assert any(p.poll() is None for p in self.procs), self.text()[-3000:]
             time.sleep(0.2)
+        self.dump_stacks()
         raise AssertionError(
-            f"no {pattern!r} in {seconds} s:\n{self.text()[-3000:]}\n{self.coordinator_view()}"
+            f"no {pattern!r} in {seconds} s:\n{self.text()[-6000:]}\n{self.coordinator_view()}"
         )
+
+    def dump_stacks(self) -> None:
+        """SIGUSR1 to every live worker: train_gpt.py prints each of its
+        threads' stacks to the agent's log (where a hang hangs)."""
+        for p in self.procs:
+            if p.poll() is not None:
+                continue
+            workers = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True)
+            for w in workers.stdout.split():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(int(w), signal.SIGUSR1)
+        time.sleep(1.0)
 
     def coordinator_view(self) -> str:
         """The job as the coordinator holds it (state, generation, reason,
@@ -169,10 +182,10 @@ def test_a_lost_node_restores_at_the_smaller_world_and_trains_on(daemons, tmp_pa
         runs.setdefault(int(world), {})[int(step)] = float(loss)
     assert restored >= 10 and max(runs[2]) == 40, sorted(runs[2])
     # Steps trained at both sizes (the ones retrained after the restore) must
-    # give the same loss. In CI runs they were sometimes absent (world 3's
-    # lines ending before the restored step: not understood yet, see the
-    # issue notes); the restore point and the steps after it are checked
-    # below either way.
+    # give the same loss. They are absent when a loaded host trained on past
+    # the next checkpoint (step 20) before the kill landed, so that the
+    # survivors restore the step world 3 ended at; the restore point and the
+    # steps after it are checked below either way.
     again = [s for s in runs[2] if s in runs[3]]
     for s in again:
         assert abs(runs[2][s] - runs[3][s]) <= 1e-4 * abs(runs[3][s]), (s, runs[2][s], runs[3][s])

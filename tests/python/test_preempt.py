@@ -4,14 +4,19 @@ coordinator at its next poll (a preemption notice for the whole job), every
 rank then hears CHECKPOINT_NOW with ``pausing``, leaves with the step it
 saved, and the job is PAUSED with one PREEMPTED event; ``Jobs.preempt`` gives
 the same notice from outside, once; the ranks' Join resumes the job at the
-saved step (RESUMED)."""
+saved step (RESUMED). Then the same under torchrun with train_gpt.py: a SIGTERM
+to an agent pauses the job at one step, every process exits 75, and the
+resumed job trains every step once, with an uninterrupted run's losses."""
 
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import threading
 import time
+
+from test_elastic import LINE, Agents
 
 from stoker.elastic import RESUMABLE_EXIT, TrainingMonitor
 from stoker.jobs import JobEvent, Jobs
@@ -116,3 +121,61 @@ def test_an_outside_notice_reaches_every_rank(daemons) -> None:
         m.leave(checkpoint_step=3)
     job = jobs.show("py-out")
     assert job.state == "PAUSED" and "kueue: evicted" in job.reason, job
+
+
+def losses(logs: list[pathlib.Path]) -> dict[int, float]:
+    """Rank 0's ``step S loss L`` lines of these agents' logs."""
+    text = "".join(p.read_text(errors="replace") for p in logs)
+    return {int(s): float(loss) for s, loss, _ in LINE.findall(text)}
+
+
+def test_a_sigterm_to_a_torchrun_agent_pauses_the_job_and_it_resumes_losing_no_step(
+    daemons, tmp_path
+) -> None:
+    """train_gpt.py under torchrun: the eviction's SIGTERM to one agent
+    (torchrun, the pod's main process) is a preemption notice; every rank
+    saves at one step and exits 75, both agents leave with that step and
+    exit 75 themselves (no worker restarted), the job is PAUSED with one
+    PREEMPTED event. New agents resume it from that step: every step trained
+    once, with the losses of a run that was never interrupted."""
+    spec = ["--min", "2", "--max", "2", "--heartbeat", "300ms", "--misses", "10"]
+    spec += ["--last-call", "1s"]
+    steps = 24
+    (tmp_path / "ref").mkdir()
+    ref = Agents(daemons, tmp_path / "ref", "pt-ref")
+    ref.ctl("job", "create", "pt-ref", *spec)
+    try:
+        ref.start(2, "2", steps=steps, every=1000)
+        ref.wait_all(300)
+    finally:
+        ref.close()
+    uninterrupted = losses(ref.logs)
+    assert sorted(uninterrupted) == list(range(1, steps + 1)), sorted(uninterrupted)
+
+    (tmp_path / "pre").mkdir()
+    a = Agents(daemons, tmp_path / "pre", "pt-pre")
+    a.ctl("job", "create", "pt-pre", *spec)
+    try:
+        a.start(2, "2", steps=steps, every=1000)
+        a.wait_log(r"^step [4-9] loss .* world 2$", 240)
+        os.kill(a.procs[1].pid, signal.SIGTERM)  # as the kubelet does
+        paused = int(a.wait_log(r"^paused at step (\d+)", 120).group(1))
+        codes = [p.wait(timeout=120) for p in a.procs]
+        assert codes == [RESUMABLE_EXIT, RESUMABLE_EXIT], (codes, a.text()[-3000:])
+        assert "Stopping worker group" not in a.text(), a.text()[-3000:]
+        before = losses(a.logs)
+        jobs = Jobs(a.env["STOKER_COORDINATOR"])
+        job = jobs.show("pt-pre")
+        assert job.state == "PAUSED", job
+        assert len([e for e in events(jobs, "pt-pre") if e.type == "PREEMPTED"]) == 1
+
+        a.start(2, "2", steps=steps, every=1000)  # the pods come back
+        restored = int(a.wait_log(r"^restored step (\d+) at world 2$", 240).group(1))
+        for p in a.procs[2:]:
+            assert p.wait(timeout=300) == 0, a.text()[-3000:]
+        after = losses(a.logs[2:])
+    finally:
+        a.close()
+    assert restored == paused and sorted(before) == list(range(1, paused + 1)), sorted(before)
+    assert sorted(after) == list(range(paused + 1, steps + 1)), sorted(after)
+    assert {**before, **after} == uninterrupted

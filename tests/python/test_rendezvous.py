@@ -14,12 +14,19 @@ import threading
 import time
 from collections.abc import Callable
 
+import grpc
+import pytest
 from conftest import binary
 
 from stoker import elastic
 from stoker.connection import Connection
+from stoker.errors import StokerError
+from stoker.jobs import Jobs
 from stoker.membership import RESTART, Member, Progress
 from stoker.rendezvous import StokerRendezvousHandler, ensure_job
+from stoker.store import StokerStore
+from stoker.v1 import common_pb2
+from stoker.v1 import coordinator_pb2 as pb
 
 
 def wait_for(cond: Callable[[], bool], seconds: float = 10.0) -> None:
@@ -98,3 +105,149 @@ def test_a_job_whose_agents_all_finish_ends(daemons, tmp_path):
     assert job["reason"].startswith("finished"), job
     shown = subprocess.run([*ctl[:-1], "job", "show", "done"], capture_output=True, text=True)
     assert "FINISHED" in shown.stdout, shown.stdout
+
+
+RANK_SCRIPT = """
+import datetime, torch, torch.distributed as dist
+from stoker import elastic
+elastic.init_process_group("gloo", timeout=datetime.timedelta(seconds=20))
+t = torch.tensor([float(dist.get_rank()) + 1.0])
+dist.all_reduce(t)
+print(f"sum={t.item():g}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_workers_of_one_generation_meet_whatever_their_agents_restart_counts(daemons):
+    """torchrun counts a restart after a failed worker but not one after a
+    membership change (TORCHELASTIC_RESTART_COUNT), so when a node is lost
+    one survivor's worker may fail on the dead peer (count 1) while the
+    other's agent hears RESTART first (count 0). Both workers start in the
+    same generation and must still form their process group: before, each
+    looked for the other under pg/<its own count> and waited forever."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    ensure_job(conn, "counts", 2, 2, {"last_call_ms": 100})
+    conn.close()
+    members = [Member("counts", addr) for _ in range(2)]
+    threads = [threading.Thread(target=join_and_beat, args=(m,)) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ships = [m.membership for m in members]
+    assert ships[0].generation == ships[1].generation, ships
+    procs = []
+    for m, restarts in zip(ships, ("1", "0"), strict=True):
+        env = dict(
+            os.environ,
+            STOKER_COORDINATOR=addr,
+            RANK=str(m.rank),
+            WORLD_SIZE="2",
+            TORCHELASTIC_RESTART_COUNT=restarts,
+            OMP_NUM_THREADS="1",
+        )
+        env[elastic.ENV_JOB] = "counts"
+        env[elastic.ENV_GENERATION] = str(m.generation)
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", RANK_SCRIPT],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for m in members:
+        m.leave()
+    for p, out in zip(procs, outs, strict=True):
+        assert p.returncode == 0 and "sum=3" in out, out[-2000:]
+
+
+def test_a_round_that_ends_before_the_agents_store_answers_is_joined_again(daemons):
+    """The generation an agent joined ends before its first store call (a
+    member lost or added right after the close): the store answers
+    FAILED_PRECONDITION, which torch's agent does not survive, so
+    next_rendezvous joins the next round and returns that one."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    # The last call outlasts the agent's way from the failed store call to
+    # its next Join, so the second node's round waits for it.
+    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 3000}
+    ensure_job(conn, "stale", 1, 2, conf)
+    conn.close()
+    agent = StokerRendezvousHandler("stale", addr)
+    other = Member("stale", addr)
+    joined = threading.Thread(target=join_and_beat, args=(other,))
+    real_join = agent.member.join
+    gens: list[int] = []
+
+    def join_then_lose_the_round(timeout: float = 600.0):
+        m = real_join(timeout=timeout)
+        gens.append(m.generation)
+        if len(gens) == 1:  # a second node arrives before the agent's store call
+            joined.start()
+            fenced = StokerStore("stale", m.generation, addr)
+
+            def ended() -> bool:
+                try:
+                    fenced.set("probe", b"")
+                except StokerError as e:
+                    return e.code == grpc.StatusCode.FAILED_PRECONDITION
+                return False
+
+            wait_for(ended)
+        return m
+
+    agent.member.join = join_then_lose_the_round  # type: ignore[method-assign]
+    try:
+        info = agent.next_rendezvous()
+        joined.join()
+        assert len(gens) == 2 and gens[1] > gens[0], gens
+        assert info.world_size == 2 and other.membership is not None
+        assert other.membership.generation == gens[1]
+        assert info.bootstrap_store_info is not None
+        assert info.bootstrap_store_info.master_port > 0
+    finally:
+        other.leave()
+        agent.shutdown()
+
+
+def test_workers_that_stop_resumably_end_the_agent_with_75(daemons):
+    """The job pausing (a preemption), a worker saves and calls
+    exit_resumably: its agent leaves with that step and ends with 75, at
+    torch's restart (next_rendezvous) as at its end (shutdown), and the job
+    is PAUSED waiting for that step."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 50}
+    ensure_job(conn, "pause", 1, 1, conf)
+    conn.close()
+    jobs = Jobs(addr)
+    for end in ("next_rendezvous", "shutdown"):
+        agent = StokerRendezvousHandler("pause", addr)
+        try:
+            agent.next_rendezvous()
+            worker = elastic.TrainingMonitor.from_env()
+            jobs.preempt("pause", "kueue: evicted")
+            heard: list[tuple[str, str]] = []
+            wait_for(lambda h=heard, w=worker: bool(h.extend(w.poll()) or h))
+            assert heard[0][0] == "CHECKPOINT_NOW" and worker.pausing, heard
+            with pytest.raises(SystemExit) as e:
+                worker.exit_resumably(6)
+            assert e.value.code == elastic.RESUMABLE_EXIT
+            with pytest.raises(SystemExit) as e:
+                getattr(agent, end)()
+            assert e.value.code == elastic.RESUMABLE_EXIT
+            assert agent.member.membership is None  # it left
+            assert jobs.show("pause").state == "PAUSED"
+        finally:
+            agent.shutdown()
+        # The checkpoint service reports step 6 committed; the next agent's
+        # Join resumes the job.
+        Connection(addr).unary(
+            "/stoker.v1.Coordinator/ReportCheckpoint",
+            pb.ReportCheckpointRequest(job="pause", step=6, uri="file:///ckpt/6"),
+            common_pb2.Empty,
+        )

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from conftest import HERE
 
 from stoker import StokerError
-from stoker.membership import Member
+from stoker.membership import Member, Progress
 from stoker.rendezvous import ensure_job
 from stoker.store import StokerStore, coordinator_key
 from stoker.v1 import coordinator_pb2 as coord_pb
@@ -114,6 +114,10 @@ def test_three_process_gloo_all_reduce_over_the_store(daemons):
         t.join()
     assert {m.world_size for m in ships} == {3} and sorted(m.rank for m in ships) == [0, 1, 2]
     gen = ships[0].generation
+    # The members heartbeat while the ranks start (importing torch can take
+    # longer than the lease on a loaded host, which would end the generation).
+    for m in members:
+        m.start_heartbeats(Progress, lambda action, reason: None)
     procs = [
         subprocess.Popen(
             [sys.executable, str(HERE / "store_rank.py"), addr, "ar", str(gen), str(r), "3"],
@@ -124,6 +128,8 @@ def test_three_process_gloo_all_reduce_over_the_store(daemons):
         for r in range(3)
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
+    for m in members:
+        m.stop_heartbeats()
     for r, p in enumerate(procs):
         assert p.returncode == 0, outs[r][-2000:]
         assert "sum=6" in outs[r], outs[r]

@@ -19,8 +19,10 @@ precision: the main job compares runs with it).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import math
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -123,11 +125,24 @@ def latest_checkpoint(job: str) -> int:
 
 def main() -> None:
     args = parse_args()
+    # SIGUSR1 prints every thread's stack to stderr (a hang's "where"; the
+    # tests send it before they give up on a run).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     torch.set_num_threads(1)
     # Stoker: the process group over the coordinator's store (under torchrun
     # with --rdzv-backend=stoker); a plain torchrun works too.
     if os.environ.get(elastic.ENV_CONTROL_DIR):
+        # Where a start that never trains stopped: the generation and
+        # torchrun's restart count this worker got (they differ between
+        # agents), before the process group forms.
+        print(
+            f"rank {os.environ.get('RANK')}: generation {os.environ.get(elastic.ENV_GENERATION)}, "
+            f"torchrun restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')}",
+            flush=True,
+        )
         elastic.init_process_group("gloo")
+        # (An eviction's SIGTERM goes to the agent, which reports it: a
+        # worker's SIGTERM is its agent stopping it, for a restart.)
         monitor: elastic.TrainingMonitor | None = elastic.TrainingMonitor.from_env()
     else:
         dist.init_process_group("gloo")
@@ -213,11 +228,22 @@ def main() -> None:
             actions = [a for a, _ in monitor.poll()]
         # Agents hear the coordinator at different times: every rank acts
         # on the union, at the same step.
-        asked = torch.tensor([int(CHECKPOINT_NOW in actions), int(STOP in actions)])
+        pausing = monitor is not None and monitor.pausing
+        asked = torch.tensor([int(CHECKPOINT_NOW in actions), int(STOP in actions), int(pausing)])
         dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-        ckpt_now, stop = bool(asked[0]), bool(asked[1])
+        ckpt_now, stop, pausing = bool(asked[0]), bool(asked[1]), bool(asked[2])
         if step % args.checkpoint_every == 0 or ckpt_now or stop:
             checkpoint(step)
+        if pausing and (ckpt_now or stop) and monitor is not None:
+            # Stoker: the job is pausing (preempted, evicted, paused): that was
+            # its last checkpoint. Every rank stops at this step and exits 75;
+            # the agents leave with the step and exit 75 too, and the job
+            # resumes from it when its ranks join again.
+            finish_checkpoint()
+            if rank == 0:
+                print(f"paused at step {step}: the job resumes from it", flush=True)
+            dist.destroy_process_group()
+            monitor.exit_resumably(step)
         if stop:
             if rank == 0:
                 print(f"stopped by the coordinator at step {step}", flush=True)

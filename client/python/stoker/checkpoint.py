@@ -300,6 +300,15 @@ class StokerWriter(StorageWriter):
         return attempt, self.conn.peer(owner) if owner else self.conn
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        """This rank's Write stream. A rank other than the coordinator is
+        done with the service then and closes its channels (see ``close``)."""
+        try:
+            return self._write_data(plan, planner)
+        finally:
+            if not self.is_coordinator:
+                self.conn.close()
+
+    def _write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         if self._commit_only:
             self._commit_only = False  # (the coordinator commits in finish)
             fut_done: Future[list[WriteResult]] = Future()
@@ -426,11 +435,14 @@ class StokerWriter(StorageWriter):
         manifest is written (or raises why the attempt failed)."""
         self._commit_only = False
         attempt, conn = self._route(self._attempt)
-        self.last_commit = conn.unary(
-            RPC.Commit.path,
-            pb.CommitCheckpointRequest(attempt=attempt),
-            RPC.Commit.response_type,
-        )
+        try:
+            self.last_commit = conn.unary(
+                RPC.Commit.path,
+                pb.CommitCheckpointRequest(attempt=attempt),
+                RPC.Commit.response_type,
+            )
+        finally:
+            self.conn.close()  # the save is over (see close)
 
     # ---- dcp.async_save: returns once the service has the bytes -------------
     # StokerWriter is its own AsyncStager. With a step given to the writer,
@@ -465,6 +477,13 @@ class StokerWriter(StorageWriter):
         """Staging is synchronous: nothing to wait for."""
 
     def close(self) -> None:
+        """Closes the writer's channels (to the service and to the replica
+        that owned an attempt) and DCP's stager when one was made. A save
+        closes the channels itself when it is over (a rank's Write stream,
+        the coordinator's Commit), so that none is left for the
+        interpreter's exit to tear down under gRPC's threads; a later save
+        opens them again."""
+        self.conn.close()
         if self._fallback is not None:
             self._fallback.close()
             self._fallback = None
@@ -749,7 +768,18 @@ class StokerReader(StorageReader):
         """Every item of the plan in one Read call (the service coalesces the
         ranged reads and streams sub-boxes): through a shared-memory file on
         the service's host (``stoker._shm_read``), else inline, where each
-        piece lands in place."""
+        piece lands in place. The load is over then: the channels close."""
+        try:
+            return self._read_data(plan, planner)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Closes the reader's channels (to the service and to the replica
+        whose directory a read used); a later call opens them again."""
+        self.conn.close()
+
+    def _read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         wants = []
         for item in plan.items:
             name = self.names.get(item.storage_index.fqn, storage_name(item.storage_index.fqn))

@@ -247,6 +247,14 @@ class Connection:
         another token (the call is then worth sending once more)."""
         return self._token is not None and self._token.reread()
 
+    @property
+    def is_open(self) -> bool:
+        """Whether a channel of this connection or of one of its peers is open."""
+        with self._lock:
+            peers = list(self._peers.values())
+            own = self._channel is not None and self._pid == os.getpid()
+        return own or any(p.is_open for p in peers)
+
     def close(self) -> None:
         with self._lock:
             if self._channel is not None and self._pid == os.getpid():

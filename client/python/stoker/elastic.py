@@ -32,6 +32,7 @@ import os
 import signal
 import threading
 from datetime import timedelta
+from typing import NoReturn
 
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
@@ -47,6 +48,7 @@ ENV_ACTIONS_AFTER = "STOKER_ACTIONS_AFTER"
 ACTIONS_FILE = "actions"
 TERMINATING_FILE = "terminating"  # a worker got SIGTERM (the agent tells the coordinator)
 PAUSING_FILE = "pausing"  # the agent heard that the job is pausing
+RESUMABLE_FILE = "resumable"  # a worker stopped resumably after staging this step
 # Exit status of a resumable stop (EX_TEMPFAIL): the job is paused or
 # preempted and this rank saved its checkpoint; start it again to resume.
 RESUMABLE_EXIT = 75
@@ -68,12 +70,16 @@ def init_process_group(
     backend: str = "gloo", timeout: timedelta = timedelta(seconds=300)
 ) -> StokerStore:
     """``torch.distributed.init_process_group`` over the coordinator's KV,
-    with torchrun's RANK and WORLD_SIZE. Keys go under ``pg/<restart>/`` so
-    that the workers of each restart (and the agents' own keys) stay apart."""
+    with torchrun's RANK and WORLD_SIZE. Keys go under ``pg/``, apart from
+    the agents' own keys in the same generation. Nothing else may tell
+    workers of different restarts apart: every restart is a new generation
+    (the agents rejoin), whose keys start empty, while torchrun's
+    ``TORCHELASTIC_RESTART_COUNT`` differs between agents of one generation
+    (it counts restarts after a failed worker, not those after a membership
+    change), so workers that looked for each other under it never met."""
     store = worker_store(timeout)
     _LIVE_STORES.append(store)  # see stoker.store: C++ needs the Python object
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    prefixed = PrefixStore(f"pg/{restart}", store)
+    prefixed = PrefixStore("pg", store)
     dist.init_process_group(
         backend,
         store=prefixed,
@@ -200,6 +206,24 @@ class TrainingMonitor:
             with open(os.path.join(self._dir, TERMINATING_FILE), "w", encoding="utf-8") as f:
                 f.write(os.environ.get("LOCAL_RANK", "0") + "\n")
 
+    def exit_resumably(self, step: int) -> NoReturn:
+        """Ends this process with :data:`RESUMABLE_EXIT` once the job's last
+        checkpoint (``step``) is staged: the job is pausing (a CHECKPOINT_NOW
+        while :attr:`pausing`). The member leaves with that step, so the
+        job's next round waits until it is committed and every rank restores
+        it: this process's own ``Leave``, or, under torchrun, the agent's,
+        which finds the step in the control directory, leaves with it
+        instead of restarting its workers and exits 75 itself."""
+        if self._member is not None:
+            self._member.leave(checkpoint_step=step)
+        elif self._dir is not None:
+            path = os.path.join(self._dir, RESUMABLE_FILE)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(f"{step}\n")
+            os.replace(tmp, path)
+        raise SystemExit(RESUMABLE_EXIT)
+
     def close(self) -> None:
         if self._member is not None:
             self._member.stop_heartbeats()
@@ -229,6 +253,17 @@ def worker_terminating(control_dir: str) -> bool:
     """Whether a worker of the node got SIGTERM (the agent's side of
     ``TrainingMonitor.catch_sigterm``)."""
     return os.path.exists(os.path.join(control_dir, TERMINATING_FILE))
+
+
+def resumable_step(control_dir: str) -> int | None:
+    """The step a worker of the node staged before it stopped resumably
+    (``TrainingMonitor.exit_resumably``), or None."""
+    try:
+        with open(os.path.join(control_dir, RESUMABLE_FILE), encoding="utf-8") as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
 
 
 def mark_pausing(control_dir: str) -> None:

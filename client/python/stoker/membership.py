@@ -189,14 +189,17 @@ class Member:
         """Heartbeats every interval on a daemon thread, reporting
         ``progress()``; every answer other than CONTINUE goes to
         ``on_action(action, reason)`` (RESTART also when the job's generation
-        moved on). A failing heartbeat is retried at the next interval; one
-        that finds the job gone reports STOP. notify_terminating() wakes it
-        for a heartbeat at once."""
+        moved on). The first heartbeat goes at once, the next every interval;
+        a failing one is retried at the next interval; one that finds the
+        job gone reports STOP. notify_terminating() wakes it for a heartbeat
+        at once."""
         self.stop_heartbeats()
         m = self._current()
         self._stop = threading.Event()
-        if not self.terminating:  # (a terminating member beats at once)
-            self._wake.clear()
+        # The first beat goes at once: the lease runs from the round's
+        # close, and a first beat one interval later left a loaded host
+        # only the rest of it.
+        self._wake.set()
         interval = max(m.heartbeat_interval_ms, 50) / 1000.0
 
         def loop(stop: threading.Event) -> None:

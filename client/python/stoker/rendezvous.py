@@ -18,6 +18,12 @@ as finished, so the others' exit barrier goes on in the same generation and
 the job ends FINISHED once every agent finished; any other agent leaves
 plainly and the job re-rendezvous without it.
 
+Preemption (issue 23): the agent's first SIGTERM (an eviction signals the
+pod's main process, torchrun) is a preemption notice on the next heartbeat
+rather than torch's immediate stop of the workers; the workers save at one
+step and exit 75 (``TrainingMonitor.exit_resumably``), and the agent leaves
+with that step and exits 75 instead of restarting them.
+
 ``rdzv_conf`` keys (all optional). Fields of the job's spec, used only when
 this agent creates the job (an existing job keeps its own; 0 or absent: the
 coordinator's default): ``heartbeat_interval_ms``, ``heartbeat_misses``,
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from collections.abc import Callable
@@ -41,6 +48,7 @@ from datetime import timedelta
 from typing import Any
 
 import grpc
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import (
     RendezvousHandler,
     RendezvousInfo,
@@ -65,6 +73,12 @@ try:
 except ImportError:  # pragma: no cover (the name of torch 2.x)
     _TERMINAL_STATE_SYNC_ID = "torchelastic/agent/terminal_state"
 EXIT_BARRIER_KEY = _TERMINAL_STATE_SYNC_ID + "/num_members"
+# The signals torch's agent turns into SignalException (stopping the workers
+# at once), as launch_agent hands them to the process context.
+SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+# Rounds next_rendezvous joins in a row when each ends before its store
+# answered (see there); a job that stopped fails the next Join itself.
+STALE_REJOINS = 5
 
 
 class AgentStore(StokerStore):
@@ -135,6 +149,7 @@ class StokerRendezvousHandler(RendezvousHandler):
         self._closed = False
         self._finished = False  # the agent entered its exit barrier
         self._seq = 0
+        self._sigterm = False  # the agent got SIGTERM (catch_sigterm)
 
     def get_backend(self) -> str:
         return "stoker"
@@ -144,18 +159,36 @@ class StokerRendezvousHandler(RendezvousHandler):
         return False
 
     def next_rendezvous(self) -> RendezvousInfo:
+        # torch restarts workers that failed, and 75 is a failure to it: a
+        # resumable stop ends the agent instead (see _leave_resumably).
+        self._leave_resumably()
         if self._closed:
             from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
             raise RendezvousClosedError(f"job {self.job} is stopped")
+        # The round may end again before this agent's first store call: a
+        # member lost right after the close (a node that dies at start, or
+        # heartbeats that a loaded host delayed past their lease) ends the
+        # generation and its keys, and the store answers FAILED_PRECONDITION.
+        # torch would end the agent on that error; join the next round.
+        for attempt in range(1, STALE_REJOINS + 1):
+            info = self._join_once(last=attempt == STALE_REJOINS)
+            if info is not None:
+                return info
+        raise AssertionError("unreachable")
+
+    def _join_once(self, last: bool) -> RendezvousInfo | None:
+        """One Join, then the bootstrap keys (MASTER_ADDR and MASTER_PORT)
+        in the round's store; None when that round ended first (unless
+        ``last``: then its error)."""
         self.member.stop_heartbeats()
-        with self._lock:
+        with self._lock:  # (a RESTART heard before this Join is answered by it)
             self._changed = False
         m = self.member.join(timeout=self.join_timeout)
         # Workers inherit the agent's environment: they find their
         # generation's store and their control directory here.
         for name in os.listdir(self.control_dir):
-            if name.startswith("progress-"):
+            if name.startswith("progress-") or name == elastic.RESUMABLE_FILE:
                 os.unlink(os.path.join(self.control_dir, name))
         with self._lock:  # the answers so far belong to earlier workers
             seen = self._seq
@@ -171,8 +204,40 @@ class StokerRendezvousHandler(RendezvousHandler):
         )
         self.member.start_heartbeats(self._progress, self._on_action)
         store = AgentStore(self.job, m.generation, self.coordinator, self._workers_succeeded)
-        bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
+        try:
+            bootstrap = RendezvousStoreInfo.build(m.rank, store, self.local_addr)
+        except StokerError as e:
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION or last:
+                raise
+            return None
         return RendezvousInfo(store, m.rank, m.world_size, bootstrap)
+
+    def catch_sigterm(self) -> None:
+        """Makes the agent's first SIGTERM a preemption notice (call it from
+        the main thread, before torch starts the workers; ``create_handler``
+        does). A pod is evicted by a SIGTERM to its main process, torchrun,
+        whose own handler would stop the workers at once and lose the steps
+        since the last checkpoint. Instead the notice rides on the next
+        heartbeat (at once), the coordinator answers CHECKPOINT_NOW with
+        ``pausing`` to every agent, every worker saves at one step and exits
+        75, and the agents leave with that step and exit 75
+        (``_leave_resumably``). A second SIGTERM is torch's again: the
+        workers are stopped and the agent ends. Outside the main thread this
+        does nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        names = os.environ.get(SIGNALS_ENV, "SIGTERM,SIGINT,SIGHUP,SIGQUIT").split(",")
+        os.environ[SIGNALS_ENV] = ",".join(n for n in names if n.strip() != "SIGTERM")
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        if self._sigterm:
+            raise SignalException(
+                f"Process {os.getpid()} got signal: {signal.SIGTERM!r} again",
+                sigval=signal.SIGTERM,
+            )
+        self._sigterm = True
+        self.member.notify_terminating()
 
     def _progress(self) -> Progress:
         """The workers' progress; a worker's SIGTERM rides on the heartbeat."""
@@ -209,7 +274,9 @@ class StokerRendezvousHandler(RendezvousHandler):
         return self.job
 
     def shutdown(self) -> bool:
-        """Leaves the job: finished when the workers succeeded."""
+        """Leaves the job: finished when the workers succeeded; with the
+        staged step, exiting 75, when they stopped resumably."""
+        self._leave_resumably()
         try:
             self.member.leave(finished=self._finished)
         except StokerError:
@@ -217,6 +284,26 @@ class StokerRendezvousHandler(RendezvousHandler):
         finally:
             shutil.rmtree(self.control_dir, ignore_errors=True)
         return True
+
+    def _leave_resumably(self) -> None:
+        """When a worker stopped resumably (the job is pausing and it staged
+        the step it names, ``TrainingMonitor.exit_resumably``): leaves the
+        job with that step, so its next round waits for the commit, and ends
+        the agent with :data:`~stoker.elastic.RESUMABLE_EXIT` (75), never
+        restarting the workers. torch calls here before a restart (the
+        workers failed with restarts left) and at its end (none left); the
+        SystemExit passes torch's handlers (they catch Exception) to
+        torchrun's exit status, so a Kubernetes podFailurePolicy that
+        ignores 75 applies to the pod."""
+        step = elastic.resumable_step(self.control_dir)
+        if step is None:
+            return
+        self._closed = True
+        try:
+            self.member.leave(checkpoint_step=step)
+        finally:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+        raise SystemExit(elastic.RESUMABLE_EXIT)
 
 
 def create_handler(params: RendezvousParameters) -> StokerRendezvousHandler:
@@ -226,9 +313,11 @@ def create_handler(params: RendezvousParameters) -> StokerRendezvousHandler:
     conn = Connection(params.endpoint)
     ensure_job(conn, params.run_id, params.min_nodes, params.max_nodes, conf)
     conn.close()
-    return StokerRendezvousHandler(
+    handler = StokerRendezvousHandler(
         params.run_id,
         params.endpoint,
         local_addr=params.local_addr,
         join_timeout=float(conf.get("join_timeout", 600)),
     )
+    handler.catch_sigterm()
+    return handler
