@@ -51,6 +51,6 @@ podman build -q -f deploy/containers/Containerfile.pytorch -v "$house:/wheels:ro
   -t "$image" . >&2
 t1=$(date +%s)
 rm -f "$dir"/stoker-pytorch-"$tag"-*.tar
-podman save -o "$archive.part" "$image" && mv "$archive.part" "$archive"
+podman save -q -o "$archive.part" "$image" && mv "$archive.part" "$archive"
 echo "pytorch-image: built in $((t1 - t0))s, saved in $(($(date +%s) - t1))s ($(du -h "$archive" | cut -f1))" >&2
 echo "$archive"
