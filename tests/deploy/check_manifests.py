@@ -15,8 +15,9 @@ renders, and what the manifests tell the programs exists in them.
 - every STOKER_<SERVICE>_* variable set is one the daemon reads (its --help
   names each option's variable);
 - probes (gRPC, or `stokerctl health` run in the pod when TLS is on) check
-  the ports the daemons listen on; each pod's termination grace is at least
-  the daemon's shutdown-grace.
+  the ports the daemons listen on, and an exec probe's timeoutSeconds is
+  longer than its command's --timeout; each pod's termination grace is at
+  least the daemon's shutdown-grace.
 
     check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM... [--python PYTHON]
 PROGRAMs are the paths of stoker-coordinator, stoker-dataloader,
@@ -208,6 +209,17 @@ def main() -> int:
                         "x:0",
                     )
                     port = int(addr.rsplit(":", 1)[1])
+                    # The kubelet kills an exec probe after timeoutSeconds (1 by
+                    # default) and counts it failed: a loaded node then fails the
+                    # liveness probe of a healthy daemon and restarts it.
+                    wait = next(
+                        (cmd[i + 1] for i, w in enumerate(cmd[:-1]) if w == "--timeout"), ""
+                    )
+                    if wait and spec.get("timeoutSeconds", 1) * 1000 <= duration_ms(wait):
+                        errors.append(
+                            f"{where}: {probe} timeoutSeconds {spec.get('timeoutSeconds', 1)}"
+                            f" does not cover its command's --timeout {wait}"
+                        )
                 else:
                     port = None
                 if port != listen_port:
