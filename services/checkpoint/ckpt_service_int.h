@@ -14,7 +14,8 @@
  * ckpt_staging -> ckpt_staging_shm -> ckpt_staging_obj -> ckpt_upload;
  * ckpt_service, ckpt_calls, ckpt_staging(_shm), ckpt_upload, ckpt_recover
  * -> ckpt_attempt -> {ckpt_events, ckpt_gc, ckpt_pool, ckpt_journal,
- * ckpt_shm, storage}; ckpt_shm_read -> ckpt_shm.
+ * ckpt_shm, storage}; ckpt_upload, ckpt_restore -> ckpt_store -> {ckpt_pool,
+ * storage}; ckpt_shm_read -> ckpt_shm.
  */
 #ifndef STK_CKPT_SERVICE_INT_H
 #define STK_CKPT_SERVICE_INT_H

@@ -72,22 +72,20 @@ static void on_done(void *arg, struct s3_result *res);
 static void send_op(struct call *c) {
   const struct storage_req *rq = &c->rq;
   bool cond = (rq->flags & STORAGE_IF_ABSENT) && c->b->conditional_put;
-  struct s3_op op = {.key = c->key, .upload_id = c->upload_id};
+  struct s3_op op = {.key = c->key, .upload_id = c->upload_id}; /* NULL but for MPU_*. */
   switch (rq->op) {
   case STORAGE_OP_PUT:
-    op = (struct s3_op){.kind = S3_OP_PUT,
-                        .key = c->key,
-                        .body = rq->data,
-                        .body_len = rq->len,
-                        .if_none_match = cond};
+    op.kind = S3_OP_PUT;
+    op.body = rq->data;
+    op.body_len = rq->len;
+    op.if_none_match = cond;
     break;
   case STORAGE_OP_GET:
-    op = (struct s3_op){.kind = S3_OP_GET,
-                        .key = c->key,
-                        .range_offset = rq->offset,
-                        .range_len = rq->len,
-                        .sink = sink_copy,
-                        .sink_arg = c};
+    op.kind = S3_OP_GET;
+    op.range_offset = rq->offset;
+    op.range_len = rq->len;
+    op.sink = sink_copy;
+    op.sink_arg = c;
     break;
   case STORAGE_OP_HEAD:
     op.kind = S3_OP_HEAD;
