@@ -14,8 +14,8 @@
  * callers that truly wait (startup recovery, commit, the operator calls),
  * and listings block. Every call is thread-safe. A blocking call never runs
  * on a libuv loop thread, nor inside a completion callback; storage_submit
- * may complete inline (file://), so it is called from worker threads too.
- * Errors are negative STK_E*:
+ * may do the I/O inline (file://), so it too is called from worker threads,
+ * not from a loop thread. Errors are negative STK_E*:
  * STK_ENOENT (no such key or upload), STK_EEXIST (conditional write refused
  * because the key exists), STK_EINVAL (bad key or arguments), STK_ERANGE
  * (ranged read past the end), STK_EIO / STK_EUNAVAIL (store failures after
