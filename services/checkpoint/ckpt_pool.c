@@ -1,7 +1,10 @@
 /*
  * ckpt_pool: worker threads with a locked FIFO of tasks in and a locked list
  * of finished tasks out, drained by a uv_async on the loop (sends coalesce,
- * so each wake-up drains the whole list).
+ * so each wake-up drains the whole list). A parked task is in no list
+ * until ckpt_pool_resume puts it in the FIFO of resumed tasks, which
+ * workers take before new ones; new ones start only while fewer than
+ * max_out tasks are out (running or parked).
  */
 #include "ckpt_pool.h"
 
@@ -12,13 +15,18 @@
 
 #include "stk_error.h"
 
+/* Set by ckpt_pool_park during a task's work; read by its worker after. */
+static _Thread_local bool parked;
+
 struct ckpt_pool {
   uv_loop_t *loop;
   uv_async_t async;
   uv_mutex_t mu;
   uv_cond_t cv;
-  struct ckpt_task *head, *tail; /* Queued, not started. */
-  struct ckpt_task *done;        /* Finished, after not run (LIFO, reversed when drained). */
+  struct ckpt_task *head, *tail;   /* Queued, not started. */
+  struct ckpt_task *rhead, *rtail; /* Resumed: started, to run again (before new ones). */
+  unsigned out, max_out;           /* Tasks started and not finished (running or parked). */
+  struct ckpt_task *done;          /* Finished, after not run (LIFO, reversed when drained). */
   bool stopping;
   unsigned n_threads;
   int nice; /* Added to each worker's nice value. */
@@ -28,27 +36,45 @@ struct ckpt_pool {
   void *closed_arg;
 };
 
+static struct ckpt_task *take(struct ckpt_pool *p);
+
 static void worker(void *arg) {
   struct ckpt_pool *p = arg;
   if (p->nice) setpriority(PRIO_PROCESS, (id_t)gettid(), getpriority(PRIO_PROCESS, 0) + p->nice);
   for (;;) {
     uv_mutex_lock(&p->mu);
-    while (!p->head && !p->stopping) uv_cond_wait(&p->cv, &p->mu);
-    struct ckpt_task *t = p->head;
-    if (!t) {
-      uv_mutex_unlock(&p->mu);
-      return;
-    }
-    p->head = t->next;
-    if (!p->head) p->tail = NULL;
+    struct ckpt_task *t;
+    while (!(t = take(p)) && !p->stopping) uv_cond_wait(&p->cv, &p->mu);
     uv_mutex_unlock(&p->mu);
+    if (!t) return;
+    parked = false;
     t->work(t);
+    if (parked) continue; /* t belongs to its asynchronous call now. */
     uv_mutex_lock(&p->mu);
+    p->out--;
+    uv_cond_signal(&p->cv); /* A slot for a queued task. */
     t->next = p->done;
     p->done = t;
     uv_mutex_unlock(&p->mu);
     uv_async_send(&p->async);
   }
+}
+
+/* The next task to run: a resumed one, else a queued one if a slot is
+ * free; NULL if none. Under the lock. */
+static struct ckpt_task *take(struct ckpt_pool *p) {
+  struct ckpt_task *t = p->rhead;
+  if (t) {
+    p->rhead = t->next;
+    if (!p->rhead) p->rtail = NULL;
+    return t;
+  }
+  t = p->head;
+  if (!t || p->out >= p->max_out) return NULL;
+  p->head = t->next;
+  if (!p->head) p->tail = NULL;
+  p->out++;
+  return t;
 }
 
 /* Runs the afters of every finished task, oldest first. */
@@ -91,6 +117,7 @@ int ckpt_pool_new(uv_loop_t *loop, unsigned threads, int nice, struct ckpt_pool 
   uv_cond_init(&p->cv);
   p->loop = loop;
   p->nice = nice;
+  p->max_out = threads;
   if (uv_async_init(loop, &p->async, on_async) != 0) {
     uv_cond_destroy(&p->cv);
     uv_mutex_destroy(&p->mu);
@@ -109,6 +136,12 @@ int ckpt_pool_new(uv_loop_t *loop, unsigned threads, int nice, struct ckpt_pool 
   return 0;
 }
 
+void ckpt_pool_set_limit(struct ckpt_pool *p, unsigned max_out) {
+  uv_mutex_lock(&p->mu);
+  p->max_out = max_out ? max_out : 1;
+  uv_mutex_unlock(&p->mu);
+}
+
 void ckpt_pool_submit(struct ckpt_pool *p, struct ckpt_task *t) {
   t->next = NULL;
   p->pending++;
@@ -118,6 +151,22 @@ void ckpt_pool_submit(struct ckpt_pool *p, struct ckpt_task *t) {
   else
     p->head = t;
   p->tail = t;
+  uv_cond_signal(&p->cv);
+  uv_mutex_unlock(&p->mu);
+}
+
+void ckpt_pool_park(void) {
+  parked = true;
+}
+
+void ckpt_pool_resume(struct ckpt_pool *p, struct ckpt_task *t) {
+  t->next = NULL;
+  uv_mutex_lock(&p->mu);
+  if (p->rtail)
+    p->rtail->next = t;
+  else
+    p->rhead = t;
+  p->rtail = t;
   uv_cond_signal(&p->cv);
   uv_mutex_unlock(&p->mu);
 }

@@ -11,12 +11,12 @@
  * reads widened to CRC blocks), and the reads of all of them are merged
  * per object into spans (ckpt_plan_spans: gaps up to READ_GAP_BYTES are
  * read and thrown away, one request instead of two). Each span is one
- * ranged GET, CRC-checked block by block on a restore thread, up to
- * READ_FETCHES of one read at once. Then the pieces are assembled from the
- * spans and delivered. A tensor that FSDP saved as a row-block per rank
- * thus costs a GET per object and batch, not one per stored chunk: the
- * tensors of a rank's object lie one after the other, in the order they
- * are wanted. READ_BATCHES batches of one read are in flight at once: the
+ * ranged GET, sent to the store without holding a thread (ckpt_store.c:
+ * the span's task parks until the answer) and CRC-checked block by block
+ * on a restore thread, up to READ_FETCHES of one read at once. Then the pieces are assembled from
+ * the spans and delivered. A tensor that FSDP saved as a row-block per rank thus costs a GET per
+ * object and batch, not one per stored chunk: the tensors of a rank's object lie one after the
+ * other, in the order they are wanted. READ_BATCHES batches of one read are in flight at once: the
  * next is fetched while the caller sends the one before, and memory stays
  * bounded (per read, about twice the batch's spans and pieces).
  *
@@ -65,8 +65,8 @@ struct wanted {
 
 /* Batches of one read planned, fetched or waiting at once. */
 #define READ_BATCHES 2
-/* Ranged GETs of one read in flight at once (all reads share the
- * read_concurrency restore threads). */
+/* Ranged GETs of one read in flight at once (all reads together: at most
+ * read_concurrency, the restore pool's limit). */
 #define READ_FETCHES 4
 /* Pieces per batch, at most (bounds the plans a batch holds). */
 #define READ_BATCH_PIECES 4096
@@ -82,7 +82,9 @@ struct wanted {
 /* One merged ranged GET of a batch, fetched and CRC-checked on a restore
  * thread. */
 struct span {
-  struct ckpt_task t; /* First: the task is the span's fetch. */
+  struct ckpt_task t;          /* First: the task is the span's fetch. */
+  struct ckpt_store_call call; /* Its GET. */
+  bool sent;                   /* The GET is out or answered: the work checks it. */
   struct batch *b;
   struct ckpt_span at;
   uint8_t *buf; /* at.len bytes once fetched. */
@@ -218,17 +220,31 @@ static int batch_plan(struct batch *b) {
   return 0;
 }
 
-static int span_fetch(const struct ckpt_reader *rd, struct span *sp) {
+/* Sends the span's GET (the task parks until it is answered). */
+static int span_send(const struct ckpt_reader *rd, struct span *sp) {
   const struct ckpt_object *o = &rd->m->objects[sp->at.object];
   char *key;
   int err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
   if (err) return err;
   sp->buf = malloc(sp->at.len ? sp->at.len : 1);
-  size_t got = 0;
-  err =
-      sp->buf ? storage_get(rd->s->st, key, sp->at.offset, sp->buf, sp->at.len, &got) : STK_ENOMEM;
+  if (!sp->buf) {
+    free(key);
+    return STK_ENOMEM;
+  }
+  struct storage_req rq = {
+      .op = STORAGE_OP_GET, .key = key, .buf = sp->buf, .len = sp->at.len, .offset = sp->at.offset};
+  sp->sent = true;
+  ckpt__store(&sp->call, rd->s->read, &sp->t, rd->s->st, &rq); /* Copies the key. */
   free(key);
-  if (!err && got != sp->at.len) {
+  return 0;
+}
+
+/* The GET's answer: the bytes as long and as CRC'd as the manifest says. */
+static int span_check(const struct ckpt_reader *rd, struct span *sp) {
+  const struct ckpt_object *o = &rd->m->objects[sp->at.object];
+  int err = sp->call.res.err;
+  if (err) stk_set_detail("%s", sp->call.res.detail);
+  if (!err && sp->call.res.len != sp->at.len) {
     stk_set_detail("object %s is shorter than its manifest says", o->key);
     return STK_ECORRUPT;
   }
@@ -293,6 +309,7 @@ static void batch_drop_fetched(struct batch *b) {
   for (size_t i = 0; i < b->n_spans; i++) {
     free(b->spans[i].buf);
     b->spans[i].buf = NULL;
+    storage_result_clear(&b->spans[i].call.res);
   }
   for (size_t i = 0; i < b->n_pieces; i++) ckpt_plan_close(&b->pieces[i].plan);
 }
@@ -365,10 +382,17 @@ static void batch_plan_work(struct ckpt_task *t) {
   note(b->err, b->msg, sizeof(b->msg));
 }
 
+/* Runs twice: sends the GET, then (resumed with its answer) checks it. */
 static void span_work(struct ckpt_task *t) {
   struct span *sp = (struct span *)t;
   stk_clear_detail();
-  sp->err = span_fetch(sp->b->rd, sp);
+  if (!sp->sent) {
+    int err = span_send(sp->b->rd, sp);
+    if (!err) return; /* Parked; sp is the GET's until it answers. */
+    sp->err = err;
+  } else {
+    sp->err = span_check(sp->b->rd, sp);
+  }
   note(sp->err, sp->msg, sizeof(sp->msg));
 }
 

@@ -128,6 +128,8 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
   return ckpt_name_check_prefix(o->key_prefix);
 }
 
+static unsigned pool_threads(const struct ckpt_service *s, unsigned concurrency);
+
 static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   struct kv_opts ko = {.create_if_missing = true};
   int err = kv_open(s->o.db_dir, &ko, &s->kv);
@@ -139,9 +141,13 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
     if (err) return err;
     s->own_storage = true;
   }
-  err = ckpt_pool_new(loop, s->o.upload_concurrency, UPLOAD_NICE, &s->up);
+  err = ckpt_pool_new(loop, pool_threads(s, s->o.upload_concurrency), UPLOAD_NICE, &s->up);
   if (!err) err = ckpt_pool_new(loop, 2, 0, &s->work);
-  if (!err) err = ckpt_pool_new(loop, s->o.read_concurrency, 0, &s->read);
+  if (!err) err = ckpt_pool_new(loop, pool_threads(s, s->o.read_concurrency), 0, &s->read);
+  if (!err) {
+    ckpt_pool_set_limit(s->up, s->o.upload_concurrency);
+    ckpt_pool_set_limit(s->read, s->o.read_concurrency);
+  }
   if (!err) err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, &s->mcache);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
@@ -149,6 +155,17 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
     err = ckpt_shm_open(s->o.shm_dir, max, s->o.shm_pool_bytes, &s->shm);
   }
   return err;
+}
+
+/* Threads for a pool of `concurrency` storage requests in flight: one per
+ * request where the store does the I/O in the submitting thread
+ * (file://); else only the CRCs and copies run there (the S3 engine has
+ * the requests), and the cores bound them. */
+static unsigned pool_threads(const struct ckpt_service *s, unsigned concurrency) {
+  if (storage_caps(s->st)->completes_inline) return concurrency;
+  unsigned cores = uv_available_parallelism();
+  if (cores < 2) cores = 2;
+  return concurrency < cores ? concurrency : cores;
 }
 
 static void open_fail(struct ckpt_service *s) {

@@ -8,10 +8,11 @@
  * Threading: a struct ckpt_service lives on ONE libuv loop (given to
  * ckpt_service_open). Every call below must be made on that loop's thread
  * and every callback runs on it, never synchronously inside the call that
- * started it. Storage calls, synced RocksDB writes and CRCs run on the
- * service's worker threads (upload_concurrency upload threads,
- * read_concurrency threads for restores, and two more for journal and
- * commit work).
+ * started it. Synced RocksDB writes, CRCs and copies run on the
+ * service's worker threads (an upload pool and a restore pool, and two
+ * threads for journal and commit work); uploads and restores hand their
+ * storage requests to the store's engine without holding a thread, at most
+ * upload_concurrency and read_concurrency requests out at once.
  *
  * Completion: ckpt_done_fn is called exactly once; resp is the reply message
  * named at each call, valid only during the callback; on failure err is a
@@ -65,7 +66,7 @@ struct ckpt_service_opts {
                                     used to render URIs). */
   const char *key_prefix;        /* Deployment prefix inside the store; "" default. */
   uint64_t staging_budget_bytes; /* Staging memory, all writers; 1 GiB default. */
-  uint32_t upload_concurrency;   /* Upload threads; 8 default. */
+  uint32_t upload_concurrency;   /* Upload requests out at once; 8 default. */
   uint64_t part_bytes;           /* Multipart part size: a multiple of 1 MiB, >= 5 MiB; 16 MiB. */
   uint32_t max_parts;            /* Parts per object before rolling; 10000 (tests lower it). */
   uint32_t keep_last;            /* Retention: keep the newest K committed steps; 0 = all. */
@@ -78,7 +79,7 @@ struct ckpt_service_opts {
   uint32_t max_open_attempts_per_job; /* The same for one job (ckpt_admit.c); 4 default,
                                          at most max_open_attempts. */
   uint32_t read_piece_bytes;          /* Most bytes per ReadChunk; 4 MiB. */
-  uint32_t read_concurrency;          /* Restore threads (GETs at once, all reads); 8. */
+  uint32_t read_concurrency;          /* Restore GETs out at once, all reads; 8. */
   uint64_t read_batch_bytes;          /* Wanted bytes fetched together (merged ranged GETs per
                                          object, ckpt_restore.c); 64 MiB. */
   uint64_t read_budget_bytes;         /* What all reads' batches may hold (twice their wanted

@@ -14,7 +14,8 @@
  * ckpt_staging -> ckpt_staging_shm -> ckpt_staging_obj -> ckpt_upload;
  * ckpt_service, ckpt_calls, ckpt_staging(_shm), ckpt_upload, ckpt_recover
  * -> ckpt_attempt -> {ckpt_events, ckpt_gc, ckpt_pool, ckpt_journal,
- * ckpt_shm, storage}; ckpt_shm_read -> ckpt_shm.
+ * ckpt_shm, storage}; ckpt_upload, ckpt_restore -> ckpt_store -> {ckpt_pool,
+ * storage}; ckpt_shm_read -> ckpt_shm.
  */
 #ifndef STK_CKPT_SERVICE_INT_H
 #define STK_CKPT_SERVICE_INT_H
@@ -226,6 +227,21 @@ struct commit_result {
 };
 
 /* ---- ckpt_events.c (leaf) ---- */
+/* ---- ckpt_store.c: a pool task waiting for a storage request ---- */
+
+/* Embedded in the task; res holds the answer when work runs again. */
+struct ckpt_store_call {
+  struct ckpt_pool *pool;
+  struct ckpt_task *t;
+  struct storage_result res; /* Zeroed before first use; cleared by the next call. */
+};
+
+/* From t's work on pool: parks t and sends rq to st; when the store
+ * answers, c->res holds the answer and t's work runs again on pool. The
+ * caller returns from work at once without touching t or c. */
+void ckpt__store(struct ckpt_store_call *c, struct ckpt_pool *pool, struct ckpt_task *t,
+                 struct storage *st, const struct storage_req *rq);
+
 int64_t ckpt__svc_now_ms(void);
 void ckpt__svc_probe(struct ckpt_service *s, const char *point);
 void ckpt__svc_post_event(struct ckpt_service *s, struct ckpt_writer *w, enum ckpt_write_event ev,

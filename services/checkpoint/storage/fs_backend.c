@@ -12,7 +12,8 @@
  * Writes are durable before they are visible: data is written to a temp
  * file and fsync'ed, then renamed (or link()ed, which refuses an existing
  * name: the conditional put) into place, and the directory is fsync'ed.
- * Keys cannot name the ".stk-" entries (storage_key_check).
+ * Keys cannot name the ".stk-" entries (storage_key_check). Requests
+ * complete inline, in the thread that submits them (fs_submit).
  */
 #include "storage_internal.h"
 
@@ -469,16 +470,42 @@ static void fs_free(void *impl) {
   free(fs);
 }
 
+/* Runs rq inline in the caller's thread (a worker's: file I/O blocks) and
+ * answers before returning. */
+static void fs_submit(void *impl, const struct storage_req *rq, storage_done_fn done, void *arg) {
+  struct storage_result res = {0};
+  switch (rq->op) {
+  case STORAGE_OP_PUT:
+    res.err = fs_put(impl, rq->key, rq->data, rq->len, rq->flags);
+    break;
+  case STORAGE_OP_GET:
+    res.err = fs_get(impl, rq->key, rq->offset, rq->buf, rq->len, &res.len);
+    break;
+  case STORAGE_OP_HEAD:
+    res.err = fs_head(impl, rq->key, &res.size);
+    break;
+  case STORAGE_OP_DELETE:
+    res.err = fs_del(impl, rq->key);
+    break;
+  case STORAGE_OP_MPU_BEGIN:
+    res.err = fs_mpu_begin(impl, rq->key, &res.upload_id);
+    break;
+  case STORAGE_OP_MPU_PART:
+    res.err = fs_mpu_part(impl, rq->key, rq->upload_id, rq->number, rq->data, rq->len, &res.etag);
+    break;
+  case STORAGE_OP_MPU_COMPLETE:
+    res.err = fs_mpu_complete(impl, rq->key, rq->upload_id, rq->parts, rq->n_parts, rq->flags);
+    break;
+  case STORAGE_OP_MPU_ABORT:
+    res.err = fs_mpu_abort(impl, rq->key, rq->upload_id);
+    break;
+  }
+  storage_answer(done, arg, &res);
+}
+
 static const struct storage_backend fs_backend = {
-    .put = fs_put,
-    .get = fs_get,
-    .head = fs_head,
-    .del = fs_del,
+    .submit = fs_submit,
     .list = fs_list,
-    .mpu_begin = fs_mpu_begin,
-    .mpu_part = fs_mpu_part,
-    .mpu_complete = fs_mpu_complete,
-    .mpu_abort = fs_mpu_abort,
     .mpu_list = fs_mpu_list,
     .free = fs_free,
 };
@@ -517,7 +544,8 @@ int fs_backend_open(const char *root_dir, struct storage **ret) {
   struct storage_caps caps = {.conditional_put = true,
                               .multipart_abort = true,
                               .multipart_list = false,
-                              .multipart_list_uploads = true};
+                              .multipart_list_uploads = true,
+                              .completes_inline = true};
   struct storage *st = storage_wrap(&fs_backend, fs, &caps);
   if (!st) {
     fs_free(fs);

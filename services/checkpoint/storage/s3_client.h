@@ -10,7 +10,7 @@
  * maximum). Further requests wait in a FIFO queue.
  *
  * Threading: a client belongs to its loop's thread; every call and every
- * callback happens there. s3_sync.h wraps it for blocking callers.
+ * callback happens there. s3_thread.h runs it on a thread of its own for callers without a loop.
  * Contract (libuv style): if a submit call fails, its callback never fires;
  * otherwise it fires exactly once.
  */

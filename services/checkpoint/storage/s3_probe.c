@@ -11,15 +11,15 @@
 #include <string.h>
 #include <sys/random.h>
 
-static int run(struct s3_sync *s, const struct s3_op *op, long *ret_status) {
+static int run(struct s3_thread *s, const struct s3_op *op, long *ret_status) {
   struct s3_result res;
-  int err = s3_sync_do(s, op, &res);
+  int err = s3_thread_do(s, op, &res);
   if (ret_status) *ret_status = res.status;
   s3_result_clear(&res);
   return err;
 }
 
-static int probe_conditional(struct s3_sync *s, const char *key, bool *ret) {
+static int probe_conditional(struct s3_thread *s, const char *key, bool *ret) {
   struct s3_op put = {
       .kind = S3_OP_PUT, .key = key, .body = "1", .body_len = 1, .if_none_match = true};
   int err = run(s, &put, NULL);
@@ -32,10 +32,10 @@ static int probe_conditional(struct s3_sync *s, const char *key, bool *ret) {
   return err == 0 || err == STK_EEXIST ? 0 : err;
 }
 
-static int probe_multipart(struct s3_sync *s, const char *key, struct s3_caps *caps) {
+static int probe_multipart(struct s3_thread *s, const char *key, struct s3_caps *caps) {
   struct s3_op create = {.kind = S3_OP_MPU_CREATE, .key = key};
   struct s3_result res;
-  int err = s3_sync_do(s, &create, &res);
+  int err = s3_thread_do(s, &create, &res);
   char *id = res.upload_id;
   res.upload_id = NULL;
   s3_result_clear(&res);
@@ -49,7 +49,7 @@ static int probe_multipart(struct s3_sync *s, const char *key, struct s3_caps *c
   err = run(s, &part, NULL);
   struct s3_op list = {.kind = S3_OP_MPU_LIST_PARTS, .key = key, .upload_id = id};
   if (!err) {
-    int list_err = s3_sync_do(s, &list, &res);
+    int list_err = s3_thread_do(s, &list, &res);
     caps->multipart_list_parts =
         list_err == 0 && res.n_entries == 1 && res.entries[0].part_number == 1;
     s3_result_clear(&res);
@@ -73,7 +73,7 @@ static int probe_multipart(struct s3_sync *s, const char *key, struct s3_caps *c
   return err;
 }
 
-int s3_probe(struct s3_sync *s, const char *key_prefix, struct s3_caps *ret) {
+int s3_probe(struct s3_thread *s, const char *key_prefix, struct s3_caps *ret) {
   unsigned char rnd[8];
   if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
   char key[1100];

@@ -11,7 +11,7 @@
 #ifndef STK_S3_PROBE_H
 #define STK_S3_PROBE_H
 
-#include "s3_sync.h"
+#include "s3_thread.h"
 
 struct s3_caps {
   bool conditional_put;
@@ -23,6 +23,6 @@ struct s3_caps {
 /* Probes with keys starting with key_prefix (it creates and removes
  * objects and an upload there). Fails only if the store cannot take a
  * plain PUT or a multipart upload at all. */
-int s3_probe(struct s3_sync *s, const char *key_prefix, struct s3_caps *ret);
+int s3_probe(struct s3_thread *s, const char *key_prefix, struct s3_caps *ret);
 
 #endif

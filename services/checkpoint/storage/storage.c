@@ -1,8 +1,9 @@
 /*
  * The storage interface: URL parsing and dispatch to a backend. Arguments
  * are checked here once (the key rules are storage_base.c's), so backends
- * can trust them. This file is the top of the library: it opens the
- * backends and calls through their vtables; they call only files below.
+ * can trust them. This file opens the backends and calls through their
+ * vtables; they call only files below. The blocking calls wait over
+ * storage_submit from storage_wait.c, the one file above.
  */
 #include "storage_internal.h"
 
@@ -69,37 +70,6 @@ const struct storage_caps *storage_caps(const struct storage *st) {
   return &st->caps;
 }
 
-int storage_put(struct storage *st, const char *key, const void *data, size_t len, unsigned flags) {
-  int err = storage_key_check(key);
-  if (err) return err;
-  if (!data && len) return STK_EINVAL;
-  return st->be->put(st->impl, key, data, len, flags);
-}
-
-int storage_get(struct storage *st, const char *key, uint64_t offset, void *buf, size_t len,
-                size_t *ret_len) {
-  int err = storage_key_check(key);
-  if (err) return err;
-  if ((!buf && len) || offset > INT64_MAX || len > INT64_MAX - offset) return STK_EINVAL;
-  return st->be->get(st->impl, key, offset, buf, len, ret_len);
-}
-
-int storage_head(struct storage *st, const char *key, uint64_t *ret_size_bytes) {
-  int err = storage_key_check(key);
-  return err ? err : st->be->head(st->impl, key, ret_size_bytes);
-}
-
-int storage_delete(struct storage *st, const char *key) {
-  int err = storage_key_check(key);
-  return err ? err : st->be->del(st->impl, key);
-}
-
-int storage_list(struct storage *st, const char *prefix, storage_list_cb cb, void *arg) {
-  int err = prefix_check(prefix);
-  if (err) return err;
-  return st->be->list(st->impl, prefix ? prefix : "", cb, arg);
-}
-
 /* Upload ids come back from the store; they are checked as printable and
  * bounded here, and each backend checks its own format. */
 static int upload_id_check(const char *id) {
@@ -109,38 +79,60 @@ static int upload_id_check(const char *id) {
   return 0;
 }
 
-int storage_mpu_begin(struct storage *st, const char *key, char **ret_upload_id) {
-  int err = storage_key_check(key);
-  return err ? err : st->be->mpu_begin(st->impl, key, ret_upload_id);
-}
-
-int storage_mpu_part(struct storage *st, const char *key, const char *upload_id, int number,
-                     const void *data, size_t len, char **ret_etag) {
-  int err = storage_key_check(key);
-  if (!err) err = upload_id_check(upload_id);
-  if (err) return err;
-  if (number < 1 || number > STORAGE_PART_MAX || (!data && len)) return STK_EINVAL;
-  return st->be->mpu_part(st->impl, key, upload_id, number, data, len, ret_etag);
-}
-
-int storage_mpu_complete(struct storage *st, const char *key, const char *upload_id,
-                         const struct storage_part *parts, size_t n_parts, unsigned flags) {
-  int err = storage_key_check(key);
-  if (!err) err = upload_id_check(upload_id);
-  if (err) return err;
-  if (n_parts == 0 || n_parts > STORAGE_PART_MAX) return STK_EINVAL;
+static int parts_check(const struct storage_part *parts, size_t n_parts) {
+  if (!parts || n_parts == 0 || n_parts > STORAGE_PART_MAX) return STK_EINVAL;
   for (size_t i = 0; i < n_parts; i++) {
     if (parts[i].number < 1 || parts[i].number > STORAGE_PART_MAX || !parts[i].etag)
       return STK_EINVAL;
     if (i > 0 && parts[i].number <= parts[i - 1].number) return STK_EINVAL;
   }
-  return st->be->mpu_complete(st->impl, key, upload_id, parts, n_parts, flags);
+  return 0;
 }
 
-int storage_mpu_abort(struct storage *st, const char *key, const char *upload_id) {
-  int err = storage_key_check(key);
-  if (!err) err = upload_id_check(upload_id);
-  return err ? err : st->be->mpu_abort(st->impl, key, upload_id);
+/* The arguments of rq as its operation needs them. */
+static int req_check(const struct storage_req *rq) {
+  int err = storage_key_check(rq->key);
+  if (err) return err;
+  switch (rq->op) {
+  case STORAGE_OP_PUT:
+    return !rq->data && rq->len ? STK_EINVAL : 0;
+  case STORAGE_OP_GET:
+    if ((!rq->buf && rq->len) || rq->offset > INT64_MAX || rq->len > INT64_MAX - rq->offset)
+      return STK_EINVAL;
+    return 0;
+  case STORAGE_OP_HEAD:
+  case STORAGE_OP_DELETE:
+  case STORAGE_OP_MPU_BEGIN:
+    return 0;
+  case STORAGE_OP_MPU_PART:
+    if (rq->number < 1 || rq->number > STORAGE_PART_MAX || (!rq->data && rq->len))
+      return STK_EINVAL;
+    return upload_id_check(rq->upload_id);
+  case STORAGE_OP_MPU_COMPLETE:
+    err = upload_id_check(rq->upload_id);
+    return err ? err : parts_check(rq->parts, rq->n_parts);
+  case STORAGE_OP_MPU_ABORT:
+    return upload_id_check(rq->upload_id);
+  }
+  return STK_EINVAL;
+}
+
+void storage_submit(struct storage *st, const struct storage_req *rq, storage_done_fn done,
+                    void *arg) {
+  stk_clear_detail();
+  int err = req_check(rq);
+  if (err) {
+    struct storage_result res = {.err = err};
+    storage_answer(done, arg, &res);
+    return;
+  }
+  st->be->submit(st->impl, rq, done, arg);
+}
+
+int storage_list(struct storage *st, const char *prefix, storage_list_cb cb, void *arg) {
+  int err = prefix_check(prefix);
+  if (err) return err;
+  return st->be->list(st->impl, prefix ? prefix : "", cb, arg);
 }
 
 int storage_mpu_list(struct storage *st, const char *prefix, storage_upload_cb cb, void *arg) {

@@ -9,8 +9,13 @@
  * STORAGE_KEY_MAX bytes, and no segment starting with ".stk-" (reserved
  * for the file backend's bookkeeping).
  *
- * Every call blocks and is thread-safe: the core calls it from worker
- * threads, never from a libuv loop thread. Errors are negative STK_E*:
+ * Object calls are asynchronous (storage_submit: one request, one
+ * completion callback); the blocking calls below are thin waits over it for
+ * callers that truly wait (startup recovery, commit, the operator calls),
+ * and listings block. Every call is thread-safe. A blocking call never runs
+ * on a libuv loop thread, nor inside a completion callback; storage_submit
+ * may do the I/O inline (file://), so it too is called from worker threads,
+ * not from a loop thread. Errors are negative STK_E*:
  * STK_ENOENT (no such key or upload), STK_EEXIST (conditional write refused
  * because the key exists), STK_EINVAL (bad key or arguments), STK_ERANGE
  * (ranged read past the end), STK_EIO / STK_EUNAVAIL (store failures after
@@ -38,6 +43,9 @@ struct storage_caps {
   bool multipart_abort;        /* Abort frees the parts. */
   bool multipart_list;         /* ListParts / ListMultipartUploads answer. */
   bool multipart_list_uploads; /* storage_mpu_list works (else it fails STK_ENOTSUP). */
+  bool completes_inline;       /* storage_submit answers in the submitting thread, having
+                                  done the I/O there (file://): a caller wanting N requests
+                                  in flight needs N threads. */
 };
 
 /* One uploaded part, for storage_mpu_complete: numbers ascending from 1. */
@@ -72,6 +80,61 @@ const struct storage_caps *storage_caps(const struct storage *st);
 
 /* 0 if key is acceptable, STK_EINVAL (with a detail) otherwise. */
 int storage_key_check(const char *key);
+
+/* ---- Asynchronous object calls ---- */
+
+enum storage_op {
+  STORAGE_OP_PUT,          /* Whole-object write; visible atomically (never partially). */
+  STORAGE_OP_GET,          /* Ranged read (short only at the end of the object). */
+  STORAGE_OP_HEAD,         /* The object's size. */
+  STORAGE_OP_DELETE,       /* Deleting a missing key succeeds (as on S3). */
+  STORAGE_OP_MPU_BEGIN,    /* Multipart upload: its id. */
+  STORAGE_OP_MPU_PART,     /* One part: its ETag. */
+  STORAGE_OP_MPU_COMPLETE, /* The object visible atomically. */
+  STORAGE_OP_MPU_ABORT,    /* The parts discarded. */
+};
+
+/* One request. The strings and parts are copied before storage_submit
+ * returns; data and buf are borrowed until the callback fires. */
+struct storage_req {
+  enum storage_op op;
+  const char *key;
+  const char *upload_id;            /* MPU_PART, MPU_COMPLETE, MPU_ABORT. */
+  int number;                       /* MPU_PART: 1..STORAGE_PART_MAX. */
+  const void *data;                 /* PUT, MPU_PART: len bytes to write. */
+  void *buf;                        /* GET: room for len bytes. */
+  size_t len;                       /* PUT, MPU_PART, GET. */
+  uint64_t offset;                  /* GET: the first byte. */
+  const struct storage_part *parts; /* MPU_COMPLETE: numbers ascending. */
+  size_t n_parts;
+  unsigned flags; /* PUT, MPU_COMPLETE: enum storage_flags. */
+};
+
+/* What a request came to. The callback may move the strings out (set them
+ * to NULL); what is left is freed after it returns. */
+struct storage_result {
+  int err;          /* 0 or STK_E* as above. */
+  size_t len;       /* GET: bytes read. */
+  uint64_t size;    /* HEAD: the object's size. */
+  char *upload_id;  /* MPU_BEGIN. */
+  char *etag;       /* MPU_PART. */
+  char detail[160]; /* The error's detail (what stk_detail() would say), or "". */
+};
+
+/* Fires exactly once per storage_submit: on the S3 engine's thread, or
+ * inline in the caller (file://, and bad arguments on any store). It must
+ * not block: hand the result to a pool or a loop. */
+typedef void (*storage_done_fn)(void *arg, struct storage_result *res);
+
+/* Sends one request; concurrency is bounded by the store's engine (the S3
+ * client's limit) and by the caller, who decides how many to keep out. */
+void storage_submit(struct storage *st, const struct storage_req *rq, storage_done_fn done,
+                    void *arg);
+
+/* Frees what a result owns and zeroes it. */
+void storage_result_clear(struct storage_result *res);
+
+/* ---- Blocking calls: a wait over storage_submit (storage_wait.c) ---- */
 
 /* Whole-object write; visible atomically (never partially). */
 int storage_put(struct storage *st, const char *key, const void *data, size_t len, unsigned flags);

@@ -1,14 +1,15 @@
 /*
  * storage_base: what the storage facade and its backends share — the key
- * rules (storage_key_check) and wrapping a backend's state and vtable as a
- * struct storage (storage_wrap). It calls no other file of the storage
- * library: storage.c dispatches to the backends (fs_backend.c,
- * storage_s3.c) and all of them call down to here.
+ * rules (storage_key_check), wrapping a backend's state and vtable as a
+ * struct storage (storage_wrap) and ending a request (storage_answer). It calls no other file of
+ * the storage library: storage.c dispatches to the backends (fs_backend.c, storage_s3.c) and all of
+ * them call down to here.
  */
 #include "storage_internal.h"
 
 #include "stk_error.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,4 +60,19 @@ struct storage *storage_wrap(const struct storage_backend *be, void *impl,
   st->impl = impl;
   st->caps = *caps;
   return st;
+}
+
+void storage_result_clear(struct storage_result *res) {
+  free(res->upload_id);
+  free(res->etag);
+  memset(res, 0, sizeof(*res));
+}
+
+void storage_answer(storage_done_fn done, void *arg, struct storage_result *res) {
+  if (res->err && !res->detail[0]) {
+    const char *d = stk_detail();
+    snprintf(res->detail, sizeof(res->detail), "%s", d && d[0] ? d : stk_strerror(res->err));
+  }
+  done(arg, res);
+  storage_result_clear(res);
 }

@@ -10,17 +10,9 @@
 #include "storage.h"
 
 struct storage_backend {
-  int (*put)(void *impl, const char *key, const void *data, size_t len, unsigned flags);
-  int (*get)(void *impl, const char *key, uint64_t offset, void *buf, size_t len, size_t *ret_len);
-  int (*head)(void *impl, const char *key, uint64_t *ret_size);
-  int (*del)(void *impl, const char *key);
+  /* Runs rq (checked by storage.c) and calls storage_answer once. */
+  void (*submit)(void *impl, const struct storage_req *rq, storage_done_fn done, void *arg);
   int (*list)(void *impl, const char *prefix, storage_list_cb cb, void *arg);
-  int (*mpu_begin)(void *impl, const char *key, char **ret_upload_id);
-  int (*mpu_part)(void *impl, const char *key, const char *upload_id, int number, const void *data,
-                  size_t len, char **ret_etag);
-  int (*mpu_complete)(void *impl, const char *key, const char *upload_id,
-                      const struct storage_part *parts, size_t n_parts, unsigned flags);
-  int (*mpu_abort)(void *impl, const char *key, const char *upload_id);
   int (*mpu_list)(void *impl, const char *prefix, storage_upload_cb cb, void *arg);
   void (*free)(void *impl);
 };
@@ -38,5 +30,9 @@ int fs_backend_open(const char *root_dir, struct storage **ret);
  * (storage_base.c, below every backend; so is storage_key_check). */
 struct storage *storage_wrap(const struct storage_backend *be, void *impl,
                              const struct storage_caps *caps);
+
+/* Ends a request: takes the detail from stk_detail() when res has an error
+ * and none, calls done, then frees what res still owns (storage_base.c). */
+void storage_answer(storage_done_fn done, void *arg, struct storage_result *res);
 
 #endif

@@ -9,7 +9,7 @@
 #include "fault_proxy.h"
 #include "s3_client.h"
 #include "s3_probe.h"
-#include "s3_sync.h"
+#include "s3_thread.h"
 #include "s3rver_config.h"
 #include "s3rver_fixture.h"
 #include "storage.h"
@@ -28,9 +28,9 @@
 
 static struct s3rver server;
 
-static struct s3_sync *sync_new(const struct s3_config *cfg) {
-  struct s3_sync *s = NULL;
-  assert_int_equal(s3_sync_new(cfg, &s), 0);
+static struct s3_thread *thread_new(const struct s3_config *cfg) {
+  struct s3_thread *s = NULL;
+  assert_int_equal(s3_thread_new(cfg, &s), 0);
   return s;
 }
 
@@ -40,8 +40,8 @@ static char *pattern(size_t len, unsigned seed) {
   return b;
 }
 
-static int do_op(struct s3_sync *s, struct s3_op op, struct s3_result *res) {
-  int err = s3_sync_do(s, &op, res);
+static int do_op(struct s3_thread *s, struct s3_op op, struct s3_result *res) {
+  int err = s3_thread_do(s, &op, res);
   if (err) /* Context for a failing assertion. */
     fprintf(stderr, "# op %d key %s: %s, HTTP %ld %s\n", (int)op.kind, op.key ? op.key : "-",
             stk_errname(err), res->status, res->error_code ? res->error_code : "");
@@ -51,7 +51,7 @@ static int do_op(struct s3_sync *s, struct s3_op op, struct s3_result *res) {
 static void test_object_roundtrip(void **state) {
   (void)state;
   struct s3_config cfg = s3rver_config(server.endpoint);
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   size_t len = (1 << 20) + 17;
   char *data = pattern(len, 1);
   struct s3_result res;
@@ -90,13 +90,13 @@ static void test_object_roundtrip(void **state) {
   assert_string_equal(res.error_code, "NoSuchKey");
   s3_result_clear(&res);
   free(data);
-  s3_sync_free(s);
+  s3_thread_free(s);
 }
 
 static void test_multipart(void **state) {
   (void)state;
   struct s3_config cfg = s3rver_config(server.endpoint);
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   const char *key = "mpu/object.bin";
   size_t part = 5u << 20, last = 12345, total = 2 * part + last;
   char *data = pattern(total, 2);
@@ -140,13 +140,13 @@ static void test_multipart(void **state) {
   for (int i = 0; i < 3; i++) free(etags[i]);
   free(id);
   free(data);
-  s3_sync_free(s);
+  s3_thread_free(s);
 }
 
 static void test_list_pages(void **state) {
   (void)state;
   struct s3_config cfg = s3rver_config(server.endpoint);
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   struct s3_result res;
   char key[64];
   for (int i = 0; i < 5; i++) {
@@ -187,7 +187,7 @@ static void test_list_pages(void **state) {
   free(marker);
   assert_int_equal(seen, 5);
   assert_int_equal(pages, 3);
-  s3_sync_free(s);
+  s3_thread_free(s);
 }
 
 /* A wrong secret gives a signature the server rejects: signing is checked. */
@@ -195,7 +195,7 @@ static void test_wrong_secret_refused(void **state) {
   (void)state;
   struct s3_config cfg = s3rver_config(server.endpoint);
   cfg.secret_key = "not-the-secret";
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   struct s3_result res;
   assert_int_equal(
       do_op(s, (struct s3_op){.kind = S3_OP_PUT, .key = "denied", .body = "x", .body_len = 1},
@@ -205,31 +205,31 @@ static void test_wrong_secret_refused(void **state) {
   assert_string_equal(res.error_code, "SignatureDoesNotMatch");
   assert_int_equal(res.attempts, 1); /* 4xx are not retried */
   s3_result_clear(&res);
-  s3_sync_free(s);
+  s3_thread_free(s);
 }
 
 /* The probe's verdict on conditional PUT matches what the server does. */
 static void test_probe(void **state) {
   (void)state;
   struct s3_config cfg = s3rver_config(server.endpoint);
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   struct s3_caps caps;
   assert_int_equal(s3_probe(s, "probe/", &caps), 0);
   struct s3_result res;
   struct s3_op put = {
       .kind = S3_OP_PUT, .key = "probe/cond", .body = "1", .body_len = 1, .if_none_match = true};
-  assert_int_equal(s3_sync_do(s, &put, &res), 0);
+  assert_int_equal(s3_thread_do(s, &put, &res), 0);
   s3_result_clear(&res);
-  int second = s3_sync_do(s, &put, &res);
+  int second = s3_thread_do(s, &put, &res);
   s3_result_clear(&res);
   assert_int_equal(second, caps.conditional_put ? STK_EEXIST : 0);
   /* s3rver answers 405 to Abort and ListParts: the probe says so. */
   if (!caps.multipart_list_parts) {
     struct s3_op lp = {.kind = S3_OP_MPU_LIST_PARTS, .key = "probe/x", .upload_id = "nope"};
-    assert_int_not_equal(s3_sync_do(s, &lp, &res), 0);
+    assert_int_not_equal(s3_thread_do(s, &lp, &res), 0);
     s3_result_clear(&res);
   }
-  s3_sync_free(s);
+  s3_thread_free(s);
 }
 
 static int collect(void *arg, const char *key, uint64_t size) {
@@ -270,12 +270,12 @@ static void test_storage_on_s3(void **state) {
   free(e1);
   storage_free(st);
   /* It landed under the prefix. */
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   struct s3_result res;
   assert_int_equal(do_op(s, (struct s3_op){.kind = S3_OP_HEAD, .key = "jobs/j1/objs/b"}, &res), 0);
   assert_int_equal(res.content_length, 8);
   s3_result_clear(&res);
-  s3_sync_free(s);
+  s3_thread_free(s);
 }
 
 /* ---- Retries through the fault proxy, on the asynchronous client. ---- */
@@ -361,13 +361,13 @@ static void test_retry_exhausted(void **state) {
   struct s3_config cfg = s3rver_config(endpoint);
   cfg.max_attempts = 3;
   fault_proxy_set(proxy, FAULT_SLOWDOWN, 1000);
-  struct s3_sync *s = sync_new(&cfg);
+  struct s3_thread *s = thread_new(&cfg);
   struct s3_result res;
   assert_int_equal(do_op(s, (struct s3_op){.kind = S3_OP_HEAD, .key = "x"}, &res), STK_EUNAVAIL);
   assert_int_equal(res.attempts, 3);
   assert_int_equal(res.status, 503);
   s3_result_clear(&res);
-  s3_sync_free(s);
+  s3_thread_free(s);
   assert_int_equal(fault_proxy_injected(proxy), 3);
   fault_proxy_set(proxy, FAULT_SLOWDOWN, 0);
   fault_proxy_stop(proxy);
