@@ -158,6 +158,16 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
 void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req,
                        coord_done_fn done, void *arg);
 
+/* resp: Stoker__V1__Job. The queue controller's report on a submitted job
+ * (ReportQueueRequest): recorded as Job.queue (synced before the answer);
+ * a change of state logs QUEUED (the queue and position in the message)
+ * or ADMITTED (world_size: the admitted ranks) once, and while the job
+ * waits or is paused its reason says where it is. A job without
+ * spec.submission: STK_ESTATE. A bad status: STK_EINVAL naming the field,
+ * no change. */
+void coord_report_queue(struct coord *c, const Stoker__V1__ReportQueueRequest *req,
+                        coord_done_fn done, void *arg);
+
 /* Streams stored events with seq > after_seq, then live events, through
  * on_event (only events already durable are delivered). When the job is
  * deleted, the watcher still gets every event it had not received, then

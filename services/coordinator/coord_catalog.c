@@ -66,6 +66,7 @@ void coord_job_free(struct job *j) {
   free(j->name);
   free(j->reason);
   free(j->preempted);
+  if (j->queue) protobuf_c_message_free_unpacked(&j->queue->base, NULL);
   free(j->ckpt_uri);
   free(j);
 }

@@ -61,7 +61,8 @@ static void utf8_trim(char *s, size_t cap, int n) {
 }
 
 static void add_event(struct job *j, bool lazy, Stoker__V1__JobEventType type,
-                      const char *member_id, int64_t step, const char *fmt, va_list ap) {
+                      const char *member_id, uint32_t world, int64_t step, const char *fmt,
+                      va_list ap) {
   char msg[1280]; /* Holds a 1024-byte URI or health message with its prefix. */
   utf8_trim(msg, sizeof(msg), vsnprintf(msg, sizeof(msg), fmt, ap));
   Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
@@ -71,7 +72,7 @@ static void add_event(struct job *j, bool lazy, Stoker__V1__JobEventType type,
   ev.type = type;
   ev.generation = j->generation;
   ev.member_id = (char *)(member_id ? member_id : "");
-  ev.world_size = j->world;
+  ev.world_size = world;
   ev.step = step;
   ev.message = msg;
   size_t len = stoker__v1__job_event__get_packed_size(&ev);
@@ -97,7 +98,7 @@ void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *membe
                  const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  add_event(j, false, type, member_id, step, fmt, ap);
+  add_event(j, false, type, member_id, j->world, step, fmt, ap);
   va_end(ap);
 }
 
@@ -105,7 +106,15 @@ void coord_event_lazy(struct job *j, Stoker__V1__JobEventType type, const char *
                       int64_t step, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  add_event(j, true, type, member_id, step, fmt, ap);
+  add_event(j, true, type, member_id, j->world, step, fmt, ap);
+  va_end(ap);
+}
+
+void coord_event_sized(struct job *j, Stoker__V1__JobEventType type, uint32_t world, int64_t step,
+                       const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  add_event(j, false, type, NULL, world, step, fmt, ap);
   va_end(ap);
 }
 

@@ -111,6 +111,10 @@ struct job {
    * before leaving, which the next round waits for until await_deadline. */
   char *preempted;
   int64_t awaited_step, await_deadline;
+  /* A submitted job (spec->submission): the queue controller's last report
+   * (coord_queue.c), owned; NULL until the first. Kept in the JobRecord's
+   * Job. */
+  Stoker__V1__QueueStatus *queue;
   /* Members of the previous generation left without a seat when the last
    * round closed full at an operator's target (a scale-down): their Join
    * and heartbeat are told they are not needed. In memory only; replaced
@@ -207,8 +211,13 @@ struct coord {
 bool coord_valid_job_name(const char *s);
 bool coord_valid_member_id(const char *s);
 bool coord_valid_key(const char *s); /* KV keys and barrier names. */
-/* Checks spec and fills defaults into *spec; msg gets the reason. */
+/* Checks spec (its submission too) and fills defaults into *spec; msg gets
+ * the reason, naming the field. */
 int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
+/* A queue controller's report (ReportQueueRequest.status) for a job of at
+ * most max_ranks; msg gets the reason, naming the field. */
+int coord_queue_status_check(const Stoker__V1__QueueStatus *st, uint32_t max_ranks, char *msg,
+                             size_t msg_len);
 
 /* ---- coord_wait.c: completions ------------------------------------------ */
 struct coord_wait *coord_wait_new(struct coord *c, enum wait_kind kind, coord_done_fn done,
@@ -275,6 +284,10 @@ void coord_event(struct job *j, Stoker__V1__JobEventType type, const char *membe
  * (coord_store_put_lazy), delivered to watchers once written. */
 void coord_event_lazy(struct job *j, Stoker__V1__JobEventType type, const char *member_id,
                       int64_t step, const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* coord_event whose world_size is world instead of the job's (ADMITTED:
+ * the ranks an admission covers). */
+void coord_event_sized(struct job *j, Stoker__V1__JobEventType type, uint32_t world, int64_t step,
+                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Loads one stored event (at open). */
 void coord_event_restore(struct job *j, uint64_t seq, const uint8_t *buf, size_t len);
 void coord_events_free(struct job *j);

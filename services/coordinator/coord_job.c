@@ -90,6 +90,7 @@ void coord_job_view_init(struct job_view *v, struct job *j, bool with_members) {
   v->job.updated_at_ms = j->updated_ms;
   v->job.last_event_seq = j->last_event_seq;
   v->job.reason = j->reason;
+  v->job.queue = j->queue;
   if (!with_members) return;
   v->job.waiting = j->n_joiners;
   v->mem = coord_xcalloc(j->n_members, sizeof(*v->mem));

@@ -140,6 +140,10 @@ RPC_HANDLER(handle_preempt_job, struct coord_rpc, Stoker__V1__PreemptJobRequest)
   coord_preempt_job(svc->coord, req, answer, call);
 }
 
+RPC_HANDLER(handle_report_queue, struct coord_rpc, Stoker__V1__ReportQueueRequest) {
+  coord_report_queue(svc->coord, req, answer, call);
+}
+
 RPC_HANDLER(handle_heartbeat, struct coord_rpc, Stoker__V1__HeartbeatRequest) {
   coord_heartbeat(svc->coord, req, answer, call);
 }
@@ -273,6 +277,7 @@ static const struct rpc_method_def coordinator_methods[] = {
     RPC_UNARY_ROW(SVC, kv_count, handle_kv_count),
     RPC_UNARY_ROW(SVC, report_checkpoint, handle_report_checkpoint),
     RPC_UNARY_ROW(SVC, preempt_job, handle_preempt_job),
+    RPC_UNARY_ROW(SVC, report_queue, handle_report_queue),
 };
 
 int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc **ret_adapter) {

@@ -1,7 +1,9 @@
 /*
  * Validation of everything a client names: job names, member ids, KV keys,
- * barrier names, labels and job specs. Bad input gets STK_EINVAL and a
- * one-line reason before any state is touched.
+ * barrier names, labels, job specs (with a submission's queue, priority,
+ * template and args) and the queue controller's reports. Bad input gets
+ * STK_EINVAL and a one-line reason naming the field before any state is
+ * touched.
  */
 #include "coord_internal.h"
 
@@ -65,6 +67,30 @@ static int check_refs(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
   return 0;
 }
 
+/* A cluster object's name (queue, priority class, template):
+ * [a-z0-9][a-z0-9.-]{0,62}, or "" where the field may be left to a default. */
+static bool cluster_name(const char *s, bool may_be_empty) {
+  if (!s || !*s) return may_be_empty;
+  return match(s, 1, 63, false, ".-") && in_set(s[0], NULL);
+}
+
+static int check_submission(const Stoker__V1__Submission *sub, char *msg, size_t len) {
+  if (!sub) return 0;
+  if (!cluster_name(sub->queue, true))
+    return bad(msg, len, "submission.queue must be empty or match [a-z0-9][a-z0-9.-]{0,62}");
+  if (!cluster_name(sub->priority, true))
+    return bad(msg, len, "submission.priority must be empty or match [a-z0-9][a-z0-9.-]{0,62}");
+  if (!cluster_name(sub->template_, false))
+    return bad(msg, len, "submission.template must match [a-z0-9][a-z0-9.-]{0,62}");
+  if (sub->n_args > 64) return bad(msg, len, "submission.args: more than 64 arguments");
+  for (size_t i = 0; i < sub->n_args; i++)
+    if (!sub->args[i] || strlen(sub->args[i]) > 1024) {
+      snprintf(msg, len, "submission.args[%zu] over 1024 bytes", i);
+      return STK_EINVAL;
+    }
+  return 0;
+}
+
 int coord_spec_check(Stoker__V1__JobSpec *s, char *msg, size_t len) {
   if (!s) return bad(msg, len, "spec missing");
   if (!coord_valid_job_name(s->name))
@@ -80,5 +106,34 @@ int coord_spec_check(Stoker__V1__JobSpec *s, char *msg, size_t len) {
   if (s->heartbeat_misses > 100) return bad(msg, len, "heartbeat_misses must be 1..100");
   if (s->last_call_ms > 3600000) return bad(msg, len, "last_call_ms must be 0..3600000");
   int err = check_labels(s, msg, len);
-  return err ? err : check_refs(s, msg, len);
+  if (!err) err = check_refs(s, msg, len);
+  return err ? err : check_submission(s->submission, msg, len);
+}
+
+/* A Kubernetes object's name as the controller reports it (a Workload, a
+ * ClusterQueue): a DNS subdomain, at most 253 bytes, or "". */
+static bool object_name(const char *s) {
+  return !s || !*s || match(s, 1, 253, false, ".-");
+}
+
+int coord_queue_status_check(const Stoker__V1__QueueStatus *st, uint32_t max_ranks, char *msg,
+                             size_t len) {
+  if (!st) return bad(msg, len, "status missing");
+  if (st->state < STOKER__V1__QUEUE_STATE__QUEUE_STATE_QUEUED ||
+      st->state > STOKER__V1__QUEUE_STATE__QUEUE_STATE_REJECTED)
+    return bad(msg, len, "status.state must be QUEUED, ADMITTED, EVICTED, FINISHED or REJECTED");
+  if (!object_name(st->workload))
+    return bad(msg, len, "status.workload must match [a-z0-9.-]{0,253}");
+  if (!object_name(st->cluster_queue))
+    return bad(msg, len, "status.cluster_queue must match [a-z0-9.-]{0,253}");
+  if (st->position < -1) return bad(msg, len, "status.position must be -1 (unknown) or more");
+  if (st->admitted_ranks > max_ranks) {
+    snprintf(msg, len, "status.admitted_ranks %u over the job's max_ranks %u", st->admitted_ranks,
+             max_ranks);
+    return STK_EINVAL;
+  }
+  if (st->message && strlen(st->message) > 1024)
+    return bad(msg, len, "status.message over 1024 bytes");
+  if (st->updated_ms < 0) return bad(msg, len, "status.updated_ms must not be negative");
+  return 0;
 }

@@ -227,6 +227,7 @@ static const struct rpc_method_def defs[] = {
     RPC_UNSERVED_ROW(SVC, kv_delete),
     RPC_UNSERVED_ROW(SVC, kv_count),
     RPC_UNSERVED_ROW(SVC, preempt_job),
+    RPC_UNSERVED_ROW(SVC, report_queue),
 };
 
 void fake_start(struct fake_coord *f) {

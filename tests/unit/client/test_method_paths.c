@@ -46,7 +46,8 @@
   X(kv_delete, Stoker__V1__KvDeleteRequest)                                                        \
   X(kv_count, Stoker__V1__KvCountRequest)                                                          \
   X(report_checkpoint, Stoker__V1__ReportCheckpointRequest)                                        \
-  X(preempt_job, Stoker__V1__PreemptJobRequest)
+  X(preempt_job, Stoker__V1__PreemptJobRequest)                                                    \
+  X(report_queue, Stoker__V1__ReportQueueRequest)
 
 #define DATALOADER_METHODS(X)                                                                      \
   X(create_loader, Stoker__V1__CreateLoaderRequest)                                                \
