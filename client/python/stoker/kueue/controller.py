@@ -14,7 +14,8 @@ early, and it also runs every ``interval_s``. What it does, in this order:
 2. **Reactivation.** A Workload the controller deactivated to evict its job
    (below) is activated again once the Job's pods are gone: it queues again.
 3. **Plan and act** per ClusterQueue (:func:`decide.plan`): shrink =
-   ``PreemptJob`` (checkpoint, stop) and lower the Job's ``parallelism`` and
+   ``PreemptJob`` (checkpoint, stop), ``ScaleJob`` to the smaller size (only
+   the target: the job is pausing), and lower the Job's ``parallelism`` and
    ``completions`` together (Kueue shrinks the admitted Workload in place and
    releases the quota; the Job controller deletes the highest indexes; the
    others exit 75, come back and resume the job smaller from that checkpoint);
@@ -22,6 +23,11 @@ early, and it also runs every ``interval_s``. What it does, in this order:
    raise ``parallelism`` and ``completions`` (a new workload slice).
 4. **Scale up** the coordinator's job once a grown Job's new pods are Ready
    (``ScaleJob``: checkpoint at a step boundary, a round with the new ranks).
+5. **Submitted jobs** (``JobSpec.submission``): create the Job of one that has
+   none from its template (:mod:`stoker.kueue.submit`) and report its place in
+   the queue to the coordinator (``ReportQueue``) whenever it changes: queued
+   with its position (Kueue's visibility API), admitted with its ranks,
+   evicted, finished; rejected when the template cannot make a Job.
 
 Why a shrink is a checkpoint-and-restart and not ``ScaleJob`` down: the Job
 controller removes the highest completion indexes, while a ScaleJob's round
@@ -38,11 +44,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import yaml
 from kubernetes import client, watch
 
+from stoker.connection import COORDINATOR
 from stoker.errors import StokerError
 from stoker.jobs import Job, Jobs
-from stoker.kueue import decide
+from stoker.kueue import decide, submit
+from stoker.v1 import coordinator_pb2 as coord_pb
 
 log = logging.getLogger("stoker.kueue")
 
@@ -63,11 +72,14 @@ class Controller:
         jobs: Jobs,
         api: client.ApiClient | None = None,
         interval_s: float = 2.0,
+        default_queue: str = "stoker",
     ) -> None:
         self.namespace = namespace
+        self.default_queue = default_queue
         self.jobs = jobs
         self.api = api or client.ApiClient()
         self.batch = client.BatchV1Api(self.api)
+        self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.interval_s = interval_s
         self._wake = threading.Event()
@@ -75,6 +87,7 @@ class Controller:
         self._noticed: set[tuple[str, str]] = set()
         self._settle: dict[str, float] = {}  # ClusterQueue -> monotonic time.
         self._scaled: dict[str, tuple[int, float]] = {}  # Job -> (ranks, when).
+        self._reported: dict[str, tuple[Any, ...]] = {}  # Stoker job -> last report.
 
     # ---- the loop ------------------------------------------------------------------
 
@@ -119,11 +132,7 @@ class Controller:
     def reconcile(self) -> None:
         jobs = [self._dict(j) for j in self.batch.list_namespaced_job(self.namespace).items]
         wls: list[dict[str, Any]] = self._list_workloads_call()["items"]
-        stoker = {
-            j["metadata"]["name"]: j
-            for j in jobs
-            if decide.JOB_LABEL in (j["spec"]["template"].get("metadata", {}).get("labels") or {})
-        }
+        stoker = {j["metadata"]["name"]: j for j in jobs if decide.stoker_job_of(j)}
         self.notices(stoker, wls)
         self.reactivate(stoker, wls)
         running = self.running(stoker, wls)
@@ -149,6 +158,7 @@ class Controller:
             if actions:
                 self._settle[cq] = time.monotonic() + SETTLE_S
         self.scale_ups(stoker, wls)
+        self.submissions(jobs, wls)
 
     def notices(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
         """PreemptJob for every Stoker job Kueue is evicting, once per eviction."""
@@ -264,6 +274,11 @@ class Controller:
             log.info("shrink %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
             wanted = max(a.job.wanted, a.job.count)
             self._preempt(a.job.stoker_job, f"shrink {a.job.count} -> {a.to}: {a.reason}")
+            # The job is pausing: ScaleJob only sets its target, so the round
+            # that resumes it closes as soon as the kept ranks are back, and a
+            # rank that joins later (a grow) parks for ScaleJob instead of
+            # opening a round that would restore an older checkpoint.
+            self._scale(a.job.stoker_job, a.to)
             self._resize(name, a.to, {decide.WANTED_ANNOTATION: str(wanted)})
         elif isinstance(a, decide.Evict):
             log.info("evict %s: %s", name, a.reason)
@@ -313,11 +328,121 @@ class Controller:
             if n is None or (last and last[0] == n and time.monotonic() - last[1] < 60):
                 continue
             log.info("scale %s: world %d -> %d (its pods are Ready)", name, coord.world_size, n)
-            try:
-                self.jobs.scale(self._stoker_job(job), n)
+            if self._scale(self._stoker_job(job), n):
                 self._scaled[name] = (n, time.monotonic())
-            except StokerError as e:
-                log.warning("scale %s to %d: %s", name, n, e)
+
+    def submissions(self, jobs: list[dict[str, Any]], wls: list[dict[str, Any]]) -> None:
+        """Creates the Job of each submitted job that has none; reports each
+        one's queue state when it changed."""
+        by_label = {decide.stoker_job_of(j): j for j in jobs}
+        positions: dict[str, dict[str, int]] = {}
+        for cj in self._coordinator_jobs():
+            sub = cj.spec.submission
+            name = cj.spec.name
+            job = by_label.get(name)
+            if job is None:
+                if cj.state in (coord_pb.JOB_STATE_STOPPED, coord_pb.JOB_STATE_FINISHED):
+                    continue
+                job = self._create_submitted(cj)
+                if job is None:
+                    continue
+            lq = job["metadata"].get("labels", {}).get(decide.QUEUE_LABEL, "")
+            if lq not in positions:
+                positions[lq] = self._positions(lq)
+            wl = decide.current_workload(job["metadata"]["name"], wls)
+            pos = positions[lq].get(wl["metadata"]["name"], -1) if wl else -1
+            state, wname, cq, pos, ranks, msg = submit.queue_status(job, wls, pos)
+            if not state:
+                continue
+            self._report(name, state, wname, cq or sub.queue, pos, ranks, msg)
+
+    def _coordinator_jobs(self) -> list[Any]:
+        try:
+            pages: list[Any] = self.jobs._coordinator().unary_pages(
+                COORDINATOR + "ListJobs",
+                coord_pb.ListJobsRequest(),
+                coord_pb.ListJobsResponse,
+                "jobs",
+            )
+        except StokerError as e:
+            log.warning("coordinator: ListJobs: %s", e)
+            return []
+        return [j for j in pages if j.spec.HasField("submission")]
+
+    def _create_submitted(self, cj: Any) -> dict[str, Any] | None:
+        sub = cj.spec.submission
+        name = cj.spec.name
+        cm_name = submit.template_configmap(sub.template)
+        try:
+            cm = self.core.read_namespaced_config_map(cm_name, self.namespace)
+            template = yaml.safe_load((cm.data or {}).get(submit.TEMPLATE_KEY, "") or "{}")
+            ranks = min(cj.spec.max_ranks, cj.target_ranks or cj.spec.max_ranks)
+            body = submit.job_from_template(
+                template,
+                name,
+                cj.spec.min_ranks,
+                cj.spec.max_ranks,
+                ranks,
+                sub.queue or self.default_queue,
+                sub.priority,
+                list(sub.args),
+            )
+            created = self.batch.create_namespaced_job(self.namespace, body)
+        except client.ApiException as e:
+            self._report(name, "REJECTED", "", "", -1, 0, f"{cm_name}: {e.reason}: {e.body}"[:1000])
+            return None
+        except (ValueError, yaml.YAMLError) as e:
+            self._report(name, "REJECTED", "", "", -1, 0, f"{cm_name}: {e}"[:1000])
+            return None
+        log.info(
+            "submitted job %s: Job %s created from %s", name, body["metadata"]["name"], cm_name
+        )
+        return self._dict(created)
+
+    def _positions(self, local_queue: str) -> dict[str, int]:
+        """Pending workloads of a LocalQueue by name -> 0-based position
+        (Kueue's visibility API; {} when it cannot be read)."""
+        if not local_queue:
+            return {}
+        try:
+            out = self.api.call_api(
+                "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/"
+                "{name}/pendingworkloads",
+                "GET",
+                path_params={"namespace": self.namespace, "name": local_queue},
+                response_type="object",
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except client.ApiException as e:
+            log.warning("pending workloads of %s: %s", local_queue, e.reason)
+            return {}
+        return {
+            str(w["metadata"]["name"]): int(w.get("positionInLocalQueue", -1))
+            for w in (out or {}).get("items") or []
+        }
+
+    def _report(
+        self, name: str, state: str, wl: str, cq: str, pos: int, ranks: int, msg: str
+    ) -> None:
+        key = (state, wl, cq, pos, ranks, msg)
+        if self._reported.get(name) == key:
+            return
+        st = coord_pb.QueueStatus(
+            state=coord_pb.QueueState.Value("QUEUE_STATE_" + state),
+            workload=wl,
+            cluster_queue=cq,
+            position=pos,
+            admitted_ranks=ranks,
+            message=msg[:1000],
+            updated_ms=int(time.time() * 1000),
+        )
+        try:
+            self.jobs._job_call("ReportQueue", coord_pb.ReportQueueRequest(job=name, status=st))
+            self._reported[name] = key
+            log.info("ReportQueue %s: %s %s pos %d ranks %d", name, state, wl, pos, ranks)
+        except StokerError as e:
+            log.warning("ReportQueue %s: %s", name, e)
 
     # ---- helpers ---------------------------------------------------------------------
 
@@ -327,7 +452,7 @@ class Controller:
 
     @staticmethod
     def _stoker_job(job: Mapping[str, Any]) -> str:
-        return str(job["spec"]["template"]["metadata"]["labels"][decide.JOB_LABEL])
+        return decide.stoker_job_of(job) or ""
 
     def _show(self, name: str) -> Job | None:
         try:
@@ -342,6 +467,14 @@ class Controller:
             self.jobs.preempt(name, reason[:1024])
         except StokerError as e:  # Stopped or gone: nothing to save.
             log.warning("PreemptJob %s: %s", name, e)
+
+    def _scale(self, name: str, ranks: int) -> bool:
+        try:
+            self.jobs.scale(name, ranks)
+            return True
+        except StokerError as e:
+            log.warning("ScaleJob %s to %d: %s", name, ranks, e)
+            return False
 
     def _resize(self, job: str, n: int, annotations: dict[str, str]) -> None:
         body: dict[str, Any] = {"spec": {"parallelism": n, "completions": n}}

@@ -61,6 +61,13 @@ def is_true(obj: Obj, kind: str) -> bool:
     return conditions(obj).get(kind, {}).get("status") == "True"
 
 
+def stoker_job_of(job: Obj) -> str | None:
+    """The Stoker job a batch/v1 Job runs (its pod template's label), or None."""
+    labels = ((job.get("spec") or {}).get("template", {}).get("metadata") or {}).get("labels")
+    value = (labels or {}).get(JOB_LABEL)
+    return str(value) if value else None
+
+
 def pod_requests(pod_spec: Obj) -> Resources:
     """What Kueue counts for one pod: per resource, the larger of the sum over
     the containers and the largest init container (no overhead)."""

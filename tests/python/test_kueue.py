@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("kubernetes")
 
-from stoker.kueue import decide
+from stoker.kueue import decide, submit
 
 
 def pod(cpu: str, mem: str, init: tuple[str, str] | None = None) -> dict[str, Any]:
@@ -233,3 +233,95 @@ def test_scale_up_once_the_new_pods_are_ready() -> None:
     assert decide.scale_up(4, 4, "RUNNING", 2, 4, 4) is None  # asked already
     assert decide.scale_up(4, 4, "PAUSED", 2, 0, 4) is None
     assert decide.scale_up(6, 6, "RUNNING", 2, 0, 4) == 4  # never past max_ranks
+
+
+TEMPLATE: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "template", "namespace": "elsewhere", "labels": {"team": "a"}},
+    "spec": {
+        "completionMode": "Indexed",
+        "parallelism": 1,
+        "completions": 1,
+        "template": {
+            "metadata": {"labels": {"stoker.io/team": "team-a"}},
+            "spec": {
+                "initContainers": [{"name": "create-job", "env": [{"name": "X", "value": "1"}]}],
+                "containers": [
+                    {"name": "sidecar"},
+                    {
+                        "name": "train",
+                        "args": ["--steps", "10"],
+                        "env": [{"name": "STOKER_JOB", "value": "from-the-template"}],
+                    },
+                ],
+            },
+        },
+    },
+}
+
+
+def test_submitted_job_from_its_template() -> None:
+    job = submit.job_from_template(
+        TEMPLATE, "team-a_big", 2, 4, 4, "stoker", "stoker-high", ["--lr", "3e-4"]
+    )
+    assert job["metadata"]["name"] == "team-a-big"
+    assert "namespace" not in job["metadata"]
+    assert job["metadata"]["labels"] == {
+        "team": "a",
+        "kueue.x-k8s.io/queue-name": "stoker",
+        "kueue.x-k8s.io/priority-class": "stoker-high",
+        "stoker.io/job": "team-a_big",
+    }
+    assert job["metadata"]["annotations"] == {"kueue.x-k8s.io/elastic-job": "true"}
+    spec = job["spec"]
+    assert (spec["parallelism"], spec["completions"], spec["suspend"]) == (4, 4, True)
+    pod = spec["template"]
+    assert pod["metadata"]["labels"] == {"stoker.io/team": "team-a", "stoker.io/job": "team-a_big"}
+    assert decide.stoker_job_of(job) == "team-a_big"
+    init, side, train = pod["spec"]["initContainers"][0], *pod["spec"]["containers"]
+    for c in (init, side, train):
+        assert c["env"][0] == {"name": "STOKER_JOB", "value": "team-a_big"}
+        assert [e["name"] for e in c["env"]].count("STOKER_JOB") == 1
+    assert train["args"] == ["--steps", "10", "--lr", "3e-4"]
+    assert "args" not in side
+    # The template itself is left as it was.
+    assert TEMPLATE["metadata"]["name"] == "template"
+    assert TEMPLATE["spec"]["template"]["spec"]["containers"][1]["args"] == ["--steps", "10"]
+    # A fixed-size job is not elastic; no priority keeps the queue's default.
+    fixed = submit.job_from_template(TEMPLATE, "team-a-2", 2, 2, 2, "stoker", "", [])
+    assert "kueue.x-k8s.io/elastic-job" not in fixed["metadata"].get("annotations", {})
+    assert "kueue.x-k8s.io/priority-class" not in fixed["metadata"]["labels"]
+
+
+def test_a_template_that_is_not_a_job_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a batch/v1 Job"):
+        submit.job_from_template({"kind": "Pod"}, "j", 1, 1, 1, "stoker", "", [])
+    empty = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {}}}}
+    with pytest.raises(ValueError, match="no container"):
+        submit.job_from_template(empty, "j", 1, 1, 1, "stoker", "", [])
+
+
+def test_queue_status_follows_the_workload() -> None:
+    job = {"metadata": {"name": "big"}, "status": {}}
+    assert submit.queue_status(None, [], 3)[0] == ""
+    assert submit.queue_status(job, [], 3)[0] == ""
+    waiting = workload("job-big-1", "big", 4, 100, {"QuotaReserved": "False"})
+    waiting["status"]["conditions"][0]["message"] = "insufficient unused quota"
+    state, wl, _, pos, ranks, msg = submit.queue_status(job, [waiting], 3)
+    assert (state, wl, pos, ranks, msg) == (
+        "QUEUED",
+        "job-big-1",
+        3,
+        0,
+        "insufficient unused quota",
+    )
+    admitted = workload("job-big-1", "big", 4, 100, {"QuotaReserved": "True", "Admitted": "True"})
+    assert submit.queue_status(job, [admitted], 3)[:5] == ("ADMITTED", "job-big-1", "stoker", -1, 4)
+    evicted = workload("job-big-1", "big", 4, 100, {"QuotaReserved": "True", "Evicted": "True"})
+    assert submit.queue_status(job, [evicted], 3)[0] == "EVICTED"
+    done = {
+        "metadata": {"name": "big"},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+    }
+    assert submit.queue_status(done, [admitted], 3)[0] == "FINISHED"
