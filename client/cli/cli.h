@@ -15,6 +15,8 @@ struct cli_ctx {
   const char *name; /* First operand after the command words, if any. */
   int n_ops;        /* Operands after the command words. */
   const char *const *ops;
+  int n_trailing; /* job submit: the words after "--" (the trainer's arguments). */
+  const char *const *trailing;
 };
 
 /* Opens a client to address with the global TLS/token/timeout flags.
@@ -48,6 +50,7 @@ int cli_jobs_list(const struct cli_ctx *x);
 int cli_job_show(const struct cli_ctx *x);
 int cli_job_watch(const struct cli_ctx *x);
 int cli_job_create(const struct cli_ctx *x);
+int cli_job_submit(const struct cli_ctx *x);
 int cli_job_scale(const struct cli_ctx *x);
 int cli_job_pause(const struct cli_ctx *x);
 int cli_job_resume(const struct cli_ctx *x);

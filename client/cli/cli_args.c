@@ -77,6 +77,13 @@ static const struct flag_spec cli_flags[] = {
     VERB("rank", FLAG_UINT64, "0", "The rank whose slice to explain."),
     VERB("world", FLAG_UINT64, "1", "World size the slice is cut for."),
     VERB("progress", FLAG_BOOL, NULL, "A progress bar on stderr (the default on a terminal)."),
+    VERB("template", FLAG_ARG, NULL,
+         "job submit: the workload template the queue controller knows by this name\n"
+         "(on Kubernetes the ConfigMap stoker-template-NAME; required)."),
+    VERB("queue", FLAG_ARG, NULL,
+         "job submit: the queue (a Kueue LocalQueue; default: the controller's)."),
+    VERB("priority", FLAG_ARG, NULL,
+         "job submit: a priority class (a Kueue WorkloadPriorityClass; default: the queue's)."),
     VERB("reason", FLAG_ARG, NULL,
          "Why: named in the error the attempt's writers get; job preempt: in the event."),
 };
@@ -113,8 +120,19 @@ int cli_parse(int argc, char **argv, struct cli_args *a, char *err, size_t err_l
                            .max_pos = CLI_MAX_POSITIONAL,
                            .listed = a->flags,
                            .max_listed = CLI_MAX_FLAGS};
-  rc = flag_parse(&cli_table, a, argc, argv, &rest, err, err_len);
+  int dd = 1;
+  while (dd < argc && strcmp(argv[dd], "--") != 0) dd++;
+  rc = flag_parse(&cli_table, a, dd, argv, &rest, err, err_len);
   a->n_pos = rest.n_pos;
+  a->dashdash = dd < argc ? a->n_pos : -1;
+  for (int i = dd + 1; rc == 0 && i < argc; i++) {
+    if (a->n_pos >= CLI_MAX_POSITIONAL) {
+      snprintf(err, err_len, "too many arguments (at most %d words)", CLI_MAX_POSITIONAL);
+      rc = STK_EINVAL;
+    } else {
+      a->pos[a->n_pos++] = argv[i];
+    }
+  }
   a->n_flags = rest.n_listed;
   a->help = rest.help;
   a->version = rest.version;

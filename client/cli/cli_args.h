@@ -14,7 +14,7 @@
 
 #include "flags.h"
 
-#define CLI_MAX_POSITIONAL      16
+#define CLI_MAX_POSITIONAL      80 /* job submit: NAME and up to 64 trainer args. */
 #define CLI_MAX_FLAGS           64
 #define CLI_DEFAULT_COORDINATOR "127.0.0.1:7070"
 #define CLI_DEFAULT_TIMEOUT_MS  10000
@@ -47,6 +47,9 @@ struct cli_args {
   /* Words that are not flags: the subcommand and its operands. */
   int n_pos;
   const char *pos[CLI_MAX_POSITIONAL];
+  /* Index in pos of the first word after "--" (-1: no "--"): for job
+   * submit, the trainer's arguments; for other commands, operands. */
+  int dashdash;
   /* Subcommand flags in order (repeatable ones appear several times);
    * name without the dashes, value NULL for switches. */
   int n_flags;
@@ -54,7 +57,9 @@ struct cli_args {
 };
 
 /* Parses argv[1..argc-1] ("--name VALUE", "--name=VALUE", switches, and
- * "--" ending flags). Returns 0, or STK_EINVAL with a one-line reason in
+ * the first "--" ending flags: every word after it is a word, even one
+ * that looks like a flag; a flag whose value is "--" is written
+ * --name=--). Returns 0, or STK_EINVAL with a one-line reason in
  * err naming the flag (unknown flag, missing value, bad --timeout, too many
  * words). */
 int cli_parse(int argc, char **argv, struct cli_args *a, char *err, size_t err_len);

@@ -61,6 +61,20 @@ static const struct cli_command commands[] = {
      "10m] [--label K=V]...\n[--dataset URI] [--checkpoint-storage URI] [--checkpoint-every N]",
      "create a job",
      "Defaults of --heartbeat, --misses, --last-call and --join-timeout are the coordinator's.\n"},
+    {{"job", "submit"},
+     1,
+     "template queue priority min max heartbeat misses last-call join-timeout label dataset "
+     "checkpoint-storage checkpoint-every",
+     cli_job_submit,
+     "NAME --template T --min N --max N\n[--queue Q] [--priority P] [job create's flags]\n"
+     "[-- TRAINER ARGS...]",
+     "submit a job to a cluster queue (its controller starts the ranks)",
+     "The coordinator keeps the job; the queue controller (deploy/k8s) creates its workload from\n"
+     "the template, with the words after -- appended to the trainer's command (at most 64, each\n"
+     "at most 1024 bytes), and reports it: job show prints the queue state, position and admitted\n"
+     "ranks, job watch the QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN and RESUMED events. No\n"
+     "Kubernetes credentials are needed: the coordinator's token scope applies as to job "
+     "create.\n"},
     {{"job", "scale"},
      2,
      "skip-checkpoint",
@@ -68,6 +82,13 @@ static const struct cli_command commands[] = {
      "NAME N [--skip-checkpoint]",
      "checkpoint, then restart at N ranks",
      NULL},
+    {{"job", "resize"},
+     2,
+     "skip-checkpoint",
+     cli_job_scale,
+     "NAME N [--skip-checkpoint]",
+     "job scale: checkpoint, then restart at N ranks",
+     "A submitted job's queue controller also resizes its workload to N (its target_ranks).\n"},
     {{"job", "pause"},
      1,
      "force",

@@ -5,6 +5,7 @@
 #include "cli_format.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <string.h>
 #include <time.h>
 
@@ -24,6 +25,10 @@ static const char *enum_name(const ProtobufCEnumDescriptor *d, int value, const 
 
 const char *fmt_job_state(int state, char *buf, size_t len) {
   return enum_name(&stoker__v1__job_state__descriptor, state, "JOB_STATE_", buf, len);
+}
+
+const char *fmt_queue_state(int state, char *buf, size_t len) {
+  return enum_name(&stoker__v1__queue_state__descriptor, state, "QUEUE_STATE_", buf, len);
 }
 
 const char *fmt_event_type(int type, char *buf, size_t len) {
@@ -102,14 +107,48 @@ void fmt_jobs_table(Stoker__V1__Job *const *jobs, size_t n_jobs, int64_t now_ms,
   table_free(t);
 }
 
+#define EV(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
+
+/* The queue and resize events as a sentence from their fields (the message
+ * added where it says more); false for the other events. */
+static bool event_sentence(const Stoker__V1__JobEvent *ev, FILE *out) {
+  const char *msg = ev->message ? ev->message : "";
+  long long step = (long long)ev->step;
+  switch (ev->type) {
+  case EV(QUEUED): /* The message names the queue and the position. */
+    fprintf(out, "  %s", msg[0] ? msg : "queued");
+    return true;
+  case EV(ADMITTED):
+    fprintf(out, "  admitted %u ranks", ev->world_size);
+    if (strncmp(msg, "admitted ", 9) == 0 && strstr(msg, " by "))
+      fprintf(out, "%s", strstr(msg, " by "));
+    return true;
+  case EV(PREEMPTED):
+    fprintf(out, "  preempted at step %lld%s%s", step, msg[0] ? ": " : "", msg);
+    return true;
+  case EV(SHRUNK):
+  case EV(GROWN):
+    fprintf(out, "  %s to %u ranks at step %lld", ev->type == EV(SHRUNK) ? "shrunk" : "grown",
+            ev->world_size, step);
+    return true;
+  case EV(RESUMED):
+    fprintf(out, "  resumed at step %lld%s%s", step, msg[0] ? ": " : "", msg);
+    return true;
+  default:
+    return false;
+  }
+}
+
 void fmt_event_line(const Stoker__V1__JobEvent *ev, FILE *out) {
   char when[40], type[48];
   fmt_time_ms(ev->time_ms, when, sizeof(when));
   fmt_event_type(ev->type, type, sizeof(type));
   fprintf(out, "%" PRIu64 "  %s  %s  gen=%" PRIu64, ev->seq, when, type, ev->generation);
-  if (ev->member_id && ev->member_id[0]) fprintf(out, "  member=%s", ev->member_id);
-  if (ev->world_size) fprintf(out, "  world=%u", ev->world_size);
-  if (ev->step) fprintf(out, "  step=%" PRId64, ev->step);
-  if (ev->message && ev->message[0]) fprintf(out, "  %s", ev->message);
+  if (!event_sentence(ev, out)) {
+    if (ev->member_id && ev->member_id[0]) fprintf(out, "  member=%s", ev->member_id);
+    if (ev->world_size) fprintf(out, "  world=%u", ev->world_size);
+    if (ev->step) fprintf(out, "  step=%" PRId64, ev->step);
+    if (ev->message && ev->message[0]) fprintf(out, "  %s", ev->message);
+  }
   fputc('\n', out);
 }

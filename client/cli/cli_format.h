@@ -37,6 +37,7 @@ void fmt_time_ms(int64_t ms, char *buf, size_t len);
 const char *fmt_job_state(int state, char *buf, size_t len);
 const char *fmt_event_type(int type, char *buf, size_t len);
 const char *fmt_health(int health, char *buf, size_t len);
+const char *fmt_queue_state(int state, char *buf, size_t len);
 
 /* JSON renderings (caller frees with cJSON_Delete). Field names are the
  * proto's; 64-bit counters are numbers; times are Unix ms. */
@@ -48,6 +49,10 @@ void fmt_print_json(const cJSON *obj, FILE *out);
 /* Human renderings. now_ms is the current Unix time (for ages). */
 void fmt_job_show(const Stoker__V1__Job *job, int64_t now_ms, FILE *out);
 void fmt_jobs_table(Stoker__V1__Job *const *jobs, size_t n_jobs, int64_t now_ms, FILE *out);
+/* One line per event: "SEQ TIME TYPE gen=G" then what happened; the queue
+ * and resize events (QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED)
+ * as a sentence ("admitted 4 ranks", "shrunk to 2 ranks at step 300"),
+ * the others as their fields and message. */
 void fmt_event_line(const Stoker__V1__JobEvent *ev, FILE *out);
 
 #endif

@@ -1,7 +1,8 @@
 /*
- * stokerctl's job subcommands: list, show, create, scale, pause, resume,
- * stop, delete. Each is: check operands, one call through libstoker-client,
- * print the result as a table or JSON, map the outcome to an exit code.
+ * stokerctl's job subcommands: list, show, create, submit, scale (resize),
+ * pause, resume, preempt, stop, delete. Each is: check operands, one call
+ * through libstoker-client, print the result as a table or JSON, map the
+ * outcome to an exit code.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -84,6 +85,36 @@ int cli_job_create(const struct cli_ctx *x) {
   int err = stk_job_create(c, &spec.spec, 0, &job);
   if (err == 0) {
     print_job(x, job);
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+  }
+  rc = err ? cli_report(x, err) : 0;
+  stk_client_free(c);
+  return rc;
+}
+
+/* job submit: job create's spec with a submission; the queue controller
+ * creates the workload and reports it (see job show and job watch). */
+int cli_job_submit(const struct cli_ctx *x) {
+  static struct cli_spec spec; /* Large; one per process. */
+  char why[256];
+  if (cli_spec_from_args(x->args, x->name, &spec, why, sizeof(why)) < 0 ||
+      cli_submission_from_args(x->args, x->trailing, x->n_trailing, &spec, why, sizeof(why)) < 0)
+    return cli_usage_error(x, "%s", why);
+  struct stk_client *c;
+  int rc = cli_connect(x, x->args->coordinator, &c);
+  if (rc) return rc;
+  Stoker__V1__Job *job = NULL;
+  int err = stk_job_create(c, &spec.spec, 0, &job);
+  if (err == 0) {
+    if (x->args->json) {
+      print_job(x, job);
+    } else {
+      const Stoker__V1__Submission *s =
+          job->spec && job->spec->submission ? job->spec->submission : &spec.submission;
+      printf("job \"%s\" submitted to queue %s", x->name, s->queue[0] ? s->queue : "(default)");
+      if (s->priority[0]) printf(", priority %s", s->priority);
+      printf(", template %s; follow it with: stokerctl job watch %s\n", s->template_, x->name);
+    }
     protobuf_c_message_free_unpacked(&job->base, NULL);
   }
   rc = err ? cli_report(x, err) : 0;

@@ -25,6 +25,30 @@ static cJSON *spec_json(const Stoker__V1__JobSpec *s) {
   add_str(o, "dataset", s->dataset ? s->dataset->uri : NULL);
   add_str(o, "checkpoint_storage", s->checkpoint_storage ? s->checkpoint_storage->uri : NULL);
   cJSON_AddNumberToObject(o, "checkpoint_every_steps", (double)s->checkpoint_every_steps);
+  if (!s->submission) {
+    cJSON_AddNullToObject(o, "submission");
+  } else {
+    cJSON *sub = cJSON_AddObjectToObject(o, "submission");
+    add_str(sub, "queue", s->submission->queue);
+    add_str(sub, "priority", s->submission->priority);
+    add_str(sub, "template", s->submission->template_);
+    cJSON *args = cJSON_AddArrayToObject(sub, "args");
+    for (size_t i = 0; i < s->submission->n_args; i++)
+      cJSON_AddItemToArray(args, cJSON_CreateString(s->submission->args[i]));
+  }
+  return o;
+}
+
+static cJSON *queue_json(const Stoker__V1__QueueStatus *q) {
+  char buf[32];
+  cJSON *o = cJSON_CreateObject();
+  add_str(o, "state", fmt_queue_state(q->state, buf, sizeof(buf)));
+  add_str(o, "workload", q->workload);
+  add_str(o, "cluster_queue", q->cluster_queue);
+  cJSON_AddNumberToObject(o, "position", q->position);
+  cJSON_AddNumberToObject(o, "admitted_ranks", q->admitted_ranks);
+  add_str(o, "message", q->message);
+  cJSON_AddNumberToObject(o, "updated_ms", (double)q->updated_ms);
   return o;
 }
 
@@ -73,6 +97,7 @@ cJSON *fmt_job_json(const Stoker__V1__Job *j) {
   cJSON_AddNumberToObject(o, "created_at_ms", (double)j->created_at_ms);
   cJSON_AddNumberToObject(o, "updated_at_ms", (double)j->updated_at_ms);
   cJSON_AddNumberToObject(o, "last_event_seq", (double)j->last_event_seq);
+  cJSON_AddItemToObject(o, "queue", j->queue ? queue_json(j->queue) : cJSON_CreateNull());
   return o;
 }
 

@@ -37,7 +37,15 @@ static int run_command(const struct cli_command *cmd, const struct cli_args *a) 
   int w = words_of(cmd);
   snprintf(name, sizeof(name), "%s%s%s", cmd->words[0], w == 2 ? " " : "",
            w == 2 ? cmd->words[1] : "");
-  struct cli_ctx x = {.args = a, .cmd = name, .n_ops = a->n_pos - w, .ops = a->pos + w};
+  /* job submit's words after "--" are the trainer's; other commands'
+   * are operands, as before "--" existed for submit. */
+  int end = cmd->run == cli_job_submit && a->dashdash >= 0 ? a->dashdash : a->n_pos;
+  struct cli_ctx x = {.args = a,
+                      .cmd = name,
+                      .n_ops = end - w,
+                      .ops = a->pos + w,
+                      .n_trailing = a->n_pos - end,
+                      .trailing = a->pos + end};
   if (x.n_ops != cmd->n_ops)
     return cli_usage_error(&x, "expected %d argument%s, got %d", cmd->n_ops,
                            cmd->n_ops == 1 ? "" : "s", x.n_ops);

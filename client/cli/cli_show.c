@@ -1,7 +1,7 @@
 /*
  * `stokerctl job show`: one job for a person — its spec, where it stands,
- * its latest checkpoint, and a table of the members of the current
- * generation with their last reported figures.
+ * a submitted job's place in its queue, its latest checkpoint, and a table of the members of the
+ * current generation with their last reported figures.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -69,6 +69,43 @@ static void state_fields(struct table *t, const Stoker__V1__Job *j, int64_t now_
   field(t, "Last event:", buf);
 }
 
+/* A submitted job: where it was sent, and the queue controller's last word. */
+static void queue_fields(struct table *t, const Stoker__V1__Job *j, int64_t now_ms) {
+  const Stoker__V1__Submission *sub = j->spec ? j->spec->submission : NULL;
+  if (!sub) return;
+  char buf[1400], st[32], age[32];
+  snprintf(buf, sizeof(buf), "queue %s, priority %s, template %s",
+           sub->queue[0] ? sub->queue : "(default)", sub->priority[0] ? sub->priority : "(default)",
+           sub->template_);
+  field(t, "Submitted:", buf);
+  size_t off = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sub->n_args && off < sizeof(buf); i++)
+    off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%s", i ? " " : "", sub->args[i]);
+  if (sub->n_args) field(t, "Trainer args:", buf);
+  const Stoker__V1__QueueStatus *q = j->queue;
+  if (!q) {
+    field(t, "Queue:", "not yet seen by the queue controller");
+    return;
+  }
+  fmt_queue_state(q->state, st, sizeof(st));
+  off = (size_t)snprintf(buf, sizeof(buf), "%s", st);
+  if (q->state == STOKER__V1__QUEUE_STATE__QUEUE_STATE_QUEUED && q->position >= 0)
+    off += (size_t)snprintf(buf + off, sizeof(buf) - off, " at position %d", q->position);
+  if (q->admitted_ranks)
+    off += (size_t)snprintf(buf + off, sizeof(buf) - off, ", %u ranks admitted", q->admitted_ranks);
+  if (q->cluster_queue[0] && off < sizeof(buf))
+    off += (size_t)snprintf(buf + off, sizeof(buf) - off, ", cluster queue %s", q->cluster_queue);
+  if (q->workload[0] && off < sizeof(buf))
+    off += (size_t)snprintf(buf + off, sizeof(buf) - off, ", workload %s", q->workload);
+  if (q->updated_ms && off < sizeof(buf)) {
+    fmt_age(now_ms, q->updated_ms, age, sizeof(age));
+    snprintf(buf + off, sizeof(buf) - off, " (%s ago)", age);
+  }
+  field(t, "Queue:", buf);
+  if (q->message[0]) field(t, "Queue message:", q->message);
+}
+
 static void member_table(const Stoker__V1__Job *j, int64_t now_ms, FILE *out) {
   static const char *const headers[] = {"RANK",     "MEMBER", "HOST",   "STEP",
                                         "TOKENS/S", "LOSS",   "HEALTH", "LAST HEARTBEAT"};
@@ -96,6 +133,7 @@ void fmt_job_show(const Stoker__V1__Job *job, int64_t now_ms, FILE *out) {
   if (!t) return;
   field(t, "Job:", job->spec ? job->spec->name : NULL);
   state_fields(t, job, now_ms);
+  queue_fields(t, job, now_ms);
   if (job->spec) spec_fields(t, job->spec);
   table_print(t, out);
   table_free(t);

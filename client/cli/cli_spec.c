@@ -1,5 +1,5 @@
 /*
- * Turns `job create` flags into a JobSpec (see cli_spec.h). Only the shape
+ * Turns `job create` and `job submit` flags into a JobSpec (see cli_spec.h). Only the shape
  * of each value is checked here; the coordinator validates the rest (name
  * syntax, bounds) and its message is shown as it is.
  */
@@ -94,5 +94,25 @@ int cli_spec_from_args(const struct cli_args *a, const char *name, struct cli_sp
   s->checkpoint_every_steps = every;
   storage(a, "dataset", &out->dataset, &s->dataset);
   storage(a, "checkpoint-storage", &out->checkpoint_storage, &s->checkpoint_storage);
+  return 0;
+}
+
+int cli_submission_from_args(const struct cli_args *a, const char *const *args, int n_args,
+                             struct cli_spec *out, char *err, size_t err_len) {
+  Stoker__V1__Submission *sub = &out->submission;
+  stoker__v1__submission__init(sub);
+  const char *t = cli_flag_value(a, "template");
+  if (!t || !*t) {
+    snprintf(err, err_len,
+             "--template NAME is required (the queue controller's workload template)");
+    return STK_EINVAL;
+  }
+  sub->template_ = (char *)t;
+  const char *q = cli_flag_value(a, "queue"), *p = cli_flag_value(a, "priority");
+  if (q) sub->queue = (char *)q;
+  if (p) sub->priority = (char *)p;
+  sub->n_args = (size_t)n_args;
+  sub->args = n_args ? (char **)args : NULL;
+  out->spec.submission = sub;
   return 0;
 }

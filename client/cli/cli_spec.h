@@ -16,6 +16,7 @@ struct cli_spec {
   Stoker__V1__JobSpec__LabelsEntry labels[CLI_MAX_FLAGS];
   Stoker__V1__JobSpec__LabelsEntry *label_ptrs[CLI_MAX_FLAGS];
   char label_text[CLI_MAX_FLAGS][2][256];
+  Stoker__V1__Submission submission; /* job submit only. */
 };
 
 /* Fills out from name and --min, --max (required), --heartbeat, --misses,
@@ -24,5 +25,12 @@ struct cli_spec {
  * a one-line reason in err. */
 int cli_spec_from_args(const struct cli_args *a, const char *name, struct cli_spec *out, char *err,
                        size_t err_len);
+
+/* For job submit: fills out->spec.submission from --template (required),
+ * --queue, --priority and the trainer's arguments (n_args words after
+ * "--"). Their form is the coordinator's to check. Returns 0 or STK_EINVAL
+ * with a one-line reason in err. */
+int cli_submission_from_args(const struct cli_args *a, const char *const *args, int n_args,
+                             struct cli_spec *out, char *err, size_t err_len);
 
 #endif

@@ -63,6 +63,9 @@ struct coord_opts {
   uint64_t write_buffer_bytes;  /* RocksDB memtable size; 0: RocksDB's 64 MiB. */
 };
 
+/* JobEventType values counted apart (coord_stats.events_by_type). */
+#define COORD_EVENT_TYPES 32
+
 struct coord_stats {
   uint64_t jobs;          /* Jobs known now. */
   uint64_t members;       /* Members of current generations, all jobs. */
@@ -73,7 +76,9 @@ struct coord_stats {
   uint64_t heartbeats;    /* Heartbeats handled. */
   uint64_t joins;         /* Joins handled. */
   uint64_t events;        /* Events recorded. */
-  uint64_t kv_bytes;      /* Key-value bytes held now, all jobs (keys, values, overhead). */
+  /* Events recorded by JobEventType (index: the enum's value). */
+  uint64_t events_by_type[COORD_EVENT_TYPES];
+  uint64_t kv_bytes; /* Key-value bytes held now, all jobs (keys, values, overhead). */
 };
 
 /* Opens the store in opts->dir, loads every job, member, KV entry and

@@ -87,6 +87,7 @@ static void add_event(struct job *j, bool lazy, Stoker__V1__JobEventType type,
   evict_for(j, ev.seq, lazy ? coord_store_del_lazy : coord_store_del);
   *slot_of(j, ev.seq) = (struct event_slot){.buf = buf, .len = len, .dseq = j->c->change_seq};
   j->c->stats.events++;
+  if ((unsigned)type < COORD_EVENT_TYPES) j->c->stats.events_by_type[type]++;
   j->updated_ms = ev.time_ms;
   if (lazy)
     coord_store_job_lazy(j);

@@ -115,6 +115,9 @@ struct job {
    * (coord_queue.c), owned; NULL until the first. Kept in the JobRecord's
    * Job. */
   Stoker__V1__QueueStatus *queue;
+  /* The world of the last round that closed (coord_rendezvous.c): the next
+   * close logs SHRUNK or GROWN against it. In the JobRecord. */
+  uint32_t last_world;
   /* Members of the previous generation left without a seat when the last
    * round closed full at an operator's target (a scale-down): their Join
    * and heartbeat are told they are not needed. In memory only; replaced

@@ -131,6 +131,7 @@ uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len) {
   rec.pause_ckpt_seen = j->pause_ckpt_seen;
   rec.preempted = j->preempted ? j->preempted : "";
   rec.awaited_step = j->awaited_step;
+  rec.last_world = j->last_world;
   *ret_len = stoker__v1__job_record__get_packed_size(&rec);
   uint8_t *buf = coord_xmalloc(*ret_len);
   stoker__v1__job_record__pack(&rec, buf);

@@ -78,6 +78,7 @@ static int load_job(struct coord *c, const char *k, size_t kl, const uint8_t *v,
   j->awaited_step = rec->awaited_step;
   j->queue = jb->queue; /* Now owned by the job. */
   jb->queue = NULL;
+  j->last_world = rec->last_world ? rec->last_world : jb->world_size;
   if (jb->latest_checkpoint) {
     j->ckpt_step = jb->latest_checkpoint->step;
     j->ckpt_at_ms = jb->latest_checkpoint->committed_at_ms;

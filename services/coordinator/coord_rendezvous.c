@@ -18,6 +18,9 @@
  * staging a checkpoint (job.awaited_step) closes only once that checkpoint
  * is reported or the wait ends (coord_ops.c), and the close of a
  * preempted job's round logs RESUMED with the step its members restore.
+ * A close at a world unlike the last close's logs SHRUNK or GROWN with the
+ * checkpoint step the new generation restores (job.last_world, kept in the
+ * JobRecord).
  */
 #include "coord_internal.h"
 
@@ -29,6 +32,7 @@
 
 #define S(x) STOKER__V1__JOB_STATE__JOB_STATE_##x
 
+static void resized_maybe(struct job *j);
 static void resumed_maybe(struct job *j);
 
 static void delete_record(struct job *j, const char *id) {
@@ -228,10 +232,25 @@ void coord_round_close(struct job *j) {
   coord_job_touch(j, "round closed");
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_CLOSED, NULL, 0,
               "generation %llu: %u ranks", (unsigned long long)j->generation, k);
+  resized_maybe(j);
   resumed_maybe(j);
   answer_joins(j, r, k);
   refuse_surplus(j, r, k, n);
   free(r);
+}
+
+/* A world unlike the last round's: SHRUNK or GROWN, at the checkpoint step
+ * the new generation restores. */
+static void resized_maybe(struct job *j) {
+  uint32_t was = j->last_world;
+  j->last_world = j->world;
+  if (!was || was == j->world) return;
+  bool grown = j->world > was;
+  coord_event(j,
+              grown ? STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_GROWN
+                    : STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK,
+              NULL, j->ckpt_step, "%s from %u to %u ranks at step %lld", grown ? "grown" : "shrunk",
+              was, j->world, (long long)j->ckpt_step);
 }
 
 /* A preempted job trains again: RESUMED at the step its members restore. */

@@ -77,6 +77,7 @@ struct coordinator {
   uv_timer_t stats_timer;
   struct metric_gauge *jobs, *members, *parked, *watchers;
   struct metric_counter *synced_writes, *heartbeats, *joins, *events;
+  struct metric_counter *events_by_type[COORD_EVENT_TYPES]; /* NULL: no such type. */
   struct coord_stats last;
   struct coord_kv_budget kv_budget; /* For daemon_usage. */
   bool trim_due;                    /* Many parked calls ended: trim at the next tick. */
@@ -104,6 +105,9 @@ static void publish_stats(struct coordinator *co) {
   metric_counter_add(co->heartbeats, s.heartbeats - co->last.heartbeats);
   metric_counter_add(co->joins, s.joins - co->last.joins);
   metric_counter_add(co->events, s.events - co->last.events);
+  for (int t = 0; t < COORD_EVENT_TYPES; t++)
+    if (co->events_by_type[t])
+      metric_counter_add(co->events_by_type[t], s.events_by_type[t] - co->last.events_by_type[t]);
   co->last = s;
 }
 
@@ -145,6 +149,8 @@ static void release_memory(struct coordinator *co) {
 #endif
 }
 
+static void register_event_types(struct coordinator *co, struct metrics *m);
+
 static void register_metrics(struct coordinator *co) {
   struct metrics *m = daemon_metrics(co->daemon);
   co->jobs = metrics_gauge(m, "stoker_coordinator_jobs", "Jobs known.", NULL);
@@ -159,11 +165,28 @@ static void register_metrics(struct coordinator *co) {
       metrics_counter(m, "stoker_coordinator_heartbeats_total", "Heartbeats handled.", NULL);
   co->joins = metrics_counter(m, "stoker_coordinator_joins_total", "Joins handled.", NULL);
   co->events = metrics_counter(m, "stoker_coordinator_events_total", "Job events recorded.", NULL);
+  register_event_types(co, m);
   if (metrics_add_collector(m, coord_job_metrics_collect, co->coord) != 0)
     log_warn("metrics", "no per-job series: out of memory");
   uv_timer_init(daemon_loop(co->daemon), &co->stats_timer);
   co->stats_timer.data = co;
   uv_timer_start(&co->stats_timer, each_second, 1000, 1000);
+}
+
+/* stoker_job_events_total{type="QUEUED"}: every job's events by type (the
+ * proto's names without JOB_EVENT_), each series there from the start. */
+static void register_event_types(struct coordinator *co, struct metrics *m) {
+  const ProtobufCEnumDescriptor *d = &stoker__v1__job_event_type__descriptor;
+  for (unsigned i = 0; i < d->n_values; i++) {
+    int v = d->values[i].value;
+    if (v <= 0 || v >= COORD_EVENT_TYPES) continue;
+    const char *name = d->values[i].name;
+    if (strncmp(name, "JOB_EVENT_", 10) == 0) name += 10;
+    char labels[64];
+    snprintf(labels, sizeof(labels), "type=\"%s\"", name);
+    co->events_by_type[v] = metrics_counter(m, "stoker_job_events_total",
+                                            "Job events recorded, all jobs, by type.", labels);
+  }
 }
 
 static void drain_service(struct daemon *d, void *arg) {

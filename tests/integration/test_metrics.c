@@ -156,6 +156,31 @@ static void test_job_series(void **state) {
   free(body);
 }
 
+/* Every job's events by type: each type's series there from the start, a
+ * preemption counted under PREEMPTED (the dashboard's events panel). */
+static void test_events_by_type(void **state) {
+  struct harness_daemon *d = *state;
+  int port = atoi(strrchr(d->args[1], ':') + 1);
+  const char *before[] = {
+      "# TYPE stoker_job_events_total counter\n",
+      "stoker_job_events_total{type=\"PREEMPTED\"} 0\n",
+      "stoker_job_events_total{type=\"GROWN\"} 0\n",
+  };
+  expect_metrics(port, before, 3);
+  struct stk_client *c = harness_client(d);
+  assert_int_equal(harness_create_job(c, "ev", 1, 1, 200, 50), 0);
+  Stoker__V1__Job *job = NULL;
+  assert_int_equal(stk_job_preempt(c, "ev", "kueue: evicted", 3000, &job), 0);
+  protobuf_c_message_free_unpacked(&job->base, NULL);
+  stk_client_free(c);
+  const char *after[] = {
+      "stoker_job_events_total{type=\"CREATED\"} 1\n",
+      "stoker_job_events_total{type=\"PREEMPTED\"} 1\n",
+      "stoker_job_events_total{type=\"PAUSED\"} 1\n",
+  };
+  expect_metrics(port, after, 3);
+}
+
 int main(int argc, char **argv) {
   if (harness_init(argc, argv)) return 2;
   const struct CMUnitTest tests[] = {
@@ -163,6 +188,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_build_info, setup, teardown),
       cmocka_unit_test_setup_teardown(test_job_series, setup, teardown),
       cmocka_unit_test_setup_teardown(test_heartbeats_keep_their_interval, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_events_by_type, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -47,6 +47,7 @@ from stoker.connection import (
     address_from_env,
 )
 from stoker.errors import StokerError, invalid_argument
+from stoker.queue import QueueStatus, Submission, status_proto
 from stoker.v1 import checkpoint_pb2 as ckpt_pb
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as coord_pb
@@ -140,7 +141,8 @@ class JobSpec:
     long a Join may park. labels: free key/value pairs (select jobs by them).
     dataset, checkpoint_storage: storage URIs ("" when unset).
     checkpoint_every_steps: ask ranks for a checkpoint every this many steps
-    (0: the trainer decides).
+    (0: the trainer decides). submission: set for a job submitted to a
+    cluster queue (:meth:`Jobs.submit`), else None.
     """
 
     name: str
@@ -154,6 +156,7 @@ class JobSpec:
     dataset: str
     checkpoint_storage: str
     checkpoint_every_steps: int
+    submission: Submission | None = None
 
     @classmethod
     def from_proto(cls, m: coord_pb.JobSpec) -> JobSpec:
@@ -169,6 +172,7 @@ class JobSpec:
             dataset=m.dataset.uri,
             checkpoint_storage=m.checkpoint_storage.uri,
             checkpoint_every_steps=m.checkpoint_every_steps,
+            submission=(Submission.from_proto(m.submission) if m.HasField("submission") else None),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -227,7 +231,9 @@ class Job:
     waiting: joins parked in the open round. members: the current
     generation's, by rank. latest_checkpoint: None when the coordinator sent
     none (a ref with step 0 means no checkpoint yet). Times are Unix ms;
-    last_event_seq: the newest event (``watch(after_seq=...)``).
+    last_event_seq: the newest event (``watch(after_seq=...)``). queue: a
+    submitted job's place in its cluster's queue, the queue controller's last
+    report (None before the first, and for jobs not submitted).
     """
 
     name: str
@@ -243,6 +249,7 @@ class Job:
     created_at_ms: int
     updated_at_ms: int
     last_event_seq: int
+    queue: QueueStatus | None = None
 
     @classmethod
     def from_proto(cls, m: coord_pb.Job) -> Job:
@@ -265,6 +272,7 @@ class Job:
             created_at_ms=m.created_at_ms,
             updated_at_ms=m.updated_at_ms,
             last_event_seq=m.last_event_seq,
+            queue=QueueStatus.from_proto(m.queue) if m.HasField("queue") else None,
         )
 
     @property
@@ -284,8 +292,10 @@ class JobEvent:
     "CREATED", "MEMBER_JOINED", "ROUND_CLOSED", "ROUND_OPENED",
     "MEMBER_LOST", "MEMBER_LEFT", "SCALED", "PAUSED", "RESUMED", "STOPPED",
     "DELETED", "CHECKPOINT", "HEALTH", "COORDINATOR_RESTARTED", "FINISHED" or
-    "PREEMPTED" (a preemption notice: message the reason, step where it came); the other
-    fields are set where the type has them (0 or "" otherwise).
+    "PREEMPTED" (a preemption notice: message the reason, step where it came),
+    or a submitted job's "QUEUED", "ADMITTED", "SHRUNK", "GROWN" (see
+    :mod:`stoker.queue`; ``stoker.queue.describe(event)`` says it in words);
+    the other fields are set where the type has them (0 or "" otherwise).
     """
 
     seq: int
@@ -1139,3 +1149,64 @@ class Jobs:
             blocks=reply.blocks,
             problems=tuple(reply.problems),
         )
+
+    # ---- submitted jobs (stoker.queue) ----------------------------------------------
+
+    def submit(
+        self,
+        name: str,
+        template: str,
+        min_ranks: int,
+        max_ranks: int,
+        *,
+        queue: str = "",
+        priority: str = "",
+        args: Sequence[str] = (),
+        labels: Mapping[str, str] | None = None,
+        checkpoint_storage: str = "",
+        **spec: int,
+    ) -> Job:
+        """Submits a job to a cluster queue (``stokerctl job submit``): creates
+        it as :meth:`create` does, with a :class:`~stoker.queue.Submission`;
+        the queue controller starts its ranks from ``template`` in ``queue``
+        at ``priority`` ("" : the defaults) with ``args`` appended to the
+        trainer's command (at most 64, each at most 1024 bytes). Follow it
+        with :meth:`watch` (QUEUED, ADMITTED, ...) and the returned job's
+        ``queue``. spec: create's other counts and durations
+        (heartbeat_interval_ms, checkpoint_every_steps, ...). A bad name or
+        argument is INVALID_ARGUMENT naming the field; nothing is created."""
+        sub = _request(
+            coord_pb.Submission,
+            "submission",
+            queue=queue,
+            priority=priority,
+            template=template,
+            args=list(args),
+        )
+        req = _request(
+            coord_pb.JobSpec,
+            "job spec",
+            name=name,
+            min_ranks=min_ranks,
+            max_ranks=max_ranks,
+            labels=dict(labels or {}),
+            submission=sub,
+            **spec,
+        )
+        if checkpoint_storage:
+            req.checkpoint_storage.uri = checkpoint_storage
+        return self._job_call("CreateJob", coord_pb.CreateJobRequest(spec=req))
+
+    def report_queue(self, name: str, state: str, **status: Any) -> Job:
+        """The queue controller's report on a submitted job (``ReportQueue``):
+        state "QUEUED", "ADMITTED", "EVICTED", "FINISHED" or "REJECTED", and
+        the :class:`~stoker.queue.QueueStatus` fields (workload,
+        cluster_queue, position, admitted_ranks, message, updated_ms). A change
+        of state logs QUEUED or ADMITTED once. FAILED_PRECONDITION for a job
+        not submitted; INVALID_ARGUMENT naming a bad field."""
+        try:
+            st = status_proto(state, **status)
+        except (TypeError, ValueError) as e:
+            raise invalid_argument(f"queue status: {e}") from None
+        req = _request(coord_pb.ReportQueueRequest, "report", job=name, status=st)
+        return self._job_call("ReportQueue", req)

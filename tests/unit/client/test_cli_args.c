@@ -195,6 +195,40 @@ static void test_spec_errors(void **state) {
   assert_non_null(strstr(err, "KEY=VALUE"));
 }
 
+/* job submit: the words after the first "--" are the trainer's, flags
+ * among them too; --template is required; queue and priority optional. */
+static void test_submission(void **state) {
+  struct cli_args a;
+  static struct cli_spec s;
+  char err[256];
+  assert_int_equal(parse(&a, err, "job", "submit", "llm-7b", "--template", "llm", "--min", "2",
+                         "--max", "4", "--queue", "team-a", "--", "--lr", "3e-4", "--", "x", NULL),
+                   0);
+  assert_int_equal(a.dashdash, 3);
+  assert_int_equal(a.n_pos, 7);
+  assert_null(cli_flag_value(&a, "lr")); /* Not parsed as a flag. */
+  assert_int_equal(cli_spec_from_args(&a, "llm-7b", &s, err, sizeof(err)), 0);
+  assert_int_equal(cli_submission_from_args(&a, a.pos + 3, a.n_pos - 3, &s, err, sizeof(err)), 0);
+  assert_ptr_equal(s.spec.submission, &s.submission);
+  assert_string_equal(s.submission.template_, "llm");
+  assert_string_equal(s.submission.queue, "team-a");
+  assert_string_equal(s.submission.priority, "");
+  assert_int_equal(s.submission.n_args, 4);
+  assert_string_equal(s.submission.args[0], "--lr");
+  assert_string_equal(s.submission.args[2], "--");
+  assert_int_equal(s.spec.max_ranks, 4);
+  /* Without --template: a usage error naming it. */
+  assert_int_equal(parse(&a, err, "job", "submit", "x", "--min", "1", "--max", "1", NULL), 0);
+  assert_int_equal(a.dashdash, -1);
+  assert_int_equal(cli_submission_from_args(&a, NULL, 0, &s, err, sizeof(err)), STK_EINVAL);
+  assert_non_null(strstr(err, "--template"));
+  /* Up to 64 trainer arguments fit on the command line. */
+  const char *argv[80] = {"stokerctl", "job", "submit", "x", "--"};
+  for (int i = 5; i < 69; i++) argv[i] = "--flag";
+  assert_int_equal(cli_parse(69, (char **)argv, &a, err, sizeof(err)), 0);
+  assert_int_equal(a.n_pos - a.dashdash, 64);
+}
+
 static void test_exit_codes(void **state) {
   assert_int_equal(cli_exit_code(0), 0);
   assert_int_equal(cli_exit_code(STK_EINVAL), 1);
@@ -223,6 +257,7 @@ int main(void) {
       cmocka_unit_test(test_numbers_and_labels),
       cmocka_unit_test(test_spec),
       cmocka_unit_test(test_spec_errors),
+      cmocka_unit_test(test_submission),
       cmocka_unit_test(test_exit_codes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

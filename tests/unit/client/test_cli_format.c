@@ -178,6 +178,7 @@ static void test_job_json_minimal(void **state) {
   cJSON *o = fmt_job_json(&job);
   assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "spec")));
   assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "latest_checkpoint")));
+  assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "queue"))); /* Not submitted. */
   assert_string_equal(cJSON_GetObjectItem(o, "state")->valuestring, "UNSPECIFIED");
   cJSON_Delete(o);
 }
@@ -236,13 +237,99 @@ static void test_event(void **state) {
   cJSON_Delete(o);
 }
 
+/* The queue and resize events read as sentences from their fields. */
+static void test_queue_events(void **state) {
+  Stoker__V1__JobEvent ev = STOKER__V1__JOB_EVENT__INIT;
+  ev.seq = 9;
+  ev.time_ms = 1700000000123;
+  ev.generation = 3;
+  struct {
+    Stoker__V1__JobEventType type;
+    uint32_t world;
+    int64_t step;
+    const char *message, *want;
+  } cases[] = {
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_QUEUED, 0, 0, "queued in team-a at position 2",
+       "queued in team-a at position 2"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ADMITTED, 4, 0, "admitted 4 ranks by cq",
+       "admitted 4 ranks by cq"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ADMITTED, 4, 0, "", "admitted 4 ranks"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_PREEMPTED, 0, 300, "kueue: evicted",
+       "preempted at step 300: kueue: evicted"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK, 2, 300, "shrunk from 4 to 2 ranks at step 300",
+       "shrunk to 2 ranks at step 300"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_GROWN, 4, 320, "", "grown to 4 ranks at step 320"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_RESUMED, 2, 300, "", "resumed at step 300"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    ev.type = cases[i].type;
+    ev.world_size = cases[i].world;
+    ev.step = cases[i].step;
+    ev.message = (char *)cases[i].message;
+    char *text = NULL, type[48], want[256];
+    CAPTURE(text, fmt_event_line(&ev, out));
+    snprintf(want, sizeof(want), "9  2023-11-14T22:13:20.123Z  %s  gen=3  %s\n",
+             fmt_event_type(ev.type, type, sizeof(type)), cases[i].want);
+    assert_string_equal(text, want);
+    free(text);
+  }
+}
+
+/* A submitted job: job show prints where it went and the queue's report;
+ * the JSON carries both under the proto's names. */
+static void test_job_queue(void **state) {
+  static struct sample s;
+  sample_init(&s);
+  Stoker__V1__Submission sub = STOKER__V1__SUBMISSION__INIT;
+  sub.queue = "team-a";
+  sub.template_ = "llm";
+  char *args[] = {"--lr", "3e-4"};
+  sub.args = args;
+  sub.n_args = 2;
+  s.spec.submission = &sub;
+  char *text = NULL;
+  CAPTURE(text, fmt_job_show(&s.job, 1700000004000, out));
+  assert_non_null(strstr(text, "queue team-a, priority (default), template llm"));
+  assert_non_null(strstr(text, "--lr 3e-4"));
+  assert_non_null(strstr(text, "not yet seen by the queue controller"));
+  free(text);
+  Stoker__V1__QueueStatus q = STOKER__V1__QUEUE_STATUS__INIT;
+  q.state = STOKER__V1__QUEUE_STATE__QUEUE_STATE_QUEUED;
+  q.position = 2;
+  q.workload = "job-llm-1";
+  q.cluster_queue = "cq";
+  q.message = "waiting for quota";
+  q.updated_ms = 1700000001000;
+  s.job.queue = &q;
+  CAPTURE(text, fmt_job_show(&s.job, 1700000004000, out));
+  assert_non_null(
+      strstr(text, "QUEUED at position 2, cluster queue cq, workload job-llm-1 (3s ago)"));
+  assert_non_null(strstr(text, "waiting for quota"));
+  free(text);
+  q.state = STOKER__V1__QUEUE_STATE__QUEUE_STATE_ADMITTED;
+  q.admitted_ranks = 4;
+  CAPTURE(text, fmt_job_show(&s.job, 1700000004000, out));
+  assert_non_null(strstr(text, "ADMITTED, 4 ranks admitted, cluster queue cq"));
+  free(text);
+  cJSON *o = fmt_job_json(&s.job);
+  cJSON *jq = cJSON_GetObjectItem(o, "queue");
+  assert_string_equal(cJSON_GetObjectItem(jq, "state")->valuestring, "ADMITTED");
+  assert_int_equal(cJSON_GetObjectItem(jq, "admitted_ranks")->valuedouble, 4);
+  assert_string_equal(cJSON_GetObjectItem(jq, "workload")->valuestring, "job-llm-1");
+  cJSON *js = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "spec"), "submission");
+  assert_string_equal(cJSON_GetObjectItem(js, "template")->valuestring, "llm");
+  assert_string_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(js, "args"), 1)->valuestring, "3e-4");
+  cJSON_Delete(o);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_aligns), cmocka_unit_test(test_table_grows),
       cmocka_unit_test(test_enum_names),   cmocka_unit_test(test_times),
       cmocka_unit_test(test_job_json),     cmocka_unit_test(test_job_json_minimal),
       cmocka_unit_test(test_job_show),     cmocka_unit_test(test_jobs_table),
-      cmocka_unit_test(test_event),
+      cmocka_unit_test(test_event),        cmocka_unit_test(test_queue_events),
+      cmocka_unit_test(test_job_queue),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

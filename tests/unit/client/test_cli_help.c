@@ -102,6 +102,7 @@ static void check_usage_names(const struct cli_command *cmd, const struct flag_t
     for (const char *p = texts[k]; p && (p = strstr(p, "--")) != NULL;) {
       p += 2;
       size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyz-");
+      if (len == 0) continue; /* "-- ARGS": the end of the flags. */
       const struct flag_spec *s = flag_find(t, p, len);
       if (!s || ((s->flags & FLAG_LISTED) && !cli_command_takes(cmd, s->name)))
         fail_msg("%s's usage names --%.*s, which it does not take", name_of(cmd), (int)len, p);

@@ -6,7 +6,9 @@
  * instead of parking in Join until the join timeout. A newcomer beyond the
  * cap is a spare and still parks for the next round. Growing: while a
  * scale waits for its checkpoint (told with resizing), a newcomer's Join
- * parks for the scale's round instead of opening one without it.
+ * parks for the scale's round instead of opening one without it. Every
+ * close at a world unlike the last close's logs SHRUNK or GROWN once, with
+ * the new world and the checkpoint step it restores, also across a restart.
  */
 #include "coord_test.h"
 
@@ -21,6 +23,53 @@ static int scale_to(struct fx *f, const char *job, uint32_t ranks) {
   int err = wait_res(f, r)->err;
   res_free(r);
   return err;
+}
+
+#define EV(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
+
+/* What a job's stored events say of one type: how many, and the last. */
+struct resized {
+  int n;
+  uint32_t world;
+  int64_t step;
+  char msg[160];
+  int want;
+};
+
+static bool on_ev(void *arg, const Stoker__V1__JobEvent *ev) {
+  struct resized *s = arg;
+  if ((int)ev->type == s->want) {
+    s->n++;
+    s->world = ev->world_size;
+    s->step = ev->step;
+    snprintf(s->msg, sizeof(s->msg), "%s", ev->message);
+  }
+  return true;
+}
+
+static void ev_done(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
+  (void)arg, (void)err, (void)msg, (void)resp;
+}
+
+static struct resized events_of(struct fx *f, const char *job, int type) {
+  struct resized s = {.want = type};
+  Stoker__V1__WatchJobRequest req = STOKER__V1__WATCH_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  struct coord_wait *w = coord_watch_job(f->c, &req, on_ev, ev_done, &s);
+  run_for(f, 50);
+  coord_cancel(f->c, w);
+  run_for(f, 20);
+  return s;
+}
+
+static void assert_resized(struct fx *f, const char *job, int type, int n, uint32_t world,
+                           int64_t step, const char *msg) {
+  struct resized s = events_of(f, job, type);
+  assert_int_equal(s.n, n);
+  if (!n) return;
+  assert_int_equal(s.world, world);
+  assert_int_equal(s.step, step);
+  assert_string_equal(s.msg, msg);
 }
 
 static void assert_job(struct fx *f, const char *name, Stoker__V1__JobState state, uint32_t world) {
@@ -63,6 +112,8 @@ static void test_scale_down_running(void **state) {
   assert_not_needed(late);
   res_free(late);
   assert_job(f, "sd", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_resized(f, "sd", EV(SHRUNK), 1, 2, 7, "shrunk from 3 to 2 ranks at step 7");
+  assert_resized(f, "sd", EV(GROWN), 0, 0, 0, NULL);
   assert_int_equal(heartbeat(f, "sd", "m0", 2), ACT(CONTINUE)); /* The others go on. */
   /* A newcomer is a spare, not surplus: it waits for the next round. */
   struct res *spare = join(f, "sd", "x9");
@@ -136,6 +187,9 @@ static void test_late_member_not_surplus(void **state) {
   assert_int_equal(back->err, 0);
   assert_int_equal(JOINR(back)->world_size, 3);
   res_free(back);
+  /* A member gone is a smaller world too, and its return a larger one. */
+  assert_resized(f, "lt", EV(SHRUNK), 1, 2, 0, "shrunk from 3 to 2 ranks at step 0");
+  assert_resized(f, "lt", EV(GROWN), 1, 3, 0, "grown from 2 to 3 ranks at step 0");
   res_free(r[0]);
   res_free(r[1]);
 }
@@ -185,6 +239,45 @@ static void test_grow_waits_for_checkpoint(void **state) {
   assert_int_equal(JOINR(newcomer)->world_size, 3);
   assert_int_equal(JOINR(newcomer)->latest_checkpoint->step, 12);
   res_free(newcomer), res_free(r[0]), res_free(r[1]);
+  assert_resized(f, "gr", EV(GROWN), 1, 3, 12, "grown from 2 to 3 ranks at step 12");
+  assert_resized(f, "gr", EV(SHRUNK), 0, 0, 0, NULL);
+}
+
+/* The last close's world survives a restart while the job is paused: 3 ranks
+ * paused, the coordinator restarted, resumed with 2: SHRUNK from 3. The
+ * same world again logs nothing. */
+static void test_resize_across_restart(void **state) {
+  struct fx *f = *state;
+  create(f, "rr", 1, 3);
+  struct res *r[3];
+  join_all(f, "rr", 3, r);
+  for (int i = 0; i < 3; i++) res_free(r[i]);
+  assert_int_equal(report_ckpt(f, "rr", 5, 1), 0);
+  assert_int_equal(job_action(f, coord_pause_job, "rr", true), 0);
+  for (int i = 0; i < 3; i++) {
+    char id[8];
+    snprintf(id, sizeof(id), "m%d", i);
+    assert_int_equal(heartbeat(f, "rr", id, 1), ACT(STOP));
+  }
+  assert_job(f, "rr", STOKER__V1__JOB_STATE__JOB_STATE_PAUSED, 0);
+  fx_close(f);
+  fx_open(f);
+  assert_int_equal(scale_to(f, "rr", 2), 0);
+  assert_int_equal(job_action(f, coord_resume_job, "rr", false), 0);
+  join_all(f, "rr", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_job(f, "rr", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_resized(f, "rr", EV(SHRUNK), 1, 2, 5, "shrunk from 3 to 2 ranks at step 5");
+  /* Paused and resumed at the same world: nothing more. */
+  assert_int_equal(job_action(f, coord_pause_job, "rr", true), 0);
+  assert_int_equal(heartbeat(f, "rr", "m0", 2), ACT(STOP));
+  assert_int_equal(heartbeat(f, "rr", "m1", 2), ACT(STOP));
+  assert_int_equal(job_action(f, coord_resume_job, "rr", false), 0);
+  join_all(f, "rr", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_job(f, "rr", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_resized(f, "rr", EV(SHRUNK), 1, 2, 5, "shrunk from 3 to 2 ranks at step 5");
+  assert_resized(f, "rr", EV(GROWN), 0, 0, 0, NULL);
 }
 
 int main(void) {
@@ -193,6 +286,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scale_down_parked, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_late_member_not_surplus, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_grow_waits_for_checkpoint, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

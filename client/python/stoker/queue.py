@@ -1,0 +1,162 @@
+"""``stoker.queue``: jobs submitted to a cluster queue, as Python values.
+
+A job submitted with :meth:`stoker.jobs.Jobs.submit` (``stokerctl job submit``) carries a
+:class:`Submission` in its spec: the queue, priority class and workload template the queue
+controller (deploy/k8s) starts its ranks from, and the trainer's extra arguments. The
+controller reports what the cluster says of it (:meth:`~stoker.jobs.Jobs.report_queue`,
+``ReportQueue``): the job's :class:`QueueStatus`. Users follow both in the job's event log
+(:meth:`~stoker.jobs.Jobs.watch`), where these event types say what happened:
+
+==============  ================================================================
+``QUEUED``      waiting for admission; message "queued in Q at position N"
+``ADMITTED``    quota reserved; world_size the admitted ranks
+``PREEMPTED``   evicted (or another preemption notice); step where it came
+``SHRUNK``      a round closed at fewer ranks; world_size the new world, step
+                the checkpoint it resumes from
+``GROWN``       the same at more ranks
+``RESUMED``     a preempted job trains again; step the checkpoint it restores
+==============  ================================================================
+
+:func:`describe` renders one event as ``stokerctl job watch`` does. No Kubernetes
+credentials are needed: everything goes through the coordinator, under its token scopes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stoker.v1 import coordinator_pb2 as coord_pb
+
+# The event types of a submitted job's life (JobEvent.type).
+QUEUED = "QUEUED"
+ADMITTED = "ADMITTED"
+PREEMPTED = "PREEMPTED"
+SHRUNK = "SHRUNK"
+GROWN = "GROWN"
+RESUMED = "RESUMED"
+QUEUE_EVENTS = frozenset({QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED})
+
+# QueueStatus.state values.
+QUEUE_STATES = ("UNSPECIFIED", "QUEUED", "ADMITTED", "EVICTED", "FINISHED", "REJECTED")
+
+
+def _state_name(value: int) -> str:
+    try:
+        name: str = coord_pb.QueueState.Name(value)
+    except ValueError:
+        return f"UNKNOWN({value})"
+    return name.removeprefix("QUEUE_STATE_")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """Where a submitted job runs (JobSpec.submission).
+
+    queue: the queue's name (a Kueue LocalQueue; "" the controller's default); priority: a
+    priority class ("" the queue's default); template: the workload template the controller
+    knows by this name; args: extra arguments appended to the template's trainer command.
+    """
+
+    queue: str
+    priority: str
+    template: str
+    args: tuple[str, ...]
+
+    @classmethod
+    def from_proto(cls, m: coord_pb.Submission) -> Submission:
+        return cls(queue=m.queue, priority=m.priority, template=m.template, args=tuple(m.args))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "priority": self.priority,
+            "template": self.template,
+            "args": list(self.args),
+        }
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """The queue controller's last report on a submitted job (Job.queue).
+
+    state: "QUEUED", "ADMITTED", "EVICTED", "FINISHED" or "REJECTED"; workload: its name in
+    the cluster (a Kueue Workload); cluster_queue: the cluster-wide queue; position: 0-based
+    among the queue's pending workloads (-1 unknown); admitted_ranks: ranks the admission
+    covers; message: the cluster's last word on it; updated_ms: Unix ms of the report.
+    """
+
+    state: str
+    workload: str
+    cluster_queue: str
+    position: int
+    admitted_ranks: int
+    message: str
+    updated_ms: int
+
+    @classmethod
+    def from_proto(cls, m: coord_pb.QueueStatus) -> QueueStatus:
+        return cls(
+            state=_state_name(m.state),
+            workload=m.workload,
+            cluster_queue=m.cluster_queue,
+            position=m.position,
+            admitted_ranks=m.admitted_ranks,
+            message=m.message,
+            updated_ms=m.updated_ms,
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "workload": self.workload,
+            "cluster_queue": self.cluster_queue,
+            "position": self.position,
+            "admitted_ranks": self.admitted_ranks,
+            "message": self.message,
+            "updated_ms": self.updated_ms,
+        }
+
+
+def status_proto(
+    state: str,
+    *,
+    workload: str = "",
+    cluster_queue: str = "",
+    position: int = -1,
+    admitted_ranks: int = 0,
+    message: str = "",
+    updated_ms: int = 0,
+) -> coord_pb.QueueStatus:
+    """A QueueStatus message from its fields; state by name ("QUEUED", ...). An unknown state
+    raises ValueError."""
+    if state not in QUEUE_STATES[1:]:
+        raise ValueError(f"state must be one of {', '.join(QUEUE_STATES[1:])}, not {state!r}")
+    return coord_pb.QueueStatus(
+        state=coord_pb.QueueState.Value("QUEUE_STATE_" + state),
+        workload=workload,
+        cluster_queue=cluster_queue,
+        position=position,
+        admitted_ranks=admitted_ranks,
+        message=message,
+        updated_ms=updated_ms,
+    )
+
+
+def describe(event: Any) -> str:
+    """What a job event says, as ``stokerctl job watch`` renders the queue and resize events
+    ("admitted 4 ranks", "shrunk to 2 ranks at step 300"); other events: their message (or
+    their type in lower case)."""
+    t, msg, step = event.type, event.message, event.step
+    if t == QUEUED:
+        return str(msg or "queued")
+    if t == ADMITTED:
+        by = msg[msg.index(" by ") :] if msg.startswith("admitted ") and " by " in msg else ""
+        return f"admitted {event.world_size} ranks{by}"
+    if t == PREEMPTED:
+        return f"preempted at step {step}" + (f": {msg}" if msg else "")
+    if t in (SHRUNK, GROWN):
+        return f"{t.lower()} to {event.world_size} ranks at step {step}"
+    if t == RESUMED:
+        return f"resumed at step {step}" + (f": {msg}" if msg else "")
+    return str(msg or t.lower())

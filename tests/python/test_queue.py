@@ -1,0 +1,178 @@
+"""Submitting jobs to a cluster queue and watching them, against the real
+coordinator and stokerctl (issue 23, part 4): ``Jobs.submit`` and ``stokerctl
+job submit`` record a submission (bad names and arguments refused naming the
+field, nothing created); the queue controller's reports (``Jobs.report_queue``,
+as the controller sends them) become the job's ``queue`` and one QUEUED or
+ADMITTED event per change of state; ``Jobs.watch`` yields them, ``describe``
+and ``stokerctl job watch`` say them in the same words, ``stokerctl job
+show`` prints the queue, its JSON equals ``Job.as_dict()``; a team's token
+submits and reports only within its scope."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+
+import grpc
+import pytest
+from conftest import Daemon, binary
+
+from stoker import Jobs, Security, StokerError
+from stoker.queue import ADMITTED, QUEUED, describe
+
+
+def ctl(addr: str, *args: str, json_out: bool = False) -> subprocess.CompletedProcess[str]:
+    argv = [str(binary("stokerctl")), "--coordinator", addr, "--timeout", "10s"]
+    if json_out:
+        argv.append("--json")
+    return subprocess.run(argv + list(args), capture_output=True, text=True, timeout=30)
+
+
+def ctl_json(addr: str, *args: str) -> dict[str, object]:
+    p = ctl(addr, *args, json_out=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.splitlines()[0])  # type: ignore[no-any-return]
+
+
+def watch_lines(addr: str, name: str) -> list[str]:
+    """What ``stokerctl job watch`` printed in its first 3 s (it runs until Ctrl-C)."""
+    argv = [str(binary("stokerctl")), "--coordinator", addr, "job", "watch", name]
+    try:
+        subprocess.run(argv, capture_output=True, text=True, timeout=3)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout
+        return (out.decode() if isinstance(out, bytes) else out or "").splitlines()
+    raise AssertionError("stokerctl job watch ended by itself")
+
+
+def events(jobs: Jobs, name: str) -> list[tuple[str, str]]:
+    return [(e.type, describe(e)) for e in jobs.watch(name, idle_timeout=0.5)]
+
+
+def test_submit_and_watch(daemons: dict[str, Daemon]) -> None:
+    addr = daemons["coordinator"].addr
+    with Jobs(addr) as jobs:
+        job = jobs.submit(
+            "llm", "llm-7b", 2, 4, queue="team-a", priority="high", args=["--lr", "3e-4"]
+        )
+        assert job.spec is not None and job.spec.submission is not None
+        assert job.spec.submission.template == "llm-7b"
+        assert job.spec.submission.args == ("--lr", "3e-4")
+        assert job.queue is None  # not yet seen by the controller
+        assert job.as_dict() == ctl_json(addr, "job", "show", "llm")
+
+        job = jobs.report_queue("llm", "QUEUED", workload="job-llm-x1", position=2)
+        assert job.queue is not None and job.queue.state == "QUEUED"
+        assert job.queue.position == 2 and job.queue.updated_ms > 0
+        jobs.report_queue("llm", "QUEUED", workload="job-llm-x1", position=1)  # no event
+        job = jobs.report_queue(
+            "llm", "ADMITTED", workload="job-llm-x1", cluster_queue="cq-gpu", admitted_ranks=4
+        )
+        assert job.queue is not None and job.queue.admitted_ranks == 4
+        assert jobs.show("llm").reason == "admitted 4 ranks by cq-gpu"  # why it waits
+
+        seen = [x for x in events(jobs, "llm") if x[0] in (QUEUED, ADMITTED)]
+        assert seen == [
+            (QUEUED, "queued in team-a at position 2"),
+            (ADMITTED, "admitted 4 ranks by cq-gpu"),
+        ]
+        # stokerctl says the same, and its JSON is the Python object's.
+        lines = watch_lines(addr, "llm")
+        assert any(line.endswith("QUEUED  gen=1  queued in team-a at position 2") for line in lines)
+        assert any(line.endswith("ADMITTED  gen=1  admitted 4 ranks by cq-gpu") for line in lines)
+        shown = ctl(addr, "job", "show", "llm").stdout
+        assert "queue team-a, priority high, template llm-7b" in shown
+        assert "ADMITTED, 4 ranks admitted, cluster queue cq-gpu, workload job-llm-x1" in shown
+        assert jobs.show("llm").as_dict() == ctl_json(addr, "job", "show", "llm")
+
+
+def test_refused(daemons: dict[str, Daemon]) -> None:
+    addr = daemons["coordinator"].addr
+    with Jobs(addr) as jobs:
+        for kwargs, field in [
+            ({"queue": "Team-A"}, "submission.queue"),
+            ({"priority": "a b"}, "submission.priority"),
+            ({"args": ["x"] * 65}, "submission.args"),
+            ({"args": ["y" * 1025]}, "submission.args[0]"),
+        ]:
+            with pytest.raises(StokerError) as e:
+                jobs.submit("bad", "llm", 1, 2, **kwargs)  # type: ignore[arg-type]
+            assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT, e.value
+            assert field in e.value.details, e.value.details
+        with pytest.raises(StokerError) as e:
+            jobs.submit("bad", "", 1, 2)
+        assert "submission.template" in e.value.details
+        with pytest.raises(StokerError) as e:
+            jobs.show("bad")
+        assert e.value.code == grpc.StatusCode.NOT_FOUND  # nothing was created
+
+        jobs.create("plain", 1, 2)
+        with pytest.raises(StokerError) as e:
+            jobs.report_queue("plain", "QUEUED")
+        assert e.value.code == grpc.StatusCode.FAILED_PRECONDITION
+        jobs.submit("ok", "llm", 1, 2)
+        with pytest.raises(StokerError) as e:
+            jobs.report_queue("ok", "ADMITTED", admitted_ranks=3)  # over max_ranks
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "status.admitted_ranks" in e.value.details
+        with pytest.raises(StokerError) as e:
+            jobs.report_queue("ok", "SOMEWHERE")
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert jobs.show("ok").queue is None
+        assert [t for t, _ in events(jobs, "ok")] == ["CREATED"]
+
+
+def test_stokerctl_submit(daemons: dict[str, Daemon]) -> None:
+    addr = daemons["coordinator"].addr
+    p = ctl(
+        addr,
+        "job",
+        "submit",
+        "ctl-job",
+        "--template",
+        "llm",
+        "--min",
+        "1",
+        "--max",
+        "2",
+        "--queue",
+        "team-a",
+        "--",
+        "--lr",
+        "1e-3",
+        "--",
+    )
+    assert p.returncode == 0, p.stderr
+    assert 'job "ctl-job" submitted to queue team-a, template llm' in p.stdout
+    with Jobs(addr) as jobs:
+        sub = jobs.show("ctl-job").spec.submission  # type: ignore[union-attr]
+        assert sub is not None and sub.args == ("--lr", "1e-3", "--")
+    p = ctl(addr, "job", "submit", "x", "--min", "1", "--max", "2")
+    assert p.returncode == 1 and "--template" in p.stderr
+    p = ctl(addr, "job", "submit", "x", "--template", "Bad", "--min", "1", "--max", "2")
+    assert p.returncode == 1 and "submission.template" in p.stderr, p.stderr
+    p = ctl(addr, "job", "resize", "ctl-job", "2")
+    assert p.returncode == 0, p.stderr
+
+
+def test_scope(tmp_path: pathlib.Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("op-token\na-token team-a-*\n")
+    d = Daemon("coordinator", tmp_path, "--token-file", str(tokens))
+    try:
+        with Jobs(d.addr, security=Security(token="a-token")) as team:
+            team.submit("team-a-llm", "llm", 1, 2)
+            with pytest.raises(StokerError) as e:
+                team.submit("team-b-llm", "llm", 1, 2)
+            assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+            with Jobs(d.addr, security=Security(token="op-token")) as op:
+                op.submit("team-b-llm", "llm", 1, 2)
+                op.report_queue("team-a-llm", "QUEUED", position=0)
+            with pytest.raises(StokerError) as e:
+                team.report_queue("team-b-llm", "QUEUED", position=0)
+            assert e.value.code == grpc.StatusCode.PERMISSION_DENIED
+            got = team.show("team-a-llm").queue
+            assert got is not None and got.state == "QUEUED"
+    finally:
+        d.stop()
