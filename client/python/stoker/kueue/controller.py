@@ -47,11 +47,9 @@ from typing import Any
 import yaml
 from kubernetes import client, watch
 
-from stoker.connection import COORDINATOR
 from stoker.errors import StokerError
 from stoker.jobs import Job, Jobs
 from stoker.kueue import decide, submit
-from stoker.v1 import coordinator_pb2 as coord_pb
 
 log = logging.getLogger("stoker.kueue")
 
@@ -115,9 +113,9 @@ class Controller:
             try:
                 for _ in watch.Watch().stream(lister, timeout_seconds=60):
                     self._wake.set()
-            except Exception as e:  # The API server went away: watch again.
-                log.warning("watch %s: %s", what, e)
-                time.sleep(1.0)
+            except Exception as e:  # The API server went away, or its cache lags: again.
+                log.debug("watch %s: %s", what, e)
+                time.sleep(5.0)
 
     def _list_jobs_call(self, **kw: Any) -> Any:
         return self.batch.list_namespaced_job(self.namespace, **kw)
@@ -337,11 +335,12 @@ class Controller:
         by_label = {decide.stoker_job_of(j): j for j in jobs}
         positions: dict[str, dict[str, int]] = {}
         for cj in self._coordinator_jobs():
+            assert cj.spec is not None and cj.spec.submission is not None
             sub = cj.spec.submission
             name = cj.spec.name
             job = by_label.get(name)
             if job is None:
-                if cj.state in (coord_pb.JOB_STATE_STOPPED, coord_pb.JOB_STATE_FINISHED):
+                if cj.state in ("STOPPED", "FINISHED"):
                     continue
                 job = self._create_submitted(cj)
                 if job is None:
@@ -356,20 +355,15 @@ class Controller:
                 continue
             self._report(name, state, wname, cq or sub.queue, pos, ranks, msg)
 
-    def _coordinator_jobs(self) -> list[Any]:
+    def _coordinator_jobs(self) -> list[Job]:
         try:
-            pages: list[Any] = self.jobs._coordinator().unary_pages(
-                COORDINATOR + "ListJobs",
-                coord_pb.ListJobsRequest(),
-                coord_pb.ListJobsResponse,
-                "jobs",
-            )
+            return [j for j in self.jobs.list() if j.spec and j.spec.submission]
         except StokerError as e:
             log.warning("coordinator: ListJobs: %s", e)
             return []
-        return [j for j in pages if j.spec.HasField("submission")]
 
-    def _create_submitted(self, cj: Any) -> dict[str, Any] | None:
+    def _create_submitted(self, cj: Job) -> dict[str, Any] | None:
+        assert cj.spec is not None and cj.spec.submission is not None
         sub = cj.spec.submission
         name = cj.spec.name
         cm_name = submit.template_configmap(sub.template)
@@ -428,17 +422,17 @@ class Controller:
         key = (state, wl, cq, pos, ranks, msg)
         if self._reported.get(name) == key:
             return
-        st = coord_pb.QueueStatus(
-            state=coord_pb.QueueState.Value("QUEUE_STATE_" + state),
-            workload=wl,
-            cluster_queue=cq,
-            position=pos,
-            admitted_ranks=ranks,
-            message=msg[:1000],
-            updated_ms=int(time.time() * 1000),
-        )
         try:
-            self.jobs._job_call("ReportQueue", coord_pb.ReportQueueRequest(job=name, status=st))
+            self.jobs.report_queue(
+                name,
+                state,
+                workload=wl,
+                cluster_queue=cq,
+                position=pos,
+                admitted_ranks=ranks,
+                message=msg[:1000],
+                updated_ms=int(time.time() * 1000),
+            )
             self._reported[name] = key
             log.info("ReportQueue %s: %s %s pos %d ranks %d", name, state, wl, pos, ranks)
         except StokerError as e:
