@@ -44,14 +44,23 @@ static const struct cli_command commands[] = {
      "[--label K=V]...",
      "list jobs (with all of these labels)",
      NULL},
-    {{"job", "show"}, 1, "", cli_job_show, "NAME", "spec, state, checkpoint and members", NULL},
+    {{"job", "show"},
+     1,
+     "",
+     cli_job_show,
+     "NAME",
+     "spec, state, queue, checkpoint and members",
+     "A submitted job (job submit) also shows where it was sent and the queue controller's last\n"
+     "report: QUEUED at position N, ADMITTED with its ranks, EVICTED, FINISHED or REJECTED.\n"},
     {{"job", "watch"},
      1,
      "after",
      cli_job_watch,
      "NAME [--after SEQ]",
      "stream events until Ctrl-C or deletion",
-     NULL},
+     "QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN and RESUMED print as sentences (\"queued in Q at\n"
+     "position 2\", \"admitted 4 ranks\", \"shrunk to 2 ranks at step S\"); the others as their\n"
+     "fields and message. --json: one object per event.\n"},
     {{"job", "create"},
      1,
      "min max heartbeat misses last-call join-timeout label dataset checkpoint-storage "

@@ -119,7 +119,7 @@ static bool event_sentence(const Stoker__V1__JobEvent *ev, FILE *out) {
     fprintf(out, "  %s", msg[0] ? msg : "queued");
     return true;
   case EV(ADMITTED):
-    fprintf(out, "  admitted %u ranks", ev->world_size);
+    fprintf(out, "  admitted %u rank%s", ev->world_size, ev->world_size == 1 ? "" : "s");
     if (strncmp(msg, "admitted ", 9) == 0 && strstr(msg, " by "))
       fprintf(out, "%s", strstr(msg, " by "));
     return true;
@@ -128,8 +128,8 @@ static bool event_sentence(const Stoker__V1__JobEvent *ev, FILE *out) {
     return true;
   case EV(SHRUNK):
   case EV(GROWN):
-    fprintf(out, "  %s to %u ranks at step %lld", ev->type == EV(SHRUNK) ? "shrunk" : "grown",
-            ev->world_size, step);
+    fprintf(out, "  %s to %u rank%s at step %lld", ev->type == EV(SHRUNK) ? "shrunk" : "grown",
+            ev->world_size, ev->world_size == 1 ? "" : "s", step);
     return true;
   case EV(RESUMED):
     fprintf(out, "  resumed at step %lld%s%s", step, msg[0] ? ": " : "", msg);

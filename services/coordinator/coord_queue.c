@@ -80,8 +80,8 @@ static void log_change(struct job *j, const Stoker__V1__QueueStatus *st) {
     coord_event(j, E(QUEUED), NULL, 0, "%s", why);
     break;
   case Q(ADMITTED):
-    snprintf(why, sizeof(why), "admitted %u ranks%s%s", st->admitted_ranks, cq ? " by " : "",
-             cq ? cq : "");
+    snprintf(why, sizeof(why), "admitted %u rank%s%s%s", st->admitted_ranks,
+             st->admitted_ranks == 1 ? "" : "s", cq ? " by " : "", cq ? cq : "");
     coord_event_sized(j, E(ADMITTED), st->admitted_ranks, 0, "%s", why);
     break;
   case Q(REJECTED):

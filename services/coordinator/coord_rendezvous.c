@@ -249,8 +249,9 @@ static void resized_maybe(struct job *j) {
   coord_event(j,
               grown ? STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_GROWN
                     : STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK,
-              NULL, j->ckpt_step, "%s from %u to %u ranks at step %lld", grown ? "grown" : "shrunk",
-              was, j->world, (long long)j->ckpt_step);
+              NULL, j->ckpt_step, "%s from %u to %u rank%s at step %lld",
+              grown ? "grown" : "shrunk", was, j->world, j->world == 1 ? "" : "s",
+              (long long)j->ckpt_step);
 }
 
 /* A preempted job trains again: RESUMED at the step its members restore. */

@@ -67,6 +67,33 @@ static int check_refs(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
   return 0;
 }
 
+/* Whether s is valid UTF-8 (RFC 3629: no overlong forms, surrogates or
+ * code points over U+10FFFF). proto3 strings must be, and the Python
+ * clients refuse a message holding one that is not: a job whose arguments
+ * were not would break every listing. */
+static bool utf8_ok(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  while (*p) {
+    unsigned c = *p++, n, min;
+    uint32_t cp;
+    if (c < 0x80) continue;
+    if ((c & 0xe0) == 0xc0)
+      n = 1, min = 0x80, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+      n = 2, min = 0x800, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+      n = 3, min = 0x10000, cp = c & 0x07;
+    else
+      return false;
+    for (unsigned i = 0; i < n; i++, p++) {
+      if ((*p & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (*p & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+  }
+  return true;
+}
+
 /* A cluster object's name (queue, priority class, template):
  * [a-z0-9][a-z0-9.-]{0,62}, or "" where the field may be left to a default. */
 static bool cluster_name(const char *s, bool may_be_empty) {
@@ -84,8 +111,9 @@ static int check_submission(const Stoker__V1__Submission *sub, char *msg, size_t
     return bad(msg, len, "submission.template must match [a-z0-9][a-z0-9.-]{0,62}");
   if (sub->n_args > 64) return bad(msg, len, "submission.args: more than 64 arguments");
   for (size_t i = 0; i < sub->n_args; i++)
-    if (!sub->args[i] || strlen(sub->args[i]) > 1024) {
-      snprintf(msg, len, "submission.args[%zu] over 1024 bytes", i);
+    if (!sub->args[i] || strlen(sub->args[i]) > 1024 || !utf8_ok(sub->args[i])) {
+      snprintf(msg, len, "submission.args[%zu] %s", i,
+               sub->args[i] && utf8_ok(sub->args[i]) ? "over 1024 bytes" : "not valid UTF-8");
       return STK_EINVAL;
     }
   return 0;
@@ -134,6 +162,7 @@ int coord_queue_status_check(const Stoker__V1__QueueStatus *st, uint32_t max_ran
   }
   if (st->message && strlen(st->message) > 1024)
     return bad(msg, len, "status.message over 1024 bytes");
+  if (st->message && !utf8_ok(st->message)) return bad(msg, len, "status.message not valid UTF-8");
   if (st->updated_ms < 0) return bad(msg, len, "status.updated_ms must not be negative");
   return 0;
 }

@@ -11,7 +11,10 @@ without a checkpoint, and three ranks restore S1. Then the job is scaled
 back to two: every rank saves at S2, two restore it, the third exits 0 (not
 needed). The two finish the run.
 
-Checks: every step 1..STEPS was trained exactly once (logged once: none lost,
+Checks: the job's log holds one GROWN (world 3, step S1) and one SHRUNK
+(world 2, step S2) event, which stokerctl job watch says as "grown to 3
+ranks at step S1" and "shrunk to 2 ranks at step S2"; every step 1..STEPS
+was trained exactly once (logged once: none lost,
 none trained twice), at world sizes 2, 3, 2 in that order; the loss at every
 step equals, within 1e-4 relative, an uninterrupted two-rank run's; Explain
 over every step shows no sample served twice or skipped; the job FINISHED.
@@ -21,6 +24,7 @@ those steps after the restore (tried: the step count check fails).
 Usage: test_train_resize.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
 
+import json
 import os
 import re
 import subprocess
@@ -119,7 +123,30 @@ def resize_run(bins, env, work, data, running):
     return s1, s2
 
 
+def watched(ctl, env, job, *flags):
+    """What stokerctl job watch printed in its first 3 s (it runs until Ctrl-C)."""
+    try:
+        subprocess.run([ctl, *flags, "job", "watch", job], env=env, capture_output=True, timeout=3)
+    except subprocess.TimeoutExpired as e:
+        return (e.stdout or b"").decode().splitlines()
+    raise AssertionError("stokerctl job watch ended by itself")
+
+
+def check_resize_events(ctl, env, s1, s2):
+    """One GROWN at S1 to 3 ranks, then one SHRUNK at S2 to 2, in the job's log."""
+    evs = [json.loads(line) for line in watched(ctl, env, "rs", "--json") if line.strip()]
+    sized = [
+        (e["type"], e["world_size"], e["step"]) for e in evs if e["type"] in ("GROWN", "SHRUNK")
+    ]
+    assert sized == [("GROWN", 3, s1), ("SHRUNK", 2, s2)], f"resize events: {sized}"
+    lines = watched(ctl, env, "rs")
+    for want in (f"grown to 3 ranks at step {s1}", f"shrunk to 2 ranks at step {s2}"):
+        assert sum(line.endswith(want) for line in lines) == 1, f"no {want!r} in {lines}"
+    print(f"rs: events GROWN to 3 at step {s1}, SHRUNK to 2 at step {s2}")
+
+
 def check(bins, env, work, ref, s1, s2):
+    check_resize_events(bins[4], env, s1, s2)
     all_text = text(work, "rs", MEMBERS)
     assert all_text.count(f"restored step {s1} at world size 3") == 3, "three did not restore S1"
     assert all_text.count(f"restored step {s2} at world size 2") == 2, "two did not restore S2"

@@ -13,13 +13,17 @@ from __future__ import annotations
 import json
 import pathlib
 import subprocess
+import threading
 
 import grpc
 import pytest
 from conftest import Daemon, binary
 
 from stoker import Jobs, Security, StokerError
-from stoker.queue import ADMITTED, QUEUED, describe
+from stoker.membership import Member, Membership
+from stoker.queue import ADMITTED, QUEUE_EVENTS, QUEUED, describe
+from stoker.v1 import common_pb2
+from stoker.v1 import coordinator_pb2 as pb
 
 
 def ctl(addr: str, *args: str, json_out: bool = False) -> subprocess.CompletedProcess[str]:
@@ -85,6 +89,8 @@ def test_submit_and_watch(daemons: dict[str, Daemon]) -> None:
         assert "queue team-a, priority high, template llm-7b" in shown
         assert "ADMITTED, 4 ranks admitted, cluster queue cq-gpu, workload job-llm-x1" in shown
         assert jobs.show("llm").as_dict() == ctl_json(addr, "job", "show", "llm")
+        assert jobs.resize("llm", 2).target_ranks == 2
+        assert jobs.stop("llm").state == "STOPPED"
 
 
 def test_refused(daemons: dict[str, Daemon]) -> None:
@@ -176,3 +182,58 @@ def test_scope(tmp_path: pathlib.Path) -> None:
             assert got is not None and got.state == "QUEUED"
     finally:
         d.stop()
+
+
+def join_all(addr: str, job: str, ids: list[str]) -> list[Member]:
+    members = [Member(job, addr, member_id=i) for i in ids]
+    got: list[Membership] = []
+    threads = [threading.Thread(target=lambda m=m: got.append(m.join(timeout=30))) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == len(ids)
+    return members
+
+
+def test_evicted_and_readmitted_smaller(daemons: dict[str, Daemon]) -> None:
+    """The life a queue controller reports: queued, admitted at 2, evicted
+    (PreemptJob: the ranks stage step 8 and leave), queued again, admitted
+    at 1: the one rank back resumes at step 8 and the log says it shrank."""
+    addr = daemons["coordinator"].addr
+    with Jobs(addr) as jobs:
+        jobs.submit(
+            "life", "llm", 1, 2, heartbeat_interval_ms=100, heartbeat_misses=50, last_call_ms=200
+        )
+        jobs.report_queue("life", "QUEUED", position=0)
+        jobs.report_queue("life", "ADMITTED", admitted_ranks=2)
+        members = join_all(addr, "life", ["m0", "m1"])
+        jobs.preempt("life", "kueue: evicted")
+        for m in members:
+            m.leave(checkpoint_step=8)
+        jobs.report_queue("life", "EVICTED", message="Preempted to accommodate a workload")
+        jobs.report_queue("life", "QUEUED", position=0)
+        job = jobs.report_queue("life", "ADMITTED", admitted_ranks=1)
+        assert job.state == "PAUSED" and job.queue is not None and job.queue.admitted_ranks == 1
+        back = Member("life", addr, member_id="m0")
+        got: list[Membership] = []
+        t = threading.Thread(target=lambda: got.append(back.join(timeout=30)))
+        t.start()
+        back.conn.unary(  # the checkpoint service, once step 8 is committed
+            "/stoker.v1.Coordinator/ReportCheckpoint",
+            pb.ReportCheckpointRequest(job="life", step=8, uri="file:///ckpt/8"),
+            common_pb2.Empty,
+        )
+        t.join()
+        assert got and got[0].latest_checkpoint_step == 8
+        said = [(e.type, describe(e)) for e in jobs.watch("life", idle_timeout=0.5)]
+        assert [x for x in said if x[0] in QUEUE_EVENTS] == [
+            ("QUEUED", "queued in the default queue at position 0"),
+            ("ADMITTED", "admitted 2 ranks"),
+            ("PREEMPTED", "preempted at step 0: kueue: evicted"),
+            ("QUEUED", "queued in the default queue at position 0"),
+            ("ADMITTED", "admitted 1 rank"),
+            ("SHRUNK", "shrunk to 1 rank at step 8"),
+            ("RESUMED", "resumed at step 8: resumed after preemption (kueue: evicted) at step 8"),
+        ], said
+        back.leave()

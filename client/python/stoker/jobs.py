@@ -1197,6 +1197,12 @@ class Jobs:
             req.checkpoint_storage.uri = checkpoint_storage
         return self._job_call("CreateJob", coord_pb.CreateJobRequest(spec=req))
 
+    def resize(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
+        """:meth:`scale` by the name ``stokerctl job resize`` uses: checkpoint,
+        then go on at ``ranks`` ranks (a submitted job's queue controller
+        resizes its workload to match; SHRUNK or GROWN is logged)."""
+        return self.scale(name, ranks, skip_checkpoint)
+
     def report_queue(self, name: str, state: str, **status: Any) -> Job:
         """The queue controller's report on a submitted job (``ReportQueue``):
         state "QUEUED", "ADMITTED", "EVICTED", "FINISHED" or "REJECTED", and

@@ -152,11 +152,15 @@ def describe(event: Any) -> str:
         return str(msg or "queued")
     if t == ADMITTED:
         by = msg[msg.index(" by ") :] if msg.startswith("admitted ") and " by " in msg else ""
-        return f"admitted {event.world_size} ranks{by}"
+        return f"admitted {_ranks(event.world_size)}{by}"
     if t == PREEMPTED:
         return f"preempted at step {step}" + (f": {msg}" if msg else "")
     if t in (SHRUNK, GROWN):
-        return f"{t.lower()} to {event.world_size} ranks at step {step}"
+        return f"{t.lower()} to {_ranks(event.world_size)} at step {step}"
     if t == RESUMED:
         return f"resumed at step {step}" + (f": {msg}" if msg else "")
     return str(msg or t.lower())
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"

@@ -259,6 +259,8 @@ static void test_queue_events(void **state) {
       {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK, 2, 300, "shrunk from 4 to 2 ranks at step 300",
        "shrunk to 2 ranks at step 300"},
       {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_GROWN, 4, 320, "", "grown to 4 ranks at step 320"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK, 1, 330, "", "shrunk to 1 rank at step 330"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ADMITTED, 1, 0, "", "admitted 1 rank"},
       {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_RESUMED, 2, 300, "", "resumed at step 300"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

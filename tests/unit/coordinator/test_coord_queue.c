@@ -159,7 +159,15 @@ static void test_submit_refused(void **state) {
   assert_int_equal(submit(f, "s", &sub, msg), STK_EINVAL);
   assert_non_null(strstr(msg, "submission.args[3]"));
   assert_no_job(f, "s");
-  long_arg[1024] = 0; /* 1024 bytes: the limit itself passes. */
+  args[3] = "caf\xc3"; /* Cut UTF-8: Python clients could not read the job back. */
+  assert_int_equal(submit(f, "s", &sub, msg), STK_EINVAL);
+  assert_non_null(strstr(msg, "submission.args[3] not valid UTF-8"));
+  args[3] = "\xed\xa0\x80"; /* A surrogate. */
+  assert_int_equal(submit(f, "s", &sub, msg), STK_EINVAL);
+  assert_no_job(f, "s");
+  args[3] = long_arg;
+  long_arg[1024] = 0;                       /* 1024 bytes: the limit itself passes. */
+  args[5] = "caf\xc3\xa9 \xf0\x9f\x94\xa5"; /* Valid UTF-8 passes. */
   memset(name64, 'a', 63), name64[63] = 0;
   sub.queue = name64;
   sub.priority = "";
@@ -222,6 +230,17 @@ static void test_queue_events(void **state) {
   assert_int_equal(count(&s, EV(ADMITTED)), 2);
   assert_string_equal(s.msg[last(&s, EV(QUEUED))], "queued in team-a");
   assert_string_equal(s.msg[last(&s, EV(ADMITTED))], "admitted 2 ranks");
+  /* Rejected: no event; a waiting job's reason says why. */
+  int before = s.n;
+  st = status(Q(REJECTED), -1, 0);
+  st.message = "no template stoker-template-llm";
+  assert_int_equal(report(f, "q", &st, NULL), 0);
+  g = get_job(f, "q");
+  assert_string_equal(JOB(g)->reason,
+                      "rejected by the queue controller: no template stoker-template-llm");
+  res_free(g);
+  events(f, "q", &s);
+  assert_int_equal(s.n, before);
 }
 
 static void test_report_refused(void **state) {
@@ -248,10 +267,12 @@ static void test_report_refused(void **state) {
       {status(Q(QUEUED), 0, 0), "status.workload"},
       {status(Q(QUEUED), 0, 0), "status.cluster_queue"},
       {status(Q(QUEUED), 0, 0), "status.message"},
+      {status(Q(QUEUED), 0, 0), "status.message not valid UTF-8"},
   };
   bad[4].st.workload = "Job_1";
   bad[5].st.cluster_queue = "cq gpu";
   bad[6].st.message = big;
+  bad[7].st.message = "quota \xff";
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_equal(report(f, "r", &bad[i].st, msg), STK_EINVAL);
     if (!strstr(msg, bad[i].field)) fail_msg("case %zu: \"%s\" names no %s", i, msg, bad[i].field);
