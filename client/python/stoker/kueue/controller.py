@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import grpc
 import yaml
 from kubernetes import client, watch
 
@@ -451,8 +452,9 @@ class Controller:
     def _show(self, name: str) -> Job | None:
         try:
             return self.jobs.show(name)
-        except StokerError as e:
-            log.warning("coordinator: job %s: %s", name, e)
+        except StokerError as e:  # NOT_FOUND: its first rank has not created it yet.
+            quiet = e.code == grpc.StatusCode.NOT_FOUND
+            log.log(logging.DEBUG if quiet else logging.WARNING, "coordinator: job %s: %s", name, e)
             return None
 
     def _preempt(self, name: str, reason: str) -> None:
