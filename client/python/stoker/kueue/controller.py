@@ -405,7 +405,7 @@ class Controller:
                 "{name}/pendingworkloads",
                 "GET",
                 path_params={"namespace": self.namespace, "name": local_queue},
-                response_type="object",
+                response_types_map={200: "object"},
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
             )
