@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Fills the wheelhouse the PyTorch trainer image installs from
-# (Containerfile.pytorch mounts it at build time): every wheel the trainer
-# needs at run time (torch, torchdata, grpcio, protobuf, numpy and their
-# dependencies, at the versions pinned in client/python/requirements.txt) and
-# the two that build the stoker package (setuptools, grpcio-tools). Downloaded
+# Fills the wheelhouse the Python images install from (Containerfile.pytorch
+# and Containerfile.kueue mount it at build time):
+#
+#   wheelhouse.sh [REQUIREMENTS.in]...   (default: pytorch-requirements.in)
+#
+# every wheel the image needs at run time (for the PyTorch trainer: torch,
+# torchdata, grpcio, protobuf, numpy; for the queue controller:
+# kueue-requirements.in; and their dependencies, at the versions pinned in
+# client/python/requirements.txt) and the two that build the stoker package
+# (setuptools, grpcio-tools). Downloaded
 # once into ${STOKER_WHEELHOUSE:-~/.cache/stoker-wheels}: `pip download` skips
 # a wheel already there, so later image builds fetch nothing (PyTorch's CUDA
 # wheels are gigabytes). pip's own settings apply: PIP_FIND_LINKS for a local
@@ -20,8 +25,10 @@ mkdir -p "$house"
   echo "wheelhouse: $python is not CPython 3.11 (set STOKER_PYTHON)" >&2
   exit 1
 }
+reqs=()
+for f in "${@:-deploy/containers/pytorch-requirements.in}"; do reqs+=(--requirement "$f"); done
 "$python" -m pip download --quiet --disable-pip-version-check --dest "$house" \
   --only-binary=:all: \
   --constraint client/python/requirements.txt \
-  --requirement deploy/containers/pytorch-requirements.in setuptools grpcio-tools >&2
+  "${reqs[@]}" setuptools grpcio-tools >&2
 echo "$house"

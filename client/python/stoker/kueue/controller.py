@@ -1,0 +1,489 @@
+"""The queue controller's loop: watch the namespace's Jobs and Kueue
+Workloads, decide (:mod:`stoker.kueue.decide`), act through the Kubernetes
+API (the official client) and the coordinator (:class:`stoker.jobs.Jobs`).
+
+One reconcile reads everything it needs afresh (the Jobs, the Workloads, the
+ClusterQueues they use) and acts on what it sees, so a missed watch event or
+a restart of the controller loses nothing: the watches only wake the loop
+early, and it also runs every ``interval_s``. What it does, in this order:
+
+1. **Notices.** A Stoker job whose Workload Kueue marks Evicted or Preempted
+   (or whose Job is suspended while pods run) gets ``PreemptJob`` at once: its
+   ranks checkpoint at a step boundary and stop, before or while their pods get
+   SIGTERM (the coordinator takes the first sign and ignores the rest).
+2. **Reactivation.** A Workload the controller deactivated to evict its job
+   (below) is activated again once the Job's pods are gone: it queues again.
+3. **Plan and act** per ClusterQueue (:func:`decide.plan`): shrink =
+   ``PreemptJob`` (checkpoint, stop), ``ScaleJob`` to the smaller size (only
+   the target: the job is pausing), and lower the Job's ``parallelism`` and
+   ``completions`` together (Kueue shrinks the admitted Workload in place and
+   releases the quota; the Job controller deletes the highest indexes; the
+   others exit 75, come back and resume the job smaller from that checkpoint);
+   evict = ``PreemptJob`` and ``spec.active: false`` on the Workload; grow =
+   raise ``parallelism`` and ``completions`` (a new workload slice).
+4. **Scale up** the coordinator's job once a grown Job's new pods are Ready
+   (``ScaleJob``: checkpoint at a step boundary, a round with the new ranks).
+5. **Submitted jobs** (``JobSpec.submission``): create the Job of one that has
+   none from its template (:mod:`stoker.kueue.submit`) and report its place in
+   the queue to the coordinator (``ReportQueue``) whenever it changes: queued
+   with its position (Kueue's visibility API), admitted with its ranks,
+   evicted, finished; rejected when the template cannot make a Job.
+
+Why a shrink is a checkpoint-and-restart and not ``ScaleJob`` down: the Job
+controller removes the highest completion indexes, while a ScaleJob's round
+keeps the previous generation's ranks in their rendezvous order (arrival), so
+the ranks it drops are not the pods the Job deletes, and a dropped rank exits
+0, which an Indexed Job counts as a completed index for good.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+import yaml
+from kubernetes import client, watch
+
+from stoker.errors import StokerError
+from stoker.jobs import Job, Jobs
+from stoker.kueue import decide, submit
+
+log = logging.getLogger("stoker.kueue")
+
+GROUP = "kueue.x-k8s.io"
+VERSION = "v1beta2"
+MERGE = "application/merge-patch+json"
+# How long a ClusterQueue is left alone after an action, so that Kueue and
+# the Job controller act on it before the next plan (seconds).
+SETTLE_S = 15.0
+
+
+class Controller:
+    """The controller of one namespace. ``jobs`` reaches the coordinator."""
+
+    def __init__(
+        self,
+        namespace: str,
+        jobs: Jobs,
+        api: client.ApiClient | None = None,
+        interval_s: float = 2.0,
+        default_queue: str = "stoker",
+    ) -> None:
+        self.namespace = namespace
+        self.default_queue = default_queue
+        self.jobs = jobs
+        self.api = api or client.ApiClient()
+        self.batch = client.BatchV1Api(self.api)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.interval_s = interval_s
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._noticed: set[tuple[str, str]] = set()
+        self._settle: dict[str, float] = {}  # ClusterQueue -> monotonic time.
+        self._scaled: dict[str, tuple[int, float]] = {}  # Job -> (ranks, when).
+        self._reported: dict[str, tuple[Any, ...]] = {}  # Stoker job -> last report.
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Reconciles until :meth:`stop`; the watches wake it early."""
+        for what, lister in (
+            ("jobs", self._list_jobs_call),
+            ("workloads", self._list_workloads_call),
+        ):
+            threading.Thread(target=self._watch, args=(what, lister), daemon=True).start()
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("reconcile failed; trying again")
+            self._wake.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def _watch(self, what: str, lister: Callable[..., Any]) -> None:
+        while not self._stop.is_set():
+            try:
+                for _ in watch.Watch().stream(lister, timeout_seconds=60):
+                    self._wake.set()
+            except Exception as e:  # The API server went away, or its cache lags: again.
+                log.debug("watch %s: %s", what, e)
+                time.sleep(5.0)
+
+    def _list_jobs_call(self, **kw: Any) -> Any:
+        return self.batch.list_namespaced_job(self.namespace, **kw)
+
+    def _list_workloads_call(self, **kw: Any) -> Any:
+        return self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "workloads", **kw
+        )
+
+    # ---- one pass ------------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        jobs = [self._dict(j) for j in self.batch.list_namespaced_job(self.namespace).items]
+        wls: list[dict[str, Any]] = self._list_workloads_call()["items"]
+        stoker = {j["metadata"]["name"]: j for j in jobs if decide.stoker_job_of(j)}
+        self.notices(stoker, wls)
+        self.reactivate(stoker, wls)
+        running = self.running(stoker, wls)
+        pending = self.pending(wls)
+        # Only a ClusterQueue where a Stoker job holds quota has anything to
+        # shrink, evict or grow.
+        for cq in sorted({r.cluster_queue for r in running if r.cluster_queue}):
+            if time.monotonic() < self._settle.get(cq, 0.0):
+                continue
+            try:
+                obj = self.custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", cq)
+            except client.ApiException as e:  # Not ours to read (RBAC names the queues).
+                log.warning("clusterqueue %s: %s", cq, e.reason)
+                continue
+            free = decide.cluster_queue_free(obj)
+            actions = decide.plan(
+                [p for p in pending if p.cluster_queue == cq],
+                [r for r in running if r.cluster_queue == cq],
+                free,
+            )
+            for a in actions:
+                self.act(a, stoker[a.job.job])
+            if actions:
+                self._settle[cq] = time.monotonic() + SETTLE_S
+        self.scale_ups(stoker, wls)
+        self.submissions(jobs, wls)
+
+    def notices(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
+        """PreemptJob for every Stoker job Kueue is evicting, once per eviction."""
+        for name, job in stoker.items():
+            wl = decide.current_workload(name, wls) or {}
+            why = decide.eviction_notice(wl) if wl else None
+            cond = decide.conditions(wl).get("Evicted", {})
+            key = (wl.get("metadata", {}).get("uid", name), str(cond.get("lastTransitionTime")))
+            if (
+                why is None
+                and job["spec"].get("suspend")
+                and (job.get("status") or {}).get("active")
+            ):
+                why = f"kueue: job {name} suspended with pods running"
+                key = (job["metadata"]["uid"], "suspended")
+            if why is None or key in self._noticed:
+                continue
+            self._noticed.add(key)
+            self._preempt(self._stoker_job(job), why)
+
+    def reactivate(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
+        """Queues again a Workload the controller deactivated, once its pods are gone."""
+        for wl in wls:
+            ann = wl["metadata"].get("annotations") or {}
+            job = stoker.get(decide.owner_job(wl))
+            if ann.get(decide.YIELDED_ANNOTATION) != "true" or job is None:
+                continue
+            if wl["spec"].get("active", True) or not job["spec"].get("suspend"):
+                continue
+            if (job.get("status") or {}).get("active"):
+                continue
+            log.info("workload %s: pods gone; queued again", wl["metadata"]["name"])
+            self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                self.namespace,
+                "workloads",
+                wl["metadata"]["name"],
+                {
+                    "metadata": {"annotations": {decide.YIELDED_ANNOTATION: None}},
+                    "spec": {"active": True},
+                },
+                _content_type=MERGE,
+            )
+
+    def running(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> list[decide.Running]:
+        """The Stoker jobs holding quota, with their coordinator's sizes."""
+        out = []
+        for name, job in stoker.items():
+            mine = [
+                w for w in wls if decide.owner_job(w) == name and not decide.is_true(w, "Finished")
+            ]
+            held = [w for w in mine if decide.is_true(w, "QuotaReserved")]
+            if not held or len(mine) > len(held) or job["spec"].get("suspend"):
+                continue  # Not admitted, or a slice is on its way: leave it be.
+            wl = held[-1]
+            ps = wl["spec"]["podSets"][0]
+            count = int(ps.get("count", 1))
+            coord = self._show(self._stoker_job(job))
+            if coord is None or coord.spec is None:
+                continue
+            ann = job["metadata"].get("annotations") or {}
+            out.append(
+                decide.Running(
+                    job=name,
+                    stoker_job=self._stoker_job(job),
+                    workload=wl["metadata"]["name"],
+                    cluster_queue=(wl["status"].get("admission") or {}).get("clusterQueue", ""),
+                    priority=int(wl["spec"].get("priority", 0)),
+                    created=str(wl["metadata"].get("creationTimestamp", "")),
+                    count=count,
+                    min_ranks=coord.spec.min_ranks,
+                    max_ranks=coord.spec.max_ranks,
+                    wanted=int(ann.get(decide.WANTED_ANNOTATION, count)),
+                    elastic=ann.get(decide.ELASTIC_ANNOTATION) == "true"
+                    and coord.spec.min_ranks < coord.spec.max_ranks,
+                    per_pod=decide.pod_requests(ps["template"]["spec"]),
+                )
+            )
+        return out
+
+    def pending(self, wls: list[dict[str, Any]]) -> list[decide.Pending]:
+        """Workloads waiting for quota (not a slice of a job that runs already)."""
+        out = []
+        queues: dict[str, str] = {}
+        for wl in wls:
+            ann = wl["metadata"].get("annotations") or {}
+            if decide.is_true(wl, "QuotaReserved") or decide.is_true(wl, "Finished"):
+                continue
+            if (
+                not wl["spec"].get("active", True)
+                or "kueue.x-k8s.io/workload-slice-replacement-for" in ann
+            ):
+                continue
+            lq = wl["spec"].get("queueName", "")
+            if lq not in queues:
+                queues[lq] = self._cluster_queue_of(lq)
+            out.append(
+                decide.Pending(
+                    workload=wl["metadata"]["name"],
+                    job=decide.owner_job(wl),
+                    cluster_queue=queues[lq],
+                    priority=int(wl["spec"].get("priority", 0)),
+                    created=str(wl["metadata"].get("creationTimestamp", "")),
+                    needs=decide.workload_requests(wl),
+                )
+            )
+        return out
+
+    def act(self, a: decide.Action, job: Mapping[str, Any]) -> None:
+        name = a.job.job
+        if isinstance(a, decide.Shrink):
+            log.info("shrink %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
+            wanted = max(a.job.wanted, a.job.count)
+            self._preempt(a.job.stoker_job, f"shrink {a.job.count} -> {a.to}: {a.reason}")
+            # The job is pausing: ScaleJob only sets its target, so the round
+            # that resumes it closes as soon as the kept ranks are back, and a
+            # rank that joins later (a grow) parks for ScaleJob instead of
+            # opening a round that would restore an older checkpoint.
+            self._scale(a.job.stoker_job, a.to)
+            self._resize(name, a.to, {decide.WANTED_ANNOTATION: str(wanted)})
+        elif isinstance(a, decide.Evict):
+            log.info("evict %s: %s", name, a.reason)
+            self._preempt(a.job.stoker_job, a.reason)
+            self.custom.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                self.namespace,
+                "workloads",
+                a.job.workload,
+                {
+                    "metadata": {"annotations": {decide.YIELDED_ANNOTATION: "true"}},
+                    "spec": {"active": False},
+                },
+                _content_type=MERGE,
+            )
+        else:
+            log.info("grow %s %d -> %d", name, a.job.count, a.to)
+            self._resize(name, a.to, {})
+
+    def scale_ups(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
+        """ScaleJob up a job whose grown Job's pods are all Ready."""
+        for name, job in stoker.items():
+            mine = [
+                w for w in wls if decide.owner_job(w) == name and not decide.is_true(w, "Finished")
+            ]
+            if len(mine) != 1 or not decide.is_true(mine[0], "Admitted"):
+                continue
+            if job["spec"].get("suspend"):
+                continue
+            count = int(mine[0]["spec"]["podSets"][0].get("count", 1))
+            ready = int((job.get("status") or {}).get("ready") or 0)
+            if ready < count:
+                continue
+            coord = self._show(self._stoker_job(job))
+            if coord is None or coord.spec is None:
+                continue
+            n = decide.scale_up(
+                count,
+                ready,
+                coord.state,
+                coord.world_size,
+                coord.target_ranks,
+                coord.spec.max_ranks,
+            )
+            last = self._scaled.get(name)
+            if n is None or (last and last[0] == n and time.monotonic() - last[1] < 60):
+                continue
+            log.info("scale %s: world %d -> %d (its pods are Ready)", name, coord.world_size, n)
+            if self._scale(self._stoker_job(job), n):
+                self._scaled[name] = (n, time.monotonic())
+
+    def submissions(self, jobs: list[dict[str, Any]], wls: list[dict[str, Any]]) -> None:
+        """Creates the Job of each submitted job that has none; reports each
+        one's queue state when it changed."""
+        by_label = {decide.stoker_job_of(j): j for j in jobs}
+        positions: dict[str, dict[str, int]] = {}
+        for cj in self._coordinator_jobs():
+            assert cj.spec is not None and cj.spec.submission is not None
+            sub = cj.spec.submission
+            name = cj.spec.name
+            job = by_label.get(name)
+            if job is None:
+                if cj.state in ("STOPPED", "FINISHED"):
+                    continue
+                job = self._create_submitted(cj)
+                if job is None:
+                    continue
+            lq = job["metadata"].get("labels", {}).get(decide.QUEUE_LABEL, "")
+            if lq not in positions:
+                positions[lq] = self._positions(lq)
+            wl = decide.current_workload(job["metadata"]["name"], wls)
+            pos = positions[lq].get(wl["metadata"]["name"], -1) if wl else -1
+            state, wname, cq, pos, ranks, msg = submit.queue_status(job, wls, pos)
+            if not state:
+                continue
+            self._report(name, state, wname, cq or sub.queue, pos, ranks, msg)
+
+    def _coordinator_jobs(self) -> list[Job]:
+        try:
+            return [j for j in self.jobs.list() if j.spec and j.spec.submission]
+        except StokerError as e:
+            log.warning("coordinator: ListJobs: %s", e)
+            return []
+
+    def _create_submitted(self, cj: Job) -> dict[str, Any] | None:
+        assert cj.spec is not None and cj.spec.submission is not None
+        sub = cj.spec.submission
+        name = cj.spec.name
+        cm_name = submit.template_configmap(sub.template)
+        try:
+            cm = self.core.read_namespaced_config_map(cm_name, self.namespace)
+            template = yaml.safe_load((cm.data or {}).get(submit.TEMPLATE_KEY, "") or "{}")
+            ranks = min(cj.spec.max_ranks, cj.target_ranks or cj.spec.max_ranks)
+            body = submit.job_from_template(
+                template,
+                name,
+                cj.spec.min_ranks,
+                cj.spec.max_ranks,
+                ranks,
+                sub.queue or self.default_queue,
+                sub.priority,
+                list(sub.args),
+            )
+            created = self.batch.create_namespaced_job(self.namespace, body)
+        except client.ApiException as e:
+            self._report(name, "REJECTED", "", "", -1, 0, f"{cm_name}: {e.reason}: {e.body}"[:1000])
+            return None
+        except (ValueError, yaml.YAMLError) as e:
+            self._report(name, "REJECTED", "", "", -1, 0, f"{cm_name}: {e}"[:1000])
+            return None
+        log.info(
+            "submitted job %s: Job %s created from %s", name, body["metadata"]["name"], cm_name
+        )
+        return self._dict(created)
+
+    def _positions(self, local_queue: str) -> dict[str, int]:
+        """Pending workloads of a LocalQueue by name -> 0-based position
+        (Kueue's visibility API; {} when it cannot be read)."""
+        if not local_queue:
+            return {}
+        try:
+            out = self.api.call_api(
+                "/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues/"
+                "{name}/pendingworkloads",
+                "GET",
+                path_params={"namespace": self.namespace, "name": local_queue},
+                response_types_map={200: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except client.ApiException as e:
+            log.warning("pending workloads of %s: %s", local_queue, e.reason)
+            return {}
+        return {
+            str(w["metadata"]["name"]): int(w.get("positionInLocalQueue", -1))
+            for w in (out or {}).get("items") or []
+        }
+
+    def _report(
+        self, name: str, state: str, wl: str, cq: str, pos: int, ranks: int, msg: str
+    ) -> None:
+        key = (state, wl, cq, pos, ranks, msg)
+        if self._reported.get(name) == key:
+            return
+        try:
+            self.jobs.report_queue(
+                name,
+                state,
+                workload=wl,
+                cluster_queue=cq,
+                position=pos,
+                admitted_ranks=ranks,
+                message=msg[:1000],
+                updated_ms=int(time.time() * 1000),
+            )
+            self._reported[name] = key
+            log.info("ReportQueue %s: %s %s pos %d ranks %d", name, state, wl, pos, ranks)
+        except StokerError as e:
+            log.warning("ReportQueue %s: %s", name, e)
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        out: dict[str, Any] = self.api.sanitize_for_serialization(obj)
+        return out
+
+    @staticmethod
+    def _stoker_job(job: Mapping[str, Any]) -> str:
+        return decide.stoker_job_of(job) or ""
+
+    def _show(self, name: str) -> Job | None:
+        try:
+            return self.jobs.show(name)
+        except StokerError as e:  # NOT_FOUND: its first rank has not created it yet.
+            quiet = e.code == grpc.StatusCode.NOT_FOUND
+            log.log(logging.DEBUG if quiet else logging.WARNING, "coordinator: job %s: %s", name, e)
+            return None
+
+    def _preempt(self, name: str, reason: str) -> None:
+        log.info("PreemptJob %s: %s", name, reason)
+        try:
+            self.jobs.preempt(name, reason[:1024])
+        except StokerError as e:  # Stopped or gone: nothing to save.
+            log.warning("PreemptJob %s: %s", name, e)
+
+    def _scale(self, name: str, ranks: int) -> bool:
+        try:
+            self.jobs.scale(name, ranks)
+            return True
+        except StokerError as e:
+            log.warning("ScaleJob %s to %d: %s", name, ranks, e)
+            return False
+
+    def _resize(self, job: str, n: int, annotations: dict[str, str]) -> None:
+        body: dict[str, Any] = {"spec": {"parallelism": n, "completions": n}}
+        if annotations:
+            body["metadata"] = {"annotations": annotations}
+        self.batch.patch_namespaced_job(job, self.namespace, body, _content_type=MERGE)
+
+    def _cluster_queue_of(self, local_queue: str) -> str:
+        try:
+            lq = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "localqueues", local_queue
+            )
+        except client.ApiException as e:
+            log.warning("localqueue %s: %s", local_queue, e.reason)
+            return ""
+        return str(lq["spec"].get("clusterQueue", ""))

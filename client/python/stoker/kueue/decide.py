@@ -1,0 +1,313 @@
+"""What the queue controller does next, from what it sees: pure functions
+over Kubernetes objects as the API server returns them (camelCase dicts, as
+``kubectl get -o json`` prints them), and over the coordinator's job view.
+Nothing here calls anything, so every decision is tested on recorded objects.
+
+The cluster's ClusterQueue preempts nothing by itself (``withinClusterQueue:
+Never``, deploy/k8s/components/kueue-controller/README.md): a pending workload
+that does not fit waits, and :func:`plan` says how Stoker makes room for it,
+cheapest first:
+
+1. **Shrink** elastic Stoker jobs of lower priority that run above their
+   ``min_ranks``: as few ranks as cover what the pending workload needs beyond
+   the free quota, lowest priority (then newest) first.
+2. **Evict** (checkpoint first) lower-priority Stoker jobs whole, lowest
+   priority (then newest) first, when shrinking cannot free enough.
+
+and when nothing of higher priority waits, **grow** a shrunk job back towards
+the size it asked for, by what the free quota holds, and **scale** the
+coordinator's job to the ranks its Job now runs (:func:`scale_up`).
+
+Units: quantities are :class:`decimal.Decimal` in the resource's base unit
+(cores, bytes), parsed by the Kubernetes client's ``parse_quantity``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubernetes.utils import parse_quantity
+
+# The Job's pod label that names its Stoker job (deploy/k8s/overlays/example).
+JOB_LABEL = "stoker.io/job"
+# Kueue's labels and annotations (v0.17) the controller reads.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+# On a workload slice that asks for a grown Job's pods (it replaces the
+# admitted one once admitted).
+SLICE_ANNOTATION = "kueue.x-k8s.io/workload-slice-replacement-for"
+# The controller's own annotation on a Job: the ranks it asked for before the
+# controller shrank it (it grows back to this).
+WANTED_ANNOTATION = "stoker.io/ranks-wanted"
+# On a Workload the controller deactivated to evict its job after the job's
+# checkpoint: the controller activates it again once its pods are gone.
+YIELDED_ANNOTATION = "stoker.io/yielded"
+
+Resources = dict[str, Decimal]
+Obj = Mapping[str, Any]
+
+
+def conditions(obj: Obj) -> dict[str, Obj]:
+    """The object's status conditions by type."""
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def is_true(obj: Obj, kind: str) -> bool:
+    return conditions(obj).get(kind, {}).get("status") == "True"
+
+
+def stoker_job_of(job: Obj) -> str | None:
+    """The Stoker job a batch/v1 Job runs (its pod template's label), or None."""
+    labels = ((job.get("spec") or {}).get("template", {}).get("metadata") or {}).get("labels")
+    value = (labels or {}).get(JOB_LABEL)
+    return str(value) if value else None
+
+
+def pod_requests(pod_spec: Obj) -> Resources:
+    """What Kueue counts for one pod: per resource, the larger of the sum over
+    the containers and the largest init container (no overhead)."""
+    total: Resources = {}
+    for c in pod_spec.get("containers") or []:
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[k] = total.get(k, Decimal(0)) + parse_quantity(v)
+    for c in pod_spec.get("initContainers") or []:
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            total[k] = max(total.get(k, Decimal(0)), parse_quantity(v))
+    return total
+
+
+def workload_requests(wl: Obj) -> Resources:
+    """The quota a Workload asks: every pod set's count times its pod's requests."""
+    total: Resources = {}
+    for ps in wl.get("spec", {}).get("podSets") or []:
+        per_pod = pod_requests(ps.get("template", {}).get("spec", {}))
+        for k, v in per_pod.items():
+            total[k] = total.get(k, Decimal(0)) + v * int(ps.get("count", 1))
+    return total
+
+
+def cluster_queue_free(cq: Obj) -> Resources:
+    """Nominal quota minus what is reserved, per resource, over every flavor
+    (borrowing from a cohort is not counted)."""
+    free: Resources = {}
+    for group in cq.get("spec", {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for r in flavor.get("resources") or []:
+                free[r["name"]] = free.get(r["name"], Decimal(0)) + parse_quantity(
+                    r["nominalQuota"]
+                )
+    for flavor in (cq.get("status") or {}).get("flavorsReservation") or []:
+        for r in flavor.get("resources") or []:
+            free[r["name"]] = free.get(r["name"], Decimal(0)) - parse_quantity(r["total"])
+    return free
+
+
+def owner_job(wl: Obj) -> str:
+    """The name of the batch/v1 Job that owns a Workload ("" when none)."""
+    for o in wl.get("metadata", {}).get("ownerReferences") or []:
+        if o.get("kind") == "Job":
+            return str(o.get("name", ""))
+    return ""
+
+
+def current_workload(job_name: str, workloads: Iterable[Obj]) -> Obj | None:
+    """The newest unfinished Workload of a Job (an elastic Job has at most two:
+    the admitted slice and a pending one that replaces it)."""
+    mine = [w for w in workloads if owner_job(w) == job_name and not is_true(w, "Finished")]
+    mine.sort(key=lambda w: str(w["metadata"].get("creationTimestamp", "")))
+    return mine[-1] if mine else None
+
+
+def eviction_notice(wl: Obj) -> str | None:
+    """Why Kueue is taking the Workload's admission away, or None: its Evicted
+    or Preempted condition, the first sign from the cluster's side."""
+    c = conditions(wl)
+    for kind in ("Evicted", "Preempted"):
+        cond = c.get(kind)
+        if cond and cond.get("status") == "True":
+            return f"kueue: workload {wl['metadata']['name']} {kind} ({cond.get('reason', '')})"
+    return None
+
+
+def job_count(job: Obj) -> int:
+    """The pods Kueue counts for a Job: min(parallelism, completions)."""
+    spec = job.get("spec", {})
+    p = int(spec.get("parallelism", 1))
+    c = spec.get("completions")
+    return min(p, int(c)) if c is not None else p
+
+
+@dataclass(frozen=True)
+class Running:
+    """A Stoker job that holds quota: its Job, Workload and sizes.
+
+    count: pods admitted (min(parallelism, completions)); min_ranks,
+    max_ranks: the coordinator's; wanted: what it grows back to; per_pod: one
+    rank's requests; priority: its Workload's.
+    """
+
+    job: str
+    stoker_job: str
+    workload: str
+    cluster_queue: str
+    priority: int
+    created: str
+    count: int
+    min_ranks: int
+    max_ranks: int
+    wanted: int
+    elastic: bool
+    per_pod: Resources
+
+    @property
+    def can_give(self) -> int:
+        return max(0, self.count - self.min_ranks) if self.elastic else 0
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A workload waiting for quota (anyone's)."""
+
+    workload: str
+    job: str
+    cluster_queue: str
+    priority: int
+    created: str
+    needs: Resources
+
+
+@dataclass(frozen=True)
+class Shrink:
+    job: Running
+    to: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Evict:
+    job: Running
+    reason: str
+
+
+@dataclass(frozen=True)
+class Grow:
+    job: Running
+    to: int
+
+
+Action = Shrink | Evict | Grow
+
+
+def shortfall(needs: Resources, free: Resources) -> Resources:
+    """What is missing per resource (only the positive parts)."""
+    out = {k: v - free.get(k, Decimal(0)) for k, v in needs.items()}
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def ranks_covering(short: Resources, per_pod: Resources) -> int | None:
+    """The fewest pods of ``per_pod`` whose requests cover ``short``; None when
+    a short resource is one the pod does not request."""
+    k = 0
+    for name, v in short.items():
+        p = per_pod.get(name, Decimal(0))
+        if p <= 0:
+            return None
+        k = max(k, math.ceil(v / p))
+    return k
+
+
+def plan(pending: Iterable[Pending], running: Iterable[Running], free: Resources) -> list[Action]:
+    """What to do for the first pending workload (highest priority, then
+    oldest) that does not fit, in one ClusterQueue's view: shrinks if they can
+    free enough, else evictions, else nothing; when nothing waits that a lower
+    priority holds back, grow the shrunk jobs by what is free."""
+    waiting = sorted(pending, key=lambda p: (-p.priority, p.created))
+    jobs = list(running)
+    for p in waiting:
+        short = shortfall(p.needs, free)
+        if not short:
+            continue  # Fits: Kueue admits it in its next cycle.
+        lower = sorted(
+            (r for r in jobs if r.priority < p.priority and r.cluster_queue == p.cluster_queue),
+            key=lambda r: r.created,
+            reverse=True,
+        )
+        lower.sort(key=lambda r: r.priority)  # Lowest priority, then newest, first.
+        shrinks = _shrinks(p, lower, short)
+        if shrinks is not None:
+            return list(shrinks)
+        evictions = _evictions(p, lower, short)
+        if evictions:
+            return list(evictions)
+        return []  # Nothing of ours can make room; it waits as Kueue decides.
+    if waiting:
+        return []  # Someone waits: growing would take what they may need.
+    return list(_grows(jobs, free))
+
+
+def _shrinks(p: Pending, lower: list[Running], short: Resources) -> list[Shrink] | None:
+    out: list[Shrink] = []
+    left = dict(short)
+    for r in lower:
+        if r.can_give == 0:
+            continue
+        k = ranks_covering(left, r.per_pod)
+        if k is None:
+            continue
+        give = min(k, r.can_give)
+        out.append(Shrink(r, r.count - give, f"yielding {give} rank(s) to workload {p.workload}"))
+        left = {n: v - r.per_pod.get(n, Decimal(0)) * give for n, v in left.items()}
+        left = {n: v for n, v in left.items() if v > 0}
+        if not left:
+            return out
+    return None
+
+
+def _evictions(p: Pending, lower: list[Running], short: Resources) -> list[Evict]:
+    out: list[Evict] = []
+    left = dict(short)
+    for r in lower:
+        out.append(Evict(r, f"preempted by workload {p.workload} (no yield possible)"))
+        left = {n: v - r.per_pod.get(n, Decimal(0)) * r.count for n, v in left.items()}
+        left = {n: v for n, v in left.items() if v > 0}
+        if not left:
+            return out
+    return []
+
+
+def _grows(jobs: list[Running], free: Resources) -> Iterable[Grow]:
+    left = dict(free)
+    for r in sorted(jobs, key=lambda r: (-r.priority, r.created)):
+        want = min(r.wanted, r.max_ranks) - r.count
+        if want <= 0 or not r.elastic:
+            continue
+        fits = min(
+            (int(left.get(n, Decimal(0)) // v) for n, v in r.per_pod.items() if v > 0),
+            default=want,
+        )
+        k = min(want, fits)
+        if k > 0:
+            yield Grow(r, r.count + k)
+            left = {n: v - r.per_pod.get(n, Decimal(0)) * k for n, v in left.items()}
+
+
+def scale_up(
+    admitted_pods: int, ready_pods: int, state: str, world: int, target: int, max_ranks: int
+) -> int | None:
+    """The ranks to ScaleJob the coordinator's job to, or None: when every pod
+    the Job's admission covers is Ready and the job runs a smaller world (the
+    new ranks joined and park as spares), scale it up to them (the coordinator
+    checkpoints at a step boundary, then closes a round with them). state,
+    world, target, max_ranks: the coordinator's ``Job`` (state "RUNNING",
+    world_size, target_ranks, spec.max_ranks)."""
+    want = min(admitted_pods, max_ranks or admitted_pods)
+    if state != "RUNNING" or world == 0:
+        return None
+    if ready_pods < admitted_pods or want <= world or target == want:
+        return None
+    return want
