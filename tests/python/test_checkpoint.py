@@ -25,7 +25,7 @@ from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
 from stoker import Jobs, StokerError, _segmap
 from stoker.checkpoint import (
     METADATA_TENSOR,
-    SERVICE,
+    RPC,
     StokerReader,
     StokerWriter,
     _read_pieces,
@@ -268,7 +268,9 @@ def test_a_load_of_many_boxes_comes_in_few_messages(daemons, tmp_path, monkeypat
 
     def read(pack: bool) -> list[ckpt_pb.ReadChunk]:
         req = ckpt_pb.ReadRequest(job="dcp", step=31, wanted=wanted, pack_pieces=pack)
-        return list(reader.conn.server_stream(SERVICE + "Read", req, ckpt_pb.ReadChunk, timeout=60))
+        return list(
+            reader.conn.server_stream(RPC.Read.path, req, RPC.Read.response_type, timeout=60)
+        )
 
     def key(p: ckpt_pb.ReadChunk) -> tuple[str, list[int], bytes]:
         return p.tensor, list(p.box.offsets), p.data
