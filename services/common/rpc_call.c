@@ -325,7 +325,7 @@ static void on_received(struct rpc_tag *tag, bool ok) {
   int err = 0;
   if (!ok)
     err = STK_ECANCELED;
-  else if (bb && !(msg = rpc_unpack(bb, c->m->in_desc, NULL, 0)))
+  else if (bb && !(msg = rpc_unpack_request(bb, c->m->in_desc, NULL, 0)))
     err = STK_EINVAL;
   if (bb) grpc_byte_buffer_destroy(bb);
   c->got_fn(c, msg, err, c->got_arg);
@@ -414,7 +414,7 @@ void rpc_call_start(struct rpc_method *m, grpc_call *call, gpr_timespec deadline
   }
   char why[200];
   if (m->kind != RPC_CLIENT_STREAM &&
-      !(c->req = rpc_unpack(payload, m->in_desc, why, sizeof(why)))) {
+      !(c->req = rpc_unpack_request(payload, m->in_desc, why, sizeof(why)))) {
     rpc_fail(c, RPC_INVALID_ARGUMENT, "%s for %s", why[0] ? why : "malformed request", m->path);
     return;
   }

@@ -184,6 +184,33 @@ def test_scope(tmp_path: pathlib.Path) -> None:
         d.stop()
 
 
+def test_strings_not_utf8_refused(tmp_path: pathlib.Path) -> None:
+    """A request whose string is not UTF-8 (which protobuf-c would take as
+    it is) is INVALID_ARGUMENT and changes nothing. Before, a team's PreemptJob
+    with such a reason put it into its job's reason and events, and every
+    Python reader of a listing holding that job failed to parse it: the
+    operator's ListJobs, and so the queue controller of every team."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("op-token\na-token team-a-*\n")
+    d = Daemon("coordinator", tmp_path, "--token-file", str(tokens))
+    try:
+        with Jobs(d.addr, security=Security(token="a-token")) as team:
+            team.submit("team-a-llm", "llm", 1, 2)
+        # Python cannot build such a message: the reason's bytes are appended by hand.
+        raw = pb.PreemptJobRequest(job="team-a-llm").SerializeToString() + b"\x12\x02\xc3("
+        with grpc.insecure_channel(d.addr) as ch:
+            preempt = ch.unary_unary("/stoker.v1.Coordinator/PreemptJob")
+            with pytest.raises(grpc.RpcError) as e:
+                preempt(raw, metadata=[("authorization", "Bearer a-token")], timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "reason" in str(e.value.details()) and "UTF-8" in str(e.value.details())
+        with Jobs(d.addr, security=Security(token="op-token")) as op:
+            (job,) = op.list()
+            assert job.state != "PAUSED" and "preempt" not in job.reason
+    finally:
+        d.stop()
+
+
 def join_all(addr: str, job: str, ids: list[str]) -> list[Member]:
     members = [Member(job, addr, member_id=i) for i in ids]
     got: list[Membership] = []
