@@ -15,6 +15,15 @@ annotation when ``min_ranks < max_ranks``, ``suspend: true`` (Kueue admits it),
 and the submission's ``args`` appended to the ``args`` of the container named
 ``train`` (else the first): a template whose command is
 ``sh -c 'exec stoker-train ... "$@"' sh`` passes them on.
+
+A template is a team's (:func:`template_refusal`): its pods carry the team's
+token Secret (``stoker.io/team: TEAM``, ``deploy/k8s/components/token``), and
+the controller creates Jobs with the operator's rights, for any coordinator
+job that names the template. So it makes a Job from a team's template only
+for a job of that team: a name starting with the ConfigMap's annotation
+``stoker.io/job-prefix``, or else with ``TEAM-`` (the team's token scope by
+the component's convention). Otherwise a team could run its arguments in
+another team's pods, with that team's token.
 """
 
 from __future__ import annotations
@@ -27,6 +36,12 @@ from stoker.kueue import decide
 
 # The ConfigMap key that holds a template's Job.
 TEMPLATE_KEY = "job.yaml"
+# The template ConfigMap's annotation naming the jobs that may use it (a
+# job-name prefix, "*" for every job); without it, a template whose pods
+# carry TEAM_LABEL serves the jobs named TEAM-...
+PREFIX_ANNOTATION = "stoker.io/job-prefix"
+# The pod label that names a team, and so its token Secret.
+TEAM_LABEL = "stoker.io/team"
 
 
 def template_configmap(template: str) -> str:
@@ -80,6 +95,28 @@ def job_from_template(
         train = next((c for c in containers if c.get("name") == "train"), containers[0])
         train["args"] = [*(train.get("args") or []), *args]
     return job
+
+
+def template_refusal(
+    annotations: Mapping[str, str] | None, template: Mapping[str, Any], stoker_job: str
+) -> str | None:
+    """Why the job ``stoker_job`` may not use this template (its ConfigMap's
+    annotations, its Job), or None when it may: the job's name must start with
+    the ConfigMap's :data:`PREFIX_ANNOTATION` ("*": any job), or, without one,
+    with ``TEAM-`` for the team its pods name (:data:`TEAM_LABEL`). A template
+    of no team and no prefix (no token of a team in it) serves every job."""
+    prefix = (annotations or {}).get(PREFIX_ANNOTATION)
+    if prefix is None:
+        pod_labels = (
+            ((template.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        ).get("labels") or {}
+        team = pod_labels.get(TEAM_LABEL)
+        if not team:
+            return None
+        prefix = f"{team}-"
+    if prefix == "*" or stoker_job.startswith(prefix):
+        return None
+    return f"the template serves only jobs named {prefix}*, not {stoker_job}"
 
 
 def queue_status(
