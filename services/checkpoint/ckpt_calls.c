@@ -113,9 +113,11 @@ int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
   uint8_t *buf = NULL;
   size_t got = 0;
   err = ckpt_mcache_get(s->mcache, rec->manifest_key, load_raw, s, &buf, &got);
-  if (!err) err = ckpt_manifest_parse(buf, got, ret_m);
+  if (!err && (err = ckpt_manifest_parse(buf, got, ret_m)) != 0)
+    ckpt_mcache_forget(s->mcache, rec->manifest_key); /* Not held: read it again next time. */
   if (!err && (strcmp((*ret_m)->job, job) != 0 || (*ret_m)->step != step)) {
     ckpt_manifest_free(*ret_m);
+    ckpt_mcache_forget(s->mcache, rec->manifest_key);
     stk_set_detail("manifest %s names another checkpoint", rec->manifest_key);
     err = STK_ECORRUPT;
   }

@@ -12,7 +12,10 @@
  * deleted through another replica over shared storage is served from here
  * for at most the entry's lifetime; its objects are gone, so the read fails
  * at their GETs instead of at the manifest's. Concurrent loads of one key
- * are one load: later callers wait for the first.
+ * are one load: later callers wait for the first. Bytes that turn out not
+ * to be the manifest (a store that answered a damaged object) are dropped
+ * by the caller that finds it (ckpt_mcache_forget), so a repaired object
+ * is read again at once.
  *
  * Raw bytes are held, not the parsed manifest: each caller parses its own
  * copy and frees it as before. Bounded by bytes (least recently used out
@@ -137,6 +140,13 @@ int ckpt_mcache_get(struct ckpt_mcache *c, const char *key, ckpt_mcache_load_fn 
     *ret_len = len;
   }
   return err;
+}
+
+void ckpt_mcache_forget(struct ckpt_mcache *c, const char *key) {
+  pthread_mutex_lock(&c->mu);
+  struct entry *e = find(c, key);
+  if (e && !e->loading) unlink_entry(c, e);
+  pthread_mutex_unlock(&c->mu);
 }
 
 void ckpt_mcache_counts(struct ckpt_mcache *c, uint64_t *ret_hits, uint64_t *ret_loads) {

@@ -30,6 +30,12 @@ void ckpt_mcache_free(struct ckpt_mcache *c);
 int ckpt_mcache_get(struct ckpt_mcache *c, const char *key, ckpt_mcache_load_fn load, void *arg,
                     uint8_t **ret_buf, size_t *ret_len);
 
+/* Drops what is held for key (nothing if none, or while it loads): bytes
+ * a caller found not to be the manifest it wanted (they do not parse, or
+ * name another checkpoint), so that the next get loads them again instead
+ * of failing the same way for the entry's lifetime. Any thread. */
+void ckpt_mcache_forget(struct ckpt_mcache *c, const char *key);
+
 /* Manifests served from memory and loaded, since the cache was made. */
 void ckpt_mcache_counts(struct ckpt_mcache *c, uint64_t *ret_hits, uint64_t *ret_loads);
 

@@ -98,6 +98,23 @@ static void test_failure_not_kept(void **state) {
   ckpt_mcache_free(c);
 }
 
+/* Forgotten bytes (a caller found them damaged) are loaded again; other
+ * keys stay held. */
+static void test_forget(void **state) {
+  (void)state;
+  struct ckpt_mcache *c;
+  assert_int_equal(ckpt_mcache_new(1 << 20, 60000, &c), 0);
+  struct loader l = {.mu = PTHREAD_MUTEX_INITIALIZER, .len = 100};
+  get_ok(c, &l, "a");
+  get_ok(c, &l, "b");
+  ckpt_mcache_forget(c, "a");
+  ckpt_mcache_forget(c, "never-loaded");
+  get_ok(c, &l, "a");
+  get_ok(c, &l, "b");
+  assert_int_equal(l.loads, 3);
+  ckpt_mcache_free(c);
+}
+
 static void test_bounded(void **state) {
   (void)state;
   struct ckpt_mcache *c;
@@ -139,6 +156,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_concurrent_gets_load_once),
       cmocka_unit_test(test_failure_not_kept),
+      cmocka_unit_test(test_forget),
       cmocka_unit_test(test_bounded),
       cmocka_unit_test(test_lifetime),
   };
