@@ -4,7 +4,9 @@
  * rpc_reply or rpc_fail. Parked operations (Join, Barrier, KvGet with
  * wait, WatchJob) are tracked in a list so that a caller that cancels or
  * runs out of deadline is removed from the core at once, and so that a
- * draining daemon can answer them all UNAVAILABLE without waiting.
+ * draining daemon can answer them all UNAVAILABLE without waiting. The
+ * tokens are the server's, so CreateJob checks a submission's queue and
+ * priority against the caller's token grants here, before the core.
  */
 #include "coord_rpc.h"
 
