@@ -6,14 +6,17 @@ as the controller sends them) become the job's ``queue`` and one QUEUED or
 ADMITTED event per change of state; ``Jobs.watch`` yields them, ``describe``
 and ``stokerctl job watch`` say them in the same words, ``stokerctl job
 show`` prints the queue, its JSON equals ``Job.as_dict()``; a team's token
-submits and reports only within its scope."""
+submits and reports only within its scope, and only to the queues and at
+the priorities its line of the token table grants."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable
 
 import grpc
@@ -271,6 +274,7 @@ POLICY = """op-token
 a-token team-a-*  queues=team-a,shared  priorities=low,normal
 b-token team-b-*  queues=team-b         priorities=*
 c-token team-c-*
+o2-token *        queues=shared
 """
 
 
@@ -288,7 +292,8 @@ def test_tenant_queue_and_priority_policy(tmp_path: pathlib.Path) -> None:
     PERMISSION_DENIED naming the field and creates nothing (no job, no event);
     within them it is recorded as sent, with the team's first queue when it
     names none. A team's line without a grant allows only the defaults; an
-    operator's token, anything."""
+    operator's token, anything unless its line grants less; stokerctl says
+    the refusal; SIGHUP re-reads the grants."""
     tokens = tmp_path / "tokens"
     tokens.write_text(POLICY)
     d = Daemon("coordinator", tmp_path, "--token-file", str(tokens))
@@ -406,6 +411,28 @@ def test_tenant_queue_and_priority_policy(tmp_path: pathlib.Path) -> None:
         )
         assert p.returncode == 0, p.stderr
         assert 'job "team-a-z" submitted to queue team-a' in p.stdout, p.stdout
+        # An operator's line that grants queues is bound by them too.
+        with Jobs(d.addr, security=Security(token="o2-token")) as o2:
+            refused(
+                lambda: o2.submit("op-y", "llm", 1, 2, queue="team-b"), "submission.queue", "team-b"
+            )
+            o2.submit("op-y", "llm", 1, 2, queue="shared", priority="high")
+
+        # SIGHUP re-reads the grants: team C may now name its own queue.
+        tokens.write_text(POLICY.replace("c-token team-c-*", "c-token team-c-* queues=team-c"))
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        until = time.monotonic() + 10
+        while True:
+            try:
+                got = c.submit("team-c-y", "llm", 1, 2, queue="team-c")
+                break
+            except StokerError as e:
+                assert e.code == grpc.StatusCode.PERMISSION_DENIED, e
+                assert time.monotonic() < until, "the new grant was not read"
+                time.sleep(0.05)
+        assert got.spec is not None and got.spec.submission is not None
+        assert got.spec.submission.queue == "team-c"
         for j in (a, b, c, op):
             j.close()
     finally:
