@@ -218,7 +218,8 @@ int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len);
 struct rpc_token {
   char *token;
   char *scope; /* Job-name prefix the token covers; NULL: every job (an operator's). */
-  size_t line; /* In the file, for messages. */
+  char *grants[RPC_GRANT_N]; /* Its line's KEY=LIST words as written; NULL: not set. */
+  size_t line;               /* In the file, for messages. */
 };
 struct rpc_tokens {
   struct rpc_token *v;

@@ -373,7 +373,11 @@ class Controller:
             template = yaml.safe_load((cm.data or {}).get(submit.TEMPLATE_KEY, "") or "{}")
             if not isinstance(template, dict):
                 raise ValueError("the template is not a batch/v1 Job")
-            why = submit.template_refusal(cm.metadata.annotations, template, name)
+            why = submit.template_refusal(
+                cm.metadata.annotations, template, name
+            ) or submit.submission_refusal(
+                cm.metadata.annotations, sub.queue or self.default_queue, sub.priority
+            )
             if why is not None:
                 raise ValueError(why)
             ranks = min(cj.spec.max_ranks, cj.target_ranks or cj.spec.max_ranks)

@@ -148,3 +148,37 @@ def queue_status(
         return ("ADMITTED", wname, cq, -1, count, "")
     msg = str(wconds.get("QuotaReserved", {}).get("message", ""))
     return ("QUEUED", wname, cq, position, 0, msg)
+
+
+# The template ConfigMap's annotations that bound what its jobs may ask for
+# (names separated by ","; "*": anything): the Kueue LocalQueues and the
+# WorkloadPriorityClasses. Without one, the template bounds nothing and the
+# coordinator's token grants are the only check (queues=, priorities=).
+QUEUES_ANNOTATION = "stoker.io/queues"
+PRIORITIES_ANNOTATION = "stoker.io/priorities"
+
+
+def submission_refusal(
+    annotations: Mapping[str, str] | None, queue: str, priority: str
+) -> str | None:
+    """Why a job of this template may not be labelled with ``queue`` (the
+    submission's, or the controller's default) and ``priority`` ("" : the
+    default, always allowed), or None when it may: each must be in the
+    ConfigMap's :data:`QUEUES_ANNOTATION` and :data:`PRIORITIES_ANNOTATION`
+    when set. Defence in depth behind the coordinator, which refuses a
+    submission outside its token's grants: a team's template, with the team's
+    token in its pods, never runs in another team's queue or above the team's
+    priorities even if a token's line grants too much."""
+    ann = annotations or {}
+    for key, name, what in (
+        (QUEUES_ANNOTATION, queue, "queue"),
+        (PRIORITIES_ANNOTATION, priority, "priority"),
+    ):
+        allowed = ann.get(key)
+        if allowed is None or (what == "priority" and not name):
+            continue
+        names = [n.strip() for n in allowed.split(",") if n.strip()]
+        if "*" not in names and name not in names:
+            shown = ",".join(names) or "none"
+            return f"the template allows no {what} {name} ({key}: {shown})"
+    return None
