@@ -96,11 +96,17 @@ void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, c
   coord_answer_job(w, j);
 }
 
+static int64_t members_step(const struct job *j);
+
 static void go_pausing(struct job *j, bool force) {
   j->state = S(PAUSING);
   j->pause_force = force;
   j->pause_ckpt_seen = false;
-  j->pause_step = j->ckpt_step;
+  /* Only a checkpoint past every step a member reported is the pause's: one
+   * begun before the notice (an asynchronous periodic save) and reported
+   * after it holds none of the steps trained since. */
+  int64_t trained = members_step(j);
+  j->pause_step = trained > j->ckpt_step ? trained : j->ckpt_step;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
   j->awaited_step = 0;

@@ -269,6 +269,36 @@ static void test_rank_back_while_pausing(void **state) {
   res_free(back);
 }
 
+/* A periodic checkpoint begun before the notice (an asynchronous save of
+ * step 40, reported after it) is not the pause's: the ranks, at 43 by then,
+ * are told CHECKPOINT_NOW, never STOP, so they save what they trained. A
+ * checkpoint past the notice (45) stops only a member with no step past
+ * it; one that trained on (47) stops by itself after its own (48). */
+static void test_pause_keeps_steps_past_an_earlier_checkpoint(void **state) {
+  struct fx *f = *state;
+  create(f, "pk", 2, 2);
+  struct res *r[2];
+  join_all(f, "pk", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "pk", 20, 1), 0);
+  assert_int_equal(beat(f, "pk", "m0", 1, 40, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pk", "m1", 1, 40, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pk", "evicted"), 0);
+  assert_int_equal(report_ckpt(f, "pk", 40, 1), 0); /* Begun at 40, before the notice. */
+  assert_int_equal(beat(f, "pk", "m0", 1, 43, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat(f, "pk", "m1", 1, 43, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat(f, "pk", "m0", 1, 44, false, NULL), ACT(CONTINUE));
+  assert_int_equal(report_ckpt(f, "pk", 45, 1), 0);
+  assert_int_equal(beat(f, "pk", "m0", 1, 47, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pk", "m1", 1, 45, false, NULL), ACT(STOP));
+  assert_int_equal(state_of(f, "pk"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "pk", "m0", 1, 48), 0);
+  assert_int_equal(state_of(f, "pk"), ST(PAUSED));
+  struct seen s;
+  events(f, "pk", &s);
+  assert_int_equal(s.step[find(&s, EV(PAUSED))], 48);
+}
+
 /* Bad input changes nothing; an ended job refuses the notice. */
 static void test_preempt_refused(void **state) {
   struct fx *f = *state;
@@ -293,6 +323,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_operator_pause_waits, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_while_waiting, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_rank_back_while_pausing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_pause_keeps_steps_past_an_earlier_checkpoint, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
