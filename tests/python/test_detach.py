@@ -4,8 +4,9 @@ small HTTP proxy that can hold or refuse the requests whose path names a
 pattern, so that what happens after the answer is observable:
 
 - a process that saves with ``StokerWriter(detach=True)`` exits while the
-  manifest's requests are held (the checkpoint is not listed yet); once they
-  go through the service commits it by itself and it loads bit-exactly;
+  uploads and the manifest's requests are held (the checkpoint is not listed yet, and Abort
+  is refused: the commit is decided); once they go through the service
+  commits it by itself and it loads bit-exactly;
 - kill -9 of the daemon right after the detached answer: with the manifest
   held (every byte uploaded), the restarted daemon commits it; with the
   uploads held (bytes only staged in the dead daemon's memory), it aborts it
@@ -29,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import grpc
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
@@ -36,6 +38,7 @@ from conftest import ROOT, Daemon
 
 from stoker.checkpoint import RPC, StokerReader
 from stoker.connection import Connection
+from stoker.errors import StokerError
 from stoker.v1 import checkpoint_pb2 as pb
 
 CACHE = pathlib.Path(os.environ.get("STK_S3RVER_CACHE", "/tmp/stk-s3rver-cache"))
@@ -54,7 +57,7 @@ t0 = time.monotonic()
 dcp.save(state, storage_writer=w, checkpoint_id=step, no_dist=True)
 ref = w.last_commit
 print(f"accepted uri={ref.uri!r} committed_at_ms={ref.committed_at_ms} "
-      f"in {time.monotonic() - t0:.3f} s", flush=True)
+      f"in {time.monotonic() - t0:.3f} s attempt={w._attempt}", flush=True)
 """
 
 
@@ -224,17 +227,31 @@ def load_matches(addr: str, job: str, step: int) -> None:
 def test_the_saver_exits_before_the_manifest_and_the_service_commits_after(s3, tmp_path) -> None:
     proxy = Proxy(s3)
     d = checkpoint_daemon(tmp_path, proxy)
-    proxy.hold_matching("manifest.pb")
+    proxy.hold_matching("/ckpt/det/")  # every upload, the manifest's requests too
     done, took = save_detached(d.addr, "det", 5)
     # The process is gone and its commit was accepted, not done: the
-    # manifest's requests are held, the checkpoint is not listed.
+    # uploads are held, no manifest is written, the checkpoint is not listed.
     assert "accepted uri='' committed_at_ms=0" in done.stdout, done.stdout
-    wait_for("the manifest's first request to reach storage", lambda: proxy.held >= 1)
+    wait_for("the first upload to reach storage", lambda: proxy.held >= 1)
     assert listed(d.addr, "det") == []
+    # Decided: nobody aborts it any more.
+    attempt = done.stdout.split("attempt=", 1)[1].split()[0]
+    conn = Connection(d.addr)
+    try:
+        with pytest.raises(StokerError) as refused:
+            conn.unary(
+                RPC.Abort.path,
+                pb.AbortCheckpointRequest(attempt=attempt, reason="test"),
+                RPC.Abort.response_type,
+            )
+        assert refused.value.code == grpc.StatusCode.FAILED_PRECONDITION, refused.value
+        assert "detached commit" in refused.value.details, refused.value
+    finally:
+        conn.close()
     proxy.release()
     wait_for("the service to commit after the saver is gone", lambda: listed(d.addr, "det") == [5])
     load_matches(d.addr, "det", 5)
-    print(f"detached save returned in {took:.2f} s with the manifest held")
+    print(f"detached save returned in {took:.2f} s with every upload held")
 
 
 def test_kill_9_after_the_answer_with_every_byte_uploaded_commits_at_restart(s3, tmp_path) -> None:
