@@ -11,6 +11,8 @@ pattern, so that what happens after the answer is observable:
   held (every byte uploaded), the restarted daemon commits it; with the
   uploads held (bytes only staged in the dead daemon's memory), it aborts it
   and logs why, names the detached commit, and never lists it;
+- SIGTERM right after the answer, storage slow for a second: the daemon's
+  graceful stop finishes it; committed after the restart;
 - storage refusing the manifest: the attempt is aborted with the reason
   logged, never listed or reported committed.
 
@@ -266,6 +268,24 @@ def test_kill_9_after_the_answer_with_every_byte_uploaded_commits_at_restart(s3,
     d.start()
     assert listed(d.addr, "det") == [6]
     load_matches(d.addr, "det", 6)
+
+
+def test_sigterm_after_the_answer_finishes_the_commit(s3, tmp_path) -> None:
+    """A graceful stop (a rolling update) within its shutdown grace lets the
+    queued uploads and the commit finish: committed after the restart."""
+    proxy = Proxy(s3)
+    d = checkpoint_daemon(tmp_path, proxy)
+    proxy.hold_matching("/ckpt/det/")
+    save_detached(d.addr, "det", 4)
+    wait_for("the first upload to reach storage", lambda: proxy.held >= 1)
+    assert d.proc is not None
+    d.proc.terminate()
+    threading.Timer(1.0, proxy.release).start()  # storage slow for a second
+    d.proc.wait(timeout=60)
+    proxy.hold = ""
+    d.start()
+    assert listed(d.addr, "det") == [4]
+    load_matches(d.addr, "det", 4)
 
 
 def test_kill_9_before_the_bytes_are_uploaded_aborts_it_and_says_why(s3, tmp_path) -> None:
