@@ -186,6 +186,10 @@ static int pending_add(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, ui
 
 int ckpt_seg_complete(struct ckpt_seg *m) {
   if (m->f.fd < 0) return 0;
+  if (m->n_pend == 0) { /* Nothing in it (its first copy failed): nothing to announce. */
+    ckpt_segmap_discard(&m->f, m->dirfd, m->name);
+    return 0;
+  }
   int err = ckpt_segmap_complete(&m->f, m->used);
   if (err) { /* Never announced: its chunks are lost, the stream must fail. */
     unlinkat(m->dirfd, m->name, 0);

@@ -13,7 +13,8 @@
  * When the service is on this host the bytes go through shared memory
  * instead (ckpt_seg.c): pieces are cut at the segment size and only their
  * metadata is sent; if a segment cannot be written the writer falls back
- * to bytes for the rest of the stream. Which path is the service's answer
+ * to bytes for the rest of the stream (a piece then cut to messages, each
+ * sent as the stream takes it, as held messages are). Which path is the service's answer
  * to GetStagingInfo, asked at the first piece without waiting
  * (ckpt_writer_decide): a save on the client's engine yields until the
  * answer is in and the client's close cancels the call. A completed
@@ -46,6 +47,11 @@ struct stk_ckpt_writer {
   struct ckpt_seg *shm; /* NULL: bytes over gRPC. */
   void (*notify)(void *arg);
   void *notify_arg;
+  /* A piece larger than a message after the fall-back (rest.box set, until
+   * rest.done): its runs after the first go as held messages. */
+  struct ckpt_put rest;
+  struct stk_ckpt_box rest_box;
+  uint64_t rest_off[STK_CKPT_MAX_DIMS], rest_sz[STK_CKPT_MAX_DIMS];
 };
 
 /* Emits one piece (a box that fits) on w's current path. */
@@ -180,24 +186,28 @@ static int send_cb(void *arg, Stoker__V1__WriteChunk *m) {
   return send_chunk(arg, m);
 }
 
-/* Sends the box in m (its bytes at data) over gRPC, cut to fit messages. */
+/* Sends the box in m (its bytes at data) over gRPC, cut to fit messages:
+ * the first now, the others held (w->rest, ckpt_writer_send_held). The
+ * name, shape and bytes stay the piece's owner's until they are sent. */
 static int emit_bytes(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
                       size_t len) {
   if (len <= w->max_chunk_bytes) return emit_grpc(w, m, data, len);
   const Stoker__V1__Box *b = m->box;
-  uint64_t off[STK_CKPT_MAX_DIMS], sz[STK_CKPT_MAX_DIMS];
-  memcpy(off, b->offsets, b->n_offsets * sizeof(*off));
-  memcpy(sz, b->sizes, b->n_sizes * sizeof(*sz));
-  struct stk_ckpt_box box = {.ndim = b->n_offsets, .offsets = off, .sizes = sz};
-  struct ckpt_put p = {.tensor = m->tensor,
-                       .dtype = (enum stk_dtype)m->dtype,
-                       .global_shape = m->global_shape,
-                       .data = data,
-                       .len = len};
-  put_plan(&p, &box, stk_ckpt_dtype_size(p.dtype), w->max_chunk_bytes);
-  int err = 0;
-  while (!err && !p.done) err = put_piece(w, &p, emit_grpc);
-  return err;
+  memcpy(w->rest_off, b->offsets, b->n_offsets * sizeof(*w->rest_off));
+  memcpy(w->rest_sz, b->sizes, b->n_sizes * sizeof(*w->rest_sz));
+  w->rest_box = (struct stk_ckpt_box){b->n_offsets, w->rest_off, w->rest_sz};
+  w->rest = (struct ckpt_put){.tensor = m->tensor,
+                              .dtype = (enum stk_dtype)m->dtype,
+                              .global_shape = m->global_shape,
+                              .data = data,
+                              .len = len};
+  put_plan(&w->rest, &w->rest_box, stk_ckpt_dtype_size(w->rest.dtype), w->max_chunk_bytes);
+  return put_piece(w, &w->rest, emit_grpc);
+}
+
+/* Runs of a fallen-back piece wait to be sent. */
+static bool rest_holds(const struct stk_ckpt_writer *w) {
+  return w->rest.box && !w->rest.done;
 }
 
 /* Through the segment (CKPT_LATER while a completed segment's messages
@@ -241,10 +251,11 @@ static int decide_path(struct stk_ckpt_writer *w) {
 }
 
 bool ckpt_writer_holds(const struct stk_ckpt_writer *w) {
-  return w->shm && ckpt_seg_holds(w->shm);
+  return rest_holds(w) || (w->shm && ckpt_seg_holds(w->shm));
 }
 
 int ckpt_writer_send_held(struct stk_ckpt_writer *w) {
+  if (rest_holds(w)) return put_piece(w, &w->rest, emit_grpc);
   return w->shm ? ckpt_seg_send_held(w->shm, send_cb, w) : 0;
 }
 
@@ -293,7 +304,7 @@ int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, enum stk
   int err = ckpt_put_start(w, &p, tensor, dtype, global_shape, box, data, len);
   while (!err && !p.done) {
     err = ckpt_put_next(w, &p);
-    if (err == CKPT_LATER) err = send_held_all(w);
+    if (err >= 0) err = send_held_all(w); /* Every message out before the caller's bytes go. */
   }
   return err;
 }

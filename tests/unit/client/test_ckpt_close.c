@@ -13,13 +13,15 @@
  * directory of its own (it never reads the segments): a save whose
  * completed segment's chunk messages the service holds back, and a save
  * whose GetStagingInfo is never answered, each hold up no other save, and
- * freeing the client ends them at once. Under build-asan a save that
+ * freeing the client ends them at once; so does a save whose segment
+ * could not be written, its piece going as bytes. Under build-asan a save that
  * outlived its client shows as a use after free.
  */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +46,7 @@ static atomic_int streams_held;   /* Streams read to their end (park) or stalled
 static atomic_int streams_failed; /* Streams ended by a cancel (the client's). */
 static atomic_int shm_chunks;     /* Chunk messages naming a segment (rank 0 and 1 apart). */
 static atomic_int shm_chunks_of[2];
+static atomic_llong bytes_of[2]; /* Chunk bytes that came inline (rank 0 and 1). */
 
 /* How GetStagingInfo is answered. */
 enum staging {
@@ -55,6 +59,7 @@ static char shm_dir[64];
 static atomic_int staging_asked;
 #define SHM_TOKEN "c105ed"
 #define SHM_MAX   (1u << 20)
+static uint64_t shm_max = SHM_MAX; /* What GetStagingInfo answers. */
 
 struct held {
   struct rpc_call *call;
@@ -80,6 +85,7 @@ static void on_chunk(struct rpc_call *call, ProtobufCMessage *msg, int err, void
     atomic_fetch_add(&shm_chunks, 1);
     if (m->rank < 2) atomic_fetch_add(&shm_chunks_of[m->rank], 1);
   }
+  if (m && m->rank < 2) atomic_fetch_add(&bytes_of[m->rank], (long long)m->data.len);
   if (msg) protobuf_c_message_free_unpacked(msg, NULL);
   if (!msg || stall) { /* The end of the stream (or a stalled one): hold the call. */
     atomic_fetch_add(&streams_held, 1);
@@ -123,7 +129,7 @@ static void handle_staging_info(struct rpc_call *call, const ProtobufCMessage *r
   if (staging == STAGING_SHM) {
     info.shm_dir = shm_dir;
     info.shm_token = SHM_TOKEN;
-    info.shm_max_bytes = SHM_MAX;
+    info.shm_max_bytes = shm_max;
   }
   rpc_reply(call, &info.base);
 }
@@ -171,6 +177,8 @@ static void serve_staging(struct fake_server *f, int64_t stall_rank_of, enum sta
   atomic_store(&shm_chunks, 0);
   atomic_store(&shm_chunks_of[0], 0);
   atomic_store(&shm_chunks_of[1], 0);
+  atomic_store(&bytes_of[0], 0);
+  atomic_store(&bytes_of[1], 0);
   atomic_store(&staging_asked, 0);
   fake_server_init(f, NULL);
   fake_server_start(f, NULL, &stoker__v1__checkpoint__descriptor, methods, RPC_N_ROWS(methods),
@@ -439,6 +447,50 @@ static void test_held_flush_holds_no_other(void **state) {
   shm_dir_remove();
 }
 
+/* A segment that cannot be written (the file may not grow: RLIMIT_FSIZE
+ * here, a full tmpfs in life) sends its piece as bytes instead: 32 MiB cut
+ * into 4 MiB messages. The service stops reading rank 0's stream after its
+ * first message; that holds up no other save: rank 1's save on the same
+ * client sends every byte (inline) and "last". Freeing the client ends
+ * both at once. The old fall-back sent the piece's messages in one loop
+ * on the engine's thread, each waiting for the one before to be taken. */
+static void test_fallen_back_piece_holds_no_other(void **state) {
+  (void)state;
+  shm_dir_make();
+  shm_max = 64u << 20; /* The 32 MiB shard is one piece. */
+  struct fake_server f;
+  serve_staging(&f, 0, STAGING_SHM);
+  struct stk_client *c = connect_shm(&f, "on", 30000);
+  struct shard sh;
+  shard_init(&sh);
+  struct rlimit old;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  struct sigaction ign = {.sa_handler = SIG_IGN}, old_act;
+  assert_int_equal(sigaction(SIGXFSZ, &ign, &old_act), 0);
+  struct rlimit small = {1u << 20, old.rlim_max};
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+  struct saved s[2] = {0};
+  for (uint32_t r = 0; r < 2; r++)
+    assert_int_equal(stk_ckpt_save_async(c, "att", r, &sh.t, 1, on_saved, &s[r]), 0);
+  wait_held(2); /* Rank 0 held after its first message, rank 1 at its end. */
+  assert_int_equal(atomic_load(&bytes_of[1]), (long long)ELEMS * sizeof(float));
+  assert_int_equal(atomic_load(&shm_chunks_of[1]), 0);
+  assert_int_equal(atomic_load(&s[0].calls) + atomic_load(&s[1].calls), 0);
+  int64_t t0 = now_ms();
+  stk_client_free(c);
+  assert_true(now_ms() - t0 < 5000);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(atomic_load(&s[r].calls), 1);
+    assert_int_equal(s[r].err, STK_ECANCELED);
+  }
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  assert_int_equal(sigaction(SIGXFSZ, &old_act, NULL), 0);
+  fake_server_stop(&f);
+  free(sh.buf);
+  shm_max = SHM_MAX;
+  shm_dir_remove();
+}
+
 /* GetStagingInfo, asked at a save's first tensor, is never answered for
  * rank 0's save (the client's timeout is a minute): that holds up no other
  * save on the client, rank 1's save (asked after it, answered "no shared
@@ -501,6 +553,7 @@ int main(void) {
       cmocka_unit_test(test_free_cancels_stage),
       cmocka_unit_test(test_held_flush_holds_no_other),
       cmocka_unit_test(test_unanswered_staging_info_holds_no_other),
+      cmocka_unit_test(test_fallen_back_piece_holds_no_other),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
