@@ -194,9 +194,9 @@ uint64_t ckpt_seg_segment_bytes(const struct ckpt_seg *m);
 int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const void *data,
                     size_t len);
 
-/* Completes the current segment (none open: nothing): its messages are
- * held until sent. STK_EIO: it could not be, it is removed and its chunks
- * are lost. */
+/* Completes the current segment (none open: nothing; one holding no
+ * chunk is removed): its messages are held until sent. STK_EIO: it could
+ * not be, it is removed and its chunks are lost. */
 int ckpt_seg_complete(struct ckpt_seg *m);
 /* Messages of the completed segment wait to be sent. */
 bool ckpt_seg_holds(const struct ckpt_seg *m);

@@ -14,11 +14,12 @@
  * sends each when the stream can take it and never waits on the service
  * (a save on the client's engine yields between them). The next segment
  * starts only once they are all sent: a writer is at most one segment
- * ahead of what the service took, so its back-pressure holds. Segments start from a recycled free-*
- * file when the pool has one (claimed by an atomic rename; its pages already exist, so the copy
- * allocates nothing), else from a new file; the files stay mapped in this process across
- * checkpoints (ckpt_segmap.c), so in the steady state a chunk's copy is one memcpy into mapped
- * pages.
+ * ahead of what the service took, so its back-pressure holds. Segments
+ * start from a recycled free-* file when the pool has one (claimed by an
+ * atomic rename; its pages already exist, so the copy allocates nothing),
+ * else from a new file; the files stay mapped in this process across
+ * checkpoints (ckpt_segmap.c), so in the steady state a chunk's copy is
+ * one memcpy into mapped pages.
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -191,7 +192,7 @@ int ckpt_seg_complete(struct ckpt_seg *m) {
     return 0;
   }
   int err = ckpt_segmap_complete(&m->f, m->used);
-  if (err) { /* Never announced: its chunks are lost, the stream must fail. */
+  if (err) { /* Never announced: its chunks are lost (the commit's coverage check tells). */
     unlinkat(m->dirfd, m->name, 0);
     pending_clear(m);
     return err;
