@@ -17,8 +17,10 @@
  * could not be written, its piece going as bytes. Under build-asan a save that
  * outlived its client shows as a use after free.
  */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -30,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -491,6 +494,46 @@ static void test_fallen_back_piece_holds_no_other(void **state) {
   shm_dir_remove();
 }
 
+/* An attempt owned by a replica that never answers ("ID@OWNER", OWNER a
+ * socket that takes connections and never speaks): the writer's open
+ * (making the owner's client) does not wait for it, and its
+ * GetStagingInfo, sent to the owner, waits as a step; rank 1's save to
+ * the stand-in on the same client goes to its end meanwhile, and freeing
+ * the client ends both at once. The old GetStagingInfo waited on the
+ * engine's thread for its timeout (a minute here). */
+static void test_silent_owner_holds_no_other(void **state) {
+  (void)state;
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(ls >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof(sa)), 0);
+  assert_int_equal(listen(ls, 16), 0); /* Never accepted: the kernel completes the connects. */
+  socklen_t len = sizeof(sa);
+  assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &len), 0);
+  char attempt[64];
+  snprintf(attempt, sizeof(attempt), "att@127.0.0.1:%u", ntohs(sa.sin_port));
+  struct fake_server f;
+  serve_staging(&f, -1, STAGING_NONE);
+  struct stk_client *c = connect_shm(&f, "auto", 60000);
+  struct shard sh;
+  shard_init(&sh);
+  struct saved s[2] = {0};
+  assert_int_equal(stk_ckpt_save_async(c, attempt, 0, &sh.t, 1, on_saved, &s[0]), 0);
+  assert_int_equal(stk_ckpt_save_async(c, "att", 1, &sh.t, 1, on_saved, &s[1]), 0);
+  wait_count(&streams_held, 1, 10000); /* Rank 1 at its end. */
+  assert_int_equal(atomic_load(&s[0].calls) + atomic_load(&s[1].calls), 0);
+  int64_t t0 = now_ms();
+  stk_client_free(c);
+  assert_true(now_ms() - t0 < 5000);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(atomic_load(&s[r].calls), 1);
+    assert_int_equal(s[r].err, STK_ECANCELED);
+  }
+  fake_server_stop(&f);
+  close(ls);
+  free(sh.buf);
+}
+
 /* GetStagingInfo, asked at a save's first tensor, is never answered for
  * rank 0's save (the client's timeout is a minute): that holds up no other
  * save on the client, rank 1's save (asked after it, answered "no shared
@@ -554,6 +597,7 @@ int main(void) {
       cmocka_unit_test(test_held_flush_holds_no_other),
       cmocka_unit_test(test_unanswered_staging_info_holds_no_other),
       cmocka_unit_test(test_fallen_back_piece_holds_no_other),
+      cmocka_unit_test(test_silent_owner_holds_no_other),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
