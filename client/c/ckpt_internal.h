@@ -113,8 +113,9 @@ int ckpt_put_next(struct stk_ckpt_writer *w, struct ckpt_put *p);
  * that must be and cannot: STK_CKPT_SHM_ON), CKPT_LATER until the answer is
  * in (the notify runs then). ckpt_writer_cancel ends the call at once. */
 int ckpt_writer_decide(struct stk_ckpt_writer *w);
-/* A completed segment's chunk messages wait to be sent: the stream's next
- * messages (before any other piece and before "last"). */
+/* Messages wait to be sent: a completed segment's chunk messages, or the
+ * runs after the first of a piece that fell back to bytes; the stream's
+ * next messages (before any other piece and before "last"). */
 bool ckpt_writer_holds(const struct stk_ckpt_writer *w);
 /* Sends the next of them (call once ready). */
 int ckpt_writer_send_held(struct stk_ckpt_writer *w);
