@@ -14,6 +14,11 @@
 #define CKPT_CALL(c, field, req, timeout_ms, ret)                                                  \
   CLIENT_CALL(stoker__v1__checkpoint, c, field, req, timeout_ms, ret)
 
+/* What a step-sized call answers when it could not go on without waiting
+ * (positive: never an error): the caller steps again once what it waits
+ * for moved (the writer's notify runs then). */
+#define CKPT_LATER 1
+
 /* True when box has 1..STK_CKPT_MAX_DIMS dims, each size > 0, and (when
  * shape is not NULL) lies inside shape. */
 bool ckpt_box_valid(const struct stk_ckpt_box *box, const uint64_t *shape);
@@ -93,23 +98,44 @@ struct ckpt_put {
 };
 
 /* Checks a tensor's box as stk_ckpt_write_chunk does (the first one decides
- * the stream's path: GetStagingInfo) and sets p up to write it. */
+ * the stream's path: GetStagingInfo, waited for here unless
+ * ckpt_writer_decide answered 0 before) and sets p up to write it. */
 int ckpt_put_start(struct stk_ckpt_writer *w, struct ckpt_put *p, const char *tensor,
                    enum stk_dtype dtype, const uint64_t *global_shape,
                    const struct stk_ckpt_box *box, const void *data, size_t len);
 /* Emits p's next piece: one message over gRPC (which waits only if the
- * stream is not ready), or one copy into a segment (a full segment's chunk
- * messages sent after it). p->done after the last. */
+ * stream is not ready), or one copy into a segment. p->done after the last.
+ * CKPT_LATER (p unchanged): the writer holds messages that go first (a
+ * completed segment's: ckpt_writer_holds). */
 int ckpt_put_next(struct stk_ckpt_writer *w, struct ckpt_put *p);
+/* Starts GetStagingInfo, the question that decides the stream's path, at
+ * the first call, without waiting: 0 once decided (or the error of a path
+ * that must be and cannot: STK_CKPT_SHM_ON), CKPT_LATER until the answer is
+ * in (the notify runs then). ckpt_writer_cancel ends the call at once. */
+int ckpt_writer_decide(struct stk_ckpt_writer *w);
+/* Messages wait to be sent: a completed segment's chunk messages, or the
+ * runs after the first of a piece that fell back to bytes; the stream's
+ * next messages (before any other piece and before "last"). */
+bool ckpt_writer_holds(const struct stk_ckpt_writer *w);
+/* Sends the next of them (call once ready). */
+int ckpt_writer_send_held(struct stk_ckpt_writer *w);
+/* Completes the current segment: its messages are held from now on (the
+ * save machine's FINISH sends them one a step before "last"). Does nothing
+ * when no segment is open. STK_EIO: the segment could not be completed
+ * (its chunks are lost: end the stream without "last"). */
+int ckpt_writer_seal(struct stk_ckpt_writer *w);
 /* A write would not wait on flow control now (the message in flight was
  * taken). */
 bool ckpt_writer_ready(struct stk_ckpt_writer *w);
-/* notify(arg) runs on the rpc client's thread whenever w's stream moved (a
- * message taken, the reply, the status), under the stream's lock: it must
- * not call the writer. */
+/* notify(arg) runs on the rpc client's thread whenever w moved (a message
+ * taken, the reply, the status, GetStagingInfo's answer), possibly under
+ * the stream's lock: it must not call the writer. Set before the first
+ * ckpt_writer_decide. */
 void ckpt_writer_set_notify(struct stk_ckpt_writer *w, void (*notify)(void *arg), void *arg);
-/* Sends what is left of a segment and "last" (call once ready). An error
- * here (a segment not sent) ends the stream without "last". */
+/* Sends what is left of a segment and "last" (call once ready; it waits on
+ * flow control for each held message unless ckpt_writer_seal and
+ * ckpt_writer_send_held sent them before). An error here (a segment not
+ * sent) ends the stream without "last". */
 int ckpt_writer_send_last(struct stk_ckpt_writer *w, bool wait_durable);
 /* Starts the half-close after "last" (call once ready again); then
  * ckpt_writer_ended tells when ckpt_writer_end(w, true, ...) returns at
@@ -123,8 +149,8 @@ bool ckpt_writer_ended(struct stk_ckpt_writer *w);
  * may reach a stream while another thread waits here; free it after. */
 int ckpt_writer_end(struct stk_ckpt_writer *w, bool last, bool wait_durable, uint64_t *ret_bytes,
                     bool *ret_durable);
-/* Cancels w's call: a write or end waiting on it returns. Any thread,
- * until w is freed. */
+/* Cancels w's calls: a write or end waiting on its stream returns, its
+ * GetStagingInfo ends (or never starts). Any thread, until w is freed. */
 void ckpt_writer_cancel(struct stk_ckpt_writer *w);
 void ckpt_writer_free(struct stk_ckpt_writer *w);
 /* True once the service ended w's call (a write failed): ending it with
@@ -141,10 +167,14 @@ typedef int (*ckpt_seg_send_fn)(void *arg, Stoker__V1__WriteChunk *msg);
 /* STK_CKPT_SHM_* from $STOKER_CKPT_SHM (auto when unset). */
 int ckpt_seg_mode_from_env(void);
 
-/* Asks the service (GetStagingInfo) whether rank can stage through shared
- * memory. 0 with *ret_shm NULL when it cannot and mode is AUTO (or OFF);
- * STK_ENOTSUP (or the call's error) when it cannot and mode is ON. */
-int ckpt_seg_open(struct stk_client *c, const char *attempt, uint32_t rank, int mode,
+/* Asks the service whether this host can stage through its shared memory
+ * (GetStagingInfo, asynchronous on w: w's notify runs at the answer).
+ * 0 or the start's error (w is then done with it). */
+int ckpt_seg_ask(struct stk_client *c, struct waiter *w);
+/* What the answer of a done ckpt_seg_ask means for rank: 0 with *ret_shm
+ * NULL when it cannot stage through shared memory and mode is AUTO (or
+ * OFF); STK_ENOTSUP (or the call's error) when it cannot and mode is ON. */
+int ckpt_seg_open(struct waiter *asked, const char *attempt, uint32_t rank, int mode,
                   struct ckpt_seg **ret_shm);
 
 /* Staging into the directory dirfd (which m owns from now on, closed even
@@ -158,13 +188,23 @@ int ckpt_seg_new(int dirfd, const char *attempt, uint32_t rank, uint64_t max_byt
 uint64_t ckpt_seg_segment_bytes(const struct ckpt_seg *m);
 
 /* Copies a chunk's len bytes (len <= the segment size) into the current
- * segment and holds msg's metadata (copied) for it; a full segment is
- * first completed and its messages sent with send. STK_EIO: the segment
- * could not be written (the caller may send the bytes instead). */
+ * segment and holds msg's metadata (copied) for it. CKPT_LATER (nothing
+ * copied): messages of a completed segment are held (a full segment is
+ * completed here first); send them, then append again. STK_EIO: the
+ * segment could not be written (the caller may send the bytes instead). */
 int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const void *data,
-                    size_t len, ckpt_seg_send_fn send, void *arg);
+                    size_t len);
 
-/* Completes the current segment and sends its held messages. */
+/* Completes the current segment (none open: nothing; one holding no
+ * chunk is removed): its messages are held until sent. STK_EIO: it could
+ * not be, it is removed and its chunks are lost. */
+int ckpt_seg_complete(struct ckpt_seg *m);
+/* Messages of the completed segment wait to be sent. */
+bool ckpt_seg_holds(const struct ckpt_seg *m);
+/* Sends the next held message with send (one message: it waits only as
+ * send does). On failure it stays held. */
+int ckpt_seg_send_held(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg);
+/* Completes the current segment and sends every held message. */
 int ckpt_seg_flush(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg);
 
 /* Frees m; a segment whose messages were never sent is removed. Accepts

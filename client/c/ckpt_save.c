@@ -20,7 +20,11 @@
  * the reply is in; otherwise the step answers WAIT and the stream's next
  * move (a callback on the rpc client's thread) wakes the job on the engine,
  * or the blocking caller. A piece is one message (gRPC) or one copy into a
- * shared-memory segment. Any step that fails, or finds the save cancelled,
+ * shared-memory segment. The first TENSOR step also waits (WAIT, woken
+ * the same way) for GetStagingInfo's answer, which decides the path, and
+ * a completed segment's chunk messages go one a step (in TENSOR when the
+ * segment filled, in FINISH for the last one), each once the stream took
+ * the one before. Any step that fails, or finds the save cancelled,
  * goes to DONE with the error. The caller's buffers are released (the
  * hook) on leaving TENSOR for FINISH, or when the save fails before. The
  * tensor array, names, shapes and boxes are copied at new, so a caller's
@@ -75,6 +79,7 @@ static void job_done(struct client_job *j);
 static const struct client_job_ops save_ops = {job_step, job_cancel, job_done};
 static int copy_tensors(struct ckpt_save *s, const struct stk_ckpt_tensor *ts, size_t n);
 static enum client_step step(struct ckpt_save *s);
+static enum client_step send_held(struct ckpt_save *s);
 
 int ckpt_save_new(struct stk_client *c, const char *attempt, uint32_t rank,
                   const struct stk_ckpt_tensor *tensors, size_t n_tensors,
@@ -224,9 +229,14 @@ static enum client_step step_open(struct ckpt_save *s) {
   return CLIENT_STEP_MORE;
 }
 
-/* One piece of the current tensor, once the stream can take it. */
+/* One piece of the current tensor, once the stream can take it (a held
+ * segment message first; the path decided first). */
 static enum client_step step_tensor(struct ckpt_save *s) {
   if (!ckpt_writer_ready(s->w)) return CLIENT_STEP_WAIT;
+  if (ckpt_writer_holds(s->w)) return send_held(s);
+  int path = s->n ? ckpt_writer_decide(s->w) : 0; /* GetStagingInfo's answer. */
+  if (path == CKPT_LATER) return CLIENT_STEP_WAIT;
+  if (path) return finish(s, path, 0);
   if (!s->put_started || s->put.done) {
     if (s->put_started) s->next++;
     s->put_started = false;
@@ -243,14 +253,26 @@ static enum client_step step_tensor(struct ckpt_save *s) {
     s->put_started = true;
   }
   int err = ckpt_put_next(s->w, &s->put);
+  if (err == CKPT_LATER) return CLIENT_STEP_MORE; /* A full segment's messages go first. */
   if (err && !ckpt_writer_failed(s->w)) /* Our own failure: the server has not failed it. */
     err = client_fail(err, "save");
   return err ? finish(s, err, 0) : CLIENT_STEP_MORE;
 }
 
+/* One message of a completed segment (the stream is ready). */
+static enum client_step send_held(struct ckpt_save *s) {
+  int err = ckpt_writer_send_held(s->w);
+  if (err && !ckpt_writer_failed(s->w)) err = client_fail(err, "save");
+  return err ? finish(s, err, 0) : CLIENT_STEP_MORE;
+}
+
+/* The last segment's messages, one a step, then "last". */
 static enum client_step step_finish(struct ckpt_save *s) {
   if (!ckpt_writer_ready(s->w)) return CLIENT_STEP_WAIT;
-  int err = ckpt_writer_send_last(s->w, false);
+  int err = ckpt_writer_seal(s->w);
+  if (err) return finish(s, client_fail(err, "save: shm segment"), 0);
+  if (ckpt_writer_holds(s->w)) return send_held(s);
+  err = ckpt_writer_send_last(s->w, false);
   if (err) return finish(s, err, 0);
   s->state = SAVE_CLOSE;
   return CLIENT_STEP_MORE;

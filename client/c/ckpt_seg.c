@@ -10,11 +10,16 @@
  * A segment collects the chunks of one write stream up to SEGMENT_BYTES
  * (or the service's limit); their messages are held until the segment is
  * complete (the service maps a segment once, at its first message), then
- * sent in order. Segments start from a recycled free-* file when the pool
- * has one (claimed by an atomic rename; its pages already exist, so the
- * copy allocates nothing), else from a new file; the files stay mapped in
- * this process across checkpoints (ckpt_segmap.c), so in the steady state
- * a chunk's copy is one memcpy into mapped pages.
+ * sent in order, one per ckpt_seg_send_held, so that the writer's owner
+ * sends each when the stream can take it and never waits on the service
+ * (a save on the client's engine yields between them). The next segment
+ * starts only once they are all sent: a writer is at most one segment
+ * ahead of what the service took, so its back-pressure holds. Segments
+ * start from a recycled free-* file when the pool has one (claimed by an
+ * atomic rename; its pages already exist, so the copy allocates nothing),
+ * else from a new file; the files stay mapped in this process across
+ * checkpoints (ckpt_segmap.c), so in the steady state a chunk's copy is
+ * one memcpy into mapped pages.
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -52,6 +57,8 @@ struct ckpt_seg {
   uint64_t used;
   struct pending *pend;
   size_t n_pend, cap_pend;
+  size_t n_held; /* pend[0..n_held): the completed segment's, to send. */
+  size_t n_sent; /* Of those, sent. */
 };
 
 int ckpt_seg_mode_from_env(void) {
@@ -84,24 +91,32 @@ static int open_dir(const Stoker__V1__StagingInfo *info) {
   return fd;
 }
 
-static int ask(struct stk_client *c, int *ret_dirfd, uint64_t *ret_max) {
+int ckpt_seg_ask(struct stk_client *c, struct waiter *w) {
   Stoker__V1__StagingInfoRequest req = STOKER__V1__STAGING_INFO_REQUEST__INIT;
-  Stoker__V1__StagingInfo *info = NULL;
-  int err = CKPT_CALL(c, get_staging_info, &req, 0, &info);
-  if (err < 0) return err;
+  return waiter_start(w, c, CKPT_METHOD(get_staging_info, &req), &req.base,
+                      &stoker__v1__staging_info__descriptor, 0);
+}
+
+/* The answer of a done ask: the directory and its limit, or the call's
+ * error (its status the last error). */
+static int answer(struct waiter *w, int *ret_dirfd, uint64_t *ret_max) {
+  if (w->st.code != RPC_OK) {
+    client_set_error(w->st.code, "%s", w->st.message);
+    return stk_error_from_grpc(w->st.code);
+  }
+  const Stoker__V1__StagingInfo *info = (const Stoker__V1__StagingInfo *)w->resp;
   *ret_dirfd = open_dir(info);
   *ret_max = info->shm_max_bytes;
-  protobuf_c_message_free_unpacked(&info->base, NULL);
   return 0;
 }
 
-int ckpt_seg_open(struct stk_client *c, const char *attempt, uint32_t rank, int mode,
+int ckpt_seg_open(struct waiter *asked, const char *attempt, uint32_t rank, int mode,
                   struct ckpt_seg **ret_shm) {
   *ret_shm = NULL;
   if (mode == STK_CKPT_SHM_OFF) return 0;
   int dirfd = -1;
   uint64_t max = 0;
-  int err = ask(c, &dirfd, &max);
+  int err = answer(asked, &dirfd, &max);
   if (err < 0 && mode == STK_CKPT_SHM_AUTO) return 0; /* An older service: no such call. */
   if (!err && (dirfd < 0 || max == 0)) {
     if (dirfd >= 0) close(dirfd);
@@ -147,7 +162,7 @@ static int segment_start(struct ckpt_seg *m) {
 
 static void pending_clear(struct ckpt_seg *m) {
   for (size_t i = 0; i < m->n_pend; i++) free(m->pend[i].tensor);
-  m->n_pend = 0;
+  m->n_pend = m->n_held = m->n_sent = 0;
 }
 
 static int pending_add(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, uint64_t off) {
@@ -170,36 +185,63 @@ static int pending_add(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, ui
   return 0;
 }
 
-int ckpt_seg_flush(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg) {
+int ckpt_seg_complete(struct ckpt_seg *m) {
   if (m->f.fd < 0) return 0;
-  int err = ckpt_segmap_complete(&m->f, m->used);
-  for (size_t i = 0; !err && i < m->n_pend; i++) {
-    struct pending *p = &m->pend[i];
-    Stoker__V1__WriteChunk msg = STOKER__V1__WRITE_CHUNK__INIT;
-    Stoker__V1__Box box = STOKER__V1__BOX__INIT;
-    box.n_offsets = box.n_sizes = p->ndim;
-    box.offsets = p->off;
-    box.sizes = p->size;
-    msg.tensor = p->tensor;
-    msg.dtype = p->dtype;
-    msg.n_global_shape = p->ndim;
-    msg.global_shape = p->shape;
-    msg.box = &box;
-    msg.shm_name = m->name;
-    msg.shm_offset = p->shm_offset;
-    err = send(arg, &msg);
+  if (m->n_pend == 0) { /* Nothing in it (its first copy failed): nothing to announce. */
+    ckpt_segmap_discard(&m->f, m->dirfd, m->name);
+    return 0;
   }
-  if (err == STK_EIO) unlinkat(m->dirfd, m->name, 0); /* Never announced. */
-  pending_clear(m);
+  int err = ckpt_segmap_complete(&m->f, m->used);
+  if (err) { /* Never announced: its chunks are lost (the commit's coverage check tells). */
+    unlinkat(m->dirfd, m->name, 0);
+    pending_clear(m);
+    return err;
+  }
+  m->n_held = m->n_pend, m->n_sent = 0;
+  return 0;
+}
+
+bool ckpt_seg_holds(const struct ckpt_seg *m) {
+  return m->n_sent < m->n_held;
+}
+
+int ckpt_seg_send_held(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg) {
+  if (!ckpt_seg_holds(m)) return 0;
+  struct pending *p = &m->pend[m->n_sent];
+  Stoker__V1__WriteChunk msg = STOKER__V1__WRITE_CHUNK__INIT;
+  Stoker__V1__Box box = STOKER__V1__BOX__INIT;
+  box.n_offsets = box.n_sizes = p->ndim;
+  box.offsets = p->off;
+  box.sizes = p->size;
+  msg.tensor = p->tensor;
+  msg.dtype = p->dtype;
+  msg.n_global_shape = p->ndim;
+  msg.global_shape = p->shape;
+  msg.box = &box;
+  msg.shm_name = m->name;
+  msg.shm_offset = p->shm_offset;
+  int err = send(arg, &msg);
+  if (err) return err; /* Still held: ckpt_seg_free knows whether any went. */
+  if (++m->n_sent == m->n_held) pending_clear(m);
+  return 0;
+}
+
+int ckpt_seg_flush(struct ckpt_seg *m, ckpt_seg_send_fn send, void *arg) {
+  int err = ckpt_seg_complete(m);
+  while (!err && ckpt_seg_holds(m)) err = ckpt_seg_send_held(m, send, arg);
   return err;
 }
 
 int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const void *data,
-                    size_t len, ckpt_seg_send_fn send, void *arg) {
+                    size_t len) {
   if (len > m->cap) return STK_EINVAL;
+  if (ckpt_seg_holds(m)) return CKPT_LATER;
+  if (m->f.fd >= 0 && m->used + len > m->cap) {
+    int err = ckpt_seg_complete(m);
+    return err ? err : CKPT_LATER; /* Its messages go first. */
+  }
   int err = 0;
-  if (m->f.fd >= 0 && m->used + len > m->cap) err = ckpt_seg_flush(m, send, arg);
-  if (!err && m->f.fd < 0) err = segment_start(m);
+  if (m->f.fd < 0) err = segment_start(m);
   if (!err) err = ckpt_segmap_write(&m->f, m->used, data, len);
   if (!err) err = pending_add(m, msg, m->used);
   if (!err) m->used += len;
@@ -209,6 +251,7 @@ int ckpt_seg_append(struct ckpt_seg *m, const Stoker__V1__WriteChunk *msg, const
 void ckpt_seg_free(struct ckpt_seg *m) {
   if (!m) return;
   ckpt_segmap_discard(&m->f, m->dirfd, m->name); /* Never announced: ours to remove. */
+  if (ckpt_seg_holds(m) && m->n_sent == 0) unlinkat(m->dirfd, m->name, 0); /* Likewise. */
   pending_clear(m);
   free(m->pend);
   close(m->dirfd);

@@ -13,7 +13,14 @@
  * When the service is on this host the bytes go through shared memory
  * instead (ckpt_seg.c): pieces are cut at the segment size and only their
  * metadata is sent; if a segment cannot be written the writer falls back
- * to bytes for the rest of the stream.
+ * to bytes for the rest of the stream (a piece then cut to messages, each
+ * sent as the stream takes it, as held messages are). Which path is the service's answer
+ * to GetStagingInfo, asked at the first piece without waiting
+ * (ckpt_writer_decide): a save on the client's engine yields until the
+ * answer is in and the client's close cancels the call. A completed
+ * segment's chunk messages are likewise sent one at a time as the stream
+ * takes them (ckpt_writer_send_held), never in one burst that waits on
+ * the service; the blocking writer calls send them in a loop.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,8 +40,18 @@ struct stk_ckpt_writer {
   bool failed;    /* A write failed: the call is over, finish tells why. */
   bool last_sent; /* "last" sent and the half-close started (send_last). */
   int shm_mode;
-  bool shm_decided;     /* GetStagingInfo asked (at the first write). */
+  bool shm_decided;     /* The path is known (GetStagingInfo answered, at the first write). */
+  bool asking;          /* GetStagingInfo started on ask. */
+  bool fall_back;       /* A segment could not be written: bytes once its messages went. */
+  struct waiter ask;    /* GetStagingInfo (initialised at open). */
   struct ckpt_seg *shm; /* NULL: bytes over gRPC. */
+  void (*notify)(void *arg);
+  void *notify_arg;
+  /* A piece larger than a message after the fall-back (rest.box set, until
+   * rest.done): its runs after the first go as held messages. */
+  struct ckpt_put rest;
+  struct stk_ckpt_box rest_box;
+  uint64_t rest_off[STK_CKPT_MAX_DIMS], rest_sz[STK_CKPT_MAX_DIMS];
 };
 
 /* Emits one piece (a box that fits) on w's current path. */
@@ -62,6 +79,7 @@ int stk_ckpt_writer_open(struct stk_client *c, const char *attempt, uint32_t ran
     free(w);
     return client_fail(err, "open writer");
   }
+  waiter_init(&w->ask);
   *ret_writer = w;
   return 0;
 }
@@ -168,44 +186,89 @@ static int send_cb(void *arg, Stoker__V1__WriteChunk *m) {
   return send_chunk(arg, m);
 }
 
-/* Sends the box in m (its bytes at data) over gRPC, cut to fit messages. */
+/* Sends the box in m (its bytes at data) over gRPC, cut to fit messages:
+ * the first now, the others held (w->rest, ckpt_writer_send_held). The
+ * name, shape and bytes stay the piece's owner's until they are sent. */
 static int emit_bytes(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
                       size_t len) {
   if (len <= w->max_chunk_bytes) return emit_grpc(w, m, data, len);
   const Stoker__V1__Box *b = m->box;
-  uint64_t off[STK_CKPT_MAX_DIMS], sz[STK_CKPT_MAX_DIMS];
-  memcpy(off, b->offsets, b->n_offsets * sizeof(*off));
-  memcpy(sz, b->sizes, b->n_sizes * sizeof(*sz));
-  struct stk_ckpt_box box = {.ndim = b->n_offsets, .offsets = off, .sizes = sz};
-  struct ckpt_put p = {.tensor = m->tensor,
-                       .dtype = (enum stk_dtype)m->dtype,
-                       .global_shape = m->global_shape,
-                       .data = data,
-                       .len = len};
-  put_plan(&p, &box, stk_ckpt_dtype_size(p.dtype), w->max_chunk_bytes);
-  int err = 0;
-  while (!err && !p.done) err = put_piece(w, &p, emit_grpc);
-  return err;
+  memcpy(w->rest_off, b->offsets, b->n_offsets * sizeof(*w->rest_off));
+  memcpy(w->rest_sz, b->sizes, b->n_sizes * sizeof(*w->rest_sz));
+  w->rest_box = (struct stk_ckpt_box){b->n_offsets, w->rest_off, w->rest_sz};
+  w->rest = (struct ckpt_put){.tensor = m->tensor,
+                              .dtype = (enum stk_dtype)m->dtype,
+                              .global_shape = m->global_shape,
+                              .data = data,
+                              .len = len};
+  put_plan(&w->rest, &w->rest_box, stk_ckpt_dtype_size(w->rest.dtype), w->max_chunk_bytes);
+  return put_piece(w, &w->rest, emit_grpc);
 }
 
-/* Through the segment; if it cannot be written, the segment so far is
- * sent and the rest of the stream goes as bytes. */
+/* Runs of a fallen-back piece wait to be sent. */
+static bool rest_holds(const struct stk_ckpt_writer *w) {
+  return w->rest.box && !w->rest.done;
+}
+
+/* Through the segment (CKPT_LATER while a completed segment's messages
+ * wait); if it cannot be written, the segment so far is sent and then
+ * this piece and the rest of the stream go as bytes. */
 static int emit_shm(struct stk_ckpt_writer *w, Stoker__V1__WriteChunk *m, const uint8_t *data,
                     size_t len) {
+  if (w->shm && w->fall_back) {
+    if (ckpt_seg_holds(w->shm)) return CKPT_LATER;
+    ckpt_seg_free(w->shm);
+    w->shm = NULL;
+  }
   if (!w->shm) return emit_bytes(w, m, data, len); /* Fell back at an earlier piece. */
-  int err = ckpt_seg_append(w->shm, m, data, len, send_cb, w);
+  int err = ckpt_seg_append(w->shm, m, data, len);
   if (err != STK_EIO) return err;
-  err = ckpt_seg_flush(w->shm, send_cb, w);
-  ckpt_seg_free(w->shm);
-  w->shm = NULL;
-  return err < 0 ? err : emit_bytes(w, m, data, len);
+  w->fall_back = true;
+  err = ckpt_seg_complete(w->shm);
+  return err < 0 ? err : CKPT_LATER;
 }
 
-/* At the first write: which path the stream takes. */
-static int decide_path(struct stk_ckpt_writer *w) {
+int ckpt_writer_decide(struct stk_ckpt_writer *w) {
   if (w->shm_decided) return 0;
+  if (w->shm_mode != STK_CKPT_SHM_OFF) {
+    if (!w->asking) {
+      w->asking = true;
+      w->ask.notify = w->notify, w->ask.notify_arg = w->notify_arg;
+      ckpt_seg_ask(w->c, &w->ask); /* A start that fails leaves ask done with why. */
+    }
+    if (!waiter_ended(&w->ask)) return CKPT_LATER;
+  }
   w->shm_decided = true;
-  return ckpt_seg_open(w->c, w->attempt, w->rank, w->shm_mode, &w->shm);
+  return ckpt_seg_open(&w->ask, w->attempt, w->rank, w->shm_mode, &w->shm);
+}
+
+/* At the first write: which path the stream takes (waits for the answer). */
+static int decide_path(struct stk_ckpt_writer *w) {
+  int err = ckpt_writer_decide(w);
+  if (err != CKPT_LATER) return err;
+  waiter_join(&w->ask);
+  return ckpt_writer_decide(w);
+}
+
+bool ckpt_writer_holds(const struct stk_ckpt_writer *w) {
+  return rest_holds(w) || (w->shm && ckpt_seg_holds(w->shm));
+}
+
+int ckpt_writer_send_held(struct stk_ckpt_writer *w) {
+  if (rest_holds(w)) return put_piece(w, &w->rest, emit_grpc);
+  return w->shm ? ckpt_seg_send_held(w->shm, send_cb, w) : 0;
+}
+
+int ckpt_writer_seal(struct stk_ckpt_writer *w) {
+  return w->shm ? ckpt_seg_complete(w->shm) : 0;
+}
+
+/* Sends every held message (the blocking calls: each waits on flow
+ * control). */
+static int send_held_all(struct stk_ckpt_writer *w) {
+  int err = 0;
+  while (!err && ckpt_writer_holds(w)) err = ckpt_writer_send_held(w);
+  return err;
 }
 
 int ckpt_put_start(struct stk_ckpt_writer *w, struct ckpt_put *p, const char *tensor,
@@ -228,7 +291,10 @@ int ckpt_put_start(struct stk_ckpt_writer *w, struct ckpt_put *p, const char *te
 }
 
 int ckpt_put_next(struct stk_ckpt_writer *w, struct ckpt_put *p) {
-  return put_piece(w, p, p->shm ? emit_shm : emit_grpc);
+  struct ckpt_put before = *p;
+  int err = put_piece(w, p, p->shm ? emit_shm : emit_grpc);
+  if (err == CKPT_LATER) *p = before; /* Not emitted: the same piece next time. */
+  return err;
 }
 
 int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, enum stk_dtype dtype,
@@ -236,7 +302,10 @@ int stk_ckpt_write_chunk(struct stk_ckpt_writer *w, const char *tensor, enum stk
                          const void *data, size_t len) {
   struct ckpt_put p;
   int err = ckpt_put_start(w, &p, tensor, dtype, global_shape, box, data, len);
-  while (!err && !p.done) err = ckpt_put_next(w, &p);
+  while (!err && !p.done) {
+    err = ckpt_put_next(w, &p);
+    if (err >= 0) err = send_held_all(w); /* Every message out before the caller's bytes go. */
+  }
   return err;
 }
 
@@ -295,6 +364,7 @@ bool ckpt_writer_ready(struct stk_ckpt_writer *w) {
 }
 
 void ckpt_writer_set_notify(struct stk_ckpt_writer *w, void (*notify)(void *arg), void *arg) {
+  w->notify = notify, w->notify_arg = arg; /* For GetStagingInfo, started later. */
   rpc_client_cstream_set_notify(w->s, notify, arg);
 }
 
@@ -322,10 +392,16 @@ int ckpt_writer_end(struct stk_ckpt_writer *w, bool last, bool wait_durable, uin
 
 void ckpt_writer_cancel(struct stk_ckpt_writer *w) {
   rpc_client_cstream_cancel(w->s);
+  waiter_cancel(&w->ask); /* Also one not started yet: it never will. */
 }
 
 void ckpt_writer_free(struct stk_ckpt_writer *w) {
   if (!w) return;
+  if (w->asking) { /* Its callback (and notify) must be over. */
+    waiter_cancel(&w->ask);
+    waiter_join(&w->ask);
+  }
+  waiter_close(&w->ask);
   ckpt_seg_free(w->shm);
   rpc_client_cstream_free(w->s);
   free(w);

@@ -18,6 +18,9 @@ void waiter_init(struct waiter *w) {
 }
 
 void waiter_close(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  while (w->notifying > 0) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
   if (w->resp) protobuf_c_message_free_unpacked(w->resp, NULL);
   pthread_cond_destroy(&w->cv);
   pthread_mutex_destroy(&w->mu);
@@ -32,26 +35,60 @@ static void waiter_done(void *arg, const struct rpc_status *st, ProtobufCMessage
   w->resp = resp;
   w->done = true;
   w->call = NULL;
+  bool notify = w->notify != NULL;
+  if (notify) w->notifying++;
   pthread_cond_broadcast(&w->cv);
   pthread_mutex_unlock(&w->mu);
+  if (!notify) return;
+  /* Outside mu: a cancel may hold the locks notify takes (the engine's)
+   * while it waits for mu. waiter_close waits until this is over. */
+  w->notify(w->notify_arg);
+  pthread_mutex_lock(&w->mu);
+  w->notifying--;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+static void fail_start(struct waiter *w, int err) {
+  w->st.code = stk_error_to_grpc(err);
+  snprintf(w->st.message, sizeof(w->st.message), "%s",
+           err == STK_ECANCELED ? "cancelled before it started" : stk_strerror(err));
+  w->done = true;
 }
 
 int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
                  const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
                  int64_t timeout_ms) {
+  pthread_mutex_lock(&w->mu);
+  bool cancelled = w->cancelled;
+  if (cancelled) fail_start(w, STK_ECANCELED);
+  pthread_mutex_unlock(&w->mu);
+  if (cancelled) return STK_ECANCELED;
   struct rpc_client_call *call = NULL;
   int err = rpc_client_unary_async(client_rpc(c), method, req, resp_desc,
                                    client_timeout(c, timeout_ms), waiter_done, w, &call);
   pthread_mutex_lock(&w->mu);
-  if (err < 0) {
-    w->st.code = stk_error_to_grpc(err);
-    snprintf(w->st.message, sizeof(w->st.message), "%s", stk_strerror(err));
-    w->done = true;
-  } else if (!w->done) {
+  if (err < 0)
+    fail_start(w, err);
+  else if (!w->done)
     w->call = call;
-  }
+  cancelled = err == 0 && w->cancelled; /* A cancel that came while it started. */
   pthread_mutex_unlock(&w->mu);
+  if (cancelled) waiter_cancel(w);
   return err;
+}
+
+bool waiter_ended(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  bool done = w->done;
+  pthread_mutex_unlock(&w->mu);
+  return done;
+}
+
+void waiter_join(struct waiter *w) {
+  pthread_mutex_lock(&w->mu);
+  while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
+  pthread_mutex_unlock(&w->mu);
 }
 
 int waiter_wait(struct waiter *w) {
@@ -65,6 +102,7 @@ int waiter_wait(struct waiter *w) {
 
 void waiter_cancel(struct waiter *w) {
   pthread_mutex_lock(&w->mu);
+  w->cancelled = true;
   if (!w->done && w->call) {
     struct rpc_client_call *call = w->call;
     w->cancelling++;

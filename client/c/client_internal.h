@@ -126,15 +126,23 @@ struct stk_client {
   struct stk_client *peers, *next_peer;
 };
 
-/* One asynchronous unary call waited on by one thread. */
+/* One asynchronous unary call waited on by one thread, or polled by a
+ * machine's steps (waiter_ended) that notify wakes. */
 struct waiter {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool done;
+  bool cancelled; /* waiter_cancel came: a start after it ends at once. */
   int cancelling; /* Threads inside rpc_client_call_cancel. */
+  int notifying;  /* notify runs (outside mu); waiter_close waits for it. */
   struct rpc_client_call *call;
   struct rpc_status st;
   ProtobufCMessage *resp; /* Owned by the waiter until taken. */
+  /* Optional, set before the start: runs on the rpc client's thread once
+   * the call ended (done set), outside mu, so it may take its owner's
+   * locks (a job's wake) while a cancel holds them. */
+  void (*notify)(void *arg);
+  void *notify_arg;
 };
 
 /* The files below stack as a ladder (README.md), bottom first here: each
@@ -196,17 +204,26 @@ void client_engine_close(struct client_engine *e);
 /* ---- client_call.c: the waiter and the blocking call ---- */
 
 void waiter_init(struct waiter *w);
-/* Frees a response not taken; destroys the sync objects. */
+/* Frees a response not taken; destroys the sync objects. Call once the
+ * call is done (waits for a notify still running). */
 void waiter_close(struct waiter *w);
-/* Starts the call; on failure the waiter is already done with the error. */
+/* Starts the call; on failure the waiter is already done with the error
+ * (notify does not run then). After a waiter_cancel the call ends at once
+ * with CANCELLED. */
 int waiter_start(struct waiter *w, struct stk_client *c, const char *method,
                  const ProtobufCMessage *req, const ProtobufCMessageDescriptor *resp_desc,
                  int64_t timeout_ms);
 /* Waits for the end; returns 0 or the mapped error, recording the status
  * as this thread's last error. */
 int waiter_wait(struct waiter *w);
-/* Asks the call to stop if still open. Any thread. */
+/* Asks the call to stop if still open, or not to start. Any thread; it
+ * does not wait for notify. */
 void waiter_cancel(struct waiter *w);
+/* True once the call ended (w->st and w->resp are then the caller's to
+ * read). Never waits. */
+bool waiter_ended(struct waiter *w);
+/* Waits for the end without setting the last error (a machine's cleanup). */
+void waiter_join(struct waiter *w);
 /* Blocking unary call: *ret_resp owned by the caller on success. */
 int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,

@@ -17,11 +17,14 @@
  * with the default directory leaves nothing under /dev/shm. A segment
  * truncated after hand-over costs its attempt (a clear reason), never the
  * daemon; a sparse segment claiming the whole budget holds only the bytes
- * its chunks named, so another job's checkpoint goes through. argv:
+ * its chunks named, so another job's checkpoint goes through. Async saves
+ * of every rank on one client (the save machine, one engine thread), held
+ * back by the budget, restore bit-exactly. argv:
  * stoker-checkpoint.
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -494,6 +497,97 @@ static void test_held_puts_under_pressure(void **state) {
   harness_daemon_free(d);
 }
 
+/* One rank's extra tensor "x/R" of X_BYTES: bytes byte_at(step, 'x' + R, i). */
+#define X_BYTES ((uint64_t)8 << 20)
+
+struct extra {
+  char name[16];
+  uint64_t shape, off;
+  uint8_t *buf;
+};
+
+static void extra_init(struct extra *x, int64_t step, uint32_t rank, struct stk_ckpt_tensor *ret) {
+  snprintf(x->name, sizeof(x->name), "x/%u", rank);
+  x->shape = X_BYTES, x->off = 0;
+  x->buf = malloc(X_BYTES);
+  assert_non_null(x->buf);
+  for (uint64_t i = 0; i < X_BYTES; i++) x->buf[i] = byte_at(step, 'x' + (int)rank, i);
+  *ret = (struct stk_ckpt_tensor){x->name, STK_DTYPE_BYTES, &x->shape, {1, &x->off, &x->shape},
+                                  x->buf,  X_BYTES};
+}
+
+static void extra_check(struct stk_client *c, const char *job, int64_t step, uint32_t rank) {
+  char name[16];
+  snprintf(name, sizeof(name), "x/%u", rank);
+  uint64_t off = 0, n = X_BYTES;
+  uint8_t *buf = malloc(n);
+  assert_non_null(buf);
+  struct stk_ckpt_want want = {name, {1, &off, &n}, buf, n};
+  if (stk_ckpt_read(c, job, step, &want, 1, 60000, NULL) != 0)
+    fail_msg("read %s: %s", name, stk_client_last_error(NULL));
+  for (uint64_t i = 0; i < n; i++)
+    if (buf[i] != byte_at(step, 'x' + (int)rank, i))
+      fail_msg("%s byte %" PRIu64 " differs", name, i);
+  free(buf);
+}
+
+/* What an async save's callback saw. */
+struct async_saved {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int calls, err;
+  char msg[512];
+};
+
+static void on_async_saved(void *arg, int err, const char *msg, uint64_t bytes) {
+  struct async_saved *a = arg;
+  pthread_mutex_lock(&a->mu);
+  if (err && !a->err) a->err = err, snprintf(a->msg, sizeof(a->msg), "%s", msg);
+  a->calls++;
+  pthread_cond_broadcast(&a->cv);
+  pthread_mutex_unlock(&a->mu);
+}
+
+/* Every rank's save in flight at once on one client's engine (the save
+ * machine), through segments of at most 16 MiB (the budget): a rank's
+ * 12 MiB "w" and its blob fill one segment that its 8 MiB "x" does not
+ * fit, so that segment's chunk messages go (one a step) before "x" starts
+ * the next, whose message goes at the end. The budget holds less than one
+ * rank's shard, so the service holds the ranks' streams back in turn while
+ * it uploads; the checkpoints restore bit-exactly at another world size. */
+static void test_async_saves_under_pressure(void **state) {
+  struct harness_daemon *d = start_budget(tck_shm_dir, "60s", "16MiB");
+  struct stk_client *c = tck_shard_client(d->addr);
+  setenv(STK_CKPT_SHM_ENV, "on", 1); /* Shared memory or the saves fail. */
+  char attempt[STK_CKPT_ATTEMPT_MAX];
+  enum { WORLD = 4 };
+  for (int64_t step = 1; step <= 2; step++) {
+    assert_int_equal(stk_ckpt_begin(c, "async", step, WORLD, 0, attempt), 0);
+    struct tck_shard sh[WORLD];
+    struct extra x[WORLD];
+    struct stk_ckpt_tensor t[WORLD][3];
+    struct async_saved a = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    for (uint32_t r = 0; r < WORLD; r++) {
+      tck_shard_init(&sh[r], &model, step, r, WORLD);
+      t[r][0] = sh[r].t[0], t[r][1] = sh[r].t[1];
+      extra_init(&x[r], step, r, &t[r][2]);
+      assert_int_equal(stk_ckpt_save_async(c, attempt, r, t[r], 3, on_async_saved, &a), 0);
+    }
+    pthread_mutex_lock(&a.mu);
+    while (a.calls < WORLD) pthread_cond_wait(&a.cv, &a.mu);
+    pthread_mutex_unlock(&a.mu);
+    if (a.err) fail_msg("save: %s", a.msg);
+    for (uint32_t r = 0; r < WORLD; r++) tck_shard_free(&sh[r]), free(x[r].buf);
+    commit_ok(c, attempt);
+    assert_int_equal(count_entries("seg-", NULL, 0), 0);
+    tck_shard_restore_all(c, &model, "async", step, 3, WORLD);
+    for (uint32_t r = 0; r < WORLD; r++) extra_check(c, "async", step, r);
+  }
+  unsetenv(STK_CKPT_SHM_ENV);
+  stk_client_free(c);
+  harness_daemon_free(d);
+}
+
 static void write_bytes(struct stk_ckpt_writer *w, const char *name, uint64_t n, int64_t step) {
   uint64_t shape = n, off = 0;
   struct stk_ckpt_box box = {1, &off, &shape};
@@ -694,6 +788,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup_teardown(test_large_segment_multipart, tck_shm_setup,
                                       tck_shm_teardown),
       cmocka_unit_test_setup_teardown(test_held_puts_under_pressure, tck_shm_setup,
+                                      tck_shm_teardown),
+      cmocka_unit_test_setup_teardown(test_async_saves_under_pressure, tck_shm_setup,
                                       tck_shm_teardown),
       cmocka_unit_test_setup_teardown(test_held_put_started_for_a_waiting_rank, tck_shm_setup,
                                       tck_shm_teardown),
