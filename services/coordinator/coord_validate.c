@@ -12,6 +12,8 @@
 
 #include "stk_error.h"
 
+static bool utf8_ok(const char *s);
+
 static bool in_set(char ch, const char *extra) {
   return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
          (extra && ch && strchr(extra, ch) != NULL);
@@ -52,8 +54,14 @@ static int check_labels(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
   if (s->n_labels > 64) return bad(msg, len, "more than 64 labels");
   for (size_t i = 0; i < s->n_labels; i++) {
     const Stoker__V1__JobSpec__LabelsEntry *e = s->labels[i];
-    if (!match(e->key, 1, 63, true, "._/-")) return bad(msg, len, "bad label key");
-    if (!e->value || strlen(e->value) > 256) return bad(msg, len, "label value over 256 bytes");
+    /* The key is echoed only once it is known to be plain ASCII. */
+    if (!match(e->key, 1, 63, true, "._/-"))
+      return bad(msg, len, "labels: a key must match [A-Za-z0-9._/-]{1,63}");
+    if (!e->value || strlen(e->value) > 256 || !utf8_ok(e->value)) {
+      snprintf(msg, len, "labels[\"%s\"] value %s", e->key,
+               e->value && utf8_ok(e->value) ? "over 256 bytes" : "not valid UTF-8");
+      return STK_EINVAL;
+    }
   }
   return 0;
 }
@@ -61,16 +69,20 @@ static int check_labels(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
 static int check_refs(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
   if (s->dataset && s->dataset->uri && strlen(s->dataset->uri) > 1024)
     return bad(msg, len, "dataset uri over 1024 bytes");
+  if (s->dataset && s->dataset->uri && !utf8_ok(s->dataset->uri))
+    return bad(msg, len, "dataset uri not valid UTF-8");
   if (s->checkpoint_storage && s->checkpoint_storage->uri &&
       strlen(s->checkpoint_storage->uri) > 1024)
     return bad(msg, len, "checkpoint_storage uri over 1024 bytes");
+  if (s->checkpoint_storage && s->checkpoint_storage->uri && !utf8_ok(s->checkpoint_storage->uri))
+    return bad(msg, len, "checkpoint_storage uri not valid UTF-8");
   return 0;
 }
 
 /* Whether s is valid UTF-8 (RFC 3629: no overlong forms, surrogates or
  * code points over U+10FFFF). proto3 strings must be, and the Python
  * clients refuse a message holding one that is not: a job whose arguments
- * were not would break every listing. */
+ * or label values were not would break every listing. */
 static bool utf8_ok(const char *s) {
   const unsigned char *p = (const unsigned char *)s;
   while (*p) {
