@@ -142,6 +142,7 @@ def test_members_show_whole_in_pages(tmp_path: pathlib.Path) -> None:
         raw = conn.unary(COORDINATOR + "GetJob", coord_pb.GetJobRequest(job="wide"), coord_pb.Job)
         assert [m.rank for m in raw.members] == list(range(7))  # what an older client sees
         assert raw.member_count == n and raw.next_members_page_token
+        assert raw.world_size == n  # how a client without the new fields learns more exist
 
         job = jobs.show("wide")
         assert [m.rank for m in job.members] == list(range(n))
