@@ -6,8 +6,9 @@
  * heartbeat that completes a pause is released only after the PAUSED state
  * is synced; a HEALTH event carries the rank's message in full and GetJob
  * shows it, also after a restart or kill -9 (the health change is synced
- * with its event); event texts stay valid UTF-8, and a label value or
- * storage URI that is not is refused at CreateJob naming the field; a
+ * with its event); event texts stay valid UTF-8, and a label value, storage
+ * URI, Join address or host, heartbeat message, checkpoint URI or
+ * preemption reason that is not is refused naming the field; a
  * member's lease starts when its Join is answered, not at the round's close.
  */
 #include <signal.h>
@@ -377,6 +378,79 @@ static void test_event_text_utf8(void **state) {
   coord_cancel(f->c, w.w);
 }
 
+/* What ranks and operators send as free text (a Join's address and host, a
+ * heartbeat's message, a checkpoint's URI, a preemption's reason) is shown
+ * back in the Job or its events: text that is not valid UTF-8 is
+ * INVALID_ARGUMENT naming the field, and nothing changes. */
+static void test_free_text_utf8(void **state) {
+  struct fx *f = *state;
+  create(f, "ft", 1, 1);
+  Stoker__V1__JoinRequest jr = STOKER__V1__JOIN_REQUEST__INIT;
+  jr.job = "ft";
+  jr.member_id = "m0";
+  jr.address = "127.0.0.1:1";
+  jr.host = "node-\xff";
+  struct res *r = res_new();
+  coord_join(f->c, &jr, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "host not valid UTF-8"));
+  res_free(r);
+  jr.host = "node";
+  jr.address = "10.0.0.1:\xc3";
+  r = res_new();
+  coord_join(f->c, &jr, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "address not valid UTF-8"));
+  res_free(r);
+  struct res *g = get_job(f, "ft");
+  assert_int_equal(JOB(g)->waiting, 0);
+  assert_int_equal(JOB(g)->state, STOKER__V1__JOB_STATE__JOB_STATE_WAITING);
+  res_free(g);
+  struct res *joined[1];
+  join_all(f, "ft", 1, joined);
+  assert_int_equal(joined[0]->err, 0);
+  res_free(joined[0]);
+
+  Stoker__V1__HeartbeatRequest hb = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  hb.job = "ft";
+  hb.member_id = "m0";
+  hb.generation = 1;
+  hb.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_FAILING;
+  hb.message = "nic \xe9";
+  r = res_new();
+  coord_heartbeat(f->c, &hb, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "message not valid UTF-8"));
+  res_free(r);
+
+  Stoker__V1__ReportCheckpointRequest rc = STOKER__V1__REPORT_CHECKPOINT_REQUEST__INIT;
+  rc.job = "ft";
+  rc.step = 5;
+  rc.uri = "s3://b/\xed\xa0\x80"; /* A surrogate. */
+  r = res_new();
+  coord_report_checkpoint(f->c, &rc, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "uri not valid UTF-8"));
+  res_free(r);
+
+  Stoker__V1__PreemptJobRequest pr = STOKER__V1__PREEMPT_JOB_REQUEST__INIT;
+  pr.job = "ft";
+  pr.reason = "\xc0\xaf"; /* An overlong '/'. */
+  r = res_new();
+  coord_preempt_job(f->c, &pr, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "reason not valid UTF-8"));
+  res_free(r);
+
+  g = get_job(f, "ft"); /* Nothing changed. */
+  assert_int_equal(JOB(g)->state, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING);
+  assert_int_equal(JOB(g)->n_members, 1);
+  assert_int_equal(JOB(g)->members[0]->health, STOKER__V1__RANK_HEALTH__RANK_HEALTH_UNSPECIFIED);
+  assert_string_equal(JOB(g)->members[0]->message, "");
+  assert_int_equal(JOB(g)->latest_checkpoint->step, 0);
+  res_free(g);
+}
+
 /* ---- A lease starts when the member is told its seat ---- */
 
 struct sleeper {
@@ -511,6 +585,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_health_change_crash, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_event_text_utf8, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_label_utf8, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_free_text_utf8, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_lease_starts_when_told, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
