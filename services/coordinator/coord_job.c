@@ -3,10 +3,10 @@
  * store and every concern: a job's derived figures (cap, lease), members'
  * allocation, the Job view (Stoker__V1__Job, built on demand from the
  * model and pointing into it, with the first page of its members), pages
- * of members and their tokens (ListMembers), the stored JobRecord (the same view without
- * members, plus pending operator actions) and a member's message. It calls
- * only the base and the completions; a job's create and free are the
- * catalog's (coord_catalog.c).
+ * of members and their tokens (ListMembers), the stored JobRecord (the
+ * same view without members, plus pending operator actions) and a
+ * member's message. It calls only the base and the completions; a job's
+ * create and free are the catalog's (coord_catalog.c).
  */
 #include "coord_internal.h"
 

@@ -1,7 +1,7 @@
 /*
  * coord_lease: heartbeats, leaves and the sweep. A member's lease runs for
- * heartbeat_interval_ms * heartbeat_misses from the moment the round's close is
- * durable (its Joins answered) or from its last
+ * heartbeat_interval_ms * heartbeat_misses from the first sweep after the
+ * round's close is durable (its Joins answered) or from its last
  * heartbeat. Each job keeps its members in a list ordered by lease deadline
  * (a heartbeat moves the member to the tail, O(1)), so one coordinator
  * timer finds expired leases by looking at list heads only. Heartbeats

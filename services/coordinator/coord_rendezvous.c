@@ -232,10 +232,10 @@ void coord_round_close(struct job *j) {
   coord_job_touch(j, "round closed");
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_CLOSED, NULL, 0,
               "generation %llu: %u ranks", (unsigned long long)j->generation, k);
-  j->leases_dseq = j->c->change_seq; /* The sweep starts the leases once this is durable. */
   resized_maybe(j);
   resumed_maybe(j);
   answer_joins(j, r, k);
+  j->leases_dseq = j->c->change_seq; /* The answers' seq: leases start once it is durable. */
   refuse_surplus(j, r, k, n);
   free(r);
 }
