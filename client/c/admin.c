@@ -2,7 +2,9 @@
  * Operator and tooling calls on jobs (what stokerctl uses): create, get,
  * list, pause/resume/stop, delete, scale and watch (stoker_admin.h, not
  * installed). Each is one unary call through client_call(), except
- * WatchJob, a server stream whose end a caller can wait for.
+ * WatchJob, a server stream whose end a caller can wait for, and get and
+ * list, which follow a job's member pages (ListMembers) so that every Job
+ * they answer holds all its members.
  */
 #include "client_internal.h"
 #include "stoker_admin.h"
@@ -21,12 +23,63 @@ int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_
   return COORD_CALL(c, create_job, &req, timeout_ms, ret_job);
 }
 
+/* Times a job is read again when its generation changed while its member
+ * pages were followed (each change is a rendezvous round). */
+#define MEMBER_READS 5
+
+static int complete_members(struct stk_client *c, Stoker__V1__Job *job, int64_t timeout_ms);
+
 int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
                 Stoker__V1__Job **ret_job) {
   if (!job) return client_fail(STK_EINVAL, "get job");
   Stoker__V1__GetJobRequest req = STOKER__V1__GET_JOB_REQUEST__INIT;
   req.job = (char *)job;
-  return COORD_CALL(c, get_job, &req, timeout_ms, ret_job);
+  for (int reads = 1;; reads++) {
+    Stoker__V1__Job *got = NULL;
+    int err = COORD_CALL(c, get_job, &req, timeout_ms, &got);
+    if (err) return err;
+    err = complete_members(c, got, timeout_ms);
+    if (!err) {
+      *ret_job = got;
+      return 0;
+    }
+    protobuf_c_message_free_unpacked(&got->base, NULL);
+    if (err != STK_EABORTED || reads == MEMBER_READS) return err;
+  }
+}
+
+/* Follows a Job's member pages (ListMembers from its
+ * next_members_page_token) and moves every member into job, so that it
+ * holds its whole generation and no token. STK_EABORTED when the job's
+ * generation changed meanwhile (members of two generations never mix). */
+static int complete_members(struct stk_client *c, Stoker__V1__Job *job, int64_t timeout_ms) {
+  if (!job->next_members_page_token || !*job->next_members_page_token) return 0;
+  Stoker__V1__ListMembersRequest req = STOKER__V1__LIST_MEMBERS_REQUEST__INIT;
+  req.job = job->spec ? job->spec->name : "";
+  req.page_token = job->next_members_page_token;
+  Stoker__V1__ListMembersResponse *rest = NULL;
+  int err = CLIENT_LIST_ALL(stoker__v1__coordinator, c, list_members, &req, timeout_ms, &rest);
+  if (err) return err;
+  if (rest->generation != job->generation) {
+    protobuf_c_message_free_unpacked(&rest->base, NULL);
+    return client_fail(STK_EABORTED, "list members: the generation changed");
+  }
+  if (rest->n_members) {
+    Stoker__V1__Member **m =
+        realloc(job->members, (job->n_members + rest->n_members) * sizeof(*job->members));
+    if (!m) {
+      protobuf_c_message_free_unpacked(&rest->base, NULL);
+      return client_fail(STK_ENOMEM, "list members");
+    }
+    memcpy(m + job->n_members, rest->members, rest->n_members * sizeof(*m));
+    job->members = m;
+    job->n_members += rest->n_members;
+    rest->n_members = 0; /* the members belong to job now */
+  }
+  protobuf_c_message_free_unpacked(&rest->base, NULL);
+  free(job->next_members_page_token);
+  job->next_members_page_token = (char *)protobuf_c_empty_string;
+  return 0;
 }
 
 int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
@@ -50,10 +103,26 @@ int stk_job_list(struct stk_client *c, const char *const *keys, const char *cons
   }
   req.n_label_selector = n_labels;
   req.label_selector = ptrs;
-  int err = CLIENT_LIST_ALL(stoker__v1__coordinator, c, list_jobs, &req, timeout_ms, ret_resp);
+  Stoker__V1__ListJobsResponse *resp = NULL;
+  int err = CLIENT_LIST_ALL(stoker__v1__coordinator, c, list_jobs, &req, timeout_ms, &resp);
   free(entries);
   free(ptrs);
-  return err;
+  for (size_t i = 0; !err && i < resp->n_jobs; i++) {
+    Stoker__V1__Job *job = resp->jobs[i], *again = NULL;
+    err = complete_members(c, job, timeout_ms);
+    if (err != STK_EABORTED) continue;
+    /* A new generation since the listing: this job read again whole. */
+    err = stk_job_get(c, job->spec ? job->spec->name : "", timeout_ms, &again);
+    if (err) break;
+    protobuf_c_message_free_unpacked(&job->base, NULL);
+    resp->jobs[i] = again;
+  }
+  if (err) {
+    if (resp) protobuf_c_message_free_unpacked(&resp->base, NULL);
+    return err;
+  }
+  *ret_resp = resp;
+  return 0;
 }
 
 int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job, bool force,

@@ -32,11 +32,18 @@
 
 int stk_job_create(struct stk_client *c, const Stoker__V1__JobSpec *spec, int64_t timeout_ms,
                    Stoker__V1__Job **ret_job);
+/* The job with every member of its generation: the member pages after
+ * GetJob's first (ListMembers) are followed and moved into *ret_job, which
+ * holds no next_members_page_token; read again (up to 5 times) when the
+ * generation changes meanwhile, then STK_EABORTED. timeout_ms bounds each
+ * call. */
 int stk_job_get(struct stk_client *c, const char *job, int64_t timeout_ms,
                 Stoker__V1__Job **ret_job);
 /* Jobs whose labels include every (keys[i], values[i]). The listings here
  * (jobs, loaders, checkpoints) follow the service's pages to the last and
- * answer every entry in one response; timeout_ms bounds each page. */
+ * answer every entry in one response; timeout_ms bounds each page. Each
+ * job holds every member, as stk_job_get's does. The Jobs the other calls
+ * answer (create, actions, scale) hold their first page of members. */
 int stk_job_list(struct stk_client *c, const char *const *keys, const char *const *values,
                  size_t n_labels, int64_t timeout_ms, Stoker__V1__ListJobsResponse **ret_resp);
 

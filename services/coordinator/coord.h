@@ -67,6 +67,9 @@ struct coord_opts {
    * must cover (the daemon's stoker_preempt_stage_seconds). May be NULL. */
   void (*preempt_staged)(void *arg, const char *job, double seconds);
   void *preempt_staged_arg;
+  /* Most members one message carries (a Job's first page, a ListMembers
+   * page); 0: as many as fit PAGE_MAX_BYTES. */
+  uint32_t members_per_page;
 };
 
 /* JobEventType values counted apart (coord_stats.events_by_type). */
@@ -128,9 +131,16 @@ size_t coord_job_figures(const struct coord *c, struct coord_job_figures *out, s
  * the name is taken. The new job is WAITING in generation 1. */
 void coord_create_job(struct coord *c, const Stoker__V1__CreateJobRequest *req, coord_done_fn done,
                       void *arg);
-/* resp: Stoker__V1__Job (members by rank, with their last stats). */
+/* resp: Stoker__V1__Job (members by rank, with their last stats). Every
+ * Job answered holds the first page of its members (opts.members_per_page,
+ * PAGE_MAX_BYTES) and next_members_page_token when more follow. */
 void coord_get_job(struct coord *c, const Stoker__V1__GetJobRequest *req, coord_done_fn done,
                    void *arg);
+/* resp: Stoker__V1__ListMembersResponse, the current generation's members
+ * by rank after the token's. A token of another generation or world size:
+ * STK_EABORTED; not a token: STK_EINVAL. */
+void coord_list_members(struct coord *c, const Stoker__V1__ListMembersRequest *req,
+                        coord_done_fn done, void *arg);
 /* resp: Stoker__V1__ListJobsResponse, jobs by name, filtered by labels. */
 void coord_list_jobs(struct coord *c, const Stoker__V1__ListJobsRequest *req, coord_done_fn done,
                      void *arg);

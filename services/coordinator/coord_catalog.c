@@ -113,6 +113,26 @@ void coord_get_job(struct coord *c, const Stoker__V1__GetJobRequest *req, coord_
   if (j) coord_answer_job(w, j);
 }
 
+void coord_list_members(struct coord *c, const Stoker__V1__ListMembersRequest *req,
+                        coord_done_fn done, void *arg) {
+  struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
+  struct job *j = coord_job_or_fail(c, req->job, w);
+  if (!j) return;
+  uint32_t from = 0;
+  int err = coord_member_token_decode(j, req->page_token, &from);
+  if (err == STK_ENOMEM) return coord_fail(w, err, "out of memory");
+  if (err < 0) return coord_fail(w, err, "%s", stk_detail());
+  struct member_page p;
+  coord_member_page(j, from, req->page_size, &p);
+  Stoker__V1__ListMembersResponse resp = STOKER__V1__LIST_MEMBERS_RESPONSE__INIT;
+  resp.n_members = p.n;
+  resp.members = p.ptrs;
+  if (p.token) resp.next_page_token = p.token;
+  resp.generation = j->generation;
+  coord_answer(w, &resp.base);
+  coord_member_page_free(&p);
+}
+
 static bool labels_match(const struct job *j, const Stoker__V1__ListJobsRequest *req) {
   for (size_t i = 0; i < req->n_label_selector; i++) {
     const Stoker__V1__ListJobsRequest__LabelSelectorEntry *want = req->label_selector[i];

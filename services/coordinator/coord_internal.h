@@ -97,6 +97,10 @@ struct job {
       kv_bytes; /* What its KV entries hold (coord_sync.c's charge), in c->stats.kv_bytes too. */
   uint64_t arrivals;
   int64_t last_call_at; /* Loop ms; 0: not armed. */
+  /* The change seq of the last round close while its members have not been
+   * told their seats: their leases start once it is durable (the Joins are
+   * answered then), not at the close. 0: the leases run. */
+  uint64_t leases_dseq;
   /* Synchronisation (current generation). */
   struct htab barriers, kv;
   /* Events: slots[seq % cap] for seq in [first_event_seq, last_event_seq]. */
@@ -218,6 +222,9 @@ struct coord {
 bool coord_valid_job_name(const char *s);
 bool coord_valid_member_id(const char *s);
 bool coord_valid_key(const char *s); /* KV keys and barrier names. */
+/* Valid UTF-8 (RFC 3629): every string a Job or an event shows back must be,
+ * as proto3 strings are, or the Python clients cannot read the job. */
+bool coord_valid_utf8(const char *s);
 /* Checks spec (its submission too) and fills defaults into *spec; msg gets
  * the reason, naming the field. */
 int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);
@@ -252,9 +259,25 @@ struct job_view {
   Stoker__V1__CheckpointRef ck;
   Stoker__V1__Member *mem;
   Stoker__V1__Member **ptrs;
+  char *token; /* job.next_members_page_token when set (malloc'd). */
 };
+/* with_members: the first page of members (coord_member_page). */
 void coord_job_view_init(struct job_view *v, struct job *j, bool with_members);
 void coord_job_view_free(struct job_view *v);
+/* One page of the current generation's members, by rank from rank `from`
+ * on: at most `size` (0: opts.members_per_page, or no count bound) within
+ * PAGE_MAX_BYTES, never none while one is left. */
+struct member_page {
+  Stoker__V1__Member *mem;
+  Stoker__V1__Member **ptrs;
+  size_t n;
+  char *token; /* The next page's token; NULL on the last page. */
+};
+void coord_member_page(struct job *j, uint32_t from, uint32_t size, struct member_page *ret_page);
+void coord_member_page_free(struct member_page *p);
+/* The rank a ListMembers token resumes from: STK_EINVAL (not a token, with
+ * a detail), STK_EABORTED (another generation or world size), STK_ENOMEM. */
+int coord_member_token_decode(const struct job *j, const char *token, uint32_t *ret_from);
 /* Packs the JobRecord (no members, no waiting; pending operator actions)
  * into a malloc'd buffer. */
 uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len);

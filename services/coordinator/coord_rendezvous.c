@@ -235,6 +235,7 @@ void coord_round_close(struct job *j) {
   resized_maybe(j);
   resumed_maybe(j);
   answer_joins(j, r, k);
+  j->leases_dseq = j->c->change_seq; /* The answers' seq: leases start once it is durable. */
   refuse_surplus(j, r, k, n);
   free(r);
 }
@@ -278,6 +279,11 @@ static int join_check(struct coord_wait *w, const Stoker__V1__JoinRequest *req) 
   }
   if (strlen(req->address) > 256 || strlen(req->host) > 256) {
     coord_fail(w, STK_EINVAL, "address and host are at most 256 bytes");
+    return -1;
+  }
+  if (!coord_valid_utf8(req->address) || !coord_valid_utf8(req->host)) {
+    coord_fail(w, STK_EINVAL, "%s not valid UTF-8",
+               coord_valid_utf8(req->address) ? "host" : "address");
     return -1;
   }
   return 0;

@@ -181,6 +181,10 @@ RPC_HANDLER(handle_get_job, struct coord_rpc, Stoker__V1__GetJobRequest) {
   coord_get_job(svc->coord, req, answer, call);
 }
 
+RPC_HANDLER(handle_list_members, struct coord_rpc, Stoker__V1__ListMembersRequest) {
+  coord_list_members(svc->coord, req, answer, call);
+}
+
 /* The jobs the caller's token covers (rpc.h). */
 static void answer_listing(void *arg, int err, const char *errmsg, const ProtobufCMessage *resp) {
   struct rpc_call *call = arg;
@@ -356,6 +360,7 @@ static const struct rpc_method_def coordinator_methods[] = {
     RPC_UNARY_ROW(SVC, report_checkpoint, handle_report_checkpoint),
     RPC_UNARY_ROW(SVC, preempt_job, handle_preempt_job),
     RPC_UNARY_ROW(SVC, report_queue, handle_report_queue),
+    RPC_UNARY_ROW(SVC, list_members, handle_list_members),
 };
 
 int coord_rpc_register(struct rpc_server *s, struct coord *c, struct coord_rpc **ret_adapter) {

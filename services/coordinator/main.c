@@ -33,6 +33,7 @@ struct coordinator_config {
   uint64_t kv_bytes_per_job;
   uint64_t kv_bytes;
   uint64_t write_buffer;
+  uint64_t members_per_page;
 };
 
 static const struct flag_spec coordinator_options[] = {
@@ -58,6 +59,11 @@ static const struct flag_spec coordinator_options[] = {
      (int64_t)1 << 20, (int64_t)1 << 30, NULL,
      "RocksDB memtable size: state written since the last flush, held in memory (two while one "
      "flushes).",
+     0},
+    {"members-per-page", FLAG_UINT64, offsetof(struct coordinator_config, members_per_page), "0", 0,
+     1000000, NULL,
+     "Most members one answer carries (a job's first page, a ListMembers page); 0: as many as "
+     "fit 3 MiB. The rest follow through ListMembers.",
      0},
 };
 
@@ -233,6 +239,7 @@ static int open_core(struct coordinator *co) {
       .write_buffer_bytes = co->cfg.write_buffer,
       .preempt_staged = preempt_staged,
       .preempt_staged_arg = co,
+      .members_per_page = (uint32_t)co->cfg.members_per_page,
   };
   int rc = coord_open(daemon_loop(co->daemon), &o, &co->coord);
   if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */

@@ -4,17 +4,23 @@ clients follow them: 200 coordinator jobs of 64 labels with 256-byte values
 through stoker.jobs and ``stokerctl jobs list``, each exactly once by name,
 while one raw ListJobs page stops below the byte bound with a token; 230
 dataloader jobs list whole past the default page of 100; a token the
-service did not give is INVALID_ARGUMENT."""
+service did not give is INVALID_ARGUMENT. A job's members come in pages too
+(GetJob's first, then ListMembers): with a coordinator that answers 7 members
+a message, the 50 members of a job show whole, each once, through
+``Jobs.show``/``Jobs.list`` and ``stokerctl job show``/``jobs list`` (text
+and --json, the C client's stk_job_get and stk_job_list)."""
 
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
 import pytest
-from conftest import binary
+from conftest import Daemon, binary
 
 from stoker import Jobs, StokerError
 from stoker.connection import Connection
@@ -110,3 +116,65 @@ def test_fat_loaders_list_whole_in_pages(daemons):
     )
     assert 1 <= len(first.loaders) < 100 and first.next_page_token
     assert [ld.job for ld in Jobs(dataloader=addr).loaders()] == names
+
+
+def test_members_show_whole_in_pages(tmp_path: pathlib.Path) -> None:
+    coord = Daemon("coordinator", tmp_path, "--members-per-page", "7")
+    try:
+        addr = coord.addr
+        jobs = Jobs(addr)
+        n = 50
+        # Long leases: no member heartbeats in this test.
+        jobs.create("wide", n, n, heartbeat_interval_ms=600000)
+        conn = Connection(addr)
+
+        def join(i: int) -> Any:
+            req = coord_pb.JoinRequest(
+                job="wide", member_id=f"m{i}", address=f"10.0.0.{i}:29500", host=f"node-{i}"
+            )
+            return conn.unary(COORDINATOR + "Join", req, coord_pb.JoinResponse, timeout=60)
+
+        with ThreadPoolExecutor(n) as ex:
+            ranks = sorted(r.rank for r in ex.map(join, range(n)))
+        assert ranks == list(range(n))
+        everyone = {f"m{i}" for i in range(n)}
+
+        raw = conn.unary(COORDINATOR + "GetJob", coord_pb.GetJobRequest(job="wide"), coord_pb.Job)
+        assert [m.rank for m in raw.members] == list(range(7))  # what an older client sees
+        assert raw.member_count == n and raw.next_members_page_token
+        assert raw.world_size == n  # how a client without the new fields learns more exist
+
+        job = jobs.show("wide")
+        assert [m.rank for m in job.members] == list(range(n))
+        assert {m.member_id for m in job.members} == everyone
+        assert job.next_members_page_token == "" and job.member_count == n
+        (listed,) = jobs.list()
+        assert [m.rank for m in listed.members] == list(range(n))
+
+        shown = ctl("--coordinator", addr, "job", "show", "wide")[0]
+        assert [m["rank"] for m in shown["members"]] == list(range(n))
+        assert {m["member_id"] for m in shown["members"]} == everyone
+        assert shown["next_members_page_token"] == "" and shown["member_count"] == n
+        assert ctl("--coordinator", addr, "jobs", "list")[0]["members"] == shown["members"]
+
+        text = subprocess.run(
+            [str(binary("stokerctl")), "--coordinator", addr, "job", "show", "wide"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert text.returncode == 0, text.stderr
+        assert f"Members ({n}):" in text.stdout
+        rows = [line.split() for line in text.stdout.splitlines() if " node-" in line]
+        assert [int(r[0]) for r in rows] == list(range(n))  # each member's row once
+        assert {r[1] for r in rows} == everyone
+
+        with pytest.raises(StokerError) as e:
+            conn.unary(
+                COORDINATOR + "ListMembers",
+                coord_pb.ListMembersRequest(job="wide", page_token="p1.6d2e31"),
+                coord_pb.ListMembersResponse,
+            )
+        assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        coord.stop()

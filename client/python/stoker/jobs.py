@@ -50,6 +50,10 @@ from stoker.v1 import dataloader_pb2 as dl_pb
 # stokerctl's default per-call deadline (--timeout), seconds.
 DEFAULT_TIMEOUT_S = 10.0
 
+# Times a job is read again when its generation changes while its member
+# pages are followed (as stk_job_get in the C client).
+_MEMBER_READS = 5
+
 T = TypeVar("T")
 
 # The RPCs the verbs call: path, request and response types come from the
@@ -57,6 +61,7 @@ T = TypeVar("T")
 CREATE_JOB = method(coord_pb, "Coordinator", "CreateJob")
 GET_JOB = method(coord_pb, "Coordinator", "GetJob")
 LIST_JOBS = method(coord_pb, "Coordinator", "ListJobs")
+LIST_MEMBERS = method(coord_pb, "Coordinator", "ListMembers")
 WATCH_JOB = method(coord_pb, "Coordinator", "WatchJob")
 SCALE_JOB = method(coord_pb, "Coordinator", "ScaleJob")
 PAUSE_JOB = method(coord_pb, "Coordinator", "PauseJob")
@@ -206,6 +211,11 @@ class Job(_Result):
     last_event_seq: the newest event (``watch(after_seq=...)``). queue: a
     submitted job's place in its cluster's queue, the queue controller's last
     report (None before the first, and for jobs not submitted).
+    member_count: the generation's members in all. The coordinator answers
+    members in pages (ListMembers); ``Jobs.show`` and ``Jobs.list`` follow
+    them, so members holds every one and next_members_page_token is "".
+    The Jobs the operator actions answer hold the first page (a
+    non-empty token says more follow).
     """
 
     name: str = field(metadata=derived(lambda m: m.spec.name))
@@ -222,6 +232,8 @@ class Job(_Result):
     updated_at_ms: int
     last_event_seq: int
     queue: QueueStatus | None = None
+    next_members_page_token: str = ""
+    member_count: int = 0
 
     @property
     def step(self) -> int:
@@ -753,8 +765,18 @@ class Jobs:
         return self._job(CREATE_JOB, spec=spec)
 
     def show(self, name: str) -> Job:
-        """The job now (``stokerctl job show``); NOT_FOUND when there is none."""
-        return self._job(GET_JOB, True, job=name)
+        """The job now (``stokerctl job show``) with every member of its
+        generation, all member pages followed; NOT_FOUND when there is none.
+        Read again when the generation changes meanwhile (a page never mixes
+        two), ABORTED after 5 reads."""
+        for reads in range(1, _MEMBER_READS + 1):
+            m = GET_JOB.call(self._coordinator(), True, job=name)
+            try:
+                return Job.from_proto(self._all_members(m))
+            except StokerError as e:
+                if e.code != grpc.StatusCode.ABORTED or reads == _MEMBER_READS:
+                    raise
+        raise AssertionError("unreachable")
 
     get = show
 
@@ -803,7 +825,30 @@ class Jobs:
         (``stokerctl jobs list --label K=V``), by name, every page followed."""
         selector = dict(label_selector or {})
         jobs = LIST_JOBS.pages(self._coordinator(), "jobs", label_selector=selector)
-        return [Job.from_proto(j) for j in jobs]
+        out = []
+        for j in jobs:
+            try:
+                out.append(Job.from_proto(self._all_members(j)))
+            except StokerError as e:
+                if e.code != grpc.StatusCode.ABORTED:
+                    raise
+                out.append(self.show(j.spec.name))  # a new generation since the listing
+        return out
+
+    def _all_members(self, m: coord_pb.Job) -> coord_pb.Job:
+        """m with the member pages after its first (ListMembers from its
+        next_members_page_token) appended. ABORTED (StokerError) when the
+        generation changed meanwhile: the token names its generation."""
+        if m.next_members_page_token:
+            rest = LIST_MEMBERS.pages(
+                self._coordinator(),
+                "members",
+                job=m.spec.name,
+                page_token=m.next_members_page_token,
+            )
+            m.members.extend(rest)
+            m.next_members_page_token = ""
+        return m
 
     # ---- loaders ---------------------------------------------------------------------
 

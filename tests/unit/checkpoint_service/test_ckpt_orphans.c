@@ -8,6 +8,7 @@
  * a loopback fake that pages ListMultipartUploads two at a time (s3rver
  * does not implement it).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,8 +102,23 @@ static void test_periodic(void **state) {
   fx_fini(&f);
 }
 
+/* Moves an upload's begin time (on file://, its key file's mtime) age_ms
+ * into the past. */
+static void backdate(struct fx *f, const char *id, int64_t age_ms) {
+  char path[512];
+  snprintf(path, sizeof(path), "%s/.stk-uploads/%s/key", f->data, id);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  int64_t t = (int64_t)now.tv_sec * 1000 + now.tv_nsec / 1000000 - age_ms;
+  struct timespec ts[2] = {{t / 1000, (t % 1000) * 1000000}, {t / 1000, (t % 1000) * 1000000}};
+  assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
 /* At open (after recovery, before serving): old orphans are aborted before
- * open returns; a young one waits for a later run. */
+ * open returns; a young one waits for a later run, which aborts it once it
+ * is old. The ages are set, not slept: before 2026-11-29 the young upload
+ * was begun 300 ms (the grace) before open, and a loaded machine that took
+ * longer to open saw it aborted at open too. */
 static void test_at_open(void **state) {
   (void)state;
   struct fx f;
@@ -109,13 +126,14 @@ static void test_at_open(void **state) {
   struct storage *st;
   assert_int_equal(storage_open(f.url, &st), 0);
   char *old_id = begin_upload(st, "job", 1, ORPHAN_ATTEMPT);
-  usleep(500 * 1000);
   char *young_id = begin_upload(st, "job", 2, ORPHAN_ATTEMPT);
-  f.opts.orphan_upload_grace_ms = 300;
+  backdate(&f, old_id, 3600 * 1000);
+  f.opts.orphan_upload_grace_ms = 8000; /* Periodic runs every 2 s. */
   assert_int_equal(fx_open(&f), 0);
   assert_int_equal(aborted(&f), 1);
   assert_false(upload_exists(st, old_id));
   assert_true(upload_exists(st, young_id));
+  backdate(&f, young_id, 3600 * 1000);
   run_until_aborted(&f, 2, 10000);
   assert_false(upload_exists(st, young_id));
   storage_free(st);

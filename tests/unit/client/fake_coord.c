@@ -228,6 +228,7 @@ static const struct rpc_method_def defs[] = {
     RPC_UNSERVED_ROW(SVC, kv_count),
     RPC_UNSERVED_ROW(SVC, preempt_job),
     RPC_UNSERVED_ROW(SVC, report_queue),
+    RPC_UNSERVED_ROW(SVC, list_members),
 };
 
 void fake_start(struct fake_coord *f) {

@@ -49,7 +49,8 @@
   X(kv_count, Stoker__V1__KvCountRequest)                                                          \
   X(report_checkpoint, Stoker__V1__ReportCheckpointRequest)                                        \
   X(preempt_job, Stoker__V1__PreemptJobRequest)                                                    \
-  X(report_queue, Stoker__V1__ReportQueueRequest)
+  X(report_queue, Stoker__V1__ReportQueueRequest)                                                  \
+  X(list_members, Stoker__V1__ListMembersRequest)
 
 #define DATALOADER_METHODS(X)                                                                      \
   X(create_loader, Stoker__V1__CreateLoaderRequest)                                                \

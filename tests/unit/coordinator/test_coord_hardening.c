@@ -6,7 +6,10 @@
  * heartbeat that completes a pause is released only after the PAUSED state
  * is synced; a HEALTH event carries the rank's message in full and GetJob
  * shows it, also after a restart or kill -9 (the health change is synced
- * with its event); event texts stay valid UTF-8.
+ * with its event); event texts stay valid UTF-8, and a label value, storage
+ * URI, Join address or host, heartbeat message, checkpoint URI or
+ * preemption reason that is not is refused naming the field; a
+ * member's lease starts when its Join is answered, not at the round's close.
  */
 #include <signal.h>
 #include <sys/wait.h>
@@ -375,6 +378,200 @@ static void test_event_text_utf8(void **state) {
   coord_cancel(f->c, w.w);
 }
 
+/* What ranks and operators send as free text (a Join's address and host, a
+ * heartbeat's message, a checkpoint's URI, a preemption's reason) is shown
+ * back in the Job or its events: text that is not valid UTF-8 is
+ * INVALID_ARGUMENT naming the field, and nothing changes. */
+static void test_free_text_utf8(void **state) {
+  struct fx *f = *state;
+  create(f, "ft", 1, 1);
+  Stoker__V1__JoinRequest jr = STOKER__V1__JOIN_REQUEST__INIT;
+  jr.job = "ft";
+  jr.member_id = "m0";
+  jr.address = "127.0.0.1:1";
+  jr.host = "node-\xff";
+  struct res *r = res_new();
+  coord_join(f->c, &jr, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "host not valid UTF-8"));
+  res_free(r);
+  jr.host = "node";
+  jr.address = "10.0.0.1:\xc3";
+  r = res_new();
+  coord_join(f->c, &jr, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "address not valid UTF-8"));
+  res_free(r);
+  struct res *g = get_job(f, "ft");
+  assert_int_equal(JOB(g)->waiting, 0);
+  assert_int_equal(JOB(g)->state, STOKER__V1__JOB_STATE__JOB_STATE_WAITING);
+  res_free(g);
+  struct res *joined[1];
+  join_all(f, "ft", 1, joined);
+  assert_int_equal(joined[0]->err, 0);
+  res_free(joined[0]);
+
+  Stoker__V1__HeartbeatRequest hb = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  hb.job = "ft";
+  hb.member_id = "m0";
+  hb.generation = 1;
+  hb.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_FAILING;
+  hb.message = "nic \xe9";
+  r = res_new();
+  coord_heartbeat(f->c, &hb, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "message not valid UTF-8"));
+  res_free(r);
+
+  Stoker__V1__ReportCheckpointRequest rc = STOKER__V1__REPORT_CHECKPOINT_REQUEST__INIT;
+  rc.job = "ft";
+  rc.step = 5;
+  rc.uri = "s3://b/\xed\xa0\x80"; /* A surrogate. */
+  r = res_new();
+  coord_report_checkpoint(f->c, &rc, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "uri not valid UTF-8"));
+  res_free(r);
+
+  Stoker__V1__PreemptJobRequest pr = STOKER__V1__PREEMPT_JOB_REQUEST__INIT;
+  pr.job = "ft";
+  pr.reason = "\xc0\xaf"; /* An overlong '/'. */
+  r = res_new();
+  coord_preempt_job(f->c, &pr, on_done, r);
+  assert_int_equal(wait_res(f, r)->err, STK_EINVAL);
+  assert_non_null(strstr(r->msg, "reason not valid UTF-8"));
+  res_free(r);
+
+  g = get_job(f, "ft"); /* Nothing changed. */
+  assert_int_equal(JOB(g)->state, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING);
+  assert_int_equal(JOB(g)->n_members, 1);
+  assert_int_equal(JOB(g)->members[0]->health, STOKER__V1__RANK_HEALTH__RANK_HEALTH_UNSPECIFIED);
+  assert_string_equal(JOB(g)->members[0]->message, "");
+  assert_int_equal(JOB(g)->latest_checkpoint->step, 0);
+  res_free(g);
+}
+
+/* ---- A lease starts when the member is told its seat ---- */
+
+struct sleeper {
+  uv_work_t req;
+  bool done;
+};
+
+static void sleep_work(uv_work_t *req) {
+  (void)req;
+  usleep(300 * 1000);
+}
+
+static void sleep_done(uv_work_t *req, int status) {
+  (void)status;
+  ((struct sleeper *)req->data)->done = true;
+}
+
+/* The round's close is a synced write on the libuv threadpool; here every
+ * pool thread sleeps 300 ms first (three 100 ms leases), so the Joins are
+ * answered late, as with a slow disk. The members learn their seats only
+ * then, so their leases start then: a heartbeat right after the answers is
+ * CONTINUE in generation 1. Before the lease start moved to the answers,
+ * the sweep lost both members while the write waited and the job was
+ * WAITING for generation 2. */
+static void test_lease_starts_when_told(void **state) {
+  struct fx *f = *state;
+  Stoker__V1__JobSpec s = short_lease_spec_of("told", 2, 2);
+  assert_int_equal(create_spec(f, &s), 0);
+  const char *env = getenv("UV_THREADPOOL_SIZE");
+  int threads = env && atoi(env) > 0 ? atoi(env) : 4;
+  struct sleeper *sl = calloc((size_t)threads, sizeof(*sl));
+  uint64_t t0 = uv_now(&f->loop);
+  for (int i = 0; i < threads; i++) {
+    sl[i].req.data = &sl[i];
+    assert_int_equal(uv_queue_work(&f->loop, &sl[i].req, sleep_work, sleep_done), 0);
+  }
+  struct res *a = join(f, "told", "m0"), *b = join(f, "told", "m1"); /* Closes at max. */
+  run_until(f, &a->done);
+  run_until(f, &b->done);
+  assert_true(uv_now(&f->loop) - t0 >= 200); /* The answers came after two leases. */
+  assert_int_equal(a->err, 0);
+  assert_int_equal(JOINR(a)->generation, 1);
+  assert_int_equal(heartbeat(f, "told", "m0", 1), ACT(CONTINUE));
+  assert_int_equal(heartbeat(f, "told", "m1", 1), ACT(CONTINUE));
+  struct res *g = get_job(f, "told");
+  assert_int_equal(JOB(g)->state, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING);
+  assert_int_equal(JOB(g)->generation, 1);
+  res_free(g);
+  /* From then on a lease runs: m1 silent past it is lost. */
+  for (int i = 0; i < 40; i++) {
+    run_for(f, 20);
+    heartbeat(f, "told", "m0", 1);
+  }
+  assert_int_equal(heartbeat(f, "told", "m0", 1), ACT(RESTART));
+  for (int i = 0; i < threads; i++) run_until(f, &sl[i].done);
+  free(sl);
+  res_free(a);
+  res_free(b);
+}
+
+/* CreateJob with one label; ret_msg gets the error text. */
+static int create_labeled(struct fx *f, const char *key, const char *value, char *ret_msg) {
+  Stoker__V1__JobSpec s = spec_of("lab", 1, 2);
+  Stoker__V1__JobSpec__LabelsEntry lab = STOKER__V1__JOB_SPEC__LABELS_ENTRY__INIT;
+  lab.key = (char *)key;
+  lab.value = (char *)value;
+  Stoker__V1__JobSpec__LabelsEntry *labs[] = {&lab};
+  s.n_labels = 1;
+  s.labels = labs;
+  Stoker__V1__CreateJobRequest req = STOKER__V1__CREATE_JOB_REQUEST__INIT;
+  req.spec = &s;
+  struct res *r = res_new();
+  coord_create_job(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  snprintf(ret_msg, 256, "%s", r->msg);
+  res_free(r);
+  return err;
+}
+
+/* Label values and storage URIs are echoed in every Job: one that is not
+ * valid UTF-8 is refused naming the field, and nothing is created. */
+static void test_label_utf8(void **state) {
+  struct fx *f = *state;
+  char msg[256];
+  const char *bad_values[] = {"caf\xc3", "\xed\xa0\x80", "\xc0\xaf", "\xff"};
+  for (size_t i = 0; i < sizeof(bad_values) / sizeof(*bad_values); i++) {
+    assert_int_equal(create_labeled(f, "team", bad_values[i], msg), STK_EINVAL);
+    if (!strstr(msg, "labels[\"team\"] value not valid UTF-8"))
+      fail_msg("case %zu: \"%s\"", i, msg);
+    struct res *g = get_job(f, "lab");
+    assert_int_equal(g->err, STK_ENOENT);
+    res_free(g);
+  }
+  assert_int_equal(create_labeled(f,
+                                  "t\xc3\xa9"
+                                  "am",
+                                  "v", msg),
+                   STK_EINVAL);
+  assert_non_null(strstr(msg, "labels: a key must match"));
+  char long_value[258];
+  memset(long_value, 'v', 257), long_value[257] = 0;
+  assert_int_equal(create_labeled(f, "team", long_value, msg), STK_EINVAL);
+  assert_non_null(strstr(msg, "labels[\"team\"] value over 256 bytes"));
+  Stoker__V1__JobSpec s = spec_of("lab", 1, 2);
+  Stoker__V1__StorageRef ds = STOKER__V1__STORAGE_REF__INIT;
+  ds.uri = "file:///data/\xe9t\xe9";
+  s.dataset = &ds;
+  assert_int_equal(create_spec(f, &s), STK_EINVAL);
+  s.dataset = NULL;
+  s.checkpoint_storage = &ds;
+  assert_int_equal(create_spec(f, &s), STK_EINVAL);
+  struct res *g = get_job(f, "lab");
+  assert_int_equal(g->err, STK_ENOENT);
+  res_free(g);
+  /* Valid UTF-8 passes and reads back as given. */
+  assert_int_equal(create_labeled(f, "team", "caf\xc3\xa9 \xf0\x9f\x94\xa5", msg), 0);
+  g = get_job(f, "lab");
+  assert_string_equal(JOB(g)->spec->labels[0]->value, "caf\xc3\xa9 \xf0\x9f\x94\xa5");
+  res_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_watch_behind_at_delete, fx_setup, fx_teardown),
@@ -387,6 +584,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_health_message, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_health_change_crash, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_event_text_utf8, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_label_utf8, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_free_text_utf8, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_lease_starts_when_told, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
