@@ -5,12 +5,14 @@
         Explain over every step the logs show trained (loader steps 0..last-1,
         through tests/k8s/ctl-in-pod), as JSON: token ranges and tokens served
         twice or skipped, documents with a token served twice.
-    elastic-figures.py --figures OUT
-        Trains the uninterrupted reference run locally (the tree's build,
-        STOKER_BUILD_DIR, default build: the three daemons on loopback and two
-        stoker-train ranks with L's flags, seed and corpus, OUT/corpus, never
-        resized), then prints one JSON line {"bench": "elastic", NAME: {...}}
-        for the runs stoker, baseline and evict_no_yield.
+    elastic-figures.py --figures OUT [--image IMAGE]
+        Trains the uninterrupted reference run: four ranks (L's size before
+        any resize) never resized, with L's flags, seed and corpus (OUT/corpus),
+        the three daemons on loopback; in IMAGE with podman (the bench passes
+        the Stoker image the pods ran: the very binaries), or with the tree's
+        build (STOKER_BUILD_DIR, default build). Then prints one JSON line
+        {"bench": "elastic", NAME: {...}} for the runs stoker, baseline and
+        evict_no_yield.
 
 Per run, from the ranks' logs (kubectl logs --timestamps; rank 0 logs
 "step S loss X" each time it trains step S):
@@ -96,7 +98,8 @@ def run_logs(out, name):
 
 
 def reference(out, last):
-    """The uninterrupted run's loss per step, 1..last: two ranks, never resized."""
+    """The uninterrupted run's loss per step, 1..last: four ranks (L's size
+    before any resize), never resized, with the tree's build."""
     import tempfile
 
     from train_harness import create_job, job_json, launch, services, wait_for
@@ -114,8 +117,8 @@ def reference(out, last):
     try:
         subprocess.run(["cp", "-r", f"{out}/corpus", f"{work}/corpus"], check=True)
         env = services(bins, work, running)
-        create_job(bins[4], env, "ref", 2, 2, "1s", "2s", misses=3)
-        members = ["rank-0", "rank-1"]
+        create_job(bins[4], env, "ref", 4, 4, "1s", "2s", misses=3)
+        members = [f"rank-{r}" for r in range(4)]
         t0 = time.time()
         procs = launch(
             bins[3], env, work, "ref", members, ["--corpus", f"{work}/corpus", *TRAIN_FLAGS]
@@ -144,7 +147,7 @@ def reference(out, last):
         ref = {s: v[0] for s, v in summary.read_logs(text).items()}
         Path(out, "reference.log").write_text(text)
         print(
-            f"  reference: steps 1..{max(ref)} at 2 ranks in {time.time() - t0:.0f} s",
+            f"  reference: steps 1..{max(ref)} at 4 ranks in {time.time() - t0:.0f} s",
             file=sys.stderr,
         )
         return ref
@@ -153,6 +156,74 @@ def reference(out, last):
             if p.poll() is None:
                 p.kill()
             p.wait()
+        subprocess.run(["rm", "-rf", work], check=False)
+
+
+IMAGE_SCRIPT = r"""
+set -u
+cd /w
+start() { # start NAME BINARY [FLAG]...: a daemon on loopback, its address in NAME.addr
+  n=$1
+  shift
+  "$@" --listen 127.0.0.1:0 --data-dir "/w/$n" --ready-file "/w/$n.addr" --log-level warn &
+  i=0
+  until [ -s "/w/$n.addr" ]; do sleep 0.1; i=$((i + 1)); [ $i -lt 600 ] || exit 1; done
+}
+start coordinator stoker-coordinator
+export STOKER_COORDINATOR=$(cat /w/coordinator.addr)
+start dataloader stoker-dataloader --data-root /w
+export STOKER_DATALOADER=$(cat /w/dataloader.addr)
+start checkpoint stoker-checkpoint --coordinator "$STOKER_COORDINATOR"
+export STOKER_CHECKPOINT=$(cat /w/checkpoint.addr) OMP_NUM_THREADS=1
+stokerctl job create ref --min 4 --max 4 --heartbeat 1s --last-call 2s --misses 3 >/dev/null
+pids=""
+for m in rank-0 rank-1 rank-2 rank-3; do
+  stoker-train --job ref --member $m --corpus /w/corpus FLAGS >/w/ref-$m.log 2>&1 &
+  pids="$pids $!"
+done
+until grep -q "\] step LAST loss" /w/ref-rank-*.log; do sleep 1; done
+stokerctl job stop ref --force >/dev/null
+for p in $pids; do wait $p; done
+"""
+
+
+def reference_in_image(out, last, image):
+    """The same, inside the Stoker image the pods ran (podman): its very
+    binaries, so that no other compiler or build type changes the floats."""
+    import tempfile
+
+    work = tempfile.mkdtemp(prefix="stoker-bench-ref.")
+    try:
+        subprocess.run(["cp", "-r", f"{out}/corpus", f"{work}/corpus"], check=True)
+        subprocess.run(["chmod", "-R", "a+rwX", work], check=True)
+        script = IMAGE_SCRIPT.replace("FLAGS", " ".join(TRAIN_FLAGS)).replace("LAST", str(last))
+        t0 = time.time()
+        subprocess.run(
+            [
+                "podman",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "-v",
+                f"{work}:/w",
+                image,
+                "sh",
+                "-c",
+                script,
+            ],
+            check=True,
+            timeout=3600,
+        )
+        text = "".join(Path(work, f"ref-rank-{r}.log").read_text() for r in range(4))
+        ref = {s: v[0] for s, v in summary.read_logs(text).items()}
+        Path(out, "reference.log").write_text(text)
+        print(
+            f"  reference: steps 1..{max(ref)} at 4 ranks in {image}, {time.time() - t0:.0f} s",
+            file=sys.stderr,
+        )
+        return ref
+    finally:
         subprocess.run(["rm", "-rf", work], check=False)
 
 
@@ -208,6 +279,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--explain", metavar="JOB")
     ap.add_argument("--figures", metavar="OUT")
+    ap.add_argument("--image", help="train the reference in this image (podman), not the build")
     a = ap.parse_args()
     if a.explain:
         last = max((s for _, s, _, _ in trainings(sys.stdin.read())), default=0)
@@ -217,7 +289,12 @@ def main():
     if not a.figures:
         ap.error("--explain JOB or --figures OUT")
     last = max((s for n in RUNS for _, s, _, _ in trainings(run_logs(a.figures, n))), default=0)
-    ref = reference(a.figures, last) if last else {}
+    if not last:
+        ref = {}
+    elif a.image:
+        ref = reference_in_image(a.figures, last, a.image)
+    else:
+        ref = reference(a.figures, last)
     line = {"bench": "elastic"}
     for n in RUNS:
         line[n] = figures(a.figures, n, ref)
