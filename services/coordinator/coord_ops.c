@@ -3,9 +3,10 @@
  * resume, stop, scale) and ReportCheckpoint, which may let a pending scale
  * or pause go on. Scale and pause ask members for a checkpoint first
  * (CHECKPOINT_NOW in their heartbeat replies) and wait for a newer one to
- * be reported, at most scale_timeout_beats heartbeat intervals. What they
- * wait for is in the JobRecord; a restart re-arms it with a fresh deadline
- * (and members, new in memory, are asked to checkpoint again).
+ * be reported (a pause: newer than every step the members reported), at
+ * most scale_timeout_beats heartbeat intervals. What they wait for is in
+ * the JobRecord; a restart re-arms it with a fresh deadline (and members,
+ * new in memory, are asked to checkpoint again).
  *
  * A preemption notice (PreemptJob, or a rank's heartbeat with terminating,
  * whichever comes first) is a pause without force that remembers its
@@ -29,6 +30,7 @@
 #define E(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
 
 static void go_pausing(struct job *j, bool force);
+static int64_t members_step(const struct job *j);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);
@@ -100,7 +102,12 @@ static void go_pausing(struct job *j, bool force) {
   j->state = S(PAUSING);
   j->pause_force = force;
   j->pause_ckpt_seen = false;
-  j->pause_step = j->ckpt_step;
+  /* The ranks checkpoint at a step past every step they reported (their
+   * stop vote rides a later step's all-reduce): a checkpoint committed now
+   * at or below that step was begun before the notice (a periodic one
+   * still on its way) and is not the pause's. */
+  int64_t at = members_step(j);
+  j->pause_step = j->ckpt_step > at ? j->ckpt_step : at;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
   j->awaited_step = 0;
