@@ -3,9 +3,10 @@
  * resume, stop, scale) and ReportCheckpoint, which may let a pending scale
  * or pause go on. Scale and pause ask members for a checkpoint first
  * (CHECKPOINT_NOW in their heartbeat replies) and wait for a newer one to
- * be reported, at most scale_timeout_beats heartbeat intervals. What they
- * wait for is in the JobRecord; a restart re-arms it with a fresh deadline
- * (and members, new in memory, are asked to checkpoint again).
+ * be reported (a pause: newer than every step the members reported), at
+ * most scale_timeout_beats heartbeat intervals. What they wait for is in
+ * the JobRecord; a restart re-arms it with a fresh deadline (and members,
+ * new in memory, are asked to checkpoint again).
  *
  * A preemption notice (PreemptJob, or a rank's heartbeat with terminating,
  * whichever comes first) is a pause without force that remembers its
@@ -29,6 +30,7 @@
 #define E(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
 
 static void go_pausing(struct job *j, bool force);
+static int64_t members_step(const struct job *j);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);

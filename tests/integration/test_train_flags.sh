@@ -30,6 +30,7 @@ check "--eval-batches: 0 is out of range" --eval-batches 0
 check "unknown flag --stepz" --stepz 10
 check "--mixed-precision: expected one of fp32, bf16, got 'fp8'" --mixed-precision fp8
 check "--ckpt-stage-priority: expected one of normal, low, got 'high'" --ckpt-stage-priority high
+check "--on-sigterm: expected one of checkpoint, exit, got 'save'" --on-sigterm save
 check "--ckpt-stage-test: expected slow:MS or early, got 'slow:0'" --ckpt-stage-test slow:0
 check "--heads 3 does not divide --channels 64" --heads 3
 check "--heads 3 does not divide --channels 64" --heads=3

@@ -23,6 +23,10 @@ first run's last step is S), Explain over every step shows no sample served
 twice or skipped, and the loss at every step after S equals, within 1e-4
 relative, the loss of an uninterrupted run of the same job.
 
+A baseline's trainer (--on-sigterm exit, as one that saves nothing on
+SIGTERM): the rank given SIGTERM exits 143 at once, saving nothing and
+telling the coordinator nothing (no checkpoint, no PREEMPTED).
+
 Usage: test_train_preempt.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
 
@@ -186,6 +190,37 @@ def preempt(bins, env, work, data, job, how):
     return step
 
 
+def sigterm_exit(bins, env, work, data):
+    """--on-sigterm exit: the rank given SIGTERM exits 143 within a second or
+    two, logs no notice and saves nothing; the job is not paused."""
+    ctl, train = bins[4], bins[3]
+    job = "pd"
+    create_job(ctl, env, job, 2, 2, "300ms", "1s", misses=20)
+    procs = launch(train, env, work, job, MEMBERS, [*train_args(data), "--on-sigterm", "exit"])
+    RUNNING.extend(procs.values())
+    wait_for(
+        "both ranks training",
+        lambda: (lambda ms: len(ms) == 2 and all(m.get("step", 0) >= 3 for m in ms))(
+            job_json(ctl, env, job).get("members") or []
+        ),
+        120,
+    )
+    t0 = time.monotonic()
+    procs["r1"].send_signal(signal.SIGTERM)
+    rc = procs["r1"].wait(timeout=30)
+    took = time.monotonic() - t0
+    assert rc == 143, f"--on-sigterm exit: the rank exited {rc}, not 143"
+    assert took < 5, f"--on-sigterm exit: the rank took {took:.1f} s to exit"
+    procs["r0"].kill()
+    procs["r0"].wait(timeout=30)
+    log = run_log(work, job, "r1")
+    assert "SIGTERM at step" not in log and "checkpoint now" not in log, log[-2000:]
+    j = job_json(ctl, env, job)
+    assert j["state"] != "PAUSED" and not (j.get("latest_checkpoint") or {}).get("step"), j
+    assert not [e for e in events(ctl, env, job) if e["type"] == "PREEMPTED"]
+    print(f"{job}: --on-sigterm exit -> exit 143 {took:.2f} s after SIGTERM, nothing saved")
+
+
 def resume(bins, env, work, data, job, step, ref, how):
     """The ranks come back: the job resumes at step (after a preemption by
     itself, after an operator's pause on `job resume`), trains to the end."""
@@ -226,6 +261,7 @@ def main():
         env = services(bins, work, running)
         os.environ.update(env)  # summary.explain reads STOKER_DATALOADER.
         data = corpus(work)
+        sigterm_exit(bins, env, work, data)
         ref = reference(bins, env, work, data)
         for job, how in (("pa", "sigterm"), ("pb", "notice"), ("pc", "pause")):
             step = preempt(bins, env, work, data, job, how)

@@ -56,6 +56,9 @@
  * stopped resumably: the job is paused or preempted, start the rank again
  * to resume from its checkpoint. */
 #define TRAIN_EXIT_RESUMABLE 75
+/* --on-sigterm exit (baselines only): SIGTERM ends the rank at once with
+ * the status a shell reports for a process killed by it, saving nothing. */
+#define TRAIN_EXIT_SIGTERM (128 + SIGTERM)
 /* A rank's vote for "checkpoint, then stop" (a plain checkpoint votes 1):
  * the sum of the votes tells both apart below 4096 ranks. */
 #define TRAIN_STOP_VOTE 4096
@@ -95,6 +98,7 @@ struct train_opts {
   bool ckpt_test_early;       /* early: staging done before the next step starts. */
   int eval_every;             /* Held-out loss every N steps (and after the last); 0: never. */
   int eval_batches;           /* Loader steps in the held-out set (those after the last step). */
+  bool sigterm_exits_now;     /* --on-sigterm exit: no checkpoint, exit 143 at once (baselines). */
 };
 
 /* A checkpoint on its way: its pipeline thread (attempt, loader export,

@@ -23,11 +23,13 @@ struct train_cli {
   struct train_opts o;
   int precision;          /* Index in precisions. */
   int stage_priority;     /* Index in priorities. */
+  int on_sigterm;         /* Index in sigterm_modes. */
   const char *stage_test; /* --ckpt-stage-test as given. */
 };
 
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const priorities[] = {"normal", "low", NULL};
+static const char *const sigterm_modes[] = {"checkpoint", "exit", NULL};
 
 #define ARG(name, field, help)                                                                     \
   { name, FLAG_ARG, offsetof(struct train_cli, field), NULL, 0, 0, NULL, help, 0 }
@@ -75,6 +77,13 @@ static const struct flag_spec train_flags[] = {
     ARG("ring-host", o.ring_host,
         "Address the ring listens on and publishes (env STOKER_RING_HOST; default\n"
         "127.0.0.1; a pod passes its IP)."),
+    {"on-sigterm", FLAG_ENUM, offsetof(struct train_cli, on_sigterm), "checkpoint", 0, 0,
+     sigterm_modes,
+     "checkpoint: SIGTERM is a preemption notice (checkpoint at the next step\n"
+     "boundary, then exit 75). exit: for baselines only, as a trainer without\n"
+     "a SIGTERM handler: exit 143 at once, saving nothing (the job resumes from\n"
+     "its last periodic checkpoint).",
+     0},
     ARG("tls-ca", o.tls_ca, "TLS to every service, verified with this CA (env STOKER_TLS_CA)."),
     ARG("token-file", o.token_file, "Bearer token for every service (env STOKER_TOKEN_FILE)."),
 };
@@ -89,7 +98,7 @@ static const struct flag_table train_table = {
     "without this rank); 75 (EX_TEMPFAIL) stopped resumably: the job is paused or\n"
     "preempted (PauseJob, PreemptJob, or SIGTERM to a rank), every rank saved a\n"
     "checkpoint at one step; start the ranks again to resume from it; 1 a\n"
-    "failure; 2 bad flags."};
+    "failure; 2 bad flags; 143 SIGTERM with --on-sigterm exit (nothing saved)."};
 
 /* An environment variable's value; NULL when unset or empty. */
 static const char *env(const char *name) {
@@ -157,6 +166,7 @@ int train_parse_args(int argc, char **argv, struct train_opts *ret_opts) {
   struct train_opts *o = &c.o;
   o->precision = c.precision ? FSDP_PRECISION_BF16 : FSDP_PRECISION_FP32;
   o->ckpt_low_priority = c.stage_priority == 1;
+  o->sigterm_exits_now = c.on_sigterm == 1;
   if (!o->data_job) o->data_job = o->job;
   o->cfg.max_seq_len = o->seq_len;
   if (stage_test(o, c.stage_test) != 0 || check(o) != 0) return -1;

@@ -7,7 +7,8 @@
  * flag the loop votes with (and, when the job is pausing, the stop flag).
  * A rank the coordinator no longer needs (its Join refused after a
  * scale-down, or STOP) exits 0 with a message. SIGTERM (a pod evicted)
- * only sets a flag the loop reads at the step boundary. A rank that
+ * only sets a flag the loop reads at the step boundary (with --on-sigterm
+ * exit, for baselines, it exits 143 at once, saving nothing). A rank that
  * stopped because the job is pausing (after its last checkpoint, or told
  * STOP while pausing) exits TRAIN_EXIT_RESUMABLE (75).
  */
@@ -141,15 +142,24 @@ static int run(struct train *t) {
   return resumable ? TRAIN_EXIT_RESUMABLE : 0;
 }
 
+/* --on-sigterm exit: the handler exits at once. */
+static volatile sig_atomic_t sigterm_now;
+
 static void on_sigterm(int sig) {
   (void)sig;
+  if (sigterm_now) _exit(TRAIN_EXIT_SIGTERM); /* --on-sigterm exit: save nothing. */
   train_sigterm = 1;
   if (train_sigterm_exits) _exit(TRAIN_EXIT_RESUMABLE); /* Parked in Join: nothing to save. */
 }
 
 /* SIGTERM sets a flag (read at step boundaries); a second one is as the
- * first: the rank finishes its checkpoint unless SIGKILL comes first. */
-static void catch_sigterm(void) {
+ * first: the rank finishes its checkpoint unless SIGKILL comes first. With
+ * --on-sigterm exit (a baseline's trainer that saves nothing on SIGTERM)
+ * the handler exits 143 at once. It is a handler, not SIG_DFL: a container's
+ * PID 1 ignores a signal whose action is the default, and would wait for
+ * the SIGKILL at the end of the grace period. */
+static void catch_sigterm(bool exit_now) {
+  sigterm_now = exit_now;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_sigterm;
@@ -183,7 +193,7 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&t.group_mu, NULL);
   pthread_mutex_init(&t.pend.mu, NULL);
   pthread_cond_init(&t.pend.cv, NULL);
-  catch_sigterm();
+  catch_sigterm(t.o.sigterm_exits_now);
   int err = connect_all(&t), code = 0;
   if (!err) {
     stk_on_action(t.coord, on_action, &t);

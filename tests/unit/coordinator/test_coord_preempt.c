@@ -301,6 +301,31 @@ static void test_pause_keeps_steps_past_an_earlier_checkpoint(void **state) {
   assert_int_equal(s.step[find(&s, EV(PAUSED))], 48);
 }
 
+/* A periodic checkpoint begun before the notice (step 8, the ranks at 9)
+ * commits while the job pauses: it is not the pause's checkpoint; the
+ * ranks are not told STOP until the one they voted for (10) commits. */
+static void test_older_commit_not_the_pause(void **state) {
+  struct fx *f = *state;
+  create(f, "pc", 2, 2);
+  struct res *r[2];
+  join_all(f, "pc", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "pc", 5, 1), 0);
+  assert_int_equal(beat(f, "pc", "m0", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pc", "m1", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pc", "kueue: no yield possible"), 0);
+  assert_int_equal(beat(f, "pc", "m0", 1, 9, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat(f, "pc", "m1", 1, 9, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(report_ckpt(f, "pc", 8, 1), 0);
+  assert_int_equal(beat(f, "pc", "m0", 1, 10, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pc", "m1", 1, 10, false, NULL), ACT(CONTINUE));
+  assert_int_equal(report_ckpt(f, "pc", 10, 1), 0);
+  assert_int_equal(beat(f, "pc", "m0", 1, 10, false, NULL), ACT(STOP));
+  assert_int_equal(leave_after(f, "pc", "m0", 1, 10), 0);
+  assert_int_equal(leave_after(f, "pc", "m1", 1, 10), 0);
+  assert_int_equal(state_of(f, "pc"), ST(PAUSED));
+}
+
 /* Bad input changes nothing; an ended job refuses the notice. */
 static void test_preempt_refused(void **state) {
   struct fx *f = *state;
@@ -385,6 +410,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rank_back_while_pausing, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_pause_keeps_steps_past_an_earlier_checkpoint, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(test_older_commit_not_the_pause, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_time_to_stage, fx_setup, fx_teardown),
   };
