@@ -32,7 +32,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -89,31 +89,10 @@ def _format_name(m: dl_pb.DatasetSpec) -> str:
     return "" if m.format == 0 else _FORMAT_NAMES.get(m.format, "?")
 
 
-def _json(value: Any) -> Any:
-    """A field as stokerctl prints it: nested results as their objects,
-    tuples as arrays, None as null."""
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if isinstance(value, tuple):
-        return [_json(v) for v in value]
-    if isinstance(value, dict):
-        return dict(value)
-    return value
-
-
-def _fields_json(obj: Any) -> dict[str, Any]:
-    """Every field of a result, in order: the ``as_dict()`` of the results
-    whose stokerctl object holds exactly their fields."""
-    return {f.name: _json(getattr(obj, f.name)) for f in fields(obj)}
-
-
 class _Result(Mirror):
     """A result mirrored from a message; ``as_dict()`` is stokerctl's
-    object, by default every field in order (the classes whose stokerctl
-    object differs say how)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
+    object, by default every field in order (:meth:`Mirror.as_dict`; the
+    classes whose stokerctl object differs say how)."""
 
 
 # ---- the coordinator's objects ---------------------------------------------------

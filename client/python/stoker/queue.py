@@ -57,14 +57,6 @@ class Submission(Mirror):
     template: str
     args: tuple[str, ...]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "priority": self.priority,
-            "template": self.template,
-            "args": list(self.args),
-        }
-
 
 @mirror(coord_pb.QueueStatus)
 @dataclass(frozen=True)
@@ -84,17 +76,6 @@ class QueueStatus(Mirror):
     admitted_ranks: int
     message: str
     updated_ms: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "workload": self.workload,
-            "cluster_queue": self.cluster_queue,
-            "position": self.position,
-            "admitted_ranks": self.admitted_ranks,
-            "message": self.message,
-            "updated_ms": self.updated_ms,
-        }
 
 
 def status_proto(
