@@ -58,9 +58,10 @@ static const struct cli_command commands[] = {
      cli_job_watch,
      "NAME [--after SEQ]",
      "stream events until Ctrl-C or deletion",
-     "QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN and RESUMED print as sentences (\"queued in Q at\n"
-     "position 2\", \"admitted 4 ranks\", \"shrunk to 2 ranks at step S\"); the others as their\n"
-     "fields and message. --json: one object per event.\n"},
+     "QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED and REJECTED print as sentences\n"
+     "(\"queued in Q at position 2\", \"admitted 4 ranks\", \"shrunk to 2 ranks at step S\",\n"
+     "\"rejected by the queue controller: WHY\"); the others as their fields and message.\n"
+     "--json: one object per event.\n"},
     {{"job", "create"},
      1,
      "min max heartbeat misses last-call join-timeout label dataset checkpoint-storage "
@@ -81,9 +82,9 @@ static const struct cli_command commands[] = {
      "The coordinator keeps the job; the queue controller (deploy/k8s) creates its workload from\n"
      "the template, with the words after -- appended to the trainer's command (at most 64, each\n"
      "at most 1024 bytes), and reports it: job show prints the queue state, position and admitted\n"
-     "ranks, job watch the QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN and RESUMED events. No\n"
-     "Kubernetes credentials are needed: the coordinator's token scope applies as to job "
-     "create.\n"},
+     "ranks, job watch the QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED and REJECTED\n"
+     "events. No Kubernetes credentials are needed: the coordinator's token scope applies as to\n"
+     "job create.\n"},
     {{"job", "scale"},
      2,
      "skip-checkpoint",

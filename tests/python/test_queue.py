@@ -2,8 +2,9 @@
 coordinator and stokerctl (issue 23, part 4): ``Jobs.submit`` and ``stokerctl
 job submit`` record a submission (bad names and arguments refused naming the
 field, nothing created); the queue controller's reports (``Jobs.report_queue``,
-as the controller sends them) become the job's ``queue`` and one QUEUED or
-ADMITTED event per change of state; ``Jobs.watch`` yields them, ``describe``
+as the controller sends them) become the job's ``queue`` and one QUEUED,
+ADMITTED or REJECTED event per change of state (REJECTED also counted on
+/metrics); ``Jobs.watch`` yields them, ``describe``
 and ``stokerctl job watch`` say them in the same words, ``stokerctl job
 show`` prints the queue, its JSON equals ``Job.as_dict()``; a team's token
 submits and reports only within its scope."""
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 import json
 import pathlib
+import socket
 import subprocess
 import threading
+import time
+import urllib.request
 
 import grpc
 import pytest
@@ -21,7 +25,7 @@ from conftest import Daemon, binary
 
 from stoker import Jobs, Security, StokerError
 from stoker.membership import Member, Membership
-from stoker.queue import ADMITTED, QUEUE_EVENTS, QUEUED, describe
+from stoker.queue import ADMITTED, QUEUE_EVENTS, QUEUED, REJECTED, describe
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
@@ -237,3 +241,41 @@ def test_evicted_and_readmitted_smaller(daemons: dict[str, Daemon]) -> None:
             ("RESUMED", "resumed at step 8: resumed after preemption (kueue: evicted) at step 8"),
         ], said
         back.leave()
+
+
+def test_rejected_is_an_event_watched_and_counted(tmp_path: pathlib.Path) -> None:
+    """A REJECTED report logs one REJECTED event saying why: Jobs.watch and
+    describe, stokerctl job watch, and stoker_job_events_total{type}."""
+    metrics = f"127.0.0.1:{free_port()}"
+    coord = Daemon("coordinator", tmp_path, "--metrics-listen", metrics)
+    try:
+        with Jobs(coord.addr) as jobs:
+            jobs.submit("rej", "nosuch", 1, 2)
+            why = "stoker-template-nosuch: Not Found"
+            jobs.report_queue("rej", "REJECTED", message=why)
+            jobs.report_queue("rej", "REJECTED", message=why)  # the same: no second event
+            said = [x for x in events(jobs, "rej") if x[0] == REJECTED]
+            assert said == [(REJECTED, f"rejected by the queue controller: {why}")]
+            lines = watch_lines(coord.addr, "rej")
+            assert any(
+                line.endswith(f"REJECTED  gen=1  rejected by the queue controller: {why}")
+                for line in lines
+            ), lines
+        want = 'stoker_job_events_total{type="REJECTED"} 1'
+        deadline = time.monotonic() + 10
+        while want not in (text := scrape(metrics)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the counters are copied once a second
+        assert want in text
+    finally:
+        coord.stop()
+
+
+def scrape(addr: str) -> str:
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,10 +1,10 @@
 /*
  * A submitted job (JobSpec.submission) and the queue controller's reports
  * (ReportQueue): CreateJob refuses a bad submission naming the field and
- * creates nothing; a report is Job.queue, a change of state logs QUEUED or
- * ADMITTED once (a new position or a repeated state logs nothing), a bad
- * report or a report on a job not submitted changes nothing, and the last
- * report survives a restart and a kill -9 right after its answer.
+ * creates nothing; a report is Job.queue, a change of state logs QUEUED,
+ * ADMITTED or REJECTED once (a new position or a repeated state logs
+ * nothing), a bad report or a report on a job not submitted changes
+ * nothing, and the last report survives a restart and a kill -9 right after its answer.
  */
 #include "coord_test.h"
 
@@ -230,17 +230,22 @@ static void test_queue_events(void **state) {
   assert_int_equal(count(&s, EV(ADMITTED)), 2);
   assert_string_equal(s.msg[last(&s, EV(QUEUED))], "queued in team-a");
   assert_string_equal(s.msg[last(&s, EV(ADMITTED))], "admitted 2 ranks");
-  /* Rejected: no event; a waiting job's reason says why. */
+  /* Rejected: one REJECTED event saying why (not repeated by the same
+   * report again); a waiting job's reason says why too. */
   int before = s.n;
   st = status(Q(REJECTED), -1, 0);
   st.message = "no template stoker-template-llm";
+  assert_int_equal(report(f, "q", &st, NULL), 0);
   assert_int_equal(report(f, "q", &st, NULL), 0);
   g = get_job(f, "q");
   assert_string_equal(JOB(g)->reason,
                       "rejected by the queue controller: no template stoker-template-llm");
   res_free(g);
   events(f, "q", &s);
-  assert_int_equal(s.n, before);
+  assert_int_equal(s.n, before + 1);
+  assert_int_equal(count(&s, EV(REJECTED)), 1);
+  assert_string_equal(s.msg[last(&s, EV(REJECTED))],
+                      "rejected by the queue controller: no template stoker-template-llm");
 }
 
 static void test_report_refused(void **state) {
