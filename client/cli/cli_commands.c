@@ -98,7 +98,10 @@ static const struct cli_command commands[] = {
      cli_job_scale,
      "NAME N [--skip-checkpoint]",
      "job scale: checkpoint, then restart at N ranks",
-     "A submitted job's queue controller also resizes its workload to N (its target_ranks).\n"},
+     "A submitted job is resized by its queue controller: down with a checkpoint, then a restart\n"
+     "at N ranks; up with a new workload slice (admitted when the quota allows), the job growing\n"
+     "at a step boundary once the new ranks joined. N beyond --max or below --min is refused.\n"
+     "job watch shows SCALED, then PREEMPTED and SHRUNK, or ADMITTED and GROWN.\n"},
     {{"job", "pause"},
      1,
      "force",

@@ -130,6 +130,14 @@ def test_refused(daemons: dict[str, Daemon]) -> None:
             jobs.report_queue("ok", "SOMEWHERE")
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
         assert jobs.show("ok").queue is None
+        for ranks, field in [(3, "max_ranks 2"), (0, "min_ranks 1")]:  # a resize out of range
+            with pytest.raises(StokerError) as e:
+                jobs.resize("ok", ranks)
+            assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"ranks {ranks} is" in e.value.details and field in e.value.details
+            p = ctl(addr, "job", "resize", "ok", str(ranks))  # 0: stokerctl refuses it itself
+            assert p.returncode != 0 and (field if ranks else "rank count") in p.stderr, p.stderr
+        assert jobs.show("ok").target_ranks == 0
         assert [t for t, _ in events(jobs, "ok")] == ["CREATED"]
 
 

@@ -958,8 +958,12 @@ class Jobs:
 
     def resize(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
         """:meth:`scale` by the name ``stokerctl job resize`` uses: checkpoint,
-        then go on at ``ranks`` ranks (a submitted job's queue controller
-        resizes its workload to match; SHRUNK or GROWN is logged)."""
+        then go on at ``ranks`` ranks. A submitted job's queue controller
+        applies it to its workload: down with PreemptJob (checkpoint, stop)
+        and fewer pods, up with a new workload slice, the job growing once
+        the new ranks joined; the log says SCALED, then PREEMPTED and SHRUNK,
+        or ADMITTED and GROWN. ``ranks`` beyond max_ranks or below min_ranks:
+        INVALID_ARGUMENT naming both, nothing changed."""
         return self.scale(name, ranks, skip_checkpoint)
 
     def report_queue(self, name: str, state: str, **status: Any) -> Job:
