@@ -325,3 +325,123 @@ def test_queue_status_follows_the_workload() -> None:
         "status": {"conditions": [{"type": "Complete", "status": "True"}]},
     }
     assert submit.queue_status(done, [admitted], 3)[0] == "FINISHED"
+
+
+def test_an_elastic_job_grows_toward_max_ranks_not_only_back() -> None:
+    # No user resize: the job wants max_ranks, whatever size it started or
+    # shrank from (the controller no longer records the size it shrank from).
+    assert decide.wanted_ranks({}, 6) == 6
+    assert decide.wanted_ranks({decide.WANTED_ANNOTATION: "3"}, 6) == 3  # a user asked 3
+    assert decide.wanted_ranks({decide.WANTED_ANNOTATION: "9"}, 6) == 6
+    assert decide.wanted_ranks({decide.WANTED_ANNOTATION: "x"}, 6) == 6
+    # Started at 2 of 2..6, four ranks' worth free, nothing waits: 6 at once
+    # (one slice, one checkpoint and round), not 3 then 4 then ...
+    free = {"cpu": Decimal("0.2"), "memory": Decimal(1 << 30)}
+    acts = decide.plan([], [running("low", 2, hi=6, wanted=decide.wanted_ranks({}, 6))], free)
+    assert [(type(a), getattr(a, "to", None)) for a in acts] == [(decide.Grow, 6)]
+    # Two ranks' worth: as far as it fits.
+    free = {"cpu": Decimal("0.1"), "memory": Decimal(1 << 30)}
+    acts = decide.plan([], [running("low", 2, hi=6, wanted=6)], free)
+    assert [getattr(a, "to", None) for a in acts] == [4]
+    # A user's resize to 3 caps it there.
+    acts = decide.plan([], [running("low", 2, hi=6, wanted=3)], free)
+    assert [getattr(a, "to", None) for a in acts] == [3]
+
+
+def test_a_users_resize_is_a_target_the_controller_did_not_set() -> None:
+    sub = dict(submitted=True)
+    assert decide.user_resize(running("j", 4, target=2)) is None  # not submitted
+    assert decide.user_resize(running("j", 4, target=0, **sub)) is None  # none asked
+    assert decide.user_resize(running("j", 4, target=2, set_target=2, **sub)) is None  # ours
+    down = decide.user_resize(running("j", 4, target=2, set_target=4, **sub))
+    assert down is not None and down.to == 2
+    assert down.reason == "resize 4 -> 2 asked by the user: checkpoint, then restart at 2 ranks"
+    up = decide.user_resize(running("j", 2, target=4, **sub))
+    assert up is not None and up.to == 4 and "a workload slice for 4 ranks" in up.reason
+    same = decide.user_resize(running("j", 3, target=3, **sub))
+    assert same is not None and same.to == 3  # only recorded: it grows back to 3
+    # Within min..max whatever the coordinator holds (it refuses others).
+    assert decide.resize_to(4, 9, 0, 2, 4) == 4 and decide.resize_to(4, 1, 0, 2, 4) == 2
+
+
+class FakeBatch:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def patch_namespaced_job(self, name: str, ns: str, body: Any, **kw: Any) -> None:
+        self.calls.append(("patch", name, repr(body)))
+
+
+class FakeJobs:
+    def __init__(self, calls: list[tuple[str, ...]]) -> None:
+        self.calls = calls
+
+    def preempt(self, name: str, reason: str = "") -> None:
+        self.calls.append(("preempt", name, reason))
+
+    def scale(self, name: str, ranks: int) -> None:
+        self.calls.append(("scale", name, str(ranks)))
+
+
+def controller() -> tuple[Any, list[tuple[str, ...]]]:
+    from kubernetes import client
+
+    from stoker.kueue.controller import Controller
+
+    batch = FakeBatch()
+    c = Controller("ns", FakeJobs(batch.calls), api=client.ApiClient())  # type: ignore[arg-type]
+    c.batch = batch  # type: ignore[assignment]
+    return c, batch.calls
+
+
+def marks(to: int) -> dict[str, str]:
+    return {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
+
+
+def test_a_users_resize_is_applied_as_the_controllers_shrink_and_grow() -> None:
+    c, calls = controller()
+    sub = dict(submitted=True)
+    # Down: checkpoint-then-stop first, then fewer pods, the size recorded.
+    rz = decide.user_resize(running("j", 4, target=2, **sub))
+    assert rz is not None
+    c.act(rz, {})
+    body = {"spec": {"parallelism": 2, "completions": 2}, "metadata": {"annotations": marks(2)}}
+    assert calls == [("preempt", "team-a-j", rz.reason), ("patch", "j", repr(body))]
+    # Up: no preemption; more pods (a new slice), the size recorded; the
+    # coordinator's target is already the user's.
+    calls.clear()
+    rz = decide.user_resize(running("j", 2, target=4, **sub))
+    assert rz is not None
+    c.act(rz, {})
+    body = {"spec": {"parallelism": 4, "completions": 4}, "metadata": {"annotations": marks(4)}}
+    assert calls == [("patch", "j", repr(body))]
+    # The size it runs: recorded only.
+    calls.clear()
+    rz = decide.user_resize(running("j", 3, target=3, **sub))
+    assert rz is not None
+    c.act(rz, {})
+    assert calls == [("patch", "j", repr({"metadata": {"annotations": marks(3)}}))]
+
+
+def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> None:
+    c, calls = controller()
+    # Shrink: PreemptJob, ScaleJob to the smaller size, pods and target together.
+    c.act(decide.Shrink(running("j", 4), 2, "yielding"), {})
+    body = {
+        "spec": {"parallelism": 2, "completions": 2},
+        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
+    }
+    assert [x[0] for x in calls] == ["preempt", "scale", "patch"]
+    assert calls[1] == ("scale", "team-a-j", "2") and calls[2] == ("patch", "j", repr(body))
+    # Grow from 2 to 4 of a job whose target is not 2: the target first
+    # becomes 2 (new ranks park as spares until ScaleJob), then more pods.
+    calls.clear()
+    c.act(decide.Grow(running("j", 2, target=0), 4), {})
+    body = {
+        "spec": {"parallelism": 4, "completions": 4},
+        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
+    }
+    assert calls == [("scale", "team-a-j", "2"), ("patch", "j", repr(body))]
+    calls.clear()
+    c.act(decide.Grow(running("j", 2, target=2), 4), {})  # already: pods only
+    assert calls == [("patch", "j", repr({"spec": {"parallelism": 4, "completions": 4}}))]
