@@ -1,7 +1,11 @@
 """The queue controller's decisions (stoker.kueue.decide) on Kubernetes objects
 shaped as Kueue v0.17 and the API server return them: quota arithmetic, the
-first sign of an eviction, shrink before evict, grow back, scale up. The loop
-that acts on them runs on the real cluster (tests/k8s/run)."""
+first sign of an eviction, shrink before evict, grow toward max_ranks, scale
+up, a user's resize of a submitted job; the controller's calls for each
+action (on fakes of the API and the coordinator), and its watches on the
+API server's streamed answers (504 "Too large resource version": list again,
+with backoff). The loop that acts on them runs on the real cluster
+(tests/k8s/run)."""
 
 from __future__ import annotations
 
@@ -445,3 +449,94 @@ def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> N
     calls.clear()
     c.act(decide.Grow(running("j", 2, target=2), 4), {})  # already: pods only
     assert calls == [("patch", "j", repr({"spec": {"parallelism": 4, "completions": 4}}))]
+
+
+# A watch's answers as the API server streams them: the Status of a watch
+# from a version its watch cache has not reached yet (HTTP 504, what the
+# controller's watches kept getting on the cluster), an event, a bookmark.
+TOO_LARGE = {
+    "type": "ERROR",
+    "object": {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Too large resource version: 1200, current: 1187",
+        "reason": "Timeout",
+        "details": {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+        "code": 504,
+    },
+}
+ADDED = {
+    "type": "ADDED",
+    "object": {"kind": "Job", "metadata": {"name": "low", "resourceVersion": "1211"}},
+}
+BOOKMARK = {"type": "BOOKMARK", "object": {"kind": "Job", "metadata": {"resourceVersion": "1215"}}}
+
+
+class Streamed:
+    """A watch's HTTP response as the client library reads it."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        import json
+
+        self.body = [(json.dumps(e) + "\n").encode() for e in events]
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        return iter(self.body)
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_a_watch_answered_too_large_resource_version_lists_again_with_backoff() -> None:
+    from stoker.kueue.controller import follow
+
+    lists = iter(["1200", "1210"])
+    watches = iter([[TOO_LARGE], [ADDED, BOOKMARK], [TOO_LARGE], [TOO_LARGE]])
+    calls: list[str] = []
+    sleeps: list[float] = []
+    wakes: list[int] = []
+
+    def lister(**kw: Any) -> Any:
+        if not kw.get("watch"):
+            calls.append("list")
+            return {"metadata": {"resourceVersion": next(lists, "1300")}, "items": []}
+        assert kw["allow_watch_bookmarks"] and kw["timeout_seconds"] == 60
+        calls.append(f"watch@{kw['resource_version']}")
+        return Streamed(next(watches))
+
+    follow("jobs", lister, lambda: wakes.append(1), lambda: len(calls) >= 7, sleeps.append)
+    assert calls == [
+        "list",  # version 1200
+        "watch@1200",  # 504 Too large: list again after 1 s
+        "list",  # 1210
+        "watch@1210",  # an event (1211), a bookmark (1215), the server's end
+        "watch@1215",  # on from the bookmark; 504: backoff starts over at 1 s
+        "list",
+        "watch@1300",  # 504 again: 2 s
+    ]
+    assert sleeps == [1.0, 1.0, 2.0]
+    assert len(wakes) == 4  # each list and the one event, not the bookmark
+
+
+def test_watch_backoff_is_capped() -> None:
+    from stoker.kueue import controller
+
+    sleeps: list[float] = []
+
+    def lister(**kw: Any) -> Any:
+        if not kw.get("watch"):
+            return {"metadata": {"resourceVersion": "1"}}
+        return Streamed([TOO_LARGE])
+
+    controller.follow("wl", lister, lambda: None, lambda: len(sleeps) >= 8, sleeps.append)
+    assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]

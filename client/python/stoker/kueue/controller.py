@@ -70,6 +70,10 @@ MERGE = "application/merge-patch+json"
 # How long a ClusterQueue is left alone after an action, so that Kueue and
 # the Job controller act on it before the next plan (seconds).
 SETTLE_S = 15.0
+# A failed watch lists again after a wait that doubles from WATCH_BACKOFF_S
+# up to WATCH_BACKOFF_MAX_S, and starts over once an event came (seconds).
+WATCH_BACKOFF_S = 1.0
+WATCH_BACKOFF_MAX_S = 30.0
 
 
 class Controller:
@@ -120,13 +124,7 @@ class Controller:
         self._wake.set()
 
     def _watch(self, what: str, lister: Callable[..., Any]) -> None:
-        while not self._stop.is_set():
-            try:
-                for _ in watch.Watch().stream(lister, timeout_seconds=60):
-                    self._wake.set()
-            except Exception as e:  # The API server went away, or its cache lags: again.
-                log.debug("watch %s: %s", what, e)
-                time.sleep(5.0)
+        follow(what, lister, self._wake.set, self._stop.is_set, self._stop.wait)
 
     def _list_jobs_call(self, **kw: Any) -> Any:
         return self.batch.list_namespaced_job(self.namespace, **kw)
@@ -560,3 +558,57 @@ def _int(value: str | None) -> int:
         return int(value) if value else 0
     except ValueError:
         return 0
+
+
+def follow(
+    what: str,
+    lister: Callable[..., Any],
+    wake: Callable[[], Any],
+    stopped: Callable[[], bool],
+    sleep: Callable[[float], Any] = time.sleep,
+    timeout_s: int = 60,
+) -> None:
+    """Lists, then watches from the list's resourceVersion, calling ``wake``
+    for each change, until ``stopped()``; as the client library's
+    ``Watch.stream`` asks: when the watch fails (410 Gone: the version
+    expired; 504 "Too large resource version": the API server's watch cache
+    is behind the version its list gave; or the connection broke) list again
+    and watch from the new list's version, after a backoff. A watch the
+    server ends (``timeout_s``) goes on from the last version seen (events
+    and bookmarks)."""
+    version = ""
+    delay = WATCH_BACKOFF_S
+    while not stopped():
+        try:
+            if not version:
+                version = _list_version(lister())
+                wake()  # What changed before the list is in it.
+            w = watch.Watch()
+            for ev in w.stream(
+                lister,
+                resource_version=version,
+                timeout_seconds=timeout_s,
+                allow_watch_bookmarks=True,
+            ):
+                raw = ev.get("raw_object") or {}
+                version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
+                if ev.get("type") != "BOOKMARK":
+                    wake()
+                delay = WATCH_BACKOFF_S
+                if stopped():
+                    return
+            continue  # The server's timeout: on from the last version.
+        except client.ApiException as e:
+            log.info("watch %s: %s %s; listing again in %.0f s", what, e.status, e.reason, delay)
+        except Exception as e:  # The API server went away.
+            log.info("watch %s: %s; listing again in %.0f s", what, e, delay)
+        version = ""
+        sleep(delay)
+        delay = min(2 * delay, WATCH_BACKOFF_MAX_S)
+
+
+def _list_version(listed: Any) -> str:
+    """The resourceVersion of a list (a model of the client's or a dict)."""
+    if isinstance(listed, Mapping):
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+    return str(getattr(listed.metadata, "resource_version", "") or "")
