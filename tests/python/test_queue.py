@@ -4,10 +4,12 @@ job submit`` record a submission (bad names and arguments refused naming the
 field, nothing created); the queue controller's reports (``Jobs.report_queue``,
 as the controller sends them) become the job's ``queue`` and one QUEUED,
 ADMITTED or REJECTED event per change of state (REJECTED also counted on
-/metrics); ``Jobs.watch`` yields them, ``describe``
-and ``stokerctl job watch`` say them in the same words, ``stokerctl job
-show`` prints the queue, its JSON equals ``Job.as_dict()``; a team's token
-submits and reports only within its scope."""
+/metrics); a user's resize of a submitted job, with the controller's part as
+stoker.kueue does it, logs SCALED, PREEMPTED, SHRUNK, RESUMED, SCALED,
+GROWN; ``Jobs.watch`` yields them, ``describe`` and ``stokerctl job watch``
+say them in the same words, ``stokerctl job show`` prints the queue, its
+JSON equals ``Job.as_dict()``; a team's token submits and reports only
+within its scope."""
 
 from __future__ import annotations
 
@@ -249,6 +251,90 @@ def test_evicted_and_readmitted_smaller(daemons: dict[str, Daemon]) -> None:
             ("RESUMED", "resumed at step 8: resumed after preemption (kueue: evicted) at step 8"),
         ], said
         back.leave()
+
+
+def test_a_users_resize_as_the_controller_applies_it(daemons: dict[str, Daemon]) -> None:
+    """A user's resize of a submitted job, with the queue controller's part
+    done as stoker.kueue does it: ``resize`` down sets the target and nothing
+    else; the controller's PreemptJob (its reason from decide.user_resize)
+    stops the ranks at step 8, the one rank its smaller Job keeps resumes
+    alone: SHRUNK and RESUMED. ``resize`` up: the job runs on at 1 until the
+    new rank the grown Job starts has joined, then checkpoints (step 12) and
+    grows: GROWN. Every step of it in the job's log, as describe and
+    stokerctl job watch say it."""
+    decide = pytest.importorskip("stoker.kueue.decide")
+    addr = daemons["coordinator"].addr
+    with Jobs(addr) as jobs:
+        jobs.submit(
+            "rz", "llm", 1, 2, heartbeat_interval_ms=100, heartbeat_misses=50, last_call_ms=200
+        )
+        members = join_all(addr, "rz", ["m0", "m1"])
+        job = jobs.resize("rz", 1)
+        assert (job.state, job.world_size, job.target_ranks) == ("RUNNING", 2, 1)
+        assert members[0].heartbeat()[0] == "CONTINUE"  # no checkpoint, no round
+        running = decide.Running(
+            job="rz", stoker_job="rz", workload="w", cluster_queue="cq", priority=0,
+            created="", count=2, min_ranks=1, max_ranks=2, wanted=2, elastic=True,
+            per_pod={}, submitted=True, target=1, set_target=0,
+        )  # fmt: skip
+        rz = decide.user_resize(running)
+        assert rz is not None and rz.to == 1
+        jobs.preempt("rz", rz.reason)  # the controller; then its Job drops index 1
+        for m in members:
+            m.leave(checkpoint_step=8)
+        back = Member("rz", addr, member_id="m0")
+        got: list[Membership] = []
+        t = threading.Thread(target=lambda: got.append(back.join(timeout=30)))
+        t.start()
+        report_step(back, "rz", 8)
+        t.join()
+        assert got and got[0].world_size == 1 and got[0].latest_checkpoint_step == 8
+
+        job = jobs.resize("rz", 2)
+        assert (job.state, job.world_size, job.target_ranks) == ("RUNNING", 1, 2)
+        assert back.heartbeat()[0] == "CONTINUE"
+        new = Member("rz", addr, member_id="m1")
+        grown: list[Membership] = []
+        t = threading.Thread(target=lambda: grown.append(new.join(timeout=30)))
+        t.start()  # joins and parks: now the job checkpoints first
+        deadline = time.monotonic() + 10
+        while back.heartbeat()[0] != "CHECKPOINT_NOW" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert jobs.show("rz").world_size == 1 and not grown
+        report_step(back, "rz", 12)
+        assert back.heartbeat()[0] == "RESTART"
+        again: list[Membership] = []
+        t2 = threading.Thread(target=lambda: again.append(back.join(timeout=30)))
+        t2.start()
+        t.join()
+        t2.join()
+        assert grown[0].world_size == 2 and grown[0].latest_checkpoint_step == 12
+
+        said = [(e.type, describe(e)) for e in jobs.watch("rz", idle_timeout=0.5)]
+        kinds = QUEUE_EVENTS | {"SCALED"}
+        target = "(its queue controller resizes the workload)"
+        assert [x for x in said if x[0] in kinds] == [
+            ("SCALED", f"target 1 ranks {target}"),
+            ("PREEMPTED", f"preempted at step 0: {rz.reason}"),
+            ("SHRUNK", "shrunk to 1 rank at step 8"),
+            ("RESUMED", f"resumed at step 8: resumed after preemption ({rz.reason}) at step 8"),
+            ("SCALED", f"target 2 ranks {target}"),
+            ("GROWN", "grown to 2 ranks at step 12"),
+        ], said
+        lines = watch_lines(addr, "rz")
+        grew = [line for line in lines if "  GROWN  " in line]
+        assert len(grew) == 1 and grew[0].endswith("grown to 2 ranks at step 12"), lines
+        back.leave()
+        new.leave()
+
+
+def report_step(m: Member, job: str, step: int) -> None:
+    """As the checkpoint service reports a committed step."""
+    m.conn.unary(
+        "/stoker.v1.Coordinator/ReportCheckpoint",
+        pb.ReportCheckpointRequest(job=job, step=step, uri=f"file:///ckpt/{step}"),
+        common_pb2.Empty,
+    )
 
 
 def test_rejected_is_an_event_watched_and_counted(tmp_path: pathlib.Path) -> None:
