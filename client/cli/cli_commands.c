@@ -58,9 +58,10 @@ static const struct cli_command commands[] = {
      cli_job_watch,
      "NAME [--after SEQ]",
      "stream events until Ctrl-C or deletion",
-     "QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN and RESUMED print as sentences (\"queued in Q at\n"
-     "position 2\", \"admitted 4 ranks\", \"shrunk to 2 ranks at step S\"); the others as their\n"
-     "fields and message. --json: one object per event.\n"},
+     "QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED and REJECTED print as sentences\n"
+     "(\"queued in Q at position 2\", \"admitted 4 ranks\", \"shrunk to 2 ranks at step S\",\n"
+     "\"rejected by the queue controller: WHY\"); the others as their fields and message.\n"
+     "--json: one object per event.\n"},
     {{"job", "create"},
      1,
      "min max heartbeat misses last-call join-timeout label dataset checkpoint-storage "
@@ -81,9 +82,9 @@ static const struct cli_command commands[] = {
      "The coordinator keeps the job; the queue controller (deploy/k8s) creates its workload from\n"
      "the template, with the words after -- appended to the trainer's command (at most 64, each\n"
      "at most 1024 bytes), and reports it: job show prints the queue state, position and admitted\n"
-     "ranks, job watch the QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN and RESUMED events. No\n"
-     "Kubernetes credentials are needed: the coordinator's token scope applies as to job "
-     "create.\n"},
+     "ranks, job watch the QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED and REJECTED\n"
+     "events. No Kubernetes credentials are needed: the coordinator's token scope applies as to\n"
+     "job create.\n"},
     {{"job", "scale"},
      2,
      "skip-checkpoint",
@@ -97,7 +98,10 @@ static const struct cli_command commands[] = {
      cli_job_scale,
      "NAME N [--skip-checkpoint]",
      "job scale: checkpoint, then restart at N ranks",
-     "A submitted job's queue controller also resizes its workload to N (its target_ranks).\n"},
+     "A submitted job is resized by its queue controller: down with a checkpoint, then a restart\n"
+     "at N ranks; up with a new workload slice (admitted when the quota allows), the job growing\n"
+     "at a step boundary once the new ranks joined. N beyond --max or below --min is refused.\n"
+     "job watch shows SCALED, then PREEMPTED and SHRUNK, or ADMITTED and GROWN.\n"},
     {{"job", "pause"},
      1,
      "force",

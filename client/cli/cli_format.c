@@ -145,6 +145,9 @@ static bool event_sentence(const Stoker__V1__JobEvent *ev, FILE *out) {
   case EV(RESUMED):
     fprintf(out, "  resumed at step %lld%s%s", step, msg[0] ? ": " : "", msg);
     return true;
+  case EV(REJECTED): /* The message says by whom and why. */
+    fprintf(out, "  %s", msg[0] ? msg : "rejected by the queue controller");
+    return true;
   default:
     return false;
   }

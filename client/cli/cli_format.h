@@ -64,8 +64,8 @@ void fmt_print_json(const cJSON *obj, FILE *out);
 void fmt_job_show(const Stoker__V1__Job *job, int64_t now_ms, FILE *out);
 void fmt_jobs_table(Stoker__V1__Job *const *jobs, size_t n_jobs, int64_t now_ms, FILE *out);
 /* One line per event: "SEQ TIME TYPE gen=G" then what happened; the queue
- * and resize events (QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED)
- * as a sentence ("admitted 4 ranks", "shrunk to 2 ranks at step 300"),
+ * and resize events (QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED,
+ * REJECTED) as a sentence ("admitted 4 ranks", "shrunk to 2 ranks at step 300"),
  * the others as their fields and message. */
 void fmt_event_line(const Stoker__V1__JobEvent *ev, FILE *out);
 

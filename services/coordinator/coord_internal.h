@@ -354,6 +354,14 @@ void coord_surplus_clear(struct job *j);
 bool coord_round_held(const struct job *j);
 /* A preempted, paused job whose ranks are back (a Join) resumes: WAITING. */
 void coord_readmit_maybe(struct job *j);
+/* A submitted job's grow: scales at a step boundary (coord_scale_arm) once
+ * world plus parked spares reach the target. */
+void coord_scale_grow_maybe(struct job *j);
+/* ScaleJob's wait for a checkpoint newer than the last, the members told
+ * CHECKPOINT_NOW again (coord_members_reset_told); ReportCheckpoint or the
+ * deadline opens the scale's round (coord_ops.c). */
+void coord_scale_arm(struct job *j);
+void coord_members_reset_told(struct job *j);
 
 /* ---- coord_ops.c: operator actions ------------------------------------- */
 void coord_pause_maybe_done(struct job *j);

@@ -31,6 +31,7 @@
 
 static void go_pausing(struct job *j, bool force);
 static int64_t members_step(const struct job *j);
+static void start_scale(struct job *j, bool skip_checkpoint);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);
@@ -39,12 +40,6 @@ static int64_t ckpt_wait_ms(const struct job *j) {
 static void ended(struct coord_wait *w, struct job *j) {
   coord_fail(w, STK_ESTATE, "job %s is %s", j->name,
              j->state == S(STOPPED) ? "stopped" : "finished");
-}
-
-static void reset_told(struct job *j) {
-  for (uint32_t r = 0; r < j->world; r++)
-    if (j->by_rank[r] && !j->by_rank[r]->finished) /* (one that finished never beats) */
-      j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
 }
 
 /* Ends the generation; parked joins stay parked until ResumeJob (or, after
@@ -120,7 +115,7 @@ static void go_pausing(struct job *j, bool force) {
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
   j->awaited_step = 0;
-  reset_told(j);
+  coord_members_reset_told(j);
 }
 
 /* The highest step a member reported: where the notice found the job. */
@@ -217,26 +212,37 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
-  if (req->ranks < j->spec->min_ranks || req->ranks > j->spec->max_ranks)
-    return coord_fail(w, STK_EINVAL, "ranks must be within %u..%u", j->spec->min_ranks,
+  if (req->ranks < j->spec->min_ranks)
+    return coord_fail(w, STK_EINVAL, "ranks %u is below the job's min_ranks %u", req->ranks,
+                      j->spec->min_ranks);
+  if (req->ranks > j->spec->max_ranks)
+    return coord_fail(w, STK_EINVAL, "ranks %u is above the job's max_ranks %u", req->ranks,
                       j->spec->max_ranks);
   if (coord_job_ended(j)) return ended(w, j);
   j->target = req->ranks;
   coord_job_touch(j, "scaled");
-  coord_event(j, E(SCALED), NULL, 0, "target %u ranks", req->ranks);
-  if (j->state == S(RUNNING) && j->world != req->ranks) {
-    if (req->skip_checkpoint) {
-      coord_round_open(j, "scaled");
-    } else {
-      j->scale_pending = true;
-      j->scale_step = j->ckpt_step;
-      j->scale_deadline = coord_now(c) + ckpt_wait_ms(j);
-      reset_told(j);
-    }
-  } else {
-    coord_round_check(j);
+  if (j->spec->submission) {
+    coord_event(j, E(SCALED), NULL, 0,
+                "target %u ranks (its queue controller resizes the workload)", req->ranks);
+    if (j->state != S(RUNNING))
+      coord_round_check(j);
+    else if (j->world < req->ranks)
+      coord_scale_grow_maybe(j);
+    return coord_answer_job(w, j);
   }
+  coord_event(j, E(SCALED), NULL, 0, "target %u ranks", req->ranks);
+  if (j->state == S(RUNNING) && j->world != req->ranks)
+    start_scale(j, req->skip_checkpoint);
+  else
+    coord_round_check(j);
   coord_answer_job(w, j);
+}
+
+static void start_scale(struct job *j, bool skip_checkpoint) {
+  if (skip_checkpoint)
+    coord_round_open(j, "scaled");
+  else
+    coord_scale_arm(j);
 }
 
 static void record_ckpt(struct job *j, const Stoker__V1__ReportCheckpointRequest *req) {

@@ -4,9 +4,10 @@
  * a workload of its cluster, reports what the cluster says of it: queued
  * at a position, admitted for some ranks, evicted, finished, rejected. The
  * last report is the job's Job.queue, kept in its JobRecord (synced before
- * the reply, so a restart keeps it); a change of state logs QUEUED or
- * ADMITTED once, so users follow the queue in the job's event log without
- * Kubernetes credentials. Eviction itself is a PreemptJob (coord_ops.c).
+ * the reply, so a restart keeps it); a change of state logs QUEUED,
+ * ADMITTED or REJECTED once, so users follow the queue in the job's event
+ * log without Kubernetes credentials. Eviction itself is a PreemptJob
+ * (coord_ops.c).
  * A concern beside the operator actions: calls the events, the store, the
  * job's records and the validation below it.
  */
@@ -64,9 +65,10 @@ static const char *queue_name(const struct job *j) {
   return q && *q ? q : "the default queue";
 }
 
-/* QUEUED and ADMITTED are events; a job not yet running also says why in
- * its reason. The other states are in Job.queue only: an eviction is the
- * controller's PreemptJob (PREEMPTED), the end is the ranks'. */
+/* QUEUED, ADMITTED and REJECTED are events; a job not yet running also
+ * says why in its reason. The other states are in Job.queue only: an
+ * eviction is the controller's PreemptJob (PREEMPTED), the end is the
+ * ranks'. */
 static void log_change(struct job *j, const Stoker__V1__QueueStatus *st) {
   char why[1400];
   const char *cq = st->cluster_queue && *st->cluster_queue ? st->cluster_queue : NULL;
@@ -87,6 +89,7 @@ static void log_change(struct job *j, const Stoker__V1__QueueStatus *st) {
   case Q(REJECTED):
     snprintf(why, sizeof(why), "rejected by the queue controller: %s",
              st->message && *st->message ? st->message : "(no reason given)");
+    coord_event(j, E(REJECTED), NULL, 0, "%s", why);
     break;
   case Q(EVICTED):
     snprintf(why, sizeof(why), "evicted from %s; queued again next", queue_name(j));

@@ -21,6 +21,11 @@
  * A close at a world unlike the last close's logs SHRUNK or GROWN with the
  * checkpoint step the new generation restores (job.last_world, kept in the
  * JobRecord).
+ *
+ * A new member of a running submitted job (its pods are its queue
+ * controller's) parks as a spare until the target's ranks are there; then
+ * the job scales at a step boundary as ScaleJob does (coord_scale_arm,
+ * called by coord_ops.c too).
  */
 #include "coord_internal.h"
 
@@ -352,10 +357,36 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
   if (j->state == S(RUNNING)) {
     if (coord_tab_get(&j->members, req->member_id))
       coord_round_open(j, "a member rejoined");
+    else if (j->spec->submission) /* A spare until the target's ranks are there. */
+      coord_scale_grow_maybe(j);
     else if (j->world < coord_job_cap(j) && !j->scale_pending) /* Else: the scale's round. */
       coord_round_open(j, "a new member joined");
   } else {
     coord_round_check(j);
   }
   return w;
+}
+
+/* A submitted job's pods are its queue controller's: ScaleJob down leaves
+ * the reshape to it (PreemptJob, then fewer pods: the Job deletes its
+ * highest indexes, which need not be the last ranks), and a grow waits for
+ * its ranks. Once as many spares wait as the target lacks (the controller
+ * grew the Job, their Joins parked), the job scales at a step boundary. */
+void coord_scale_grow_maybe(struct job *j) {
+  uint32_t cap = coord_job_cap(j);
+  if (j->state != S(RUNNING) || j->scale_pending || j->world >= cap) return;
+  if (j->world + j->n_joiners >= cap) coord_scale_arm(j);
+}
+
+void coord_scale_arm(struct job *j) {
+  j->scale_pending = true;
+  j->scale_step = j->ckpt_step;
+  j->scale_deadline = coord_now(j->c) + coord_job_ckpt_wait_ms(j);
+  coord_members_reset_told(j);
+}
+
+void coord_members_reset_told(struct job *j) {
+  for (uint32_t r = 0; r < j->world; r++)
+    if (j->by_rank[r] && !j->by_rank[r]->finished) /* (one that finished never beats) */
+      j->by_rank[r]->told_ckpt = j->by_rank[r]->told_stop = false;
 }

@@ -1,7 +1,11 @@
 """The queue controller's decisions (stoker.kueue.decide) on Kubernetes objects
 shaped as Kueue v0.17 and the API server return them: quota arithmetic, the
-first sign of an eviction, shrink before evict, grow back, scale up. The loop
-that acts on them runs on the real cluster (tests/k8s/run)."""
+first sign of an eviction, shrink before evict, grow toward max_ranks, scale
+up, a user's resize of a submitted job; the controller's calls for each
+action (on fakes of the API and the coordinator), and its watches on the
+API server's streamed answers (504 "Too large resource version": list again,
+with backoff). The loop that acts on them runs on the real cluster
+(tests/k8s/run)."""
 
 from __future__ import annotations
 
@@ -458,3 +462,214 @@ def test_the_controller_refuses_a_queue_or_priority_its_template_does_not_allow(
             assert not created
             assert len(reports) == 1 and reports[0][1] == ("team-a-x", "REJECTED")
             assert why in reports[0][2]["message"], reports[0][2]["message"]
+
+
+def test_an_elastic_job_grows_toward_max_ranks_not_only_back() -> None:
+    # No user resize: the job wants max_ranks, whatever size it started or
+    # shrank from (the controller no longer records the size it shrank from).
+    assert decide.wanted_ranks({}, 6) == 6
+    assert decide.wanted_ranks({decide.WANTED_ANNOTATION: "3"}, 6) == 3  # a user asked 3
+    assert decide.wanted_ranks({decide.WANTED_ANNOTATION: "9"}, 6) == 6
+    assert decide.wanted_ranks({decide.WANTED_ANNOTATION: "x"}, 6) == 6
+    # Started at 2 of 2..6, four ranks' worth free, nothing waits: 6 at once
+    # (one slice, one checkpoint and round), not 3 then 4 then ...
+    free = {"cpu": Decimal("0.2"), "memory": Decimal(1 << 30)}
+    acts = decide.plan([], [running("low", 2, hi=6, wanted=decide.wanted_ranks({}, 6))], free)
+    assert [(type(a), getattr(a, "to", None)) for a in acts] == [(decide.Grow, 6)]
+    # Two ranks' worth: as far as it fits.
+    free = {"cpu": Decimal("0.1"), "memory": Decimal(1 << 30)}
+    acts = decide.plan([], [running("low", 2, hi=6, wanted=6)], free)
+    assert [getattr(a, "to", None) for a in acts] == [4]
+    # A user's resize to 3 caps it there.
+    acts = decide.plan([], [running("low", 2, hi=6, wanted=3)], free)
+    assert [getattr(a, "to", None) for a in acts] == [3]
+
+
+def test_a_users_resize_is_a_target_the_controller_did_not_set() -> None:
+    sub = dict(submitted=True)
+    assert decide.user_resize(running("j", 4, target=2)) is None  # not submitted
+    assert decide.user_resize(running("j", 4, target=0, **sub)) is None  # none asked
+    assert decide.user_resize(running("j", 4, target=2, set_target=2, **sub)) is None  # ours
+    down = decide.user_resize(running("j", 4, target=2, set_target=4, **sub))
+    assert down is not None and down.to == 2
+    assert down.reason == "resize 4 -> 2 asked by the user: checkpoint, then restart at 2 ranks"
+    up = decide.user_resize(running("j", 2, target=4, **sub))
+    assert up is not None and up.to == 4 and "a workload slice for 4 ranks" in up.reason
+    same = decide.user_resize(running("j", 3, target=3, **sub))
+    assert same is not None and same.to == 3  # only recorded: it grows back to 3
+    # Within min..max whatever the coordinator holds (it refuses others).
+    assert decide.resize_to(4, 9, 0, 2, 4) == 4 and decide.resize_to(4, 1, 0, 2, 4) == 2
+
+
+class FakeBatch:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def patch_namespaced_job(self, name: str, ns: str, body: Any, **kw: Any) -> None:
+        self.calls.append(("patch", name, repr(body)))
+
+
+class FakeJobs:
+    def __init__(self, calls: list[tuple[str, ...]]) -> None:
+        self.calls = calls
+
+    def preempt(self, name: str, reason: str = "") -> None:
+        self.calls.append(("preempt", name, reason))
+
+    def scale(self, name: str, ranks: int) -> None:
+        self.calls.append(("scale", name, str(ranks)))
+
+
+def controller() -> tuple[Any, list[tuple[str, ...]]]:
+    from kubernetes import client
+
+    from stoker.kueue.controller import Controller
+
+    batch = FakeBatch()
+    c = Controller("ns", FakeJobs(batch.calls), api=client.ApiClient())  # type: ignore[arg-type]
+    c.batch = batch  # type: ignore[assignment]
+    return c, batch.calls
+
+
+def marks(to: int) -> dict[str, str]:
+    return {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
+
+
+def test_a_users_resize_is_applied_as_the_controllers_shrink_and_grow() -> None:
+    c, calls = controller()
+    sub = dict(submitted=True)
+    # Down: checkpoint-then-stop first, then fewer pods, the size recorded.
+    rz = decide.user_resize(running("j", 4, target=2, **sub))
+    assert rz is not None
+    c.act(rz, {})
+    body = {"spec": {"parallelism": 2, "completions": 2}, "metadata": {"annotations": marks(2)}}
+    assert calls == [("preempt", "team-a-j", rz.reason), ("patch", "j", repr(body))]
+    # Up: no preemption; more pods (a new slice), the size recorded; the
+    # coordinator's target is already the user's.
+    calls.clear()
+    rz = decide.user_resize(running("j", 2, target=4, **sub))
+    assert rz is not None
+    c.act(rz, {})
+    body = {"spec": {"parallelism": 4, "completions": 4}, "metadata": {"annotations": marks(4)}}
+    assert calls == [("patch", "j", repr(body))]
+    # The size it runs: recorded only.
+    calls.clear()
+    rz = decide.user_resize(running("j", 3, target=3, **sub))
+    assert rz is not None
+    c.act(rz, {})
+    assert calls == [("patch", "j", repr({"metadata": {"annotations": marks(3)}}))]
+
+
+def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> None:
+    c, calls = controller()
+    # Shrink: PreemptJob, ScaleJob to the smaller size, pods and target together.
+    c.act(decide.Shrink(running("j", 4), 2, "yielding"), {})
+    body = {
+        "spec": {"parallelism": 2, "completions": 2},
+        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
+    }
+    assert [x[0] for x in calls] == ["preempt", "scale", "patch"]
+    assert calls[1] == ("scale", "team-a-j", "2") and calls[2] == ("patch", "j", repr(body))
+    # Grow from 2 to 4 of a job whose target is not 2: the target first
+    # becomes 2 (new ranks park as spares until ScaleJob), then more pods.
+    calls.clear()
+    c.act(decide.Grow(running("j", 2, target=0), 4), {})
+    body = {
+        "spec": {"parallelism": 4, "completions": 4},
+        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
+    }
+    assert calls == [("scale", "team-a-j", "2"), ("patch", "j", repr(body))]
+    calls.clear()
+    c.act(decide.Grow(running("j", 2, target=2), 4), {})  # already: pods only
+    assert calls == [("patch", "j", repr({"spec": {"parallelism": 4, "completions": 4}}))]
+
+
+# A watch's answers as the API server streams them: the Status of a watch
+# from a version its watch cache has not reached yet (HTTP 504, what the
+# controller's watches kept getting on the cluster), an event, a bookmark.
+TOO_LARGE = {
+    "type": "ERROR",
+    "object": {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": "Too large resource version: 1200, current: 1187",
+        "reason": "Timeout",
+        "details": {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+        "code": 504,
+    },
+}
+ADDED = {
+    "type": "ADDED",
+    "object": {"kind": "Job", "metadata": {"name": "low", "resourceVersion": "1211"}},
+}
+BOOKMARK = {"type": "BOOKMARK", "object": {"kind": "Job", "metadata": {"resourceVersion": "1215"}}}
+
+
+class Streamed:
+    """A watch's HTTP response as the client library reads it."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        import json
+
+        self.body = [(json.dumps(e) + "\n").encode() for e in events]
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        return iter(self.body)
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+
+def test_a_watch_answered_too_large_resource_version_lists_again_with_backoff() -> None:
+    from stoker.kueue.controller import follow
+
+    lists = iter(["1200", "1210"])
+    watches = iter([[TOO_LARGE], [ADDED, BOOKMARK], [TOO_LARGE], [TOO_LARGE]])
+    calls: list[str] = []
+    sleeps: list[float] = []
+    wakes: list[int] = []
+
+    def lister(**kw: Any) -> Any:
+        if not kw.get("watch"):
+            calls.append("list")
+            return {"metadata": {"resourceVersion": next(lists, "1300")}, "items": []}
+        assert kw["allow_watch_bookmarks"] and kw["timeout_seconds"] == 60
+        calls.append(f"watch@{kw['resource_version']}")
+        return Streamed(next(watches))
+
+    follow("jobs", lister, lambda: wakes.append(1), lambda: len(calls) >= 7, sleeps.append)
+    assert calls == [
+        "list",  # version 1200
+        "watch@1200",  # 504 Too large: list again after 1 s
+        "list",  # 1210
+        "watch@1210",  # an event (1211), a bookmark (1215), the server's end
+        "watch@1215",  # on from the bookmark; 504: backoff starts over at 1 s
+        "list",
+        "watch@1300",  # 504 again: 2 s
+    ]
+    assert sleeps == [1.0, 1.0, 2.0]
+    assert len(wakes) == 4  # each list and the one event, not the bookmark
+
+
+def test_watch_backoff_is_capped() -> None:
+    from stoker.kueue import controller
+
+    sleeps: list[float] = []
+
+    def lister(**kw: Any) -> Any:
+        if not kw.get("watch"):
+            return {"metadata": {"resourceVersion": "1"}}
+        return Streamed([TOO_LARGE])
+
+    controller.follow("wl", lister, lambda: None, lambda: len(sleeps) >= 8, sleeps.append)
+    assert sleeps == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]

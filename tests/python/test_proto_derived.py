@@ -158,3 +158,53 @@ def test_enum_prefixes_come_from_the_zero_value():
     assert _proto.enum_prefix(ckpt_pb.DType.DESCRIPTOR) == "DTYPE_"
     assert _proto.enum_prefix(coord_pb.HeartbeatAction.DESCRIPTOR) == "HEARTBEAT_ACTION_"
     assert jobs._FORMAT_VALUES == {"": 0, "megatron": 1, "llmc": 2, "text": 3}
+
+
+def test_the_generic_as_dict_gives_what_the_queue_classes_hand_copies_gave():
+    # The dicts Submission.as_dict and QueueStatus.as_dict built field by
+    # field before Mirror.as_dict replaced them (args a list, not a tuple).
+    sub = queue.Submission.from_proto(
+        coord_pb.Submission(queue="team-a", priority="high", template="demo", args=["--x", "1"])
+    )
+    assert sub.as_dict() == {
+        "queue": "team-a",
+        "priority": "high",
+        "template": "demo",
+        "args": ["--x", "1"],
+    }
+    assert type(sub.as_dict()["args"]) is list
+    st = queue.QueueStatus.from_proto(
+        queue.status_proto(
+            "ADMITTED",
+            workload="wl",
+            cluster_queue="cq",
+            position=-1,
+            admitted_ranks=4,
+            message="m",
+            updated_ms=7,
+        )
+    )
+    assert st.as_dict() == {
+        "state": "ADMITTED",
+        "workload": "wl",
+        "cluster_queue": "cq",
+        "position": -1,
+        "admitted_ranks": 4,
+        "message": "m",
+        "updated_ms": 7,
+    }
+    assert list(st.as_dict()) == [f.name for f in dataclasses.fields(st)]
+    # Nested: a JobSpec's submission is its dict, an absent one None.
+    spec = jobs.JobSpec.from_proto(coord_pb.JobSpec(name="j", min_ranks=1, max_ranks=2))
+    assert spec.as_dict()["submission"] is None
+    spec = jobs.JobSpec.from_proto(
+        coord_pb.JobSpec(
+            name="j", min_ranks=1, max_ranks=2, submission=coord_pb.Submission(args=["a"])
+        )
+    )
+    assert spec.as_dict()["submission"] == {
+        "queue": "",
+        "priority": "",
+        "template": "",
+        "args": ["a"],
+    }

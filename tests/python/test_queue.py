@@ -2,21 +2,26 @@
 coordinator and stokerctl (issue 23, part 4): ``Jobs.submit`` and ``stokerctl
 job submit`` record a submission (bad names and arguments refused naming the
 field, nothing created); the queue controller's reports (``Jobs.report_queue``,
-as the controller sends them) become the job's ``queue`` and one QUEUED or
-ADMITTED event per change of state; ``Jobs.watch`` yields them, ``describe``
-and ``stokerctl job watch`` say them in the same words, ``stokerctl job
-show`` prints the queue, its JSON equals ``Job.as_dict()``; a team's token
-submits and reports only within its scope, and only to the queues and at
-the priorities its line of the token table grants."""
+as the controller sends them) become the job's ``queue`` and one QUEUED,
+ADMITTED or REJECTED event per change of state (REJECTED also counted on
+/metrics); a user's resize of a submitted job, with the controller's part as
+stoker.kueue does it, logs SCALED, PREEMPTED, SHRUNK, RESUMED, SCALED,
+GROWN; ``Jobs.watch`` yields them, ``describe`` and ``stokerctl job watch``
+say them in the same words, ``stokerctl job show`` prints the queue, its
+JSON equals ``Job.as_dict()``; a team's token submits and reports only
+within its scope, and only to the queues and at the priorities its line of
+the token table grants."""
 
 from __future__ import annotations
 
 import json
 import pathlib
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 
 import grpc
@@ -25,7 +30,7 @@ from conftest import Daemon, binary
 
 from stoker import Jobs, Security, StokerError
 from stoker.membership import Member, Membership
-from stoker.queue import ADMITTED, QUEUE_EVENTS, QUEUED, describe
+from stoker.queue import ADMITTED, QUEUE_EVENTS, QUEUED, REJECTED, describe
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
@@ -130,6 +135,14 @@ def test_refused(daemons: dict[str, Daemon]) -> None:
             jobs.report_queue("ok", "SOMEWHERE")
         assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
         assert jobs.show("ok").queue is None
+        for ranks, field in [(3, "max_ranks 2"), (0, "min_ranks 1")]:  # a resize out of range
+            with pytest.raises(StokerError) as e:
+                jobs.resize("ok", ranks)
+            assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert f"ranks {ranks} is" in e.value.details and field in e.value.details
+            p = ctl(addr, "job", "resize", "ok", str(ranks))  # 0: stokerctl refuses it itself
+            assert p.returncode != 0 and (field if ranks else "rank count") in p.stderr, p.stderr
+        assert jobs.show("ok").target_ranks == 0
         assert [t for t, _ in events(jobs, "ok")] == ["CREATED"]
 
 
@@ -465,3 +478,125 @@ def test_the_other_daemons_read_the_same_table(tmp_path: pathlib.Path) -> None:
     tokens.write_text(POLICY)
     for name in ("dataloader", "checkpoint"):
         Daemon(name, tmp_path, "--token-file", str(tokens)).stop()
+
+
+def test_a_users_resize_as_the_controller_applies_it(daemons: dict[str, Daemon]) -> None:
+    """A user's resize of a submitted job, with the queue controller's part
+    done as stoker.kueue does it: ``resize`` down sets the target and nothing
+    else; the controller's PreemptJob (its reason from decide.user_resize)
+    stops the ranks at step 8, the one rank its smaller Job keeps resumes
+    alone: SHRUNK and RESUMED. ``resize`` up: the job runs on at 1 until the
+    new rank the grown Job starts has joined, then checkpoints (step 12) and
+    grows: GROWN. Every step of it in the job's log, as describe and
+    stokerctl job watch say it."""
+    decide = pytest.importorskip("stoker.kueue.decide")
+    addr = daemons["coordinator"].addr
+    with Jobs(addr) as jobs:
+        jobs.submit(
+            "rz", "llm", 1, 2, heartbeat_interval_ms=100, heartbeat_misses=50, last_call_ms=200
+        )
+        members = join_all(addr, "rz", ["m0", "m1"])
+        job = jobs.resize("rz", 1)
+        assert (job.state, job.world_size, job.target_ranks) == ("RUNNING", 2, 1)
+        assert members[0].heartbeat()[0] == "CONTINUE"  # no checkpoint, no round
+        running = decide.Running(
+            job="rz", stoker_job="rz", workload="w", cluster_queue="cq", priority=0,
+            created="", count=2, min_ranks=1, max_ranks=2, wanted=2, elastic=True,
+            per_pod={}, submitted=True, target=1, set_target=0,
+        )  # fmt: skip
+        rz = decide.user_resize(running)
+        assert rz is not None and rz.to == 1
+        jobs.preempt("rz", rz.reason)  # the controller; then its Job drops index 1
+        for m in members:
+            m.leave(checkpoint_step=8)
+        back = Member("rz", addr, member_id="m0")
+        got: list[Membership] = []
+        t = threading.Thread(target=lambda: got.append(back.join(timeout=30)))
+        t.start()
+        report_step(back, "rz", 8)
+        t.join()
+        assert got and got[0].world_size == 1 and got[0].latest_checkpoint_step == 8
+
+        job = jobs.resize("rz", 2)
+        assert (job.state, job.world_size, job.target_ranks) == ("RUNNING", 1, 2)
+        assert back.heartbeat()[0] == "CONTINUE"
+        new = Member("rz", addr, member_id="m1")
+        grown: list[Membership] = []
+        t = threading.Thread(target=lambda: grown.append(new.join(timeout=30)))
+        t.start()  # joins and parks: now the job checkpoints first
+        deadline = time.monotonic() + 10
+        while back.heartbeat()[0] != "CHECKPOINT_NOW" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert jobs.show("rz").world_size == 1 and not grown
+        report_step(back, "rz", 12)
+        assert back.heartbeat()[0] == "RESTART"
+        again: list[Membership] = []
+        t2 = threading.Thread(target=lambda: again.append(back.join(timeout=30)))
+        t2.start()
+        t.join()
+        t2.join()
+        assert grown[0].world_size == 2 and grown[0].latest_checkpoint_step == 12
+
+        said = [(e.type, describe(e)) for e in jobs.watch("rz", idle_timeout=0.5)]
+        kinds = QUEUE_EVENTS | {"SCALED"}
+        target = "(its queue controller resizes the workload)"
+        assert [x for x in said if x[0] in kinds] == [
+            ("SCALED", f"target 1 ranks {target}"),
+            ("PREEMPTED", f"preempted at step 0: {rz.reason}"),
+            ("SHRUNK", "shrunk to 1 rank at step 8"),
+            ("RESUMED", f"resumed at step 8: resumed after preemption ({rz.reason}) at step 8"),
+            ("SCALED", f"target 2 ranks {target}"),
+            ("GROWN", "grown to 2 ranks at step 12"),
+        ], said
+        lines = watch_lines(addr, "rz")
+        grew = [line for line in lines if "  GROWN  " in line]
+        assert len(grew) == 1 and grew[0].endswith("grown to 2 ranks at step 12"), lines
+        back.leave()
+        new.leave()
+
+
+def report_step(m: Member, job: str, step: int) -> None:
+    """As the checkpoint service reports a committed step."""
+    m.conn.unary(
+        "/stoker.v1.Coordinator/ReportCheckpoint",
+        pb.ReportCheckpointRequest(job=job, step=step, uri=f"file:///ckpt/{step}"),
+        common_pb2.Empty,
+    )
+
+
+def test_rejected_is_an_event_watched_and_counted(tmp_path: pathlib.Path) -> None:
+    """A REJECTED report logs one REJECTED event saying why: Jobs.watch and
+    describe, stokerctl job watch, and stoker_job_events_total{type}."""
+    metrics = f"127.0.0.1:{free_port()}"
+    coord = Daemon("coordinator", tmp_path, "--metrics-listen", metrics)
+    try:
+        with Jobs(coord.addr) as jobs:
+            jobs.submit("rej", "nosuch", 1, 2)
+            why = "stoker-template-nosuch: Not Found"
+            jobs.report_queue("rej", "REJECTED", message=why)
+            jobs.report_queue("rej", "REJECTED", message=why)  # the same: no second event
+            said = [x for x in events(jobs, "rej") if x[0] == REJECTED]
+            assert said == [(REJECTED, f"rejected by the queue controller: {why}")]
+            lines = watch_lines(coord.addr, "rej")
+            assert any(
+                line.endswith(f"REJECTED  gen=1  rejected by the queue controller: {why}")
+                for line in lines
+            ), lines
+        want = 'stoker_job_events_total{type="REJECTED"} 1'
+        deadline = time.monotonic() + 10
+        while want not in (text := scrape(metrics)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the counters are copied once a second
+        assert want in text
+    finally:
+        coord.stop()
+
+
+def scrape(addr: str) -> str:
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as r:
+        return str(r.read().decode())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

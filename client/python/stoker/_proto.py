@@ -14,6 +14,8 @@ writing it by hand (the Python side of ``RPC_METHOD_PATH`` in
   as the dataclass the annotation names, a ``StorageRef`` as its URI).
   A field whose value is not the message's field of that name says how to
   get it in its ``metadata["proto"]`` (a function of the message).
+- :class:`Mirror` is their base: ``from_proto`` and a generic ``as_dict``
+  (every field, as JSON takes it).
 
 So a new field of a mirrored message is one annotated line in its
 dataclass (a field left out on purpose is a name in ``omit``), and a new
@@ -204,11 +206,28 @@ M = TypeVar("M", bound="Mirror")
 
 
 class Mirror:
-    """Base of the dataclasses :func:`mirror` checks: ``X.from_proto(m)``."""
+    """Base of the dataclasses :func:`mirror` checks: ``X.from_proto(m)``,
+    and ``x.as_dict()``: every field in order, as JSON takes it (tuples as
+    lists, nested mirrors as their ``as_dict()``, maps as dicts, None as
+    is). A class whose JSON object differs overrides it."""
 
     @classmethod
     def from_proto(cls: type[M], m: Any, **given: Any) -> M:
         return from_proto(cls, m, **given)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: as_json(getattr(self, f.name)) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+
+
+def as_json(value: Any) -> Any:
+    """A mirrored field's value as JSON takes it (see :meth:`Mirror.as_dict`)."""
+    if hasattr(value, "as_dict"):
+        return value.as_dict()
+    if isinstance(value, tuple | list):
+        return [as_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    return value
 
 
 def mirrored(cls: type) -> str | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -94,31 +94,10 @@ def _format_name(m: dl_pb.DatasetSpec) -> str:
     return "" if m.format == 0 else _FORMAT_NAMES.get(m.format, "?")
 
 
-def _json(value: Any) -> Any:
-    """A field as stokerctl prints it: nested results as their objects,
-    tuples as arrays, None as null."""
-    if hasattr(value, "as_dict"):
-        return value.as_dict()
-    if isinstance(value, tuple):
-        return [_json(v) for v in value]
-    if isinstance(value, dict):
-        return dict(value)
-    return value
-
-
-def _fields_json(obj: Any) -> dict[str, Any]:
-    """Every field of a result, in order: the ``as_dict()`` of the results
-    whose stokerctl object holds exactly their fields."""
-    return {f.name: _json(getattr(obj, f.name)) for f in fields(obj)}
-
-
 class _Result(Mirror):
     """A result mirrored from a message; ``as_dict()`` is stokerctl's
-    object, by default every field in order (the classes whose stokerctl
-    object differs say how)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        return _fields_json(self)
+    object, by default every field in order (:meth:`Mirror.as_dict`; the
+    classes whose stokerctl object differs say how)."""
 
 
 # ---- the coordinator's objects ---------------------------------------------------
@@ -1028,8 +1007,12 @@ class Jobs:
 
     def resize(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
         """:meth:`scale` by the name ``stokerctl job resize`` uses: checkpoint,
-        then go on at ``ranks`` ranks (a submitted job's queue controller
-        resizes its workload to match; SHRUNK or GROWN is logged)."""
+        then go on at ``ranks`` ranks. A submitted job's queue controller
+        applies it to its workload: down with PreemptJob (checkpoint, stop)
+        and fewer pods, up with a new workload slice, the job growing once
+        the new ranks joined; the log says SCALED, then PREEMPTED and SHRUNK,
+        or ADMITTED and GROWN. ``ranks`` beyond max_ranks or below min_ranks:
+        INVALID_ARGUMENT naming both, nothing changed."""
         return self.scale(name, ranks, skip_checkpoint)
 
     def report_queue(self, name: str, state: str, **status: Any) -> Job:

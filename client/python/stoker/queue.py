@@ -15,6 +15,8 @@ controller reports what the cluster says of it (:meth:`~stoker.jobs.Jobs.report_
                 the checkpoint it resumes from
 ``GROWN``       the same at more ranks
 ``RESUMED``     a preempted job trains again; step the checkpoint it restores
+``REJECTED``    the controller could not make a workload of it (a missing or
+                bad template, a Job the cluster refused); message says why
 ==============  ================================================================
 
 :func:`describe` renders one event as ``stokerctl job watch`` does. No Kubernetes
@@ -36,7 +38,8 @@ PREEMPTED = "PREEMPTED"
 SHRUNK = "SHRUNK"
 GROWN = "GROWN"
 RESUMED = "RESUMED"
-QUEUE_EVENTS = frozenset({QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED})
+REJECTED = "REJECTED"
+QUEUE_EVENTS = frozenset({QUEUED, ADMITTED, PREEMPTED, SHRUNK, GROWN, RESUMED, REJECTED})
 
 # QueueStatus.state values.
 QUEUE_STATES = ("UNSPECIFIED", "QUEUED", "ADMITTED", "EVICTED", "FINISHED", "REJECTED")
@@ -57,14 +60,6 @@ class Submission(Mirror):
     template: str
     args: tuple[str, ...]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "priority": self.priority,
-            "template": self.template,
-            "args": list(self.args),
-        }
-
 
 @mirror(coord_pb.QueueStatus)
 @dataclass(frozen=True)
@@ -84,17 +79,6 @@ class QueueStatus(Mirror):
     admitted_ranks: int
     message: str
     updated_ms: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "workload": self.workload,
-            "cluster_queue": self.cluster_queue,
-            "position": self.position,
-            "admitted_ranks": self.admitted_ranks,
-            "message": self.message,
-            "updated_ms": self.updated_ms,
-        }
 
 
 def status_proto(
@@ -138,6 +122,8 @@ def describe(event: Any) -> str:
         return f"{t.lower()} to {_ranks(event.world_size)} at step {step}"
     if t == RESUMED:
         return f"resumed at step {step}" + (f": {msg}" if msg else "")
+    if t == REJECTED:
+        return str(msg or "rejected by the queue controller")
     return str(msg or t.lower())
 
 

@@ -310,6 +310,9 @@ static void test_queue_events(void **state) {
       {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK, 1, 330, "", "shrunk to 1 rank at step 330"},
       {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ADMITTED, 1, 0, "", "admitted 1 rank"},
       {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_RESUMED, 2, 300, "", "resumed at step 300"},
+      {STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_REJECTED, 0, 0,
+       "rejected by the queue controller: stoker-template-x: Not Found",
+       "rejected by the queue controller: stoker-template-x: Not Found"},
   };
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     ev.type = cases[i].type;

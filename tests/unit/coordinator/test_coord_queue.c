@@ -1,15 +1,19 @@
 /*
  * A submitted job (JobSpec.submission) and the queue controller's reports
  * (ReportQueue): CreateJob refuses a bad submission naming the field and
- * creates nothing; a report is Job.queue, a change of state logs QUEUED or
- * ADMITTED once (a new position or a repeated state logs nothing), a bad
- * report or a report on a job not submitted changes nothing, and the last
- * report survives a restart and a kill -9 right after its answer.
+ * creates nothing; a report is Job.queue, a change of state logs QUEUED,
+ * ADMITTED or REJECTED once (a new position or a repeated state logs
+ * nothing), a bad report or a report on a job not submitted changes
+ * nothing, and the last report survives a restart and a kill -9 right
+ * after its answer. A user's resize of a submitted job sets the target and
+ * leaves the reshape to the queue controller (test_resize_submitted).
  */
 #include "coord_test.h"
 
-#define Q(x)  STOKER__V1__QUEUE_STATE__QUEUE_STATE_##x
-#define EV(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
+#define Q(x)   STOKER__V1__QUEUE_STATE__QUEUE_STATE_##x
+#define EV(x)  STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
+#define ACT(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
+#define JS(x)  STOKER__V1__JOB_STATE__JOB_STATE_##x
 
 struct seen {
   int n, type[64];
@@ -230,17 +234,22 @@ static void test_queue_events(void **state) {
   assert_int_equal(count(&s, EV(ADMITTED)), 2);
   assert_string_equal(s.msg[last(&s, EV(QUEUED))], "queued in team-a");
   assert_string_equal(s.msg[last(&s, EV(ADMITTED))], "admitted 2 ranks");
-  /* Rejected: no event; a waiting job's reason says why. */
+  /* Rejected: one REJECTED event saying why (not repeated by the same
+   * report again); a waiting job's reason says why too. */
   int before = s.n;
   st = status(Q(REJECTED), -1, 0);
   st.message = "no template stoker-template-llm";
+  assert_int_equal(report(f, "q", &st, NULL), 0);
   assert_int_equal(report(f, "q", &st, NULL), 0);
   g = get_job(f, "q");
   assert_string_equal(JOB(g)->reason,
                       "rejected by the queue controller: no template stoker-template-llm");
   res_free(g);
   events(f, "q", &s);
-  assert_int_equal(s.n, before);
+  assert_int_equal(s.n, before + 1);
+  assert_int_equal(count(&s, EV(REJECTED)), 1);
+  assert_string_equal(s.msg[last(&s, EV(REJECTED))],
+                      "rejected by the queue controller: no template stoker-template-llm");
 }
 
 static void test_report_refused(void **state) {
@@ -290,6 +299,87 @@ static void test_report_refused(void **state) {
   struct seen s;
   events(f, "r", &s);
   assert_int_equal(s.n, 1);
+}
+
+static int scale_to(struct fx *f, const char *job, uint32_t ranks, char *ret_msg) {
+  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.ranks = ranks;
+  struct res *r = res_new();
+  coord_scale_job(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  if (ret_msg) snprintf(ret_msg, 256, "%s", r->msg);
+  res_free(r);
+  return err;
+}
+
+static void assert_running(struct fx *f, const char *job, uint32_t world, uint64_t gen,
+                           uint32_t target) {
+  struct res *g = get_job(f, job);
+  assert_int_equal(JOB(g)->state, JS(RUNNING));
+  assert_int_equal(JOB(g)->world_size, world);
+  assert_int_equal(JOB(g)->generation, gen);
+  assert_int_equal(JOB(g)->target_ranks, target);
+  res_free(g);
+}
+
+/* A user's resize of a submitted job (ScaleJob, stokerctl job resize):
+ * beyond max_ranks or below min_ranks it is refused naming the field and
+ * changes nothing; within, it sets the target (SCALED says the queue
+ * controller resizes the workload). A shrink leaves the ranks running: the
+ * controller's PreemptJob reshapes it, since its Job deletes the highest
+ * indexes, not the last ranks. A grow waits until as many new ranks as it
+ * lacks have joined (the controller grew the Job), then scales at a step
+ * boundary: checkpoint first, one round, GROWN. */
+static void test_resize_submitted(void **state) {
+  struct fx *f = *state;
+  Stoker__V1__Submission sub = good_sub();
+  assert_int_equal(submit(f, "rs", &sub, NULL), 0); /* 1..4 ranks */
+  struct res *r[2];
+  join_all(f, "rs", 2, r); /* Closes at 2 after the last call. */
+  res_free(r[0]), res_free(r[1]);
+  char msg[256];
+  assert_int_equal(scale_to(f, "rs", 5, msg), STK_EINVAL);
+  assert_string_equal(msg, "ranks 5 is above the job's max_ranks 4");
+  assert_int_equal(scale_to(f, "rs", 0, msg), STK_EINVAL);
+  assert_string_equal(msg, "ranks 0 is below the job's min_ranks 1");
+  struct seen s;
+  events(f, "rs", &s);
+  assert_int_equal(count(&s, EV(SCALED)), 0);
+  assert_running(f, "rs", 2, 1, 0); /* Nothing changed. */
+
+  assert_int_equal(scale_to(f, "rs", 1, NULL), 0);
+  assert_int_equal(heartbeat(f, "rs", "m0", 1), ACT(CONTINUE)); /* No checkpoint, no round. */
+  assert_running(f, "rs", 2, 1, 1);
+  events(f, "rs", &s);
+  assert_string_equal(s.msg[last(&s, EV(SCALED))],
+                      "target 1 ranks (its queue controller resizes the workload)");
+
+  assert_int_equal(scale_to(f, "rs", 4, NULL), 0);
+  assert_int_equal(heartbeat(f, "rs", "m0", 1), ACT(CONTINUE));
+  struct res *x2 = join(f, "rs", "m2"); /* One of the two it lacks: a spare. */
+  run_for(f, 60);
+  assert_false(x2->done);
+  assert_int_equal(heartbeat(f, "rs", "m0", 1), ACT(CONTINUE));
+  assert_running(f, "rs", 2, 1, 4);
+  struct res *x3 = join(f, "rs", "m3"); /* Both there: checkpoint, then the round. */
+  run_for(f, 60);
+  assert_false(x3->done);
+  assert_int_equal(heartbeat(f, "rs", "m0", 1), ACT(CHECKPOINT_NOW));
+  assert_int_equal(heartbeat(f, "rs", "m1", 1), ACT(CHECKPOINT_NOW));
+  assert_int_equal(report_ckpt(f, "rs", 9, 1), 0);
+  join_all(f, "rs", 2, r); /* m0, m1 rejoin: 4, the cap. */
+  run_until(f, &x2->done);
+  run_until(f, &x3->done);
+  assert_int_equal(x3->err, 0);
+  assert_int_equal(JOINR(x3)->world_size, 4);
+  assert_int_equal(JOINR(x3)->latest_checkpoint->step, 9);
+  res_free(x2), res_free(x3), res_free(r[0]), res_free(r[1]);
+  assert_running(f, "rs", 4, 2, 4);
+  events(f, "rs", &s);
+  assert_int_equal(count(&s, EV(GROWN)), 1);
+  assert_string_equal(s.msg[last(&s, EV(GROWN))], "grown from 2 to 4 ranks at step 9");
+  assert_int_equal(count(&s, EV(ROUND_CLOSED)), 2);
 }
 
 /* The child reports an admission and writes one byte once answered. */
@@ -346,6 +436,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_submit_refused, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_queue_events, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_report_refused, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_resize_submitted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_restart_keeps_report, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

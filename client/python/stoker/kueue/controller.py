@@ -13,17 +13,27 @@ early, and it also runs every ``interval_s``. What it does, in this order:
    SIGTERM (the coordinator takes the first sign and ignores the rest).
 2. **Reactivation.** A Workload the controller deactivated to evict its job
    (below) is activated again once the Job's pods are gone: it queues again.
-3. **Plan and act** per ClusterQueue (:func:`decide.plan`): shrink =
+3. **A user's resize** of a submitted job (``ScaleJob`` / ``stokerctl job
+   resize`` set the coordinator's target; :func:`decide.user_resize`): down
+   as a shrink below (``PreemptJob``, fewer pods), up as a grow (more pods, a
+   new workload slice; the coordinator scales once the new ranks joined),
+   and recorded on the Job (``stoker.io/ranks-wanted``: it grows back to
+   that, not to max_ranks). A queued (suspended) Job just gets the new size.
+4. **Plan and act** per ClusterQueue (:func:`decide.plan`): shrink =
    ``PreemptJob`` (checkpoint, stop), ``ScaleJob`` to the smaller size (only
    the target: the job is pausing), and lower the Job's ``parallelism`` and
    ``completions`` together (Kueue shrinks the admitted Workload in place and
    releases the quota; the Job controller deletes the highest indexes; the
    others exit 75, come back and resume the job smaller from that checkpoint);
    evict = ``PreemptJob`` and ``spec.active: false`` on the Workload; grow =
-   raise ``parallelism`` and ``completions`` (a new workload slice).
-4. **Scale up** the coordinator's job once a grown Job's new pods are Ready
+   the coordinator's target set to the ranks it runs (so the new ranks park
+   as spares), then ``parallelism`` and ``completions`` raised (a new
+   workload slice) toward max_ranks or what a user asked.
+5. **Scale up** the coordinator's job once a grown Job's new pods are Ready
    (``ScaleJob``: checkpoint at a step boundary, a round with the new ranks).
-5. **Submitted jobs** (``JobSpec.submission``): create the Job of one that has
+   Every target the controller sets is recorded on the Job
+   (``stoker.io/ranks-target``), so a target unlike it is a user's.
+6. **Submitted jobs** (``JobSpec.submission``): create the Job of one that has
    none from its template (:mod:`stoker.kueue.submit`) and report its place in
    the queue to the coordinator (``ReportQueue``) whenever it changes: queued
    with its position (Kueue's visibility API), admitted with its ranks,
@@ -60,6 +70,10 @@ MERGE = "application/merge-patch+json"
 # How long a ClusterQueue is left alone after an action, so that Kueue and
 # the Job controller act on it before the next plan (seconds).
 SETTLE_S = 15.0
+# A failed watch lists again after a wait that doubles from WATCH_BACKOFF_S
+# up to WATCH_BACKOFF_MAX_S, and starts over once an event came (seconds).
+WATCH_BACKOFF_S = 1.0
+WATCH_BACKOFF_MAX_S = 30.0
 
 
 class Controller:
@@ -110,13 +124,7 @@ class Controller:
         self._wake.set()
 
     def _watch(self, what: str, lister: Callable[..., Any]) -> None:
-        while not self._stop.is_set():
-            try:
-                for _ in watch.Watch().stream(lister, timeout_seconds=60):
-                    self._wake.set()
-            except Exception as e:  # The API server went away, or its cache lags: again.
-                log.debug("watch %s: %s", what, e)
-                time.sleep(5.0)
+        follow(what, lister, self._wake.set, self._stop.is_set, self._stop.wait)
 
     def _list_jobs_call(self, **kw: Any) -> Any:
         return self.batch.list_namespaced_job(self.namespace, **kw)
@@ -134,7 +142,13 @@ class Controller:
         stoker = {j["metadata"]["name"]: j for j in jobs if decide.stoker_job_of(j)}
         self.notices(stoker, wls)
         self.reactivate(stoker, wls)
+        self.queued_resizes(stoker, wls)
         running = self.running(stoker, wls)
+        for r in running:  # A user's resize first; its queue settles after it.
+            rz = decide.user_resize(r)
+            if rz is not None:
+                self.act(rz, stoker[r.job])
+                self._settle[r.cluster_queue] = time.monotonic() + SETTLE_S
         pending = self.pending(wls)
         # Only a ClusterQueue where a Stoker job holds quota has anything to
         # shrink, evict or grow.
@@ -231,10 +245,13 @@ class Controller:
                     count=count,
                     min_ranks=coord.spec.min_ranks,
                     max_ranks=coord.spec.max_ranks,
-                    wanted=int(ann.get(decide.WANTED_ANNOTATION, count)),
+                    wanted=decide.wanted_ranks(ann, coord.spec.max_ranks),
                     elastic=ann.get(decide.ELASTIC_ANNOTATION) == "true"
                     and coord.spec.min_ranks < coord.spec.max_ranks,
                     per_pod=decide.pod_requests(ps["template"]["spec"]),
+                    submitted=coord.spec.submission is not None,
+                    target=coord.target_ranks,
+                    set_target=_int(ann.get(decide.TARGET_ANNOTATION)),
                 )
             )
         return out
@@ -267,18 +284,53 @@ class Controller:
             )
         return out
 
+    def queued_resizes(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
+        """A user's resize of a submitted job not admitted yet: the suspended
+        Job gets the new size (Kueue makes its Workload anew)."""
+        for name, job in stoker.items():
+            if not job["spec"].get("suspend") or (job.get("status") or {}).get("active"):
+                continue
+            wl = decide.current_workload(name, wls)
+            if wl is not None and decide.is_true(wl, "QuotaReserved"):
+                continue
+            ann = job["metadata"].get("annotations") or {}
+            set_target = _int(ann.get(decide.TARGET_ANNOTATION))
+            coord = self._show(self._stoker_job(job))
+            if coord is None or coord.spec is None or coord.spec.submission is None:
+                continue
+            to = decide.resize_to(
+                decide.job_count(job),
+                coord.target_ranks,
+                set_target,
+                coord.spec.min_ranks,
+                coord.spec.max_ranks,
+            )
+            if to is None:
+                continue
+            log.info("resize queued %s -> %d (asked by the user)", name, to)
+            marks = {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
+            self._resize(name, to, marks)
+
     def act(self, a: decide.Action, job: Mapping[str, Any]) -> None:
         name = a.job.job
-        if isinstance(a, decide.Shrink):
+        if isinstance(a, decide.Resize):
+            log.info("resize %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
+            marks = {decide.WANTED_ANNOTATION: str(a.to), decide.TARGET_ANNOTATION: str(a.to)}
+            if a.to < a.job.count:  # As a shrink: checkpoint, stop, fewer pods.
+                self._preempt(a.job.stoker_job, a.reason)
+            if a.to == a.job.count:
+                self._annotate(name, marks)
+            else:  # Up: a new slice; the coordinator scales once its ranks joined.
+                self._resize(name, a.to, marks)
+        elif isinstance(a, decide.Shrink):
             log.info("shrink %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
-            wanted = max(a.job.wanted, a.job.count)
             self._preempt(a.job.stoker_job, f"shrink {a.job.count} -> {a.to}: {a.reason}")
             # The job is pausing: ScaleJob only sets its target, so the round
             # that resumes it closes as soon as the kept ranks are back, and a
             # rank that joins later (a grow) parks for ScaleJob instead of
             # opening a round that would restore an older checkpoint.
             self._scale(a.job.stoker_job, a.to)
-            self._resize(name, a.to, {decide.WANTED_ANNOTATION: str(wanted)})
+            self._resize(name, a.to, {decide.TARGET_ANNOTATION: str(a.to)})
         elif isinstance(a, decide.Evict):
             log.info("evict %s: %s", name, a.reason)
             self._preempt(a.job.stoker_job, a.reason)
@@ -296,7 +348,13 @@ class Controller:
             )
         else:
             log.info("grow %s %d -> %d", name, a.job.count, a.to)
-            self._resize(name, a.to, {})
+            # The new ranks must park as spares until ScaleJob (scale_ups),
+            # not open a round at once (which restores an older checkpoint):
+            # the target first becomes the ranks it runs.
+            marks = {}
+            if a.job.target != a.job.count and self._scale(a.job.stoker_job, a.job.count):
+                marks[decide.TARGET_ANNOTATION] = str(a.job.count)
+            self._resize(name, a.to, marks)
 
     def scale_ups(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
         """ScaleJob up a job whose grown Job's pods are all Ready."""
@@ -329,6 +387,7 @@ class Controller:
             log.info("scale %s: world %d -> %d (its pods are Ready)", name, coord.world_size, n)
             if self._scale(self._stoker_job(job), n):
                 self._scaled[name] = (n, time.monotonic())
+                self._annotate(name, {decide.TARGET_ANNOTATION: str(n)})
 
     def submissions(self, jobs: list[dict[str, Any]], wls: list[dict[str, Any]]) -> None:
         """Creates the Job of each submitted job that has none; reports each
@@ -487,6 +546,10 @@ class Controller:
             body["metadata"] = {"annotations": annotations}
         self.batch.patch_namespaced_job(job, self.namespace, body, _content_type=MERGE)
 
+    def _annotate(self, job: str, annotations: dict[str, str]) -> None:
+        body = {"metadata": {"annotations": annotations}}
+        self.batch.patch_namespaced_job(job, self.namespace, body, _content_type=MERGE)
+
     def _cluster_queue_of(self, local_queue: str) -> str:
         try:
             lq = self.custom.get_namespaced_custom_object(
@@ -496,3 +559,65 @@ class Controller:
             log.warning("localqueue %s: %s", local_queue, e.reason)
             return ""
         return str(lq["spec"].get("clusterQueue", ""))
+
+
+def _int(value: str | None) -> int:
+    """An annotation's count (0 when absent or not a number)."""
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        return 0
+
+
+def follow(
+    what: str,
+    lister: Callable[..., Any],
+    wake: Callable[[], Any],
+    stopped: Callable[[], bool],
+    sleep: Callable[[float], Any] = time.sleep,
+    timeout_s: int = 60,
+) -> None:
+    """Lists, then watches from the list's resourceVersion, calling ``wake``
+    for each change, until ``stopped()``; as the client library's
+    ``Watch.stream`` asks: when the watch fails (410 Gone: the version
+    expired; 504 "Too large resource version": the API server's watch cache
+    is behind the version its list gave; or the connection broke) list again
+    and watch from the new list's version, after a backoff. A watch the
+    server ends (``timeout_s``) goes on from the last version seen (events
+    and bookmarks)."""
+    version = ""
+    delay = WATCH_BACKOFF_S
+    while not stopped():
+        try:
+            if not version:
+                version = _list_version(lister())
+                wake()  # What changed before the list is in it.
+            w = watch.Watch()
+            for ev in w.stream(
+                lister,
+                resource_version=version,
+                timeout_seconds=timeout_s,
+                allow_watch_bookmarks=True,
+            ):
+                raw = ev.get("raw_object") or {}
+                version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
+                if ev.get("type") != "BOOKMARK":
+                    wake()
+                delay = WATCH_BACKOFF_S
+                if stopped():
+                    return
+            continue  # The server's timeout: on from the last version.
+        except client.ApiException as e:
+            log.info("watch %s: %s %s; listing again in %.0f s", what, e.status, e.reason, delay)
+        except Exception as e:  # The API server went away.
+            log.info("watch %s: %s; listing again in %.0f s", what, e, delay)
+        version = ""
+        sleep(delay)
+        delay = min(2 * delay, WATCH_BACKOFF_MAX_S)
+
+
+def _list_version(listed: Any) -> str:
+    """The resourceVersion of a list (a model of the client's or a dict)."""
+    if isinstance(listed, Mapping):
+        return str((listed.get("metadata") or {}).get("resourceVersion") or "")
+    return str(getattr(listed.metadata, "resource_version", "") or "")

@@ -14,9 +14,18 @@ cheapest first:
 2. **Evict** (checkpoint first) lower-priority Stoker jobs whole, lowest
    priority (then newest) first, when shrinking cannot free enough.
 
-and when nothing of higher priority waits, **grow** a shrunk job back towards
-the size it asked for, by what the free quota holds, and **scale** the
-coordinator's job to the ranks its Job now runs (:func:`scale_up`).
+and when nothing waits, **grow** an elastic job below the size it wants
+(:func:`wanted_ranks`: its ``max_ranks``, or what a user's resize asked) by
+what the free quota holds, at once rather than a rank at a time (every
+growth is a checkpoint and a new round of all ranks, so one step costs less
+than several; a workload that arrives later gets the ranks back by a
+shrink), and **scale** the coordinator's job to the ranks its Job now runs
+(:func:`scale_up`).
+
+A user's resize of a submitted job (``ScaleJob``, ``stokerctl job resize``)
+sets the coordinator's target and nothing else; :func:`user_resize` sees it
+(a target the controller did not set itself, ``TARGET_ANNOTATION``) and the
+controller applies it as it shrinks and grows (:class:`Resize`).
 
 Units: quantities are :class:`decimal.Decimal` in the resource's base unit
 (cores, bytes), parsed by the Kubernetes client's ``parse_quantity``.
@@ -41,9 +50,11 @@ ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 # On a workload slice that asks for a grown Job's pods (it replaces the
 # admitted one once admitted).
 SLICE_ANNOTATION = "kueue.x-k8s.io/workload-slice-replacement-for"
-# The controller's own annotation on a Job: the ranks it asked for before the
-# controller shrank it (it grows back to this).
+# The controller's own annotations on a Job: the ranks a user's resize asked
+# for (it grows back to this; absent: to max_ranks), and the coordinator
+# target the controller set or applied last (a target unlike it is a user's).
 WANTED_ANNOTATION = "stoker.io/ranks-wanted"
+TARGET_ANNOTATION = "stoker.io/ranks-target"
 # On a Workload the controller deactivated to evict its job after the job's
 # checkpoint: the controller activates it again once its pods are gone.
 YIELDED_ANNOTATION = "stoker.io/yielded"
@@ -148,7 +159,10 @@ class Running:
 
     count: pods admitted (min(parallelism, completions)); min_ranks,
     max_ranks: the coordinator's; wanted: what it grows back to; per_pod: one
-    rank's requests; priority: its Workload's.
+    rank's requests; priority: its Workload's. submitted: a submitted job
+    (JobSpec.submission); target: the coordinator's target_ranks (0: none);
+    set_target: the target the controller set last (TARGET_ANNOTATION, 0:
+    none).
     """
 
     job: str
@@ -163,6 +177,9 @@ class Running:
     wanted: int
     elastic: bool
     per_pod: Resources
+    submitted: bool = False
+    target: int = 0
+    set_target: int = 0
 
     @property
     def can_give(self) -> int:
@@ -200,7 +217,55 @@ class Grow:
     to: int
 
 
-Action = Shrink | Evict | Grow
+@dataclass(frozen=True)
+class Resize:
+    """A user's resize to apply: ``to`` below the count: checkpoint, then
+    fewer pods; above: more pods (a new workload slice); equal: only
+    recorded (what the job grows back to)."""
+
+    job: Running
+    to: int
+    reason: str
+
+
+Action = Shrink | Evict | Grow | Resize
+
+
+def wanted_ranks(annotations: Mapping[str, str], max_ranks: int) -> int:
+    """The ranks a Job grows toward: what a user's resize asked
+    (WANTED_ANNOTATION), else max_ranks; never past max_ranks."""
+    try:
+        wanted = int(annotations.get(WANTED_ANNOTATION, max_ranks))
+    except ValueError:
+        wanted = max_ranks
+    return max(1, min(wanted, max_ranks))
+
+
+def resize_to(
+    count: int, target: int, set_target: int, min_ranks: int, max_ranks: int
+) -> int | None:
+    """The size a user's resize asks of a Job running ``count`` pods, or
+    None: the coordinator's ``target`` (0: none) when the controller did not
+    set it itself (``set_target``), within min_ranks..max_ranks."""
+    if target <= 0 or target == set_target:
+        return None
+    return max(min_ranks, min(target, max_ranks))
+
+
+def user_resize(r: Running) -> Resize | None:
+    """A submitted job's resize by its user, to apply, or None."""
+    if not r.submitted:
+        return None
+    to = resize_to(r.count, r.target, r.set_target, r.min_ranks, r.max_ranks)
+    if to is None:
+        return None
+    if to < r.count:
+        why = f"resize {r.count} -> {to} asked by the user: checkpoint, then restart at {to} ranks"
+    elif to > r.count:
+        why = f"resize {r.count} -> {to} asked by the user: a workload slice for {to} ranks"
+    else:
+        why = f"resize to {to} asked by the user: already {to} ranks"
+    return Resize(r, to, why)
 
 
 def shortfall(needs: Resources, free: Resources) -> Resources:
@@ -283,7 +348,7 @@ def _evictions(p: Pending, lower: list[Running], short: Resources) -> list[Evict
 def _grows(jobs: list[Running], free: Resources) -> Iterable[Grow]:
     left = dict(free)
     for r in sorted(jobs, key=lambda r: (-r.priority, r.created)):
-        want = min(r.wanted, r.max_ranks) - r.count
+        want = min(r.wanted, r.max_ranks) - r.count  # To max_ranks, or what a user asked.
         if want <= 0 or not r.elastic:
             continue
         fits = min(
