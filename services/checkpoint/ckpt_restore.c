@@ -126,7 +126,8 @@ struct ckpt_reader {
   Stoker__V1__ReadRequest *req; /* Copied. */
   char job[CKPT_JOB_MAX_BYTES + 1];
   int64_t step;
-  struct ckpt_manifest *m;
+  const struct ckpt_manifest *m; /* Shared, held in m_hold (ckpt_load_manifest). */
+  struct ckpt_mcache_hold m_hold;
   int shm_fd;        /* The read file, or -1: pieces go inline. */
   uint64_t shm_size; /* Its size when opened. */
   uint64_t shm_next; /* Where the next piece taken into a batch goes. */
@@ -334,7 +335,7 @@ static int check_shm_room(const struct ckpt_reader *rd) {
 
 /* The first job also loads the manifest and checks every wanted box. */
 static int prepare(struct ckpt_reader *rd) {
-  int err = ckpt_load_manifest(rd->s, rd->job, rd->step, &rd->m, NULL, NULL);
+  int err = ckpt_load_manifest(rd->s, rd->job, rd->step, &rd->m, &rd->m_hold);
   if (err) return err;
   rd->w = calloc(rd->req->n_wanted ? rd->req->n_wanted : 1, sizeof(*rd->w));
   if (!rd->w) return STK_ENOMEM;
@@ -438,7 +439,7 @@ static void reader_free(struct ckpt_reader *rd) {
   free(rd->w);
   for (unsigned i = 0; i < rd->n; i++) batch_free(rd->win[(rd->head + i) % READ_BATCHES]);
   if (rd->shm_fd >= 0) close(rd->shm_fd);
-  ckpt_manifest_free(rd->m);
+  ckpt_release_manifest(rd->s, &rd->m_hold);
   if (rd->req) stoker__v1__read_request__free_unpacked(rd->req, NULL);
   free(rd);
 }
@@ -849,9 +850,10 @@ static void verify_object(struct verify_job *j, const struct ckpt_manifest *m,
 
 static void verify_work(struct ckpt_task *t) {
   struct verify_job *j = (struct verify_job *)t;
-  struct ckpt_manifest *m;
+  const struct ckpt_manifest *m;
+  struct ckpt_mcache_hold hold;
   stk_clear_detail();
-  j->err = ckpt_load_manifest(j->s, j->job, j->step, &m, NULL, NULL);
+  j->err = ckpt_load_manifest(j->s, j->job, j->step, &m, &hold);
   if (j->err) {
     snprintf(j->msg, sizeof(j->msg), "%s", stk_detail());
     return;
@@ -864,7 +866,7 @@ static void verify_work(struct ckpt_task *t) {
   }
   if (!buf) j->err = STK_ENOMEM;
   free(buf);
-  ckpt_manifest_free(m);
+  ckpt_release_manifest(j->s, &hold);
   if (!j->err && j->resp.n_problems > 0) {
     j->err = STK_ECORRUPT;
     snprintf(j->msg, sizeof(j->msg), "%s", j->resp.problems[0]);
