@@ -61,6 +61,12 @@ static struct object {
 } objects[MAX_OBJECTS];
 static unsigned n_objects;
 
+/* Each restoring rank's client kept for the run (connected by a first,
+ * untimed restore), as a trainer's rank keeps its own; NULL: each restore
+ * connects a new one (its channel's connection inside the timed read). */
+static struct stk_client *kept[READERS];
+static bool use_kept;
+
 static float value(uint64_t i) {
   return (float)(uint32_t)(i * 2654435761u + 12345u);
 }
@@ -120,7 +126,7 @@ static void *save_rank(void *arg) {
 
 static void *read_rank(void *arg) {
   struct job *j = arg;
-  struct stk_client *c = client();
+  struct stk_client *c = use_kept ? kept[j->rank] : client();
   uint64_t lo, hi;
   split(j->rank, READERS, &lo, &hi);
   static char names[READERS][N_TENSORS][32];
@@ -136,7 +142,7 @@ static void *read_rank(void *arg) {
   j->secs = bench_now_s() - t0;
   if (j->err) fprintf(stderr, "read rank %u: %s\n", j->rank, stk_client_last_error(NULL));
   free(w);
-  stk_client_free(c);
+  if (!use_kept) stk_client_free(c);
   return NULL;
 }
 
@@ -234,7 +240,10 @@ static void find_objects(void) {
   }
 }
 
-static double restore(void) {
+/* A restore by every reader, checked; the slowest reader's time. With
+ * kept_clients, through the clients kept for the run. */
+static double restore(bool kept_clients) {
+  use_kept = kept_clients;
   memset(back, 0, (size_t)N_TENSORS * ROWS * COLS * 4);
   double secs = run_ranks(read_rank, READERS, NULL);
   for (uint64_t i = 0; i < (uint64_t)N_TENSORS * ROWS * COLS; i++)
@@ -261,7 +270,7 @@ static int run_phase(const char *phase, int rounds) {
   find_objects();
   double secs[MAX_ROUNDS];
   for (int k = 0; k < rounds; k++)
-    secs[k] = is_restore ? restore() : run_ranks(whole_rank, READERS, NULL);
+    secs[k] = is_restore ? restore(false) : run_ranks(whole_rank, READERS, NULL);
   printf("{\"bench\":\"checkpoint_restore\",\"phase\":\"%s\",\"rounds\":%d,\"%s_s\":%.4f}\n", phase,
          rounds, is_restore ? "restore" : "whole_read", bench_median(secs, rounds));
   return 0;
@@ -307,40 +316,63 @@ int main(int argc, char **argv) {
   unsigned touched = 0; /* Objects the readers touch, summed over them. */
   for (uint32_t r = 0; r < READERS; r++)
     for (unsigned i = 0; i < n_objects; i++) touched += touches(r, objects[i].saver);
+  for (uint32_t r = 0; r < READERS; r++) kept[r] = client();
+  restore(true); /* Connects the kept clients (untimed). */
   double ratio[MAX_ROUNDS], rest[MAX_ROUNDS], whole[MAX_ROUNDS], gets[MAX_ROUNDS];
+  double kratio[MAX_ROUNDS], krest[MAX_ROUNDS];
   long at = 0;
   count_gets(log, &at);
   for (int k = 0; k < rounds; k++) {
-    if (k % 2) {
-      whole[k] = run_ranks(whole_rank, READERS, NULL);
-      count_gets(log, &at);
-    }
-    rest[k] = restore();
-    gets[k] = (double)count_gets(log, &at);
-    if (k % 2 == 0) {
-      whole[k] = run_ranks(whole_rank, READERS, NULL);
-      count_gets(log, &at);
+    /* Whole read, restore, restore through the kept clients: the order
+     * rotates by round. */
+    for (int i = 0; i < 3; i++) {
+      switch ((i + k) % 3) {
+      case 0:
+        whole[k] = run_ranks(whole_rank, READERS, NULL);
+        count_gets(log, &at);
+        break;
+      case 1:
+        rest[k] = restore(false);
+        gets[k] = (double)count_gets(log, &at);
+        break;
+      default:
+        krest[k] = restore(true);
+        count_gets(log, &at);
+        break;
+      }
     }
     ratio[k] = rest[k] / whole[k];
-    fprintf(stderr, "restore round %d: %.0f GETs of %u objects, %.3f s; whole-object read %.3f s\n",
-            k, gets[k], touched, rest[k], whole[k]);
+    kratio[k] = krest[k] / whole[k];
+    fprintf(stderr,
+            "restore round %d: %.0f GETs of %u objects, %.3f s (kept clients %.3f s); whole-object "
+            "read %.3f s\n",
+            k, gets[k], touched, rest[k], krest[k], whole[k]);
   }
   double sorted[MAX_ROUNDS];
   memcpy(sorted, ratio, sizeof(ratio));
   double q1 = bench_quantile_sort(sorted, rounds, 0.25);
   double q3 = bench_quantile_sort(sorted, rounds, 0.75);
+  memcpy(sorted, kratio, sizeof(kratio));
+  double kq1 = bench_quantile_sort(sorted, rounds, 0.25);
+  double kq3 = bench_quantile_sort(sorted, rounds, 0.75);
   printf("{\"bench\":\"checkpoint_restore\",\"tensors\":%d,\"bytes\":%" PRIu64
          ",\"saved_ranks\":%d,\"restore_ranks\":%d,\"rounds\":%d,\"objects_touched\":%u,"
          "\"objects\":%u,\"restore_gets\":%.0f,\"restore_gets_per_object\":%.2f,\"restore_s\":%.4f,"
          "\"whole_read_s\":%.4f,\"restore_vs_whole_read_ratio\":%.2f,"
-         "\"restore_vs_whole_read_ratio_spread\":[%.2f,%.2f]",
+         "\"restore_vs_whole_read_ratio_spread\":[%.2f,%.2f],\"restore_kept_client_s\":%.4f,"
+         "\"restore_kept_client_vs_whole_read_ratio\":%.2f,"
+         "\"restore_kept_client_vs_whole_read_ratio_spread\":[%.2f,%.2f]",
          N_TENSORS, n * 4, SAVERS, READERS, rounds, touched, n_objects, bench_median(gets, rounds),
          bench_median(gets, rounds) / touched, bench_median(rest, rounds),
-         bench_median(whole, rounds), bench_median(ratio, rounds), q1, q3);
+         bench_median(whole, rounds), bench_median(ratio, rounds), q1, q3,
+         bench_median(krest, rounds), bench_median(kratio, rounds), kq1, kq3);
   print_list("restore_vs_whole_read_ratio_rounds", ratio, rounds);
+  print_list("restore_kept_client_vs_whole_read_ratio_rounds", kratio, rounds);
   print_list("restore_s_rounds", rest, rounds);
+  print_list("restore_kept_client_s_rounds", krest, rounds);
   print_list("whole_read_s_rounds", whole, rounds);
   printf("}\n");
+  for (uint32_t r = 0; r < READERS; r++) stk_client_free(kept[r]);
   stk_client_free(c);
   storage_free(st);
   free(model);
