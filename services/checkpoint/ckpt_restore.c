@@ -13,12 +13,13 @@
  * read and thrown away, one request instead of two). Each span is one
  * ranged GET, sent to the store without holding a thread (ckpt_store.c:
  * the span's task parks until the answer) and CRC-checked block by block
- * on a restore thread, up to READ_FETCHES of one read at once. Then the pieces are assembled from
- * the spans and delivered. A tensor that FSDP saved as a row-block per rank thus costs a GET per
- * object and batch, not one per stored chunk: the tensors of a rank's object lie one after the
- * other, in the order they are wanted. READ_BATCHES batches of one read are in flight at once: the
- * next is fetched while the caller sends the one before, and memory stays
- * bounded (per read, about twice the batch's spans and pieces).
+ * on a restore thread, up to READ_FETCHES of one read at once. The thread that checks a batch's
+ * last span assembles its pieces from the spans right then, and the loop delivers them. A tensor
+ * that FSDP saved as a row-block per rank thus costs a GET per object and batch, not one per stored
+ * chunk: the tensors of a rank's object lie one after the other, in the order they are wanted.
+ * READ_BATCHES batches of one read are in flight at once: the next is fetched while the caller
+ * sends the one before, and memory stays bounded (per read, about twice the batch's spans and
+ * pieces).
  *
  * Budgets: each batch reserves twice its wanted bytes (spans and assembled
  * pieces) against the service's read_budget_bytes and its job's
@@ -115,6 +116,7 @@ struct batch {
   size_t n_spans;
   size_t *read_span;       /* The span of each read of each piece, in piece order. */
   size_t started, fetched; /* Spans submitted, spans whose after ran. */
+  size_t checked;          /* Spans checked (atomic: their workers count). */
   bool planned, ready;
   int err;
   char msg[320];
@@ -383,7 +385,10 @@ static void batch_plan_work(struct ckpt_task *t) {
   note(b->err, b->msg, sizeof(b->msg));
 }
 
-/* Runs twice: sends the GET, then (resumed with its answer) checks it. */
+static void batch_assemble_work(struct ckpt_task *t);
+
+/* Runs twice: sends the GET, then (resumed with its answer) checks it;
+ * the batch's last span checked assembles the batch. */
 static void span_work(struct ckpt_task *t) {
   struct span *sp = (struct span *)t;
   stk_clear_detail();
@@ -395,6 +400,15 @@ static void span_work(struct ckpt_task *t) {
     sp->err = span_check(sp->b->rd, sp);
   }
   note(sp->err, sp->msg, sizeof(sp->msg));
+  /* The batch's last span checked: this worker assembles the batch at once
+   * (a hop to the loop and back to a worker less per batch, each a wait
+   * for a core on a loaded host). Every span's check happened before its
+   * count (acq_rel), so their bytes and errors are visible here. */
+  struct batch *b = sp->b;
+  if (__atomic_add_fetch(&b->checked, 1, __ATOMIC_ACQ_REL) != b->n_spans) return;
+  for (size_t i = 0; i < b->n_spans; i++)
+    if (b->spans[i].err) return; /* Its after ends the read. */
+  batch_assemble_work(&b->t);
 }
 
 static void batch_assemble_work(struct ckpt_task *t) {
@@ -677,11 +691,12 @@ static void span_after(struct ckpt_reader *rd, struct span *sp) {
   struct batch *b = sp->b;
   b->fetched++;
   if (sp->err) return read_finish(rd, sp->err, sp->msg);
-  if (b->fetched == b->n_spans) {
-    b->t.work = batch_assemble_work;
-    submit(rd, &b->t);
+  if (b->fetched == b->n_spans) { /* Every span's work ran: the last one assembled b. */
+    if (b->err) return read_finish(rd, b->err, b->msg);
+    b->ready = true;
   }
   fetch_more(rd);
+  if (b->ready) deliver(rd);
 }
 
 /* After of every task of a read. */
