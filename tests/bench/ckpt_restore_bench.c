@@ -19,9 +19,12 @@
  * over the objects each restoring rank touches, summed over the ranks. The
  * baseline: the same ranks, threads at once, each GETting whole the objects
  * its box touches (the service's own S3 client, storage_get), so the same
- * objects are read with the same parallelism in one request each. Rounds
- * (BENCH_ROUNDS, default 3, at most MAX_ROUNDS) alternate the two; the JSON
- * holds medians, the ratio's quartiles and every round's ratio.
+ * objects are read with the same parallelism in one request each. Each
+ * round also restores through the readers' clients kept for the run (as a
+ * trainer's ranks keep theirs; the headline restore connects new ones
+ * inside its timed read, while the baseline's S3 connections stay open).
+ * Rounds (BENCH_ROUNDS, default 3, at most MAX_ROUNDS) rotate the order;
+ * the JSON holds medians, the ratios' quartiles and every round's figures.
  *
  * A phase argument runs one part alone, for profiling each side's process
  * by itself (valgrind --tool=callgrind on the daemon or on this program):
