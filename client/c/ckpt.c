@@ -4,6 +4,7 @@
  * helpers the write and read paths share. Each call is one client_call:
  * the blocking shell over the async rpc call.
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +100,8 @@ void ckpt_box_msg(const struct stk_ckpt_box *box, Stoker__V1__Box *msg) {
 
 static int begin_call(struct stk_client *c, const Stoker__V1__BeginRequest *req, int64_t timeout_ms,
                       ProtobufCMessage **ret_resp);
+static int commit(struct stk_client *c, const char *attempt, bool detach, int64_t timeout_ms,
+                  struct stk_ckpt_ref *ret_ref);
 
 int stk_ckpt_begin(struct stk_client *c, const char *job, int64_t step, uint32_t world,
                    int64_t timeout_ms, char ret_attempt[STK_CKPT_ATTEMPT_MAX]) {
@@ -161,11 +164,22 @@ void stk_ckpt_set_generation(struct stk_client *c, uint64_t generation) {
 
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
                     struct stk_ckpt_ref *ret_ref) {
+  return commit(c, attempt, false, timeout_ms, ret_ref);
+}
+
+int stk_ckpt_commit_detached(struct stk_client *c, const char *attempt, int64_t timeout_ms,
+                             struct stk_ckpt_ref *ret_ref) {
+  return commit(c, attempt, true, timeout_ms, ret_ref);
+}
+
+static int commit(struct stk_client *c, const char *attempt, bool detach, int64_t timeout_ms,
+                  struct stk_ckpt_ref *ret_ref) {
   char id[STK_CKPT_ATTEMPT_MAX];
   int err = ckpt_route(c, attempt, id, &c);
   if (err < 0) return err;
   Stoker__V1__CommitCheckpointRequest req = STOKER__V1__COMMIT_CHECKPOINT_REQUEST__INIT;
   req.attempt = id;
+  req.detach = detach;
   Stoker__V1__CheckpointRef *ref = NULL;
   err = CKPT_CALL(c, commit, &req, timeout_ms, &ref);
   if (err < 0) return err;

@@ -260,6 +260,20 @@ struct stk_ckpt_ref {
 int stk_ckpt_commit(struct stk_client *c, const char *attempt, int64_t timeout_ms,
                     struct stk_ckpt_ref *ret_ref);
 
+/* A detached commit (issue 23: a rank leaving on a preemption notice):
+ * returns once the service has decided the commit, not once it is done:
+ * every rank's bytes are staged there and validated, the chunks cover every
+ * tensor, and the decision is journaled. The service then uploads and
+ * writes the manifest with no caller left; the checkpoint is visible (List,
+ * restore, the coordinator's report) only once committed. *ret_ref (may be
+ * NULL) gets step and generation, uri "" and committed_at_ms 0 (filled
+ * in full when the attempt had already committed). Not promised: storage
+ * refusing the uploads, or the service dying before every byte is
+ * uploaded, aborts the attempt (logged by the service) instead. Errors as
+ * stk_ckpt_commit until the commit is decided. */
+int stk_ckpt_commit_detached(struct stk_client *c, const char *attempt, int64_t timeout_ms,
+                             struct stk_ckpt_ref *ret_ref);
+
 /* Aborts an open attempt (reason, may be NULL, is named in the writers'
  * error): its writers fail with STK_EABORTED, what it staged and uploaded
  * is freed and deleted. Returns once that is done; 0 also for an attempt

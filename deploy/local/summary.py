@@ -82,9 +82,11 @@ def plot(steps, evals, out_dir):
 
 
 def explain(ctl, job, step):
-    out = subprocess.run([ctl, "--json", "loader", "explain", job, str(step)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["sources"]
+    run = subprocess.run([ctl, "--json", "loader", "explain", job, str(step)],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"explain of step {step} failed (exit {run.returncode}): {run.stderr.strip()}")
+    return json.loads(run.stdout)["sources"]
 
 
 def check_no_repeats(ctl, job, last):

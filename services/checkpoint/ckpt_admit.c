@@ -78,7 +78,7 @@ static const char *largest_holder(const struct ckpt_service *s, uint32_t *ret_he
 static bool take_slot(struct ckpt_service *s, const char *holder, const char *job) {
   struct attempt *oldest = NULL;
   for (struct attempt *a = s->attempts; a; a = a->next)
-    if (a->state == ATT_OPEN && strcmp(a->job, holder) == 0 &&
+    if (a->state == ATT_OPEN && !a->detach_started && strcmp(a->job, holder) == 0 &&
         (!oldest || a->created_at_ms <= oldest->created_at_ms))
       oldest = a;
   if (!oldest) return false;

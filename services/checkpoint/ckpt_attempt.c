@@ -26,6 +26,10 @@
  *   |
  *   +-- recovery at open adds DONE entries directly (ckpt__attempt_recovered).
  *
+ * A detached commit (ckpt_detach.c) changes no state: it marks an OPEN
+ * attempt decided (a->detached), which the Abort call and the service cap
+ * then leave alone; recovery names it in the reason of an abort.
+ *
  * Rules. Only this file changes a->state. Entering ABORTING or DONE frees
  * what the attempt holds of the staging budget and wakes the writers that
  * wait for it. An open attempt is aborted when not every rank sent "last"
@@ -102,8 +106,16 @@ void ckpt__attempt_recovered(struct ckpt_service *s, const Stoker__V1__JournalAt
   a->done_at_ms = uv_now(s->loop);
   a->result = result;
   if (result) {
-    a->result_msg =
-        strdup("aborted by recovery: the attempt was incomplete when the service stopped");
+    char msg[300];
+    if (rec->detached_at_ms)
+      snprintf(msg, sizeof msg,
+               "aborted by recovery: a detached commit was accepted at %lld (Unix ms), but the "
+               "service stopped before every staged byte was uploaded",
+               (long long)rec->detached_at_ms);
+    else
+      snprintf(msg, sizeof msg,
+               "aborted by recovery: the attempt was incomplete when the service stopped");
+    a->result_msg = strdup(msg);
     if (a->result_msg) ckpt__svc_queue_abort_hook(s, a->job, a->step, a->id, a->result_msg);
   } else {
     a->committed_at_ms = committed_at_ms;
@@ -353,6 +365,9 @@ void ckpt_abort(struct ckpt_service *s, const Stoker__V1__AbortCheckpointRequest
   if (!a) FAIL_LATER(s, done, arg, STK_ENOENT, "unknown attempt (none open on this service)");
   if (a->state == ATT_COMMITTING)
     FAIL_LATER(s, done, arg, STK_ESTATE, "the attempt is committing; it can no longer be aborted");
+  if (a->detached && a->state == ATT_OPEN)
+    FAIL_LATER(s, done, arg, STK_ESTATE,
+               "a detached commit of the attempt was accepted; it can no longer be aborted");
   if (a->state == ATT_DONE && a->result == 0)
     FAIL_LATER(s, done, arg, STK_ESTATE, "the attempt committed; delete the step instead");
   if (a->state == ATT_DONE) {

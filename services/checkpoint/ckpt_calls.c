@@ -114,7 +114,11 @@ int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
   err = ckpt_mcache_get(s->mcache, rec->manifest_key, load_raw, s, ret_hold);
   const struct ckpt_manifest *m = ret_hold->value;
   if (!err && (strcmp(m->job, job) != 0 || m->step != step)) {
+    /* Bytes that do not parse are never held (the cache's make fails);
+     * these parse but are not the manifest wanted: read them again next
+     * time. */
     ckpt_mcache_release(s->mcache, ret_hold);
+    ckpt_mcache_forget(s->mcache, rec->manifest_key);
     stk_set_detail("manifest %s names another checkpoint", rec->manifest_key);
     err = STK_ECORRUPT;
   }

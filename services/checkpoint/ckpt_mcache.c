@@ -18,7 +18,11 @@
  * deleted through another replica over shared storage is served from here
  * for at most the entry's lifetime; its objects are gone, so the read fails
  * at their GETs instead of at the manifest's. Concurrent loads of one key
- * are one load: later callers wait for the first.
+ * are one load: later callers wait for the first. Bytes that turn out not
+ * to be the manifest (a store that answered a damaged object) are not
+ * kept: those that do not parse fail the make, those that name another
+ * checkpoint are dropped by the caller that finds it (ckpt_mcache_forget),
+ * so a repaired object is read again at once.
  *
  * Bounded by bytes (what the value takes, least recently used out first);
  * a manifest larger than the bound is loaded and not held. An entry the
@@ -162,6 +166,13 @@ void ckpt_mcache_release(struct ckpt_mcache *c, struct ckpt_mcache_hold *h) {
   if (!e) return;
   pthread_mutex_lock(&c->mu);
   if (--e->refs == 0 && !e->listed) free_entry(c, e);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void ckpt_mcache_forget(struct ckpt_mcache *c, const char *key) {
+  pthread_mutex_lock(&c->mu);
+  struct ckpt_mcache_entry *e = find(c, key);
+  if (e && !e->loading) unlink_entry(c, e); /* Held ones live on until released. */
   pthread_mutex_unlock(&c->mu);
 }
 

@@ -52,6 +52,13 @@ int ckpt_mcache_get(struct ckpt_mcache *c, const char *key, ckpt_mcache_load_fn 
 /* Lets go of what ckpt_mcache_get held (a zeroed hold: nothing). Any thread. */
 void ckpt_mcache_release(struct ckpt_mcache *c, struct ckpt_mcache_hold *h);
 
+/* Drops what is held for key (nothing if none, or while it loads; a
+ * caller holding it keeps it until its release): a manifest a caller found
+ * not to be the one it wanted (it names another checkpoint; bytes that do
+ * not parse are never kept), so that the next get loads it again instead
+ * of failing the same way for the entry's lifetime. Any thread. */
+void ckpt_mcache_forget(struct ckpt_mcache *c, const char *key);
+
 /* Manifests served from memory and loaded, since the cache was made. */
 void ckpt_mcache_counts(struct ckpt_mcache *c, uint64_t *ret_hits, uint64_t *ret_loads);
 

@@ -371,6 +371,10 @@ void ckpt_commit(struct ckpt_service *s, const Stoker__V1__CommitCheckpointReque
   if (s->closing) FAIL_LATER(s, done, arg, STK_EUNAVAIL, "closing");
   struct attempt *a = req->attempt ? ckpt__attempt_find(s, req->attempt) : NULL;
   if (!a) FAIL_LATER(s, done, arg, STK_ENOENT, "unknown attempt");
+  if (req->detach && a->state != ATT_DONE) {
+    ckpt__detach_wait(a, done, arg); /* Answered once decided (ckpt_detach.c). */
+    return;
+  }
   struct commit_wait *w = calloc(1, sizeof(*w));
   if (!w) FAIL_LATER(s, done, arg, STK_ENOMEM, "");
   w->done = done;

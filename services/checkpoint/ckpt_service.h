@@ -247,7 +247,9 @@ void ckpt_write_close(struct ckpt_writer *w);
  * rank sent "last" and all data is durable; this call waits for that
  * outcome: the reference, or the reason the attempt was aborted
  * (STK_EABORTED, STK_EINVAL for a coverage error, STK_ETIMEDOUT). A
- * committed attempt answers at once. */
+ * committed attempt answers at once. With req->detach the answer comes once
+ * the commit is decided (every rank staged, the staged chunks checked, the
+ * decision journaled: ckpt_detach.c), the reference without a uri. */
 void ckpt_commit(struct ckpt_service *s, const Stoker__V1__CommitCheckpointRequest *req,
                  ckpt_done_fn done, void *arg);
 

@@ -112,7 +112,8 @@ struct hook_call {
 struct commit_wait {
   ckpt_done_fn done;
   void *arg;
-  bool abort; /* An Abort call: answered Empty once aborted. */
+  bool abort;  /* An Abort call: answered Empty once aborted. */
+  bool detach; /* A detached Commit: answered once decided (ckpt_detach.c). */
   struct commit_wait *next;
 };
 
@@ -139,6 +140,11 @@ struct attempt {
   uint64_t held_at_ms; /* uv_now when a segment's PUT was first held (held_any). */
   bool held_any;
   uint64_t staged_bytes; /* Its share of svc->staged (buffer capacity, segments). */
+  /* A detached commit (ckpt_detach.c): decided once its record is journaled;
+   * from then on it is never aborted by a call or a rule, only by a failure. */
+  bool detach_started;    /* The decision job was submitted. */
+  bool detached;          /* The decision is journaled (A/ detached_at_ms). */
+  int64_t detached_at_ms; /* Unix ms of the decision. */
   struct commit_wait *waits;
   struct attempt *next;
 };
@@ -329,6 +335,13 @@ struct part *ckpt__staging_open_part(struct obj *o);
 /* p took n more bytes; once full it goes to the uploader. */
 void ckpt__staging_part_took(struct ckpt_service *s, struct obj *o, struct part *p, size_t n);
 void ckpt__staging_relieve(struct ckpt_service *s);
+
+/* ---- ckpt_detach.c (above ckpt_upload.c) ---- */
+/* A detached Commit of a (not DONE): answered once the commit is decided. */
+void ckpt__detach_wait(struct attempt *a, ckpt_done_fn done, void *arg);
+/* Decides a's detached commit when it is asked for and every rank sent
+ * "last"; called after each rank's "last". */
+void ckpt__detach_progress(struct attempt *a);
 
 /* ---- ckpt_upload.c ---- */
 void ckpt__upload_part_ready(struct obj *o, struct part *p);

@@ -232,6 +232,7 @@ static void finish_stream(struct ckpt_writer *w) {
   w->staged_sent = true;
   ckpt__svc_post_event(w->svc, w, CKPT_WRITE_STAGED, 0, "");
   ckpt__upload_progress(w->att);
+  ckpt__detach_progress(w->att);
 }
 
 int ckpt_write_feed(struct ckpt_writer *w, const Stoker__V1__WriteChunk *c) {

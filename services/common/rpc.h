@@ -409,15 +409,38 @@ int rpc_read_token_file(const char *path, char **ret_token);
  *   s3cr3t-operator                 every job (a line with only a token)
  *   s3cr3t-operator *               the same, said explicitly
  *   t0k3n-team-a    team-a-*        jobs whose names start with "team-a-"
+ *   t0k3n-team-b    team-b-*  queues=team-b,shared  priorities=low,normal
  *
  * A file of one word is an operator's token (the format before scopes).
  * A call outside its token's scope answers PERMISSION_DENIED naming the
- * rule; listings hold only what the scope covers. */
+ * rule; listings hold only what the scope covers.
+ *
+ * After the scope a line may grant, as KEY=LIST words (enum rpc_grant),
+ * what the token may name in a service's requests; LIST is "*" (anything),
+ * or names [a-z0-9][a-z0-9.-]{0,62} separated by ',', or empty (nothing).
+ * The server only keeps them (rpc_call_grant); the service that reads a
+ * key enforces it (the coordinator: JobSpec.submission's queue and
+ * priority, services/coordinator/README.md "Tenants' queues and
+ * priorities"). An unknown key, a key twice or a bad name fails the load
+ * naming the line. */
 #define RPC_TOKENS_FILE_MAX_BYTES (1u << 20)
+
+/* The token file's grants (KEY=LIST words), in this order. */
+enum rpc_grant {
+  RPC_GRANT_QUEUES,     /* queues=: the cluster queues its jobs may be submitted to */
+  RPC_GRANT_PRIORITIES, /* priorities=: the priority classes they may ask for */
+  RPC_GRANT_N,
+};
 
 /* The job-name prefix the call's token covers; NULL when it covers every
  * job (an operator's token, or a server without tokens). */
 const char *rpc_call_scope(const struct rpc_call *c);
+/* The call's token's LIST for grant as its line writes it, or NULL when
+ * the line sets none (or the server has no tokens). */
+const char *rpc_call_grant(const struct rpc_call *c, enum rpc_grant grant);
+/* Whether list (as rpc_call_grant returns it) holds name: "*" holds every
+ * name but "", a list its names. NULL and "" hold nothing. */
+bool rpc_grant_holds(const char *list, const char *name);
 /* rpc_reply for a listing: the entries of resp's repeated message fields
  * that the call's token does not cover are left out (each entry judged by
  * its `job`, or its spec's `job` or `name`). */

@@ -46,7 +46,8 @@ struct rpc_call {
   grpc_byte_buffer *reply_buf;
   grpc_slice details;
   void *data;
-  char *scope; /* The token's job-name prefix (copied); NULL: every job. */
+  char *scope;               /* The token's job-name prefix (copied); NULL: every job. */
+  char *grants[RPC_GRANT_N]; /* The token's grants (copied); NULL: not set. */
   struct rpc_tag close_tag, send_tag, recv_tag, finish_tag, cancel_tag;
 };
 
@@ -121,6 +122,7 @@ static void unref(struct rpc_call *c) {
   if (c->req) protobuf_c_message_free_unpacked(c->req, NULL);
   grpc_slice_unref(c->details);
   free(c->scope);
+  for (int g = 0; g < RPC_GRANT_N; g++) free(c->grants[g]);
   free(c);
   s->call_closed(s);
 }
@@ -325,7 +327,7 @@ static void on_received(struct rpc_tag *tag, bool ok) {
   int err = 0;
   if (!ok)
     err = STK_ECANCELED;
-  else if (bb && !(msg = rpc_unpack(bb, c->m->in_desc, NULL, 0)))
+  else if (bb && !(msg = rpc_unpack_request(bb, c->m->in_desc, NULL, 0)))
     err = STK_EINVAL;
   if (bb) grpc_byte_buffer_destroy(bb);
   c->got_fn(c, msg, err, c->got_arg);
@@ -407,14 +409,17 @@ void rpc_call_start(struct rpc_method *m, grpc_call *call, gpr_timespec deadline
       rpc_fail(c, RPC_UNAUTHENTICATED, "missing or invalid bearer token");
       return;
     }
-    if (t->scope && !(c->scope = strdup(t->scope))) {
+    bool oom = t->scope && !(c->scope = strdup(t->scope));
+    for (int g = 0; g < RPC_GRANT_N; g++)
+      oom |= t->grants[g] && !(c->grants[g] = strdup(t->grants[g]));
+    if (oom) {
       rpc_fail(c, RPC_RESOURCE_EXHAUSTED, "out of memory");
       return;
     }
   }
   char why[200];
   if (m->kind != RPC_CLIENT_STREAM &&
-      !(c->req = rpc_unpack(payload, m->in_desc, why, sizeof(why)))) {
+      !(c->req = rpc_unpack_request(payload, m->in_desc, why, sizeof(why)))) {
     rpc_fail(c, RPC_INVALID_ARGUMENT, "%s for %s", why[0] ? why : "malformed request", m->path);
     return;
   }
@@ -449,6 +454,10 @@ void *rpc_call_data(const struct rpc_call *c) {
 
 const char *rpc_call_scope(const struct rpc_call *c) {
   return c->scope;
+}
+
+const char *rpc_call_grant(const struct rpc_call *c, enum rpc_grant grant) {
+  return (unsigned)grant < RPC_GRANT_N ? c->grants[grant] : NULL;
 }
 
 void rpc_reply_listing(struct rpc_call *c, const ProtobufCMessage *resp) {

@@ -173,6 +173,12 @@ grpc_byte_buffer *rpc_pack_borrowed(const ProtobufCMessage *msg, uint32_t field,
  * be NULL) then names the field; it is "" for other malformations. */
 ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
                              char *why, size_t why_len);
+/* The same for what a server receives (a request, a client stream's
+ * messages): also NULL when a string field is not UTF-8 (proto3's rule,
+ * which protobuf-c does not check); a client reading a reply keeps to
+ * rpc_unpack, so that it can still show what a server stored earlier. */
+ProtobufCMessage *rpc_unpack_request(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                     char *why, size_t why_len);
 /* Copies a grpc slice into a C string buffer, truncating. */
 void rpc_slice_copy(grpc_slice slice, char *buf, size_t len);
 
@@ -212,7 +218,8 @@ int rpc_security_read_file(const char *path, char **ret_text, size_t *ret_len);
 struct rpc_token {
   char *token;
   char *scope; /* Job-name prefix the token covers; NULL: every job (an operator's). */
-  size_t line; /* In the file, for messages. */
+  char *grants[RPC_GRANT_N]; /* Its line's KEY=LIST words as written; NULL: not set. */
+  size_t line;               /* In the file, for messages. */
 };
 struct rpc_tokens {
   struct rpc_token *v;

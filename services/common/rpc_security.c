@@ -140,10 +140,16 @@ int rpc_read_token_file(const char *path, char **ret_token) {
 
 void rpc_tokens_free(struct rpc_tokens *t) {
   if (!t) return;
-  for (size_t i = 0; i < t->n; i++) free(t->v[i].token), free(t->v[i].scope);
+  for (size_t i = 0; i < t->n; i++) {
+    free(t->v[i].token), free(t->v[i].scope);
+    for (int g = 0; g < RPC_GRANT_N; g++) free(t->v[i].grants[g]);
+  }
   free(t->v);
   free(t);
 }
+
+static int parse_grant(const char *path, size_t line, const char *w, char **grants);
+static bool grant_list_ok(const char *list);
 
 /* A scope as written: "*" (every job) or a job-name prefix ending in '*'
  * whose other characters may appear in job names. */
@@ -167,11 +173,6 @@ static int parse_scope(const char *path, size_t line, const char *w, char **ret_
 static int add_line(struct rpc_tokens *t, const char *path, size_t line, char *text) {
   char *save = NULL, *token = strtok_r(text, " \t", &save);
   if (!token || token[0] == '#') return 0;
-  char *scope_word = strtok_r(NULL, " \t", &save), *extra = strtok_r(NULL, " \t", &save);
-  if (extra && extra[0] != '#') {
-    stk_set_detail("token file %s line %zu: more than a token and its scope", path, line);
-    return STK_EINVAL;
-  }
   for (const char *p = token; *p; p++) {
     if (*p <= ' ' || *p >= 0x7f) {
       stk_set_detail("token file %s line %zu: the token is not printable ASCII", path, line);
@@ -186,17 +187,76 @@ static int add_line(struct rpc_tokens *t, const char *path, size_t line, char *t
     }
   }
   struct rpc_token e = {.line = line};
-  int err = scope_word && scope_word[0] != '#' ? parse_scope(path, line, scope_word, &e.scope) : 0;
-  if (err) return err;
-  struct rpc_token *v = realloc(t->v, (t->n + 1) * sizeof(*v));
-  if (!v || !(e.token = strdup(token))) {
-    if (v) t->v = v;
-    free(e.scope);
-    return STK_ENOMEM;
+  int err = 0;
+  bool first = true;
+  for (char *w; !err && (w = strtok_r(NULL, " \t", &save)) != NULL && w[0] != '#'; first = false) {
+    if (strchr(w, '=')) {
+      err = parse_grant(path, line, w, e.grants);
+    } else if (first) {
+      err = parse_scope(path, line, w, &e.scope);
+    } else {
+      stk_set_detail("token file %s line %zu: '%.80s' is neither the token's scope (the word "
+                     "after the token) nor KEY=LIST (queues=, priorities=)",
+                     path, line, w);
+      err = STK_EINVAL;
+    }
   }
-  t->v = v;
+  struct rpc_token *v = err ? NULL : realloc(t->v, (t->n + 1) * sizeof(*v));
+  if (v) t->v = v;
+  if (!err && (!v || !(e.token = strdup(token)))) err = STK_ENOMEM;
+  if (err) {
+    free(e.scope);
+    for (int g = 0; g < RPC_GRANT_N; g++) free(e.grants[g]);
+    return err;
+  }
   t->v[t->n++] = e;
   return 0;
+}
+
+/* A grant as written: queues=LIST or priorities=LIST, LIST being "*" or
+ * names of cluster objects ([a-z0-9][a-z0-9.-]{0,62}) separated by ','
+ * (empty: none); each key once per line. */
+static int parse_grant(const char *path, size_t line, const char *w, char **grants) {
+  static const char *const keys[RPC_GRANT_N] = {
+      [RPC_GRANT_QUEUES] = "queues", [RPC_GRANT_PRIORITIES] = "priorities"};
+  const char *eq = strchr(w, '=');
+  int g = 0;
+  while (g < RPC_GRANT_N &&
+         (strlen(keys[g]) != (size_t)(eq - w) || strncmp(w, keys[g], (size_t)(eq - w)) != 0))
+    g++;
+  if (g == RPC_GRANT_N) {
+    stk_set_detail("token file %s line %zu: '%.80s': unknown key (queues=, priorities=)", path,
+                   line, w);
+    return STK_EINVAL;
+  }
+  if (grants[g]) {
+    stk_set_detail("token file %s line %zu: %s= twice", path, line, keys[g]);
+    return STK_EINVAL;
+  }
+  const char *list = eq + 1;
+  if (strcmp(list, "*") != 0 && !grant_list_ok(list)) {
+    stk_set_detail("token file %s line %zu: %s='%.80s' is not '*' nor names "
+                   "[a-z0-9][a-z0-9.-]{0,62} separated by ','",
+                   path, line, keys[g], list);
+    return STK_EINVAL;
+  }
+  if (!(grants[g] = strdup(list))) return STK_ENOMEM;
+  return 0;
+}
+
+/* Whether list is "" or names of cluster objects separated by ','. */
+static bool grant_list_ok(const char *list) {
+  for (const char *p = list; *p;) {
+    size_t n = strcspn(p, ",");
+    bool ok = n >= 1 && n <= 63 && (islower((unsigned char)p[0]) || isdigit((unsigned char)p[0]));
+    for (size_t i = 1; ok && i < n; i++)
+      ok = islower((unsigned char)p[i]) || isdigit((unsigned char)p[i]) || p[i] == '.' ||
+           p[i] == '-';
+    if (!ok) return false;
+    p += n;
+    if (*p == ',' && *++p == '\0') return false; /* A trailing ','. */
+  }
+  return true;
 }
 
 int rpc_tokens_load(const char *path, struct rpc_tokens **ret_tokens) {
@@ -263,4 +323,17 @@ const char *rpc_tokens_tenant(const struct rpc_tokens *t, const char *job) {
       best = scope;
   }
   return best;
+}
+
+bool rpc_grant_holds(const char *list, const char *name) {
+  if (!list || !name || !*name) return false;
+  if (strcmp(list, "*") == 0) return true;
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    size_t k = strcspn(p, ",");
+    if (k == n && strncmp(p, name, n) == 0) return true;
+    p += k;
+    if (*p == ',') p++;
+  }
+  return false;
 }

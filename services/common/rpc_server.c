@@ -529,7 +529,7 @@ int rpc_server_reload_token(struct rpc_server *s) {
   struct rpc_tokens *tokens = NULL;
   int err = rpc_tokens_load(s->token_file, &tokens);
   if (err) return err;        /* The old tokens stay. */
-  rpc_tokens_free(s->tokens); /* Calls copied their scope: nothing points here. */
+  rpc_tokens_free(s->tokens); /* Calls copied their scope and grants: nothing points here. */
   s->tokens = tokens;
   return 0;
 }

@@ -187,12 +187,17 @@ static bool split(struct cursor *c, const ProtobufCMessageDescriptor *desc, stru
   return true;
 }
 
-/* ---- Strings with a NUL byte ----
+/* ---- Strings with a NUL byte, or not UTF-8 ----
  * protobuf-c gives a string field to C as a NUL-terminated copy, so a
  * string with a NUL inside reaches handlers cut short ("a\0/../x" would be
  * job "a"). Such strings are refused here, once for every service, by
  * reading the wire bytes of the message (the head: bulk fields are bytes,
- * never strings) and every nested message, repeated field and map entry. */
+ * never strings) and every nested message, repeated field and map entry.
+ * A request's strings must also be UTF-8, as proto3 says and as every
+ * other protobuf runtime checks at parse (protobuf-c does not): a string
+ * that is not would be stored and answered back (a job's reason, an
+ * event, a tensor name in a manifest), and the Python clients, which
+ * refuse such a message, could then read no listing that holds it. */
 
 #define MAX_DEPTH 32
 
@@ -209,10 +214,12 @@ static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret) {
   return false;
 }
 
-/* False, with why naming the field, if a string holds a NUL (or the bytes
- * are malformed: protobuf-c refuses those too). */
+static bool utf8_valid(const uint8_t *p, size_t n);
+
+/* False, with why naming the field, if a string holds a NUL or (utf8) is
+ * not UTF-8 (or the bytes are malformed: protobuf-c refuses those too). */
 static bool strings_ok(const uint8_t *p, size_t len, const ProtobufCMessageDescriptor *desc,
-                       int depth, char *why, size_t why_len) {
+                       bool utf8, int depth, char *why, size_t why_len) {
   const uint8_t *end = p + len;
   while (p < end) {
     uint64_t tag, n = 0;
@@ -242,10 +249,41 @@ static bool strings_ok(const uint8_t *p, size_t len, const ProtobufCMessageDescr
       if (why) snprintf(why, why_len, "string field %s.%s holds a NUL byte", desc->name, f->name);
       return false;
     }
+    if (utf8 && f && f->type == PROTOBUF_C_TYPE_STRING && !utf8_valid(p, n)) {
+      if (why) snprintf(why, why_len, "string field %s.%s is not UTF-8", desc->name, f->name);
+      return false;
+    }
     if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
-        (depth >= MAX_DEPTH || !strings_ok(p, n, f->descriptor, depth + 1, why, why_len)))
+        (depth >= MAX_DEPTH || !strings_ok(p, n, f->descriptor, utf8, depth + 1, why, why_len)))
       return false;
     p += n;
+  }
+  return true;
+}
+
+/* Whether p[0..n) is UTF-8 as RFC 3629 defines it: no overlong forms, no
+ * surrogates, nothing over U+10FFFF (what protobuf's parsers accept). */
+static bool utf8_valid(const uint8_t *p, size_t n) {
+  const uint8_t *end = p + n;
+  while (p < end) {
+    unsigned c = *p++;
+    if (c < 0x80) continue;
+    unsigned more;
+    uint32_t cp, min;
+    if ((c & 0xe0) == 0xc0)
+      more = 1, min = 0x80, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+      more = 2, min = 0x800, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+      more = 3, min = 0x10000, cp = c & 0x07;
+    else
+      return false;
+    if ((size_t)(end - p) < more) return false;
+    for (unsigned i = 0; i < more; i++, p++) {
+      if ((*p & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (*p & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
   }
   return true;
 }
@@ -262,8 +300,21 @@ static void attach(ProtobufCMessage *msg, struct bulk *b) {
   b->data = NULL;
 }
 
+static ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                bool utf8, char *why, size_t why_len);
+
 ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
                              char *why, size_t why_len) {
+  return unpack(bb, desc, false, why, why_len);
+}
+
+ProtobufCMessage *rpc_unpack_request(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                     char *why, size_t why_len) {
+  return unpack(bb, desc, true, why, why_len);
+}
+
+static ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc,
+                                bool utf8, char *why, size_t why_len) {
   if (why && why_len) why[0] = 0;
   struct cursor c = {0};
   if (!bb || !grpc_byte_buffer_reader_init(&c.reader, bb)) return NULL;
@@ -272,7 +323,7 @@ ProtobufCMessage *rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescrip
   struct bulk bulks[MAX_BULK];
   size_t n_bulks = 0;
   ProtobufCMessage *msg = NULL;
-  if (split(&c, desc, &h, bulks, &n_bulks) && strings_ok(h.b, h.len, desc, 0, why, why_len)) {
+  if (split(&c, desc, &h, bulks, &n_bulks) && strings_ok(h.b, h.len, desc, utf8, 0, why, why_len)) {
     msg = protobuf_c_message_unpack(desc, NULL, h.len, h.b ? h.b : (const uint8_t *)"");
     for (size_t i = 0; msg && i < n_bulks; i++) attach(msg, &bulks[i]);
   }

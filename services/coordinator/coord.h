@@ -61,6 +61,12 @@ struct coord_opts {
   uint64_t kv_bytes_per_job;    /* Key-value bytes one job's generation may hold; 64 MiB. */
   uint64_t kv_bytes;            /* Key-value bytes all jobs together may hold; 1 GiB. */
   uint64_t write_buffer_bytes;  /* RocksDB memtable size; 0: RocksDB's 64 MiB. */
+  /* Called on the loop when a preempted job's members are all gone after a
+   * preemption notice (each left once its checkpoint was staged): seconds
+   * from the notice to then, what a pod's terminationGracePeriodSeconds
+   * must cover (the daemon's stoker_preempt_stage_seconds). May be NULL. */
+  void (*preempt_staged)(void *arg, const char *job, double seconds);
+  void *preempt_staged_arg;
 };
 
 /* JobEventType values counted apart (coord_stats.events_by_type). */

@@ -111,6 +111,10 @@ struct job {
    * before leaving, which the next round waits for until await_deadline. */
   char *preempted;
   int64_t awaited_step, await_deadline;
+  /* coord_now() of the preemption notice that made a running job PAUSING
+   * (0: none): PAUSED, once every member left, measures the time to stage
+   * (coord_opts.preempt_staged). In memory only. */
+  int64_t preempt_notice_ms;
   /* A submitted job (spec->submission): the queue controller's last report
    * (coord_queue.c), owned; NULL until the first. Kept in the JobRecord's
    * Job. */

@@ -101,7 +101,10 @@ static bool periodic_ckpt_due(struct job *j, struct member *m) {
 
 static int decide(struct job *j, struct member *m, const char **reason, int *flags) {
   if (j->state == S(PAUSING)) {
-    if (j->pause_force || j->pause_ckpt_seen) {
+    /* After the pause's checkpoint, STOP only a member with no step past
+     * it: one that trained on stops by itself after its own (it was told
+     * CHECKPOINT_NOW with pausing), or is forced once the wait is over. */
+    if (j->pause_force || (j->pause_ckpt_seen && (int64_t)m->step <= j->ckpt_step)) {
       m->told_stop = true;
       *reason = "job pausing";
       return A(STOP);

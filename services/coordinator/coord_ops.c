@@ -58,12 +58,20 @@ static void go_paused(struct job *j) {
   j->last_call_at = 0;
   j->scale_pending = false;
   if (j->preempted) {
-    char reason[1100];
+    char reason[1100], staged[120] = "";
+    int64_t ms = j->preempt_notice_ms ? coord_now(j->c) - j->preempt_notice_ms : -1;
+    j->preempt_notice_ms = 0;
+    if (ms >= 0) /* What terminationGracePeriodSeconds must cover (deploy/k8s/README.md). */
+      snprintf(staged, sizeof(staged),
+               "; every rank staged its checkpoint and left %lld ms after the notice",
+               (long long)ms);
     snprintf(reason, sizeof(reason), "preempted (%s): paused, resumes when its ranks join",
              j->preempted);
     coord_job_touch(j, reason);
     coord_event(j, E(PAUSED), NULL, j->awaited_step > j->ckpt_step ? j->awaited_step : j->ckpt_step,
-                "%s", reason);
+                "%s%s", reason, staged);
+    if (ms >= 0 && j->c->opts.preempt_staged)
+      j->c->opts.preempt_staged(j->c->opts.preempt_staged_arg, j->name, (double)ms / 1000.0);
     return;
   }
   coord_job_touch(j, "paused");
@@ -96,11 +104,17 @@ void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, c
   coord_answer_job(w, j);
 }
 
+static int64_t members_step(const struct job *j);
+
 static void go_pausing(struct job *j, bool force) {
   j->state = S(PAUSING);
   j->pause_force = force;
   j->pause_ckpt_seen = false;
-  j->pause_step = j->ckpt_step;
+  /* Only a checkpoint past every step a member reported is the pause's: one
+   * begun before the notice (an asynchronous periodic save) and reported
+   * after it holds none of the steps trained since. */
+  int64_t trained = members_step(j);
+  j->pause_step = trained > j->ckpt_step ? trained : j->ckpt_step;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
   j->awaited_step = 0;
@@ -123,6 +137,7 @@ int coord_preempt(struct job *j, const char *reason) {
   coord_event(j, E(PREEMPTED), NULL, members_step(j), "%s", j->preempted);
   if (j->state == S(RUNNING) && j->n_members > 0) {
     go_pausing(j, false);
+    j->preempt_notice_ms = coord_now(j->c);
     char why[1100];
     snprintf(why, sizeof(why), "preempted (%s): checkpoint, then stop", j->preempted);
     coord_job_touch(j, why);
@@ -150,6 +165,7 @@ void coord_pause_await(struct job *j, int64_t step) {
 
 /* An operator's resume, or StopJob: the job is no longer a preemption's. */
 static void forget_preemption(struct job *j) {
+  j->preempt_notice_ms = 0;
   free(j->preempted);
   j->preempted = NULL;
 }

@@ -4,13 +4,16 @@
  * rpc_reply or rpc_fail. Parked operations (Join, Barrier, KvGet with
  * wait, WatchJob) are tracked in a list so that a caller that cancels or
  * runs out of deadline is removed from the core at once, and so that a
- * draining daemon can answer them all UNAVAILABLE without waiting.
+ * draining daemon can answer them all UNAVAILABLE without waiting. The
+ * tokens are the server's, so CreateJob checks a submission's queue and
+ * priority against the caller's token grants here, before the core.
  */
 #include "coord_rpc.h"
 
 #include "stk_error.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct coord_rpc {
   struct coord *coord;
@@ -95,8 +98,83 @@ static void cancel_parked(struct rpc_call *call, void *arg) {
 
 /* ---------------------------------------------------------- unary calls */
 
+static bool submission_allowed(struct rpc_call *call, const Stoker__V1__Submission *sub,
+                               const char **ret_queue, char *first, size_t first_len);
+
+/* A submission is checked against the token's grants (rpc.h, the README's
+ * "Tenants' queues and priorities") before the core sees it, so a refused
+ * one creates nothing and logs no event. */
 RPC_HANDLER(handle_create_job, struct coord_rpc, Stoker__V1__CreateJobRequest) {
-  coord_create_job(svc->coord, req, answer, call);
+  const Stoker__V1__Submission *sub = req->spec ? req->spec->submission : NULL;
+  char first[64];
+  const char *queue;
+  if (!sub) {
+    coord_create_job(svc->coord, req, answer, call);
+    return;
+  }
+  if (!submission_allowed(call, sub, &queue, first, sizeof(first))) return;
+  /* Shallow copies naming the queue it goes to; the core copies the spec. */
+  Stoker__V1__Submission s = *sub;
+  Stoker__V1__JobSpec spec = *req->spec;
+  Stoker__V1__CreateJobRequest r = *req;
+  s.queue = (char *)queue;
+  spec.submission = &s;
+  r.spec = &spec;
+  coord_create_job(svc->coord, &r, answer, call);
+}
+
+/* Whether the call's token may submit sub: a queue its queues= holds (no
+ * queue named: the list's first, or the controller's default for "*"), a
+ * priority its priorities= holds or none (the default). A line without
+ * the key: a team's token only the default, an operator's (or no token)
+ * anything. Else fails the call PERMISSION_DENIED naming the field.
+ * *ret_queue is sub's queue or the list's first, copied to first. */
+static bool submission_allowed(struct rpc_call *call, const Stoker__V1__Submission *sub,
+                               const char **ret_queue, char *first, size_t first_len) {
+  static const char where[] = "on its line of the coordinator's token file";
+  bool team = rpc_call_scope(call) != NULL;
+  const char *queues = rpc_call_grant(call, RPC_GRANT_QUEUES);
+  const char *prios = rpc_call_grant(call, RPC_GRANT_PRIORITIES);
+  const char *q = sub->queue ? sub->queue : "", *p = sub->priority ? sub->priority : "";
+  if (!*q && queues && strcmp(queues, "*") != 0) {
+    size_t n = strcspn(queues, ",");
+    if (n == 0 || n >= first_len) {
+      rpc_fail(call, RPC_PERMISSION_DENIED,
+               "submission.queue: this token may submit to no queue (queues= is empty %s)", where);
+      return false;
+    }
+    memcpy(first, queues, n);
+    first[n] = '\0';
+    q = first;
+  }
+  *ret_queue = q;
+  if (*q && !(queues ? rpc_grant_holds(queues, q) : !team)) {
+    if (queues)
+      rpc_fail(call, RPC_PERMISSION_DENIED,
+               "submission.queue %.63s: this token may submit only to the queues %.300s "
+               "(queues= %s)",
+               q, queues, where);
+    else
+      rpc_fail(call, RPC_PERMISSION_DENIED,
+               "submission.queue %.63s: this token may submit only to the controller's default "
+               "queue (leave the queue empty): no queues= %s",
+               q, where);
+    return false;
+  }
+  if (*p && !(prios ? rpc_grant_holds(prios, p) : !team)) {
+    if (prios)
+      rpc_fail(call, RPC_PERMISSION_DENIED,
+               "submission.priority %.63s: this token may ask only for the priorities %.300s "
+               "(priorities= %s) or the default (leave the priority empty)",
+               p, prios, where);
+    else
+      rpc_fail(call, RPC_PERMISSION_DENIED,
+               "submission.priority %.63s: this token may ask only for the default priority "
+               "(leave the priority empty): no priorities= %s",
+               p, where);
+    return false;
+  }
+  return true;
 }
 
 RPC_HANDLER(handle_get_job, struct coord_rpc, Stoker__V1__GetJobRequest) {

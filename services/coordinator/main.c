@@ -78,6 +78,7 @@ struct coordinator {
   struct metric_gauge *jobs, *members, *parked, *watchers;
   struct metric_counter *synced_writes, *heartbeats, *joins, *events;
   struct metric_counter *events_by_type[COORD_EVENT_TYPES]; /* NULL: no such type. */
+  struct metric_histogram *preempt_stage; /* Notice to every rank staged (preempt_staged). */
   struct coord_stats last;
   struct coord_kv_budget kv_budget; /* For daemon_usage. */
   bool trim_due;                    /* Many parked calls ended: trim at the next tick. */
@@ -165,6 +166,11 @@ static void register_metrics(struct coordinator *co) {
       metrics_counter(m, "stoker_coordinator_heartbeats_total", "Heartbeats handled.", NULL);
   co->joins = metrics_counter(m, "stoker_coordinator_joins_total", "Joins handled.", NULL);
   co->events = metrics_counter(m, "stoker_coordinator_events_total", "Job events recorded.", NULL);
+  co->preempt_stage = metrics_histogram(
+      m, "stoker_preempt_stage_seconds",
+      "From a preemption notice to every rank of the job staged and gone (what a pod's "
+      "terminationGracePeriodSeconds must cover).",
+      NULL);
   register_event_types(co, m);
   if (metrics_add_collector(m, coord_job_metrics_collect, co->coord) != 0)
     log_warn("metrics", "no per-job series: out of memory");
@@ -207,6 +213,13 @@ static void stop_service(struct daemon *d, void *arg) {
   coord_close(co->coord, coord_closed, co);
 }
 
+/* A preempted job's ranks all staged their checkpoint and left. */
+static void preempt_staged(void *arg, const char *job, double seconds) {
+  struct coordinator *co = arg;
+  if (co->preempt_stage) metric_histogram_observe(co->preempt_stage, seconds);
+  log_info("preempt.staged", "job=%s seconds=%.3f", job, seconds);
+}
+
 static int open_core(struct coordinator *co) {
   struct coord_opts o = {
       .dir = co->cfg.daemon.data_dir,
@@ -218,6 +231,8 @@ static int open_core(struct coordinator *co) {
       .kv_bytes_per_job = co->cfg.kv_bytes_per_job,
       .kv_bytes = co->cfg.kv_bytes,
       .write_buffer_bytes = co->cfg.write_buffer,
+      .preempt_staged = preempt_staged,
+      .preempt_staged_arg = co,
   };
   int rc = coord_open(daemon_loop(co->daemon), &o, &co->coord);
   if (rc == STK_EBUSY) /* Another daemon holds the directory; the detail names it. */

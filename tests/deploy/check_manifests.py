@@ -17,13 +17,20 @@ renders, and what the manifests tell the programs exists in them.
 - probes (gRPC, or `stokerctl health` run in the pod when TLS is on) check
   the ports the daemons listen on, and an exec probe's timeoutSeconds is
   longer than its command's --timeout; each pod's termination grace is at
-  least the daemon's shutdown-grace.
+  least the daemon's shutdown-grace;
+- a training Job's pods (stoker-train, torchrun) get a
+  terminationGracePeriodSeconds at least the floor deploy/k8s/README.md
+  documents ("Grace period of training pods", measured from a preemption
+  notice to every rank staged): below it an eviction kills ranks before their
+  last checkpoint is staged.
 
     check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM... [--python PYTHON]
+                       [--must-refuse TEXT]
 PROGRAMs are the paths of stoker-coordinator, stoker-dataloader,
 stoker-checkpoint, stokerctl and stoker-train; PYTHON one with torch and the
 stoker package (the project's .venv): without it the PyTorch commands are
-reported as not checked. Exits 1 listing every mismatch.
+reported as not checked. Exits 1 listing every mismatch; with --must-refuse,
+0 only when some mismatch names TEXT (a manifest made to be refused).
 """
 
 from __future__ import annotations
@@ -42,6 +49,17 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN_SCRIPT = "train_gpt.py"  # trainer/python/train_gpt.py, in the image or here
 PYTORCH = ("torchrun", TRAIN_SCRIPT)
 VAR_REF = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+TRAINERS = ("stoker-train", *PYTORCH)
+GRACE_FLOOR = re.compile(r"training Job's grace floor is (\d+) s")
+
+
+def training_grace_floor() -> int:
+    """The floor deploy/k8s/README.md documents, in seconds."""
+    text = (REPO / "deploy" / "k8s" / "README.md").read_text(encoding="utf-8")
+    m = GRACE_FLOOR.search(text)
+    if not m:
+        raise SystemExit("deploy/k8s/README.md states no training Job's grace floor")
+    return int(m.group(1))
 
 
 def program_help(path: Path) -> str:
@@ -108,6 +126,11 @@ def duration_ms(text: str) -> int:
 def main() -> int:
     argv = sys.argv[1:]
     python = None
+    must_refuse = None
+    if "--must-refuse" in argv:
+        i = argv.index("--must-refuse")
+        must_refuse = argv[i + 1]
+        del argv[i : i + 2]
     if "--python" in argv:
         i = argv.index("--python")
         python = argv[i + 1]
@@ -149,6 +172,14 @@ def main() -> int:
             if not programs:
                 errors.append(f"{where}: runs none of {sorted(helps)}: {words}")
                 continue
+            if d["kind"] == "Job" and any(p in TRAINERS for p in programs):
+                floor = training_grace_floor()
+                grace_s = pod.get("terminationGracePeriodSeconds", 30)
+                if grace_s < floor:
+                    errors.append(
+                        f"{where}: terminationGracePeriodSeconds {grace_s} is below the training"
+                        f" Job's grace floor of {floor} s (deploy/k8s/README.md)"
+                    )
             if any(p in PYTORCH for p in programs) and not torch_helps:
                 print(f"NOT CHECKED {where}: no Python with torch (--python; deploy/python-env.sh)")
                 continue
@@ -232,6 +263,10 @@ def main() -> int:
     for e in errors:
         print(f"MISMATCH {e}")
     print(f"{checked} commands checked against --help, {len(configs)} config files")
+    if must_refuse is not None:
+        refused = any(must_refuse in e for e in errors)
+        print(f"{'refused' if refused else 'NOT refused'}: {must_refuse}")
+        return 0 if refused else 1
     return 1 if errors else 0
 
 

@@ -131,6 +131,12 @@ def preempt(bins, env, work, data, job, how):
     assert saved["r1"] == [str(step)], f"the ranks saved at different steps: {saved}"
     for text in logs.values():
         assert f"stopped at step {step} after staging its checkpoint" in text, text[-2000:]
+    # Rank 0 (whichever member it is) did not wait for the upload and the
+    # manifest: its commit of the last checkpoint was detached (accepted once
+    # decided); the service committed it after the ranks were gone (below).
+    both = "".join(logs.values())
+    assert f"checkpoint commit accepted at step {step} (detached" in both, both[-3000:]
+    assert f"checkpoint committed at step {step}" not in both, both[-3000:]
     trained = steps_logged(work, job)
     assert sorted(trained) == list(range(1, step + 1)), f"trained {sorted(trained)}, saved {step}"
     if how == "sigterm":
@@ -156,6 +162,23 @@ def preempt(bins, env, work, data, job, how):
         want = "member r1 is terminating" if how == "sigterm" else "kueue: evicted"
         assert j["reason"].startswith("preempted (") and want in j["reason"], j["reason"]
         assert len(preempted) == 1 and want in preempted[0]["message"], preempted
+        # The coordinator measured notice -> every rank staged and gone: the
+        # figure terminationGracePeriodSeconds is set from (deploy/k8s).
+        paused = [e for e in events(ctl, env, job) if e["type"] == "PAUSED"]
+        staged = re.search(
+            r"staged its checkpoint and left (\d+) ms after the notice", paused[-1]["message"]
+        )
+        assert staged, paused
+        print(
+            json.dumps(
+                {
+                    "bench": "preempt_stage",
+                    "how": how,
+                    "ranks": len(MEMBERS),
+                    "notice_to_staged_ms": int(staged[1]),
+                }
+            )
+        )
     print(
         f"{job}: {how} -> both ranks saved at step {step} and exited {RESUMABLE}; "
         f"PAUSED: {j['reason']}"

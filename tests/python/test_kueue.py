@@ -325,3 +325,136 @@ def test_queue_status_follows_the_workload() -> None:
         "status": {"conditions": [{"type": "Complete", "status": "True"}]},
     }
     assert submit.queue_status(done, [admitted], 3)[0] == "FINISHED"
+
+
+def test_a_template_serves_only_its_teams_jobs() -> None:
+    """A team's template (its pods name the team, so its token Secret) makes
+    Jobs only for that team's jobs (TEAM-...), or for those the ConfigMap's
+    stoker.io/job-prefix names; a template of no team serves every job."""
+    assert submit.template_refusal(None, TEMPLATE, "team-a-big") is None
+    why = submit.template_refusal(None, TEMPLATE, "team-b-big")
+    assert why is not None and "team-a-*" in why
+    assert submit.template_refusal(None, TEMPLATE, "team-ab") is not None
+    shared = {submit.PREFIX_ANNOTATION: "*"}
+    assert submit.template_refusal(shared, TEMPLATE, "team-b-big") is None
+    pinned = {submit.PREFIX_ANNOTATION: "team-b-"}
+    assert submit.template_refusal(pinned, TEMPLATE, "team-b-big") is None
+    assert submit.template_refusal(pinned, TEMPLATE, "team-a-big") is not None
+    no_team = {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {}}}}
+    assert submit.template_refusal(None, no_team, "anyone") is None
+
+
+class _Recorder:
+    def __init__(self, **results: Any) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.results = results
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            self.calls.append((name, args, kw))
+            return self.results.get(name)
+
+        return call
+
+
+def test_the_controller_refuses_another_teams_template() -> None:
+    """A team-b job naming team-a's template gets no Job (which would run its
+    arguments in team-a's pods with team-a's token): REJECTED, saying why."""
+    import types
+
+    import yaml
+    from kubernetes import client
+
+    from stoker.jobs import Job
+    from stoker.kueue.controller import Controller
+    from stoker.v1 import coordinator_pb2 as pb
+
+    cm = types.SimpleNamespace(
+        data={submit.TEMPLATE_KEY: yaml.safe_dump(TEMPLATE)},
+        metadata=types.SimpleNamespace(annotations=None),
+    )
+    for name, allowed in (("team-b-steal", False), ("team-a-mine", True)):
+        jobs = _Recorder()
+        ctl = Controller("ns", jobs, api=client.ApiClient())  # type: ignore[arg-type]
+        ctl.core = _Recorder(read_namespaced_config_map=cm)  # type: ignore[assignment]
+        ctl.batch = _Recorder(create_namespaced_job={"metadata": {"name": name}})  # type: ignore[assignment]
+        ctl.api = _Recorder(sanitize_for_serialization={"metadata": {"name": name}})  # type: ignore[assignment]
+        spec = pb.JobSpec(
+            name=name,
+            min_ranks=1,
+            max_ranks=2,
+            submission=pb.Submission(template="demo", args=["--job", "team-a-prod"]),
+        )
+        ctl._create_submitted(Job.from_proto(pb.Job(spec=spec)))
+        created = [c for c in ctl.batch.calls if c[0] == "create_namespaced_job"]  # type: ignore[attr-defined]
+        reports = [c for c in jobs.calls if c[0] == "report_queue"]
+        if allowed:
+            assert len(created) == 1 and not reports
+        else:
+            assert not created
+            assert len(reports) == 1 and reports[0][1] == (name, "REJECTED")
+            assert "team-a-*" in reports[0][2]["message"]
+
+
+def test_a_template_bounds_its_jobs_queues_and_priorities() -> None:
+    """The ConfigMap's stoker.io/queues and stoker.io/priorities bound what
+    a job of the template may be labelled with ("*": anything; no priority,
+    the default, always); without them the template bounds nothing."""
+    ann = {submit.QUEUES_ANNOTATION: "team-a, shared", submit.PRIORITIES_ANNOTATION: "low"}
+    assert submit.submission_refusal(ann, "team-a", "") is None
+    assert submit.submission_refusal(ann, "shared", "low") is None
+    why = submit.submission_refusal(ann, "team-b", "")
+    assert why is not None and "queue team-b" in why and "team-a,shared" in why
+    why = submit.submission_refusal(ann, "team-a", "high")
+    assert why is not None and "priority high" in why
+    assert submit.submission_refusal({submit.QUEUES_ANNOTATION: "*"}, "any", "high") is None
+    assert submit.submission_refusal({submit.QUEUES_ANNOTATION: ""}, "team-a", "") is not None
+    assert submit.submission_refusal(None, "team-b", "high") is None
+
+
+def test_the_controller_refuses_a_queue_or_priority_its_template_does_not_allow() -> None:
+    """Defence in depth behind the coordinator's token grants: a submission
+    into a queue or at a priority the template's annotations do not allow
+    gets no Job, REJECTED saying why; one within them gets its Job labelled
+    with them (no queue named: the controller's default queue, checked too)."""
+    import types
+
+    import yaml
+    from kubernetes import client
+
+    from stoker.jobs import Job
+    from stoker.kueue import decide
+    from stoker.kueue.controller import Controller
+    from stoker.v1 import coordinator_pb2 as pb
+
+    cm = types.SimpleNamespace(
+        data={submit.TEMPLATE_KEY: yaml.safe_dump(TEMPLATE)},
+        metadata=types.SimpleNamespace(
+            annotations={submit.QUEUES_ANNOTATION: "team-a", submit.PRIORITIES_ANNOTATION: "low"}
+        ),
+    )
+    for queue, priority, why in (
+        ("team-b", "", "queue team-b"),
+        ("team-a", "high", "priority high"),
+        ("", "", "queue stoker"),  # the controller's default queue is not team-a's
+        ("team-a", "low", None),
+    ):
+        jobs = _Recorder()
+        ctl = Controller("ns", jobs, api=client.ApiClient())  # type: ignore[arg-type]
+        ctl.core = _Recorder(read_namespaced_config_map=cm)  # type: ignore[assignment]
+        ctl.batch = _Recorder(create_namespaced_job={"metadata": {"name": "team-a-x"}})  # type: ignore[assignment]
+        ctl.api = _Recorder(sanitize_for_serialization={"metadata": {"name": "team-a-x"}})  # type: ignore[assignment]
+        sub = pb.Submission(template="demo", queue=queue, priority=priority)
+        spec = pb.JobSpec(name="team-a-x", min_ranks=1, max_ranks=2, submission=sub)
+        ctl._create_submitted(Job.from_proto(pb.Job(spec=spec)))
+        created = [c for c in ctl.batch.calls if c[0] == "create_namespaced_job"]  # type: ignore[attr-defined]
+        reports = [c for c in jobs.calls if c[0] == "report_queue"]
+        if why is None:
+            assert len(created) == 1 and not reports
+            labels = created[0][1][1]["metadata"]["labels"]
+            assert labels[decide.QUEUE_LABEL] == "team-a"
+            assert labels[decide.PRIORITY_LABEL] == "low"
+        else:
+            assert not created
+            assert len(reports) == 1 and reports[0][1] == ("team-a-x", "REJECTED")
+            assert why in reports[0][2]["message"], reports[0][2]["message"]

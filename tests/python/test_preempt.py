@@ -163,6 +163,9 @@ def test_a_sigterm_to_a_torchrun_agent_pauses_the_job_and_it_resumes_losing_no_s
         codes = [p.wait(timeout=120) for p in a.procs]
         assert codes == [RESUMABLE_EXIT, RESUMABLE_EXIT], (codes, a.text()[-3000:])
         assert "Stopping worker group" not in a.text(), a.text()[-3000:]
+        # Rank 0 committed the last checkpoint detached: it left once the
+        # service decided the commit, which it finished after the ranks.
+        assert f"checkpoint step {paused} commit accepted (detached)" in a.text(), a.text()[-3000:]
         before = losses(a.logs)
         jobs = Jobs(a.env["STOKER_COORDINATOR"])
         job = jobs.show("pt-pre")

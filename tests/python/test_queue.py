@@ -6,14 +6,18 @@ as the controller sends them) become the job's ``queue`` and one QUEUED or
 ADMITTED event per change of state; ``Jobs.watch`` yields them, ``describe``
 and ``stokerctl job watch`` say them in the same words, ``stokerctl job
 show`` prints the queue, its JSON equals ``Job.as_dict()``; a team's token
-submits and reports only within its scope."""
+submits and reports only within its scope, and only to the queues and at
+the priorities its line of the token table grants."""
 
 from __future__ import annotations
 
 import json
 import pathlib
+import signal
 import subprocess
 import threading
+import time
+from collections.abc import Callable
 
 import grpc
 import pytest
@@ -184,6 +188,33 @@ def test_scope(tmp_path: pathlib.Path) -> None:
         d.stop()
 
 
+def test_strings_not_utf8_refused(tmp_path: pathlib.Path) -> None:
+    """A request whose string is not UTF-8 (which protobuf-c would take as
+    it is) is INVALID_ARGUMENT and changes nothing. Before, a team's PreemptJob
+    with such a reason put it into its job's reason and events, and every
+    Python reader of a listing holding that job failed to parse it: the
+    operator's ListJobs, and so the queue controller of every team."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("op-token\na-token team-a-*\n")
+    d = Daemon("coordinator", tmp_path, "--token-file", str(tokens))
+    try:
+        with Jobs(d.addr, security=Security(token="a-token")) as team:
+            team.submit("team-a-llm", "llm", 1, 2)
+        # Python cannot build such a message: the reason's bytes are appended by hand.
+        raw = pb.PreemptJobRequest(job="team-a-llm").SerializeToString() + b"\x12\x02\xc3("
+        with grpc.insecure_channel(d.addr) as ch:
+            preempt = ch.unary_unary("/stoker.v1.Coordinator/PreemptJob")
+            with pytest.raises(grpc.RpcError) as e:
+                preempt(raw, metadata=[("authorization", "Bearer a-token")], timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "reason" in str(e.value.details()) and "UTF-8" in str(e.value.details())
+        with Jobs(d.addr, security=Security(token="op-token")) as op:
+            (job,) = op.list()
+            assert job.state != "PAUSED" and "preempt" not in job.reason
+    finally:
+        d.stop()
+
+
 def join_all(addr: str, job: str, ids: list[str]) -> list[Member]:
     members = [Member(job, addr, member_id=i) for i in ids]
     got: list[Membership] = []
@@ -237,3 +268,200 @@ def test_evicted_and_readmitted_smaller(daemons: dict[str, Daemon]) -> None:
             ("RESUMED", "resumed at step 8: resumed after preemption (kueue: evicted) at step 8"),
         ], said
         back.leave()
+
+
+POLICY = """op-token
+a-token team-a-*  queues=team-a,shared  priorities=low,normal
+b-token team-b-*  queues=team-b         priorities=*
+c-token team-c-*
+o2-token *        queues=shared
+"""
+
+
+def refused(call: Callable[[], object], field: str, name: str) -> str:
+    with pytest.raises(StokerError) as e:
+        call()
+    assert e.value.code == grpc.StatusCode.PERMISSION_DENIED, e.value
+    assert f"{field} {name}:" in e.value.details, e.value.details
+    return e.value.details
+
+
+def test_tenant_queue_and_priority_policy(tmp_path: pathlib.Path) -> None:
+    """Each team submits only to the queues and at the priorities its line of
+    the token file grants (queues=, priorities=): a submission outside them is
+    PERMISSION_DENIED naming the field and creates nothing (no job, no event);
+    within them it is recorded as sent, with the team's first queue when it
+    names none. A team's line without a grant allows only the defaults; an
+    operator's token, anything unless its line grants less; stokerctl says
+    the refusal; SIGHUP re-reads the grants."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(POLICY)
+    d = Daemon("coordinator", tmp_path, "--token-file", str(tokens))
+    try:
+        a = Jobs(d.addr, security=Security(token="a-token"))
+        b = Jobs(d.addr, security=Security(token="b-token"))
+        c = Jobs(d.addr, security=Security(token="c-token"))
+        op = Jobs(d.addr, security=Security(token="op-token"))
+        # A into B's queue, at a priority it was not granted, or both.
+        why = refused(
+            lambda: a.submit("team-a-x", "llm", 1, 2, queue="team-b"), "submission.queue", "team-b"
+        )
+        assert "team-a,shared" in why, why
+        refused(
+            lambda: a.submit("team-a-x", "llm", 1, 2, priority="high"),
+            "submission.priority",
+            "high",
+        )
+        refused(
+            lambda: a.submit("team-a-x", "llm", 1, 2, queue="shared", priority="high"),
+            "submission.priority",
+            "high",
+        )
+        # B may take any priority but only its own queue.
+        refused(
+            lambda: b.submit("team-b-x", "llm", 1, 2, queue="team-a"), "submission.queue", "team-a"
+        )
+        # C has no grant: the defaults only.
+        refused(
+            lambda: c.submit("team-c-x", "llm", 1, 2, queue="team-c"), "submission.queue", "team-c"
+        )
+        refused(
+            lambda: c.submit("team-c-x", "llm", 1, 2, priority="low"), "submission.priority", "low"
+        )
+        # Nothing was created, so no event was logged: no job at all, and the
+        # same names are free for submissions within the policy.
+        assert op.list() == []
+        with pytest.raises(StokerError) as e:
+            op.show("team-a-x")
+        assert e.value.code == grpc.StatusCode.NOT_FOUND
+
+        got = a.submit("team-a-x", "llm", 1, 2, queue="shared", priority="normal")
+        assert got.spec is not None and got.spec.submission is not None
+        assert (got.spec.submission.queue, got.spec.submission.priority) == ("shared", "normal")
+        got = a.submit("team-a-y", "llm", 1, 2)  # no queue named: the team's first
+        assert got.spec is not None and got.spec.submission is not None
+        assert (got.spec.submission.queue, got.spec.submission.priority) == ("team-a", "")
+        b.submit("team-b-x", "llm", 1, 2, queue="team-b", priority="high")
+        got = c.submit("team-c-x", "llm", 1, 2)  # defaults: the controller's queue
+        assert got.spec is not None and got.spec.submission is not None
+        assert got.spec.submission.queue == ""
+        op.submit("op-x", "llm", 1, 2, queue="team-b", priority="high")
+        assert sorted(j.spec.name for j in op.list() if j.spec) == [
+            "op-x",
+            "team-a-x",
+            "team-a-y",
+            "team-b-x",
+            "team-c-x",
+        ]
+        assert [t for t, _ in events(op, "team-a-x")] == ["CREATED"]
+
+        # stokerctl says the refusal; within the policy it submits.
+        tok = tmp_path / "a.token"
+        tok.write_text("a-token\n")
+        p = ctl(
+            d.addr,
+            "--token-file",
+            str(tok),
+            "job",
+            "submit",
+            "team-a-z",
+            "--template",
+            "llm",
+            "--min",
+            "1",
+            "--max",
+            "2",
+            "--queue",
+            "team-b",
+        )
+        assert p.returncode != 0, p.stdout
+        assert "submission.queue team-b:" in p.stderr and "team-a,shared" in p.stderr, p.stderr
+        p = ctl(
+            d.addr,
+            "--token-file",
+            str(tok),
+            "job",
+            "submit",
+            "team-a-z",
+            "--template",
+            "llm",
+            "--min",
+            "1",
+            "--max",
+            "2",
+            "--priority",
+            "high",
+        )
+        assert p.returncode != 0 and "submission.priority high:" in p.stderr, p.stderr
+        p = ctl(
+            d.addr,
+            "--token-file",
+            str(tok),
+            "job",
+            "submit",
+            "team-a-z",
+            "--template",
+            "llm",
+            "--min",
+            "1",
+            "--max",
+            "2",
+            "--priority",
+            "low",
+        )
+        assert p.returncode == 0, p.stderr
+        assert 'job "team-a-z" submitted to queue team-a' in p.stdout, p.stdout
+        # An operator's line that grants queues is bound by them too.
+        with Jobs(d.addr, security=Security(token="o2-token")) as o2:
+            refused(
+                lambda: o2.submit("op-y", "llm", 1, 2, queue="team-b"), "submission.queue", "team-b"
+            )
+            o2.submit("op-y", "llm", 1, 2, queue="shared", priority="high")
+
+        # SIGHUP re-reads the grants: team C may now name its own queue.
+        tokens.write_text(POLICY.replace("c-token team-c-*", "c-token team-c-* queues=team-c"))
+        assert d.proc is not None
+        d.proc.send_signal(signal.SIGHUP)
+        until = time.monotonic() + 10
+        while True:
+            try:
+                got = c.submit("team-c-y", "llm", 1, 2, queue="team-c")
+                break
+            except StokerError as e:
+                assert e.code == grpc.StatusCode.PERMISSION_DENIED, e
+                assert time.monotonic() < until, "the new grant was not read"
+                time.sleep(0.05)
+        assert got.spec is not None and got.spec.submission is not None
+        assert got.spec.submission.queue == "team-c"
+        for j in (a, b, c, op):
+            j.close()
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "a-token team-a-* queues=Team-A",
+        "a-token team-a-* queues=team-a,",
+        "a-token team-a-* queues=a queues=b",
+        "a-token team-a-* colour=red",
+        "a-token team-a-* queues=a team-b-*",
+    ],
+)
+def test_a_bad_grant_is_refused_with_its_line(tmp_path: pathlib.Path, line: str) -> None:
+    bad = tmp_path / "tokens"
+    bad.write_text(f"op-token\n{line}\n")
+    with pytest.raises(Exception):  # noqa: B017 (the daemon does not start)
+        Daemon("coordinator", tmp_path, "--token-file", str(bad))
+    log = (tmp_path / "coordinator.log").read_text()
+    assert "line 2" in log, log
+
+
+def test_the_other_daemons_read_the_same_table(tmp_path: pathlib.Path) -> None:
+    """The Secret's one table serves the three daemons: grants load there
+    too (only the coordinator reads them)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(POLICY)
+    for name in ("dataloader", "checkpoint"):
+        Daemon(name, tmp_path, "--token-file", str(tokens)).stop()

@@ -179,19 +179,24 @@ def main() -> None:
 
     pending: Any = None
     pending_step = 0
+    pending_last = False
 
-    def checkpoint(step: int) -> None:
-        nonlocal pending, pending_step
+    def checkpoint(step: int, last: bool = False) -> None:
+        nonlocal pending, pending_step, pending_last
         finish_checkpoint()
         # Stoker: async_save returns once the service holds every byte
         # (step= lets the writer stage them itself); the commit follows.
+        # The last one before a resumable stop commits detached: rank 0
+        # leaves once the service decided the commit, which it finishes
+        # after the ranks are gone (the job's next round waits for it).
         pending = dcp.async_save(
             state,
-            storage_writer=StokerWriter(args.job, step=step),
+            storage_writer=StokerWriter(args.job, step=step, detach=last),
             checkpoint_id=step,
             process_group=ckpt_group,
         )
         pending_step = step
+        pending_last = last
 
     def finish_checkpoint() -> None:
         nonlocal pending
@@ -200,7 +205,8 @@ def main() -> None:
         getattr(pending, "upload_completion", pending).result()
         pending = None
         if rank == 0:
-            print(f"checkpoint step {pending_step} committed", flush=True)
+            done = "commit accepted (detached)" if pending_last else "committed"
+            print(f"checkpoint step {pending_step} {done}", flush=True)
 
     it = iter(loader)
     step = start
@@ -232,9 +238,10 @@ def main() -> None:
         asked = torch.tensor([int(CHECKPOINT_NOW in actions), int(STOP in actions), int(pausing)])
         dist.all_reduce(asked, op=dist.ReduceOp.MAX)
         ckpt_now, stop, pausing = bool(asked[0]), bool(asked[1]), bool(asked[2])
+        last = pausing and (ckpt_now or stop) and monitor is not None
         if step % args.checkpoint_every == 0 or ckpt_now or stop:
-            checkpoint(step)
-        if pausing and (ckpt_now or stop) and monitor is not None:
+            checkpoint(step, last)
+        if last and monitor is not None:
             # Stoker: the job is pausing (preempted, evicted, paused): that was
             # its last checkpoint. Every rank stops at this step and exits 75;
             # the agents leave with the step and exit 75 too, and the job

@@ -103,6 +103,7 @@ struct train_opts {
  * (fsdp_set_before_update) before it writes them. */
 struct train_pending {
   int64_t step;
+  bool last;    /* The generation's last checkpoint (a stop): rank 0 commits detached. */
   bool running; /* The pipeline thread exists (not joined yet). */
   pthread_t thread;
   char attempt[STK_CKPT_ATTEMPT_MAX];
@@ -189,7 +190,7 @@ int train_restore(struct train *t, int64_t step);
 /* Starts the checkpoint of step (the last step trained) in the
  * background, after reaping the previous one; the next step's update
  * waits for the copy of the shards. */
-int train_ckpt_start(struct train *t, int64_t step);
+int train_ckpt_start(struct train *t, int64_t step, bool last);
 /* The before-update hook: waits until the pending stage no longer reads
  * the shards. */
 int train_ckpt_fence(void *train);

@@ -132,13 +132,24 @@ static int stage(struct train *t, int64_t step) {
   return err;
 }
 
-/* Rank 0: the commit, then the loader's. */
+/* Rank 0: the commit, then the loader's. The generation's last checkpoint
+ * (a stop: preemption, pause, resize) is committed detached: rank 0 leaves
+ * once the service has decided the commit, as the others leave once staged,
+ * and the service finishes it without them (the coordinator's next round
+ * waits for its report). */
 static int commit(struct train *t) {
   struct stk_ckpt_ref ref;
-  int err = stk_ckpt_commit(t->ckpt, t->pend.attempt, 60000, &ref);
+  int64_t t0 = train_now_ms();
+  int err = t->pend.last ? stk_ckpt_commit_detached(t->ckpt, t->pend.attempt, 60000, &ref)
+                         : stk_ckpt_commit(t->ckpt, t->pend.attempt, 60000, &ref);
   if (err) return err;
-  printf("[%s] checkpoint committed at step %" PRId64 " (%s)\n", t->o.member, t->pend.step,
-         ref.uri);
+  if (ref.uri[0])
+    printf("[%s] checkpoint committed at step %" PRId64 " (%s)\n", t->o.member, t->pend.step,
+           ref.uri);
+  else
+    printf("[%s] checkpoint commit accepted at step %" PRId64 " (detached, %" PRId64
+           " ms): the service commits it after this rank is gone\n",
+           t->o.member, t->pend.step, train_now_ms() - t0);
   fflush(stdout);
   return stk_loader_commit_all(t->loader, t->o.data_job, t->pend.step - 1, 30000);
 }
@@ -220,7 +231,7 @@ int train_ckpt_finish(struct train *t, bool wait) {
   return reap(t, wait);
 }
 
-int train_ckpt_start(struct train *t, int64_t step) {
+int train_ckpt_start(struct train *t, int64_t step, bool last) {
   int err = reap(t, true); /* The previous checkpoint (long done, as a rule). */
   if (err) return err;
   struct train_pending *p = &t->pend;
@@ -233,6 +244,7 @@ int train_ckpt_start(struct train *t, int64_t step) {
     p->n_shard_tensors = shard_tensors(t, p->ts, p->dims, p->names);
     p->state[1] = (uint64_t)fsdp_steps_done(t->fsdp);
     p->step = step;
+    p->last = last;
     p->fence_wait_us = -1;
     p->started = p->done = p->at_fence = false, p->err = 0, p->stage = NULL;
     if (pthread_create(&p->thread, NULL, pipeline_main, t)) err = STK_ENOMEM;

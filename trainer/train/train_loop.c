@@ -138,7 +138,7 @@ static int one_step(struct train *t) {
   if (votes > 0)
     printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)%s\n", t->o.member, t->step,
            votes, votes > 1 ? "s" : "", stops ? ", then stop: no step past it" : "");
-  if (!err && (periodic || votes > 0)) err = train_ckpt_start(t, t->step);
+  if (!err && (periodic || votes > 0)) err = train_ckpt_start(t, t->step, stops > 0);
   if (!err && stops) t->stopped_step = t->step;
   return err;
 }
@@ -170,7 +170,7 @@ int train_run_generation(struct train *t) {
       err = train_why(t, STK_EABORTED, "the coordinator asked for a restart");
   }
   if (!err) err = train_ckpt_finish(t, true);
-  if (!err && t->stopped_step) err = 2; /* Staged (rank 0: committed): stop here. */
+  if (!err && t->stopped_step) err = 2; /* Staged (rank 0: commit accepted): stop here. */
   if (err < 0) t->stopped_step = 0;     /* Its checkpoint may not commit: a failure. */
   if (!err && t->o.dump_params) err = train_dump_params(t, t->o.dump_params);
   if (!err) (void)stk_barrier(t->coord, "done", 30000); /* Nobody leaves mid-collective. */

@@ -190,6 +190,14 @@ class StokerWriter(StorageWriter):
             ``stokerctl checkpoint list`` shows beside the checkpoint;
             default: ``STOKER_GENERATION``, which the Stoker rendezvous sets
             for torchrun's workers (0 when unknown).
+        detach: commit detached (the job's last save before its ranks exit,
+            on a preemption notice): ``finish`` returns once the service has
+            decided the commit (every rank's bytes staged and validated, the
+            decision journaled), not once the manifest is written; the
+            service commits after the ranks are gone, and the checkpoint is
+            visible (List, restore, the coordinator) only then. Storage
+            refusing the uploads, or the service dying before every byte is
+            uploaded, aborts it instead (the service logs why).
     """
 
     def __init__(
@@ -203,6 +211,7 @@ class StokerWriter(StorageWriter):
         security: Security | None = None,
         process_group: Any = None,
         generation: int | None = None,
+        detach: bool = False,
     ) -> None:
         super().__init__()
         if chunk_bytes < 1:
@@ -215,6 +224,7 @@ class StokerWriter(StorageWriter):
         if generation < 0:
             raise invalid_argument(f"generation {generation} is negative")
         self.generation = generation
+        self.detach = detach
         self.job = job
         self.conn = Connection(
             address_from_env("STOKER_CHECKPOINT", address), security, timeout, spread=True
@@ -432,13 +442,14 @@ class StokerWriter(StorageWriter):
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Commits: answers once every rank's bytes are durable and the
-        manifest is written (or raises why the attempt failed)."""
+        manifest is written (with ``detach``: once the commit is decided),
+        or raises why the attempt failed."""
         self._commit_only = False
         attempt, conn = self._route(self._attempt)
         try:
             self.last_commit = conn.unary(
                 RPC.Commit.path,
-                pb.CommitCheckpointRequest(attempt=attempt),
+                pb.CommitCheckpointRequest(attempt=attempt, detach=self.detach),
                 RPC.Commit.response_type,
             )
         finally:

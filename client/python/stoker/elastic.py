@@ -213,7 +213,11 @@ class TrainingMonitor:
         job's next round waits until it is committed and every rank restores
         it: this process's own ``Leave``, or, under torchrun, the agent's,
         which finds the step in the control directory, leaves with it
-        instead of restarting its workers and exits 75 itself."""
+        instead of restarting its workers and exits 75 itself. Save that
+        checkpoint with ``StokerWriter(..., detach=True)``: its commit is
+        then accepted once every rank's bytes are staged, and the service
+        finishes it after the processes are gone (no wait for the upload
+        within the pod's grace period)."""
         if self._member is not None:
             self._member.leave(checkpoint_step=step)
         elif self._dir is not None:

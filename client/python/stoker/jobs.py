@@ -957,7 +957,11 @@ class Jobs:
         with :meth:`watch` (QUEUED, ADMITTED, ...) and the returned job's
         ``queue``. spec: create's other counts and durations
         (heartbeat_interval_ms, checkpoint_every_steps, ...). A bad name or
-        argument is INVALID_ARGUMENT naming the field; nothing is created."""
+        argument is INVALID_ARGUMENT naming the field; a queue or priority the
+        caller's token does not grant (its token-table line's ``queues=``,
+        ``priorities=``) is PERMISSION_DENIED naming the field; nothing is
+        created either way. A team token granted queues that names none is
+        submitted to the first (the returned job's ``spec.submission``)."""
         sub = to_message(
             coord_pb.Submission,
             queue=queue,

@@ -8,7 +8,10 @@
  * attempt_idle_timeout_ms, and the abort hook (the daemon's log line) hears
  * of it once; admission (ckpt_admit.c): a later Begin of a job
  * supersedes its idle attempts, a per-job cap, and at the service cap the
- * largest holder gives way, so a greedy job cannot starve another.
+ * largest holder gives way, so a greedy job cannot starve another. A
+ * detached commit (ckpt_detach.c) of chunks that leave a hole is refused
+ * and its attempt aborted; one that covers answers before the upload ends
+ * and then commits by itself.
  * Throughout, the attempts' staging shares sum to the service's staging.
  */
 #include <setjmp.h>
@@ -169,6 +172,90 @@ static void test_reopen_after_last_aborts(void **state) {
   assert_int_equal(ckpt_write_open(f.svc, att, 1, on_ev, &v1, &again), STK_EINVAL);
   check_aborted(&f, att, &v, STK_EINVAL, "rank 1: data after the last chunk");
   ckpt_write_close(w0);
+  fx_fini(&f);
+}
+
+/* Rank r's box [off, off + size) of the f32 tensor "t" [16], with "last". */
+static void feed_box(struct fx *f, const char *att, uint32_t r, uint64_t off, uint64_t size) {
+  struct ckpt_writer *w;
+  struct ev v = {0};
+  assert_int_equal(ckpt_write_open(f->svc, att, r, on_ev, &v, &w), 0);
+  struct chunk_1d c = {.attempt = att,
+                       .rank = r,
+                       .tensor = "t",
+                       .dtype = STOKER__V1__DTYPE__DTYPE_F32,
+                       .dim = 16,
+                       .off = off,
+                       .size = size,
+                       .data_len = size * 4,
+                       .last = true};
+  assert_int_equal(fx_feed_1d(w, &c), 0);
+  ckpt_write_close(w);
+}
+
+struct detached {
+  struct call c;
+  char uri[256];
+  int64_t committed_at_ms;
+};
+
+static void on_detached(void *arg, int err, const char *msg, const ProtobufCMessage *resp) {
+  struct detached *d = arg;
+  on_done(&d->c, err, msg, resp);
+  if (err) return;
+  const Stoker__V1__CheckpointRef *ref = (const Stoker__V1__CheckpointRef *)resp;
+  snprintf(d->uri, sizeof d->uri, "%s", ref->uri ? ref->uri : "");
+  d->committed_at_ms = ref->committed_at_ms;
+}
+
+static void commit_detached(struct fx *f, const char *att, struct detached *d) {
+  Stoker__V1__CommitCheckpointRequest req = STOKER__V1__COMMIT_CHECKPOINT_REQUEST__INIT;
+  req.attempt = (char *)att;
+  req.detach = true;
+  ckpt_commit(f->svc, &req, on_detached, d);
+}
+
+static void test_detached_commit(void **state) {
+  (void)state;
+  struct fx f;
+  fx_init(&f);
+  assert_int_equal(fx_open(&f), 0);
+  char att[65], msg[320];
+  /* A hole ([8, 10) of t) is found before the answer: refused, aborted. */
+  assert_int_equal(fx_begin(&f, "j", 1, 2, att), 0);
+  struct detached d = {0};
+  commit_detached(&f, att, &d); /* Asked before the ranks wrote: it waits. */
+  fx_run_for(&f, 50);
+  assert_false(d.c.done);
+  feed_box(&f, att, 0, 0, 8);
+  feed_box(&f, att, 1, 10, 6);
+  fx_run_until(&f, &d.c.done, 10000);
+  assert_int_not_equal(d.c.err, 0);
+  assert_non_null(strstr(d.c.msg, "detached commit refused"));
+  assert_int_not_equal(fx_commit(&f, att, msg, sizeof msg), 0);
+  size_t n;
+  int64_t steps[4];
+  assert_int_equal(fx_list(&f, "j", steps, 4, &n), 0);
+  assert_int_equal(n, 0);
+  /* Covered: accepted with no uri (not yet committed), then committed. */
+  assert_int_equal(fx_begin(&f, "j", 2, 2, att), 0);
+  memset(&d, 0, sizeof d);
+  commit_detached(&f, att, &d);
+  feed_box(&f, att, 0, 0, 8);
+  feed_box(&f, att, 1, 8, 8);
+  fx_run_until(&f, &d.c.done, 10000);
+  assert_int_equal(d.c.err, 0);
+  assert_int_equal(fx_commit(&f, att, msg, sizeof msg), 0); /* Waits for the commit. */
+  assert_int_equal(fx_list(&f, "j", steps, 4, &n), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(steps[0], 2);
+  /* A detached commit of an attempt already committed answers in full. */
+  memset(&d, 0, sizeof d);
+  commit_detached(&f, att, &d);
+  fx_run_until(&f, &d.c.done, 10000);
+  assert_int_equal(d.c.err, 0);
+  assert_non_null(strstr(d.uri, "manifest.pb"));
+  assert_true(d.committed_at_ms > 0);
   fx_fini(&f);
 }
 
@@ -404,6 +491,7 @@ static void test_greedy_job_cannot_starve_another(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_detached_commit),
       cmocka_unit_test(test_rank_outside_world_aborts),
       cmocka_unit_test(test_switching_rank_aborts),
       cmocka_unit_test(test_reopen_after_last_aborts),

@@ -163,6 +163,34 @@ static void test_failure_not_kept(void **state) {
   ckpt_mcache_free(c);
 }
 
+/* Forgotten bytes (a caller found them damaged) are loaded again; other
+ * keys stay held. */
+static void test_forget(void **state) {
+  (void)state;
+  struct ckpt_mcache *c = cache(1 << 20, 60000);
+  struct loader l = {.mu = PTHREAD_MUTEX_INITIALIZER, .len = 100};
+  get_ok(c, &l, "a");
+  get_ok(c, &l, "b");
+  ckpt_mcache_forget(c, "a");
+  ckpt_mcache_forget(c, "never-loaded");
+  get_ok(c, &l, "a");
+  get_ok(c, &l, "b");
+  assert_int_equal(l.loads, 3);
+  /* Forgotten while held: the holder keeps it until its release. */
+  struct ckpt_mcache_hold h;
+  get_held(c, &l, "b", &h);
+  const void *held = h.value;
+  int before = drops;
+  ckpt_mcache_forget(c, "b");
+  assert_int_equal(drops, before);
+  const uint8_t *v = held;
+  for (size_t i = 0; i < h.len; i++) assert_int_equal(v[i], 'b');
+  ckpt_mcache_release(c, &h);
+  assert_int_equal(drops, before + 1);
+  assert_ptr_equal(dropped_values[before], held);
+  ckpt_mcache_free(c);
+}
+
 static void test_bounded(void **state) {
   (void)state;
   struct ckpt_mcache *c = cache(2500, 60000);
@@ -238,6 +266,7 @@ int main(void) {
       cmocka_unit_test(test_concurrent_gets_load_once),
       cmocka_unit_test(test_held_outlives_eviction),
       cmocka_unit_test(test_failure_not_kept),
+      cmocka_unit_test(test_forget),
       cmocka_unit_test(test_bounded),
       cmocka_unit_test(test_lifetime),
   };

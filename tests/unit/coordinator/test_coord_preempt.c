@@ -6,7 +6,9 @@
  * paused job resumes by itself when ranks Join (an operator's pause still
  * waits for ResumeJob); the resumed round waits for that checkpoint to be
  * reported, so every rank restores it, and logs RESUMED at its step. A
- * restart keeps a preempted pause and what it waits for.
+ * restart keeps a preempted pause and what it waits for. The time from the
+ * notice to every rank staged and gone is measured (the PAUSED event's
+ * message, the preempt_staged hook behind stoker_preempt_stage_seconds).
  */
 #include "coord_test.h"
 
@@ -269,6 +271,36 @@ static void test_rank_back_while_pausing(void **state) {
   res_free(back);
 }
 
+/* A periodic checkpoint begun before the notice (an asynchronous save of
+ * step 40, reported after it) is not the pause's: the ranks, at 43 by then,
+ * are told CHECKPOINT_NOW, never STOP, so they save what they trained. A
+ * checkpoint past the notice (45) stops only a member with no step past
+ * it; one that trained on (47) stops by itself after its own (48). */
+static void test_pause_keeps_steps_past_an_earlier_checkpoint(void **state) {
+  struct fx *f = *state;
+  create(f, "pk", 2, 2);
+  struct res *r[2];
+  join_all(f, "pk", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "pk", 20, 1), 0);
+  assert_int_equal(beat(f, "pk", "m0", 1, 40, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pk", "m1", 1, 40, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pk", "evicted"), 0);
+  assert_int_equal(report_ckpt(f, "pk", 40, 1), 0); /* Begun at 40, before the notice. */
+  assert_int_equal(beat(f, "pk", "m0", 1, 43, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat(f, "pk", "m1", 1, 43, false, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat(f, "pk", "m0", 1, 44, false, NULL), ACT(CONTINUE));
+  assert_int_equal(report_ckpt(f, "pk", 45, 1), 0);
+  assert_int_equal(beat(f, "pk", "m0", 1, 47, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pk", "m1", 1, 45, false, NULL), ACT(STOP));
+  assert_int_equal(state_of(f, "pk"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "pk", "m0", 1, 48), 0);
+  assert_int_equal(state_of(f, "pk"), ST(PAUSED));
+  struct seen s;
+  events(f, "pk", &s);
+  assert_int_equal(s.step[find(&s, EV(PAUSED))], 48);
+}
+
 /* Bad input changes nothing; an ended job refuses the notice. */
 static void test_preempt_refused(void **state) {
   struct fx *f = *state;
@@ -286,6 +318,64 @@ static void test_preempt_refused(void **state) {
   assert_int_equal(count(&s, EV(PREEMPTED)), 0);
 }
 
+struct staged {
+  int calls;
+  char job[32];
+  double seconds;
+};
+
+static void on_staged(void *arg, const char *job, double seconds) {
+  struct staged *st = arg;
+  st->calls++;
+  snprintf(st->job, sizeof st->job, "%s", job);
+  st->seconds = seconds;
+}
+
+/* A notice, then the ranks leave 300 ms (loop time) later: PAUSED says how
+ * long they took and the hook gets the same figure, once; a pause no notice
+ * started (an operator's) measures nothing. */
+static void test_time_to_stage(void **state) {
+  struct fx *f = *state;
+  struct staged st = {0};
+  f->opts.preempt_staged = on_staged;
+  f->opts.preempt_staged_arg = &st;
+  fx_close(f);
+  fx_open(f);
+  create(f, "pm", 2, 2);
+  struct res *r[2];
+  join_all(f, "pm", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(preempt(f, "pm", "kueue: evicted"), 0);
+  uv_sleep(300);
+  uv_update_time(&f->loop);
+  assert_int_equal(leave_after(f, "pm", "m0", 1, 5), 0);
+  assert_int_equal(st.calls, 0); /* m1 has not staged yet. */
+  assert_int_equal(leave_after(f, "pm", "m1", 1, 5), 0);
+  assert_int_equal(state_of(f, "pm"), ST(PAUSED));
+  assert_int_equal(st.calls, 1);
+  assert_string_equal(st.job, "pm");
+  assert_true(st.seconds >= 0.3 && st.seconds < 30);
+  struct seen s;
+  events(f, "pm", &s);
+  const char *msg = s.msg[find(&s, EV(PAUSED))];
+  long long ms = -1;
+  const char *at = strstr(msg, "every rank staged its checkpoint and left ");
+  assert_non_null(at);
+  assert_int_equal(sscanf(at, "every rank staged its checkpoint and left %lld ms", &ms), 1);
+  assert_int_equal(ms, (long long)(st.seconds * 1000 + 0.5));
+  create(f, "pn", 2, 2); /* An operator's pause: nothing measured. */
+  join_all(f, "pn", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(job_action(f, coord_pause_job, "pn", true), 0);
+  bool pausing = false;
+  beat(f, "pn", "m0", 1, 3, false, &pausing);
+  beat(f, "pn", "m1", 1, 3, false, &pausing);
+  assert_int_equal(leave_after(f, "pn", "m0", 1, 0), 0);
+  assert_int_equal(leave_after(f, "pn", "m1", 1, 0), 0);
+  assert_int_equal(state_of(f, "pn"), ST(PAUSED));
+  assert_int_equal(st.calls, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_sigterm_notice, fx_setup, fx_teardown),
@@ -293,7 +383,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_operator_pause_waits, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_while_waiting, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_rank_back_while_pausing, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_pause_keeps_steps_past_an_earlier_checkpoint, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_time_to_stage, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

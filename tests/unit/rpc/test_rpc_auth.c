@@ -3,7 +3,8 @@
  * reader, rpc_read_token_file: trailing whitespace trimmed, one printable
  * word or refused), every call but health must carry
  * "authorization: Bearer <token>", and anything else is UNAUTHENTICATED
- * before the handler runs.
+ * before the handler runs. A server's table may grant names (queues=,
+ * priorities=) after a scope; a bad grant fails the load naming its line.
  */
 #include "rpc_fixture.h"
 
@@ -143,6 +144,54 @@ static void test_token_file_rule(void **state) {
   assert_non_null(strstr(stk_detail(), "token file /nonexistent/token: No such file"));
 }
 
+/* A table line may grant, after its scope, KEY=LIST words (rpc.h); the
+ * server loads them or, on any bad word, nothing, naming the line. */
+static void test_token_grants(void **state) {
+  char path[128];
+  snprintf(path, sizeof(path), "%s/grants", tmp_dir);
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  struct rpc_server *s = NULL;
+  struct rpc_server_opts o = {.listen = "127.0.0.1:0", .token_file = path};
+  write_file(path, "op-token\n"
+                   "a team-a-*  queues=team-a,shared  priorities=low,normal  # team A\n"
+                   "b team-b-* priorities=*\n"
+                   "c queues=\n"
+                   "d * queues=x\n");
+  assert_int_equal(rpc_server_new(&loop, &o, &s), 0);
+  rpc_server_free(s);
+  s = NULL;
+  static const struct {
+    const char *line, *why;
+  } bad[] = {{"a team-a-* queues=Team-A", "queues='Team-A'"},
+             {"a team-a-* queues=a,", "queues='a,'"},
+             {"a team-a-* queues=a,,b", "queues='a,,b'"},
+             {"a team-a-* queues=a queues=b", "queues= twice"},
+             {"a team-a-* colour=red", "unknown key"},
+             {"a queues=a team-a-*", "neither the token's scope"},
+             {"a team-a-* team-b-*", "neither the token's scope"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char text[256];
+    snprintf(text, sizeof(text), "op-token\n%s\n", bad[i].line);
+    write_file(path, text);
+    assert_int_equal(rpc_server_new(&loop, &o, &s), STK_EINVAL);
+    assert_null(s);
+    assert_non_null(strstr(stk_detail(), "line 2"));
+    if (!strstr(stk_detail(), bad[i].why)) fail_msg("%s: %s", bad[i].line, stk_detail());
+  }
+  assert_int_equal(uv_loop_close(&loop), 0);
+
+  assert_true(rpc_grant_holds("team-a,shared", "team-a"));
+  assert_true(rpc_grant_holds("team-a,shared", "shared"));
+  assert_false(rpc_grant_holds("team-a,shared", "team"));
+  assert_false(rpc_grant_holds("team-a,shared", "shared2"));
+  assert_false(rpc_grant_holds("team-a,shared", "a,shared"));
+  assert_true(rpc_grant_holds("*", "anything"));
+  assert_false(rpc_grant_holds("*", ""));
+  assert_false(rpc_grant_holds("", "x"));
+  assert_false(rpc_grant_holds(NULL, "x"));
+}
+
 static int setup(void **state) {
   return mkdtemp(tmp_dir) ? 0 : -1;
 }
@@ -158,6 +207,7 @@ int main(void) {
       cmocka_unit_test(test_token),
       cmocka_unit_test(test_bad_token_files),
       cmocka_unit_test(test_token_file_rule),
+      cmocka_unit_test(test_token_grants),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

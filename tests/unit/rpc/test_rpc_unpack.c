@@ -18,6 +18,7 @@
 
 #include "rpc_internal.h"
 #include "stoker/v1/checkpoint.pb-c.h"
+#include "stoker/v1/coordinator.pb-c.h"
 #include "stoker/v1/dataloader.pb-c.h"
 
 /* bytes cut into slices of `piece` bytes (the last one shorter). */
@@ -266,6 +267,71 @@ static void test_strings_with_nul_refused(void **state) {
   free(wire);
 }
 
+/* What a server receives must be UTF-8 in every string field, at any
+ * depth (rpc_unpack_request); the reason names the field. A reply is read
+ * as it comes (rpc_unpack), so a client can still show what a server
+ * stored before this rule. */
+static void expect_utf8(const ProtobufCMessage *m, const char *field, bool valid) {
+  size_t len;
+  uint8_t *wire = packed(m, &len);
+  grpc_byte_buffer *bb = sliced(wire, len, 2);
+  char why[200];
+  ProtobufCMessage *got = rpc_unpack_request(bb, m->descriptor, why, sizeof(why));
+  if (valid) {
+    assert_non_null(got);
+  } else {
+    assert_null(got);
+    if (!strstr(why, field) || !strstr(why, "UTF-8")) fail_msg("why: \"%s\", want %s", why, field);
+  }
+  protobuf_c_message_free_unpacked(got, NULL);
+  got = rpc_unpack(bb, m->descriptor, NULL, 0);
+  assert_non_null(got);
+  protobuf_c_message_free_unpacked(got, NULL);
+  grpc_byte_buffer_destroy(bb);
+  free(wire);
+}
+
+static void test_request_strings_not_utf8_refused(void **state) {
+  (void)state;
+  static const char *const bad[] = {
+      "caf\xc3",          /* cut short */
+      "\xc3(",            /* a continuation byte missing */
+      "\x80x",            /* a lone continuation byte */
+      "\xc0\xaf",         /* overlong "/" */
+      "\xe0\x80\xaf",     /* overlong, 3 bytes */
+      "\xed\xa0\x80",     /* a surrogate */
+      "\xf4\x90\x80\x80", /* over U+10FFFF */
+      "\xff",             /* never in UTF-8 */
+      "ok \xf0\x9f\x94",  /* a 4-byte form cut at the end */
+  };
+  static const char *const good[] = {"", "plain", "caf\xc3\xa9 \xf0\x9f\x94\xa5", "\xef\xbf\xbd",
+                                     "\xf4\x8f\xbf\xbf"};
+  Stoker__V1__PreemptJobRequest pre = STOKER__V1__PREEMPT_JOB_REQUEST__INIT;
+  pre.job = "j";
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    pre.reason = (char *)bad[i];
+    expect_utf8(&pre.base, "reason", false);
+  }
+  for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+    pre.reason = (char *)good[i];
+    expect_utf8(&pre.base, "reason", true);
+  }
+  /* Nested and repeated: an argument of a job spec's submission. */
+  char *args[2] = {"--lr", "3e-4 \xe2\x82"};
+  Stoker__V1__Submission sub = STOKER__V1__SUBMISSION__INIT;
+  sub.template_ = "t";
+  sub.n_args = 2;
+  sub.args = args;
+  Stoker__V1__JobSpec spec = STOKER__V1__JOB_SPEC__INIT;
+  spec.name = "j";
+  spec.submission = &sub;
+  Stoker__V1__CreateJobRequest create = STOKER__V1__CREATE_JOB_REQUEST__INIT;
+  create.spec = &spec;
+  expect_utf8(&create.base, "args", false);
+  args[1] = "3e-4";
+  expect_utf8(&create.base, "args", true);
+}
+
 int main(void) {
   grpc_init();
   const struct CMUnitTest tests[] = {
@@ -275,6 +341,7 @@ int main(void) {
       cmocka_unit_test(test_repeated_occurrence_last_wins),
       cmocka_unit_test(test_malformed_refused),
       cmocka_unit_test(test_strings_with_nul_refused),
+      cmocka_unit_test(test_request_strings_not_utf8_refused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   grpc_shutdown();

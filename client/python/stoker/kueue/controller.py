@@ -371,6 +371,15 @@ class Controller:
         try:
             cm = self.core.read_namespaced_config_map(cm_name, self.namespace)
             template = yaml.safe_load((cm.data or {}).get(submit.TEMPLATE_KEY, "") or "{}")
+            if not isinstance(template, dict):
+                raise ValueError("the template is not a batch/v1 Job")
+            why = submit.template_refusal(
+                cm.metadata.annotations, template, name
+            ) or submit.submission_refusal(
+                cm.metadata.annotations, sub.queue or self.default_queue, sub.priority
+            )
+            if why is not None:
+                raise ValueError(why)
             ranks = min(cj.spec.max_ranks, cj.target_ranks or cj.spec.max_ranks)
             body = submit.job_from_template(
                 template,

@@ -15,6 +15,15 @@ annotation when ``min_ranks < max_ranks``, ``suspend: true`` (Kueue admits it),
 and the submission's ``args`` appended to the ``args`` of the container named
 ``train`` (else the first): a template whose command is
 ``sh -c 'exec stoker-train ... "$@"' sh`` passes them on.
+
+A template is a team's (:func:`template_refusal`): its pods carry the team's
+token Secret (``stoker.io/team: TEAM``, ``deploy/k8s/components/token``), and
+the controller creates Jobs with the operator's rights, for any coordinator
+job that names the template. So it makes a Job from a team's template only
+for a job of that team: a name starting with the ConfigMap's annotation
+``stoker.io/job-prefix``, or else with ``TEAM-`` (the team's token scope by
+the component's convention). Otherwise a team could run its arguments in
+another team's pods, with that team's token.
 """
 
 from __future__ import annotations
@@ -27,6 +36,12 @@ from stoker.kueue import decide
 
 # The ConfigMap key that holds a template's Job.
 TEMPLATE_KEY = "job.yaml"
+# The template ConfigMap's annotation naming the jobs that may use it (a
+# job-name prefix, "*" for every job); without it, a template whose pods
+# carry TEAM_LABEL serves the jobs named TEAM-...
+PREFIX_ANNOTATION = "stoker.io/job-prefix"
+# The pod label that names a team, and so its token Secret.
+TEAM_LABEL = "stoker.io/team"
 
 
 def template_configmap(template: str) -> str:
@@ -82,6 +97,28 @@ def job_from_template(
     return job
 
 
+def template_refusal(
+    annotations: Mapping[str, str] | None, template: Mapping[str, Any], stoker_job: str
+) -> str | None:
+    """Why the job ``stoker_job`` may not use this template (its ConfigMap's
+    annotations, its Job), or None when it may: the job's name must start with
+    the ConfigMap's :data:`PREFIX_ANNOTATION` ("*": any job), or, without one,
+    with ``TEAM-`` for the team its pods name (:data:`TEAM_LABEL`). A template
+    of no team and no prefix (no token of a team in it) serves every job."""
+    prefix = (annotations or {}).get(PREFIX_ANNOTATION)
+    if prefix is None:
+        pod_labels = (
+            ((template.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        ).get("labels") or {}
+        team = pod_labels.get(TEAM_LABEL)
+        if not team:
+            return None
+        prefix = f"{team}-"
+    if prefix == "*" or stoker_job.startswith(prefix):
+        return None
+    return f"the template serves only jobs named {prefix}*, not {stoker_job}"
+
+
 def queue_status(
     job: Mapping[str, Any] | None, workloads: Sequence[Mapping[str, Any]], position: int
 ) -> tuple[str, str, str, int, int, str]:
@@ -111,3 +148,37 @@ def queue_status(
         return ("ADMITTED", wname, cq, -1, count, "")
     msg = str(wconds.get("QuotaReserved", {}).get("message", ""))
     return ("QUEUED", wname, cq, position, 0, msg)
+
+
+# The template ConfigMap's annotations that bound what its jobs may ask for
+# (names separated by ","; "*": anything): the Kueue LocalQueues and the
+# WorkloadPriorityClasses. Without one, the template bounds nothing and the
+# coordinator's token grants are the only check (queues=, priorities=).
+QUEUES_ANNOTATION = "stoker.io/queues"
+PRIORITIES_ANNOTATION = "stoker.io/priorities"
+
+
+def submission_refusal(
+    annotations: Mapping[str, str] | None, queue: str, priority: str
+) -> str | None:
+    """Why a job of this template may not be labelled with ``queue`` (the
+    submission's, or the controller's default) and ``priority`` ("" : the
+    default, always allowed), or None when it may: each must be in the
+    ConfigMap's :data:`QUEUES_ANNOTATION` and :data:`PRIORITIES_ANNOTATION`
+    when set. Defence in depth behind the coordinator, which refuses a
+    submission outside its token's grants: a team's template, with the team's
+    token in its pods, never runs in another team's queue or above the team's
+    priorities even if a token's line grants too much."""
+    ann = annotations or {}
+    for key, name, what in (
+        (QUEUES_ANNOTATION, queue, "queue"),
+        (PRIORITIES_ANNOTATION, priority, "priority"),
+    ):
+        allowed = ann.get(key)
+        if allowed is None or (what == "priority" and not name):
+            continue
+        names = [n.strip() for n in allowed.split(",") if n.strip()]
+        if "*" not in names and name not in names:
+            shown = ",".join(names) or "none"
+            return f"the template allows no {what} {name} ({key}: {shown})"
+    return None
