@@ -98,7 +98,8 @@ static int load_raw(void *arg, const char *key, uint8_t **ret_buf, size_t *ret_l
 }
 
 int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
-                       struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len) {
+                       const struct ckpt_manifest **ret_m, struct ckpt_mcache_hold *ret_hold) {
+  *ret_hold = (struct ckpt_mcache_hold){0};
   struct ckpt_jkey k;
   ckpt_jkey_step(&k, 'C', job, step);
   Stoker__V1__JournalAttempt *rec;
@@ -110,25 +111,24 @@ int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
   if (err == STK_ENOENT)
     stk_set_detail("no checkpoint of job %s at step %lld", job, (long long)step);
   if (err) return err;
-  uint8_t *buf = NULL;
-  size_t got = 0;
-  err = ckpt_mcache_get(s->mcache, rec->manifest_key, load_raw, s, &buf, &got);
-  if (!err && (err = ckpt_manifest_parse(buf, got, ret_m)) != 0)
-    ckpt_mcache_forget(s->mcache, rec->manifest_key); /* Not held: read it again next time. */
-  if (!err && (strcmp((*ret_m)->job, job) != 0 || (*ret_m)->step != step)) {
-    ckpt_manifest_free(*ret_m);
+  err = ckpt_mcache_get(s->mcache, rec->manifest_key, load_raw, s, ret_hold);
+  const struct ckpt_manifest *m = ret_hold->value;
+  if (!err && (strcmp(m->job, job) != 0 || m->step != step)) {
+    /* Bytes that do not parse are never held (the cache's make fails);
+     * these parse but are not the manifest wanted: read them again next
+     * time. */
+    ckpt_mcache_release(s->mcache, ret_hold);
     ckpt_mcache_forget(s->mcache, rec->manifest_key);
     stk_set_detail("manifest %s names another checkpoint", rec->manifest_key);
     err = STK_ECORRUPT;
   }
   stoker__v1__journal_attempt__free_unpacked(rec, NULL);
-  if (!err && ret_raw) {
-    *ret_raw = buf;
-    *ret_len = got;
-  } else {
-    free(buf);
-  }
+  if (!err) *ret_m = m;
   return err;
+}
+
+void ckpt_release_manifest(struct ckpt_service *s, struct ckpt_mcache_hold *hold) {
+  ckpt_mcache_release(s->mcache, hold);
 }
 
 static void free_manifest_msg(ProtobufCMessage *m) {
@@ -136,15 +136,13 @@ static void free_manifest_msg(ProtobufCMessage *m) {
 }
 
 static int run_get_manifest(struct call_job *j) {
-  struct ckpt_manifest *m;
-  uint8_t *raw;
-  size_t len;
-  int err = ckpt_load_manifest(j->s, j->job, j->step, &m, &raw, &len);
+  const struct ckpt_manifest *m;
+  struct ckpt_mcache_hold hold;
+  int err = ckpt_load_manifest(j->s, j->job, j->step, &m, &hold);
   if (err) return err;
-  ckpt_manifest_free(m);
-  j->resp = (ProtobufCMessage *)stoker__v1__manifest__unpack(NULL, len, raw);
+  j->resp = (ProtobufCMessage *)stoker__v1__manifest__unpack(NULL, hold.len, hold.buf);
   j->free_resp = free_manifest_msg;
-  free(raw);
+  ckpt_release_manifest(j->s, &hold);
   return j->resp ? 0 : STK_ENOMEM;
 }
 

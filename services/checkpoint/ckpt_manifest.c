@@ -1,7 +1,8 @@
 /*
  * ckpt_manifest: building a manifest in memory (the service adds objects as
  * their uploads finish and chunks as ranks stream them) and the lookups a
- * restore needs.
+ * restore needs (by tensor name, through an index once the manifest is
+ * finished).
  */
 #include "ckpt_manifest.h"
 
@@ -12,6 +13,16 @@
 #include "ckpt_dtype.h"
 #include "ckpt_names.h"
 #include "stk_error.h"
+
+/* A chunk's tensor name and index, sorted by both (the index keeps each
+ * tensor's chunks in manifest order). */
+struct named {
+  const char *name;
+  size_t i;
+};
+
+static int by_name_then_index(const void *pa, const void *pb);
+static size_t lower_bound(const struct ckpt_manifest *m, const char *name);
 
 int ckpt_manifest_new(const char *job, int64_t step, uint32_t world, const char *attempt,
                       struct ckpt_manifest **ret_manifest) {
@@ -43,6 +54,7 @@ void ckpt_manifest_free(struct ckpt_manifest *m) {
   for (size_t i = 0; i < m->n_chunks; i++) free(m->chunks[i].tensor);
   free(m->objects);
   free(m->chunks);
+  free(m->by_tensor);
   free(m->job);
   free(m->attempt);
   free(m);
@@ -106,35 +118,78 @@ int ckpt_manifest_add_chunk(struct ckpt_manifest *m, const char *tensor, int dty
       !(c.tensor = strdup(tensor)))
     return STK_ENOMEM;
   m->chunks[m->n_chunks++] = c;
+  free(m->by_tensor); /* Stale now. */
+  m->by_tensor = NULL;
+  return 0;
+}
+
+int ckpt_manifest_index(struct ckpt_manifest *m) {
+  struct named *v = malloc((m->n_chunks ? m->n_chunks : 1) * sizeof(*v));
+  size_t *idx = malloc((m->n_chunks ? m->n_chunks : 1) * sizeof(*idx));
+  if (!v || !idx) {
+    free(v);
+    free(idx);
+    return STK_ENOMEM;
+  }
+  for (size_t i = 0; i < m->n_chunks; i++) v[i] = (struct named){m->chunks[i].tensor, i};
+  qsort(v, m->n_chunks, sizeof(*v), by_name_then_index);
+  for (size_t i = 0; i < m->n_chunks; i++) idx[i] = v[i].i;
+  free(v);
+  free(m->by_tensor);
+  m->by_tensor = idx;
   return 0;
 }
 
 int ckpt_manifest_tensor(const struct ckpt_manifest *m, const char *tensor,
                          struct ckpt_stored_chunk **ret_chunks, size_t *ret_count, int *ret_dtype,
                          struct ckpt_shape *ret_shape) {
-  size_t n = 0;
-  const struct ckpt_chunk *first = NULL;
-  for (size_t i = 0; i < m->n_chunks; i++) {
-    if (strcmp(m->chunks[i].tensor, tensor) != 0) continue;
-    if (!first) first = &m->chunks[i];
-    n++;
+  size_t first, n;
+  if (m->by_tensor) {
+    first = lower_bound(m, tensor);
+    for (n = 0; first + n < m->n_chunks; n++)
+      if (strcmp(m->chunks[m->by_tensor[first + n]].tensor, tensor) != 0) break;
+  } else {
+    for (first = 0; first < m->n_chunks; first++)
+      if (strcmp(m->chunks[first].tensor, tensor) == 0) break;
+    n = 0;
+    for (size_t i = first; i < m->n_chunks; i++) n += strcmp(m->chunks[i].tensor, tensor) == 0;
   }
-  if (!first) {
+  if (n == 0) {
     stk_set_detail("no tensor \"%s\" in the checkpoint", tensor);
     return STK_ENOENT;
   }
   struct ckpt_stored_chunk *v = malloc(n * sizeof(*v));
   if (!v) return STK_ENOMEM;
-  n = 0;
-  for (size_t i = 0; i < m->n_chunks; i++) {
-    const struct ckpt_chunk *c = &m->chunks[i];
-    if (strcmp(c->tensor, tensor) != 0) continue;
-    v[n++] = (struct ckpt_stored_chunk){c->box, c->object, c->object_offset,
+  for (size_t k = 0, i = first; k < n; i++) {
+    size_t at = m->by_tensor ? m->by_tensor[first + k] : i;
+    const struct ckpt_chunk *c = &m->chunks[at];
+    if (!m->by_tensor && strcmp(c->tensor, tensor) != 0) continue;
+    v[k++] = (struct ckpt_stored_chunk){c->box, c->object, c->object_offset,
                                         m->objects[c->object].size_bytes};
   }
+  const struct ckpt_chunk *c0 = &m->chunks[m->by_tensor ? m->by_tensor[first] : first];
   *ret_chunks = v;
   *ret_count = n;
-  *ret_dtype = first->dtype;
-  *ret_shape = first->shape;
+  *ret_dtype = c0->dtype;
+  *ret_shape = c0->shape;
   return 0;
+}
+
+static int by_name_then_index(const void *pa, const void *pb) {
+  const struct named *a = pa, *b = pb;
+  int c = strcmp(a->name, b->name);
+  return c ? c : (a->i > b->i) - (a->i < b->i);
+}
+
+/* The first place in the index whose tensor is not below name. */
+static size_t lower_bound(const struct ckpt_manifest *m, const char *name) {
+  size_t lo = 0, hi = m->n_chunks;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(m->chunks[m->by_tensor[mid]].tensor, name) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
 }

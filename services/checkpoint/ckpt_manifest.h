@@ -58,6 +58,7 @@ struct ckpt_manifest {
   struct ckpt_chunk *chunks;
   size_t n_chunks;
   size_t cap_objects, cap_chunks; /* Private. */
+  size_t *by_tensor; /* Private: chunk indices by tensor name (ckpt_manifest_index), or NULL. */
 };
 
 /* A new, empty manifest; the names are checked and copied. 0, STK_EINVAL,
@@ -97,8 +98,16 @@ int ckpt_manifest_pack(const struct ckpt_manifest *m, uint8_t **ret_buf, size_t 
  * (detail says what), STK_ENOTSUP for a newer format, STK_ENOMEM. */
 int ckpt_manifest_parse(const uint8_t *buf, size_t len, struct ckpt_manifest **ret_manifest);
 
-/* The chunks of one tensor in the planner's form (free() the array), with
- * the tensor's dtype and shape. STK_ENOENT if the tensor is not there. */
+/* Indexes the chunks by tensor name, so that ckpt_manifest_tensor finds a
+ * tensor's chunks by binary search instead of a pass over every chunk (a
+ * restore looks up every tensor it wants: a pass each was quadratic in the
+ * tensors of a state dict). Adding a chunk drops the index. 0 or STK_ENOMEM
+ * (the manifest is unchanged, lookups stay linear). */
+int ckpt_manifest_index(struct ckpt_manifest *m);
+
+/* The chunks of one tensor in the planner's form (free() the array), in
+ * their order in the manifest, with the tensor's dtype and shape.
+ * STK_ENOENT if the tensor is not there. */
 int ckpt_manifest_tensor(const struct ckpt_manifest *m, const char *tensor,
                          struct ckpt_stored_chunk **ret_chunks, size_t *ret_count, int *ret_dtype,
                          struct ckpt_shape *ret_shape);

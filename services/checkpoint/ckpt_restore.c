@@ -13,12 +13,13 @@
  * read and thrown away, one request instead of two). Each span is one
  * ranged GET, sent to the store without holding a thread (ckpt_store.c:
  * the span's task parks until the answer) and CRC-checked block by block
- * on a restore thread, up to READ_FETCHES of one read at once. Then the pieces are assembled from
- * the spans and delivered. A tensor that FSDP saved as a row-block per rank thus costs a GET per
- * object and batch, not one per stored chunk: the tensors of a rank's object lie one after the
- * other, in the order they are wanted. READ_BATCHES batches of one read are in flight at once: the
- * next is fetched while the caller sends the one before, and memory stays
- * bounded (per read, about twice the batch's spans and pieces).
+ * on a restore thread, up to READ_FETCHES of one read at once. The thread that checks a batch's
+ * last span assembles its pieces from the spans right then, and the loop delivers them. A tensor
+ * that FSDP saved as a row-block per rank thus costs a GET per object and batch, not one per stored
+ * chunk: the tensors of a rank's object lie one after the other, in the order they are wanted.
+ * READ_BATCHES batches of one read are in flight at once: the next is fetched while the caller
+ * sends the one before, and memory stays bounded (per read, about twice the batch's spans and
+ * pieces).
  *
  * Budgets: each batch reserves twice its wanted bytes (spans and assembled
  * pieces) against the service's read_budget_bytes and its job's
@@ -115,6 +116,7 @@ struct batch {
   size_t n_spans;
   size_t *read_span;       /* The span of each read of each piece, in piece order. */
   size_t started, fetched; /* Spans submitted, spans whose after ran. */
+  size_t checked;          /* Spans checked (atomic: their workers count). */
   bool planned, ready;
   int err;
   char msg[320];
@@ -126,7 +128,8 @@ struct ckpt_reader {
   Stoker__V1__ReadRequest *req; /* Copied. */
   char job[CKPT_JOB_MAX_BYTES + 1];
   int64_t step;
-  struct ckpt_manifest *m;
+  const struct ckpt_manifest *m; /* Shared, held in m_hold (ckpt_load_manifest). */
+  struct ckpt_mcache_hold m_hold;
   int shm_fd;        /* The read file, or -1: pieces go inline. */
   uint64_t shm_size; /* Its size when opened. */
   uint64_t shm_next; /* Where the next piece taken into a batch goes. */
@@ -334,7 +337,7 @@ static int check_shm_room(const struct ckpt_reader *rd) {
 
 /* The first job also loads the manifest and checks every wanted box. */
 static int prepare(struct ckpt_reader *rd) {
-  int err = ckpt_load_manifest(rd->s, rd->job, rd->step, &rd->m, NULL, NULL);
+  int err = ckpt_load_manifest(rd->s, rd->job, rd->step, &rd->m, &rd->m_hold);
   if (err) return err;
   rd->w = calloc(rd->req->n_wanted ? rd->req->n_wanted : 1, sizeof(*rd->w));
   if (!rd->w) return STK_ENOMEM;
@@ -382,7 +385,10 @@ static void batch_plan_work(struct ckpt_task *t) {
   note(b->err, b->msg, sizeof(b->msg));
 }
 
-/* Runs twice: sends the GET, then (resumed with its answer) checks it. */
+static void batch_assemble_work(struct ckpt_task *t);
+
+/* Runs twice: sends the GET, then (resumed with its answer) checks it;
+ * the batch's last span checked assembles the batch. */
 static void span_work(struct ckpt_task *t) {
   struct span *sp = (struct span *)t;
   stk_clear_detail();
@@ -394,6 +400,15 @@ static void span_work(struct ckpt_task *t) {
     sp->err = span_check(sp->b->rd, sp);
   }
   note(sp->err, sp->msg, sizeof(sp->msg));
+  /* The batch's last span checked: this worker assembles the batch at once
+   * (a hop to the loop and back to a worker less per batch, each a wait
+   * for a core on a loaded host). Every span's check happened before its
+   * count (acq_rel), so their bytes and errors are visible here. */
+  struct batch *b = sp->b;
+  if (__atomic_add_fetch(&b->checked, 1, __ATOMIC_ACQ_REL) != b->n_spans) return;
+  for (size_t i = 0; i < b->n_spans; i++)
+    if (b->spans[i].err) return; /* Its after ends the read. */
+  batch_assemble_work(&b->t);
 }
 
 static void batch_assemble_work(struct ckpt_task *t) {
@@ -438,7 +453,7 @@ static void reader_free(struct ckpt_reader *rd) {
   free(rd->w);
   for (unsigned i = 0; i < rd->n; i++) batch_free(rd->win[(rd->head + i) % READ_BATCHES]);
   if (rd->shm_fd >= 0) close(rd->shm_fd);
-  ckpt_manifest_free(rd->m);
+  ckpt_release_manifest(rd->s, &rd->m_hold);
   if (rd->req) stoker__v1__read_request__free_unpacked(rd->req, NULL);
   free(rd);
 }
@@ -676,11 +691,12 @@ static void span_after(struct ckpt_reader *rd, struct span *sp) {
   struct batch *b = sp->b;
   b->fetched++;
   if (sp->err) return read_finish(rd, sp->err, sp->msg);
-  if (b->fetched == b->n_spans) {
-    b->t.work = batch_assemble_work;
-    submit(rd, &b->t);
+  if (b->fetched == b->n_spans) { /* Every span's work ran: the last one assembled b. */
+    if (b->err) return read_finish(rd, b->err, b->msg);
+    b->ready = true;
   }
   fetch_more(rd);
+  if (b->ready) deliver(rd);
 }
 
 /* After of every task of a read. */
@@ -849,9 +865,10 @@ static void verify_object(struct verify_job *j, const struct ckpt_manifest *m,
 
 static void verify_work(struct ckpt_task *t) {
   struct verify_job *j = (struct verify_job *)t;
-  struct ckpt_manifest *m;
+  const struct ckpt_manifest *m;
+  struct ckpt_mcache_hold hold;
   stk_clear_detail();
-  j->err = ckpt_load_manifest(j->s, j->job, j->step, &m, NULL, NULL);
+  j->err = ckpt_load_manifest(j->s, j->job, j->step, &m, &hold);
   if (j->err) {
     snprintf(j->msg, sizeof(j->msg), "%s", stk_detail());
     return;
@@ -864,7 +881,7 @@ static void verify_work(struct ckpt_task *t) {
   }
   if (!buf) j->err = STK_ENOMEM;
   free(buf);
-  ckpt_manifest_free(m);
+  ckpt_release_manifest(j->s, &hold);
   if (!j->err && j->resp.n_problems > 0) {
     j->err = STK_ECORRUPT;
     snprintf(j->msg, sizeof(j->msg), "%s", j->resp.problems[0]);

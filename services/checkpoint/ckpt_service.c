@@ -30,6 +30,9 @@
 #define MCACHE_BYTES  (64 * MIB)
 #define MCACHE_TTL_MS 60000
 
+static int manifest_make(const uint8_t *buf, size_t len, void **ret_value, size_t *ret_bytes);
+static void manifest_drop(void *value);
+
 static void on_events(uv_async_t *h) {
   ckpt__svc_deliver_events(h->data);
 }
@@ -148,7 +151,8 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
     ckpt_pool_set_limit(s->up, s->o.upload_concurrency);
     ckpt_pool_set_limit(s->read, s->o.read_concurrency);
   }
-  if (!err) err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, &s->mcache);
+  if (!err)
+    err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, manifest_make, manifest_drop, &s->mcache);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -386,4 +390,24 @@ void ckpt_commit(struct ckpt_service *s, const Stoker__V1__CommitCheckpointReque
       ckpt__svc_ref_later(s, a, done, arg);
     free(w);
   }
+}
+
+/* What the manifest cache holds for a manifest's bytes: the manifest
+ * parsed, checked and indexed by tensor (ckpt_mcache_make_fn). */
+static int manifest_make(const uint8_t *buf, size_t len, void **ret_value, size_t *ret_bytes) {
+  struct ckpt_manifest *m;
+  int err = ckpt_manifest_parse(buf, len, &m);
+  if (!err && (err = ckpt_manifest_index(m)) != 0) ckpt_manifest_free(m);
+  if (err) return err;
+  /* Roughly what it takes: its bytes (held too), the arrays and the names. */
+  size_t bytes = 2 * len + m->n_objects * sizeof(*m->objects) +
+                 m->n_chunks * (sizeof(*m->chunks) + sizeof(*m->by_tensor));
+  for (size_t i = 0; i < m->n_objects; i++) bytes += m->objects[i].n_blocks * 4;
+  *ret_value = m;
+  *ret_bytes = bytes;
+  return 0;
+}
+
+static void manifest_drop(void *value) {
+  ckpt_manifest_free(value);
 }

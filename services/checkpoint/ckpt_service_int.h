@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ckpt_box.h"
+#include "ckpt_mcache.h"
 #include "ckpt_names.h"
 #include "ckpt_pool.h"
 #include "ckpt_service.h"
@@ -412,12 +413,14 @@ void ckpt_read_retry(struct ckpt_service *s);
 
 /* ---- ckpt_calls.c (blocking) ---- */
 struct ckpt_manifest;
-/* The checked manifest of a committed checkpoint (and its raw bytes if
- * ret_raw). STK_ENOENT when not committed. The journal first, then the
- * bytes from s->mcache (loaded from storage once for concurrent and
- * repeated calls, ckpt_mcache.c). */
+/* The manifest of a committed checkpoint, held (*ret_hold, its bytes in
+ * ret_hold->buf): parsed, checked and indexed by tensor, read-only and
+ * shared with other callers until ckpt_release_manifest. STK_ENOENT when
+ * not committed. The journal first, then s->mcache (loaded from storage
+ * and parsed once for concurrent and repeated calls, ckpt_mcache.c). */
 int ckpt_load_manifest(struct ckpt_service *s, const char *job, int64_t step,
-                       struct ckpt_manifest **ret_m, uint8_t **ret_raw, size_t *ret_len);
+                       const struct ckpt_manifest **ret_m, struct ckpt_mcache_hold *ret_hold);
+void ckpt_release_manifest(struct ckpt_service *s, struct ckpt_mcache_hold *hold);
 /* With shared storage: imports the manifest of (job, step) another replica
  * committed, when storage holds one and the journal has no C/ record of it
  * (0: imported or known; STK_ENOENT: storage holds none). */

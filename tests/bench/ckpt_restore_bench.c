@@ -4,7 +4,7 @@
  * (issue 26, item 2). Run by `tests/bench/run checkpoint` after
  * checkpoint_bench, on the same daemon and s3rver:
  *
- *   ckpt_restore_bench ADDR STORAGE_URL REQUEST_LOG
+ *   ckpt_restore_bench ADDR STORAGE_URL REQUEST_LOG [save|restore|whole]
  *
  * The checkpoint, as FSDP writes one: N_TENSORS f32 tensors of ROWS x COLS
  * (a model's parameters and optimizer state, 7.5 MiB), each sharded by rows
@@ -19,8 +19,18 @@
  * over the objects each restoring rank touches, summed over the ranks. The
  * baseline: the same ranks, threads at once, each GETting whole the objects
  * its box touches (the service's own S3 client, storage_get), so the same
- * objects are read with the same parallelism in one request each. Rounds
- * (BENCH_ROUNDS, default 3) alternate the two; the JSON holds medians.
+ * objects are read with the same parallelism in one request each. Each
+ * round also restores through the readers' clients kept for the run (as a
+ * trainer's ranks keep theirs; the headline restore connects new ones
+ * inside its timed read, while the baseline's S3 connections stay open).
+ * Rounds (BENCH_ROUNDS, default 3, at most MAX_ROUNDS) rotate the order;
+ * the JSON holds medians, the ratios' quartiles and every round's figures.
+ *
+ * A phase argument runs one part alone, for profiling each side's process
+ * by itself (valgrind --tool=callgrind on the daemon or on this program):
+ * `save` saves the checkpoint and exits; `restore` and `whole` run only
+ * BENCH_ROUNDS restores, or whole-object reads, of the checkpoint a `save`
+ * left, and print their median time.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -38,7 +48,7 @@
 #define COLS       192 /* 48 KiB a tensor, 12 KiB a chunk of a saving rank. */
 #define SAVERS     4
 #define READERS    3
-#define MAX_ROUNDS 9
+#define MAX_ROUNDS 64
 #define JOB        "restore-bench"
 #define STEP       7
 
@@ -53,6 +63,12 @@ static struct object {
   uint32_t saver;
 } objects[MAX_OBJECTS];
 static unsigned n_objects;
+
+/* Each restoring rank's client kept for the run (connected by a first,
+ * untimed restore), as a trainer's rank keeps its own; NULL: each restore
+ * connects a new one (its channel's connection inside the timed read). */
+static struct stk_client *kept[READERS];
+static bool use_kept;
 
 static float value(uint64_t i) {
   return (float)(uint32_t)(i * 2654435761u + 12345u);
@@ -113,7 +129,7 @@ static void *save_rank(void *arg) {
 
 static void *read_rank(void *arg) {
   struct job *j = arg;
-  struct stk_client *c = client();
+  struct stk_client *c = use_kept ? kept[j->rank] : client();
   uint64_t lo, hi;
   split(j->rank, READERS, &lo, &hi);
   static char names[READERS][N_TENSORS][32];
@@ -129,7 +145,7 @@ static void *read_rank(void *arg) {
   j->secs = bench_now_s() - t0;
   if (j->err) fprintf(stderr, "read rank %u: %s\n", j->rank, stk_client_last_error(NULL));
   free(w);
-  stk_client_free(c);
+  if (!use_kept) stk_client_free(c);
   return NULL;
 }
 
@@ -217,13 +233,20 @@ static void save(struct stk_client *c) {
     fprintf(stderr, "commit: %s\n", stk_client_last_error(NULL));
     exit(1);
   }
+}
+
+/* The checkpoint's rank objects, from the store's listing. */
+static void find_objects(void) {
   if (storage_list(st, "", find_key, NULL) != 0 || n_objects < SAVERS) {
     fprintf(stderr, "the checkpoint's objects: %u found\n", n_objects);
     exit(1);
   }
 }
 
-static double restore(void) {
+/* A restore by every reader, checked; the slowest reader's time. With
+ * kept_clients, through the clients kept for the run. */
+static double restore(bool kept_clients) {
+  use_kept = kept_clients;
   memset(back, 0, (size_t)N_TENSORS * ROWS * COLS * 4);
   double secs = run_ranks(read_rank, READERS, NULL);
   for (uint64_t i = 0; i < (uint64_t)N_TENSORS * ROWS * COLS; i++)
@@ -234,15 +257,47 @@ static double restore(void) {
   return secs;
 }
 
+/* One part alone (the phase argument), for profiling: its rounds' median. */
+static int run_phase(const char *phase, int rounds) {
+  bool is_save = strcmp(phase, "save") == 0, is_restore = strcmp(phase, "restore") == 0;
+  if (!is_save && !is_restore && strcmp(phase, "whole") != 0) {
+    fprintf(stderr, "phase %s: save, restore or whole\n", phase);
+    return 2;
+  }
+  if (is_save) {
+    struct stk_client *c = client();
+    save(c);
+    stk_client_free(c);
+    return 0;
+  }
+  find_objects();
+  double secs[MAX_ROUNDS];
+  for (int k = 0; k < rounds; k++)
+    secs[k] = is_restore ? restore(false) : run_ranks(whole_rank, READERS, NULL);
+  printf("{\"bench\":\"checkpoint_restore\",\"phase\":\"%s\",\"rounds\":%d,\"%s_s\":%.4f}\n", phase,
+         rounds, is_restore ? "restore" : "whole_read", bench_median(secs, rounds));
+  return 0;
+}
+
+/* Every round's figure as a JSON list. */
+static void print_list(const char *key, const double *v, int n) {
+  printf(",\"%s\":[", key);
+  for (int k = 0; k < n; k++) printf("%s%.3g", k ? "," : "", v[k]);
+  printf("]");
+}
+
 int main(int argc, char **argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s ADDR STORAGE_URL REQUEST_LOG\n", argv[0]);
+  if (argc != 4 && argc != 5) {
+    fprintf(stderr, "usage: %s ADDR STORAGE_URL REQUEST_LOG [save|restore|whole]\n", argv[0]);
     return 2;
   }
   addr = argv[1];
   const char *log = argv[3];
   int rounds = getenv("BENCH_ROUNDS") ? atoi(getenv("BENCH_ROUNDS")) : 3;
-  if (rounds < 1 || rounds > MAX_ROUNDS) return 2;
+  if (rounds < 1 || rounds > MAX_ROUNDS) {
+    fprintf(stderr, "BENCH_ROUNDS: 1 to %d\n", MAX_ROUNDS);
+    return 2;
+  }
   if (storage_open(argv[2], &st) != 0) {
     fprintf(stderr, "storage %s: %s\n", argv[2], stk_detail());
     return 1;
@@ -251,36 +306,76 @@ int main(int argc, char **argv) {
   model = malloc(n * 4);
   back = malloc(n * 4);
   for (uint64_t i = 0; i < n; i++) model[i] = value(i);
+  if (argc == 5) {
+    int rc = run_phase(argv[4], rounds);
+    storage_free(st);
+    free(model);
+    free(back);
+    return rc;
+  }
   struct stk_client *c = client();
   save(c);
+  find_objects();
   unsigned touched = 0; /* Objects the readers touch, summed over them. */
   for (uint32_t r = 0; r < READERS; r++)
     for (unsigned i = 0; i < n_objects; i++) touched += touches(r, objects[i].saver);
+  for (uint32_t r = 0; r < READERS; r++) kept[r] = client();
+  restore(true); /* Connects the kept clients (untimed). */
   double ratio[MAX_ROUNDS], rest[MAX_ROUNDS], whole[MAX_ROUNDS], gets[MAX_ROUNDS];
+  double kratio[MAX_ROUNDS], krest[MAX_ROUNDS];
   long at = 0;
   count_gets(log, &at);
   for (int k = 0; k < rounds; k++) {
-    if (k % 2) {
-      whole[k] = run_ranks(whole_rank, READERS, NULL);
-      count_gets(log, &at);
-    }
-    rest[k] = restore();
-    gets[k] = (double)count_gets(log, &at);
-    if (k % 2 == 0) {
-      whole[k] = run_ranks(whole_rank, READERS, NULL);
-      count_gets(log, &at);
+    /* Whole read, restore, restore through the kept clients: the order
+     * rotates by round. */
+    for (int i = 0; i < 3; i++) {
+      switch ((i + k) % 3) {
+      case 0:
+        whole[k] = run_ranks(whole_rank, READERS, NULL);
+        count_gets(log, &at);
+        break;
+      case 1:
+        rest[k] = restore(false);
+        gets[k] = (double)count_gets(log, &at);
+        break;
+      default:
+        krest[k] = restore(true);
+        count_gets(log, &at);
+        break;
+      }
     }
     ratio[k] = rest[k] / whole[k];
-    fprintf(stderr, "restore round %d: %.0f GETs of %u objects, %.3f s; whole-object read %.3f s\n",
-            k, gets[k], touched, rest[k], whole[k]);
+    kratio[k] = krest[k] / whole[k];
+    fprintf(stderr,
+            "restore round %d: %.0f GETs of %u objects, %.3f s (kept clients %.3f s); whole-object "
+            "read %.3f s\n",
+            k, gets[k], touched, rest[k], krest[k], whole[k]);
   }
+  double sorted[MAX_ROUNDS];
+  memcpy(sorted, ratio, sizeof(ratio));
+  double q1 = bench_quantile_sort(sorted, rounds, 0.25);
+  double q3 = bench_quantile_sort(sorted, rounds, 0.75);
+  memcpy(sorted, kratio, sizeof(kratio));
+  double kq1 = bench_quantile_sort(sorted, rounds, 0.25);
+  double kq3 = bench_quantile_sort(sorted, rounds, 0.75);
   printf("{\"bench\":\"checkpoint_restore\",\"tensors\":%d,\"bytes\":%" PRIu64
          ",\"saved_ranks\":%d,\"restore_ranks\":%d,\"rounds\":%d,\"objects_touched\":%u,"
          "\"objects\":%u,\"restore_gets\":%.0f,\"restore_gets_per_object\":%.2f,\"restore_s\":%.4f,"
-         "\"whole_read_s\":%.4f,\"restore_vs_whole_read_ratio\":%.2f}\n",
+         "\"whole_read_s\":%.4f,\"restore_vs_whole_read_ratio\":%.2f,"
+         "\"restore_vs_whole_read_ratio_spread\":[%.2f,%.2f],\"restore_kept_client_s\":%.4f,"
+         "\"restore_kept_client_vs_whole_read_ratio\":%.2f,"
+         "\"restore_kept_client_vs_whole_read_ratio_spread\":[%.2f,%.2f]",
          N_TENSORS, n * 4, SAVERS, READERS, rounds, touched, n_objects, bench_median(gets, rounds),
          bench_median(gets, rounds) / touched, bench_median(rest, rounds),
-         bench_median(whole, rounds), bench_median(ratio, rounds));
+         bench_median(whole, rounds), bench_median(ratio, rounds), q1, q3,
+         bench_median(krest, rounds), bench_median(kratio, rounds), kq1, kq3);
+  print_list("restore_vs_whole_read_ratio_rounds", ratio, rounds);
+  print_list("restore_kept_client_vs_whole_read_ratio_rounds", kratio, rounds);
+  print_list("restore_s_rounds", rest, rounds);
+  print_list("restore_kept_client_s_rounds", krest, rounds);
+  print_list("whole_read_s_rounds", whole, rounds);
+  printf("}\n");
+  for (uint32_t r = 0; r < READERS; r++) stk_client_free(kept[r]);
   stk_client_free(c);
   storage_free(st);
   free(model);

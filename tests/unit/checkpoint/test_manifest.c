@@ -2,7 +2,8 @@
  * Tests for ckpt_manifest: build a 4-rank checkpoint (row-sharded f32, FSDP
  * flat bf16, a rank-0 blob) with real bytes and CRCs, round-trip it through
  * protobuf, render it as JSON, restore a tensor at 3 ranks through the
- * planner with CRC-verified block-aligned reads, and reject hostile
+ * planner with CRC-verified block-aligned reads, find every tensor's chunks
+ * alike with and without the tensor index, and reject hostile
  * manifests (offsets outside shapes, overflowing sizes, chunks past object
  * ends, missing CRCs, overlaps, gaps, bad names, garbage).
  */
@@ -194,6 +195,77 @@ static void test_restore_through_manifest(void **state) {
   drop_objects();
 }
 
+/* The tensor's chunks (as ckpt_manifest_tensor gives them) equal want[0..n). */
+static void expect_chunks(const struct ckpt_manifest *m, const char *tensor,
+                          const struct ckpt_stored_chunk *want, size_t n, int dtype) {
+  struct ckpt_stored_chunk *got;
+  size_t count;
+  int dt;
+  struct ckpt_shape shape;
+  assert_int_equal(ckpt_manifest_tensor(m, tensor, &got, &count, &dt, &shape), 0);
+  assert_int_equal(count, n);
+  assert_int_equal(dt, dtype);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(got[i].object, want[i].object);
+    assert_int_equal(got[i].object_offset, want[i].object_offset);
+    assert_int_equal(got[i].object_bytes, want[i].object_bytes);
+    assert_int_equal(got[i].box.ndim, want[i].box.ndim);
+    for (uint32_t d = 0; d < want[i].box.ndim; d++) {
+      assert_int_equal(got[i].box.offsets[d], want[i].box.offsets[d]);
+      assert_int_equal(got[i].box.sizes[d], want[i].box.sizes[d]);
+    }
+  }
+  free(got);
+}
+
+/* The index (a binary search by tensor name) answers what a pass over every
+ * chunk answers: the same chunks in manifest order, the same dtype and
+ * shape, STK_ENOENT for names before, between and after the stored ones;
+ * a chunk added later drops it, so lookups never miss the new chunk. */
+static void test_tensor_index(void **state) {
+  (void)state;
+  struct ckpt_manifest *m = build();
+  const char *names[] = {"layers.0/w", "layers.0/b", "dataloader"};
+  const int dtypes[] = {F32, BF16, BYTES};
+  struct ckpt_stored_chunk *linear[3];
+  size_t n[3];
+  for (int t = 0; t < 3; t++) {
+    int dt;
+    struct ckpt_shape shape;
+    assert_int_equal(ckpt_manifest_tensor(m, names[t], &linear[t], &n[t], &dt, &shape), 0);
+  }
+  assert_null(m->by_tensor);
+  assert_int_equal(ckpt_manifest_index(m), 0);
+  assert_non_null(m->by_tensor);
+  for (int t = 0; t < 3; t++) expect_chunks(m, names[t], linear[t], n[t], dtypes[t]);
+  assert_int_equal(n[0], WORLD); /* One chunk per rank, by rank: */
+  for (uint32_t r = 0; r < WORLD; r++) assert_int_equal(linear[0][r].object, r);
+  struct ckpt_stored_chunk *c;
+  size_t k;
+  int dt;
+  struct ckpt_shape shape;
+  const char *absent[] = {"a", "dataloadeq", "layers.0/a", "layers.0/bb", "zz"};
+  for (int i = 0; i < 5; i++)
+    assert_int_equal(ckpt_manifest_tensor(m, absent[i], &c, &k, &dt, &shape), STK_ENOENT);
+  struct ckpt_box eb = {1, {0}, {1}};
+  const struct ckpt_shape e_shape = {1, {1}};
+  assert_int_equal(ckpt_manifest_add_chunk(m, "extra", BYTES, &e_shape, &eb, 1, 60), 0);
+  assert_null(m->by_tensor);
+  assert_int_equal(ckpt_manifest_tensor(m, "extra", &c, &k, &dt, &shape), 0);
+  assert_int_equal(k, 1);
+  free(c);
+  assert_int_equal(ckpt_manifest_index(m), 0);
+  assert_int_equal(ckpt_manifest_tensor(m, "extra", &c, &k, &dt, &shape), 0);
+  assert_int_equal(k, 1);
+  free(c);
+  for (int t = 0; t < 3; t++) {
+    expect_chunks(m, names[t], linear[t], n[t], dtypes[t]);
+    free(linear[t]);
+  }
+  ckpt_manifest_free(m);
+  drop_objects();
+}
+
 /* Packs m as is (no check) and expects parse to refuse it naming `phrase`. */
 static void expect_refused(const struct ckpt_manifest *m, int want_rc, const char *phrase) {
   uint8_t *buf;
@@ -371,6 +443,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_json),
       cmocka_unit_test(test_restore_through_manifest),
+      cmocka_unit_test(test_tensor_index),
       cmocka_unit_test(test_hostile_geometry),
       cmocka_unit_test(test_hostile_objects_and_names),
       cmocka_unit_test(test_hostile_encoding),
