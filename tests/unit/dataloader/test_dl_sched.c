@@ -129,7 +129,10 @@ static void test_later_job_not_behind_earlier(void **state) {
     release(by_name[k]);
     run_until_done(&loop, by_name[k]);
   }
-  for (int k = 0; k < 8; k++) assert_string_equal(started[k], want[k]);
+  /* a0 and a1 start together on the two workers: either may record first. */
+  assert_true((!strcmp(started[0], "a0") && !strcmp(started[1], "a1")) ||
+              (!strcmp(started[0], "a1") && !strcmp(started[1], "a0")));
+  for (int k = 2; k < 8; k++) assert_string_equal(started[k], want[k]);
   assert_int_equal(dl_sched_waiting(s), 0);
   dl_sched_free(s);
   uv_run(&loop, UV_RUN_DEFAULT);
