@@ -3,8 +3,14 @@
  * asynchronous rpc call, then wait on a condition variable until its
  * callback ran (curl's easy-over-multi shape: one engine, thin shells).
  * A call refused for its token is sent once more when the token file
- * changed (client_token.c, below). The waiter is also what the
- * asynchronous shells (membership's heartbeat, batches) park on.
+ * changed (client_token.c, below). An idempotent call (a read, or a write
+ * whose repeat changes nothing) may instead be tried again while the
+ * service is UNAVAILABLE: a restarting server, or one that moved to a new
+ * address under the same name (a Kubernetes pod replaced by a rolling
+ * update). gRPC asks DNS again when a connection fails, but fails the call
+ * that found the old address at once; the next try goes to the new one.
+ * The waiter is also what the asynchronous shells (membership's heartbeat,
+ * batches) park on.
  */
 #include "client_internal.h"
 
@@ -100,4 +106,18 @@ int client_call(struct stk_client *c, const char *method, const ProtobufCMessage
   if (err == STK_EUNAUTH && client_token_refresh(c, true) == 1)
     err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
   return err;
+}
+
+int client_call_idempotent(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                           ProtobufCMessage **ret_resp) {
+  int64_t deadline = client_now_ms() + client_timeout(c, timeout_ms);
+  int64_t delay_ms = CLIENT_RETRY_FIRST_MS;
+  for (;;) {
+    int64_t left = deadline - client_now_ms();
+    int err = client_call(c, method, req, resp_desc, left > 1 ? left : 1, ret_resp);
+    if (err != STK_EUNAVAIL || deadline - client_now_ms() <= delay_ms) return err;
+    client_sleep_ms(delay_ms);
+    delay_ms = delay_ms * 2 < CLIENT_RETRY_MAX_MS ? delay_ms * 2 : CLIENT_RETRY_MAX_MS;
+  }
 }

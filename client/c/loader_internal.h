@@ -17,6 +17,12 @@
 #define DL_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__dataloader, field, req)
 #define DL_CALL(c, field, req, timeout_ms, ret)                                                    \
   CLIENT_CALL(stoker__v1__dataloader, c, field, req, timeout_ms, ret)
+/* The trainer's calls whose repeat changes nothing (GetBatch, Commit,
+ * ExportState, ImportState): tried again while a part is UNAVAILABLE (it
+ * restarts, or comes back at a new address: a rolling update), within the
+ * call's timeout. */
+#define DL_CALL_IDEMPOTENT(c, field, req, timeout_ms, ret)                                         \
+  CLIENT_CALL_IDEMPOTENT(stoker__v1__dataloader, c, field, req, timeout_ms, ret)
 
 /* Takes msg (a Stoker__V1__Batch) in every case: on success it belongs to
  * *ret_batch; on failure (STK_ECORRUPT: sizes disagree; STK_EINVAL: a
