@@ -6,8 +6,9 @@ and in grpcio) asks it when the target names it as its authority:
 is counted per name, so a test can tell the client asked again.
 
 Only what a resolver's A/AAAA lookup needs: the question is read, anything
-after it ignored; a known name gets its address (A) or an empty answer
-(AAAA), an unknown one NXDOMAIN.
+after it ignored; a known name gets its addresses (A: one record each, as
+a headless Service's name has one per pod) or an empty answer (AAAA), an
+unknown one NXDOMAIN.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class NameServer:
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.lock = threading.Lock()
-        self.table: dict[str, str] = {}
+        self.table: dict[str, tuple[str, ...]] = {}
         self.asked: dict[str, int] = {}
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
@@ -33,9 +34,9 @@ class NameServer:
     def authority(self) -> str:
         return f"dns://127.0.0.1:{self.port}/"
 
-    def set(self, name: str, address: str) -> None:
+    def set(self, name: str, *addresses: str) -> None:
         with self.lock:
-            self.table[name.lower()] = address
+            self.table[name.lower()] = addresses
 
     def queries(self, name: str) -> int:
         with self.lock:
@@ -74,14 +75,15 @@ class NameServer:
         qtype, _qclass = struct.unpack(">HH", msg[i + 1 : i + 5])
         name = ".".join(labels).lower()
         with self.lock:
-            address = self.table.get(name)
+            addresses = self.table.get(name)
             if qtype == TYPE_A:
                 self.asked[name] = self.asked.get(name, 0) + 1
-        rcode = 0 if address else 3  # NXDOMAIN
-        answers = b""
-        if address and qtype == TYPE_A:
-            answers = struct.pack(">HHHIH", 0xC00C, TYPE_A, CLASS_IN, 0, 4)
-            answers += socket.inet_aton(address)
+        rcode = 0 if addresses else 3  # NXDOMAIN
+        records = list(addresses or ()) if qtype == TYPE_A else []
+        answers = b"".join(
+            struct.pack(">HHHIH", 0xC00C, TYPE_A, CLASS_IN, 0, 4) + socket.inet_aton(a)
+            for a in records
+        )
         # QR, AA, RD, RA and the rcode; one question, the answers.
-        head = struct.pack(">HHHHHH", qid, 0x8580 | rcode, 1, 1 if answers else 0, 0, 0)
+        head = struct.pack(">HHHHHH", qid, 0x8580 | rcode, 1, len(records), 0, 0)
         return head + question + answers
