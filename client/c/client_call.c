@@ -108,16 +108,48 @@ int client_call(struct stk_client *c, const char *method, const ProtobufCMessage
   return err;
 }
 
+static int call_fresh(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                      ProtobufCMessage **ret_resp);
+
 int client_call_idempotent(struct stk_client *c, const char *method, const ProtobufCMessage *req,
                            const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                            ProtobufCMessage **ret_resp) {
   int64_t deadline = client_now_ms() + client_timeout(c, timeout_ms);
   int64_t delay_ms = CLIENT_RETRY_FIRST_MS;
-  for (;;) {
-    int64_t left = deadline - client_now_ms();
-    int err = client_call(c, method, req, resp_desc, left > 1 ? left : 1, ret_resp);
-    if (err != STK_EUNAVAIL || deadline - client_now_ms() <= delay_ms) return err;
+  int err = client_call(c, method, req, resp_desc, client_timeout(c, timeout_ms), ret_resp);
+  while (err == STK_EUNAVAIL && deadline - client_now_ms() > delay_ms) {
     client_sleep_ms(delay_ms);
     delay_ms = delay_ms * 2 < CLIENT_RETRY_MAX_MS ? delay_ms * 2 : CLIENT_RETRY_MAX_MS;
+    int64_t left = deadline - client_now_ms();
+    err = call_fresh(c, method, req, resp_desc, left > 1 ? left : 1, ret_resp);
   }
+  return err;
+}
+
+/* A retry on a channel of its own, closed after the call. A channel whose
+ * connection failed keeps the address it had: gRPC 1.51 was seen asking DNS
+ * again only 31 s later (its calls failing at once meanwhile), where a new
+ * channel asks at once. So a server back at a new address under its name
+ * (a pod replaced by a rolling update) is found by the next retry. */
+static int call_fresh(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                      ProtobufCMessage **ret_resp) {
+  struct rpc_client *fresh = NULL;
+  if (client_new_channel(c, &fresh) < 0)
+    return client_call(c, method, req, resp_desc, timeout_ms, ret_resp);
+  struct rpc_status st;
+  memset(&st, 0, sizeof(st));
+  ProtobufCMessage *resp = NULL;
+  int err = rpc_client_unary(fresh, method, req, resp_desc, timeout_ms, &resp, &st);
+  rpc_client_free(fresh);
+  if (err < 0 && st.code != RPC_OK)
+    client_set_error(st.code, "%s", st.message);
+  else if (err < 0)
+    client_fail(err, "call");
+  else if (ret_resp)
+    *ret_resp = resp;
+  else
+    protobuf_c_message_free_unpacked(resp, NULL);
+  return err;
 }

@@ -210,6 +210,12 @@ uint32_t stk_batch_ring_slots(const struct stk_batch *b) {
 
 int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
                          uint32_t world, int64_t timeout_ms, struct stk_batch *ret_batch) {
+  return loader_get_batch(c, job, step, rank, world, timeout_ms, false, ret_batch);
+}
+
+int loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                     uint32_t world, int64_t timeout_ms, bool partial_ok,
+                     struct stk_batch *ret_batch) {
   if (!job || !ret_batch) return client_fail(STK_EINVAL, "get batch");
   Stoker__V1__GetBatchRequest req = STOKER__V1__GET_BATCH_REQUEST__INIT;
   req.job = (char *)job;
@@ -218,7 +224,7 @@ int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, ui
   req.world = world;
   Stoker__V1__Batch *resp = NULL;
   int err = DL_CALL_IDEMPOTENT(c, get_batch, &req, timeout_ms, &resp);
-  return err < 0 ? err : loader_batch_from_msg(&resp->base, false, ret_batch);
+  return err < 0 ? err : loader_batch_from_msg(&resp->base, partial_ok, ret_batch);
 }
 
 int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {

@@ -30,6 +30,12 @@
  * last error set. */
 int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch);
 
+/* stk_loader_get_batch, taking a part's partial batch when partial_ok
+ * (retried while UNAVAILABLE within timeout_ms, as it is). */
+int loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                     uint32_t world, int64_t timeout_ms, bool partial_ok,
+                     struct stk_batch *ret_batch);
+
 /* A shared-memory ring a stream's batches are delivered in (loader_ring.c):
  * counted references, one per stream and per batch viewing a slot. */
 struct loader_ring;
