@@ -57,3 +57,9 @@ void client_deadline_after(struct timespec *ts, int64_t ms) {
   ts->tv_sec += ms / 1000 + ns / 1000000000;
   ts->tv_nsec = ns % 1000000000;
 }
+
+void client_sleep_ms(int64_t ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}

@@ -3,8 +3,14 @@
  * asynchronous rpc call, then wait on a condition variable until its
  * callback ran (curl's easy-over-multi shape: one engine, thin shells).
  * A call refused for its token is sent once more when the token file
- * changed (client_token.c, below). The waiter is also what the
- * asynchronous shells (membership's heartbeat, batches) park on.
+ * changed (client_token.c, below). An idempotent call (a read, or a write
+ * whose repeat changes nothing) may instead be tried again while the
+ * service is UNAVAILABLE: a restarting server, or one that moved to a new
+ * address under the same name (a Kubernetes pod replaced by a rolling
+ * update). gRPC asks DNS again when a connection fails, but fails the call
+ * that found the old address at once; the next try goes to the new one.
+ * The waiter is also what the asynchronous shells (membership's heartbeat,
+ * batches) park on.
  */
 #include "client_internal.h"
 
@@ -137,5 +143,51 @@ int client_call(struct stk_client *c, const char *method, const ProtobufCMessage
   /* Refused for its token: a rotated token file gets one more try. */
   if (err == STK_EUNAUTH && client_token_refresh(c, true) == 1)
     err = call_once(c, method, req, resp_desc, timeout_ms, ret_resp);
+  return err;
+}
+
+static int call_fresh(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                      ProtobufCMessage **ret_resp);
+
+int client_call_idempotent(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                           ProtobufCMessage **ret_resp) {
+  int64_t deadline = client_now_ms() + client_timeout(c, timeout_ms);
+  int64_t delay_ms = CLIENT_RETRY_FIRST_MS;
+  int err = client_call(c, method, req, resp_desc, client_timeout(c, timeout_ms), ret_resp);
+  while (err == STK_EUNAVAIL && deadline - client_now_ms() > delay_ms) {
+    client_sleep_ms(delay_ms);
+    delay_ms = delay_ms * 2 < CLIENT_RETRY_MAX_MS ? delay_ms * 2 : CLIENT_RETRY_MAX_MS;
+    int64_t left = deadline - client_now_ms();
+    err = call_fresh(c, method, req, resp_desc, left > 1 ? left : 1, ret_resp);
+  }
+  return err;
+}
+
+/* A retry on a channel of its own, closed after the call. A channel whose
+ * connection failed keeps the address it had: gRPC 1.51 was seen asking DNS
+ * again only 31 s later (its calls failing at once meanwhile), where a new
+ * channel asks at once. So a server back at a new address under its name
+ * (a pod replaced by a rolling update) is found by the next retry. */
+static int call_fresh(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                      const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                      ProtobufCMessage **ret_resp) {
+  struct rpc_client *fresh = NULL;
+  if (client_new_channel(c, &fresh) < 0)
+    return client_call(c, method, req, resp_desc, timeout_ms, ret_resp);
+  struct rpc_status st;
+  memset(&st, 0, sizeof(st));
+  ProtobufCMessage *resp = NULL;
+  int err = rpc_client_unary(fresh, method, req, resp_desc, timeout_ms, &resp, &st);
+  rpc_client_free(fresh);
+  if (err < 0 && st.code != RPC_OK)
+    client_set_error(st.code, "%s", st.message);
+  else if (err < 0)
+    client_fail(err, "call");
+  else if (ret_resp)
+    *ret_resp = resp;
+  else
+    protobuf_c_message_free_unpacked(resp, NULL);
   return err;
 }

@@ -30,6 +30,12 @@
 #define CLIENT_CALL(prefix, c, field, req, timeout_ms, ret)                                        \
   client_call((c), RPC_METHOD_PATH(prefix, field, req), &(req)->base,                              \
               RPC_METHOD_REPLY(prefix, field, req, ret), (timeout_ms), (ProtobufCMessage **)(ret))
+/* The same through client_call_idempotent: for a call whose repeat changes
+ * nothing. */
+#define CLIENT_CALL_IDEMPOTENT(prefix, c, field, req, timeout_ms, ret)                             \
+  client_call_idempotent((c), RPC_METHOD_PATH(prefix, field, req), &(req)->base,                   \
+                         RPC_METHOD_REPLY(prefix, field, req, ret), (timeout_ms),                  \
+                         (ProtobufCMessage **)(ret))
 /* The same for a paged listing (client_list_all): req's page_token is set
  * page by page. */
 #define CLIENT_LIST_ALL(prefix, c, field, req, timeout_ms, ret)                                    \
@@ -165,6 +171,8 @@ int64_t client_timeout(const struct stk_client *c, int64_t timeout_ms);
  * client_deadline_after, an absolute CLOCK_MONOTONIC time ms from now. */
 void client_cond_init(pthread_cond_t *cv);
 void client_deadline_after(struct timespec *ts, int64_t ms);
+/* Sleeps ms milliseconds (the whole of them, signals or not). */
+void client_sleep_ms(int64_t ms);
 
 /* ---- client_token.c: following the token file ---- */
 
@@ -228,6 +236,16 @@ void waiter_join(struct waiter *w);
 int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                 ProtobufCMessage **ret_resp);
+/* client_call, tried again while it fails with STK_EUNAVAIL (the server
+ * restarting or moving to a new address under its name), with backoff from
+ * CLIENT_RETRY_FIRST_MS doubling to CLIENT_RETRY_MAX_MS, until timeout_ms
+ * (the client's default when <= 0) has passed since the first try. Only for
+ * calls whose repeat changes nothing. */
+#define CLIENT_RETRY_FIRST_MS 50
+#define CLIENT_RETRY_MAX_MS   1000
+int client_call_idempotent(struct stk_client *c, const char *method, const ProtobufCMessage *req,
+                           const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
+                           ProtobufCMessage **ret_resp);
 
 /* ---- client_pages.c: paged listings (calls client_call.c) ---- */
 

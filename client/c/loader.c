@@ -210,6 +210,12 @@ uint32_t stk_batch_ring_slots(const struct stk_batch *b) {
 
 int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
                          uint32_t world, int64_t timeout_ms, struct stk_batch *ret_batch) {
+  return loader_get_batch(c, job, step, rank, world, timeout_ms, false, ret_batch);
+}
+
+int loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                     uint32_t world, int64_t timeout_ms, bool partial_ok,
+                     struct stk_batch *ret_batch) {
   if (!job || !ret_batch) return client_fail(STK_EINVAL, "get batch");
   Stoker__V1__GetBatchRequest req = STOKER__V1__GET_BATCH_REQUEST__INIT;
   req.job = (char *)job;
@@ -217,8 +223,8 @@ int stk_loader_get_batch(struct stk_client *c, const char *job, int64_t step, ui
   req.rank = rank;
   req.world = world;
   Stoker__V1__Batch *resp = NULL;
-  int err = DL_CALL(c, get_batch, &req, timeout_ms, &resp);
-  return err < 0 ? err : loader_batch_from_msg(&resp->base, false, ret_batch);
+  int err = DL_CALL_IDEMPOTENT(c, get_batch, &req, timeout_ms, &resp);
+  return err < 0 ? err : loader_batch_from_msg(&resp->base, partial_ok, ret_batch);
 }
 
 int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms) {
@@ -226,7 +232,7 @@ int stk_loader_commit(struct stk_client *c, const char *job, int64_t step, int64
   Stoker__V1__CommitRequest req = STOKER__V1__COMMIT_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  return DL_CALL(c, commit, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
+  return DL_CALL_IDEMPOTENT(c, commit, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
 int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64_t timeout_ms,
@@ -236,7 +242,7 @@ int stk_loader_export(struct stk_client *c, const char *job, int64_t step, int64
   req.job = (char *)job;
   req.step = step;
   Stoker__V1__LoaderState *st = NULL;
-  int err = DL_CALL(c, export_state, &req, timeout_ms, &st);
+  int err = DL_CALL_IDEMPOTENT(c, export_state, &req, timeout_ms, &st);
   if (err < 0) return err;
   uint8_t *blob = malloc(st->state.len + 1);
   if (blob) memcpy(blob, st->state.data, st->state.len);
@@ -270,7 +276,7 @@ int loader_import_blobs(struct stk_client *c, const char *job, int64_t step,
   req.more_states = more;
   req.n_more_states = n - 1;
   Stoker__V1__LoaderInfo *info = NULL;
-  int err = DL_CALL(c, import_state, &req, timeout_ms, &info);
+  int err = DL_CALL_IDEMPOTENT(c, import_state, &req, timeout_ms, &info);
   free(more);
   if (err < 0) return err;
   if (ret_committed_step) *ret_committed_step = info->committed_step;

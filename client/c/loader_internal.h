@@ -17,12 +17,24 @@
 #define DL_METHOD(field, req) RPC_METHOD_PATH(stoker__v1__dataloader, field, req)
 #define DL_CALL(c, field, req, timeout_ms, ret)                                                    \
   CLIENT_CALL(stoker__v1__dataloader, c, field, req, timeout_ms, ret)
+/* The trainer's calls whose repeat changes nothing (GetBatch, Commit,
+ * ExportState, ImportState): tried again while a part is UNAVAILABLE (it
+ * restarts, or comes back at a new address: a rolling update), within the
+ * call's timeout. */
+#define DL_CALL_IDEMPOTENT(c, field, req, timeout_ms, ret)                                         \
+  CLIENT_CALL_IDEMPOTENT(stoker__v1__dataloader, c, field, req, timeout_ms, ret)
 
 /* Takes msg (a Stoker__V1__Batch) in every case: on success it belongs to
  * *ret_batch; on failure (STK_ECORRUPT: sizes disagree; STK_EINVAL: a
  * partial batch and !partial_ok; STK_ENOMEM) it is freed and this thread's
  * last error set. */
 int loader_batch_from_msg(ProtobufCMessage *msg, bool partial_ok, struct stk_batch *ret_batch);
+
+/* stk_loader_get_batch, taking a part's partial batch when partial_ok
+ * (retried while UNAVAILABLE within timeout_ms, as it is). */
+int loader_get_batch(struct stk_client *c, const char *job, int64_t step, uint32_t rank,
+                     uint32_t world, int64_t timeout_ms, bool partial_ok,
+                     struct stk_batch *ret_batch);
 
 /* A shared-memory ring a stream's batches are delivered in (loader_ring.c):
  * counted references, one per stream and per batch viewing a slot. */

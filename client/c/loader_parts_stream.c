@@ -21,6 +21,7 @@ struct gather {
   pthread_cond_t cv;
   uint32_t left;
   struct stk_batch *got; /* [n] */
+  bool *have;            /* [n] got[i] arrived */
   int err;               /* first failure */
   uint32_t err_part;
   int err_code;
@@ -38,6 +39,7 @@ static void gathered(void *arg, int err, const char *msg, struct stk_batch *batc
   pthread_mutex_lock(&g->mu);
   if (err == 0) {
     g->got[ga->part] = *batch;
+    g->have[ga->part] = true;
     free(batch);
   } else if (!g->err) {
     g->err = err;
@@ -70,27 +72,46 @@ int stk_loader_batch_all(struct stk_loader *l, const char *job, int64_t step, ui
   if (!job || !ret_batch) return client_fail(STK_EINVAL, "get batch");
   if (l->n == 1)
     return stk_loader_get_batch(l->parts[0], job, step, rank, world, timeout_ms, ret_batch);
+  int64_t deadline = client_now_ms() + client_timeout(l->parts[0], timeout_ms);
   struct gather g = {.left = l->n};
   struct gather_arg *args = calloc(l->n, sizeof(*args));
   g.got = calloc(l->n, sizeof(*g.got));
-  if (!args || !g.got) {
+  g.have = calloc(l->n, sizeof(*g.have));
+  if (!args || !g.got || !g.have) {
     free(args);
     free(g.got);
+    free(g.have);
     return client_fail(STK_ENOMEM, "get batch");
   }
   pthread_mutex_init(&g.mu, NULL);
   client_cond_init(&g.cv);
   gather_run(l, &g, args, job, step, rank, world, timeout_ms);
+  /* A part UNAVAILABLE (restarting, or back at a new address): the blocking
+   * call's retries for the parts missing, within what is left of the time. */
+  bool told = false; /* This thread's last error says why already. */
+  if (g.err == STK_EUNAVAIL) {
+    g.err = 0;
+    for (uint32_t i = 0; i < l->n && !g.err; i++) {
+      int64_t left = deadline - client_now_ms();
+      if (g.have[i]) continue;
+      g.err = loader_get_batch(l->parts[i], job, step, rank, world, left > 1 ? left : 1, true,
+                               &g.got[i]);
+      g.have[i] = g.err == 0;
+      if (g.err) told = loader_part_failed(l->n, i, g.err) < 0;
+    }
+  }
   int err = g.err;
   if (err) {
     for (uint32_t i = 0; i < l->n; i++) stk_batch_free(&g.got[i]);
-    client_set_error(g.err_code, "dataloader part %u of %u: %s", g.err_part, l->n, g.err_msg);
+    if (!told)
+      client_set_error(g.err_code, "dataloader part %u of %u: %s", g.err_part, l->n, g.err_msg);
   } else {
     err = loader_assemble(g.got, l->n, ret_batch);
   }
   pthread_cond_destroy(&g.cv);
   pthread_mutex_destroy(&g.mu);
   free(g.got);
+  free(g.have);
   free(args);
   return err;
 }

@@ -16,6 +16,20 @@
  * with STK_SHM_REQUIRE, ends the stream with STK_ESTATE, as it does when
  * the stream's first batch comes inline: the daemon made no ring).
  *
+ * Reconnecting: a stream the dataloader ends with UNAVAILABLE (it shuts
+ * down and says from which step to resume, a rolling update replaces its
+ * pod, the connection is lost or closed at the server's max-connection-age)
+ * is opened again from the next step it has not delivered, on the same
+ * channel: gRPC asks DNS again after the failed connection, so a part that
+ * came back at a new address under its name is found there. A batch is a
+ * pure function of (step, rank, world), so the reopened stream carries the
+ * same batches. Attempts back off from STREAM_RETRY_FIRST_MS to
+ * STREAM_RETRY_MAX_MS, run only while the trainer waits in next() (whose
+ * timeout it keeps), and stop STREAM_RECONNECT_MS after the last batch came
+ * with no new one: the stream then ends with the last failure. The ring of
+ * the old call is let go (batches still viewing it keep it mapped); the
+ * new call names its own.
+ *
  * A stream made elsewhere (a scaled-out job's, assembled from one stream per
  * part in loader_parts_stream.c, above this file) is wrapped with the ops
  * its maker hands loader_stream_wrap, so this file never calls up.
@@ -35,7 +49,13 @@
 #include "client_internal.h"
 #include "loader_internal.h"
 
-#define DEFAULT_PREFETCH 4
+#define DEFAULT_PREFETCH      4
+#define STREAM_RETRY_FIRST_MS 50
+#define STREAM_RETRY_MAX_MS   1000
+/* How long a stream keeps reconnecting with no batch coming: a part's pod
+ * replaced by a rolling update is back in seconds to a minute (its volume
+ * attached, RocksDB opened); the trainer's next() timeout bounds it too. */
+#define STREAM_RECONNECT_MS 120000
 
 /* ------------------------------------------------------ async GetBatch */
 
@@ -122,6 +142,10 @@ struct stk_batch_stream {
   uint32_t token_bytes; /* 4 or 8: of the tokens in the ring and of the batches. */
   bool shm;             /* Asked for on the current call. */
   bool reopen;          /* The call ended to fall back to gRPC bytes. */
+  bool reconnect;       /* The call ended UNAVAILABLE: open it again from next_step. */
+  int64_t failed_ms;    /* When the first failure since the last batch came (0: none). */
+  int64_t retry_ms;     /* The next reconnect not before this time. */
+  int64_t delay_ms;     /* The backoff after the next failed attempt. */
   uint8_t nonce[16];    /* This call's. */
   struct loader_ring *ring;
   uint64_t last_seq; /* shm_seq of the last ring batch: the next one's is higher. */
@@ -216,6 +240,8 @@ static bool queue_one(struct stk_batch_stream *s, ProtobufCMessage *msg, bool co
   s->q[(s->head + s->n) % s->cap] = b;
   s->n++;
   s->next_step++;
+  s->failed_ms = 0; /* A batch came: a later failure starts a new window. */
+  s->delay_ms = STREAM_RETRY_FIRST_MS;
   pthread_cond_broadcast(&s->cv);
   return true;
 }
@@ -246,7 +272,16 @@ static void stream_done(void *arg, const struct rpc_status *st) {
   pthread_mutex_lock(&s->mu);
   while (s->cancelling > 0) pthread_cond_wait(&s->cv, &s->mu);
   s->st = *st;
-  s->done = !s->reopen || s->closing; /* Else stk_batch_stream_next reopens. */
+  s->reconnect = st->code == RPC_UNAVAILABLE && !s->local_err && !s->reopen && !s->closing;
+  if (s->reconnect) {
+    int64_t now = client_now_ms();
+    if (!s->failed_ms) s->failed_ms = now;
+    s->retry_ms = now + s->delay_ms;
+    s->delay_ms = s->delay_ms * 2 < STREAM_RETRY_MAX_MS ? s->delay_ms * 2 : STREAM_RETRY_MAX_MS;
+    if (now - s->failed_ms >= STREAM_RECONNECT_MS) s->reconnect = false; /* Give up. */
+  }
+  /* Else stk_batch_stream_next reopens or reconnects. */
+  s->done = !(s->reopen || s->reconnect) || s->closing;
   s->call = NULL;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
@@ -358,6 +393,7 @@ int loader_stream_open(struct stk_client *c, const char *job, int64_t from_step,
   s->shm_mode = opts->shm;
   s->token_bytes = opts->token_bytes == 8 ? 8 : 4;
   s->shm = want_shm(s);
+  s->delay_ms = STREAM_RETRY_FIRST_MS;
   if (!(s->job = strdup(job))) {
     stream_destroy(s);
     return client_fail(STK_ENOMEM, "stream batches");
@@ -399,16 +435,44 @@ static int reopen(struct stk_batch_stream *s) {
   return err;
 }
 
+/* The call ended UNAVAILABLE: once its backoff passed, the same stream
+ * again from the next step, asking for a ring anew (s->mu held). 0 with
+ * *ret_wait_ms > 0: not yet, wait that long first. */
+static int reconnect(struct stk_batch_stream *s, int64_t *ret_wait_ms) {
+  *ret_wait_ms = s->retry_ms - client_now_ms();
+  if (*ret_wait_ms > 0) return 0;
+  s->reconnect = false;
+  loader_ring_unref(s->ring); /* Batches still viewing it hold it. */
+  s->ring = NULL;
+  s->last_seq = 0;
+  if (s->shm) s->shm = want_shm(s); /* A new nonce for the new call's ring. */
+  int err = start_call(s);
+  if (err < 0) client_fail(err, "stream batches");
+  return err;
+}
+
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch) {
   if (s->ops) return s->ops->next(s->impl, timeout_ms, ret_batch);
   struct timespec ts;
+  int64_t deadline_ms = client_now_ms() + timeout_ms;
   if (timeout_ms >= 0) client_deadline_after(&ts, timeout_ms);
   int err = 0;
   pthread_mutex_lock(&s->mu);
   while (s->n == 0 && !s->done && err == 0) {
-    if (s->reopen && s->call == NULL && !s->closing) {
+    bool idle = s->call == NULL && !s->closing;
+    int64_t wait_ms = 0;
+    if (s->reopen && idle) {
       err = reopen(s);
+    } else if (s->reconnect && idle) {
+      err = reconnect(s, &wait_ms);
+      if (err == 0 && wait_ms > 0) { /* Its backoff, within the caller's time. */
+        int64_t left = timeout_ms < 0 ? wait_ms : deadline_ms - client_now_ms();
+        struct timespec until;
+        client_deadline_after(&until, wait_ms < left ? wait_ms : left);
+        if (left > 0) pthread_cond_timedwait(&s->cv, &s->mu, &until);
+        if (timeout_ms >= 0 && left <= wait_ms) err = STK_ETIMEDOUT;
+      }
     } else if (timeout_ms < 0) {
       pthread_cond_wait(&s->cv, &s->mu);
     } else if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) == ETIMEDOUT) {

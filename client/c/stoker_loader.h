@@ -54,6 +54,11 @@ void stk_batch_free(struct stk_batch *b);
 
 /* ---------------------------------------------------------- unary calls */
 
+/* GetBatch, Commit, ExportState and ImportState change nothing when
+ * repeated: the four calls below are tried again while the dataloader is
+ * UNAVAILABLE (it restarts, or came back at a new address under its name:
+ * a rolling update), with backoff, within timeout_ms. */
+
 /* Rank's slice of step's global batch at world size world. Errors:
  * STK_EINVAL (rank >= world, batch not divisible, bad step), STK_ENOENT,
  * STK_ERANGE (too far from any restorable state). */
@@ -141,7 +146,12 @@ uint32_t stk_batch_ring_slots(const struct stk_batch *b);
  * with stk_batch_free), STK_ETIMEDOUT if none arrived in time (the stream
  * goes on), or, once the stream ended and its batches were taken, its final
  * error (STK_ERANGE when the server ended it normally; the server's status
- * otherwise, message in stk_client_last_error()). */
+ * otherwise, message in stk_client_last_error()). A stream the server ends
+ * with UNAVAILABLE (it shuts down, a rolling update replaces it, the
+ * connection is lost or closed at its max age) is opened again from the
+ * next step, the name resolved again, with backoff, while this call waits:
+ * the batches are the same. It ends with that error after 2 minutes without
+ * a batch. */
 int stk_batch_stream_next(struct stk_batch_stream *s, int64_t timeout_ms,
                           struct stk_batch *ret_batch);
 

@@ -103,6 +103,8 @@ int daemon_new(const char *name, const struct daemon_options *opts, char *err, s
       .max_recv_bytes = opts->max_message_bytes,
       .max_send_bytes = opts->max_message_bytes,
       .max_connections = opts->max_connections,
+      .max_connection_age_ms = opts->max_connection_age_ms,
+      .max_connection_age_grace_ms = opts->max_connection_age_grace_ms,
       .metrics = d->metrics,
   };
   int rc = rpc_server_new(&d->loop, &ro, &d->rpc);
@@ -302,9 +304,13 @@ int daemon_start(struct daemon *d, daemon_stop_fn on_stop, void *arg, char *err,
   }
   struct rpc_accept_stats conns;
   rpc_server_accept_stats(d->rpc, &conns);
-  log_info("serving", "daemon=%s listen=%s tls=%s token=%s max_connections=%zu", d->name, d->bound,
-           nonempty(d->opts->tls_cert) ? "on" : "off", nonempty(d->opts->token_file) ? "on" : "off",
-           conns.max);
+  log_info("serving",
+           "daemon=%s listen=%s tls=%s token=%s max_connections=%zu max_connection_age_ms=%lld "
+           "max_connection_age_grace_ms=%lld",
+           d->name, d->bound, nonempty(d->opts->tls_cert) ? "on" : "off",
+           nonempty(d->opts->token_file) ? "on" : "off", conns.max,
+           (long long)d->opts->max_connection_age_ms,
+           (long long)d->opts->max_connection_age_grace_ms);
   warn_insecure(d);
   return 0;
 }

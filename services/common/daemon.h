@@ -34,7 +34,9 @@ struct daemon_options {
   char *tls_client_ca;
   char *token_file;
   uint64_t max_message_bytes;
-  uint64_t max_connections; /* gRPC connections open at once; 0: from RLIMIT_NOFILE. */
+  uint64_t max_connections;            /* gRPC connections open at once; 0: from RLIMIT_NOFILE. */
+  int64_t max_connection_age_ms;       /* 0: connections live as long as clients keep them. */
+  int64_t max_connection_age_grace_ms; /* 0: calls on an aged connection run to their end. */
   int64_t shutdown_grace_ms;
 };
 
@@ -131,6 +133,27 @@ struct daemon_options {
        NULL,                                                                                       \
        "Most gRPC connections open at once; one more is closed as soon as accepted. 0: the "       \
        "descriptor limit less a reserve (a quarter of it, 64 to 1024).",                           \
+       0},                                                                                         \
+      {"max-connection-age",                                                                       \
+       FLAG_DURATION,                                                                              \
+       offsetof(type, member.max_connection_age_ms),                                               \
+       "2m",                                                                                       \
+       0,                                                                                          \
+       86400000,                                                                                   \
+       NULL,                                                                                       \
+       "A client's connection is asked to go (HTTP/2 GOAWAY) after this long, +-10%: the client "  \
+       "reconnects and resolves the name again, so replicas added behind one name get new "        \
+       "calls and a server moved to a new address is found. 0: never.",                            \
+       0},                                                                                         \
+      {"max-connection-age-grace",                                                                 \
+       FLAG_DURATION,                                                                              \
+       offsetof(type, member.max_connection_age_grace_ms),                                         \
+       "0",                                                                                        \
+       0,                                                                                          \
+       86400000,                                                                                   \
+       NULL,                                                                                       \
+       "How long calls still open on a connection past its max-connection-age may run before it "  \
+       "is closed under them (a batch stream then resumes on a new one). 0: until they end.",      \
        0},                                                                                         \
   {                                                                                                \
     "shutdown-grace", FLAG_DURATION, offsetof(type, member.shutdown_grace_ms), "10s", 0, 3600000,  \

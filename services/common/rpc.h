@@ -70,7 +70,13 @@ struct rpc_server_opts {
   size_t max_recv_bytes;          /* 0: 64 MiB. */
   size_t max_send_bytes;          /* 0: 64 MiB. */
   size_t max_connections;         /* 0: the soft descriptor limit less a reserve. */
-  struct metrics *metrics;        /* Per-method metrics; may be NULL. */
+  /* A connection gets GOAWAY after this long (gRPC adds +-10% jitter), so
+   * clients reconnect and resolve the name again; 0: never. */
+  int64_t max_connection_age_ms;
+  /* Calls open on an aged connection may run this long before it closes
+   * under them; 0: until they end. */
+  int64_t max_connection_age_grace_ms;
+  struct metrics *metrics; /* Per-method metrics; may be NULL. */
 };
 
 enum rpc_kind {

@@ -105,6 +105,8 @@ struct rpc_server {
   size_t max_recv_bytes;
   size_t max_send_bytes;
   size_t max_connections;    /* 0: rpc_accept_default_max() at start. */
+  int64_t max_age_ms;        /* GRPC_ARG_MAX_CONNECTION_AGE_MS; 0: none. */
+  int64_t max_age_grace_ms;  /* GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS; 0: none. */
   struct rpc_accept *accept; /* While running: the guard of gRPC's listeners. */
   struct metrics *metrics;
   struct rpc_method **methods;

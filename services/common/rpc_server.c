@@ -54,6 +54,7 @@
 #include "stk_error.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,8 @@ int rpc_server_new(uv_loop_t *loop, const struct rpc_server_opts *opts,
   s->max_recv_bytes = opts->max_recv_bytes ? opts->max_recv_bytes : RPC_DEFAULT_MAX_BYTES;
   s->max_send_bytes = opts->max_send_bytes ? opts->max_send_bytes : RPC_DEFAULT_MAX_BYTES;
   s->max_connections = opts->max_connections;
+  s->max_age_ms = opts->max_connection_age_ms;
+  s->max_age_grace_ms = opts->max_connection_age_grace_ms;
   s->metrics = opts->metrics;
   err = s->listen ? 0 : STK_ENOMEM;
   if (!err) err = server_creds(s, opts);
@@ -342,10 +345,15 @@ static void arm_unknown(struct rpc_server *s) {
 
 #define RPC_HANDSHAKE_TIMEOUT_MS 10000
 
+/* A duration in ms as a gRPC integer argument (INT_MAX: gRPC's "none"). */
+static int age_arg(int64_t ms) {
+  return ms <= 0 || ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 static grpc_server *create_grpc_server(struct rpc_server *s) {
-  grpc_arg args[4];
+  grpc_arg args[6];
   memset(args, 0, sizeof(args));
-  args[0].type = args[1].type = args[2].type = args[3].type = GRPC_ARG_INTEGER;
+  for (size_t i = 0; i < 6; i++) args[i].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = s->max_recv_bytes > INT32_MAX ? INT32_MAX : (int)s->max_recv_bytes;
   args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
@@ -357,7 +365,15 @@ static grpc_server *create_grpc_server(struct rpc_server *s) {
    * default two minutes. */
   args[3].key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS;
   args[3].value.integer = RPC_HANDSHAKE_TIMEOUT_MS;
-  grpc_channel_args ch_args = {.num_args = 4, .args = args};
+  /* Clients resolve a name once and keep their connection: without an age
+   * they would never see a replica added behind the name (a checkpoint
+   * scale-out) until a connection breaks. GOAWAY at the age makes them
+   * reconnect and resolve again; calls in flight finish within the grace. */
+  args[4].key = GRPC_ARG_MAX_CONNECTION_AGE_MS;
+  args[4].value.integer = age_arg(s->max_age_ms);
+  args[5].key = GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS;
+  args[5].value.integer = age_arg(s->max_age_grace_ms);
+  grpc_channel_args ch_args = {.num_args = 6, .args = args};
   return grpc_server_create(&ch_args, NULL);
 }
 

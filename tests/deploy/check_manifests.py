@@ -23,6 +23,11 @@ renders, and what the manifests tell the programs exists in them.
   documents ("Grace period of training pods", measured from a preemption
   notice to every rank staged): below it an eviction kills ranks before their
   last checkpoint is staged.
+- every probe of every workload (any kind: gRPC, exec, HTTP, TCP) states a
+  timeoutSeconds of at least PROBE_MIN_TIMEOUT_S (the kubelet's default of
+  1 s failed healthy daemons on a loaded node), a liveness probe gives up
+  only after LIVENESS_MIN_WINDOW_S of failures, a startup probe allows
+  STARTUP_MIN_WINDOW_S (deploy/k8s/README.md, "Probes").
 
     check_manifests.py RENDER_SH OVERLAY_DIR PROGRAM... [--python PYTHON]
                        [--must-refuse TEXT]
@@ -121,6 +126,60 @@ def duration_ms(text: str) -> int:
         raise ValueError(f"not a duration: {text}")
     scale = {"ms": 1, "s": 1000, "m": 60000, "h": 3600000, None: 1000}[m.group(2)]
     return int(m.group(1)) * scale
+
+
+# The kubelet counts a probe failed when it takes longer than timeoutSeconds
+# (1 s unless stated). On the real cluster's node, loaded to 30 on 2 vCPUs,
+# health answers took over a second and the kubelet restarted a healthy
+# coordinator; 3 s is the least a manifest may state (ours state 5).
+PROBE_MIN_TIMEOUT_S = 3
+# periodSeconds x failureThreshold: how long a liveness probe must fail before
+# the kubelet restarts the container (a restart costs every job a generation),
+# and how long a startup probe lets a daemon open its state.
+LIVENESS_MIN_WINDOW_S = 30
+STARTUP_MIN_WINDOW_S = 60
+WORKLOADS = ("StatefulSet", "Job", "Deployment", "DaemonSet", "ReplicaSet", "Pod")
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def pod_spec(d: dict[str, Any]) -> dict[str, Any]:
+    return d["spec"] if d["kind"] == "Pod" else d["spec"]["template"]["spec"]
+
+
+def probe_timing_errors(docs: list[dict[str, Any]]) -> tuple[list[str], int]:
+    """Every probe of every container of every workload: an explicit
+    timeoutSeconds of at least PROBE_MIN_TIMEOUT_S, and windows long enough
+    for a loaded node. Returns the errors and the number of probes seen."""
+    errors: list[str] = []
+    seen = 0
+    for d in docs:
+        if d.get("kind") not in WORKLOADS:
+            continue
+        pod = pod_spec(d)
+        for c in pod.get("initContainers", []) + pod.get("containers", []):
+            where = f"{d['kind']}/{d['metadata']['name']}/{c['name']}"
+            for probe in PROBES:
+                spec = c.get(probe)
+                if not spec:
+                    continue
+                seen += 1
+                timeout = spec.get("timeoutSeconds")
+                if timeout is None or timeout < PROBE_MIN_TIMEOUT_S:
+                    errors.append(
+                        f"{where}: {probe} timeoutSeconds {timeout or '1 (the default)'}, "
+                        f"below {PROBE_MIN_TIMEOUT_S}: a loaded node fails a healthy daemon"
+                    )
+                window = spec.get("periodSeconds", 10) * spec.get("failureThreshold", 3)
+                least = {
+                    "livenessProbe": LIVENESS_MIN_WINDOW_S,
+                    "startupProbe": STARTUP_MIN_WINDOW_S,
+                }
+                if probe in least and window < least[probe]:
+                    errors.append(
+                        f"{where}: {probe} gives up after {window} s of failures, "
+                        f"below {least[probe]} s"
+                    )
+    return errors, seen
 
 
 def main() -> int:
@@ -260,9 +319,16 @@ def main() -> int:
                 errors.append(f"{where}: termination grace below shutdown-grace {grace_ms} ms")
     if checked < 5:
         errors.append(f"only {checked} program commands found in the manifests")
+    timing, probes = probe_timing_errors(docs)
+    errors += timing
+    if probes < 9:
+        errors.append(f"only {probes} probes found in the manifests (every daemon has three)")
     for e in errors:
         print(f"MISMATCH {e}")
-    print(f"{checked} commands checked against --help, {len(configs)} config files")
+    print(
+        f"{checked} commands checked against --help, {len(configs)} config files, "
+        f"{probes} probes' timings"
+    )
     if must_refuse is not None:
         refused = any(must_refuse in e for e in errors)
         print(f"{'refused' if refused else 'NOT refused'}: {must_refuse}")

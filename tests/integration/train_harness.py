@@ -20,17 +20,20 @@ from pathlib import Path
 COORDINATOR, DATALOADER, CHECKPOINT, TRAIN, CTL = range(5)
 
 
-def start(binary, work, name, *extra):
-    """One daemon on an ephemeral port, state under work/name; (process,
-    address). A dataloader serves the corpus made under work."""
+def start(binary, work, name, *extra, listen="127.0.0.1:0"):
+    """One daemon on an ephemeral port (or at listen), state under
+    work/name; (process, address). A dataloader serves the corpus made
+    under work. Started again with the same name, it keeps its state."""
     ready = os.path.join(work, name + ".addr")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(ready)
     if name.startswith("dataloader"):
         extra = ("--data-root", work, *extra)
     p = subprocess.Popen(
         [
             binary,
             "--listen",
-            "127.0.0.1:0",
+            listen,
             "--data-dir",
             os.path.join(work, name),
             "--ready-file",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 import torch
-from conftest import Daemon
+from conftest import ROOT, Daemon
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from stoker import StokerError
@@ -24,6 +25,9 @@ from stoker.connection import Connection
 from stoker.data import StokerDataset
 from stoker.v1 import common_pb2
 from stoker.v1 import dataloader_pb2 as pb
+
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from dns_stub import NameServer  # The tests' name server.
 
 SEQ = 32
 GLOBAL_BATCH = 12
@@ -262,6 +266,44 @@ def test_reconnects_across_a_kill_of_the_daemon(daemons):
     assert len(got) == 8
     for g, w in zip(got, want, strict=True):
         assert torch.equal(g, w)
+
+
+def test_follows_a_daemon_back_at_a_new_address_under_its_name(daemons, tmp_path):
+    """A rolling update on Kubernetes: the dataloader stops (SIGTERM) and its
+    pod comes back on its volume at a new IP under the same DNS name. The
+    name server is the test's (dns_stub.py; the dataset's address
+    dns://127.0.0.1:PORT/NAME:P makes gRPC's resolver ask it). The stream
+    goes on from the next step with the same batches, and within seconds:
+    gRPC's own pace (DNS asked again at most every 30 s, reconnects backed off
+    for up to 2 minutes) would stall it half a minute and more."""
+    ns = NameServer()
+    old = Daemon("dataloader", tmp_path, listen="127.0.0.2:0")
+    try:
+        port = old.addr.rsplit(":", 1)[1]
+        ns.set("dl.stoker.test", "127.0.0.2")
+        addr = f"{ns.authority()}dl.stoker.test:{port}"
+        create_loader(addr)
+        # More steps than the stream prefetches: the restart is waited for.
+        want = [s[0] for s in take(StokerDataset("pt", address=addr, rank=0, world_size=1), 24)]
+        got, stall = [], 0.0
+        ds = StokerDataset("pt", address=addr, rank=0, world_size=1, steps=24, timeout=60)
+        for i, (inputs, _) in enumerate(ds):
+            got.append(inputs)
+            if i == 3:
+                assert old.proc is not None
+                old.proc.terminate()
+                old.proc.wait(timeout=30)
+                ns.set("dl.stoker.test", "127.0.0.3")
+                old = Daemon("dataloader", tmp_path, listen=f"127.0.0.3:{port}")
+                t0 = time.monotonic()
+        stall = time.monotonic() - t0
+        assert len(got) == 24
+        for g, w in zip(got, want, strict=True):
+            assert torch.equal(g, w)
+        assert stall < 10, f"{stall:.1f} s to the first batch from the new address"
+    finally:
+        old.kill()
+        ns.close()
 
 
 def test_document_starts_mark_position_zero_of_each_document(daemons):

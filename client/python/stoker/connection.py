@@ -218,6 +218,13 @@ class Connection:
         options: list[tuple[str, int | str]] = [
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # As the C client: a server pod replaced (a rolling update) comes
+            # back at a new address under its name. gRPC asks DNS again when
+            # a connection fails, but by default at most every 30 s, and
+            # backs off reconnecting for up to two minutes.
+            ("grpc.dns_min_time_between_resolutions_ms", 1000),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 2000),
         ]
         if self.spread:
             options.append(("grpc.lb_policy_name", "round_robin"))
