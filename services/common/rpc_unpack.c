@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "rpc_internal.h"
+#include "utf8.h"
 
 #define BULK_MIN_BYTES (64u << 10)
 #define MAX_BULK       4
@@ -214,8 +215,6 @@ static bool wire_varint(const uint8_t **p, const uint8_t *end, uint64_t *ret) {
   return false;
 }
 
-static bool utf8_valid(const uint8_t *p, size_t n);
-
 /* False, with why naming the field, if a string holds a NUL or (utf8) is
  * not UTF-8 (or the bytes are malformed: protobuf-c refuses those too). */
 static bool strings_ok(const uint8_t *p, size_t len, const ProtobufCMessageDescriptor *desc,
@@ -257,33 +256,6 @@ static bool strings_ok(const uint8_t *p, size_t len, const ProtobufCMessageDescr
         (depth >= MAX_DEPTH || !strings_ok(p, n, f->descriptor, utf8, depth + 1, why, why_len)))
       return false;
     p += n;
-  }
-  return true;
-}
-
-/* Whether p[0..n) is UTF-8 as RFC 3629 defines it: no overlong forms, no
- * surrogates, nothing over U+10FFFF (what protobuf's parsers accept). */
-static bool utf8_valid(const uint8_t *p, size_t n) {
-  const uint8_t *end = p + n;
-  while (p < end) {
-    unsigned c = *p++;
-    if (c < 0x80) continue;
-    unsigned more;
-    uint32_t cp, min;
-    if ((c & 0xe0) == 0xc0)
-      more = 1, min = 0x80, cp = c & 0x1f;
-    else if ((c & 0xf0) == 0xe0)
-      more = 2, min = 0x800, cp = c & 0x0f;
-    else if ((c & 0xf8) == 0xf0)
-      more = 3, min = 0x10000, cp = c & 0x07;
-    else
-      return false;
-    if ((size_t)(end - p) < more) return false;
-    for (unsigned i = 0; i < more; i++, p++) {
-      if ((*p & 0xc0) != 0x80) return false;
-      cp = cp << 6 | (*p & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
   }
   return true;
 }

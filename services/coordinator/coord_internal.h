@@ -15,6 +15,7 @@
 #include "coord.h"
 #include "coord_base.h"
 #include "kv.h"
+#include "utf8.h"
 
 /* ---- Model -------------------------------------------------------------- */
 
@@ -222,9 +223,6 @@ struct coord {
 bool coord_valid_job_name(const char *s);
 bool coord_valid_member_id(const char *s);
 bool coord_valid_key(const char *s); /* KV keys and barrier names. */
-/* Valid UTF-8 (RFC 3629): every string a Job or an event shows back must be,
- * as proto3 strings are, or the Python clients cannot read the job. */
-bool coord_valid_utf8(const char *s);
 /* Checks spec (its submission too) and fills defaults into *spec; msg gets
  * the reason, naming the field. */
 int coord_spec_check(Stoker__V1__JobSpec *spec, char *msg, size_t msg_len);

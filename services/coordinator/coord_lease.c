@@ -138,7 +138,7 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   if (!j) return;
   if (!coord_valid_member_id(req->member_id) || strlen(req->message) > 1024)
     return coord_fail(w, STK_EINVAL, "bad member_id or message over 1024 bytes");
-  if (!coord_valid_utf8(req->message)) return coord_fail(w, STK_EINVAL, "message not valid UTF-8");
+  if (!utf8_valid_str(req->message)) return coord_fail(w, STK_EINVAL, "message not valid UTF-8");
   if (req->generation > j->generation)
     return coord_fail(w, STK_ESTALE, "generation %llu is newer than the job's %llu",
                       (unsigned long long)req->generation, (unsigned long long)j->generation);

@@ -148,7 +148,7 @@ void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req
                        coord_done_fn done, void *arg) {
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   if (strlen(req->reason) > 1024) return coord_fail(w, STK_EINVAL, "reason over 1024 bytes");
-  if (!coord_valid_utf8(req->reason)) return coord_fail(w, STK_EINVAL, "reason not valid UTF-8");
+  if (!utf8_valid_str(req->reason)) return coord_fail(w, STK_EINVAL, "reason not valid UTF-8");
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
   if (coord_preempt(j, req->reason)) return ended(w, j);
@@ -262,7 +262,7 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
   struct coord_wait *w = coord_wait_new(c, WAIT_PLAIN, done, arg);
   if (req->step < 0 || strlen(req->uri) > 1024)
     return coord_fail(w, STK_EINVAL, "step must be >= 0 and uri at most 1024 bytes");
-  if (!coord_valid_utf8(req->uri)) return coord_fail(w, STK_EINVAL, "uri not valid UTF-8");
+  if (!utf8_valid_str(req->uri)) return coord_fail(w, STK_EINVAL, "uri not valid UTF-8");
   struct job *j = coord_job_or_fail(c, req->job, w);
   if (!j) return;
   if (req->generation && req->generation != j->generation)

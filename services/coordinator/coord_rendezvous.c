@@ -286,9 +286,9 @@ static int join_check(struct coord_wait *w, const Stoker__V1__JoinRequest *req) 
     coord_fail(w, STK_EINVAL, "address and host are at most 256 bytes");
     return -1;
   }
-  if (!coord_valid_utf8(req->address) || !coord_valid_utf8(req->host)) {
+  if (!utf8_valid_str(req->address) || !utf8_valid_str(req->host)) {
     coord_fail(w, STK_EINVAL, "%s not valid UTF-8",
-               coord_valid_utf8(req->address) ? "host" : "address");
+               utf8_valid_str(req->address) ? "host" : "address");
     return -1;
   }
   return 0;

@@ -2,7 +2,7 @@
  * Validation of everything a client names: job names, member ids, KV keys,
  * barrier names, labels, job specs (with a submission's queue, priority,
  * template and args), the queue controller's reports, and UTF-8 of the
- * free text the coordinator shows back (coord_valid_utf8). Bad input gets
+ * free text the coordinator shows back (utf8_valid_str, services/common). Bad input gets
  * STK_EINVAL and a one-line reason naming the field before any state is
  * touched.
  */
@@ -56,9 +56,9 @@ static int check_labels(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
     /* The key is echoed only once it is known to be plain ASCII. */
     if (!match(e->key, 1, 63, true, "._/-"))
       return bad(msg, len, "labels: a key must match [A-Za-z0-9._/-]{1,63}");
-    if (!e->value || strlen(e->value) > 256 || !coord_valid_utf8(e->value)) {
+    if (!e->value || strlen(e->value) > 256 || !utf8_valid_str(e->value)) {
       snprintf(msg, len, "labels[\"%s\"] value %s", e->key,
-               e->value && coord_valid_utf8(e->value) ? "over 256 bytes" : "not valid UTF-8");
+               e->value && utf8_valid_str(e->value) ? "over 256 bytes" : "not valid UTF-8");
       return STK_EINVAL;
     }
   }
@@ -68,42 +68,15 @@ static int check_labels(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
 static int check_refs(const Stoker__V1__JobSpec *s, char *msg, size_t len) {
   if (s->dataset && s->dataset->uri && strlen(s->dataset->uri) > 1024)
     return bad(msg, len, "dataset uri over 1024 bytes");
-  if (s->dataset && s->dataset->uri && !coord_valid_utf8(s->dataset->uri))
+  if (s->dataset && s->dataset->uri && !utf8_valid_str(s->dataset->uri))
     return bad(msg, len, "dataset uri not valid UTF-8");
   if (s->checkpoint_storage && s->checkpoint_storage->uri &&
       strlen(s->checkpoint_storage->uri) > 1024)
     return bad(msg, len, "checkpoint_storage uri over 1024 bytes");
   if (s->checkpoint_storage && s->checkpoint_storage->uri &&
-      !coord_valid_utf8(s->checkpoint_storage->uri))
+      !utf8_valid_str(s->checkpoint_storage->uri))
     return bad(msg, len, "checkpoint_storage uri not valid UTF-8");
   return 0;
-}
-
-/* Whether s is valid UTF-8 (RFC 3629: no overlong forms, surrogates or
- * code points over U+10FFFF). proto3 strings must be, and the Python
- * clients refuse a message holding one that is not: a job whose arguments
- * or label values were not would break every listing. */
-bool coord_valid_utf8(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  while (*p) {
-    unsigned c = *p++, n, min;
-    uint32_t cp;
-    if (c < 0x80) continue;
-    if ((c & 0xe0) == 0xc0)
-      n = 1, min = 0x80, cp = c & 0x1f;
-    else if ((c & 0xf0) == 0xe0)
-      n = 2, min = 0x800, cp = c & 0x0f;
-    else if ((c & 0xf8) == 0xf0)
-      n = 3, min = 0x10000, cp = c & 0x07;
-    else
-      return false;
-    for (unsigned i = 0; i < n; i++, p++) {
-      if ((*p & 0xc0) != 0x80) return false;
-      cp = cp << 6 | (*p & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-  }
-  return true;
 }
 
 /* A cluster object's name (queue, priority class, template):
@@ -123,10 +96,10 @@ static int check_submission(const Stoker__V1__Submission *sub, char *msg, size_t
     return bad(msg, len, "submission.template must match [a-z0-9][a-z0-9.-]{0,62}");
   if (sub->n_args > 64) return bad(msg, len, "submission.args: more than 64 arguments");
   for (size_t i = 0; i < sub->n_args; i++)
-    if (!sub->args[i] || strlen(sub->args[i]) > 1024 || !coord_valid_utf8(sub->args[i])) {
+    if (!sub->args[i] || strlen(sub->args[i]) > 1024 || !utf8_valid_str(sub->args[i])) {
       snprintf(msg, len, "submission.args[%zu] %s", i,
-               sub->args[i] && coord_valid_utf8(sub->args[i]) ? "over 1024 bytes"
-                                                              : "not valid UTF-8");
+               sub->args[i] && utf8_valid_str(sub->args[i]) ? "over 1024 bytes"
+                                                            : "not valid UTF-8");
       return STK_EINVAL;
     }
   return 0;
@@ -175,7 +148,7 @@ int coord_queue_status_check(const Stoker__V1__QueueStatus *st, uint32_t max_ran
   }
   if (st->message && strlen(st->message) > 1024)
     return bad(msg, len, "status.message over 1024 bytes");
-  if (st->message && !coord_valid_utf8(st->message))
+  if (st->message && !utf8_valid_str(st->message))
     return bad(msg, len, "status.message not valid UTF-8");
   if (st->updated_ms < 0) return bad(msg, len, "status.updated_ms must not be negative");
   return 0;
