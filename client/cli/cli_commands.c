@@ -100,7 +100,8 @@ static const struct cli_command commands[] = {
      "job scale: checkpoint, then restart at N ranks",
      "A submitted job is resized by its queue controller: down with a checkpoint, then a restart\n"
      "at N ranks; up with a new workload slice (admitted when the quota allows), the job growing\n"
-     "at a step boundary once the new ranks joined. N beyond --max or below --min is refused.\n"
+     "at a step boundary once the new ranks joined. N above the job's max ranks or below its min\n"
+     "ranks is refused.\n"
      "job watch shows SCALED, then PREEMPTED and SHRUNK, or ADMITTED and GROWN.\n"},
     {{"job", "pause"},
      1,
