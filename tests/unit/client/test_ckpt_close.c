@@ -392,14 +392,16 @@ struct small_shard {
 static void small_shard_init(struct small_shard *s) {
   s->buf = malloc((size_t)SMALL_N * SMALL_BYTES);
   s->names = malloc((size_t)SMALL_N * NAME_BYTES);
-  if (!s->buf || !s->names) abort(); /* (GCC 12 under the sanitizers: no NULL below.) */
+  assert_non_null(s->buf);
+  assert_non_null(s->names);
   s->shape[0] = s->sz[0] = SMALL_BYTES, s->off[0] = 0;
   for (size_t i = 0; i < SMALL_N; i++) {
     char *name = s->names + i * NAME_BYTES;
     memset(name, 'n', NAME_BYTES - 1);
     name[NAME_BYTES - 1] = '\0';
-    snprintf(name, 16, "t%05zu", i);
-    name[strlen(name)] = '.'; /* Unique, and still NAME_BYTES - 1 long. */
+    char head[16];
+    int n = snprintf(head, sizeof(head), "t%05zu.", i); /* Unique; still NAME_BYTES - 1 long. */
+    memcpy(name, head, (size_t)n);
     memset(s->buf + i * SMALL_BYTES, (int)(i % 251), SMALL_BYTES);
     s->t[i] = (struct stk_ckpt_tensor){
         name, STK_DTYPE_U8, s->shape, {1, s->off, s->sz}, s->buf + i * SMALL_BYTES, SMALL_BYTES};
