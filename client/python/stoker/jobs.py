@@ -230,7 +230,7 @@ class JobEvent(_Result):
     "MEMBER_LOST", "MEMBER_LEFT", "SCALED", "PAUSED", "RESUMED", "STOPPED",
     "DELETED", "CHECKPOINT", "HEALTH", "COORDINATOR_RESTARTED", "FINISHED" or
     "PREEMPTED" (a preemption notice: message the reason, step where it came),
-    or a submitted job's "QUEUED", "ADMITTED", "SHRUNK", "GROWN" (see
+    or a submitted job's "QUEUED", "ADMITTED", "REJECTED", "SHRUNK", "GROWN" (see
     :mod:`stoker.queue`; ``stoker.queue.describe(event)`` says it in words);
     the other fields are set where the type has them (0 or "" otherwise).
     """
