@@ -8,6 +8,7 @@ reachable here, and these need no base image.
     image.py OUT.tar NAME:TAG --file SRC:DEST[:MODE] ... [--link DEST:TARGET ...]
              [--entrypoint JSON-LIST] [--cmd JSON-LIST] [--user UID]
 """
+
 import argparse
 import hashlib
 import io
@@ -22,6 +23,7 @@ def layer_bytes(files: list[str], links: list[str]) -> bytes:
     buf = io.BytesIO()
     seen: set[str] = set()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+
         def folder(path: str, mode: int = 0o755) -> None:
             parts = path.strip("/").split("/")
             for i in range(1, len(parts) + 1):
@@ -32,6 +34,7 @@ def layer_bytes(files: list[str], links: list[str]) -> bytes:
                     info.type = tarfile.DIRTYPE
                     info.mode = 0o1777 if d == "tmp" else mode
                     tar.addfile(info)
+
         folder("tmp")
         for spec in files:
             src, dest, *mode = spec.split(":")
@@ -79,12 +82,15 @@ def main() -> None:
     }
     config_bytes = json.dumps(config).encode()
     config_id = hashlib.sha256(config_bytes).hexdigest()
-    manifest = [{"Config": config_id + ".json", "RepoTags": [a.name],
-                 "Layers": [layer_id + "/layer.tar"]}]
+    manifest = [
+        {"Config": config_id + ".json", "RepoTags": [a.name], "Layers": [layer_id + "/layer.tar"]}
+    ]
     with tarfile.open(a.out, "w") as out:
-        for name, data in ((config_id + ".json", config_bytes),
-                           (layer_id + "/layer.tar", layer),
-                           ("manifest.json", json.dumps(manifest).encode())):
+        for name, data in (
+            (config_id + ".json", config_bytes),
+            (layer_id + "/layer.tar", layer),
+            ("manifest.json", json.dumps(manifest).encode()),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = 0o644
