@@ -1,8 +1,10 @@
 """The queue controller's decisions (stoker.kueue.decide) on Kubernetes objects
 shaped as Kueue v0.17 and the API server return them: quota arithmetic, the
 first sign of an eviction, shrink before evict, grow toward max_ranks, scale
-up, a user's resize of a submitted job; the controller's calls for each
-action (on fakes of the API and the coordinator), and its watches on the
+up, a user's resize of a submitted job (told by the seq of the ScaleJob that
+set the target), a grow whose slice waits for quota (shrunk, withdrawn,
+never grown twice); the controller's calls for each action and whole
+reconciles (on fakes of the API and the coordinator), and its watches on the
 API server's streamed answers (504 "Too large resource version": list again,
 with backoff). The loop that acts on them runs on the real cluster
 (tests/k8s/run)."""
