@@ -51,8 +51,12 @@ static void state_fields(struct table *t, const Stoker__V1__Job *j, int64_t now_
   field(t, "State:", buf);
   snprintf(buf, sizeof(buf), "%" PRIu64, j->generation);
   field(t, "Generation:", buf);
-  snprintf(buf, sizeof(buf), "%u (target %u, waiting %u)", j->world_size, j->target_ranks,
-           j->waiting);
+  if (j->target_seq) /* Which ScaleJob set the target: its SCALED event. */
+    snprintf(buf, sizeof(buf), "%u (target %u set by event %" PRIu64 ", waiting %u)", j->world_size,
+             j->target_ranks, j->target_seq, j->waiting);
+  else
+    snprintf(buf, sizeof(buf), "%u (target %u, waiting %u)", j->world_size, j->target_ranks,
+             j->waiting);
   field(t, "World:", buf);
   const Stoker__V1__CheckpointRef *ck = j->latest_checkpoint;
   if (ck && ck->step) {

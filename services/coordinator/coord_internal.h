@@ -78,6 +78,8 @@ struct job {
   Stoker__V1__JobState state;
   uint64_t generation;
   uint32_t world, target;
+  uint64_t
+      target_seq; /* The SCALED event's seq of the ScaleJob that set target (Job.target_seq). */
   int64_t ckpt_step, ckpt_at_ms;
   uint64_t ckpt_gen;
   char *ckpt_uri;

@@ -91,6 +91,7 @@ void coord_job_view_init(struct job_view *v, struct job *j, bool with_members) {
   v->job.generation = j->generation;
   v->job.world_size = j->world;
   v->job.target_ranks = j->target;
+  v->job.target_seq = j->target_seq;
   v->job.latest_checkpoint = &v->ck;
   v->job.created_at_ms = j->created_ms;
   v->job.updated_at_ms = j->updated_ms;

@@ -61,6 +61,7 @@ static int load_job(struct coord *c, const char *k, size_t kl, const uint8_t *v,
   j->generation = jb->generation;
   j->world = jb->world_size;
   j->target = jb->target_ranks;
+  j->target_seq = jb->target_seq;
   j->by_rank = coord_xcalloc(j->world, sizeof(*j->by_rank));
   j->created_ms = jb->created_at_ms;
   j->updated_ms = jb->updated_at_ms;

@@ -220,6 +220,7 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
                       j->spec->max_ranks);
   if (coord_job_ended(j)) return ended(w, j);
   j->target = req->ranks;
+  j->target_seq = j->last_event_seq + 1; /* The SCALED event's, logged next. */
   coord_job_touch(j, "scaled");
   if (j->spec->submission) {
     coord_event(j, E(SCALED), NULL, 0,

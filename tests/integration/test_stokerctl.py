@@ -150,8 +150,11 @@ def test_errors(c):
 def test_lifecycle(c):
     [job] = c.json("job", "scale", "demo", "2")
     assert job["target_ranks"] == 2, job
+    seq = int(job["target_seq"])  # The SCALED event's: which scale set the target.
+    assert seq > 0, job
     [job] = c.json("job", "show", "demo")
-    assert job["target_ranks"] == 2, job
+    assert job["target_ranks"] == 2 and int(job["target_seq"]) == seq, job
+    assert f"target 2 set by event {seq}," in c.ok("job", "show", "demo")
     [job] = c.json("job", "pause", "demo")
     assert job["state"] in ("PAUSING", "PAUSED"), job
     [job] = c.json("job", "resume", "demo")

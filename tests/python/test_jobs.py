@@ -119,6 +119,9 @@ def test_actions_change_the_state(daemons):
         jobs.create("act", 1, 4)
         scaled = jobs.scale("act", 2)
         assert scaled.target_ranks == 2 and scaled.state == "WAITING"
+        # Which scale set the target: its SCALED event's seq, new each time.
+        again = jobs.scale("act", 2)
+        assert 0 < scaled.target_seq < again.target_seq == jobs.show("act").target_seq
         paused = jobs.pause("act")
         assert paused.state == "PAUSED"
         assert jobs.show("act").state == "PAUSED"

@@ -1,8 +1,10 @@
 """The queue controller's decisions (stoker.kueue.decide) on Kubernetes objects
 shaped as Kueue v0.17 and the API server return them: quota arithmetic, the
 first sign of an eviction, shrink before evict, grow toward max_ranks, scale
-up, a user's resize of a submitted job; the controller's calls for each
-action (on fakes of the API and the coordinator), and its watches on the
+up, a user's resize of a submitted job (told by the seq of the ScaleJob that
+set the target), a grow whose slice waits for quota (shrunk, withdrawn,
+never grown twice); the controller's calls for each action and whole
+reconciles (on fakes of the API and the coordinator), and its watches on the
 API server's streamed answers (504 "Too large resource version": list again,
 with backoff). The loop that acts on them runs on the real cluster
 (tests/k8s/run)."""
@@ -498,7 +500,88 @@ def test_a_users_resize_is_a_target_the_controller_did_not_set() -> None:
     same = decide.user_resize(running("j", 3, target=3, **sub))
     assert same is not None and same.to == 3  # only recorded: it grows back to 3
     # Within min..max whatever the coordinator holds (it refuses others).
-    assert decide.resize_to(4, 9, 0, 2, 4) == 4 and decide.resize_to(4, 1, 0, 2, 4) == 2
+    assert decide.resize_to(9, 0, 0, 0, 2, 4) == 4 and decide.resize_to(1, 0, 0, 0, 2, 4) == 2
+
+
+def test_a_users_resize_to_the_size_the_controller_set_is_the_users() -> None:
+    """Which setting of the coordinator's target is the controller's is told
+    by the seq of the ScaleJob that made it (Job.target_seq), not by its
+    size: after the controller shrank the job to 2 (its ScaleJob answered
+    seq 12), the user's "stay at 2" (seq 17) is the user's, recorded so the
+    job does not grow back to max_ranks."""
+    sub = dict(submitted=True, set_target=2, set_seq=12)
+    stay = decide.user_resize(running("j", 2, target=2, target_seq=17, **sub))
+    assert stay is not None and stay.to == 2 and stay.reason.startswith("resize to 2 asked")
+    # The controller's own setting, whatever sizes the annotations hold.
+    assert decide.user_resize(running("j", 2, target=2, target_seq=12, **sub)) is None
+    assert decide.user_resize(running("j", 3, target=3, target_seq=12, **sub)) is None
+    # Another size with another seq: the user's, as before.
+    down = decide.user_resize(running("j", 4, target=3, target_seq=17, **sub))
+    assert down is not None and down.to == 3
+    # A seq unknown on either side (a coordinator, or a Job annotated, from
+    # before target_seq): the sizes are compared.
+    assert decide.user_resize(running("j", 2, target=2, target_seq=0, **sub)) is None
+    old = dict(submitted=True, set_target=2, set_seq=0)
+    assert decide.user_resize(running("j", 2, target=2, target_seq=17, **old)) is None
+    assert decide.user_resize(running("j", 2, target=3, target_seq=17, **old)) is not None
+
+
+NONE = {"cpu": Decimal(0), "memory": Decimal(0)}
+
+
+def pods(n: int) -> dict[str, Decimal]:
+    """The quota of n ranks (PER_POD each)."""
+    return {k: v * n for k, v in PER_POD.items()}
+
+
+def test_a_pending_grow_is_withdrawn_for_a_workload_of_higher_or_equal_priority() -> None:
+    """A grow's slice that waits for quota is taken back when a workload of
+    the same or a higher priority waits in the ClusterQueue and does not fit
+    beside it (Kueue would give the slice what frees first, by age at equal
+    priority); a lower-priority one, or one that fits beside it, leaves it."""
+    growing = running("low", 2, slice_count=4)  # 2 admitted, a slice for 4 waits
+    assert growing.growing and growing.can_give == 0
+    acts = decide.plan([high(2, prio=100)], [growing], NONE)
+    assert [type(a) for a in acts] == [decide.Withdraw]
+    assert "grow 2 -> 4 withdrawn: workload job-high-1 (priority 100)" in acts[0].reason
+    assert [type(a) for a in decide.plan([high(2, prio=1000)], [growing], NONE)] == [
+        decide.Withdraw
+    ]  # Higher: low at its min is evicted, its slice withdrawn first.
+    assert decide.plan([high(2, prio=50)], [growing], NONE) == []
+    # Fits in the free quota but not beside the slice's two more ranks.
+    assert [type(a) for a in decide.plan([high(1, prio=100)], [growing], pods(2))] == [
+        decide.Withdraw
+    ]
+    assert decide.plan([high(1, prio=100)], [growing], pods(3)) == []  # Fits beside it.
+    other = running("low", 2, slice_count=4, cluster_queue="other")
+    assert decide.plan([high(2, prio=100)], [other], NONE) == []
+    # Withdrawn (or shrunk) and not replaced yet: nothing more to take back.
+    assert decide.plan([high(2, prio=100)], [running("low", 2, slice_count=2)], NONE) == []
+
+
+def test_a_job_whose_grow_waits_still_shrinks_and_is_not_grown_again() -> None:
+    # Shrunk for a higher priority at its admitted size: fewer pods, which
+    # takes the slice with them (no separate withdrawal).
+    growing = running("low", 4, hi=6, slice_count=6)
+    acts = decide.plan([high(1)], [growing], NONE)
+    assert [(type(a), getattr(a, "to", None)) for a in acts] == [(decide.Shrink, 3)]
+    # Nothing waits: its slice waits for Kueue, no second grow.
+    assert decide.plan([], [growing], pods(8)) == []
+    assert decide.plan([], [running("low", 4, hi=6)], pods(8)) != []
+
+
+def test_evicting_a_job_whose_grow_waits_withdraws_its_slice_first() -> None:
+    """Kueue v0.17 finishes an evicted old slice and leaves the Job running
+    on its pending one, so the eviction waits for the withdrawal."""
+    acts = decide.plan([high(2)], [running("low", 2, slice_count=4)], NONE)
+    assert [type(a) for a in acts] == [decide.Withdraw]
+    assert "preempted by workload job-high-1" in acts[0].reason
+    assert "withdrawn first" in acts[0].reason
+    # Withdrawn, Kueue has not replaced the slice yet: still not evicted.
+    acts = decide.plan([high(2)], [running("low", 2, slice_count=2)], NONE)
+    assert [type(a) for a in acts] == [decide.Withdraw]
+    # Replaced: one admitted Workload; evicted now.
+    assert [type(a) for a in decide.plan([high(2)], [running("low", 2)], NONE)] == [decide.Evict]
 
 
 class FakeBatch:
@@ -510,14 +593,28 @@ class FakeBatch:
 
 
 class FakeJobs:
-    def __init__(self, calls: list[tuple[str, ...]]) -> None:
+    """The coordinator: ScaleJob answers the next event seq as target_seq."""
+
+    def __init__(self, calls: list[tuple[str, ...]], seq: int = 40) -> None:
         self.calls = calls
+        self.seq = seq
+        self.shown: dict[str, Any] = {}
 
     def preempt(self, name: str, reason: str = "") -> None:
         self.calls.append(("preempt", name, reason))
 
-    def scale(self, name: str, ranks: int) -> None:
+    def scale(self, name: str, ranks: int) -> Any:
+        import types
+
         self.calls.append(("scale", name, str(ranks)))
+        self.seq += 1
+        return types.SimpleNamespace(target_ranks=ranks, target_seq=self.seq)
+
+    def show(self, name: str) -> Any:
+        return self.shown[name]
+
+    def list(self) -> list[Any]:
+        return []
 
 
 def controller() -> tuple[Any, list[tuple[str, ...]]]:
@@ -531,8 +628,11 @@ def controller() -> tuple[Any, list[tuple[str, ...]]]:
     return c, batch.calls
 
 
-def marks(to: int) -> dict[str, str]:
-    return {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
+def marks(to: int, seq: int = 0) -> dict[str, str]:
+    out = {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
+    if seq:
+        out[decide.TARGET_SEQ_ANNOTATION] = str(seq)
+    return out
 
 
 def test_a_users_resize_is_applied_as_the_controllers_shrink_and_grow() -> None:
@@ -552,12 +652,25 @@ def test_a_users_resize_is_applied_as_the_controllers_shrink_and_grow() -> None:
     c.act(rz, {})
     body = {"spec": {"parallelism": 4, "completions": 4}, "metadata": {"annotations": marks(4)}}
     assert calls == [("patch", "j", repr(body))]
-    # The size it runs: recorded only.
+    # The size it runs: recorded only, with the seq of the user's setting.
     calls.clear()
-    rz = decide.user_resize(running("j", 3, target=3, **sub))
+    rz = decide.user_resize(running("j", 3, target=3, target_seq=17, **sub))
     assert rz is not None
     c.act(rz, {})
-    assert calls == [("patch", "j", repr({"metadata": {"annotations": marks(3)}}))]
+    assert calls == [("patch", "j", repr({"metadata": {"annotations": marks(3, 17)}}))]
+    # The size it runs while a grow's slice waits: the slice withdrawn too.
+    calls.clear()
+    rz = decide.user_resize(running("j", 2, target=2, target_seq=18, slice_count=4, **sub))
+    assert rz is not None and "slice for 4 withdrawn" in rz.reason
+    c.act(rz, {})
+    body = {"spec": {"parallelism": 2, "completions": 2}, "metadata": {"annotations": marks(2, 18)}}
+    assert calls == [("patch", "j", repr(body))]
+
+
+def test_a_withdrawal_lowers_the_pods_to_the_admitted_count_only() -> None:
+    c, calls = controller()
+    c.act(decide.Withdraw(running("j", 2, slice_count=4), "someone waits"), {})
+    assert calls == [("patch", "j", repr({"spec": {"parallelism": 2, "completions": 2}}))]
 
 
 def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> None:
@@ -566,7 +679,9 @@ def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> N
     c.act(decide.Shrink(running("j", 4), 2, "yielding"), {})
     body = {
         "spec": {"parallelism": 2, "completions": 2},
-        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
+        "metadata": {
+            "annotations": {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "41"}
+        },
     }
     assert [x[0] for x in calls] == ["preempt", "scale", "patch"]
     assert calls[1] == ("scale", "team-a-j", "2") and calls[2] == ("patch", "j", repr(body))
@@ -576,12 +691,148 @@ def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> N
     c.act(decide.Grow(running("j", 2, target=0), 4), {})
     body = {
         "spec": {"parallelism": 4, "completions": 4},
-        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
+        "metadata": {
+            "annotations": {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "42"}
+        },
     }
     assert calls == [("scale", "team-a-j", "2"), ("patch", "j", repr(body))]
     calls.clear()
     c.act(decide.Grow(running("j", 2, target=2), 4), {})  # already: pods only
     assert calls == [("patch", "j", repr({"spec": {"parallelism": 4, "completions": 4}}))]
+
+
+class FakeKube:
+    """The API server's Jobs, Workloads and ClusterQueue, as lists and gets
+    answer them; patches recorded."""
+
+    def __init__(self, jobs: list[Any], wls: list[Any], cq: Any, calls: list[Any]) -> None:
+        self.jobs, self.wls, self.cq, self.calls = jobs, wls, cq, calls
+
+    def list_namespaced_job(self, ns: str, **kw: Any) -> Any:
+        import types
+
+        return types.SimpleNamespace(items=self.jobs)
+
+    def patch_namespaced_job(self, name: str, ns: str, body: Any, **kw: Any) -> None:
+        self.calls.append(("patch", name, repr(body)))
+
+    def list_namespaced_custom_object(self, *a: Any, **kw: Any) -> Any:
+        return {"items": self.wls}
+
+    def get_cluster_custom_object(self, *a: Any) -> Any:
+        return self.cq
+
+    def get_namespaced_custom_object(self, *a: Any) -> Any:
+        return {"spec": {"clusterQueue": "stoker"}}
+
+    def patch_namespaced_custom_object(self, *a: Any, **kw: Any) -> None:
+        self.calls.append(("patch-workload", a[4], repr(a[5])))
+
+
+def batch_job(name: str, parallelism: int, ann: dict[str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-job-{name}",
+            "annotations": {decide.ELASTIC_ANNOTATION: "true", **ann},
+        },
+        "spec": {
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "template": {"metadata": {"labels": {decide.JOB_LABEL: f"team-a-{name}"}}},
+        },
+        "status": {"active": parallelism, "ready": 2},
+    }
+
+
+def coordinator_job(name: str, target: int, seq: int) -> Any:
+    from stoker.jobs import Job
+    from stoker.v1 import coordinator_pb2 as pb
+
+    spec = pb.JobSpec(name=name, min_ranks=1, max_ranks=4, submission=pb.Submission())
+    m = pb.Job(spec=spec, state=pb.JOB_STATE_RUNNING, world_size=2, target_ranks=target)
+    m.target_seq = seq
+    return Job.from_proto(m)
+
+
+def reconciled(ann: dict[str, str], target: int, seq: int, slice_for: int, waiting: Any) -> Any:
+    """One reconcile of the controller over a Kueue-shaped namespace: the
+    submitted elastic job low (1..4 ranks, priority 100) admitted at 2 in a
+    ClusterQueue of 4 ranks' quota that another workload fills (2); with
+    slice_for, a grow's slice for that many pods waits for quota; waiting:
+    another pending workload. Answers the calls the controller made."""
+    from kubernetes import client
+
+    from stoker.kueue.controller import Controller
+
+    calls: list[Any] = []
+    admitted = {"QuotaReserved": "True", "Admitted": "True"}
+    wls = [workload("job-low-1", "low", 2, 100, admitted, "2026-11-28T20:00:00Z")]
+    wls.append(workload("job-other-1", "other", 2, 100, admitted, "2026-11-28T20:00:00Z"))
+    if slice_for:
+        s = workload("job-low-2", "low", slice_for, 100, {"QuotaReserved": "False"})
+        s["metadata"]["creationTimestamp"] = "2026-11-28T20:03:00Z"
+        s["metadata"]["annotations"] = {decide.SLICE_ANNOTATION: "ns/job-low-1"}
+        wls.append(s)
+    if waiting is not None:
+        wls.append(waiting)
+    kube = FakeKube(
+        [batch_job("low", slice_for or 2, ann)],
+        wls,
+        cluster_queue("200m", "256Mi", "200m", "256Mi"),
+        calls,
+    )
+    jobs = FakeJobs(calls)
+    jobs.shown["team-a-low"] = coordinator_job("team-a-low", target, seq)
+    c = Controller("ns", jobs, api=client.ApiClient())  # type: ignore[arg-type]
+    c.batch = c.custom = kube  # type: ignore[assignment]
+    c.reconcile()
+    return calls
+
+
+def test_the_controller_sees_a_users_resize_to_the_size_it_set_by_its_seq() -> None:
+    """On the Job: the controller set 2 with the ScaleJob that answered seq
+    12. The coordinator's target 2 of seq 12 is the controller's: nothing
+    done. Of seq 17 (the user's resize to 2, "stay at 2"): recorded as what
+    the job grows back to, so it does not grow toward max_ranks."""
+    ann = {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "12"}
+    assert reconciled(ann, 2, 12, 0, None) == []
+    body = {"metadata": {"annotations": marks(2, 17)}}
+    assert reconciled(ann, 2, 17, 0, None) == [("patch", "low", repr(body))]
+
+
+def test_the_controller_withdraws_a_pending_grow_for_an_equal_priority_workload() -> None:
+    """The grow's slice (4 pods) waits: the other workload holds the
+    quota. An equal-priority workload that arrived since waits too: the
+    slice is withdrawn (the Job back to its 2 admitted pods) rather than
+    taking the quota first when it frees; a lower-priority one leaves it."""
+    ann = {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "12"}
+    mid = workload("job-mid-1", "mid", 2, 100, {}, "2026-11-28T20:05:00Z")
+    mid["status"] = {"conditions": []}
+    calls = reconciled(ann, 2, 12, 4, mid)
+    assert calls == [("patch", "low", repr({"spec": {"parallelism": 2, "completions": 2}}))]
+    mid["spec"]["priority"] = 50
+    assert reconciled(ann, 2, 12, 4, mid) == []
+    # Nothing waits: the slice is Kueue's to admit when the quota frees.
+    assert reconciled(ann, 2, 12, 4, None) == []
+
+
+def test_the_controller_shrinks_a_job_whose_grow_waits() -> None:
+    """A higher-priority workload that needs one rank: the job is shrunk at
+    its admitted size (checkpoint, target, fewer pods), not left alone."""
+    ann = {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "12"}
+    top = workload("job-top-1", "top", 1, 1000, {}, "2026-11-28T20:05:00Z")
+    top["status"] = {"conditions": []}
+    calls = reconciled(ann, 2, 12, 4, top)
+    assert [x[0] for x in calls] == ["preempt", "scale", "patch"]
+    assert calls[1] == ("scale", "team-a-low", "1")
+    body = {
+        "spec": {"parallelism": 1, "completions": 1},
+        "metadata": {
+            "annotations": {decide.TARGET_ANNOTATION: "1", decide.TARGET_SEQ_ANNOTATION: "41"}
+        },
+    }
+    assert calls[2] == ("patch", "low", repr(body))
 
 
 # A watch's answers as the API server streams them: the Status of a watch

@@ -184,6 +184,9 @@ class Job(_Result):
     why it is in that state. generation: the
     number of the current (or last) rendezvous round; world_size: its ranks
     (0 while waiting); target_ranks: set by scale (0: up to max_ranks);
+    target_seq: which scale set it, the seq of the SCALED event it logged (a
+    new one at every scale, even to the same ranks; 0: none yet), so a
+    queue controller tells its own setting from a user's;
     waiting: joins parked in the open round. members: the current
     generation's, by rank. latest_checkpoint: None when the coordinator sent
     none (a ref with step 0 means no checkpoint yet). Times are Unix ms;
@@ -213,6 +216,7 @@ class Job(_Result):
     queue: QueueStatus | None = None
     next_members_page_token: str = ""
     member_count: int = 0
+    target_seq: int = 0
 
     @property
     def step(self) -> int:

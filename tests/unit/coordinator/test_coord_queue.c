@@ -6,7 +6,9 @@
  * nothing), a bad report or a report on a job not submitted changes
  * nothing, and the last report survives a restart and a kill -9 right
  * after its answer. A user's resize of a submitted job sets the target and
- * leaves the reshape to the queue controller (test_resize_submitted).
+ * leaves the reshape to the queue controller (test_resize_submitted), and
+ * says which ScaleJob set it (Job.target_seq, the SCALED event's seq: new
+ * at every ScaleJob, kept across a restart; test_target_seq).
  */
 #include "coord_test.h"
 
@@ -17,6 +19,7 @@
 
 struct seen {
   int n, type[64];
+  uint64_t seq[64];
   uint32_t world[64];
   char msg[64][160];
 };
@@ -25,6 +28,7 @@ static bool on_ev(void *arg, const Stoker__V1__JobEvent *ev) {
   struct seen *s = arg;
   if (s->n < 64) {
     s->type[s->n] = ev->type;
+    s->seq[s->n] = ev->seq;
     s->world[s->n] = ev->world_size;
     snprintf(s->msg[s->n], sizeof(s->msg[0]), "%s", ev->message);
     s->n++;
@@ -382,6 +386,60 @@ static void test_resize_submitted(void **state) {
   assert_int_equal(count(&s, EV(ROUND_CLOSED)), 2);
 }
 
+/* ScaleJob's answer's target_seq (0 when refused). */
+static uint64_t scale_seq(struct fx *f, const char *job, uint32_t ranks) {
+  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.ranks = ranks;
+  struct res *r = res_new();
+  coord_scale_job(f->c, &req, on_done, r);
+  uint64_t seq = wait_res(f, r)->err ? 0 : JOB(r)->target_seq;
+  res_free(r);
+  return seq;
+}
+
+static uint64_t target_seq_of(struct fx *f, const char *job) {
+  struct res *g = get_job(f, job);
+  uint64_t seq = JOB(g)->target_seq;
+  res_free(g);
+  return seq;
+}
+
+/* Job.target_seq tells one setting of the target from another even at the
+ * same ranks (a queue controller knows its own ScaleJob from a user's):
+ * 0 before any ScaleJob; each ScaleJob's is the seq of the SCALED event it
+ * logged, a new one each time; a refused ScaleJob changes nothing; a
+ * restart keeps it. Submitted or not. */
+static void test_target_seq(void **state) {
+  struct fx *f = *state;
+  Stoker__V1__Submission sub = good_sub();
+  assert_int_equal(submit(f, "ts", &sub, NULL), 0); /* 1..4 ranks */
+  create(f, "plain", 1, 4);
+  const char *jobs[] = {"ts", "plain"};
+  for (int i = 0; i < 2; i++) {
+    const char *job = jobs[i];
+    assert_int_equal(target_seq_of(f, job), 0);
+    uint64_t first = scale_seq(f, job, 2);
+    uint64_t second = scale_seq(f, job, 2); /* The same ranks: another setting. */
+    struct seen s;
+    events(f, job, &s);
+    assert_int_equal(count(&s, EV(SCALED)), 2);
+    assert_int_equal(second, s.seq[last(&s, EV(SCALED))]);
+    assert_true(first > 0 && first < second);
+    assert_int_equal(s.type[first - s.seq[0]], EV(SCALED));
+    assert_int_equal(scale_seq(f, job, 5), 0);       /* Refused: */
+    assert_int_equal(target_seq_of(f, job), second); /* unchanged. */
+    fx_close(f);
+    fx_open(f);
+    assert_int_equal(target_seq_of(f, job), second);
+    struct res *g = get_job(f, job);
+    assert_int_equal(JOB(g)->target_ranks, 2);
+    assert_true(JOB(g)->last_event_seq > second); /* COORDINATOR_RESTARTED came after. */
+    res_free(g);
+    assert_true(scale_seq(f, job, 3) > second);
+  }
+}
+
 /* The child reports an admission and writes one byte once answered. */
 static void admit_child(const char *dir, int fd) {
   struct fx f = {0};
@@ -438,6 +496,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_report_refused, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_resize_submitted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_restart_keeps_report, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_target_seq, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

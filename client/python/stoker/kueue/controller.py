@@ -28,11 +28,16 @@ early, and it also runs every ``interval_s``. What it does, in this order:
    evict = ``PreemptJob`` and ``spec.active: false`` on the Workload; grow =
    the coordinator's target set to the ranks it runs (so the new ranks park
    as spares), then ``parallelism`` and ``completions`` raised (a new
-   workload slice) toward max_ranks or what a user asked.
+   workload slice) toward max_ranks or what a user asked; withdraw = a grow's
+   slice that still waits for quota taken back (``parallelism`` and
+   ``completions`` back to the admitted count) when a workload of higher or
+   equal priority waits for that quota. A job whose slice waits is planned
+   at its admitted size (:mod:`stoker.kueue.decide` says why).
 5. **Scale up** the coordinator's job once a grown Job's new pods are Ready
    (``ScaleJob``: checkpoint at a step boundary, a round with the new ranks).
-   Every target the controller sets is recorded on the Job
-   (``stoker.io/ranks-target``), so a target unlike it is a user's.
+   Every target the controller sets is recorded on the Job with the seq its
+   ScaleJob answered (``stoker.io/ranks-target``,
+   ``stoker.io/ranks-target-seq``), so any other setting is a user's.
 6. **Submitted jobs** (``JobSpec.submission``): create the Job of one that has
    none from its template (:mod:`stoker.kueue.submit`) and report its place in
    the queue to the coordinator (``ReportQueue``) whenever it changes: queued
@@ -176,7 +181,7 @@ class Controller:
     def notices(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
         """PreemptJob for every Stoker job Kueue is evicting, once per eviction."""
         for name, job in stoker.items():
-            wl = decide.current_workload(name, wls) or {}
+            wl = _evicted(name, wls) or decide.current_workload(name, wls) or {}
             why = decide.eviction_notice(wl) if wl else None
             cond = decide.conditions(wl).get("Evicted", {})
             key = (wl.get("metadata", {}).get("uid", name), str(cond.get("lastTransitionTime")))
@@ -225,11 +230,16 @@ class Controller:
                 w for w in wls if decide.owner_job(w) == name and not decide.is_true(w, "Finished")
             ]
             held = [w for w in mine if decide.is_true(w, "QuotaReserved")]
-            if not held or len(mine) > len(held) or job["spec"].get("suspend"):
-                continue  # Not admitted, or a slice is on its way: leave it be.
+            if not held or job["spec"].get("suspend"):
+                continue  # Not admitted: it waits as any workload.
+            held.sort(key=lambda w: str(w["metadata"].get("creationTimestamp", "")))
             wl = held[-1]
             ps = wl["spec"]["podSets"][0]
             count = int(ps.get("count", 1))
+            # A grow's slice Kueue has not admitted: planned at the admitted
+            # size, its slice withdrawn when others need the quota.
+            waits = [w for w in mine if w not in held]
+            slice_count = int(waits[-1]["spec"]["podSets"][0].get("count", 1)) if waits else 0
             coord = self._show(self._stoker_job(job))
             if coord is None or coord.spec is None:
                 continue
@@ -252,6 +262,9 @@ class Controller:
                     submitted=coord.spec.submission is not None,
                     target=coord.target_ranks,
                     set_target=_int(ann.get(decide.TARGET_ANNOTATION)),
+                    target_seq=coord.target_seq,
+                    set_seq=_int(ann.get(decide.TARGET_SEQ_ANNOTATION)),
+                    slice_count=slice_count,
                 )
             )
         return out
@@ -294,34 +307,36 @@ class Controller:
             if wl is not None and decide.is_true(wl, "QuotaReserved"):
                 continue
             ann = job["metadata"].get("annotations") or {}
-            set_target = _int(ann.get(decide.TARGET_ANNOTATION))
             coord = self._show(self._stoker_job(job))
             if coord is None or coord.spec is None or coord.spec.submission is None:
                 continue
             to = decide.resize_to(
-                decide.job_count(job),
                 coord.target_ranks,
-                set_target,
+                coord.target_seq,
+                _int(ann.get(decide.TARGET_ANNOTATION)),
+                _int(ann.get(decide.TARGET_SEQ_ANNOTATION)),
                 coord.spec.min_ranks,
                 coord.spec.max_ranks,
             )
             if to is None:
                 continue
             log.info("resize queued %s -> %d (asked by the user)", name, to)
-            marks = {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
-            self._resize(name, to, marks)
+            self._resize(name, to, _applied(to, coord.target_seq))
 
     def act(self, a: decide.Action, job: Mapping[str, Any]) -> None:
         name = a.job.job
         if isinstance(a, decide.Resize):
             log.info("resize %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
-            marks = {decide.WANTED_ANNOTATION: str(a.to), decide.TARGET_ANNOTATION: str(a.to)}
+            marks = _applied(a.to, a.job.target_seq)
             if a.to < a.job.count:  # As a shrink: checkpoint, stop, fewer pods.
                 self._preempt(a.job.stoker_job, a.reason)
-            if a.to == a.job.count:
+            if a.to == a.job.count and not a.job.slice_count:
                 self._annotate(name, marks)
-            else:  # Up: a new slice; the coordinator scales once its ranks joined.
+            else:  # Up: a new slice (or the pending one's size); down: fewer pods.
                 self._resize(name, a.to, marks)
+        elif isinstance(a, decide.Withdraw):
+            log.info("withdraw %s: %s", name, a.reason)
+            self._resize(name, a.job.count, {})
         elif isinstance(a, decide.Shrink):
             log.info("shrink %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
             self._preempt(a.job.stoker_job, f"shrink {a.job.count} -> {a.to}: {a.reason}")
@@ -329,8 +344,7 @@ class Controller:
             # that resumes it closes as soon as the kept ranks are back, and a
             # rank that joins later (a grow) parks for ScaleJob instead of
             # opening a round that would restore an older checkpoint.
-            self._scale(a.job.stoker_job, a.to)
-            self._resize(name, a.to, {decide.TARGET_ANNOTATION: str(a.to)})
+            self._resize(name, a.to, self._set_target(a.job.stoker_job, a.to, always=True))
         elif isinstance(a, decide.Evict):
             log.info("evict %s: %s", name, a.reason)
             self._preempt(a.job.stoker_job, a.reason)
@@ -352,8 +366,8 @@ class Controller:
             # not open a round at once (which restores an older checkpoint):
             # the target first becomes the ranks it runs.
             marks = {}
-            if a.job.target != a.job.count and self._scale(a.job.stoker_job, a.job.count):
-                marks[decide.TARGET_ANNOTATION] = str(a.job.count)
+            if a.job.target != a.job.count:
+                marks = self._set_target(a.job.stoker_job, a.job.count)
             self._resize(name, a.to, marks)
 
     def scale_ups(self, stoker: Mapping[str, Any], wls: list[dict[str, Any]]) -> None:
@@ -385,9 +399,10 @@ class Controller:
             if n is None or (last and last[0] == n and time.monotonic() - last[1] < 60):
                 continue
             log.info("scale %s: world %d -> %d (its pods are Ready)", name, coord.world_size, n)
-            if self._scale(self._stoker_job(job), n):
+            marks = self._set_target(self._stoker_job(job), n)
+            if marks:
                 self._scaled[name] = (n, time.monotonic())
-                self._annotate(name, {decide.TARGET_ANNOTATION: str(n)})
+                self._annotate(name, marks)
 
     def submissions(self, jobs: list[dict[str, Any]], wls: list[dict[str, Any]]) -> None:
         """Creates the Job of each submitted job that has none; reports each
@@ -532,13 +547,22 @@ class Controller:
         except StokerError as e:  # Stopped or gone: nothing to save.
             log.warning("PreemptJob %s: %s", name, e)
 
-    def _scale(self, name: str, ranks: int) -> bool:
+    def _scale(self, name: str, ranks: int) -> Job | None:
         try:
-            self.jobs.scale(name, ranks)
-            return True
+            return self.jobs.scale(name, ranks)
         except StokerError as e:
             log.warning("ScaleJob %s to %d: %s", name, ranks, e)
-            return False
+            return None
+
+    def _set_target(self, name: str, ranks: int, always: bool = False) -> dict[str, str]:
+        """ScaleJob to ``ranks``; the Job's annotations that record it as the
+        controller's setting (the seq its answer gave), {} when it failed
+        (with ``always``, the target alone: the Job is resized anyway)."""
+        job = self._scale(name, ranks)
+        marks = {decide.TARGET_ANNOTATION: str(ranks)} if job is not None or always else {}
+        if job is not None and job.target_seq:
+            marks[decide.TARGET_SEQ_ANNOTATION] = str(job.target_seq)
+        return marks
 
     def _resize(self, job: str, n: int, annotations: dict[str, str]) -> None:
         body: dict[str, Any] = {"spec": {"parallelism": n, "completions": n}}
@@ -559,6 +583,27 @@ class Controller:
             log.warning("localqueue %s: %s", local_queue, e.reason)
             return ""
         return str(lq["spec"].get("clusterQueue", ""))
+
+
+def _applied(to: int, seq: int) -> dict[str, str]:
+    """The annotations of a user's resize to ``to`` the controller applied:
+    the size it grows back to, and the coordinator's setting (its seq) as
+    seen, so that only a later one is a user's again."""
+    marks = {decide.WANTED_ANNOTATION: str(to), decide.TARGET_ANNOTATION: str(to)}
+    if seq:
+        marks[decide.TARGET_SEQ_ANNOTATION] = str(seq)
+    return marks
+
+
+def _evicted(job: str, wls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The Job's unfinished Workload that Kueue evicts, or None: the admitted
+    slice when a grow's slice is pending, not only the newest."""
+    for wl in wls:
+        if decide.owner_job(wl) != job or decide.is_true(wl, "Finished"):
+            continue
+        if decide.eviction_notice(wl):
+            return wl
+    return None
 
 
 def _int(value: str | None) -> int:

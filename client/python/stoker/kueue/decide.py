@@ -22,10 +22,30 @@ than several; a workload that arrives later gets the ranks back by a
 shrink), and **scale** the coordinator's job to the ranks its Job now runs
 (:func:`scale_up`).
 
+A grow is a new workload slice that Kueue admits only when the quota holds
+it; until then the old slice keeps the job's admitted pods. Such a job
+(``Running.slice_count``) stays in the plan at its admitted size: it
+shrinks like any other (fewer pods: Kueue sets the pending slice to them,
+and admits it at once as the old slice's replacement, which needs no
+quota), it is never grown again, and its slice is **withdrawn**
+(:class:`Withdraw`: the Job's pods back to the admitted count) when a
+workload of higher or equal priority waits in its ClusterQueue that does
+not fit beside it: Kueue orders its queue by priority, then age, so a slice
+made before an equal-priority workload arrived would take the quota that
+workload waits for, and one made before a higher-priority workload arrived
+would take what frees while that one still does not fit (a grow now, a
+shrink next). An eviction of such a job is a withdrawal first (Kueue v0.17
+finishes an evicted old slice and leaves the Job running on its pending
+one); once the slice is gone, the next plan evicts. A withdrawn grow is
+asked again, as any grow, when nothing waits and the quota holds it.
+
 A user's resize of a submitted job (``ScaleJob``, ``stokerctl job resize``)
 sets the coordinator's target and nothing else; :func:`user_resize` sees it
-(a target the controller did not set itself, ``TARGET_ANNOTATION``) and the
-controller applies it as it shrinks and grows (:class:`Resize`).
+(a setting of the target the controller did not make itself: the
+coordinator's ``Job.target_seq``, the seq of the SCALED event of the
+ScaleJob that set it, unlike the one the controller recorded,
+``TARGET_SEQ_ANNOTATION``) and the controller applies it as it shrinks and
+grows (:class:`Resize`).
 
 Units: quantities are :class:`decimal.Decimal` in the resource's base unit
 (cores, bytes), parsed by the Kubernetes client's ``parse_quantity``.
@@ -51,10 +71,12 @@ ELASTIC_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 # admitted one once admitted).
 SLICE_ANNOTATION = "kueue.x-k8s.io/workload-slice-replacement-for"
 # The controller's own annotations on a Job: the ranks a user's resize asked
-# for (it grows back to this; absent: to max_ranks), and the coordinator
-# target the controller set or applied last (a target unlike it is a user's).
+# for (it grows back to this; absent: to max_ranks), the coordinator target
+# the controller set or applied last, and which setting of it that was (the
+# coordinator's Job.target_seq: a setting with another seq is a user's).
 WANTED_ANNOTATION = "stoker.io/ranks-wanted"
 TARGET_ANNOTATION = "stoker.io/ranks-target"
+TARGET_SEQ_ANNOTATION = "stoker.io/ranks-target-seq"
 # On a Workload the controller deactivated to evict its job after the job's
 # checkpoint: the controller activates it again once its pods are gone.
 YIELDED_ANNOTATION = "stoker.io/yielded"
@@ -157,12 +179,15 @@ def job_count(job: Obj) -> int:
 class Running:
     """A Stoker job that holds quota: its Job, Workload and sizes.
 
-    count: pods admitted (min(parallelism, completions)); min_ranks,
+    count: pods admitted (the admitted Workload's count); min_ranks,
     max_ranks: the coordinator's; wanted: what it grows back to; per_pod: one
     rank's requests; priority: its Workload's. submitted: a submitted job
     (JobSpec.submission); target: the coordinator's target_ranks (0: none);
-    set_target: the target the controller set last (TARGET_ANNOTATION, 0:
-    none).
+    target_seq: which ScaleJob set it (Job.target_seq, 0: none or a
+    coordinator without it); set_target, set_seq: the target and its seq
+    the controller set or applied last (TARGET_ANNOTATION,
+    TARGET_SEQ_ANNOTATION; 0: none). slice_count: the pods a workload slice
+    Kueue has not admitted yet asks for (a grow waiting for quota; 0: none).
     """
 
     job: str
@@ -180,10 +205,18 @@ class Running:
     submitted: bool = False
     target: int = 0
     set_target: int = 0
+    target_seq: int = 0
+    set_seq: int = 0
+    slice_count: int = 0
 
     @property
     def can_give(self) -> int:
         return max(0, self.count - self.min_ranks) if self.elastic else 0
+
+    @property
+    def growing(self) -> bool:
+        """A grow's slice waits for Kueue's admission."""
+        return self.slice_count > self.count
 
 
 @dataclass(frozen=True)
@@ -218,6 +251,15 @@ class Grow:
 
 
 @dataclass(frozen=True)
+class Withdraw:
+    """A pending grow slice taken back: the Job's pods back to the admitted
+    count (Kueue sets the slice to it and replaces the old slice with it)."""
+
+    job: Running
+    reason: str
+
+
+@dataclass(frozen=True)
 class Resize:
     """A user's resize to apply: ``to`` below the count: checkpoint, then
     fewer pods; above: more pods (a new workload slice); equal: only
@@ -228,7 +270,7 @@ class Resize:
     reason: str
 
 
-Action = Shrink | Evict | Grow | Resize
+Action = Shrink | Evict | Grow | Withdraw | Resize
 
 
 def wanted_ranks(annotations: Mapping[str, str], max_ranks: int) -> int:
@@ -242,12 +284,27 @@ def wanted_ranks(annotations: Mapping[str, str], max_ranks: int) -> int:
 
 
 def resize_to(
-    count: int, target: int, set_target: int, min_ranks: int, max_ranks: int
+    target: int,
+    target_seq: int,
+    set_target: int,
+    set_seq: int,
+    min_ranks: int,
+    max_ranks: int,
 ) -> int | None:
-    """The size a user's resize asks of a Job running ``count`` pods, or
-    None: the coordinator's ``target`` (0: none) when the controller did not
-    set it itself (``set_target``), within min_ranks..max_ranks."""
-    if target <= 0 or target == set_target:
+    """The size a user's resize asks, or None: the coordinator's ``target``
+    (0: none) when the controller did not set it itself, within
+    min_ranks..max_ranks. Which setting is the controller's is exact by the
+    seq of the ScaleJob that made it (``target_seq`` against the
+    ``set_seq`` the controller recorded), so a user's resize to the very
+    size the controller set last is the user's; only when either seq is
+    unknown (a coordinator or a Job annotated before target_seq) the sizes
+    are compared."""
+    if target <= 0:
+        return None
+    if target_seq and set_seq:
+        if target_seq == set_seq:
+            return None
+    elif target == set_target:
         return None
     return max(min_ranks, min(target, max_ranks))
 
@@ -256,13 +313,18 @@ def user_resize(r: Running) -> Resize | None:
     """A submitted job's resize by its user, to apply, or None."""
     if not r.submitted:
         return None
-    to = resize_to(r.count, r.target, r.set_target, r.min_ranks, r.max_ranks)
+    to = resize_to(r.target, r.target_seq, r.set_target, r.set_seq, r.min_ranks, r.max_ranks)
     if to is None:
         return None
     if to < r.count:
         why = f"resize {r.count} -> {to} asked by the user: checkpoint, then restart at {to} ranks"
     elif to > r.count:
         why = f"resize {r.count} -> {to} asked by the user: a workload slice for {to} ranks"
+    elif r.slice_count:
+        why = (
+            f"resize to {to} asked by the user: already {to} ranks; the pending workload "
+            f"slice for {r.slice_count} withdrawn"
+        )
     else:
         why = f"resize to {to} asked by the user: already {to} ranks"
     return Resize(r, to, why)
@@ -289,10 +351,14 @@ def ranks_covering(short: Resources, per_pod: Resources) -> int | None:
 def plan(pending: Iterable[Pending], running: Iterable[Running], free: Resources) -> list[Action]:
     """What to do for the first pending workload (highest priority, then
     oldest) that does not fit, in one ClusterQueue's view: shrinks if they can
-    free enough, else evictions, else nothing; when nothing waits that a lower
-    priority holds back, grow the shrunk jobs by what is free."""
+    free enough, else evictions (of a job whose grow slice is pending: its
+    withdrawal first), else nothing; besides, withdraw the pending grow
+    slices that a waiting workload of higher or equal priority does not fit
+    beside. When nothing waits, grow the jobs below what they want by what
+    is free (not one whose slice is pending)."""
     waiting = sorted(pending, key=lambda p: (-p.priority, p.created))
     jobs = list(running)
+    acts: list[Action] = []
     for p in waiting:
         short = shortfall(p.needs, free)
         if not short:
@@ -305,14 +371,44 @@ def plan(pending: Iterable[Pending], running: Iterable[Running], free: Resources
         lower.sort(key=lambda r: r.priority)  # Lowest priority, then newest, first.
         shrinks = _shrinks(p, lower, short)
         if shrinks is not None:
-            return list(shrinks)
-        evictions = _evictions(p, lower, short)
-        if evictions:
-            return list(evictions)
-        return []  # Nothing of ours can make room; it waits as Kueue decides.
-    if waiting:
-        return []  # Someone waits: growing would take what they may need.
-    return list(_grows(jobs, free))
+            acts = list(shrinks)  # Fewer pods: a pending slice goes with them.
+        else:
+            acts = [_evict_or_withdraw(e) for e in _evictions(p, lower, short)]
+        break  # Otherwise nothing of ours can make room; it waits as Kueue decides.
+    if not waiting:
+        return list(_grows(jobs, free))
+    acted = {a.job.job for a in acts}
+    # Someone waits: no grow takes what they may need.
+    return acts + [w for w in _withdrawals(jobs, waiting, free) if w.job.job not in acted]
+
+
+def _evict_or_withdraw(e: Evict) -> Evict | Withdraw:
+    if not e.job.slice_count:
+        return e
+    return Withdraw(e.job, f"{e.reason}: its pending workload slice withdrawn first")
+
+
+def _withdrawals(jobs: list[Running], waiting: list[Pending], free: Resources) -> list[Withdraw]:
+    """The pending grow slices that a waiting workload of higher or equal
+    priority in the same ClusterQueue does not fit beside."""
+    out = []
+    for r in jobs:
+        if not r.growing:
+            continue
+        extra = r.slice_count - r.count
+        left = {n: free.get(n, Decimal(0)) - v * extra for n, v in r.per_pod.items()}
+        left = {**free, **left}
+        for p in waiting:
+            if p.priority < r.priority or p.cluster_queue != r.cluster_queue:
+                continue
+            if shortfall(p.needs, left):
+                why = (
+                    f"grow {r.count} -> {r.slice_count} withdrawn: workload {p.workload} "
+                    f"(priority {p.priority}) waits for the quota it would take"
+                )
+                out.append(Withdraw(r, why))
+                break
+    return out
 
 
 def _shrinks(p: Pending, lower: list[Running], short: Resources) -> list[Shrink] | None:
@@ -349,8 +445,8 @@ def _grows(jobs: list[Running], free: Resources) -> Iterable[Grow]:
     left = dict(free)
     for r in sorted(jobs, key=lambda r: (-r.priority, r.created)):
         want = min(r.wanted, r.max_ranks) - r.count  # To max_ranks, or what a user asked.
-        if want <= 0 or not r.elastic:
-            continue
+        if want <= 0 or not r.elastic or r.slice_count:
+            continue  # (A slice pending: Kueue admits it when the quota frees.)
         fits = min(
             (int(left.get(n, Decimal(0)) // v) for n, v in r.per_pod.items() if v > 0),
             default=want,
