@@ -11,11 +11,15 @@ without a checkpoint, and three ranks restore S1. Then the job is scaled
 back to two: every rank saves at S2, two restore it, the third exits 0 (not
 needed). The two finish the run.
 
-Checks: the job's log holds one GROWN (world 3, step S1) and one SHRUNK
-(world 2, step S2) event, which stokerctl job watch says as "grown to 3
-ranks at step S1" and "shrunk to 2 ranks at step S2"; every step 1..STEPS
-was trained exactly once (logged once: none lost,
-none trained twice), at world sizes 2, 3, 2 in that order; the loss at every
+Checks: each rank voted to stop once per resize it lived through, r1
+included, which hears each CHECKPOINT_NOW 1.5 s late (--hear-late-test),
+after r0's vote stopped it: what it heard must not stop the next generation
+(without that, r1 votes again at the next generation's first step and the
+job stops where no resize asked; tried); the job's log holds one GROWN
+(world 3, step S1) and one SHRUNK (world 2, step S2) event, which
+stokerctl job watch says as "grown to 3 ranks at step S1" and "shrunk to 2
+ranks at step S2"; every step 1..STEPS was trained exactly once (logged
+once: none lost, none trained twice), at world sizes 2, 3, 2 in that order; the loss at every
 step equals, within 1e-4 relative, an uninterrupted two-rank run's; Explain
 over every step shows no sample served twice or skipped; the job FINISHED.
 Without the resize handshake the ranks train on past S1 and S2 and repeat
@@ -95,8 +99,16 @@ def saved_at(work, job, members, past):
 
 def resize_run(bins, env, work, data, running):
     ctl, train = bins[4], bins[3]
-    create_job(ctl, env, "rs", 2, 3, "300ms", "1s", misses=20)
-    procs = launch(train, env, work, "rs", MEMBERS[:2], train_args(data))
+    # Last call 5 s: the resize's round waits for r1, which rejoins late too.
+    create_job(ctl, env, "rs", 2, 3, "300ms", "5s", misses=20)
+    # r1 hears each resize's CHECKPOINT_NOW 1.5 s late, after r0's vote has
+    # stopped it (on the cluster: heartbeats of 1 s against steps of 100 ms).
+    procs = launch(train, env, work, "rs", MEMBERS[:1], train_args(data))
+    procs.update(
+        launch(
+            train, env, work, "rs", MEMBERS[1:2], [*train_args(data), "--hear-late-test", "1500"]
+        )
+    )
     running.extend(procs.values())
     wait_for("two ranks training", lambda: training_at(ctl, env, "rs", 2, 2), 120)
     scale(ctl, env, "rs", 3)
@@ -148,6 +160,13 @@ def check_resize_events(ctl, env, s1, s2):
 def check(bins, env, work, ref, s1, s2):
     check_resize_events(bins[4], env, s1, s2)
     all_text = text(work, "rs", MEMBERS)
+    # One stop vote per resize a rank lived through: a CHECKPOINT_NOW heard
+    # after the vote it asked for must not carry into the next generation
+    # (a stale vote there stops the job at a step no resize asked for, and
+    # it waits for a round nobody opens).
+    for m, resizes in zip(MEMBERS, (2, 2, 1), strict=True):
+        votes = text(work, "rs", [m]).count("then stop: no step past it")
+        assert votes == resizes, f"{m}: {votes} stop votes for {resizes} resizes"
     assert all_text.count(f"restored step {s1} at world size 3") == 3, "three did not restore S1"
     assert all_text.count(f"restored step {s2} at world size 2") == 2, "two did not restore S2"
     logged = [int(s) for s in STEP_LINE.findall(all_text)]

@@ -96,6 +96,7 @@ struct train_opts {
                                  is at the fence, then sleeps MS before its first and its
                                  middle tensor. */
   bool ckpt_test_early;       /* early: staging done before the next step starts. */
+  int64_t hear_late_test_ms;  /* --hear-late-test: CHECKPOINT_NOW taken in this much later. */
   int eval_every;             /* Held-out loss every N steps (and after the last); 0: never. */
   int eval_batches;           /* Loader steps in the held-out set (those after the last step). */
   bool sigterm_exits_now;     /* --on-sigterm exit: no checkpoint, exit 143 at once (baselines). */

@@ -74,6 +74,9 @@ static const struct flag_spec train_flags[] = {
         "Tests: slow:MS (staging waits for the next update's fence, then sleeps MS\n"
         "before its first and middle tensor) or early (staging is waited for before\n"
         "the next step)."),
+    NUM("hear-late-test", FLAG_INT64, hear_late_test_ms, "0", 0, 60000,
+        "Tests: a CHECKPOINT_NOW is taken in MS milliseconds after it arrives (a\n"
+        "rank that hears a resize after the others voted on it; 0: at once)."),
     ARG("ring-host", o.ring_host,
         "Address the ring listens on and publishes (env STOKER_RING_HOST; default\n"
         "127.0.0.1; a pod passes its IP)."),

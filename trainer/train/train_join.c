@@ -74,7 +74,13 @@ int train_join(struct train *t) {
   train_drop_group(t);
   atomic_store(&t->aborted, false);
   atomic_store(&t->ckpt_wanted, false); /* The restore point is the latest checkpoint. */
-  (void)stk_poll_action(t->coord);      /* A stale RESTART belongs to the old generation. */
+  /* A resize's or pause's stop belongs to the generation that asked: a
+   * rank that heard it after the others' vote had stopped it (its own
+   * CHECKPOINT_NOW late) must not stop the next generation at a step no
+   * resize asked for, where it would wait for a round nobody opens. A
+   * pausing job asks the new generation again. */
+  atomic_store(&t->stop_wanted, false);
+  (void)stk_poll_action(t->coord); /* A stale RESTART belongs to the old generation. */
   char host[256] = "localhost"; /* The pod's (or machine's) name, shown by `stokerctl job show`. */
   (void)gethostname(host, sizeof(host) - 1);
   /* Parked in Join a rank holds nothing a checkpoint would save (what it

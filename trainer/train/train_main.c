@@ -23,8 +23,12 @@
 #include "stk_config.h"
 #include "train.h"
 
+static void sleep_ms(long ms);
+
 static void on_action(void *arg, enum stk_action a, uint64_t generation, const char *reason) {
   struct train *t = arg;
+  if (a == STK_ACTION_CHECKPOINT_NOW && t->o.hear_late_test_ms > 0)
+    sleep_ms((long)t->o.hear_late_test_ms); /* --hear-late-test: heard after the others. */
   if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
   bool pausing = stk_job_pausing(t->coord);
   if (a == STK_ACTION_CHECKPOINT_NOW && (pausing || stk_job_resizing(t->coord))) {
