@@ -2,7 +2,10 @@
  * Restore: one server-streaming Read call for all the boxes a rank wants.
  * The service cuts each wanted box into pieces (sub-boxes, CRC-checked on
  * its side) and sends several to a message (the request asks for
- * pack_pieces: a restore of many small boxes is a few messages); here each
+ * pack_pieces: a restore of many small boxes is a few messages), their
+ * bytes in the message's one packed_data (pack_data: the service sends them
+ * as assembled and rpc_unpack copies them once out of the received
+ * slices, instead of protobuf-c copying each piece's); here each
  * piece is placed into the caller's buffer for the box that contains it,
  * row by row, on the client's completion thread. A piece that fits no
  * wanted box, or boxes not filled exactly, end the read as STK_ECORRUPT:
@@ -49,13 +52,21 @@ static uint64_t piece_elems(const Stoker__V1__Box *p) {
   return n;
 }
 
+/* A piece's bytes: its own data, or (pack_data) its run of the message's
+ * packed_data. */
+struct bytes {
+  const uint8_t *data;
+  uint64_t len;
+};
+
 /* Copies the piece's row-major bytes into w's buffer, innermost rows. */
-static void place(const Stoker__V1__ReadChunk *m, const struct stk_ckpt_want *w, size_t elem) {
+static void place(const Stoker__V1__ReadChunk *m, struct bytes b, const struct stk_ckpt_want *w,
+                  size_t elem) {
   const Stoker__V1__Box *p = m->box;
   size_t nd = w->box.ndim;
   uint64_t idx[STK_CKPT_MAX_DIMS] = {0};
   size_t row = p->sizes[nd - 1] * elem;
-  const uint8_t *src = m->data.data;
+  const uint8_t *src = b.data;
   for (;;) {
     uint64_t lin = 0; /* Element index in the wanted box of (idx..., 0). */
     for (size_t i = 0; i < nd; i++) {
@@ -72,37 +83,49 @@ static void place(const Stoker__V1__ReadChunk *m, const struct stk_ckpt_want *w,
 
 /* The wanted box this piece belongs to and its element size, or -1.
  * Pieces come in request order: the search starts at the last box found. */
-static long find_box(struct read_state *r, const Stoker__V1__ReadChunk *m, size_t *ret_elem) {
+static long find_box(struct read_state *r, const Stoker__V1__ReadChunk *m, uint64_t len,
+                     size_t *ret_elem) {
   uint64_t pe = m->box ? piece_elems(m->box) : 0;
   for (size_t k = 0; pe && m->tensor && k < r->n; k++) {
     size_t i = (r->hint + k) % r->n;
     const struct stk_ckpt_want *w = &r->wanted[i];
     if (strcmp(w->tensor, m->tensor) != 0 || !box_inside(m->box, &w->box)) continue;
     uint64_t we = stk_ckpt_box_elems(&w->box);
-    if (m->data.len % pe != 0 || w->len != we * (m->data.len / pe)) continue;
-    *ret_elem = m->data.len / pe;
+    if (len % pe != 0 || w->len != we * (len / pe)) continue;
+    *ret_elem = len / pe;
     r->hint = i;
     return (long)i;
   }
   return -1;
 }
 
-/* Places one piece; false (the read failed) when it fits no wanted box or
- * lists pieces of its own. Under r->mu. */
-static bool take(struct read_state *r, const Stoker__V1__ReadChunk *m) {
-  size_t elem = 0;
-  long i = m->n_pieces ? -1 : find_box(r, m, &elem);
-  if (i < 0 || r->got[i] + m->data.len > r->wanted[i].len) {
-    if (!r->local_err) {
-      r->local_err = STK_ECORRUPT;
-      snprintf(r->local_msg, sizeof(r->local_msg), "read: a piece of \"%s\" fits no wanted box",
-               m->tensor ? m->tensor : "");
-    }
-    return false;
+static bool fail(struct read_state *r, const char *what, const Stoker__V1__ReadChunk *m) {
+  if (!r->local_err) {
+    r->local_err = STK_ECORRUPT;
+    snprintf(r->local_msg, sizeof(r->local_msg), "read: a piece of \"%s\" %s",
+             m->tensor ? m->tensor : "", what);
   }
-  place(m, &r->wanted[i], elem);
-  r->got[i] += m->data.len;
-  r->total += m->data.len;
+  return false;
+}
+
+/* Places one piece of message msg; false (the read failed) when it fits no
+ * wanted box, lists pieces of its own, or its bytes are not where it says.
+ * Under r->mu. */
+static bool take(struct read_state *r, const Stoker__V1__ReadChunk *msg,
+                 const Stoker__V1__ReadChunk *m) {
+  struct bytes b = {m->data.data, m->data.len};
+  if (m->data_length > 0) { /* Its run of packed_data (pack_data). */
+    if (m->data.len > 0 || m->data_offset > msg->packed_data.len ||
+        m->data_length > msg->packed_data.len - m->data_offset)
+      return fail(r, "lies outside its message's bytes", m);
+    b = (struct bytes){msg->packed_data.data + m->data_offset, m->data_length};
+  }
+  size_t elem = 0;
+  long i = m->n_pieces ? -1 : find_box(r, m, b.len, &elem);
+  if (i < 0 || r->got[i] + b.len > r->wanted[i].len) return fail(r, "fits no wanted box", m);
+  place(m, b, &r->wanted[i], elem);
+  r->got[i] += b.len;
+  r->total += b.len;
   return true;
 }
 
@@ -112,8 +135,8 @@ static void read_msg(void *arg, ProtobufCMessage *msg) {
   const Stoker__V1__ReadChunk *m = (const Stoker__V1__ReadChunk *)msg;
   pthread_mutex_lock(&r->mu);
   bool ok = !r->local_err;
-  if (ok && m->n_pieces == 0) ok = take(r, m);
-  for (size_t k = 0; ok && k < m->n_pieces; k++) ok = take(r, m->pieces[k]);
+  if (ok && m->n_pieces == 0) ok = take(r, m, m);
+  for (size_t k = 0; ok && k < m->n_pieces; k++) ok = take(r, m, m->pieces[k]);
   if (!ok && r->call) rpc_client_call_cancel(r->call); /* Alive: we run on it. */
   pthread_mutex_unlock(&r->mu);
   protobuf_c_message_free_unpacked(msg, NULL);
@@ -188,7 +211,8 @@ int stk_ckpt_read(struct stk_client *c, const char *job, int64_t step,
   Stoker__V1__ReadRequest req = STOKER__V1__READ_REQUEST__INIT;
   req.job = (char *)job;
   req.step = step;
-  req.pack_pieces = true; /* Several pieces a message: read_msg takes both forms. */
+  req.pack_pieces = true; /* Several pieces a message, */
+  req.pack_data = true;   /* their bytes in one field: read_msg takes every form. */
   Stoker__V1__ChunkEntry *ents = calloc(n_wanted, sizeof(*ents));
   Stoker__V1__ChunkEntry **ptrs = calloc(n_wanted, sizeof(*ptrs));
   Stoker__V1__Box *boxes = calloc(n_wanted, sizeof(*boxes));

@@ -40,6 +40,12 @@
  * message (ReadChunk.pieces, up to read_piece_bytes packed): a restore of
  * many small boxes is then a few messages, not one per box, each of which
  * cost a send, a completion and a wake-up of the loop on both sides.
+ *
+ * A batch's pieces are assembled one after the other into one buffer (the
+ * batch's, counted by holds), so that with pack_data a message's bytes are
+ * one run of it (ReadChunk.packed_data, the pieces giving their places in
+ * it): the adapter hands that run to gRPC as it is (ckpt_read_hold_data,
+ * rpc_send_borrowed) instead of packing a copy of every piece's bytes.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,9 +105,17 @@ struct piece {
   struct ckpt_box box;
   struct ckpt_plan plan;
   size_t first_read; /* Its reads' numbers among the batch's (batch->read_span). */
-  uint8_t *data;     /* The assembled piece (NULL for a read file). */
+  uint8_t *data;     /* The assembled piece, in its batch's buffer (NULL for a read file). */
   uint64_t len;
+  uint64_t buf_off; /* Its place in the batch's buffer. */
   uint64_t shm_off; /* Its place in the read file. */
+};
+
+/* A batch's assembled pieces, one after the other; freed with its last
+ * hold (the batch's own, and one per message gRPC still sends from it). */
+struct read_buf {
+  unsigned holds; /* Atomic: gRPC gives its holds back on its own threads. */
+  uint8_t bytes[];
 };
 
 /* A run of pieces fetched together. Its task plans it, then assembles it. */
@@ -111,7 +125,8 @@ struct batch {
   struct ckpt_reader *rd;
   struct piece *pieces;
   size_t n_pieces, cap_pieces;
-  size_t delivered; /* Pieces handed to the caller. */
+  size_t delivered;     /* Pieces handed to the caller. */
+  struct read_buf *buf; /* The pieces' bytes once assembled (inline reads). */
   struct span *spans;
   size_t n_spans;
   size_t *read_span;       /* The span of each read of each piece, in piece order. */
@@ -147,6 +162,7 @@ struct ckpt_reader {
   uint64_t reserved;               /* What its batches reserved of the budgets. */
   struct ckpt_reader *prev, *next; /* In s->readers. */
   ckpt_piece_fn on_piece;
+  struct read_buf *passing; /* The buffer of the message on_piece is given. */
   ckpt_done_fn done;
   void *arg;
   int err;
@@ -268,14 +284,30 @@ static const uint8_t *read_bytes(const struct batch *b, const struct piece *p, s
   return sp->buf + (p->plan.reads[i].offset - sp->at.offset);
 }
 
-/* Piece p assembled into p->data (malloc'ed, p->len bytes). */
+/* The batch's buffer, every piece's place in it (one after the other). */
+static int batch_buf(struct batch *b) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < b->n_pieces; i++) {
+    b->pieces[i].buf_off = total;
+    total += b->pieces[i].plan.want_bytes;
+  }
+  b->buf = malloc(sizeof(*b->buf) + (total ? total : 1));
+  if (!b->buf) return STK_ENOMEM;
+  b->buf->holds = 1; /* The batch's. */
+  return 0;
+}
+
+/* Piece p assembled at its place in the batch's buffer (p->len bytes). */
 static int assemble(const struct batch *b, struct piece *p) {
   p->len = p->plan.want_bytes;
-  p->data = malloc(p->len ? p->len : 1);
-  if (!p->data) return STK_ENOMEM;
+  p->data = b->buf->bytes + p->buf_off;
   for (size_t i = 0; i < p->plan.n_reads; i++)
     ckpt_plan_apply(&p->plan, i, read_bytes(b, p, i), p->data);
   return 0;
+}
+
+static void buf_release(struct read_buf *buf) {
+  if (buf && __atomic_sub_fetch(&buf->holds, 1, __ATOMIC_ACQ_REL) == 0) free(buf);
 }
 
 /* Piece p written at its place in the read file: each read's copies go
@@ -414,6 +446,7 @@ static void span_work(struct ckpt_task *t) {
 static void batch_assemble_work(struct ckpt_task *t) {
   struct batch *b = (struct batch *)t;
   stk_clear_detail();
+  if (b->rd->shm_fd < 0) b->err = batch_buf(b);
   for (size_t i = 0; !b->err && i < b->n_pieces; i++)
     b->err = b->rd->shm_fd >= 0 ? assemble_shm(b, &b->pieces[i]) : assemble(b, &b->pieces[i]);
   batch_drop_fetched(b);
@@ -428,7 +461,7 @@ static void batch_free(struct batch *b) {
   b->rd->reserved -= b->reserved;
   if (b->reserved) b->rd->s->read_freed = true;
   batch_drop_fetched(b);
-  for (size_t i = 0; i < b->n_pieces; i++) free(b->pieces[i].data);
+  buf_release(b->buf);
   free(b->pieces);
   free(b->spans);
   free(b->read_span);
@@ -606,6 +639,8 @@ static void piece_msg(const struct ckpt_reader *rd, const struct piece *p,
   if (rd->shm_fd >= 0) {
     rc->shm_offset = p->shm_off;
     rc->shm_length = p->len;
+  } else if (rd->req->pack_data) {
+    rc->data_length = p->len; /* data_offset: send_packed's. */
   } else {
     rc->data.data = p->data;
     rc->data.len = p->len;
@@ -618,10 +653,7 @@ static bool send_piece(struct ckpt_reader *rd, struct batch *b) {
   Stoker__V1__ReadChunk rc;
   Stoker__V1__Box box;
   piece_msg(rd, p, &rc, &box);
-  bool more = rd->on_piece(rd->arg, &rc);
-  free(p->data);
-  p->data = NULL;
-  return more;
+  return rd->on_piece(rd->arg, &rc);
 }
 
 /* Bytes of a length-delimited field of n bytes in its message (a
@@ -634,7 +666,9 @@ static uint64_t field_bytes(uint64_t n) {
 
 /* The next pieces of b that are ready, as one message listing them in
  * pieces: at least one, and as many more as keep the message within
- * read_piece_bytes packed. *ret_more: the caller's answer. */
+ * read_piece_bytes packed. With pack_data their bytes are the run of the
+ * batch's buffer they were assembled into, in packed_data (the pieces lie
+ * there one after the other). *ret_more: the caller's answer. */
 static int send_packed(struct ckpt_reader *rd, struct batch *b, bool *ret_more) {
   size_t first = b->delivered, left = b->n_pieces - first;
   Stoker__V1__ReadChunk *rcs = malloc(left * sizeof(*rcs));
@@ -646,24 +680,32 @@ static int send_packed(struct ckpt_reader *rd, struct batch *b, bool *ret_more) 
     free(boxes);
     return STK_ENOMEM;
   }
-  uint64_t limit = rd->s->o.read_piece_bytes, packed = 0;
+  bool pack_data = rd->req->pack_data;
+  uint64_t limit = rd->s->o.read_piece_bytes, base = b->pieces[first].buf_off;
+  uint64_t packed = pack_data ? field_bytes(0) : 0, data = 0;
   size_t n = 0;
   for (; n < left; n++) {
-    piece_msg(rd, &b->pieces[first + n], &rcs[n], &boxes[n]);
+    const struct piece *p = &b->pieces[first + n];
+    piece_msg(rd, p, &rcs[n], &boxes[n]);
+    if (pack_data) rcs[n].data_offset = p->buf_off - base;
     uint64_t f = field_bytes(protobuf_c_message_get_packed_size(&rcs[n].base));
+    if (pack_data) f += field_bytes(data + p->len) - field_bytes(data); /* Its bytes. */
     if (n > 0 && packed + f > limit) break;
     packed += f;
+    data += pack_data ? p->len : 0;
     ptrs[n] = &rcs[n];
   }
   Stoker__V1__ReadChunk msg = STOKER__V1__READ_CHUNK__INIT;
   msg.n_pieces = n;
   msg.pieces = ptrs;
+  if (pack_data && data > 0) {
+    msg.packed_data.data = b->buf->bytes + base;
+    msg.packed_data.len = data;
+    rd->passing = b->buf;
+  }
   b->delivered += n;
   *ret_more = rd->on_piece(rd->arg, &msg);
-  for (size_t i = 0; i < n; i++) {
-    free(b->pieces[first + i].data);
-    b->pieces[first + i].data = NULL;
-  }
+  rd->passing = NULL;
   free(rcs);
   free(ptrs);
   free(boxes);
@@ -734,6 +776,21 @@ static void read_task_after(struct ckpt_task *t) {
   batch_after(rd, (struct batch *)t);
 }
 
+/* The forms of message a request asks for go together. */
+static int check_forms(const Stoker__V1__ReadRequest *req) {
+  if (!req->pack_data) return 0;
+  if (!req->pack_pieces) {
+    stk_set_detail("ReadRequest.pack_data needs pack_pieces (the bytes of a message's pieces)");
+    return STK_EINVAL;
+  }
+  if ((req->shm_name && req->shm_name[0]) || req->shm_nonce.len > 0) {
+    stk_set_detail("ReadRequest.pack_data cannot go with shm_name: pieces of a read file carry no "
+                   "bytes");
+    return STK_EINVAL;
+  }
+  return 0;
+}
+
 struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequest *req,
                               ckpt_piece_fn on_piece, ckpt_done_fn done, void *arg) {
   if (s->closing) {
@@ -742,6 +799,7 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
   }
   int err = ckpt_name_check_job(req->job);
   if (!err) err = ckpt_name_check_step(req->step);
+  if (!err) err = check_forms(req);
   int shm_fd = -1;
   uint64_t shm_size = 0;
   if (!err && ((req->shm_name && req->shm_name[0]) || req->shm_nonce.len > 0)) {
@@ -812,6 +870,16 @@ void ckpt_read_cancel(struct ckpt_reader *rd) {
   struct ckpt_service *s = rd->s;
   read_finish(rd, STK_ECANCELED, "cancelled");
   if (s->read_freed) ckpt_read_retry(s);
+}
+
+void *ckpt_read_hold_data(struct ckpt_reader *rd) {
+  struct read_buf *buf = rd ? rd->passing : NULL;
+  if (buf) __atomic_add_fetch(&buf->holds, 1, __ATOMIC_RELAXED);
+  return buf;
+}
+
+void ckpt_read_release_data(void *hold) {
+  buf_release(hold);
 }
 
 /* ---- Verify: every byte of every object ---- */

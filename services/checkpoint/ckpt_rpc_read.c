@@ -5,6 +5,11 @@
  * until the transport took this one (sent), so memory stays bounded by one
  * piece in the core and one in gRPC whatever the client's speed.
  *
+ * A message whose pieces' bytes are in packed_data (the request asked for
+ * pack_data) is sent borrowing them: the head is packed, the bytes follow
+ * as they lie in the batch's assembled buffer, held until gRPC is done
+ * with them (ckpt_read_hold_data), so the service copies none of them.
+ *
  * The record lives until the core's done ran and no send is outstanding;
  * the call is finished then with the core's status (DATA_LOSS names the
  * object and block of a CRC mismatch).
@@ -39,9 +44,23 @@ static void sent(struct rpc_call *call, int err, void *arg) {
     ckpt_read_resume(x->r);
 }
 
+/* Sends piece, its packed_data borrowed (a copy packed when none could be
+ * held). */
+static int send_borrowed(struct reader *x, const Stoker__V1__ReadChunk *piece) {
+  void *hold = piece->packed_data.len > 0 ? ckpt_read_hold_data(x->r) : NULL;
+  if (!hold) return rpc_send(x->call, &piece->base, sent, x);
+  Stoker__V1__ReadChunk head = *piece;
+  head.packed_data = (ProtobufCBinaryData){0};
+  uint32_t field = protobuf_c_message_descriptor_get_field_by_name(
+                       &stoker__v1__read_chunk__descriptor, "packed_data")
+                       ->id; /* Derived from the proto, as the dataloader's tokens. */
+  return rpc_send_borrowed(x->call, &head.base, field, piece->packed_data.data,
+                           piece->packed_data.len, ckpt_read_release_data, hold, sent, x);
+}
+
 static bool on_piece(void *arg, const Stoker__V1__ReadChunk *piece) {
   struct reader *x = arg;
-  if (rpc_send(x->call, &piece->base, sent, x) == 0) {
+  if (send_borrowed(x, piece) == 0) {
     x->sending = true;
     return false; /* Held until sent. */
   }

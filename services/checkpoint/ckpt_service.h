@@ -266,8 +266,11 @@ void ckpt_get_manifest(struct ckpt_service *s, const Stoker__V1__GetManifestRequ
 /* Called per message: an assembled piece (a sub-box of a wanted box, at
  * most read_piece_bytes of data), or, when the request asks for
  * pack_pieces, a message listing in pieces the next ready pieces that fit
- * read_piece_bytes packed (at least one). Return true for the next message
- * at once, false to hold delivery until ckpt_read_resume (flow control). */
+ * read_piece_bytes packed (at least one; with pack_data their bytes in the
+ * message's packed_data, which points into the batch's assembled buffer).
+ * Return true for the next message at once, false to hold delivery until
+ * ckpt_read_resume (flow control). The message and its bytes are valid
+ * only during the call, unless held (ckpt_read_hold_data). */
 typedef bool (*ckpt_piece_fn)(void *arg, const Stoker__V1__ReadChunk *piece);
 
 /* Streams the wanted boxes (any world size) from a committed checkpoint:
@@ -279,6 +282,14 @@ struct ckpt_reader *ckpt_read(struct ckpt_service *s, const Stoker__V1__ReadRequ
 void ckpt_read_resume(struct ckpt_reader *r);
 /* Ends the read now: done is called synchronously with STK_ECANCELED. */
 void ckpt_read_cancel(struct ckpt_reader *r);
+/* Only inside on_piece, for a message with packed_data: a hold on the
+ * buffer those bytes lie in, so that the caller may hand them on after
+ * on_piece returns (to gRPC, sent without a copy) whatever becomes of the
+ * read. NULL when the message has no packed_data or out of memory.
+ * ckpt_read_release_data gives a hold back, once, on any thread (it is an
+ * rpc_release_fn); the buffer is freed with the last hold. */
+void *ckpt_read_hold_data(struct ckpt_reader *r);
+void ckpt_read_release_data(void *hold);
 
 /* resp: Stoker__V1__Empty. Journals the deletion, deletes the manifest
  * first, then the objects. */

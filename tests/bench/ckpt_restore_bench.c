@@ -19,10 +19,15 @@
  * over the objects each restoring rank touches, summed over the ranks. The
  * baseline: the same ranks, threads at once, each GETting whole the objects
  * its box touches (the service's own S3 client, storage_get), so the same
- * objects are read with the same parallelism in one request each. Each
- * round also restores through the readers' clients kept for the run (as a
- * trainer's ranks keep theirs; the headline restore connects new ones
- * inside its timed read, while the baseline's S3 connections stay open).
+ * objects are read with the same parallelism in one request each.
+ *
+ * The headline restore does what a restoring rank does (DCP's StokerReader:
+ * GetManifest on its client, then the Read, on the connection GetManifest
+ * used): each reader's client is connected before the timer, as the
+ * baseline's S3 connections are (kept for the run, connected by an untimed
+ * restore first), and the timer holds its GetManifest and its Read. Each
+ * round also restores through a new client per rank, connected inside the
+ * timed Read (the headline until 2026-11-29, kept as a second figure).
  * Rounds (BENCH_ROUNDS, default 3, at most MAX_ROUNDS) rotate the order;
  * the JSON holds medians, the ratios' quartiles and every round's figures.
  *
@@ -30,7 +35,9 @@
  * by itself (valgrind --tool=callgrind on the daemon or on this program):
  * `save` saves the checkpoint and exits; `restore` and `whole` run only
  * BENCH_ROUNDS restores, or whole-object reads, of the checkpoint a `save`
- * left, and print their median time.
+ * left, and print their median time (`restore`: through a new client per
+ * rank and round, Read only, as the instruction counts before 2026-11-29
+ * were taken).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -40,6 +47,7 @@
 
 #include "bench_stats.h"
 #include "stk_error.h"
+#include "stoker_admin.h"
 #include "stoker_ckpt.h"
 #include "storage.h"
 
@@ -65,7 +73,8 @@ static struct object {
 static unsigned n_objects;
 
 /* Each restoring rank's client kept for the run (connected by a first,
- * untimed restore), as a trainer's rank keeps its own; NULL: each restore
+ * untimed restore), as a trainer's rank has its own connected when it reads
+ * (StokerReader's GetManifest came first); unless use_kept, each restore
  * connects a new one (its channel's connection inside the timed read). */
 static struct stk_client *kept[READERS];
 static bool use_kept;
@@ -141,8 +150,11 @@ static void *read_rank(void *arg) {
         names[j->rank][i], {2, off, sz}, back + (i * ROWS + lo) * COLS, (hi - lo) * COLS * 4};
   }
   double t0 = bench_now_s();
-  j->err = stk_ckpt_read(c, JOB, STEP, w, N_TENSORS, 0, NULL);
+  Stoker__V1__Manifest *m = NULL;
+  if (use_kept) j->err = stk_ckpt_get_manifest(c, JOB, STEP, 0, &m); /* As StokerReader. */
+  if (!j->err) j->err = stk_ckpt_read(c, JOB, STEP, w, N_TENSORS, 0, NULL);
   j->secs = bench_now_s() - t0;
+  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
   if (j->err) fprintf(stderr, "read rank %u: %s\n", j->rank, stk_client_last_error(NULL));
   free(w);
   if (!use_kept) stk_client_free(c);
@@ -244,7 +256,8 @@ static void find_objects(void) {
 }
 
 /* A restore by every reader, checked; the slowest reader's time. With
- * kept_clients, through the clients kept for the run. */
+ * kept_clients, through the clients kept for the run, GetManifest and Read
+ * (the headline); else a new client each, Read only. */
 static double restore(bool kept_clients) {
   use_kept = kept_clients;
   memset(back, 0, (size_t)N_TENSORS * ROWS * COLS * 4);
@@ -322,12 +335,12 @@ int main(int argc, char **argv) {
   for (uint32_t r = 0; r < READERS; r++) kept[r] = client();
   restore(true); /* Connects the kept clients (untimed). */
   double ratio[MAX_ROUNDS], rest[MAX_ROUNDS], whole[MAX_ROUNDS], gets[MAX_ROUNDS];
-  double kratio[MAX_ROUNDS], krest[MAX_ROUNDS];
+  double fratio[MAX_ROUNDS], frest[MAX_ROUNDS];
   long at = 0;
   count_gets(log, &at);
   for (int k = 0; k < rounds; k++) {
-    /* Whole read, restore, restore through the kept clients: the order
-     * rotates by round. */
+    /* Whole read, restore, restore through new clients: the order rotates
+     * by round. */
     for (int i = 0; i < 3; i++) {
       switch ((i + k) % 3) {
       case 0:
@@ -335,44 +348,44 @@ int main(int argc, char **argv) {
         count_gets(log, &at);
         break;
       case 1:
-        rest[k] = restore(false);
+        rest[k] = restore(true);
         gets[k] = (double)count_gets(log, &at);
         break;
       default:
-        krest[k] = restore(true);
+        frest[k] = restore(false);
         count_gets(log, &at);
         break;
       }
     }
     ratio[k] = rest[k] / whole[k];
-    kratio[k] = krest[k] / whole[k];
+    fratio[k] = frest[k] / whole[k];
     fprintf(stderr,
-            "restore round %d: %.0f GETs of %u objects, %.3f s (kept clients %.3f s); whole-object "
+            "restore round %d: %.0f GETs of %u objects, %.3f s (new clients %.3f s); whole-object "
             "read %.3f s\n",
-            k, gets[k], touched, rest[k], krest[k], whole[k]);
+            k, gets[k], touched, rest[k], frest[k], whole[k]);
   }
   double sorted[MAX_ROUNDS];
   memcpy(sorted, ratio, sizeof(ratio));
   double q1 = bench_quantile_sort(sorted, rounds, 0.25);
   double q3 = bench_quantile_sort(sorted, rounds, 0.75);
-  memcpy(sorted, kratio, sizeof(kratio));
-  double kq1 = bench_quantile_sort(sorted, rounds, 0.25);
-  double kq3 = bench_quantile_sort(sorted, rounds, 0.75);
+  memcpy(sorted, fratio, sizeof(fratio));
+  double fq1 = bench_quantile_sort(sorted, rounds, 0.25);
+  double fq3 = bench_quantile_sort(sorted, rounds, 0.75);
   printf("{\"bench\":\"checkpoint_restore\",\"tensors\":%d,\"bytes\":%" PRIu64
          ",\"saved_ranks\":%d,\"restore_ranks\":%d,\"rounds\":%d,\"objects_touched\":%u,"
          "\"objects\":%u,\"restore_gets\":%.0f,\"restore_gets_per_object\":%.2f,\"restore_s\":%.4f,"
          "\"whole_read_s\":%.4f,\"restore_vs_whole_read_ratio\":%.2f,"
-         "\"restore_vs_whole_read_ratio_spread\":[%.2f,%.2f],\"restore_kept_client_s\":%.4f,"
-         "\"restore_kept_client_vs_whole_read_ratio\":%.2f,"
-         "\"restore_kept_client_vs_whole_read_ratio_spread\":[%.2f,%.2f]",
+         "\"restore_vs_whole_read_ratio_spread\":[%.2f,%.2f],\"restore_fresh_client_s\":%.4f,"
+         "\"restore_fresh_client_vs_whole_read_ratio\":%.2f,"
+         "\"restore_fresh_client_vs_whole_read_ratio_spread\":[%.2f,%.2f]",
          N_TENSORS, n * 4, SAVERS, READERS, rounds, touched, n_objects, bench_median(gets, rounds),
          bench_median(gets, rounds) / touched, bench_median(rest, rounds),
          bench_median(whole, rounds), bench_median(ratio, rounds), q1, q3,
-         bench_median(krest, rounds), bench_median(kratio, rounds), kq1, kq3);
+         bench_median(frest, rounds), bench_median(fratio, rounds), fq1, fq3);
   print_list("restore_vs_whole_read_ratio_rounds", ratio, rounds);
-  print_list("restore_kept_client_vs_whole_read_ratio_rounds", kratio, rounds);
+  print_list("restore_fresh_client_vs_whole_read_ratio_rounds", fratio, rounds);
   print_list("restore_s_rounds", rest, rounds);
-  print_list("restore_kept_client_s_rounds", krest, rounds);
+  print_list("restore_fresh_client_s_rounds", frest, rounds);
   print_list("whole_read_s_rounds", whole, rounds);
   printf("}\n");
   for (uint32_t r = 0; r < READERS; r++) stk_client_free(kept[r]);

@@ -248,7 +248,7 @@ struct read_state {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool done, mismatch;
-  bool pack; /* The request asked for pack_pieces. */
+  enum tck_form form; /* What the request asked for. */
   uint64_t bytes, messages, pieces;
   struct rpc_status st;
 };
@@ -263,34 +263,60 @@ static const struct tensor *find_tensor(const char *name, struct tensor *blob) {
 }
 
 /* Pieces are runs of whole rows: the bytes are contiguous in the tensor.
- * Under rs->mu; false when the piece's bytes are not the model's. */
-static bool check_piece(struct read_state *rs, const Stoker__V1__ReadChunk *p) {
+ * Under rs->mu; false when the piece's len bytes at data are not the
+ * model's. */
+static bool check_piece(struct read_state *rs, const Stoker__V1__ReadChunk *p, const uint8_t *data,
+                        uint64_t len) {
   struct tensor blob;
   const struct tensor *t = find_tensor(p->tensor, &blob);
   bool bad = !t || !p->box || p->box->n_offsets < 1 || p->n_pieces > 0;
   if (!bad) {
     uint64_t base = p->box->offsets[0] * (t->cols ? t->cols : 1) * t->esize;
     uint32_t seed = name_seed(t->name);
-    for (size_t i = 0; !bad && i < p->data.len; i++)
-      bad = p->data.data[i] != pattern(seed, base + i);
+    for (size_t i = 0; !bad && i < len; i++) bad = data[i] != pattern(seed, base + i);
   }
-  rs->bytes += p->data.len;
+  rs->bytes += len;
   rs->pieces++;
   return !bad;
 }
 
-/* A message: one piece, or (pack_pieces asked) a list of them; the other
- * form is a mismatch. */
+/* A message of the pack_data form: its pieces' bytes one after the other
+ * in packed_data, each piece's run given by data_offset and data_length,
+ * none in a piece's own data. Under rs->mu; false on any other form. */
+static bool check_packed_data(struct read_state *rs, const Stoker__V1__ReadChunk *m) {
+  uint64_t at = 0;
+  bool ok = true;
+  for (size_t k = 0; ok && k < m->n_pieces; k++) {
+    const Stoker__V1__ReadChunk *p = m->pieces[k];
+    ok = p->data.len == 0 && p->data_offset == at && p->data_length <= m->packed_data.len - at &&
+         check_piece(rs, p, m->packed_data.data + at, p->data_length);
+    at += p->data_length;
+  }
+  return ok && at == m->packed_data.len;
+}
+
+/* A message: one piece, or (pack_pieces asked) a list of them, their bytes
+ * in each piece's data or (pack_data asked) in packed_data; any other form
+ * than the one asked for is a mismatch. */
 static void on_piece(void *arg, ProtobufCMessage *msg) {
   struct read_state *rs = arg;
   Stoker__V1__ReadChunk *p = (Stoker__V1__ReadChunk *)msg;
   pthread_mutex_lock(&rs->mu);
   rs->messages++;
-  if (!rs->pack) {
-    rs->mismatch |= !check_piece(rs, p);
+  if (rs->form == TCK_ONE_PER_MESSAGE) {
+    rs->mismatch |=
+        p->packed_data.len || p->data_length || !check_piece(rs, p, p->data.data, p->data.len);
   } else {
     rs->mismatch |= p->n_pieces == 0 || (p->tensor && p->tensor[0]) || p->box || p->data.len;
-    for (size_t k = 0; k < p->n_pieces; k++) rs->mismatch |= !check_piece(rs, p->pieces[k]);
+    if (rs->form == TCK_PACK_DATA) {
+      rs->mismatch |= !check_packed_data(rs, p);
+    } else {
+      rs->mismatch |= p->packed_data.len > 0;
+      for (size_t k = 0; k < p->n_pieces; k++) {
+        const Stoker__V1__ReadChunk *q = p->pieces[k];
+        rs->mismatch |= q->data_length || !check_piece(rs, q, q->data.data, q->data.len);
+      }
+    }
   }
   pthread_mutex_unlock(&rs->mu);
   protobuf_c_message_free_unpacked(msg, NULL);
@@ -342,7 +368,10 @@ static int read_wanted(struct rpc_client *rc, const char *job, int64_t step, con
   req.step = step;
   req.n_wanted = w->n;
   req.wanted = (Stoker__V1__ChunkEntry **)w->ep;
-  req.pack_pieces = rs->pack;
+  req.pack_pieces = rs->form != TCK_ONE_PER_MESSAGE && rs->form != TCK_PACK_DATA_ALONE;
+  req.pack_data =
+      rs->form == TCK_PACK_DATA || rs->form == TCK_PACK_DATA_ALONE || rs->form == TCK_PACK_DATA_SHM;
+  if (rs->form == TCK_PACK_DATA_SHM) req.shm_name = "read-0123abcd";
   int rc2 = rpc_client_stream_async(rc, "/stoker.v1.Checkpoint/Read", &req.base,
                                     &stoker__v1__read_chunk__descriptor, 60000, on_piece, on_done,
                                     rs, NULL);
@@ -360,6 +389,13 @@ static int read_wanted(struct rpc_client *rc, const char *job, int64_t step, con
 
 int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
                   uint32_t world, uint32_t write_world, char *msg, size_t msg_len) {
+  return tck_read_rank_form(rc, job, step, rank, world, write_world, TCK_ONE_PER_MESSAGE, msg,
+                            msg_len);
+}
+
+int tck_read_rank_form(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
+                       uint32_t world, uint32_t write_world, enum tck_form form, char *msg,
+                       size_t msg_len) {
   struct wanted *w = calloc(1, sizeof(*w));
   for (size_t t = 0; t < N_MODEL; t++) {
     uint64_t lo = model[t].rows * rank / world, hi = model[t].rows * (rank + 1) / world;
@@ -370,19 +406,20 @@ int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t
     snprintf(blob, sizeof(blob), "blob/rank-%u", r);
     want(w, blob, 0, 1000 + r, 0, 1);
   }
-  struct read_state rs = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+  struct read_state rs = {
+      .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .form = form};
   int code = read_wanted(rc, job, step, w, &rs, msg, msg_len);
   free(w);
   return code;
 }
 
-int tck_read_rows(struct rpc_client *rc, const char *job, int64_t step, uint32_t rows, bool pack,
-                  uint64_t *ret_messages, uint64_t *ret_pieces) {
+int tck_read_rows(struct rpc_client *rc, const char *job, int64_t step, uint32_t rows,
+                  enum tck_form form, uint64_t *ret_messages, uint64_t *ret_pieces) {
   struct wanted *w = calloc(1, sizeof(*w));
   for (uint32_t r = 0; r < rows && r < MAX_WANTED && r < model[0].rows; r++)
     want(w, model[0].name, r, 1, model[0].cols, model[0].esize);
   struct read_state rs = {
-      .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .pack = pack};
+      .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .form = form};
   int code = read_wanted(rc, job, step, w, &rs, NULL, 0);
   *ret_messages = rs.messages;
   *ret_pieces = rs.pieces;

@@ -72,18 +72,31 @@ int tck_write_all(const char *addr, const char *attempt, uint32_t world);
 void tck_save_ok(struct rpc_client *rc, const char *addr, const char *job, int64_t step,
                  uint32_t world);
 
+/* What a Read asks for, and so the form every message must have. */
+enum tck_form {
+  TCK_ONE_PER_MESSAGE, /* Neither field (a client from before them): a piece a message. */
+  TCK_PACK_PIECES,     /* pack_pieces: pieces listed, fields 1-5 of the message empty. */
+  TCK_PACK_DATA,       /* And pack_data: their bytes in packed_data, none in a piece's data. */
+  TCK_PACK_DATA_ALONE, /* pack_data without pack_pieces (refused). */
+  TCK_PACK_DATA_SHM,   /* pack_pieces, pack_data and a read file's name (refused). */
+};
+
 /* Reads rank's share at world (rows split evenly, every old rank's blob)
- * and compares every byte: RPC_OK, the stream's status, or TCK_MISMATCH. */
+ * and compares every byte: RPC_OK, the stream's status, or TCK_MISMATCH.
+ * Asks for neither pack_pieces nor pack_data (TCK_ONE_PER_MESSAGE). */
 int tck_read_rank(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
                   uint32_t world, uint32_t write_world, char *msg, size_t msg_len);
+/* The same asking for form; every message's form is checked too. */
+int tck_read_rank_form(struct rpc_client *rc, const char *job, int64_t step, uint32_t rank,
+                       uint32_t world, uint32_t write_world, enum tck_form form, char *msg,
+                       size_t msg_len);
 
 /* One Read of the first `rows` rows (at most 64) of the model's float
  * matrix, each row a wanted box of its own (4 KiB), the request asking for
- * pack_pieces or not; every byte and every message's form is checked (pack:
- * pieces listed, fields 1-5 empty; else one piece per message). RPC_OK, the
+ * form; every byte and every message's form is checked. RPC_OK, the
  * stream's status or TCK_MISMATCH; the messages and pieces received. */
-int tck_read_rows(struct rpc_client *rc, const char *job, int64_t step, uint32_t rows, bool pack,
-                  uint64_t *ret_messages, uint64_t *ret_pieces);
+int tck_read_rows(struct rpc_client *rc, const char *job, int64_t step, uint32_t rows,
+                  enum tck_form form, uint64_t *ret_messages, uint64_t *ret_pieces);
 
 /* The model's ranks were written at write_world: every rank of world reads. */
 int tck_read_all(struct rpc_client *rc, const char *job, int64_t step, uint32_t world,

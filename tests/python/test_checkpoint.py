@@ -272,25 +272,68 @@ def test_a_load_of_many_boxes_comes_in_few_messages(daemons, tmp_path, monkeypat
             reader.conn.server_stream(RPC.Read.path, req, RPC.Read.response_type, timeout=60)
         )
 
-    def key(p: ckpt_pb.ReadChunk) -> tuple[str, list[int], bytes]:
-        return p.tensor, list(p.box.offsets), p.data
+    def key(p: tuple[ckpt_pb.ReadChunk, Any]) -> tuple[str, list[int], bytes]:
+        return p[0].tensor, list(p[0].box.offsets), bytes(p[1])
 
     one = read(False)
     assert len(one) == len(wanted) and not any(m.pieces for m in one)
     packed = read(True)
     assert len(packed) == 1 and not packed[0].tensor and len(packed[0].pieces) == len(wanted)
-    assert [key(p) for p in _read_pieces(packed)] == [key(m) for m in one]
+    assert [key(p) for p in _read_pieces(packed)] == [key((m, m.data)) for m in one]
 
     asked = []
     stream = reader.conn.server_stream
 
     def spy(method: str, req: Any, *args: Any, **kwargs: Any) -> Any:
-        asked.append(req.pack_pieces)
+        asked.append((req.pack_pieces, req.pack_data))
         return stream(method, req, *args, **kwargs)
 
     monkeypatch.setattr(reader.conn, "server_stream", spy)
-    assert [key(p) for p in reader._read(wanted)] == [key(m) for m in one]
-    assert asked == [True]
+    assert [key(p) for p in reader._read(wanted)] == [key((m, m.data)) for m in one]
+    assert asked == [(True, True)]
+
+
+def test_a_load_takes_its_bytes_from_one_field_per_message(daemons, tmp_path):
+    """The reader asks for its pieces' bytes in one field of each message
+    (pack_data): a resharded read (saved at 2 ranks, read in thirds of every
+    tensor) gives the same pieces and bytes as the form without it, which
+    a request without pack_data still gets; pack_data without pack_pieces
+    is refused (issue 26, part 2)."""
+    addr = daemons["checkpoint"].addr
+    run_ranks("save", addr, "dcpform", 5, 2, tmp_path)
+    reader = StokerReader("dcpform", addr, step=5)
+    wanted = []
+    for c in reader.manifest().chunks:
+        shape = list(c.global_shape)
+        if len(shape) != 2 or shape[0] < 3 or c.box.offsets[0] != 0:
+            continue
+        for k in range(3):
+            lo, hi = shape[0] * k // 3, shape[0] * (k + 1) // 3
+            box = ckpt_pb.Box(offsets=[lo, 0], sizes=[hi - lo, shape[1]])
+            wanted.append(ckpt_pb.ChunkEntry(tensor=c.tensor, box=box))
+    assert len(wanted) >= 6
+
+    def read(pack_data: bool) -> list[ckpt_pb.ReadChunk]:
+        req = ckpt_pb.ReadRequest(
+            job="dcpform", step=5, wanted=wanted, pack_pieces=True, pack_data=pack_data
+        )
+        return list(
+            reader.conn.server_stream(RPC.Read.path, req, RPC.Read.response_type, timeout=60)
+        )
+
+    old, new = read(False), read(True)
+    assert all(p.data_length == 0 and not m.packed_data for m in old for p in m.pieces)
+    assert all(not p.data for m in new for p in m.pieces)
+    assert sum(len(m.packed_data) for m in new) == sum(len(p.data) for m in old for p in m.pieces)
+    got_old = [(p.tensor, list(p.box.offsets), bytes(d)) for p, d in _read_pieces(old)]
+    got_new = [(p.tensor, list(p.box.offsets), bytes(d)) for p, d in _read_pieces(new)]
+    assert got_new == got_old and len(got_new) >= len(wanted)
+
+    bad = ckpt_pb.ReadRequest(job="dcpform", step=5, wanted=wanted, pack_data=True)
+    with pytest.raises(StokerError) as e:
+        list(reader.conn.server_stream(RPC.Read.path, bad, RPC.Read.response_type, timeout=60))
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "pack_data needs pack_pieces" in str(e.value)
 
 
 def test_names_outside_the_services_alphabet_are_mapped_and_kept():

@@ -86,7 +86,7 @@ class ShmReadFile:
         """A uint8 tensor over nbytes of the file at offset (no copy)."""
         return torch.frombuffer(self.map, dtype=torch.uint8, count=nbytes, offset=offset)
 
-    def write(self, offset: int, data: bytes) -> None:
+    def write(self, offset: int, data: bytes | memoryview) -> None:
         """Places bytes that came inline where the service would have put them."""
         self.map[offset : offset + len(data)] = data
 

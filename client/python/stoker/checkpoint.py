@@ -730,9 +730,9 @@ class StokerReader(StorageReader):
         size = int(chunks[0].global_shape[0])
         out = bytearray(size)
         want = pb.ChunkEntry(tensor=name, box=pb.Box(offsets=[0], sizes=[size]))
-        for piece in self._read([want]):
+        for piece, data in self._read([want]):
             off = piece.box.offsets[0]
-            out[off : off + len(piece.data)] = piece.data
+            out[off : off + len(data)] = data
         return bytes(out)
 
     def _blob_size(self, name: str) -> int:
@@ -761,13 +761,17 @@ class StokerReader(StorageReader):
 
     def _read(
         self, wanted: list[pb.ChunkEntry], shm: ShmReadFile | None = None, replica: str = ""
-    ) -> Iterator[pb.ReadChunk]:
-        """A Read call's pieces, in order: to any replica inline, to replica
-        (the one whose directory holds the read file) through shared
-        memory. The service sends several pieces per message (pack_pieces:
-        a restore of many small boxes is a few messages, not one per box)."""
+    ) -> Iterator[tuple[pb.ReadChunk, bytes | memoryview]]:
+        """A Read call's pieces with their bytes, in order: to any replica
+        inline, to replica (the one whose directory holds the read file)
+        through shared memory. The service sends several pieces per message
+        (pack_pieces: a restore of many small boxes is a few messages, not
+        one per box) and, inline, their bytes in the message's one field
+        (pack_data: the service sends them as assembled, without a copy)."""
         assert self.step is not None
-        req = pb.ReadRequest(job=self.job, step=self.step, wanted=wanted, pack_pieces=True)
+        req = pb.ReadRequest(
+            job=self.job, step=self.step, wanted=wanted, pack_pieces=True, pack_data=shm is None
+        )
         if shm is not None:
             req.shm_name, req.shm_nonce = shm.name, shm.nonce
         conn = self.conn.peer(replica) if replica else self.conn
@@ -820,8 +824,8 @@ class StokerReader(StorageReader):
             box = pb.Box(offsets=w.offsets, sizes=w.sizes)
             wanted.append(pb.ChunkEntry(tensor=w.name, box=box))
         if wanted:
-            for piece in self._read(wanted):
-                self._place(piece, pending, planner)
+            for piece, data in self._read(wanted):
+                self._place(piece, data, pending, planner)
         _no_bytes([w for ws in pending.values() for w in ws])
 
     def _read_shm(
@@ -863,10 +867,10 @@ class StokerReader(StorageReader):
             for p in parts
         ]
         at, done = SHM_READ_DATA, 0
-        for piece in self._read(wanted, f, replica):
-            n = piece.shm_length or len(piece.data)
+        for piece, data in self._read(wanted, f, replica):
+            n = piece.shm_length or len(data)
             if piece.shm_length == 0:
-                f.write(at, piece.data)  # inline after all (e.g. an empty piece)
+                f.write(at, data)  # inline after all (e.g. an empty piece)
             elif piece.shm_offset != at or at + n > f.size:
                 raise StokerError(
                     grpc.StatusCode.INTERNAL,
@@ -882,14 +886,18 @@ class StokerReader(StorageReader):
         _no_bytes([p.want for p in parts[done:]])
 
     def _place(
-        self, piece: pb.ReadChunk, pending: dict[str, list[_Want]], planner: LoadPlanner
+        self,
+        piece: pb.ReadChunk,
+        data: bytes | memoryview,
+        pending: dict[str, list[_Want]],
+        planner: LoadPlanner,
     ) -> None:
         off, size = list(piece.box.offsets), list(piece.box.sizes)
         dtype = self.dtypes.get(piece.tensor, torch.uint8)
         for w in [
             w for w in pending.get(piece.tensor, []) if _box_contains(w.offsets, w.sizes, off, size)
         ]:
-            w.place(off, size, piece.data, dtype)
+            w.place(off, size, data, dtype)
             if w.done:
                 pending[piece.tensor].remove(w)
                 self._complete(w, planner)
@@ -903,17 +911,31 @@ class StokerReader(StorageReader):
             planner.commit_tensor(w.item, w.target)
 
 
-def _read_pieces(messages: Iterable[pb.ReadChunk]) -> Iterator[pb.ReadChunk]:
-    """The pieces of a Read's messages: each message lists its pieces, or
-    is one piece itself (a service that predates pack_pieces)."""
+def _read_pieces(
+    messages: Iterable[pb.ReadChunk],
+) -> Iterator[tuple[pb.ReadChunk, bytes | memoryview]]:
+    """The pieces of a Read's messages with their bytes: each message lists
+    its pieces, or is one piece itself (a service that predates
+    pack_pieces); a piece's bytes are its own data, or (pack_data) its run
+    of the message's packed_data, handed out without a copy."""
     for m in messages:
         if not m.pieces:
-            yield m
+            yield m, m.data
             continue
+        packed = memoryview(m.packed_data)
         for p in m.pieces:
             if p.pieces:
                 raise StokerError(grpc.StatusCode.INTERNAL, "a read piece lists pieces of its own")
-            yield p
+            if p.data_length == 0:
+                yield p, p.data
+                continue
+            end = p.data_offset + p.data_length
+            if p.data or end > len(packed):
+                raise StokerError(
+                    grpc.StatusCode.INTERNAL,
+                    f"a read piece of {p.tensor!r} lies outside its message's bytes",
+                )
+            yield p, packed[p.data_offset : end]
 
 
 def _no_bytes(left: list[_Want]) -> None:
@@ -1002,7 +1024,9 @@ class _Want:
     def done(self) -> bool:
         return self.placed >= self.total
 
-    def place(self, off: list[int], size: list[int], data: bytes, dtype: torch.dtype) -> None:
+    def place(
+        self, off: list[int], size: list[int], data: bytes | memoryview, dtype: torch.dtype
+    ) -> None:
         if self.item.type == LoadItemType.BYTE_IO:
             if not self.blob:
                 self.blob = bytearray(self.total)

@@ -145,6 +145,7 @@ static void handle_write(struct rpc_call *c, const ProtobufCMessage *m, void *da
 
 struct rstream {
   struct rpc_call *c;
+  struct fake_ckpt *f;
   struct ckpt_reader *r;
   bool send_pending, ended;
   int end_err;
@@ -173,10 +174,25 @@ static void r_sent(struct rpc_call *c, int err, void *arg) {
   }
 }
 
+/* piece with its first piece's run moved past the message's bytes. */
+static int send_damaged(struct rstream *rs, const Stoker__V1__ReadChunk *piece) {
+  Stoker__V1__ReadChunk m = *piece, first = *piece->pieces[0];
+  Stoker__V1__ReadChunk **ps = malloc(piece->n_pieces * sizeof(*ps));
+  if (!ps) return STK_ENOMEM;
+  memcpy(ps, piece->pieces, piece->n_pieces * sizeof(*ps));
+  first.data_offset = piece->packed_data.len;
+  ps[0] = &first;
+  m.pieces = ps;
+  int err = rpc_send(rs->c, &m.base, r_sent, rs);
+  free(ps);
+  return err;
+}
+
 static bool r_piece(void *arg, const Stoker__V1__ReadChunk *piece) {
   struct rstream *rs = arg;
   rs->send_pending = true;
-  int err = rpc_send(rs->c, &piece->base, r_sent, rs);
+  bool damage = rs->f->damage_packed_data && piece->n_pieces > 0 && piece->packed_data.len > 0;
+  int err = damage ? send_damaged(rs, piece) : rpc_send(rs->c, &piece->base, r_sent, rs);
   if (err < 0) {
     rs->send_pending = false;
     return true; /* The next piece fails the same way; done follows. */
@@ -197,6 +213,7 @@ static void handle_read(struct rpc_call *c, const ProtobufCMessage *m, void *dat
   struct fake_ckpt *f = data;
   struct rstream *rs = calloc(1, sizeof(*rs));
   rs->c = c;
+  rs->f = f;
   rs->r = ckpt_read(f->svc, (const Stoker__V1__ReadRequest *)m, r_piece, r_done, rs);
 }
 
@@ -275,6 +292,7 @@ void fake_ckpt_start(struct fake_ckpt *f, const struct fake_ckpt_opts *opts) {
   assert_int_equal(uv_async_init(&f->server.loop, &f->stats_req, on_stats), 0);
   f->stats_req.data = f;
   open_core(f, opts);
+  f->damage_packed_data = opts && opts->damage_packed_data;
   /* Verify only where the service descriptor has it (and not switched off). */
   size_t n = sizeof(defs) / sizeof(defs[0]);
   if ((opts && opts->no_verify) || !protobuf_c_service_descriptor_get_method_by_name(

@@ -23,6 +23,9 @@ struct fake_ckpt_opts {
   uint64_t staging_budget_bytes; /* 0: the core's default. */
   uint32_t read_piece_bytes;     /* 0: the core's default. */
   bool no_verify;                /* Do not serve Verify (as an older daemon). */
+  /* A hostile service: each message with packed_data goes out with its
+   * first piece's run starting at the end of the message's bytes. */
+  bool damage_packed_data;
 };
 
 struct fake_ckpt {
@@ -36,6 +39,7 @@ struct fake_ckpt {
   pthread_cond_t cv;
   bool stats_ready;
   struct ckpt_service_stats stats;
+  bool damage_packed_data; /* fake_ckpt_opts'. */
 };
 
 /* Starts core, server and loop thread; asserts on failure. */

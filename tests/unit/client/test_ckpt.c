@@ -253,11 +253,35 @@ static void test_errors(void **state) {
   fake_ckpt_stop(&f);
 }
 
+/* A service whose message names bytes past its packed_data (issue 26,
+ * part 2): the read fails as corrupt, naming the piece, and places nothing
+ * from outside the message. */
+static void test_read_refuses_runs_outside_message(void **state) {
+  (void)state;
+  struct fake_ckpt f;
+  struct fake_ckpt_opts fo = {.damage_packed_data = true};
+  fake_ckpt_start(&f, &fo);
+  struct stk_client *c = connect_to(&f);
+  char att[STK_CKPT_ATTEMPT_MAX];
+  assert_int_equal(stk_ckpt_begin(c, "j", 4, 1, 0, att), 0);
+  save_rank(c, att, 0, 1, 1 << 20);
+  assert_int_equal(stk_ckpt_commit(c, att, 0, NULL), 0);
+  float *w = calloc(R * C, sizeof(float));
+  uint64_t z[2] = {0, 0};
+  struct stk_ckpt_want want = {"w", {2, z, w_shape}, w, R * C * sizeof(float)};
+  assert_int_equal(stk_ckpt_read(c, "j", 4, &want, 1, 0, NULL), STK_ECORRUPT);
+  assert_non_null(strstr(stk_client_last_error(NULL), "outside its message's bytes"));
+  free(w);
+  stk_client_free(c);
+  fake_ckpt_stop(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_save_commit_restore),
       cmocka_unit_test(test_async_save_backpressure),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_read_refuses_runs_outside_message),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
