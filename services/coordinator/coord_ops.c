@@ -3,8 +3,9 @@
  * resume, stop, scale) and ReportCheckpoint, which may let a pending scale
  * or pause go on. Scale and pause ask members for a checkpoint first
  * (CHECKPOINT_NOW in their heartbeat replies) and wait for a newer one to
- * be reported (a pause: newer than every step the members reported), at
- * most scale_timeout_beats heartbeat intervals. What they wait for is in
+ * be reported (a pause: newer than every step the members reported, and
+ * at least the step they said they stop at: coord_pause_floor), at most
+ * scale_timeout_beats heartbeat intervals. What they wait for is in
  * the JobRecord; a restart re-arms it with a fresh deadline (and members,
  * new in memory, are asked to checkpoint again).
  *
@@ -16,7 +17,11 @@
  * (coord_rendezvous.c). Members that stop after staging their last
  * checkpoint leave with its step (coord_pause_await); the next round waits
  * for that checkpoint to be reported (at most the same scale_timeout_beats
- * intervals), so every rank restores it.
+ * intervals), so every rank restores it. The step the ranks agreed to stop
+ * at (a heartbeat's stop_step, a Leave's checkpoint_step) bounds the
+ * pause's checkpoint from below (coord_pause_floor). A pause's STOP that is
+ * not forced leaves the member its seat (coord_lease.c): the job is PAUSED
+ * once every member left, was lost or was told a forced STOP.
  */
 #include "coord_internal.h"
 
@@ -75,6 +80,9 @@ static void go_paused(struct job *j) {
   coord_event(j, E(PAUSED), NULL, 0, "paused");
 }
 
+/* PAUSED once no member holds a seat: each left, was lost, or was told a
+ * forced STOP (told_stop); a STOP naming the pause's checkpoint leaves the
+ * seat, since its member may checkpoint first (coord_lease.c, decide). */
 void coord_pause_maybe_done(struct job *j) {
   if (j->state != S(PAUSING)) return;
   for (uint32_t r = 0; r < j->world; r++)
@@ -156,8 +164,23 @@ void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req
 }
 
 void coord_pause_await(struct job *j, int64_t step) {
+  coord_pause_floor(j, step);
   if ((j->state != S(PAUSING) && j->state != S(PAUSED)) || step <= j->awaited_step) return;
   j->awaited_step = step; /* The deadline runs from the resume. */
+  coord_store_job(j);
+}
+
+/* The ranks agreed to stop at stop_step (their vote): every rank leaves
+ * with it, so the pause's checkpoint is one of at least that step. The
+ * steps the members had reported at the notice are up to a heartbeat
+ * interval old, and a periodic checkpoint begun after them but before the
+ * ranks' stop step, committed during the pause, passed the notice's bound:
+ * it was taken as the pause's and the ranks were told STOP with steps past
+ * it. One seen already below stop_step is not the pause's any more. */
+void coord_pause_floor(struct job *j, int64_t stop_step) {
+  if (j->state != S(PAUSING) || stop_step - 1 <= j->pause_step) return;
+  j->pause_step = stop_step - 1;
+  if (j->ckpt_step <= j->pause_step) j->pause_ckpt_seen = false;
   coord_store_job(j);
 }
 

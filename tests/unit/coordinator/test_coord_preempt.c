@@ -50,6 +50,32 @@ static int beat(struct fx *f, const char *job, const char *member, uint64_t gen,
   return out;
 }
 
+/* A heartbeat in generation 1 of a rank whose ranks agreed to stop at
+ * stop_step (0: not yet); *ret_ckpt gets the reply's checkpoint_step and
+ * the reply must say pausing. */
+static int beat_stop(struct fx *f, const char *job, const char *member, uint64_t step,
+                     int64_t stop_step, int64_t *ret_ckpt) {
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = (char *)job;
+  req.member_id = (char *)member;
+  req.generation = 1;
+  req.step = step;
+  req.stop_step = stop_step;
+  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+  struct res *r = res_new();
+  coord_heartbeat(f->c, &req, on_done, r);
+  wait_res(f, r);
+  int out = r->err;
+  if (!out) {
+    Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
+    out = (int)resp->action;
+    assert_true(resp->pausing);
+    if (ret_ckpt) *ret_ckpt = resp->checkpoint_step;
+  }
+  res_free(r);
+  return out;
+}
+
 static int leave_after(struct fx *f, const char *job, const char *member, uint64_t gen,
                        int64_t step) {
   Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
@@ -295,6 +321,8 @@ static void test_pause_keeps_steps_past_an_earlier_checkpoint(void **state) {
   assert_int_equal(beat(f, "pk", "m1", 1, 45, false, NULL), ACT(STOP));
   assert_int_equal(state_of(f, "pk"), ST(PAUSING));
   assert_int_equal(leave_after(f, "pk", "m0", 1, 48), 0);
+  assert_int_equal(state_of(f, "pk"), ST(PAUSING)); /* m1 keeps its seat until it leaves. */
+  assert_int_equal(leave_after(f, "pk", "m1", 1, 0), 0);
   assert_int_equal(state_of(f, "pk"), ST(PAUSED));
   struct seen s;
   events(f, "pk", &s);
@@ -324,6 +352,97 @@ static void test_older_commit_not_the_pause(void **state) {
   assert_int_equal(leave_after(f, "pc", "m0", 1, 10), 0);
   assert_int_equal(leave_after(f, "pc", "m1", 1, 10), 0);
   assert_int_equal(state_of(f, "pc"), ST(PAUSED));
+}
+
+/* Heartbeats lag the ranks: at the notice they had reported 9; the ranks
+ * heard CHECKPOINT_NOW at 10 and agreed to stop at 12, while a periodic
+ * checkpoint of 11 (begun after their last report, before their stop step)
+ * commits during the pause. It is past what they had reported, but not the
+ * pause's: m0 said its ranks stop at 12, so m1, whose heartbeat left at 11
+ * before it finished 12, is not told STOP. The ranks leave with 12, the
+ * job PAUSED at 12. Before the stop step, m1 was told STOP at 11 and left
+ * step 12 unsaved. */
+static void test_pause_checkpoint_covers_the_stop_step(void **state) {
+  struct fx *f = *state;
+  create(f, "pv", 2, 2);
+  struct res *r[2];
+  join_all(f, "pv", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "pv", 5, 1), 0);
+  assert_int_equal(beat(f, "pv", "m0", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pv", "m1", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pv", "kueue: evicted"), 0);
+  assert_int_equal(beat_stop(f, "pv", "m0", 10, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_stop(f, "pv", "m1", 10, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_stop(f, "pv", "m0", 12, 12, NULL), ACT(CONTINUE)); /* Their vote. */
+  assert_int_equal(report_ckpt(f, "pv", 11, 1), 0); /* The periodic one, begun at 11. */
+  assert_int_equal(beat_stop(f, "pv", "m1", 11, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(state_of(f, "pv"), ST(PAUSING));
+  assert_int_equal(report_ckpt(f, "pv", 12, 1), 0); /* Theirs: now m1 may be told. */
+  int64_t ckpt = 0;
+  assert_int_equal(beat_stop(f, "pv", "m1", 12, 12, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 12);
+  assert_int_equal(leave_after(f, "pv", "m0", 1, 12), 0);
+  assert_int_equal(leave_after(f, "pv", "m1", 1, 12), 0);
+  assert_int_equal(state_of(f, "pv"), ST(PAUSED));
+  struct seen s;
+  events(f, "pv", &s);
+  assert_int_equal(s.step[find(&s, EV(PAUSED))], 12);
+  /* A stop step heard before the checkpoint under it was: the same. */
+  create(f, "pw2", 2, 2);
+  join_all(f, "pw2", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "pw2", "m0", 1, 3, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pw2", "kueue: evicted"), 0);
+  assert_int_equal(report_ckpt(f, "pw2", 4, 1), 0); /* Seen: past 3... */
+  assert_int_equal(beat_stop(f, "pw2", "m0", 6, 6, NULL), ACT(CHECKPOINT_NOW));
+  /* ...not any more: m1 at 4 is told to checkpoint, not STOP. */
+  assert_int_equal(beat_stop(f, "pw2", "m1", 4, 0, NULL), ACT(CHECKPOINT_NOW));
+}
+
+/* A pause's STOP names its checkpoint and leaves the seat: m0's heartbeat
+ * left at step 10, when the checkpoint of 10 was the pause's, and its STOP
+ * crossed step 11, which m0 finished meanwhile. m0 then checkpoints, then
+ * stops (its ranks agree on 12): the STOP says checkpoint_step 10, and the
+ * generation (its barriers and keys) stays until the members leave, though
+ * both were told STOP. Before, the second STOP ended the generation at once
+ * (PAUSED, its keys gone), so the checkpoint of 12 could not be taken. */
+static void test_pause_stop_keeps_the_seat(void **state) {
+  struct fx *f = *state;
+  create(f, "px", 2, 2);
+  struct res *r[2];
+  join_all(f, "px", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "px", "m0", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "px", "m1", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "px", "kueue: evicted"), 0);
+  assert_int_equal(report_ckpt(f, "px", 10, 1), 0);
+  int64_t ckpt = 0;
+  assert_int_equal(beat_stop(f, "px", "m0", 10, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 10);
+  ckpt = 0;
+  assert_int_equal(beat_stop(f, "px", "m1", 10, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 10);
+  assert_int_equal(state_of(f, "px"), ST(PAUSING));
+  assert_int_equal(kv_set_(f, "px", 1, "ckpt/12", "attempt"), 0); /* Their checkpoint's key. */
+  assert_int_equal(beat_stop(f, "px", "m0", 12, 12, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_stop(f, "px", "m1", 12, 12, NULL), ACT(CONTINUE));
+  assert_int_equal(leave_after(f, "px", "m0", 1, 12), 0);
+  assert_int_equal(state_of(f, "px"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "px", "m1", 1, 12), 0);
+  assert_int_equal(state_of(f, "px"), ST(PAUSED));
+  struct seen s;
+  events(f, "px", &s);
+  assert_int_equal(s.step[find(&s, EV(PAUSED))], 12);
+  /* A forced pause's STOP carries no checkpoint and ends the seat at once. */
+  create(f, "py", 1, 1);
+  join_all(f, "py", 1, r);
+  res_free(r[0]);
+  assert_int_equal(job_action(f, coord_pause_job, "py", true), 0);
+  ckpt = -1;
+  assert_int_equal(beat_stop(f, "py", "m0", 3, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 0);
+  assert_int_equal(state_of(f, "py"), ST(PAUSED));
 }
 
 /* Bad input changes nothing; an ended job refuses the notice. */
@@ -411,6 +530,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pause_keeps_steps_past_an_earlier_checkpoint, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_older_commit_not_the_pause, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_pause_checkpoint_covers_the_stop_step, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(test_pause_stop_keeps_the_seat, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_time_to_stage, fx_setup, fx_teardown),
   };
