@@ -237,7 +237,9 @@ def crossed(ctl, env, work, job, hb, step):
     evs = events(ctl, env, job)
     notice = next(e["seq"] for e in evs if e["type"] == "PREEMPTED")
     during = [int(e.get("step", 0)) for e in evs if e["type"] == "CHECKPOINT" and e["seq"] > notice]
-    assert any(c < step for c in during), f"{job}: no checkpoint below {step} in the pause: {during}"
+    assert any(c < step for c in during), (
+        f"{job}: no checkpoint below {step} in the pause: {during}"
+    )
     logs = "".join(run_log(work, job, m) for m in MEMBERS)
     crossing = re.findall(r"STOP at step (\d+), past the pause's checkpoint of step (\d+)", logs)
     if hb.startswith("lag:"):
