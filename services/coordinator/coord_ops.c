@@ -37,6 +37,7 @@
 static void go_pausing(struct job *j, bool force);
 static int64_t members_step(const struct job *j);
 static void start_scale(struct job *j, bool skip_checkpoint);
+static bool members_stopping(const struct job *j);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);
@@ -306,7 +307,7 @@ void coord_ops_sweep(struct job *j, int64_t now) {
   if (j->scale_pending && now >= j->scale_deadline)
     coord_round_open(j, "scaled (no checkpoint in time)");
   if (j->state == S(PAUSING) && !j->pause_force && !j->pause_ckpt_seen &&
-      now >= j->pause_deadline) {
+      now >= j->pause_deadline && !members_stopping(j)) {
     j->pause_force = true;
     coord_store_job(j);
   }
@@ -316,6 +317,18 @@ void coord_ops_sweep(struct job *j, int64_t now) {
     coord_store_job(j);
     coord_round_check(j);
   }
+}
+
+/* Whether a member said the step its ranks stop at (stop_step): they
+ * stage their own checkpoint, whose commit is reported after they leave
+ * (detached), so the pause's wait for a checkpoint does not force them; a
+ * forced STOP ended the generation while a slow stage still needed its
+ * barrier and keys. Their leases bound the wait (an operator's forced
+ * PauseJob still stops them at once). */
+static bool members_stopping(const struct job *j) {
+  for (uint32_t r = 0; r < j->world; r++)
+    if (j->by_rank[r] && j->by_rank[r]->stop_step > 0 && !j->by_rank[r]->told_stop) return true;
+  return false;
 }
 
 void coord_ops_rearm(struct job *j) {

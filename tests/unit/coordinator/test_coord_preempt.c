@@ -445,6 +445,43 @@ static void test_pause_stop_keeps_the_seat(void **state) {
   assert_int_equal(state_of(f, "py"), ST(PAUSED));
 }
 
+/* The ranks said their stop step (6): they stage their own checkpoint,
+ * committed after they leave, so the pause's wait for a checkpoint
+ * (scale_timeout_beats, 10 intervals of 50 ms) runs out without forcing
+ * them: they are not told STOP and leave with 6. Before, the forced STOP
+ * ended the generation under a stage slower than the wait. Members that
+ * said none are forced as before (a STOP naming no checkpoint). */
+static void test_wait_spares_ranks_that_stop(void **state) {
+  struct fx *f = *state;
+  const char *names[2] = {"pd", "pe"};
+  for (int i = 0; i < 2; i++) {
+    Stoker__V1__JobSpec spec = short_lease_spec_of(names[i], 2, 2);
+    spec.heartbeat_misses = 40; /* A 2 s lease: no member lost while the test waits. */
+    assert_int_equal(create_spec(f, &spec), 0);
+    struct res *r[2];
+    join_all(f, names[i], 2, r);
+    res_free(r[0]), res_free(r[1]);
+    assert_int_equal(preempt(f, names[i], "kueue: evicted"), 0);
+    assert_int_equal(beat_stop(f, names[i], "m0", 5, 0, NULL), ACT(CHECKPOINT_NOW));
+    assert_int_equal(beat_stop(f, names[i], "m1", 5, 0, NULL), ACT(CHECKPOINT_NOW));
+  }
+  assert_int_equal(beat_stop(f, "pd", "m0", 6, 6, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_stop(f, "pd", "m1", 6, 6, NULL), ACT(CONTINUE));
+  run_for(f, 700); /* Past the wait. */
+  assert_int_equal(beat_stop(f, "pd", "m0", 6, 6, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_stop(f, "pd", "m1", 6, 6, NULL), ACT(CONTINUE));
+  assert_int_equal(state_of(f, "pd"), ST(PAUSING));
+  assert_int_equal(kv_set_(f, "pd", 1, "ckpt/6", "attempt"), 0); /* Their generation lives. */
+  assert_int_equal(leave_after(f, "pd", "m0", 1, 6), 0);
+  assert_int_equal(leave_after(f, "pd", "m1", 1, 6), 0);
+  assert_int_equal(state_of(f, "pd"), ST(PAUSED));
+  int64_t ckpt = -1;
+  assert_int_equal(beat_stop(f, "pe", "m0", 6, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 0);
+  assert_int_equal(beat_stop(f, "pe", "m1", 6, 0, &ckpt), ACT(STOP));
+  assert_int_equal(state_of(f, "pe"), ST(PAUSED));
+}
+
 /* Bad input changes nothing; an ended job refuses the notice. */
 static void test_preempt_refused(void **state) {
   struct fx *f = *state;
@@ -533,6 +570,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pause_checkpoint_covers_the_stop_step, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_pause_stop_keeps_the_seat, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_wait_spares_ranks_that_stop, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_time_to_stage, fx_setup, fx_teardown),
   };
