@@ -121,6 +121,9 @@ static void go_pausing(struct job *j, bool force) {
    * after it holds none of the steps trained since. */
   int64_t trained = members_step(j);
   j->pause_step = trained > j->ckpt_step ? trained : j->ckpt_step;
+  for (uint32_t r = 0; r < j->world; r++) /* A stop step said before (coord_pause_floor). */
+    if (j->by_rank[r] && j->by_rank[r]->stop_step - 1 > j->pause_step)
+      j->pause_step = j->by_rank[r]->stop_step - 1;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
   j->awaited_step = 0;

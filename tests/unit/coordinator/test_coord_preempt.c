@@ -398,6 +398,20 @@ static void test_pause_checkpoint_covers_the_stop_step(void **state) {
   assert_int_equal(beat_stop(f, "pw2", "m0", 6, 6, NULL), ACT(CHECKPOINT_NOW));
   /* ...not any more: m1 at 4 is told to checkpoint, not STOP. */
   assert_int_equal(beat_stop(f, "pw2", "m1", 4, 0, NULL), ACT(CHECKPOINT_NOW));
+  /* A stop step said before the notice (the ranks' vote outran it): the same. */
+  create(f, "pw3", 2, 2);
+  join_all(f, "pw3", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "pw3", "m1", 1, 3, false, NULL), ACT(CONTINUE));
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = "pw3", req.member_id = "m0", req.generation = 1, req.step = 3, req.stop_step = 6;
+  struct res *b = res_new();
+  coord_heartbeat(f->c, &req, on_done, b);
+  assert_int_equal(wait_res(f, b)->err, 0);
+  res_free(b);
+  assert_int_equal(preempt(f, "pw3", "kueue: evicted"), 0);
+  assert_int_equal(report_ckpt(f, "pw3", 4, 1), 0);
+  assert_int_equal(beat_stop(f, "pw3", "m1", 4, 0, NULL), ACT(CHECKPOINT_NOW)); /* Not STOP. */
 }
 
 /* A pause's STOP names its checkpoint and leaves the seat: m0's heartbeat
