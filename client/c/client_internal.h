@@ -62,6 +62,8 @@ struct membership {
   bool beat_now;           /* Wakes the heartbeat thread for a beat at once. */
   bool pausing;            /* HeartbeatResponse.pausing of the last action. */
   bool resizing;           /* HeartbeatResponse.resizing of the last action. */
+  int64_t stop_step;       /* stk_report_stop: sent with every heartbeat. */
+  int64_t stop_ckpt_step;  /* HeartbeatResponse.checkpoint_step of the last STOP. */
   stk_action_fn on_action;
   void *on_action_arg;
   /* Heartbeat thread: started by join, stopped by leave/free/rejoin. */

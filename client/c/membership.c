@@ -14,7 +14,11 @@
  * a preemption notice for the whole job. Replies while the job pauses carry
  * pausing (stk_job_pausing): checkpoint, then stop; leave with the step
  * staged (stk_leave_checkpointed). A CHECKPOINT_NOW of a resize carries
- * resizing (stk_job_resizing): checkpoint, then wait for RESTART.
+ * resizing (stk_job_resizing): checkpoint, then wait for RESTART. The step
+ * the ranks agreed to stop at goes with every heartbeat once told
+ * (stk_report_stop). A pause's STOP that names its checkpoint
+ * (stk_stop_checkpoint_step) does not end the heartbeats: the member keeps
+ * its seat until it leaves, since it may checkpoint first.
  */
 #include "client_internal.h"
 
@@ -119,6 +123,23 @@ void stk_notify_terminating(struct stk_client *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
+void stk_report_stop(struct stk_client *c, int64_t step) {
+  pthread_mutex_lock(&c->mu);
+  if (step > c->m.stop_step) {
+    c->m.stop_step = step;
+    c->m.beat_now = true;
+    pthread_cond_broadcast(&c->m.hb_cv);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+int64_t stk_stop_checkpoint_step(struct stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  int64_t step = c->m.stop_ckpt_step;
+  pthread_mutex_unlock(&c->mu);
+  return step;
+}
+
 bool stk_job_pausing(struct stk_client *c) {
   pthread_mutex_lock(&c->mu);
   bool p = c->m.pausing;
@@ -149,6 +170,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
   req.loss = c->m.loss;
   req.health = (Stoker__V1__RankHealth)c->m.health; /* Same numbers. */
   req.terminating = c->m.terminating;
+  req.stop_step = c->m.stop_step;
   int64_t timeout =
       c->m.interval_ms < HEARTBEAT_CALL_MAX_MS ? c->m.interval_ms : HEARTBEAT_CALL_MAX_MS;
   if (timeout < 1000) timeout = 1000;
@@ -165,6 +187,7 @@ static enum stk_action beat(struct stk_client *c, struct waiter *w, uint64_t *re
     Stoker__V1__HeartbeatResponse *r = (Stoker__V1__HeartbeatResponse *)w->resp;
     a = (enum stk_action)r->action;
     if (a != STK_ACTION_NONE) c->m.pausing = r->pausing, c->m.resizing = r->resizing;
+    if (a == STK_ACTION_STOP) c->m.stop_ckpt_step = r->pausing ? r->checkpoint_step : 0;
     *ret_gen = r->generation;
     snprintf(reason, reason_len, "%s", r->reason ? r->reason : "");
   } else if (err == STK_ENOENT) {
@@ -191,7 +214,9 @@ static void *heartbeat_main(void *arg) {
     enum stk_action a = beat(c, &w, &gen, reason, sizeof(reason));
     if (c->m.hb_stop || a == STK_ACTION_NONE || a > STK_ACTION_STOP) continue;
     deliver(c, a, gen, reason);
-    if (a == STK_ACTION_RESTART || a == STK_ACTION_STOP) break;
+    /* A pause's STOP naming its checkpoint keeps the seat: this rank may
+     * checkpoint first (stk_stop_checkpoint_step), and beats on. */
+    if (a == STK_ACTION_RESTART || (a == STK_ACTION_STOP && !c->m.stop_ckpt_step)) break;
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;
@@ -271,6 +296,7 @@ static int start_membership(struct stk_client *c, const char *job, const char *m
   m->joined = true;
   m->pending = STK_ACTION_NONE;
   m->pausing = m->resizing = false;
+  m->stop_step = m->stop_ckpt_step = 0;
   m->hb_stop = false;
   m->beat_now = m->terminating; /* A rank terminating says so at once. */
   int rc = pthread_create(&m->hb_thread, NULL, heartbeat_main, c);

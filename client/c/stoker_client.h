@@ -132,6 +132,23 @@ void stk_notify_terminating(struct stk_client *c);
  * whose work is done. False after a join until a reply says otherwise. */
 bool stk_job_pausing(struct stk_client *c);
 
+/* This rank and its peers agreed to stop at step (> 0; their stop vote):
+ * the heartbeat thread beats at once, and every later heartbeat of this
+ * membership says so (HeartbeatRequest.stop_step). While the job pauses the
+ * coordinator then takes no checkpoint below step as the pause's and tells
+ * no member STOP below it. Any thread; never blocks. */
+void stk_report_stop(struct stk_client *c, int64_t step);
+
+/* With a STOP while the job pauses (stk_job_pausing): the step of the
+ * checkpoint the pause took (HeartbeatResponse.checkpoint_step), or 0 (a
+ * forced pause, or no STOP). When it is > 0 the member keeps its seat and
+ * its heartbeats go on, because the STOP may have crossed steps this rank
+ * finished after its heartbeat: a rank past that step checkpoints, then
+ * stops (agreeing on the step with its peers, stk_report_stop), and leaves
+ * with stk_leave_checkpointed(); a rank at or below it stops at once.
+ * When it is 0 the heartbeats end with the STOP, as for any other. */
+int64_t stk_stop_checkpoint_step(struct stk_client *c);
+
 /* Whether the last heartbeat reply with an action was a resize's
  * CHECKPOINT_NOW (ScaleJob): a new round opens once that checkpoint is
  * reported, so the rank may train no step past it and wait for RESTART

@@ -29,8 +29,13 @@ struct member {
   int64_t deadline;   /* Loop time (ms) when the lease ends. */
   int64_t last_hb_ms; /* Unix ms. */
   uint64_t step;
+  /* HeartbeatRequest.stop_step: the step it and its peers agreed to stop
+   * at (0: none). In memory only: the rank sends it in every heartbeat. */
+  int64_t stop_step;
   double tps, loss;
   Stoker__V1__RankHealth health;
+  /* told_stop: a STOP that ends its seat (a forced pause's; a pause's STOP
+   * with a checkpoint step leaves the seat until the member leaves). */
   bool told_ckpt, told_stop;
   bool finished;            /* Left with finished: holds no lease, answers STOP. */
   uint64_t asked_threshold; /* checkpoint_every_steps threshold already asked. */
@@ -369,8 +374,13 @@ void coord_pause_maybe_done(struct job *j);
  * ended job. A second notice changes nothing. */
 int coord_preempt(struct job *j, const char *reason);
 /* A member left a pausing (or paused) job after staging the checkpoint of
- * step: the next round waits for it. */
+ * step: the next round waits for it, and the pause's checkpoint is one of
+ * at least that step (coord_pause_floor). */
 void coord_pause_await(struct job *j, int64_t step);
+/* A member of a pausing job said it and its peers stop at stop_step
+ * (HeartbeatRequest.stop_step, or a Leave's checkpoint_step): a checkpoint
+ * below it is not the pause's. */
+void coord_pause_floor(struct job *j, int64_t stop_step);
 void coord_ops_sweep(struct job *j, int64_t now);
 /* After a restart: fresh deadlines for a pending scale or pause. */
 void coord_ops_rearm(struct job *j);

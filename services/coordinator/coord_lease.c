@@ -8,7 +8,11 @@
  * write nothing synchronously: statistics are persisted lazily, except a
  * health change, which is an event and is synced with the member's record.
  * A heartbeat with terminating (the rank got SIGTERM) is a preemption
- * notice (coord_ops.c); replies while the job pauses carry pausing.
+ * notice (coord_ops.c); replies while the job pauses carry pausing. A
+ * heartbeat's stop_step (the step its ranks agreed to stop at) bounds the
+ * pause's checkpoint from below (coord_pause_floor); a pause's STOP names
+ * its checkpoint (checkpoint_step) and leaves the member its seat until it
+ * leaves, since the reply may cross steps the member trained meanwhile.
  */
 #include "coord_internal.h"
 
@@ -24,14 +28,16 @@
 /* flags: the reply's pausing and resizing. */
 enum { HB_PAUSING = 1, HB_RESIZING = 2 };
 
+/* ckpt_step: HeartbeatResponse.checkpoint_step (a pause's STOP, not forced). */
 static void answer_hb_gen(struct coord_wait *w, uint64_t gen, int action, const char *reason,
-                          int flags) {
+                          int flags, int64_t ckpt_step) {
   Stoker__V1__HeartbeatResponse resp = STOKER__V1__HEARTBEAT_RESPONSE__INIT;
   resp.action = action;
   resp.generation = gen;
   resp.reason = (char *)reason;
   resp.pausing = (flags & HB_PAUSING) != 0;
   resp.resizing = (flags & HB_RESIZING) != 0;
+  resp.checkpoint_step = ckpt_step;
   coord_answer(w, &resp.base);
 }
 
@@ -40,7 +46,7 @@ static bool pausing(const struct job *j) {
 }
 
 static void answer_hb(struct coord_wait *w, struct job *j, int action, const char *reason) {
-  answer_hb_gen(w, j->generation, action, reason, pausing(j) ? HB_PAUSING : 0);
+  answer_hb_gen(w, j->generation, action, reason, pausing(j) ? HB_PAUSING : 0, 0);
 }
 
 /* A rank got SIGTERM: a preemption notice for the whole job, first wins. */
@@ -71,6 +77,10 @@ static void record_stats(struct job *j, struct member *m, const Stoker__V1__Hear
   list_push(&j->leases, &m->lease);
   m->last_hb_ms = coord_wall_ms();
   m->step = req->step;
+  if (req->stop_step > m->stop_step) { /* Its ranks' vote: the pause's bound. */
+    m->stop_step = req->stop_step;
+    coord_pause_floor(j, req->stop_step);
+  }
   m->tps = req->tokens_per_s;
   m->loss = req->loss;
   if (req->health != m->health || strcmp(req->message, m->message) != 0) {
@@ -100,14 +110,26 @@ static bool periodic_ckpt_due(struct job *j, struct member *m) {
   return true;
 }
 
-static int decide(struct job *j, struct member *m, const char **reason, int *flags) {
+/* *ret_ckpt: the reply's checkpoint_step (a pause's STOP, not forced). */
+static int decide(struct job *j, struct member *m, const char **reason, int *flags,
+                  int64_t *ret_ckpt) {
   if (j->state == S(PAUSING)) {
-    /* After the pause's checkpoint, STOP only a member with no step past
-     * it: one that trained on stops by itself after its own (it was told
-     * CHECKPOINT_NOW with pausing), or is forced once the wait is over. */
-    if (j->pause_force || (j->pause_ckpt_seen && (int64_t)m->step <= j->ckpt_step)) {
+    if (j->pause_force) { /* The wait is over: the seat ends with the STOP. */
       m->told_stop = true;
       *reason = "job pausing";
+      return A(STOP);
+    }
+    /* After the pause's checkpoint, STOP only a member with no step past
+     * it, reported or agreed (stop_step): one that trained on stops by
+     * itself after its own (it was told CHECKPOINT_NOW with pausing). The
+     * reply may still cross steps the member finishes meanwhile, so it
+     * names the checkpoint (a member past it checkpoints, then stops) and
+     * the member keeps its seat until it leaves: not told_stop. */
+    int64_t last = (int64_t)m->step > m->stop_step ? (int64_t)m->step : m->stop_step;
+    if (j->pause_ckpt_seen && last <= j->ckpt_step) {
+      *ret_ckpt = j->ckpt_step;
+      m->told_ckpt = true; /* A member past it checkpoints, then stops: told. */
+      *reason = "job pausing: its checkpoint is taken";
       return A(STOP);
     }
     if (!m->told_ckpt) {
@@ -161,10 +183,11 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
   const char *reason = "";
   uint64_t gen = j->generation;
   int flags = pausing(j) ? HB_PAUSING : 0;
-  int action = decide(j, m, &reason, &flags);
+  int64_t ckpt = 0;
+  int action = decide(j, m, &reason, &flags, &ckpt);
   /* The last STOP of a pause completes it: answer after that change. */
   if (action == A(STOP)) coord_pause_maybe_done(j);
-  answer_hb_gen(w, gen, action, reason, flags);
+  answer_hb_gen(w, gen, action, reason, flags, ckpt);
 }
 
 /* A finishing job (a member left finished) ends once every member left of

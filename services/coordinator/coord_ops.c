@@ -3,8 +3,9 @@
  * resume, stop, scale) and ReportCheckpoint, which may let a pending scale
  * or pause go on. Scale and pause ask members for a checkpoint first
  * (CHECKPOINT_NOW in their heartbeat replies) and wait for a newer one to
- * be reported (a pause: newer than every step the members reported), at
- * most scale_timeout_beats heartbeat intervals. What they wait for is in
+ * be reported (a pause: newer than every step the members reported, and
+ * at least the step they said they stop at: coord_pause_floor), at most
+ * scale_timeout_beats heartbeat intervals. What they wait for is in
  * the JobRecord; a restart re-arms it with a fresh deadline (and members,
  * new in memory, are asked to checkpoint again).
  *
@@ -16,7 +17,11 @@
  * (coord_rendezvous.c). Members that stop after staging their last
  * checkpoint leave with its step (coord_pause_await); the next round waits
  * for that checkpoint to be reported (at most the same scale_timeout_beats
- * intervals), so every rank restores it.
+ * intervals), so every rank restores it. The step the ranks agreed to stop
+ * at (a heartbeat's stop_step, a Leave's checkpoint_step) bounds the
+ * pause's checkpoint from below (coord_pause_floor). A pause's STOP that is
+ * not forced leaves the member its seat (coord_lease.c): the job is PAUSED
+ * once every member left, was lost or was told a forced STOP.
  */
 #include "coord_internal.h"
 
@@ -32,6 +37,7 @@
 static void go_pausing(struct job *j, bool force);
 static int64_t members_step(const struct job *j);
 static void start_scale(struct job *j, bool skip_checkpoint);
+static bool members_stopping(const struct job *j);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);
@@ -75,6 +81,9 @@ static void go_paused(struct job *j) {
   coord_event(j, E(PAUSED), NULL, 0, "paused");
 }
 
+/* PAUSED once no member holds a seat: each left, was lost, or was told a
+ * forced STOP (told_stop); a STOP naming the pause's checkpoint leaves the
+ * seat, since its member may checkpoint first (coord_lease.c, decide). */
 void coord_pause_maybe_done(struct job *j) {
   if (j->state != S(PAUSING)) return;
   for (uint32_t r = 0; r < j->world; r++)
@@ -112,6 +121,9 @@ static void go_pausing(struct job *j, bool force) {
    * after it holds none of the steps trained since. */
   int64_t trained = members_step(j);
   j->pause_step = trained > j->ckpt_step ? trained : j->ckpt_step;
+  for (uint32_t r = 0; r < j->world; r++) /* A stop step said before (coord_pause_floor). */
+    if (j->by_rank[r] && j->by_rank[r]->stop_step - 1 > j->pause_step)
+      j->pause_step = j->by_rank[r]->stop_step - 1;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
   j->awaited_step = 0;
@@ -156,8 +168,23 @@ void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req
 }
 
 void coord_pause_await(struct job *j, int64_t step) {
+  coord_pause_floor(j, step);
   if ((j->state != S(PAUSING) && j->state != S(PAUSED)) || step <= j->awaited_step) return;
   j->awaited_step = step; /* The deadline runs from the resume. */
+  coord_store_job(j);
+}
+
+/* The ranks agreed to stop at stop_step (their vote): every rank leaves
+ * with it, so the pause's checkpoint is one of at least that step. The
+ * steps the members had reported at the notice are up to a heartbeat
+ * interval old, and a periodic checkpoint begun after them but before the
+ * ranks' stop step, committed during the pause, passed the notice's bound:
+ * it was taken as the pause's and the ranks were told STOP with steps past
+ * it. One seen already below stop_step is not the pause's any more. */
+void coord_pause_floor(struct job *j, int64_t stop_step) {
+  if (j->state != S(PAUSING) || stop_step - 1 <= j->pause_step) return;
+  j->pause_step = stop_step - 1;
+  if (j->ckpt_step <= j->pause_step) j->pause_ckpt_seen = false;
   coord_store_job(j);
 }
 
@@ -284,7 +311,7 @@ void coord_ops_sweep(struct job *j, int64_t now) {
   if (j->scale_pending && now >= j->scale_deadline)
     coord_round_open(j, "scaled (no checkpoint in time)");
   if (j->state == S(PAUSING) && !j->pause_force && !j->pause_ckpt_seen &&
-      now >= j->pause_deadline) {
+      now >= j->pause_deadline && !members_stopping(j)) {
     j->pause_force = true;
     coord_store_job(j);
   }
@@ -294,6 +321,18 @@ void coord_ops_sweep(struct job *j, int64_t now) {
     coord_store_job(j);
     coord_round_check(j);
   }
+}
+
+/* Whether a member said the step its ranks stop at (stop_step): they
+ * stage their own checkpoint, whose commit is reported after they leave
+ * (detached), so the pause's wait for a checkpoint does not force them; a
+ * forced STOP ended the generation while a slow stage still needed its
+ * barrier and keys. Their leases bound the wait (an operator's forced
+ * PauseJob still stops them at once). */
+static bool members_stopping(const struct job *j) {
+  for (uint32_t r = 0; r < j->world; r++)
+    if (j->by_rank[r] && j->by_rank[r]->stop_step > 0 && !j->by_rank[r]->told_stop) return true;
+  return false;
 }
 
 void coord_ops_rearm(struct job *j) {

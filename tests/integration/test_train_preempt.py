@@ -27,6 +27,11 @@ A baseline's trainer (--on-sigterm exit, as one that saves nothing on
 SIGTERM): the rank given SIGTERM exits 143 at once, saving nothing and
 telling the coordinator nothing (no checkpoint, no PREEMPTED).
 
+The same notice while a periodic checkpoint is on its way and the ranks'
+heartbeats lag their steps (see CROSSING): the checkpoint committed during
+the pause is not taken for the ranks' own, and a STOP that crossed steps
+makes them checkpoint, then stop; either way every step is trained once.
+
 Usage: test_train_preempt.py COORDINATOR DATALOADER CHECKPOINT STOKER_TRAIN STOKERCTL
 """
 
@@ -99,12 +104,14 @@ def reference(bins, env, work, data):
     return steps_logged(work, "ref")
 
 
-def preempt(bins, env, work, data, job, how):
-    """Trains until both ranks are past step 3, gives the notice, and waits
-    for both ranks to exit 75; returns the checkpoint step S."""
+def preempt(bins, env, work, data, job, how, extra=(), heartbeat="300ms", after_beat=False):
+    """Trains until both ranks are past step 3, gives the notice (with
+    after_beat: just after both ranks' heartbeats, so that their next is a
+    whole interval away), and waits for both ranks to exit 75; returns the
+    checkpoint step S."""
     ctl, train = bins[4], bins[3]
-    create_job(ctl, env, job, 2, 2, "300ms", "1s", misses=20)
-    procs = launch(train, env, work, job, MEMBERS, train_args(data))
+    create_job(ctl, env, job, 2, 2, heartbeat, "1s", misses=20)
+    procs = launch(train, env, work, job, MEMBERS, [*train_args(data), *extra])
     RUNNING.extend(procs.values())
     wait_for(
         "both ranks training",
@@ -113,6 +120,14 @@ def preempt(bins, env, work, data, job, how):
         ),
         120,
     )
+    if after_beat:
+        wait_for(
+            "both ranks' heartbeats just in",
+            lambda: (lambda ms: len(ms) == 2 and all(fresh(m) for m in ms))(
+                job_json(ctl, env, job).get("members") or []
+            ),
+            60,
+        )
     if how == "sigterm":
         procs["r1"].send_signal(signal.SIGTERM)
     elif how == "pause":
@@ -188,6 +203,48 @@ def preempt(bins, env, work, data, job, how):
         f"PAUSED: {j['reason']}"
     )
     return step
+
+
+# The windows of a pause's STOP (issue 23): periodic checkpoints every 2
+# steps, each staged slowly (--ckpt-stage-test slow:600, so one is always on
+# its way when the notice comes and commits during the pause), and
+# heartbeats that carry the step 3 steps behind the one trained
+# (--heartbeat-test: a heartbeat whose reply comes back 3 steps late). That
+# checkpoint C is past every step reported at the notice, and the ranks'
+# heartbeats say C or less while they train C + 1 and C + 2.
+# - lag: the ranks' agreed stop step is held back as well, so the
+#   coordinator takes C as the pause's checkpoint and answers STOP, naming
+#   C, to ranks past it: each votes to stop, all checkpoint at one step S and
+#   leave with S (their seats kept until then). Heartbeats every 3 s and the
+#   notice just after one: the first answer to the notice is that STOP (a
+#   checkpoint committed meanwhile), not CHECKPOINT_NOW.
+# - stale: the stop step goes at once; C, below it, is not the pause's.
+# Before 2026-11-29 both lost steps: C was the pause's, the STOP ended the
+# ranks' seats (the generation) while they staged S, or stopped a rank at
+# once past C, and the job resumed from C, training C + 1.. S twice.
+CROSSING = ["--checkpoint-every", "2", "--ckpt-stage-test", "slow:600"]
+
+
+def fresh(member):
+    """The member's last heartbeat came in the last 300 ms."""
+    return time.time() * 1000 - int(member.get("last_heartbeat_ms", 0)) < 300
+
+
+def crossed(ctl, env, work, job, hb, step):
+    """The window was there: a checkpoint below the ranks' stop step
+    committed after the notice; under lag the coordinator took it for the
+    pause's and its STOP found a rank past it, which checkpointed first."""
+    evs = events(ctl, env, job)
+    notice = next(e["seq"] for e in evs if e["type"] == "PREEMPTED")
+    during = [int(e.get("step", 0)) for e in evs if e["type"] == "CHECKPOINT" and e["seq"] > notice]
+    assert any(c < step for c in during), (
+        f"{job}: no checkpoint below {step} in the pause: {during}"
+    )
+    logs = "".join(run_log(work, job, m) for m in MEMBERS)
+    crossing = re.findall(r"STOP at step (\d+), past the pause's checkpoint of step (\d+)", logs)
+    if hb.startswith("lag:"):
+        assert crossing, f"{job}: no STOP crossed a step: {logs[-3000:]}"
+    print(f"{job}: {hb}: checkpoints {during} committed in the pause; STOP crossings {crossing}")
 
 
 def sigterm_exit(bins, env, work, data):
@@ -266,6 +323,11 @@ def main():
         for job, how in (("pa", "sigterm"), ("pb", "notice"), ("pc", "pause")):
             step = preempt(bins, env, work, data, job, how)
             resume(bins, env, work, data, job, step, ref, how)
+        for job, hb, beat in (("pe", "lag:3", "3s"), ("pf", "stale:3", "500ms")):
+            extra = [*CROSSING, "--heartbeat-test", hb]
+            step = preempt(bins, env, work, data, job, "notice", extra, beat, after_beat=True)
+            crossed(bins[4], env, work, job, hb, step)
+            resume(bins, env, work, data, job, step, ref, "notice")
     print("ok")
 
 

@@ -20,7 +20,7 @@ from test_elastic import LINE, Agents
 
 from stoker.elastic import RESUMABLE_EXIT, TrainingMonitor
 from stoker.jobs import JobEvent, Jobs
-from stoker.membership import CHECKPOINT_NOW, Member, Membership
+from stoker.membership import CHECKPOINT_NOW, STOP, Member, Membership
 from stoker.v1 import common_pb2
 from stoker.v1 import coordinator_pb2 as pb
 
@@ -121,6 +121,58 @@ def test_an_outside_notice_reaches_every_rank(daemons) -> None:
         m.leave(checkpoint_step=3)
     job = jobs.show("py-out")
     assert job.state == "PAUSED" and "kueue: evicted" in job.reason, job
+
+
+def report_checkpoint(member: Member, job: str, step: int) -> None:
+    """What the checkpoint service does once a checkpoint is committed."""
+    member.conn.unary(
+        "/stoker.v1.Coordinator/ReportCheckpoint",
+        pb.ReportCheckpointRequest(job=job, step=step, uri=f"file:///ckpt/{step}"),
+        common_pb2.Empty,
+    )
+
+
+def test_the_pause_checkpoint_covers_the_ranks_stop_step(daemons) -> None:
+    """Heartbeats lag the ranks: at the notice they had reported 9; they
+    agree to stop at 12 (``report_stop``) while a periodic save of 11 (begun
+    after their last report) commits. It is not the pause's: the rank whose
+    heartbeat still says 11 hears no STOP until 12 is reported, and that STOP
+    names 12 (``stop_checkpoint_step``). Without the stop step the
+    coordinator took 11 and told that rank STOP with step 12 unsaved."""
+    addr = daemons["coordinator"].addr
+    jobs = Jobs(addr)
+    jobs.create("py-stop", 2, 2, heartbeat_interval_ms=100, heartbeat_misses=50, last_call_ms=200)
+    members = two_ranks(addr, "py-stop")
+    monitors = [TrainingMonitor(member=m) for m in members]
+    try:
+        for mon in monitors:
+            mon.report(step=9)
+        time.sleep(0.3)  # a heartbeat each at step 9
+        jobs.preempt("py-stop", "kueue: evicted")
+        for mon in monitors:
+            wait_action(mon, CHECKPOINT_NOW)
+        monitors[0].report(step=12)
+        monitors[0].report_stop(12)  # the ranks' vote
+        monitors[1].report(step=11)  # its heartbeat lags
+        time.sleep(0.3)
+        report_checkpoint(members[0], "py-stop", 11)
+        time.sleep(0.5)  # five heartbeats each
+        assert STOP not in [a for mon in monitors for a, _ in mon.poll()]
+        assert jobs.show("py-stop").state == "PAUSING"
+        report_checkpoint(members[0], "py-stop", 12)
+        monitors[1].report(step=12)
+        monitors[1].report_stop(12)
+        wait_action(monitors[1], STOP)
+        assert members[1].stop_checkpoint_step == 12
+    finally:
+        for mon in monitors:
+            mon.close()
+    for m in members:
+        m.leave(checkpoint_step=12)
+    job = jobs.show("py-stop")
+    assert job.state == "PAUSED", job
+    paused = [e for e in events(jobs, "py-stop") if e.type == "PAUSED"]
+    assert paused[-1].step == 12, paused
 
 
 def losses(logs: list[pathlib.Path]) -> dict[int, float]:

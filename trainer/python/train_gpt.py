@@ -239,6 +239,13 @@ def main() -> None:
         dist.all_reduce(asked, op=dist.ReduceOp.MAX)
         ckpt_now, stop, pausing = bool(asked[0]), bool(asked[1]), bool(asked[2])
         last = pausing and (ckpt_now or stop) and monitor is not None
+        if last and monitor is not None:
+            # Stoker: every rank stops at this step; the coordinator hears it
+            # at once, so a periodic save below it committing meanwhile is not
+            # taken for the pause's. A STOP is handled here too, never by
+            # stopping at once: it may have crossed steps trained after the
+            # heartbeat it answered, and all ranks agree on the step above.
+            monitor.report_stop(step)
         if step % args.checkpoint_every == 0 or ckpt_now or stop:
             checkpoint(step, last)
         if last and monitor is not None:

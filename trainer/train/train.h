@@ -97,9 +97,14 @@ struct train_opts {
                                  middle tensor. */
   bool ckpt_test_early;       /* early: staging done before the next step starts. */
   int64_t hear_late_test_ms;  /* --hear-late-test: CHECKPOINT_NOW taken in this much later. */
-  int eval_every;             /* Held-out loss every N steps (and after the last); 0: never. */
-  int eval_batches;           /* Loader steps in the held-out set (those after the last step). */
-  bool sigterm_exits_now;     /* --on-sigterm exit: no checkpoint, exit 143 at once (baselines). */
+  /* --heartbeat-test: the heartbeats lag the loop by this many steps (0:
+   * not). lag:K holds the stop step back until the lagging step reaches it;
+   * stale:K (hb_test_stop_at_once) sends it at once. */
+  int64_t hb_test_lag;
+  bool hb_test_stop_at_once;
+  int eval_every;         /* Held-out loss every N steps (and after the last); 0: never. */
+  int eval_batches;       /* Loader steps in the held-out set (those after the last step). */
+  bool sigterm_exits_now; /* --on-sigterm exit: no checkpoint, exit 143 at once (baselines). */
 };
 
 /* A checkpoint on its way: its pipeline thread (attempt, loader export,
@@ -145,6 +150,8 @@ struct train {
   bool sigterm_told;       /* This rank's SIGTERM was reported to the coordinator. */
   int64_t sigterm_ms;      /* When the loop saw it (train_now_ms): the grace it needs. */
   int64_t stopped_step;    /* > 0: stopped after staging the checkpoint of this step. */
+  int64_t stop_told;       /* The stop step given to stk_report_stop (0: none yet). */
+  atomic_bool stop_heard;  /* A pause's STOP naming its checkpoint was logged. */
   bool not_needed;         /* The coordinator refused the join (job stopped or scaled down). */
   char not_needed_why[256];
   char why[640]; /* What failed this generation, in words (train_why); "" while nothing. */

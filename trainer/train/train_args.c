@@ -25,6 +25,7 @@ struct train_cli {
   int stage_priority;     /* Index in priorities. */
   int on_sigterm;         /* Index in sigterm_modes. */
   const char *stage_test; /* --ckpt-stage-test as given. */
+  const char *hb_test;    /* --heartbeat-test as given. */
 };
 
 static const char *const precisions[] = {"fp32", "bf16", NULL};
@@ -77,6 +78,11 @@ static const struct flag_spec train_flags[] = {
     NUM("hear-late-test", FLAG_INT64, hear_late_test_ms, "0", 0, 60000,
         "Tests: a CHECKPOINT_NOW is taken in MS milliseconds after it arrives (a\n"
         "rank that hears a resize after the others voted on it; 0: at once)."),
+    ARG("heartbeat-test", hb_test,
+        "Tests: lag:K (heartbeats carry the step K steps behind the one trained,\n"
+        "and the agreed stop step only once that lagging step reaches it: a reply\n"
+        "comes back K steps late) or stale:K (the step K behind, the stop step at\n"
+        "once)."),
     ARG("ring-host", o.ring_host,
         "Address the ring listens on and publishes (env STOKER_RING_HOST; default\n"
         "127.0.0.1; a pod passes its IP)."),
@@ -130,6 +136,20 @@ static int stage_test(struct train_opts *o, const char *v) {
   return -1;
 }
 
+/* --heartbeat-test: "lag:K" or "stale:K" with K a whole number > 0. */
+static int hb_test(struct train_opts *o, const char *v) {
+  uint64_t k = 0;
+  if (!v) return 0;
+  bool lag = strncmp(v, "lag:", 4) == 0, stale = strncmp(v, "stale:", 6) == 0;
+  if ((lag || stale) && flag_parse_uint(v + (lag ? 4 : 6), 1000000, &k) == 0 && k > 0) {
+    o->hb_test_lag = (int64_t)k;
+    o->hb_test_stop_at_once = stale;
+    return 0;
+  }
+  fprintf(stderr, "stoker-train: --heartbeat-test: expected lag:K or stale:K, got '%s'\n", v);
+  return -1;
+}
+
 /* What the table cannot check: required flags and --heads | --channels. */
 static int check(const struct train_opts *o) {
   const char *missing = !o->coordinator ? "--coordinator (or STOKER_COORDINATOR)"
@@ -172,7 +192,7 @@ int train_parse_args(int argc, char **argv, struct train_opts *ret_opts) {
   o->sigterm_exits_now = c.on_sigterm == 1;
   if (!o->data_job) o->data_job = o->job;
   o->cfg.max_seq_len = o->seq_len;
-  if (stage_test(o, c.stage_test) != 0 || check(o) != 0) return -1;
+  if (stage_test(o, c.stage_test) != 0 || hb_test(o, c.hb_test) != 0 || check(o) != 0) return -1;
   *ret_opts = *o;
   return 0;
 }

@@ -4,7 +4,9 @@
  * logs loss and tokens/s per step; every rank reports them with its
  * heartbeats. A step checkpoints every N steps, or when any rank voted
  * (CHECKPOINT_NOW) in it; when a rank voted to stop (the job is pausing, or
- * a rank got SIGTERM), every rank checkpoints at that step and stops.
+ * a rank got SIGTERM), every rank checkpoints at that step and stops, and
+ * tells the coordinator the step at once. A pause's STOP is acted on at a
+ * step boundary: past the checkpoint it names, the rank votes to stop.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -105,6 +107,9 @@ static int take_batch(struct train *t, int *ret_B) {
   return err;
 }
 
+static uint64_t heartbeat_step(const struct train *t);
+static void tell_stop_step(struct train *t, int64_t step);
+
 static int one_step(struct train *t) {
   int64_t t0 = train_now_ms();
   int B = 0;
@@ -128,7 +133,7 @@ static int one_step(struct train *t) {
   if (stops > 0) atomic_store(&t->stop_wanted, false);
   double dt = (double)(train_now_ms() - t0) / 1000.0;
   double tps = (double)t->o.global_batch * t->o.seq_len / (dt > 1e-3 ? dt : 1e-3);
-  stk_report(t->coord, (uint64_t)t->step, tps, loss, STK_RANK_HEALTH_OK);
+  stk_report(t->coord, heartbeat_step(t), tps, loss, STK_RANK_HEALTH_OK);
   if (t->m.rank == 0)
     printf("[%s] step %" PRId64 " loss %.4f tokens/s %.0f world %u\n", t->o.member, t->step,
            (double)loss, tps, t->m.world_size);
@@ -138,9 +143,49 @@ static int one_step(struct train *t) {
   if (votes > 0)
     printf("[%s] checkpoint now at step %" PRId64 " (asked by %d rank%s)%s\n", t->o.member, t->step,
            votes, votes > 1 ? "s" : "", stops ? ", then stop: no step past it" : "");
+  if (stops > 0) tell_stop_step(t, t->step); /* Before an earlier checkpoint is reaped. */
   if (!err && (periodic || votes > 0)) err = train_ckpt_start(t, t->step, stops > 0);
   if (!err && stops) t->stopped_step = t->step;
   return err;
+}
+
+/* The step the heartbeats carry: the one trained, or K behind under
+ * --heartbeat-test (a heartbeat whose reply comes back K steps late). */
+static uint64_t heartbeat_step(const struct train *t) {
+  int64_t s = t->step - t->o.hb_test_lag;
+  return s > 0 ? (uint64_t)s : 0;
+}
+
+/* The ranks agreed to stop at step: the coordinator hears it at once
+ * (stk_report_stop), so that while the job pauses it takes no checkpoint
+ * below step as the pause's and tells no rank STOP below it. Under
+ * --heartbeat-test lag:K only once the lagging step reaches it (never,
+ * since the rank trains no step past it). */
+static void tell_stop_step(struct train *t, int64_t step) {
+  if (t->stop_told >= step) return;
+  if (t->o.hb_test_lag && !t->o.hb_test_stop_at_once && (int64_t)heartbeat_step(t) < step) return;
+  t->stop_told = step;
+  stk_report_stop(t->coord, step);
+}
+
+/* A STOP seen at a step boundary: 1 to stop here, 0 to train on. A pause's
+ * STOP names the checkpoint it took (stk_stop_checkpoint_step) and may have
+ * crossed steps this rank finished after the heartbeat it answered. Past
+ * that checkpoint the rank does not stop here, since its peers may stop at
+ * another boundary or train on: it votes to stop, so that every rank
+ * checkpoints at the same step S, stages, and leaves with S (the
+ * coordinator keeps its seat until then). At or below the checkpoint
+ * nothing is lost, and no peer can be past this boundary without this
+ * rank: it stops. A STOP naming no checkpoint (a forced pause, a stopped
+ * job, a scale-down) stops at once, as before. */
+static int stop_at_boundary(struct train *t, int err) {
+  int64_t ckpt = stk_stop_checkpoint_step(t->coord);
+  if (err || ckpt <= 0 || t->step <= ckpt || !stk_job_pausing(t->coord)) return 1;
+  if (!atomic_exchange(&t->stop_wanted, true))
+    printf("[%s] STOP at step %" PRId64 ", past the pause's checkpoint of step %" PRId64
+           ": checkpoint, then stop\n",
+           t->o.member, t->step, ckpt);
+  return 0;
 }
 
 /* This rank got SIGTERM: at the step boundary it tells the coordinator (a
@@ -155,8 +200,12 @@ static void sigterm_maybe(struct train *t) {
   atomic_store(&t->stop_wanted, true);
 }
 
+static int stop_at_boundary(struct train *t, int err);
+
 int train_run_generation(struct train *t) {
   t->why[0] = '\0';
+  t->stop_told = 0;
+  atomic_store(&t->stop_heard, false);
   int err = train_join(t);
   if (err) train_why(t, err, "joining job %s: %s", t->o.job, train_client_why(err));
   if (!err) err = setup(t);
@@ -165,7 +214,7 @@ int train_run_generation(struct train *t) {
     err = one_step(t);
     enum stk_action a = stk_poll_action(t->coord);
     if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
-    if (a == STK_ACTION_STOP && !t->stopped_step) err = 1; /* Else: its checkpoint first. */
+    if (a == STK_ACTION_STOP && !t->stopped_step) err = stop_at_boundary(t, err);
     if (a == STK_ACTION_RESTART)
       err = train_why(t, STK_EABORTED, "the coordinator asked for a restart");
   }

@@ -6,7 +6,9 @@
  * coordinator's RESTART (or STOP), then rejoins. CHECKPOINT_NOW sets a
  * flag the loop votes with (and, when the job is pausing, the stop flag).
  * A rank the coordinator no longer needs (its Join refused after a
- * scale-down, or STOP) exits 0 with a message. SIGTERM (a pod evicted)
+ * scale-down, or STOP) exits 0 with a message. A pause's STOP that names
+ * its checkpoint aborts nothing: the loop handles it at the step boundary
+ * (train_loop.c), since it may have crossed steps this rank trained. SIGTERM (a pod evicted)
  * only sets a flag the loop reads at the step boundary (with --on-sigterm
  * exit, for baselines, it exits 143 at once, saving nothing). A rank that
  * stopped because the job is pausing (after its last checkpoint, or told
@@ -37,6 +39,15 @@ static void on_action(void *arg, enum stk_action a, uint64_t generation, const c
     atomic_store(&t->stop_wanted, true);
   }
   if (a != STK_ACTION_RESTART && a != STK_ACTION_STOP) return;
+  if (a == STK_ACTION_STOP && pausing && stk_stop_checkpoint_step(t->coord) > 0) {
+    /* A pause's STOP naming its checkpoint: the ring stays, the loop decides
+     * at the step boundary (stop there, or checkpoint first: train_loop.c),
+     * so every rank leaves at the same step. */
+    if (!atomic_exchange(&t->stop_heard, true))
+      fprintf(stderr, "[%s] STOP (generation %" PRIu64 ": %s; the pause took step %" PRId64 ")\n",
+              t->o.member, generation, reason ? reason : "", stk_stop_checkpoint_step(t->coord));
+    return;
+  }
   fprintf(stderr, "[%s] %s (generation %" PRIu64 ": %s)\n", t->o.member,
           a == STK_ACTION_STOP ? "STOP" : "RESTART", generation, reason ? reason : "");
   atomic_store(&t->aborted, true);

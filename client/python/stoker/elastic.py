@@ -49,6 +49,7 @@ ACTIONS_FILE = "actions"
 TERMINATING_FILE = "terminating"  # a worker got SIGTERM (the agent tells the coordinator)
 PAUSING_FILE = "pausing"  # the agent heard that the job is pausing
 RESUMABLE_FILE = "resumable"  # a worker stopped resumably after staging this step
+STOP_FILE = "stop"  # the step a worker's ranks agreed to stop at (report_stop)
 # Exit status of a resumable stop (EX_TEMPFAIL): the job is paused or
 # preempted and this rank saved its checkpoint; start it again to resume.
 RESUMABLE_EXIT = 75
@@ -206,6 +207,23 @@ class TrainingMonitor:
             with open(os.path.join(self._dir, TERMINATING_FILE), "w", encoding="utf-8") as f:
                 f.write(os.environ.get("LOCAL_RANK", "0") + "\n")
 
+    def report_stop(self, step: int) -> None:
+        """Every rank agreed to stop at ``step`` (a checkpoint-then-stop: the
+        job is pausing): the coordinator hears it with the next heartbeat (at
+        once for a member; the agent's next one under torchrun), so that a
+        checkpoint below ``step`` committing meanwhile (a periodic save on
+        its way when the notice came) is not taken for the pause's, and no
+        rank is told STOP below it. Call it as soon as the ranks agreed,
+        before saving."""
+        if self._member is not None:
+            self._member.report_stop(step)
+        elif self._dir is not None:
+            path = os.path.join(self._dir, STOP_FILE)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(f"{step}\n")
+            os.replace(tmp, path)
+
     def exit_resumably(self, step: int) -> NoReturn:
         """Ends this process with :data:`RESUMABLE_EXIT` once the job's last
         checkpoint (``step``) is staged: the job is pausing (a CHECKPOINT_NOW
@@ -268,6 +286,17 @@ def resumable_step(control_dir: str) -> int | None:
     except FileNotFoundError:
         return None
     return int(text) if text.isdigit() else None
+
+
+def stop_step(control_dir: str) -> int:
+    """The step the node's workers agreed to stop at
+    (``TrainingMonitor.report_stop``), or 0 (the agent's side)."""
+    try:
+        with open(os.path.join(control_dir, STOP_FILE), encoding="utf-8") as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text.isdigit() else 0
 
 
 def mark_pausing(control_dir: str) -> None:

@@ -97,6 +97,12 @@ class Member:
         # resized (ScaleJob: checkpoint, then wait for RESTART).
         self.pausing = False
         self.resizing = False
+        # The step this rank and its peers agreed to stop at (report_stop),
+        # sent with every heartbeat of the membership; 0: none.
+        self.stop_step = 0
+        # With the last STOP while the job pauses: the checkpoint the pause
+        # took (HeartbeatResponse.checkpoint_step); 0: none, or forced.
+        self.stop_checkpoint_step = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -110,6 +116,7 @@ class Member:
             host=socket.gethostname(),
         )
         r = self.conn.unary(RPC.Join.path, req, RPC.Join.response_type, timeout=timeout, retry=True)
+        self.stop_step = self.stop_checkpoint_step = 0
         self.membership = Membership(
             job=self.job,
             member_id=self.member_id,
@@ -136,11 +143,14 @@ class Member:
             tokens_per_s=progress.tokens_per_s,
             health=pb.RANK_HEALTH_OK,
             terminating=self.terminating,
+            stop_step=self.stop_step,
         )
         r = self.conn.unary(RPC.Heartbeat.path, req, RPC.Heartbeat.response_type, retry=True)
         action = _ACTIONS.get(r.action, CONTINUE)
         if action != CONTINUE:
             self.pausing, self.resizing = bool(r.pausing), bool(r.resizing)
+        if action == STOP:
+            self.stop_checkpoint_step = int(r.checkpoint_step) if r.pausing else 0
         return action, int(r.generation), r.reason
 
     def notify_terminating(self) -> None:
@@ -150,6 +160,15 @@ class Member:
         answers CHECKPOINT_NOW with ``pausing`` to every rank."""
         self.terminating = True
         self._wake.set()
+
+    def report_stop(self, step: int) -> None:
+        """This rank and its peers agreed to stop at ``step`` (they checkpoint
+        it, stage it and leave with it): every later heartbeat says so, the
+        next one at once. While the job pauses the coordinator takes no
+        checkpoint below it as the pause's and tells no rank STOP below it."""
+        if step > self.stop_step:
+            self.stop_step = step
+            self._wake.set()
 
     def leave(self, finished: bool = False, checkpoint_step: int = 0) -> None:
         """A clean exit: the job re-rendezvous without this member. With

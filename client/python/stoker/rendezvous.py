@@ -188,7 +188,7 @@ class StokerRendezvousHandler(RendezvousHandler):
         # Workers inherit the agent's environment: they find their
         # generation's store and their control directory here.
         for name in os.listdir(self.control_dir):
-            if name.startswith("progress-") or name == elastic.RESUMABLE_FILE:
+            if name.startswith("progress-") or name in (elastic.RESUMABLE_FILE, elastic.STOP_FILE):
                 os.unlink(os.path.join(self.control_dir, name))
         with self._lock:  # the answers so far belong to earlier workers
             seen = self._seq
@@ -240,9 +240,11 @@ class StokerRendezvousHandler(RendezvousHandler):
         self.member.notify_terminating()
 
     def _progress(self) -> Progress:
-        """The workers' progress; a worker's SIGTERM rides on the heartbeat."""
+        """The workers' progress; a worker's SIGTERM and its ranks' agreed
+        stop step ride on the heartbeat."""
         if not self.member.terminating and elastic.worker_terminating(self.control_dir):
             self.member.terminating = True
+        self.member.report_stop(elastic.stop_step(self.control_dir))  # rides this heartbeat
         return elastic.read_progress(self.control_dir)
 
     def _on_action(self, action: str, reason: str) -> None:

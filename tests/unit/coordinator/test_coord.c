@@ -634,6 +634,11 @@ static void test_pause_resume_stop_delete(void **state) {
   assert_int_equal(JOB(g)->state, ST(PAUSING));
   res_free(g);
   assert_int_equal(heartbeat(f, "pr", "m1", 1), ACT(STOP));
+  g = get_job(f, "pr"); /* A pause's STOP leaves the seats until the members leave. */
+  assert_int_equal(JOB(g)->state, ST(PAUSING));
+  res_free(g);
+  assert_int_equal(leave_as(f, "pr", "m0", 1, false), 0);
+  assert_int_equal(leave_as(f, "pr", "m1", 1, false), 0);
   g = get_job(f, "pr");
   assert_int_equal(JOB(g)->state, ST(PAUSED));
   assert_int_equal(JOB(g)->n_members, 0);

@@ -50,6 +50,32 @@ static int beat(struct fx *f, const char *job, const char *member, uint64_t gen,
   return out;
 }
 
+/* A heartbeat in generation 1 of a rank whose ranks agreed to stop at
+ * stop_step (0: not yet); *ret_ckpt gets the reply's checkpoint_step and
+ * the reply must say pausing. */
+static int beat_stop(struct fx *f, const char *job, const char *member, uint64_t step,
+                     int64_t stop_step, int64_t *ret_ckpt) {
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = (char *)job;
+  req.member_id = (char *)member;
+  req.generation = 1;
+  req.step = step;
+  req.stop_step = stop_step;
+  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+  struct res *r = res_new();
+  coord_heartbeat(f->c, &req, on_done, r);
+  wait_res(f, r);
+  int out = r->err;
+  if (!out) {
+    Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
+    out = (int)resp->action;
+    assert_true(resp->pausing);
+    if (ret_ckpt) *ret_ckpt = resp->checkpoint_step;
+  }
+  res_free(r);
+  return out;
+}
+
 static int leave_after(struct fx *f, const char *job, const char *member, uint64_t gen,
                        int64_t step) {
   Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
@@ -295,6 +321,8 @@ static void test_pause_keeps_steps_past_an_earlier_checkpoint(void **state) {
   assert_int_equal(beat(f, "pk", "m1", 1, 45, false, NULL), ACT(STOP));
   assert_int_equal(state_of(f, "pk"), ST(PAUSING));
   assert_int_equal(leave_after(f, "pk", "m0", 1, 48), 0);
+  assert_int_equal(state_of(f, "pk"), ST(PAUSING)); /* m1 keeps its seat until it leaves. */
+  assert_int_equal(leave_after(f, "pk", "m1", 1, 0), 0);
   assert_int_equal(state_of(f, "pk"), ST(PAUSED));
   struct seen s;
   events(f, "pk", &s);
@@ -324,6 +352,148 @@ static void test_older_commit_not_the_pause(void **state) {
   assert_int_equal(leave_after(f, "pc", "m0", 1, 10), 0);
   assert_int_equal(leave_after(f, "pc", "m1", 1, 10), 0);
   assert_int_equal(state_of(f, "pc"), ST(PAUSED));
+}
+
+/* Heartbeats lag the ranks: at the notice they had reported 9; the ranks
+ * heard CHECKPOINT_NOW at 10 and agreed to stop at 12, while a periodic
+ * checkpoint of 11 (begun after their last report, before their stop step)
+ * commits during the pause. It is past what they had reported, but not the
+ * pause's: m0 said its ranks stop at 12, so m1, whose heartbeat left at 11
+ * before it finished 12, is not told STOP. The ranks leave with 12, the
+ * job PAUSED at 12. Before the stop step, m1 was told STOP at 11 and left
+ * step 12 unsaved. */
+static void test_pause_checkpoint_covers_the_stop_step(void **state) {
+  struct fx *f = *state;
+  create(f, "pv", 2, 2);
+  struct res *r[2];
+  join_all(f, "pv", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "pv", 5, 1), 0);
+  assert_int_equal(beat(f, "pv", "m0", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "pv", "m1", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pv", "kueue: evicted"), 0);
+  assert_int_equal(beat_stop(f, "pv", "m0", 10, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_stop(f, "pv", "m1", 10, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_stop(f, "pv", "m0", 12, 12, NULL), ACT(CONTINUE)); /* Their vote. */
+  assert_int_equal(report_ckpt(f, "pv", 11, 1), 0); /* The periodic one, begun at 11. */
+  assert_int_equal(beat_stop(f, "pv", "m1", 11, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(state_of(f, "pv"), ST(PAUSING));
+  assert_int_equal(report_ckpt(f, "pv", 12, 1), 0); /* Theirs: now m1 may be told. */
+  int64_t ckpt = 0;
+  assert_int_equal(beat_stop(f, "pv", "m1", 12, 12, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 12);
+  assert_int_equal(leave_after(f, "pv", "m0", 1, 12), 0);
+  assert_int_equal(leave_after(f, "pv", "m1", 1, 12), 0);
+  assert_int_equal(state_of(f, "pv"), ST(PAUSED));
+  struct seen s;
+  events(f, "pv", &s);
+  assert_int_equal(s.step[find(&s, EV(PAUSED))], 12);
+  /* A stop step heard before the checkpoint under it was: the same. */
+  create(f, "pw2", 2, 2);
+  join_all(f, "pw2", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "pw2", "m0", 1, 3, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "pw2", "kueue: evicted"), 0);
+  assert_int_equal(report_ckpt(f, "pw2", 4, 1), 0); /* Seen: past 3... */
+  assert_int_equal(beat_stop(f, "pw2", "m0", 6, 6, NULL), ACT(CHECKPOINT_NOW));
+  /* ...not any more: m1 at 4 is told to checkpoint, not STOP. */
+  assert_int_equal(beat_stop(f, "pw2", "m1", 4, 0, NULL), ACT(CHECKPOINT_NOW));
+  /* A stop step said before the notice (the ranks' vote outran it): the same. */
+  create(f, "pw3", 2, 2);
+  join_all(f, "pw3", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "pw3", "m1", 1, 3, false, NULL), ACT(CONTINUE));
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = "pw3", req.member_id = "m0", req.generation = 1, req.step = 3, req.stop_step = 6;
+  struct res *b = res_new();
+  coord_heartbeat(f->c, &req, on_done, b);
+  assert_int_equal(wait_res(f, b)->err, 0);
+  res_free(b);
+  assert_int_equal(preempt(f, "pw3", "kueue: evicted"), 0);
+  assert_int_equal(report_ckpt(f, "pw3", 4, 1), 0);
+  assert_int_equal(beat_stop(f, "pw3", "m1", 4, 0, NULL), ACT(CHECKPOINT_NOW)); /* Not STOP. */
+}
+
+/* A pause's STOP names its checkpoint and leaves the seat: m0's heartbeat
+ * left at step 10, when the checkpoint of 10 was the pause's, and its STOP
+ * crossed step 11, which m0 finished meanwhile. m0 then checkpoints, then
+ * stops (its ranks agree on 12): the STOP says checkpoint_step 10, and the
+ * generation (its barriers and keys) stays until the members leave, though
+ * both were told STOP. Before, the second STOP ended the generation at once
+ * (PAUSED, its keys gone), so the checkpoint of 12 could not be taken. */
+static void test_pause_stop_keeps_the_seat(void **state) {
+  struct fx *f = *state;
+  create(f, "px", 2, 2);
+  struct res *r[2];
+  join_all(f, "px", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat(f, "px", "m0", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(beat(f, "px", "m1", 1, 9, false, NULL), ACT(CONTINUE));
+  assert_int_equal(preempt(f, "px", "kueue: evicted"), 0);
+  assert_int_equal(report_ckpt(f, "px", 10, 1), 0);
+  int64_t ckpt = 0;
+  assert_int_equal(beat_stop(f, "px", "m0", 10, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 10);
+  ckpt = 0;
+  assert_int_equal(beat_stop(f, "px", "m1", 10, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 10);
+  assert_int_equal(state_of(f, "px"), ST(PAUSING));
+  assert_int_equal(kv_set_(f, "px", 1, "ckpt/12", "attempt"), 0); /* Their checkpoint's key. */
+  assert_int_equal(beat_stop(f, "px", "m0", 12, 12, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_stop(f, "px", "m1", 12, 12, NULL), ACT(CONTINUE));
+  assert_int_equal(leave_after(f, "px", "m0", 1, 12), 0);
+  assert_int_equal(state_of(f, "px"), ST(PAUSING));
+  assert_int_equal(leave_after(f, "px", "m1", 1, 12), 0);
+  assert_int_equal(state_of(f, "px"), ST(PAUSED));
+  struct seen s;
+  events(f, "px", &s);
+  assert_int_equal(s.step[find(&s, EV(PAUSED))], 12);
+  /* A forced pause's STOP carries no checkpoint and ends the seat at once. */
+  create(f, "py", 1, 1);
+  join_all(f, "py", 1, r);
+  res_free(r[0]);
+  assert_int_equal(job_action(f, coord_pause_job, "py", true), 0);
+  ckpt = -1;
+  assert_int_equal(beat_stop(f, "py", "m0", 3, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 0);
+  assert_int_equal(state_of(f, "py"), ST(PAUSED));
+}
+
+/* The ranks said their stop step (6): they stage their own checkpoint,
+ * committed after they leave, so the pause's wait for a checkpoint
+ * (scale_timeout_beats, 10 intervals of 50 ms) runs out without forcing
+ * them: they are not told STOP and leave with 6. Before, the forced STOP
+ * ended the generation under a stage slower than the wait. Members that
+ * said none are forced as before (a STOP naming no checkpoint). */
+static void test_wait_spares_ranks_that_stop(void **state) {
+  struct fx *f = *state;
+  const char *names[2] = {"pd", "pe"};
+  for (int i = 0; i < 2; i++) {
+    Stoker__V1__JobSpec spec = short_lease_spec_of(names[i], 2, 2);
+    spec.heartbeat_misses = 40; /* A 2 s lease: no member lost while the test waits. */
+    assert_int_equal(create_spec(f, &spec), 0);
+    struct res *r[2];
+    join_all(f, names[i], 2, r);
+    res_free(r[0]), res_free(r[1]);
+    assert_int_equal(preempt(f, names[i], "kueue: evicted"), 0);
+    assert_int_equal(beat_stop(f, names[i], "m0", 5, 0, NULL), ACT(CHECKPOINT_NOW));
+    assert_int_equal(beat_stop(f, names[i], "m1", 5, 0, NULL), ACT(CHECKPOINT_NOW));
+  }
+  assert_int_equal(beat_stop(f, "pd", "m0", 6, 6, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_stop(f, "pd", "m1", 6, 6, NULL), ACT(CONTINUE));
+  run_for(f, 700); /* Past the wait. */
+  assert_int_equal(beat_stop(f, "pd", "m0", 6, 6, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_stop(f, "pd", "m1", 6, 6, NULL), ACT(CONTINUE));
+  assert_int_equal(state_of(f, "pd"), ST(PAUSING));
+  assert_int_equal(kv_set_(f, "pd", 1, "ckpt/6", "attempt"), 0); /* Their generation lives. */
+  assert_int_equal(leave_after(f, "pd", "m0", 1, 6), 0);
+  assert_int_equal(leave_after(f, "pd", "m1", 1, 6), 0);
+  assert_int_equal(state_of(f, "pd"), ST(PAUSED));
+  int64_t ckpt = -1;
+  assert_int_equal(beat_stop(f, "pe", "m0", 6, 0, &ckpt), ACT(STOP));
+  assert_int_equal(ckpt, 0);
+  assert_int_equal(beat_stop(f, "pe", "m1", 6, 0, &ckpt), ACT(STOP));
+  assert_int_equal(state_of(f, "pe"), ST(PAUSED));
 }
 
 /* Bad input changes nothing; an ended job refuses the notice. */
@@ -411,6 +581,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_pause_keeps_steps_past_an_earlier_checkpoint, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_older_commit_not_the_pause, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_pause_checkpoint_covers_the_stop_step, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(test_pause_stop_keeps_the_seat, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_wait_spares_ranks_that_stop, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_preempt_refused, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_time_to_stage, fx_setup, fx_teardown),
   };

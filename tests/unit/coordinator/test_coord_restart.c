@@ -137,6 +137,8 @@ static void test_pause_pending_restart(void **state) {
   restart(f); /* The checkpoint seen is remembered too. */
   assert_int_equal(heartbeat(f, "p", "m0", 1), ACT(STOP));
   assert_int_equal(heartbeat(f, "p", "m1", 1), ACT(STOP));
+  assert_int_equal(leave_as(f, "p", "m0", 1, false), 0); /* Seats kept until they leave. */
+  assert_int_equal(leave_as(f, "p", "m1", 1, false), 0);
   g = get_job(f, "p");
   assert_int_equal(JOB(g)->state, ST(PAUSED));
   res_free(g);
