@@ -257,6 +257,8 @@ int64_t coord_job_lease_ms(const struct job *j);
 /* How long a scale or pause waits for a checkpoint, and a resumed round
  * for the one its members staged: scale_timeout_beats intervals. */
 int64_t coord_job_ckpt_wait_ms(const struct job *j);
+/* The highest step a member of the generation reported. */
+int64_t coord_job_members_step(const struct job *j);
 void coord_answer_job(struct coord_wait *w, struct job *j);
 /* A Job message pointing into the model; valid until the model changes. */
 struct job_view {
@@ -375,12 +377,12 @@ void coord_pause_maybe_done(struct job *j);
 int coord_preempt(struct job *j, const char *reason);
 /* A member left a pausing (or paused) job after staging the checkpoint of
  * step: the next round waits for it, and the pause's checkpoint is one of
- * at least that step (coord_pause_floor). */
+ * at least that step (coord_stop_floor). */
 void coord_pause_await(struct job *j, int64_t step);
-/* A member of a pausing job said it and its peers stop at stop_step
- * (HeartbeatRequest.stop_step, or a Leave's checkpoint_step): a checkpoint
- * below it is not the pause's. */
-void coord_pause_floor(struct job *j, int64_t stop_step);
+/* A member said it and its peers stop at stop_step (HeartbeatRequest.
+ * stop_step, or a Leave's checkpoint_step): a checkpoint below it is not
+ * the pause's, nor a pending resize's. */
+void coord_stop_floor(struct job *j, int64_t stop_step);
 void coord_ops_sweep(struct job *j, int64_t now);
 /* After a restart: fresh deadlines for a pending scale or pause. */
 void coord_ops_rearm(struct job *j);

@@ -35,6 +35,15 @@ int64_t coord_job_ckpt_wait_ms(const struct job *j) {
   return (int64_t)j->c->opts.scale_timeout_beats * j->spec->heartbeat_interval_ms;
 }
 
+/* The highest step a member reported: where a notice or a resize found
+ * the job. */
+int64_t coord_job_members_step(const struct job *j) {
+  uint64_t step = 0;
+  for (uint32_t r = 0; r < j->world; r++)
+    if (j->by_rank[r] && j->by_rank[r]->step > step) step = j->by_rank[r]->step;
+  return (int64_t)step;
+}
+
 /* A member is one allocation: the record, then its id, address and host
  * (fixed for its life). The message, which heartbeats change, is the shared
  * empty string until a rank sends one. At 100,000 ranks this is about 190

@@ -10,7 +10,7 @@
  * A heartbeat with terminating (the rank got SIGTERM) is a preemption
  * notice (coord_ops.c); replies while the job pauses carry pausing. A
  * heartbeat's stop_step (the step its ranks agreed to stop at) bounds the
- * pause's checkpoint from below (coord_pause_floor); a pause's STOP names
+ * pause's checkpoint from below (coord_stop_floor); a pause's STOP names
  * its checkpoint (checkpoint_step) and leaves the member its seat until it
  * leaves, since the reply may cross steps the member trained meanwhile.
  */
@@ -77,9 +77,9 @@ static void record_stats(struct job *j, struct member *m, const Stoker__V1__Hear
   list_push(&j->leases, &m->lease);
   m->last_hb_ms = coord_wall_ms();
   m->step = req->step;
-  if (req->stop_step > m->stop_step) { /* Its ranks' vote: the pause's bound. */
+  if (req->stop_step > m->stop_step) { /* Its ranks' vote: the pause's or resize's bound. */
     m->stop_step = req->stop_step;
-    coord_pause_floor(j, req->stop_step);
+    coord_stop_floor(j, req->stop_step);
   }
   m->tps = req->tokens_per_s;
   m->loss = req->loss;

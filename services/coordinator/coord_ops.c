@@ -4,7 +4,7 @@
  * or pause go on. Scale and pause ask members for a checkpoint first
  * (CHECKPOINT_NOW in their heartbeat replies) and wait for a newer one to
  * be reported (a pause: newer than every step the members reported, and
- * at least the step they said they stop at: coord_pause_floor), at most
+ * at least the step they said they stop at: coord_stop_floor), at most
  * scale_timeout_beats heartbeat intervals. What they wait for is in
  * the JobRecord; a restart re-arms it with a fresh deadline (and members,
  * new in memory, are asked to checkpoint again).
@@ -19,7 +19,7 @@
  * for that checkpoint to be reported (at most the same scale_timeout_beats
  * intervals), so every rank restores it. The step the ranks agreed to stop
  * at (a heartbeat's stop_step, a Leave's checkpoint_step) bounds the
- * pause's checkpoint from below (coord_pause_floor). A pause's STOP that is
+ * pause's checkpoint from below (coord_stop_floor). A pause's STOP that is
  * not forced leaves the member its seat (coord_lease.c): the job is PAUSED
  * once every member left, was lost or was told a forced STOP.
  */
@@ -35,7 +35,6 @@
 #define E(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
 
 static void go_pausing(struct job *j, bool force);
-static int64_t members_step(const struct job *j);
 static void start_scale(struct job *j, bool skip_checkpoint);
 static bool members_stopping(const struct job *j);
 
@@ -110,8 +109,6 @@ void coord_pause_job(struct coord *c, const Stoker__V1__JobActionRequest *req, c
   coord_answer_job(w, j);
 }
 
-static int64_t members_step(const struct job *j);
-
 static void go_pausing(struct job *j, bool force) {
   j->state = S(PAUSING);
   j->pause_force = force;
@@ -119,9 +116,9 @@ static void go_pausing(struct job *j, bool force) {
   /* Only a checkpoint past every step a member reported is the pause's: one
    * begun before the notice (an asynchronous periodic save) and reported
    * after it holds none of the steps trained since. */
-  int64_t trained = members_step(j);
+  int64_t trained = coord_job_members_step(j);
   j->pause_step = trained > j->ckpt_step ? trained : j->ckpt_step;
-  for (uint32_t r = 0; r < j->world; r++) /* A stop step said before (coord_pause_floor). */
+  for (uint32_t r = 0; r < j->world; r++) /* A stop step said before (coord_stop_floor). */
     if (j->by_rank[r] && j->by_rank[r]->stop_step - 1 > j->pause_step)
       j->pause_step = j->by_rank[r]->stop_step - 1;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
@@ -130,20 +127,12 @@ static void go_pausing(struct job *j, bool force) {
   coord_members_reset_told(j);
 }
 
-/* The highest step a member reported: where the notice found the job. */
-static int64_t members_step(const struct job *j) {
-  uint64_t step = 0;
-  for (uint32_t r = 0; r < j->world; r++)
-    if (j->by_rank[r] && j->by_rank[r]->step > step) step = j->by_rank[r]->step;
-  return (int64_t)step;
-}
-
 int coord_preempt(struct job *j, const char *reason) {
   if (coord_job_ended(j)) return STK_ESTATE;
   if (j->state == S(PAUSING) || j->state == S(PAUSED)) return 0; /* Once. */
   free(j->preempted); /* A preemption's, if its round has not closed yet. */
   j->preempted = coord_xstrdup(reason && *reason ? reason : "preempted");
-  coord_event(j, E(PREEMPTED), NULL, members_step(j), "%s", j->preempted);
+  coord_event(j, E(PREEMPTED), NULL, coord_job_members_step(j), "%s", j->preempted);
   if (j->state == S(RUNNING) && j->n_members > 0) {
     go_pausing(j, false);
     j->preempt_notice_ms = coord_now(j->c);
@@ -168,24 +157,34 @@ void coord_preempt_job(struct coord *c, const Stoker__V1__PreemptJobRequest *req
 }
 
 void coord_pause_await(struct job *j, int64_t step) {
-  coord_pause_floor(j, step);
+  coord_stop_floor(j, step);
   if ((j->state != S(PAUSING) && j->state != S(PAUSED)) || step <= j->awaited_step) return;
   j->awaited_step = step; /* The deadline runs from the resume. */
   coord_store_job(j);
 }
 
 /* The ranks agreed to stop at stop_step (their vote): every rank leaves
- * with it, so the pause's checkpoint is one of at least that step. The
- * steps the members had reported at the notice are up to a heartbeat
- * interval old, and a periodic checkpoint begun after them but before the
- * ranks' stop step, committed during the pause, passed the notice's bound:
- * it was taken as the pause's and the ranks were told STOP with steps past
- * it. One seen already below stop_step is not the pause's any more. */
-void coord_pause_floor(struct job *j, int64_t stop_step) {
-  if (j->state != S(PAUSING) || stop_step - 1 <= j->pause_step) return;
-  j->pause_step = stop_step - 1;
-  if (j->ckpt_step <= j->pause_step) j->pause_ckpt_seen = false;
-  coord_store_job(j);
+ * (a pause) or waits for the resize's round (a scale) with it, so the
+ * pause's or the resize's checkpoint is one of at least that step. The
+ * steps the members had reported at the notice or the ScaleJob are up to a
+ * heartbeat interval old, and a periodic checkpoint begun after them but
+ * before the ranks' stop step, committed meanwhile, passed that bound: it
+ * was taken as the pause's (the ranks told STOP with steps past it) or the
+ * resize's (the round opened and the ranks' own checkpoint failed with
+ * "generation ended": on the real cluster a grow trained a step twice).
+ * One seen already below stop_step is not the pause's any more. */
+void coord_stop_floor(struct job *j, int64_t stop_step) {
+  bool changed = false;
+  if (j->scale_pending && stop_step - 1 > j->scale_step) {
+    j->scale_step = stop_step - 1;
+    changed = true;
+  }
+  if (j->state == S(PAUSING) && stop_step - 1 > j->pause_step) {
+    j->pause_step = stop_step - 1;
+    if (j->ckpt_step <= j->pause_step) j->pause_ckpt_seen = false;
+    changed = true;
+  }
+  if (changed) coord_store_job(j);
 }
 
 /* An operator's resume, or StopJob: the job is no longer a preemption's. */
@@ -308,7 +307,9 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
 }
 
 void coord_ops_sweep(struct job *j, int64_t now) {
-  if (j->scale_pending && now >= j->scale_deadline)
+  /* Not while the ranks stage the checkpoint they stopped at (their leases
+   * bound the wait): a round opened now would restore an older one. */
+  if (j->scale_pending && now >= j->scale_deadline && !members_stopping(j))
     coord_round_open(j, "scaled (no checkpoint in time)");
   if (j->state == S(PAUSING) && !j->pause_force && !j->pause_ckpt_seen &&
       now >= j->pause_deadline && !members_stopping(j)) {

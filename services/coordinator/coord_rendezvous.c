@@ -380,7 +380,12 @@ void coord_scale_grow_maybe(struct job *j) {
 
 void coord_scale_arm(struct job *j) {
   j->scale_pending = true;
-  j->scale_step = j->ckpt_step;
+  /* Only a checkpoint past every step a member reported is the resize's:
+   * one begun before (an asynchronous periodic save) and reported after
+   * holds none of the steps trained since (and the ranks' stop step raises
+   * the bound further: coord_stop_floor). */
+  int64_t trained = coord_job_members_step(j);
+  j->scale_step = trained > j->ckpt_step ? trained : j->ckpt_step;
   j->scale_deadline = coord_now(j->c) + coord_job_ckpt_wait_ms(j);
   coord_members_reset_told(j);
 }

@@ -29,9 +29,11 @@
 static int test_argc;
 static char **test_argv;
 
-/* A socket listening on 127.0.0.1 on a port the kernel picked. */
+/* A socket listening on 127.0.0.1 on a port the kernel picked, closed on
+ * exec: the shell popen starts must not hold it too (the daemon then names
+ * that shell as the port's holder, not this process). */
 static int listen_somewhere(int *ret_port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof(a);
   assert_true(fd >= 0);

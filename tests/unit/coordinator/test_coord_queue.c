@@ -67,6 +67,9 @@ static int last(const struct seen *s, int type) {
 /* Creates job with a submission to queue "team-a", template "llm". */
 static int submit(struct fx *f, const char *job, Stoker__V1__Submission *sub, char *ret_msg) {
   Stoker__V1__JobSpec s = spec_of(job, 1, 4);
+  /* 1 s, not 100 ms: a resize's round must not close at its last call
+   * before the rejoining members of a loaded machine's test are in. */
+  s.last_call_ms = 1000;
   s.submission = sub;
   Stoker__V1__CreateJobRequest req = STOKER__V1__CREATE_JOB_REQUEST__INIT;
   req.spec = &s;

@@ -243,6 +243,65 @@ static void test_grow_waits_for_checkpoint(void **state) {
   assert_resized(f, "gr", EV(SHRUNK), 0, 0, 0, NULL);
 }
 
+/* A heartbeat at step with the ranks' stop step (0: none): the action. */
+static int beat_at(struct fx *f, const char *job, const char *member, uint64_t step,
+                   int64_t stop_step) {
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = (char *)job, req.member_id = (char *)member, req.generation = 1;
+  req.step = step, req.stop_step = stop_step;
+  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+  struct res *r = res_new();
+  coord_heartbeat(f->c, &req, on_done, r);
+  wait_res(f, r);
+  assert_int_equal(r->err, 0);
+  int action = (int)((Stoker__V1__HeartbeatResponse *)r->resp)->action;
+  res_free(r);
+  return action;
+}
+
+/* Only the resize's own checkpoint opens its round. The ranks had reported
+ * step 9 when ScaleJob came; a periodic checkpoint of 8 (begun before) and
+ * one of 10 (begun after their last report, before the step they agreed to
+ * stop at, 11) are reported while they stop: neither opens the round, so
+ * the ranks' checkpoint of 11 is not cut off ("generation ended") and the
+ * new world restores 11, not a step they trained past. Seen on the real
+ * cluster: a grow's round opened on the periodic checkpoint of 240 while
+ * the ranks saved 241, which was trained twice. Nor does the resize's wait
+ * run out while the ranks say they stop: a round opened then restores an
+ * older checkpoint too. */
+static void test_grow_takes_only_its_checkpoint(void **state) {
+  struct fx *f = *state;
+  Stoker__V1__JobSpec spec = short_lease_spec_of("gs", 1, 3);
+  spec.heartbeat_misses = 40; /* A 2 s lease: no member lost while the test waits. */
+  assert_int_equal(create_spec(f, &spec), 0);
+  struct res *r[2];
+  join_all(f, "gs", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(report_ckpt(f, "gs", 5, 1), 0);
+  assert_int_equal(beat_at(f, "gs", "m0", 9, 0), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gs", "m1", 9, 0), ACT(CONTINUE));
+  assert_int_equal(scale_to(f, "gs", 3), 0);
+  assert_int_equal(beat_at(f, "gs", "m0", 9, 0), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_at(f, "gs", "m1", 9, 0), ACT(CHECKPOINT_NOW));
+  assert_int_equal(report_ckpt(f, "gs", 8, 1), 0); /* Begun before the ScaleJob. */
+  assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_int_equal(beat_at(f, "gs", "m0", 11, 11), ACT(CONTINUE)); /* Their vote: stop at 11. */
+  assert_int_equal(report_ckpt(f, "gs", 10, 1), 0);                /* Begun at 10. */
+  assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  run_for(f, 700); /* Past the resize's wait (10 intervals of 50 ms). */
+  assert_int_equal(beat_at(f, "gs", "m0", 11, 11), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gs", "m1", 11, 11), ACT(CONTINUE));
+  assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_int_equal(report_ckpt(f, "gs", 11, 1), 0); /* Theirs. */
+  assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  struct res *nc = join(f, "gs", "m2");
+  join_all(f, "gs", 2, r);
+  run_until(f, &nc->done);
+  assert_int_equal(nc->err, 0);
+  assert_int_equal(JOINR(nc)->latest_checkpoint->step, 11);
+  res_free(nc), res_free(r[0]), res_free(r[1]);
+}
+
 /* The last close's world survives a restart while the job is paused: 3 ranks
  * paused, the coordinator restarted, resumed with 2: SHRUNK from 3. The
  * same world again logs nothing. */
@@ -286,6 +345,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_scale_down_parked, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_late_member_not_surplus, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_grow_waits_for_checkpoint, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_grow_takes_only_its_checkpoint, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
