@@ -115,9 +115,9 @@ static int one_step(struct train *t) {
   int B = 0;
   float loss = 0;
   int err = take_batch(t, &B);
-  fsdp_set_vote(t->fsdp, atomic_load(&t->stop_wanted)   ? TRAIN_STOP_VOTE
-                         : atomic_load(&t->ckpt_wanted) ? 1
-                                                        : 0);
+  bool ckpt = atomic_load(&t->ckpt_wanted); /* First: see on_action's order. */
+  bool stop = atomic_load(&t->stop_wanted);
+  fsdp_set_vote(t->fsdp, stop ? TRAIN_STOP_VOTE : ckpt ? 1 : 0);
   if (err) return err;
   err = fsdp_step(t->fsdp, t->inputs, t->targets, B, t->o.seq_len, &loss);
   if (err) {
@@ -212,8 +212,7 @@ int train_run_generation(struct train *t) {
   while (!err && t->step < t->o.steps && !t->stopped_step) {
     sigterm_maybe(t);
     err = one_step(t);
-    enum stk_action a = stk_poll_action(t->coord);
-    if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
+    enum stk_action a = stk_poll_action(t->coord); /* CHECKPOINT_NOW: on_action's. */
     if (a == STK_ACTION_STOP && !t->stopped_step) err = stop_at_boundary(t, err);
     if (a == STK_ACTION_RESTART)
       err = train_why(t, STK_EABORTED, "the coordinator asked for a restart");

@@ -31,13 +31,17 @@ static void on_action(void *arg, enum stk_action a, uint64_t generation, const c
   struct train *t = arg;
   if (a == STK_ACTION_CHECKPOINT_NOW && t->o.hear_late_test_ms > 0)
     sleep_ms((long)t->o.hear_late_test_ms); /* --hear-late-test: heard after the others. */
-  if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
   bool pausing = stk_job_pausing(t->coord);
   if (a == STK_ACTION_CHECKPOINT_NOW && (pausing || stk_job_resizing(t->coord))) {
     fprintf(stderr, "[%s] the job is %s: checkpoint, then stop (%s)\n", t->o.member,
             pausing ? "pausing" : "resizing", reason ? reason : "");
     atomic_store(&t->stop_wanted, true);
   }
+  /* After the stop: the loop reads ckpt_wanted first, so a vote that saw
+   * it sees the stop too (not a plain checkpoint, then a stop a step later,
+   * two checkpoints for one resize); the loop does not set it from the
+   * polled action, which comes before this call. */
+  if (a == STK_ACTION_CHECKPOINT_NOW) atomic_store(&t->ckpt_wanted, true);
   if (a != STK_ACTION_RESTART && a != STK_ACTION_STOP) return;
   if (a == STK_ACTION_STOP && pausing && stk_stop_checkpoint_step(t->coord) > 0) {
     /* A pause's STOP naming its checkpoint: the ring stays, the loop decides
