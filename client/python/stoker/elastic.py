@@ -218,11 +218,7 @@ class TrainingMonitor:
         if self._member is not None:
             self._member.report_stop(step)
         elif self._dir is not None:
-            path = os.path.join(self._dir, STOP_FILE)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(f"{step}\n")
-            os.replace(tmp, path)
+            self._write_step(STOP_FILE, step)
 
     def exit_resumably(self, step: int) -> NoReturn:
         """Ends this process with :data:`RESUMABLE_EXIT` once the job's last
@@ -239,12 +235,17 @@ class TrainingMonitor:
         if self._member is not None:
             self._member.leave(checkpoint_step=step)
         elif self._dir is not None:
-            path = os.path.join(self._dir, RESUMABLE_FILE)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(f"{step}\n")
-            os.replace(tmp, path)
+            self._write_step(RESUMABLE_FILE, step)
         raise SystemExit(RESUMABLE_EXIT)
+
+    def _write_step(self, name: str, step: int) -> None:
+        """The agent's control file ``name`` holding ``step``, replaced whole."""
+        assert self._dir is not None
+        path = os.path.join(self._dir, name)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(f"{step}\n")
+        os.replace(tmp, path)
 
     def close(self) -> None:
         if self._member is not None:

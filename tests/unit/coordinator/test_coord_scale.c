@@ -194,11 +194,13 @@ static void test_late_member_not_surplus(void **state) {
   res_free(r[1]);
 }
 
-/* A heartbeat's reply: the action, and resizing into *ret_resizing. */
-static int beat_resizing(struct fx *f, const char *job, const char *member, uint64_t gen,
-                         bool *ret_resizing) {
+/* A heartbeat in generation gen at step with the ranks' stop step (0:
+ * none): the action, and the reply's resizing into *ret_resizing (or NULL). */
+static int beat_at(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
+                   int64_t stop_step, bool *ret_resizing) {
   Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
   req.job = (char *)job, req.member_id = (char *)member, req.generation = gen;
+  req.step = step, req.stop_step = stop_step;
   req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
   struct res *r = res_new();
   coord_heartbeat(f->c, &req, on_done, r);
@@ -206,9 +208,14 @@ static int beat_resizing(struct fx *f, const char *job, const char *member, uint
   assert_int_equal(r->err, 0);
   Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
   int action = (int)resp->action;
-  *ret_resizing = resp->resizing;
+  if (ret_resizing) *ret_resizing = resp->resizing;
   res_free(r);
   return action;
+}
+
+static int beat_resizing(struct fx *f, const char *job, const char *member, uint64_t gen,
+                         bool *ret_resizing) {
+  return beat_at(f, job, member, gen, 0, 0, ret_resizing);
 }
 
 /* 2 -> 3: the members are told CHECKPOINT_NOW with resizing; a newcomer
@@ -243,22 +250,6 @@ static void test_grow_waits_for_checkpoint(void **state) {
   assert_resized(f, "gr", EV(SHRUNK), 0, 0, 0, NULL);
 }
 
-/* A heartbeat at step with the ranks' stop step (0: none): the action. */
-static int beat_at(struct fx *f, const char *job, const char *member, uint64_t step,
-                   int64_t stop_step) {
-  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
-  req.job = (char *)job, req.member_id = (char *)member, req.generation = 1;
-  req.step = step, req.stop_step = stop_step;
-  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
-  struct res *r = res_new();
-  coord_heartbeat(f->c, &req, on_done, r);
-  wait_res(f, r);
-  assert_int_equal(r->err, 0);
-  int action = (int)((Stoker__V1__HeartbeatResponse *)r->resp)->action;
-  res_free(r);
-  return action;
-}
-
 /* Only the resize's own checkpoint opens its round. The ranks had reported
  * step 9 when ScaleJob came; a periodic checkpoint of 8 (begun before) and
  * one of 10 (begun after their last report, before the step they agreed to
@@ -278,19 +269,20 @@ static void test_grow_takes_only_its_checkpoint(void **state) {
   join_all(f, "gs", 2, r);
   res_free(r[0]), res_free(r[1]);
   assert_int_equal(report_ckpt(f, "gs", 5, 1), 0);
-  assert_int_equal(beat_at(f, "gs", "m0", 9, 0), ACT(CONTINUE));
-  assert_int_equal(beat_at(f, "gs", "m1", 9, 0), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gs", "m0", 1, 9, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gs", "m1", 1, 9, 0, NULL), ACT(CONTINUE));
   assert_int_equal(scale_to(f, "gs", 3), 0);
-  assert_int_equal(beat_at(f, "gs", "m0", 9, 0), ACT(CHECKPOINT_NOW));
-  assert_int_equal(beat_at(f, "gs", "m1", 9, 0), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_at(f, "gs", "m0", 1, 9, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_at(f, "gs", "m1", 1, 9, 0, NULL), ACT(CHECKPOINT_NOW));
   assert_int_equal(report_ckpt(f, "gs", 8, 1), 0); /* Begun before the ScaleJob. */
   assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
-  assert_int_equal(beat_at(f, "gs", "m0", 11, 11), ACT(CONTINUE)); /* Their vote: stop at 11. */
-  assert_int_equal(report_ckpt(f, "gs", 10, 1), 0);                /* Begun at 10. */
+  assert_int_equal(beat_at(f, "gs", "m0", 1, 11, 11, NULL),
+                   ACT(CONTINUE));                  /* Their vote: stop at 11. */
+  assert_int_equal(report_ckpt(f, "gs", 10, 1), 0); /* Begun at 10. */
   assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
   run_for(f, 700); /* Past the resize's wait (10 intervals of 50 ms). */
-  assert_int_equal(beat_at(f, "gs", "m0", 11, 11), ACT(CONTINUE));
-  assert_int_equal(beat_at(f, "gs", "m1", 11, 11), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gs", "m0", 1, 11, 11, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gs", "m1", 1, 11, 11, NULL), ACT(CONTINUE));
   assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
   assert_int_equal(report_ckpt(f, "gs", 11, 1), 0); /* Theirs. */
   assert_job(f, "gs", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
