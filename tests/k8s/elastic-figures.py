@@ -300,7 +300,10 @@ def main():
         line[n] = figures(a.figures, n, ref)
     print(json.dumps(line))
     Path(a.figures, "bench.json").write_text(json.dumps(line) + "\n")
-    return 0 if all(line[n] for n in RUNS) else 1
+    # Judged on the runs the bench was asked for (STOKER_K8S_BENCH_RUNS), not
+    # on all three: a run left out is no failure.
+    wanted = os.environ.get("STOKER_K8S_BENCH_RUNS", "").split() or RUNS
+    return 0 if all(line.get(n) for n in wanted) else 1
 
 
 if __name__ == "__main__":
