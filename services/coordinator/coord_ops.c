@@ -37,6 +37,7 @@
 static void go_pausing(struct job *j, bool force);
 static void start_scale(struct job *j, bool skip_checkpoint);
 static bool members_stopping(const struct job *j);
+static void scale_open_maybe(struct job *j);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);
@@ -185,6 +186,32 @@ void coord_stop_floor(struct job *j, int64_t stop_step) {
     changed = true;
   }
   if (changed) coord_store_job(j);
+  scale_open_maybe(j); /* The last stop step said, over a checkpoint reported already. */
+}
+
+static bool members_all_said_stop(const struct job *j);
+
+/* A pending resize's round opens on its checkpoint: one past scale_step,
+ * once every member said the step it stops at. Before the last said it, a
+ * checkpoint reported may have been begun before a rank heard of the
+ * resize (heartbeats lag the steps): on the real cluster a periodic
+ * checkpoint of 660, reported 0.5 s after the ScaleJob, before any rank
+ * had heard it, opened the round while the ranks were at 664. A client that
+ * never says a stop step gets its round at the scale's deadline. */
+static void scale_open_maybe(struct job *j) {
+  if (j->scale_pending && j->ckpt_step > j->scale_step && members_all_said_stop(j))
+    coord_round_open(j, "scaled");
+}
+
+static bool members_all_said_stop(const struct job *j) {
+  bool any = false;
+  for (uint32_t r = 0; r < j->world; r++) {
+    const struct member *m = j->by_rank[r];
+    if (!m || m->finished) continue;
+    if (m->stop_step <= 0) return false;
+    any = true;
+  }
+  return any;
 }
 
 /* An operator's resume, or StopJob: the job is no longer a preemption's. */
@@ -296,7 +323,7 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
     return coord_fail(w, STK_ESTALE, "generation %llu is not the current %llu",
                       (unsigned long long)req->generation, (unsigned long long)j->generation);
   record_ckpt(j, req);
-  if (j->scale_pending && req->step > j->scale_step) coord_round_open(j, "scaled");
+  scale_open_maybe(j);
   if (j->state == S(PAUSING) && req->step > j->pause_step && !j->pause_ckpt_seen) {
     j->pause_ckpt_seen = true;
     coord_store_job(j);

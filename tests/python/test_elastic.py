@@ -264,3 +264,36 @@ def test_the_trainer_creates_its_loader_on_every_part(daemons, tmp_path):
             p.stop()
     assert re.search(r"^step 4 loss .* world 1$", a.text(), re.M), a.text()[-3000:]
     assert shown == [(0, 2), (1, 2)], shown
+
+
+def test_a_resize_opens_its_round_on_its_checkpoint(daemons, tmp_path):
+    """``stokerctl job scale`` from 2 ranks to 1 under torchrun: the
+    coordinator answers the workers CHECKPOINT_NOW with resizing; the ranks
+    say the step they stop at (``report_stop``) and save it, and the round
+    opens on that checkpoint ("scaled"), not at the resize's deadline (10
+    heartbeats, "scaled (no checkpoint in time)"). The rank kept restores it
+    at world 1, and every step world 2 trained past it gives the same loss
+    at world 1."""
+    a = Agents(daemons, tmp_path, "rs")
+    a.ctl("job", "create", "rs", "--min", "1", "--max", "2", "--heartbeat", "1s")
+    try:
+        a.start(2, "1:2", steps=100000, every=100000)
+        a.wait_log(r"^step 5 loss .* world 2$", 240)
+        a.ctl("job", "scale", "rs", "1")
+        m = a.wait_log(r"^restored step (\d+) at world 1$", 240)
+        restored = int(m.group(1))
+        a.wait_log(rf"^step {restored + 10} loss .* world 1$", 240)
+        a.ctl("job", "stop", "rs", "--force")
+        for p in a.procs:
+            p.wait(timeout=120)
+    finally:
+        a.close()
+    with Jobs(a.env["STOKER_COORDINATOR"]) as jobs:
+        rounds = [e.message for e in jobs.watch("rs", idle_timeout=0.5) if e.type == "ROUND_OPENED"]
+    assert "scaled" in rounds and "scaled (no checkpoint in time)" not in rounds, rounds
+    runs: dict[int, dict[int, float]] = {}
+    for step, loss, world in LINE.findall(a.text()):
+        runs.setdefault(int(world), {})[int(step)] = float(loss)
+    assert min(runs[1]) == restored + 1, sorted(runs[1])
+    for s in (s for s in runs[1] if s in runs[2]):
+        assert abs(runs[1][s] - runs[2][s]) <= 1e-4 * abs(runs[2][s]), (s, runs[1][s], runs[2][s])

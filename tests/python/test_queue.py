@@ -528,6 +528,8 @@ def test_a_users_resize_as_the_controller_applies_it(daemons: dict[str, Daemon])
         while back.heartbeat()[0] != "CHECKPOINT_NOW" and time.monotonic() < deadline:
             time.sleep(0.05)
         assert jobs.show("rz").world_size == 1 and not grown
+        back.report_stop(12)  # the step its ranks agreed to stop at
+        back.heartbeat()
         report_step(back, "rz", 12)
         assert back.heartbeat()[0] == "RESTART"
         again: list[Membership] = []

@@ -235,16 +235,20 @@ def main() -> None:
         # Agents hear the coordinator at different times: every rank acts
         # on the union, at the same step.
         pausing = monitor is not None and monitor.pausing
-        asked = torch.tensor([int(CHECKPOINT_NOW in actions), int(STOP in actions), int(pausing)])
+        resizing = monitor is not None and monitor.resizing
+        flags = [CHECKPOINT_NOW in actions, STOP in actions, pausing, resizing]
+        asked = torch.tensor([int(f) for f in flags])
         dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-        ckpt_now, stop, pausing = bool(asked[0]), bool(asked[1]), bool(asked[2])
+        ckpt_now, stop, pausing, resizing = (bool(f) for f in asked)
         last = pausing and (ckpt_now or stop) and monitor is not None
-        if last and monitor is not None:
+        if (last or (ckpt_now and resizing)) and monitor is not None:
             # Stoker: every rank stops at this step; the coordinator hears it
             # at once, so a periodic save below it committing meanwhile is not
             # taken for the pause's. A STOP is handled here too, never by
             # stopping at once: it may have crossed steps trained after the
             # heartbeat it answered, and all ranks agree on the step above.
+            # A resize's round opens on this checkpoint once every rank said
+            # its stop step (else at the resize's deadline).
             monitor.report_stop(step)
         if step % args.checkpoint_every == 0 or ckpt_now or stop:
             checkpoint(step, last)

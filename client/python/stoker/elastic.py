@@ -48,6 +48,7 @@ ENV_ACTIONS_AFTER = "STOKER_ACTIONS_AFTER"
 ACTIONS_FILE = "actions"
 TERMINATING_FILE = "terminating"  # a worker got SIGTERM (the agent tells the coordinator)
 PAUSING_FILE = "pausing"  # the agent heard that the job is pausing
+RESIZING_FILE = "resizing"  # the agent heard a resize's CHECKPOINT_NOW (this round)
 RESUMABLE_FILE = "resumable"  # a worker stopped resumably after staging this step
 STOP_FILE = "stop"  # the step a worker's ranks agreed to stop at (report_stop)
 # Exit status of a resumable stop (EX_TEMPFAIL): the job is paused or
@@ -170,6 +171,16 @@ class TrainingMonitor:
             return self._member.pausing
         return self._dir is not None and os.path.exists(os.path.join(self._dir, PAUSING_FILE))
 
+    @property
+    def resizing(self) -> bool:
+        """This generation's CHECKPOINT_NOW is a resize's (ScaleJob): the
+        job's next round opens on that checkpoint once every rank said the
+        step it stops at (:meth:`report_stop`); a rank that never says one
+        waits for the scale's deadline instead."""
+        if self._member is not None:
+            return self._member.resizing
+        return self._dir is not None and os.path.exists(os.path.join(self._dir, RESIZING_FILE))
+
     def poll(self) -> list[tuple[str, str]]:
         if self._sigterm and not self._told:
             self._told = True
@@ -209,7 +220,8 @@ class TrainingMonitor:
 
     def report_stop(self, step: int) -> None:
         """Every rank agreed to stop at ``step`` (a checkpoint-then-stop: the
-        job is pausing): the coordinator hears it with the next heartbeat (at
+        job is pausing, or a resize's CHECKPOINT_NOW, :attr:`resizing`): the
+        coordinator hears it with the next heartbeat (at
         once for a member; the agent's next one under torchrun), so that a
         checkpoint below ``step`` committing meanwhile (a periodic save on
         its way when the notice came) is not taken for the pause's, and no
@@ -304,6 +316,12 @@ def mark_pausing(control_dir: str) -> None:
     """The agent's side of ``TrainingMonitor.pausing``: written before the
     action line that said so."""
     open(os.path.join(control_dir, PAUSING_FILE), "w", encoding="utf-8").close()
+
+
+def mark_resizing(control_dir: str) -> None:
+    """The agent's side of ``TrainingMonitor.resizing``: written before the
+    action line that said so, removed when the agent joins the next round."""
+    open(os.path.join(control_dir, RESIZING_FILE), "w", encoding="utf-8").close()
 
 
 def append_action(control_dir: str, seq: int, action: str, reason: str) -> None:

@@ -60,7 +60,7 @@ from stoker import elastic
 from stoker._proto import Service
 from stoker.connection import Connection
 from stoker.errors import StokerError
-from stoker.membership import RESTART, STOP, Member, Progress
+from stoker.membership import CHECKPOINT_NOW, RESTART, STOP, Member, Progress
 from stoker.store import StokerStore
 from stoker.v1 import coordinator_pb2 as pb
 
@@ -188,7 +188,11 @@ class StokerRendezvousHandler(RendezvousHandler):
         # Workers inherit the agent's environment: they find their
         # generation's store and their control directory here.
         for name in os.listdir(self.control_dir):
-            if name.startswith("progress-") or name in (elastic.RESUMABLE_FILE, elastic.STOP_FILE):
+            if name.startswith("progress-") or name in (
+                elastic.RESUMABLE_FILE,
+                elastic.STOP_FILE,
+                elastic.RESIZING_FILE,
+            ):
                 os.unlink(os.path.join(self.control_dir, name))
         with self._lock:  # the answers so far belong to earlier workers
             seen = self._seq
@@ -250,6 +254,8 @@ class StokerRendezvousHandler(RendezvousHandler):
     def _on_action(self, action: str, reason: str) -> None:
         if self.member.pausing:
             elastic.mark_pausing(self.control_dir)
+        if self.member.resizing and action == CHECKPOINT_NOW:
+            elastic.mark_resizing(self.control_dir)
         with self._lock:
             self._seq += 1
             seq = self._seq

@@ -189,6 +189,24 @@ static UNUSED void create(struct fx *f, const char *name, uint32_t min, uint32_t
   assert_int_equal(create_spec(f, &s), 0);
 }
 
+/* Members m0..m(n-1) of generation gen say their ranks stop at stop_step
+ * (HeartbeatRequest.stop_step, as trainers do after their vote): a resize's
+ * round opens on its checkpoint only once all of them did. */
+static UNUSED void say_stop(struct fx *f, const char *job, uint64_t gen, int n, int64_t stop_step) {
+  for (int i = 0; i < n; i++) {
+    char id[16];
+    snprintf(id, sizeof(id), "m%d", i);
+    Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+    req.job = (char *)job, req.member_id = id, req.generation = gen;
+    req.step = (uint64_t)stop_step, req.stop_step = stop_step;
+    req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+    struct res *r = res_new();
+    coord_heartbeat(f->c, &req, on_done, r);
+    assert_int_equal(wait_res(f, r)->err, 0);
+    res_free(r);
+  }
+}
+
 /* GetJob; the caller frees the result. */
 static UNUSED struct res *get_job(struct fx *f, const char *name) {
   Stoker__V1__GetJobRequest req = STOKER__V1__GET_JOB_REQUEST__INIT;

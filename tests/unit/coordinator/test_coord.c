@@ -610,6 +610,7 @@ static void test_scale(void **state) {
   assert_int_equal(heartbeat(f, "sc", "m0", 1), ACT(CHECKPOINT_NOW));
   assert_int_equal(heartbeat(f, "sc", "m0", 1), ACT(CONTINUE));
   assert_int_equal(heartbeat(f, "sc", "m1", 1), ACT(CHECKPOINT_NOW));
+  say_stop(f, "sc", 1, 2, 10);
   assert_int_equal(report_ckpt(f, "sc", 10, 1), 0);
   assert_int_equal(heartbeat(f, "sc", "m0", 1), ACT(RESTART));
   join_all(f, "sc", 1, r); /* cap 1: closes at once */

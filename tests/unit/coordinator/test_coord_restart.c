@@ -88,6 +88,7 @@ static void test_scale_pending_restart(void **state) {
   assert_int_equal(heartbeat(f, "s", "m0", 1), ACT(CHECKPOINT_NOW));
   assert_int_equal(heartbeat(f, "s", "m1", 1), ACT(CHECKPOINT_NOW));
   assert_int_equal(heartbeat(f, "s", "m0", 1), ACT(CONTINUE));
+  say_stop(f, "s", 1, 2, 6);
   assert_int_equal(report_ckpt(f, "s", 5, 1), 0);
   assert_int_equal(heartbeat(f, "s", "m0", 1), ACT(CONTINUE));
   assert_int_equal(report_ckpt(f, "s", 6, 1), 0);
@@ -183,6 +184,7 @@ static void test_scale_pending_crash(void **state) {
   kill_after_ack(f->dir, scale_child);
   fx_open(f);
   assert_int_equal(heartbeat(f, "k", "m1", 1), ACT(CHECKPOINT_NOW));
+  say_stop(f, "k", 1, 2, 3);
   assert_int_equal(report_ckpt(f, "k", 3, 1), 0);
   assert_int_equal(heartbeat(f, "k", "m0", 1), ACT(RESTART));
 }

@@ -100,6 +100,7 @@ static void test_scale_down_running(void **state) {
     snprintf(id, sizeof(id), "m%d", i);
     assert_int_equal(heartbeat(f, "sd", id, 1), ACT(CHECKPOINT_NOW));
   }
+  say_stop(f, "sd", 1, 3, 7);
   assert_int_equal(report_ckpt(f, "sd", 7, 1), 0);
   assert_int_equal(heartbeat(f, "sd", "m2", 1), ACT(RESTART)); /* Round open: rejoin. */
   join_all(f, "sd", 2, r);                                     /* Cap 2: closes at once. */
@@ -238,6 +239,7 @@ static void test_grow_waits_for_checkpoint(void **state) {
   assert_job(f, "gr", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2); /* No round without it. */
   assert_int_equal(beat_resizing(f, "gr", "m1", 1, &resizing), ACT(CHECKPOINT_NOW));
   assert_true(resizing);
+  say_stop(f, "gr", 1, 2, 12);
   assert_int_equal(report_ckpt(f, "gr", 12, 1), 0);
   assert_job(f, "gr", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
   join_all(f, "gr", 2, r); /* With the newcomer: 3, the cap. */
@@ -294,6 +296,34 @@ static void test_grow_takes_only_its_checkpoint(void **state) {
   res_free(nc), res_free(r[0]), res_free(r[1]);
 }
 
+/* A checkpoint reported before any rank heard of the resize does not open
+ * its round, though it is past every step the members had reported (9):
+ * the periodic checkpoint of 10, begun after their last heartbeats, while
+ * the ranks train on to their stop step (11). The round waits until every
+ * member said its stop step and a checkpoint of at least it is there. On
+ * the real cluster the checkpoint of 660 opened a grow's round so, 0.5 s
+ * after the ScaleJob, with the ranks at 664. */
+static void test_grow_waits_for_the_stop_steps(void **state) {
+  struct fx *f = *state;
+  create(f, "gt", 1, 3);
+  struct res *r[2];
+  join_all(f, "gt", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(beat_at(f, "gt", "m0", 1, 9, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(beat_at(f, "gt", "m1", 1, 9, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(scale_to(f, "gt", 3), 0);
+  assert_int_equal(report_ckpt(f, "gt", 10, 1), 0); /* Nobody heard of the resize yet. */
+  assert_job(f, "gt", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_int_equal(beat_at(f, "gt", "m0", 1, 10, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_at(f, "gt", "m1", 1, 10, 0, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_at(f, "gt", "m0", 1, 11, 11, NULL), ACT(CONTINUE));
+  assert_int_equal(report_ckpt(f, "gt", 11, 1), 0); /* m1 has not said its stop step. */
+  assert_job(f, "gt", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  beat_at(f, "gt", "m1", 1, 11, 11, NULL); /* The last stop step said: the round opens. */
+  assert_job(f, "gt", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  assert_int_equal(beat_at(f, "gt", "m0", 1, 11, 11, NULL), ACT(RESTART));
+}
+
 /* The last close's world survives a restart while the job is paused: 3 ranks
  * paused, the coordinator restarted, resumed with 2: SHRUNK from 3. The
  * same world again logs nothing. */
@@ -338,6 +368,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_late_member_not_surplus, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_grow_waits_for_checkpoint, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_grow_takes_only_its_checkpoint, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_grow_waits_for_the_stop_steps, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
