@@ -675,16 +675,17 @@ def test_a_withdrawal_lowers_the_pods_to_the_admitted_count_only() -> None:
 
 def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> None:
     c, calls = controller()
-    # Shrink: PreemptJob, ScaleJob to the smaller size, pods and target together.
+    # Shrink: fewer pods first (Kueue frees the quota while the coordinator
+    # is called), PreemptJob, ScaleJob to the smaller size, its seq recorded.
     c.act(decide.Shrink(running("j", 4), 2, "yielding"), {})
     body = {
         "spec": {"parallelism": 2, "completions": 2},
-        "metadata": {
-            "annotations": {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "41"}
-        },
+        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
     }
-    assert [x[0] for x in calls] == ["preempt", "scale", "patch"]
-    assert calls[1] == ("scale", "team-a-j", "2") and calls[2] == ("patch", "j", repr(body))
+    seq = {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "41"}
+    assert [x[0] for x in calls] == ["patch", "preempt", "scale", "patch"]
+    assert calls[0] == ("patch", "j", repr(body)) and calls[2] == ("scale", "team-a-j", "2")
+    assert calls[3] == ("patch", "j", repr({"metadata": {"annotations": seq}}))
     # Grow from 2 to 4 of a job whose target is not 2: the target first
     # becomes 2 (new ranks park as spares until ScaleJob), then more pods.
     calls.clear()
@@ -699,6 +700,21 @@ def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> N
     calls.clear()
     c.act(decide.Grow(running("j", 2, target=2), 4), {})  # already: pods only
     assert calls == [("patch", "j", repr({"spec": {"parallelism": 4, "completions": 4}}))]
+
+
+def test_an_eviction_deactivates_the_workload_then_names_its_reason() -> None:
+    """Deactivated first (Kueue evicts at once; the SIGTERM its pods get is
+    a notice too), then PreemptJob with the reason the events show."""
+    c, calls = controller()
+
+    class Custom:
+        def patch_namespaced_custom_object(self, *a: Any, **kw: Any) -> None:
+            calls.append(("deactivate", a[4], repr(a[5])))
+
+    c.custom = Custom()
+    c.act(decide.Evict(running("j", 2), "no yield fits"), {})
+    assert [x[0] for x in calls] == ["deactivate", "preempt"], calls
+    assert "'active': False" in calls[0][2] and calls[1] == ("preempt", "team-a-j", "no yield fits")
 
 
 class FakeKube:
@@ -824,15 +840,15 @@ def test_the_controller_shrinks_a_job_whose_grow_waits() -> None:
     top = workload("job-top-1", "top", 1, 1000, {}, "2026-11-28T20:05:00Z")
     top["status"] = {"conditions": []}
     calls = reconciled(ann, 2, 12, 4, top)
-    assert [x[0] for x in calls] == ["preempt", "scale", "patch"]
-    assert calls[1] == ("scale", "team-a-low", "1")
+    assert [x[0] for x in calls] == ["patch", "preempt", "scale", "patch"]
+    assert calls[2] == ("scale", "team-a-low", "1")
     body = {
         "spec": {"parallelism": 1, "completions": 1},
-        "metadata": {
-            "annotations": {decide.TARGET_ANNOTATION: "1", decide.TARGET_SEQ_ANNOTATION: "41"}
-        },
+        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "1"}},
     }
-    assert calls[2] == ("patch", "low", repr(body))
+    assert calls[0] == ("patch", "low", repr(body))
+    seq = {decide.TARGET_ANNOTATION: "1", decide.TARGET_SEQ_ANNOTATION: "41"}
+    assert calls[3] == ("patch", "low", repr({"metadata": {"annotations": seq}}))
 
 
 # A watch's answers as the API server streams them: the Status of a watch
