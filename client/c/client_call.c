@@ -5,7 +5,8 @@
  * A call refused for its token is sent once more when the token file
  * changed (client_token.c, below). An idempotent call (a read, or a write
  * whose repeat changes nothing) may instead be tried again while the
- * service is UNAVAILABLE: a restarting server, or one that moved to a new
+ * service is UNAVAILABLE (or cancels it as it shuts down): a restarting
+ * server, or one that moved to a new
  * address under the same name (a Kubernetes pod replaced by a rolling
  * update). gRPC asks DNS again when a connection fails, but fails the call
  * that found the old address at once; the next try goes to the new one.
@@ -158,7 +159,7 @@ int client_call_idempotent(struct stk_client *c, const char *method, const Proto
   int64_t deadline = client_now_ms() + client_timeout(c, timeout_ms);
   int64_t delay_ms = CLIENT_RETRY_FIRST_MS;
   int err = client_call(c, method, req, resp_desc, client_timeout(c, timeout_ms), ret_resp);
-  while (err == STK_EUNAVAIL && deadline - client_now_ms() > delay_ms) {
+  while (client_retryable(err) && deadline - client_now_ms() > delay_ms) {
     client_sleep_ms(delay_ms);
     delay_ms = delay_ms * 2 < CLIENT_RETRY_MAX_MS ? delay_ms * 2 : CLIENT_RETRY_MAX_MS;
     int64_t left = deadline - client_now_ms();

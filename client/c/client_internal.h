@@ -238,7 +238,16 @@ void waiter_join(struct waiter *w);
 int client_call(struct stk_client *c, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, int64_t timeout_ms,
                 ProtobufCMessage **ret_resp);
-/* client_call, tried again while it fails with STK_EUNAVAIL (the server
+/* Whether an idempotent call that failed with err is tried again: the
+ * server was UNAVAILABLE (restarting, or moved to a new address under its
+ * name), or it CANCELLED the call as it shut down (a call still in flight
+ * when a draining server's grace ran out; seen as a held-out GetBatch lost
+ * to a dataloader part's rolling update). The blocking calls this serves
+ * are never cancelled by their own caller. */
+static inline bool client_retryable(int err) {
+  return err == STK_EUNAVAIL || err == STK_ECANCELED;
+}
+/* client_call, tried again while it fails client_retryable (the server
  * restarting or moving to a new address under its name), with backoff from
  * CLIENT_RETRY_FIRST_MS doubling to CLIENT_RETRY_MAX_MS, until timeout_ms
  * (the client's default when <= 0) has passed since the first try. Only for

@@ -86,10 +86,11 @@ int stk_loader_batch_all(struct stk_loader *l, const char *job, int64_t step, ui
   pthread_mutex_init(&g.mu, NULL);
   client_cond_init(&g.cv);
   gather_run(l, &g, args, job, step, rank, world, timeout_ms);
-  /* A part UNAVAILABLE (restarting, or back at a new address): the blocking
-   * call's retries for the parts missing, within what is left of the time. */
+  /* A part UNAVAILABLE (restarting, or back at a new address) or one that
+   * cancelled the call as it shut down: the blocking call's retries for the
+   * parts missing, within what is left of the time. */
   bool told = false; /* This thread's last error says why already. */
-  if (g.err == STK_EUNAVAIL) {
+  if (client_retryable(g.err)) {
     g.err = 0;
     for (uint32_t i = 0; i < l->n && !g.err; i++) {
       int64_t left = deadline - client_now_ms();

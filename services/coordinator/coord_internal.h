@@ -359,6 +359,14 @@ void coord_surplus_clear(struct job *j);
 /* Whether the open round waits for the checkpoint the last generation's
  * members staged before leaving (job.awaited_step, until await_deadline). */
 bool coord_round_held(const struct job *j);
+/* Whether a member of the last generation may still come back to the open
+ * round: it has not joined it, and its lease (as of its last heartbeat of
+ * that generation) has not run out. The round's last call waits for it,
+ * within the cap: a rank slower to rejoin than the others (one that heard
+ * the resize late, one still staging) is not left out, which would make
+ * its later Join open another round and restore the same checkpoint, the
+ * steps trained in between trained twice. */
+bool coord_round_awaits_prev(const struct job *j, int64_t now);
 /* A preempted, paused job whose ranks are back (a Join) resumes: WAITING. */
 void coord_readmit_maybe(struct job *j);
 /* A submitted job's grow: scales at a step boundary (coord_scale_arm) once

@@ -308,7 +308,8 @@ static void sweep_joins(struct job *j, int64_t now) {
   }
   if (changed) coord_round_check(j);
   if (j->state == S(WAITING) && j->last_call_at && now >= j->last_call_at &&
-      j->n_joiners >= j->spec->min_ranks && !coord_round_held(j))
+      j->n_joiners >= j->spec->min_ranks && !coord_round_held(j) &&
+      !coord_round_awaits_prev(j, now))
     coord_round_close(j);
 }
 

@@ -118,6 +118,25 @@ bool coord_round_held(const struct job *j) {
   return j->awaited_step > j->ckpt_step && coord_now(j->c) < j->await_deadline;
 }
 
+bool coord_round_awaits_prev(const struct job *j, int64_t now) {
+  uint32_t due = 0, back = 0;
+  size_t pos;
+  for (struct hnode *n = coord_tab_first(&j->prev, &pos); n;
+       n = coord_tab_next(&j->prev, n, &pos)) {
+    const struct member *m = container_of(n, struct member, hn);
+    if (!m->finished && m->deadline > now) due++;
+  }
+  if (!due) return false;
+  for (struct list *l = j->joiners.next; l != &j->joiners; l = l->next) {
+    const struct coord_wait *w = container_of(l, struct coord_wait, link);
+    struct hnode *p = coord_tab_get(&j->prev, w->u.join.member_id);
+    if (!p) continue;
+    const struct member *m = container_of(p, struct member, hn);
+    if (!m->finished && m->deadline > now) back++;
+  }
+  return back < due;
+}
+
 void coord_round_check(struct job *j) {
   if (j->state != S(WAITING)) return;
   if (j->n_joiners >= coord_job_cap(j)) {

@@ -84,7 +84,9 @@ def test_a_job_whose_agents_all_finish_ends(daemons, tmp_path):
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     argv = [torchrun, "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=stoker"]
     argv += [f"--rdzv-endpoint={addr}", "--rdzv-id=done", "--monitor-interval=0.1"]
-    argv += ["--rdzv-conf=heartbeat_interval_ms=100,last_call_ms=100"]
+    # A 3 s lease: one lost on a loaded machine (300 ms, 100 ms heartbeats
+    # missed three times) opened a generation under the exit barrier.
+    argv += ["--rdzv-conf=heartbeat_interval_ms=100,heartbeat_misses=30,last_call_ms=100"]
     argv += ["--no-python", sys.executable, str(worker)]
     agents = [
         subprocess.Popen(

@@ -68,6 +68,15 @@ static void batch_msg(const struct dl_batch *b, Stoker__V1__Batch *msg) {
 static void handle_get_batch(struct rpc_call *c, const ProtobufCMessage *m, void *data) {
   struct fake_loader *f = data;
   const Stoker__V1__GetBatchRequest *req = (const Stoker__V1__GetBatchRequest *)m;
+  pthread_mutex_lock(&f->mu);
+  f->get_batches++;
+  bool cancel = f->get_cancels > 0;
+  if (cancel) f->get_cancels--;
+  pthread_mutex_unlock(&f->mu);
+  if (cancel) {
+    rpc_fail(c, RPC_CANCELLED, "the server is shutting down");
+    return;
+  }
   struct dl_batch b;
   int err = dl_get_batch(f->dl, req->job, req->step, req->rank, req->world, &b);
   if (err < 0) {

@@ -25,6 +25,9 @@ struct fake_loader {
   int stream_sends;  /* Batches handed to the transport by StreamBatches. */
   int stream_limit;  /* > 0: end streams OK after this many batches. */
   int streams_ended; /* Streams finished (any status). */
+  int get_batches;   /* GetBatch calls answered (any status). */
+  int get_cancels;   /* > 0: answer this many GetBatch calls CANCELLED, as a
+                      * server cancels its calls in flight when it shuts down. */
 };
 
 /* Starts core, server and loop thread; asserts on failure. */

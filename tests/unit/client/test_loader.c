@@ -167,6 +167,24 @@ static void test_batch_retry_and_world_sizes(void **state) {
   stk_client_free(c);
 }
 
+/* A GetBatch the server cancels as it shuts down (its grace ran out with
+ * the call in flight) is tried again, as an UNAVAILABLE one is: a held-out
+ * batch lost so to a dataloader part's rolling update stopped a trainer. */
+static void test_batch_cancelled_by_the_server_is_tried_again(void **state) {
+  struct stk_client *c = connect_fake();
+  create_job(c, "bc", SEQ_LEN, GLOBAL);
+  struct stk_batch first, again;
+  assert_int_equal(stk_loader_get_batch(c, "bc", 2, 0, 1, 0, &first), 0);
+  int before = fake_loader_get(&fake, &fake.get_batches);
+  fake_loader_set(&fake, &fake.get_cancels, 2);
+  assert_int_equal(stk_loader_get_batch(c, "bc", 2, 0, 1, 0, &again), 0);
+  assert_int_equal(fake_loader_get(&fake, &fake.get_batches) - before, 3);
+  assert_memory_equal(first.tokens, again.tokens, (size_t)GLOBAL * (SEQ_LEN + 1) * 4);
+  stk_batch_free(&first);
+  stk_batch_free(&again);
+  stk_client_free(c);
+}
+
 struct async_result {
   pthread_mutex_t mu;
   int calls, err;
@@ -354,6 +372,7 @@ int main(void) {
       cmocka_unit_test(test_create_get_and_errors),
       cmocka_unit_test(test_list_follows_pages),
       cmocka_unit_test(test_batch_retry_and_world_sizes),
+      cmocka_unit_test(test_batch_cancelled_by_the_server_is_tried_again),
       cmocka_unit_test(test_async_batch),
       cmocka_unit_test(test_stream_order_and_end),
       cmocka_unit_test(test_stream_flow_control),

@@ -324,6 +324,57 @@ static void test_grow_waits_for_the_stop_steps(void **state) {
   assert_int_equal(beat_at(f, "gt", "m0", 1, 11, 11, NULL), ACT(RESTART));
 }
 
+/* A grow's round does not close at its last call without a member of the
+ * last generation that is slower to rejoin than the others: m1 (whose
+ * lease, 2 s, still runs) comes 400 ms after m0 and the newcomer, past the
+ * 100 ms last call, and the round closes with it, at 3. Closed without it,
+ * m1's Join would open another round that restores the same checkpoint,
+ * the steps trained in between trained twice (seen with a rank that heard
+ * the resize late). */
+static void test_grow_waits_for_a_slow_member(void **state) {
+  struct fx *f = *state;
+  create(f, "gl", 1, 3);
+  struct res *r[2];
+  join_all(f, "gl", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(scale_to(f, "gl", 3), 0);
+  struct res *nc = join(f, "gl", "m2");
+  say_stop(f, "gl", 1, 2, 12);
+  assert_int_equal(report_ckpt(f, "gl", 12, 1), 0);
+  assert_job(f, "gl", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  struct res *m0 = join(f, "gl", "m0");
+  run_for(f, 400);
+  assert_false(m0->done);
+  assert_job(f, "gl", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  struct res *m1 = join(f, "gl", "m1");
+  run_until(f, &m1->done);
+  assert_int_equal(m1->err, 0);
+  assert_int_equal(JOINR(m1)->world_size, 3);
+  assert_int_equal(JOINR(m1)->latest_checkpoint->step, 12);
+  res_free(nc), res_free(m0), res_free(m1);
+  assert_resized(f, "gl", EV(GROWN), 1, 3, 12, "grown from 2 to 3 ranks at step 12");
+}
+
+/* A member of the last generation that never comes back holds the round
+ * only until its lease runs out (2 s after its last heartbeat), then the
+ * round closes without it at its last call's world. */
+static void test_a_round_waits_for_a_lost_member_only_its_lease(void **state) {
+  struct fx *f = *state;
+  create(f, "gm", 1, 2);
+  struct res *r[2];
+  join_all(f, "gm", 2, r);
+  res_free(r[0]), res_free(r[1]);
+  assert_int_equal(heartbeat(f, "gm", "m1", 1), ACT(CONTINUE));
+  struct res *m0 = join(f, "gm", "m0"); /* A rejoin: a round opens. */
+  run_for(f, 500);
+  assert_false(m0->done);
+  assert_job(f, "gm", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  run_until(f, &m0->done);
+  assert_int_equal(m0->err, 0);
+  assert_int_equal(JOINR(m0)->world_size, 1);
+  res_free(m0);
+}
+
 /* The last close's world survives a restart while the job is paused: 3 ranks
  * paused, the coordinator restarted, resumed with 2: SHRUNK from 3. The
  * same world again logs nothing. */
@@ -369,6 +420,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grow_waits_for_checkpoint, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_grow_takes_only_its_checkpoint, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_grow_waits_for_the_stop_steps, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_grow_waits_for_a_slow_member, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_a_round_waits_for_a_lost_member_only_its_lease, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
