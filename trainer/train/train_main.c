@@ -98,9 +98,13 @@ static bool after_stop(struct train *t, bool *ret_resumable) {
     if (t->sigterm_told)
       snprintf(took, sizeof(took), ", %" PRId64 " ms after SIGTERM",
                train_now_ms() - t->sigterm_ms);
-    printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: the job is pausing "
-           "(exit %d%s)\n",
-           t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE, took);
+    /* SIGTERM while the job is not (yet) pausing: a preemption the
+     * coordinator has not answered, or a shrink in place that removes this
+     * rank (its pod is deleted) while the others resize without it. */
+    printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: %s (exit %d%s)\n",
+           t->o.member, t->stopped_step,
+           stk_job_pausing(t->coord) ? "the job is pausing" : "this rank got SIGTERM",
+           TRAIN_EXIT_RESUMABLE, took);
     *ret_resumable = true;
     return true;
   }

@@ -338,13 +338,18 @@ class Controller:
             log.info("withdraw %s: %s", name, a.reason)
             self._resize(name, a.job.count, {})
         elif isinstance(a, decide.Shrink):
-            log.info("shrink %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
-            self._preempt(a.job.stoker_job, f"shrink {a.job.count} -> {a.to}: {a.reason}")
-            # The job is pausing: ScaleJob only sets its target, so the round
-            # that resumes it closes as soon as the kept ranks are back, and a
-            # rank that joins later (a grow) parks for ScaleJob instead of
-            # opening a round that would restore an older checkpoint.
-            self._resize(name, a.to, self._set_target(a.job.stoker_job, a.to, always=True))
+            log.info("shrink %s %d -> %d in place: %s", name, a.job.count, a.to, a.reason)
+            # In place (issue 23): first fewer pods (the Job deletes the
+            # highest indexes: SIGTERM), the target recorded as ours; then
+            # ScaleJob with in_place, so that the ranks whose pods go are the
+            # ones removed, not a preemption notice: every rank checkpoints at
+            # one step, they leave, and the kept ranks rejoin at the smaller
+            # size in their processes. If a SIGTERM reaches the coordinator
+            # first, the job pauses and resumes at the target as before.
+            self._resize(name, a.to, {decide.TARGET_ANNOTATION: str(a.to)})
+            marks = self._set_target(a.job.stoker_job, a.to, in_place=True)
+            if decide.TARGET_SEQ_ANNOTATION in marks:
+                self._annotate(name, marks)
         elif isinstance(a, decide.Evict):
             log.info("evict %s: %s", name, a.reason)
             self._preempt(a.job.stoker_job, a.reason)
@@ -547,19 +552,20 @@ class Controller:
         except StokerError as e:  # Stopped or gone: nothing to save.
             log.warning("PreemptJob %s: %s", name, e)
 
-    def _scale(self, name: str, ranks: int) -> Job | None:
+    def _scale(self, name: str, ranks: int, in_place: bool = False) -> Job | None:
         try:
-            return self.jobs.scale(name, ranks)
+            return self.jobs.scale(name, ranks, in_place=in_place)
         except StokerError as e:
             log.warning("ScaleJob %s to %d: %s", name, ranks, e)
             return None
 
-    def _set_target(self, name: str, ranks: int, always: bool = False) -> dict[str, str]:
-        """ScaleJob to ``ranks``; the Job's annotations that record it as the
-        controller's setting (the seq its answer gave), {} when it failed
-        (with ``always``, the target alone: the Job is resized anyway)."""
-        job = self._scale(name, ranks)
-        marks = {decide.TARGET_ANNOTATION: str(ranks)} if job is not None or always else {}
+    def _set_target(self, name: str, ranks: int, in_place: bool = False) -> dict[str, str]:
+        """ScaleJob to ``ranks`` (``in_place``: a shrink whose removed pods
+        are being deleted, ScaleJobRequest.in_place); the Job's annotations
+        that record it as the controller's setting (the seq its answer gave),
+        {} when it failed."""
+        job = self._scale(name, ranks, in_place)
+        marks = {decide.TARGET_ANNOTATION: str(ranks)} if job is not None else {}
         if job is not None and job.target_seq:
             marks[decide.TARGET_SEQ_ANNOTATION] = str(job.target_seq)
         return marks
