@@ -270,8 +270,10 @@ void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_don
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
   struct member *m =
       n && req->generation == j->generation ? container_of(n, struct member, hn) : NULL;
-  if (m && req->checkpoint_step > 0 && j->state == S(RUNNING) && !j->n_finished &&
-      !coord_shrink_remove(j, m->id)) {
+  /* One a shrink in place removes (also once its round opened: a member of
+   * the last generation) is no notice, and its round need not wait for it. */
+  bool removed = req->checkpoint_step > 0 && coord_shrink_remove(j, req->member_id);
+  if (m && req->checkpoint_step > 0 && j->state == S(RUNNING) && !j->n_finished && !removed) {
     /* It stopped after a checkpoint its peers voted for before the notice
      * that made them (a peer's SIGTERM) reached the coordinator (one that
      * a shrink in place removes is no notice). */

@@ -123,16 +123,34 @@ bool coord_round_held(const struct job *j) {
   return j->awaited_step > j->ckpt_step && coord_now(j->c) < j->await_deadline;
 }
 
+static bool shrink_unsure(const struct job *j);
+
 void coord_round_check(struct job *j) {
   if (j->state != S(WAITING)) return;
   if (j->n_joiners >= coord_job_cap(j)) {
     if (coord_round_held(j)) return; /* ReportCheckpoint or the sweep checks again. */
+    if (shrink_unsure(j)) {          /* Until its last call: see shrink_unsure. */
+      if (!j->last_call_at) j->last_call_at = coord_now(j->c) + j->spec->last_call_ms;
+      return;
+    }
     coord_round_close(j);
   } else if (j->n_joiners < j->spec->min_ranks) {
     j->last_call_at = 0;
   } else if (!j->last_call_at) {
     j->last_call_at = coord_now(j->c) + j->spec->last_call_ms;
   }
+}
+
+/* A shrink in place's round full at its target before it knows every member
+ * it removes (a rank that stopped at the kept ranks' vote before its
+ * SIGTERM, then rejoined): closing now could seat a rank whose pod is
+ * being deleted and leave out one the Job keeps (a surplus rank exits 0,
+ * its index completed for good). It closes once the last removed member
+ * says so (terminating, or a Leave with the checkpoint step), or at the
+ * round's last call. */
+static bool shrink_unsure(const struct job *j) {
+  uint32_t cap = coord_job_cap(j);
+  return j->shrink_from > cap && j->n_removed < j->shrink_from - cap;
 }
 
 /* Sort key: previous rank for members of the previous generation, then
@@ -245,6 +263,7 @@ bool coord_shrink_remove(struct job *j, const char *id) {
   snprintf(why, sizeof(why), "shrinking in place: member %s is removed (%u of %u)", id,
            j->n_removed, j->shrink_from - target);
   coord_job_touch(j, why);
+  coord_round_check(j); /* A round full at the target may wait for this (shrink_unsure). */
   return true;
 }
 

@@ -78,9 +78,13 @@ static int wait_for_verdict(struct train *t) {
 /* After this rank stopped at its checkpoint without knowing the job pauses
  * (a resize, or a peer's vote that outran the coordinator's word): the
  * verdict. RESTART (0: rejoin and restore it), STOP (1), or the job pausing
- * (2: leave with the checkpoint); rejoins anyway after 120 s. */
+ * (2: leave with the checkpoint); rejoins anyway after 120 s. A SIGTERM
+ * meanwhile (its pod deleted by a shrink in place, or evicted) leaves with
+ * the checkpoint too (2): the coordinator learns that this rank is one a
+ * shrink removes, so the round gives it no seat a kept rank needs. */
 static int wait_after_stop(struct train *t) {
   for (int64_t end = train_now_ms() + 120000; train_now_ms() < end; sleep_ms(50)) {
+    if (train_sigterm) return 2;
     enum stk_action a = stk_poll_action(t->coord);
     if (stk_job_pausing(t->coord)) return 2;
     if (a == STK_ACTION_STOP) return 1;

@@ -480,6 +480,45 @@ static void test_shrink_in_place_then_notice(void **state) {
   assert_int_equal(events_of(f, "sn", EV(PREEMPTED)).n, 1);
 }
 
+/* A shrink's round full at its target before the coordinator knows every
+ * member it removes waits: m2, whose SIGTERM came after the kept ranks'
+ * vote stopped it, rejoins before m1. Closing then would seat m2 (whose pod
+ * is being deleted) and leave out m1 (kept by the Job). m2 then leaves with
+ * the checkpoint step (its SIGTERM): its Join ends, it is removed, and the
+ * round closes with m0 and m1 once m1 is back. */
+static void test_shrink_in_place_waits_for_the_removed(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sw", 4);
+  struct res *r[4];
+  join_all(f, "sw", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_in_place(f, "sw", 2), 0);
+  assert_int_equal(beat_term(f, "sw", "m3", 1, 9, 0, NULL, NULL), ACT(CHECKPOINT_NOW));
+  say_stop(f, "sw", 1, 4, 11);
+  assert_int_equal(report_ckpt(f, "sw", 11, 1), 0);
+  assert_job(f, "sw", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  struct res *m2 = join(f, "sw", "m2");
+  struct res *m0 = join(f, "sw", "m0");
+  run_for(f, 100);
+  assert_false(m0->done); /* Two joined, the target: not yet. */
+  assert_job(f, "sw", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  assert_int_equal(leave_staged(f, "sw", "m2", 1, 11), 0);
+  run_until(f, &m2->done);
+  assert_int_not_equal(m2->err, 0);
+  struct res *m1 = join(f, "sw", "m1");
+  run_until(f, &m0->done);
+  run_until(f, &m1->done);
+  assert_int_equal(m0->err, 0);
+  assert_int_equal(m1->err, 0);
+  assert_int_equal(JOINR(m0)->rank, 0);
+  assert_int_equal(JOINR(m1)->rank, 1);
+  assert_int_equal(JOINR(m1)->world_size, 2);
+  assert_int_equal(JOINR(m1)->latest_checkpoint->step, 11);
+  res_free(m0), res_free(m1), res_free(m2);
+  assert_int_equal(events_of(f, "sw", EV(PREEMPTED)).n, 0);
+  assert_resized(f, "sw", EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
+}
+
 /* Without in_place a submitted job's ScaleJob down only sets the target,
  * and a terminating member is a notice, as before: the controller's other
  * callers keep today's behaviour. Likewise in_place on a job that a notice
@@ -551,6 +590,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place_then_notice, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_waits_for_the_removed, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_not_in_place, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
