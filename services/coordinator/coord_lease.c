@@ -282,7 +282,13 @@ void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_don
              (long long)req->checkpoint_step);
     coord_preempt(j, why);
   }
-  if (req->checkpoint_step > 0) coord_pause_await(j, req->checkpoint_step);
+  if (req->checkpoint_step > 0) {
+    coord_pause_await(j, req->checkpoint_step);
+    /* Its stop floor may let a shrink's round open (coord_stop_floor): then
+     * the member is the previous generation's, not a member to depart. */
+    n = coord_tab_get(&j->members, req->member_id);
+    if (!n || req->generation != j->generation) m = NULL;
+  }
   if (m && req->finished && j->state == S(RUNNING) && !m->finished)
     finish(j, m);
   else if (m && !m->finished)
