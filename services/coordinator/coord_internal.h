@@ -146,7 +146,7 @@ struct job {
    * that reported terminating or left with a checkpoint step meanwhile, at
    * most shrink_from - target of them: those whose pods are deleted, not a
    * preemption notice, no seat in the round (at its close they join the
-   * surplus). In memory only: a restart re-arms a plain scale. */
+   * surplus). In the JobRecord. */
   uint32_t shrink_from;
   char **removed;
   uint32_t n_removed;

@@ -519,6 +519,36 @@ static void test_shrink_in_place_waits_for_the_removed(void **state) {
   assert_resized(f, "sw", EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
 }
 
+/* A shrink in place survives a coordinator restart with the member it
+ * learned it removes: after the restart m2's SIGTERM is still the shrink's
+ * (not a notice), m3 (removed before it) is refused a Join, and a third
+ * terminating member is a notice. */
+static void test_shrink_in_place_across_restart(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sr", 4);
+  struct res *r[4];
+  join_all(f, "sr", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_in_place(f, "sr", 2), 0);
+  bool pausing = true;
+  assert_int_equal(beat_term(f, "sr", "m3", 1, 9, 0, NULL, &pausing), ACT(CHECKPOINT_NOW));
+  assert_false(pausing);
+  fx_close(f);
+  fx_open(f);
+  bool resizing = false;
+  assert_int_equal(beat_term(f, "sr", "m2", 1, 9, 0, &resizing, &pausing), ACT(CHECKPOINT_NOW));
+  assert_true(resizing);
+  assert_false(pausing);
+  assert_job(f, "sr", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  struct res *m3 = join(f, "sr", "m3");
+  run_until(f, &m3->done);
+  assert_int_equal(m3->err, STK_ESTATE);
+  res_free(m3);
+  beat_term(f, "sr", "m1", 1, 9, 0, NULL, &pausing);
+  assert_true(pausing);
+  assert_job(f, "sr", STOKER__V1__JOB_STATE__JOB_STATE_PAUSING, 4);
+}
+
 /* Without in_place a submitted job's ScaleJob down only sets the target,
  * and a terminating member is a notice, as before: the controller's other
  * callers keep today's behaviour. Likewise in_place on a job that a notice
@@ -592,6 +622,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_shrink_in_place_then_notice, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place_waits_for_the_removed, fx_setup,
                                       fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_across_restart, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_not_in_place, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
