@@ -154,6 +154,16 @@ int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool sk
   return COORD_CALL(c, scale_job, &req, timeout_ms, ret_job);
 }
 
+int stk_job_scale_in_place(struct stk_client *c, const char *job, uint32_t ranks,
+                           int64_t timeout_ms, Stoker__V1__Job **ret_job) {
+  if (!job) return client_fail(STK_EINVAL, "scale job");
+  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.ranks = ranks;
+  req.in_place = true;
+  return COORD_CALL(c, scale_job, &req, timeout_ms, ret_job);
+}
+
 int stk_job_preempt(struct stk_client *c, const char *job, const char *reason, int64_t timeout_ms,
                     Stoker__V1__Job **ret_job) {
   if (!job) return client_fail(STK_EINVAL, "preempt job");

@@ -57,6 +57,12 @@ int stk_job_action(struct stk_client *c, enum stk_job_verb verb, const char *job
 int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t timeout_ms);
 int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
                   int64_t timeout_ms, Stoker__V1__Job **ret_job);
+/* ScaleJob with in_place: a running submitted job shrunk while the pods of
+ * the ranks removed are being deleted; the kept ranks checkpoint with them
+ * and rejoin in their processes, and the removed ranks' SIGTERM is no
+ * preemption notice (ScaleJobRequest.in_place). */
+int stk_job_scale_in_place(struct stk_client *c, const char *job, uint32_t ranks,
+                           int64_t timeout_ms, Stoker__V1__Job **ret_job);
 /* PreemptJob: a preemption notice for the whole job (reason NULL: ""). */
 int stk_job_preempt(struct stk_client *c, const char *job, const char *reason, int64_t timeout_ms,
                     Stoker__V1__Job **ret_job);

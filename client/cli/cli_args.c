@@ -52,6 +52,9 @@ static const struct flag_spec cli_flags[] = {
     VERB("checkpoint-storage", FLAG_ARG, NULL, "Checkpoint storage URI, kept in the spec."),
     VERB("checkpoint-every", FLAG_UINT64, NULL, "Checkpoint interval in steps, kept in the spec."),
     VERB("skip-checkpoint", FLAG_BOOL, NULL, "Restart without taking a checkpoint first."),
+    VERB("in-place", FLAG_BOOL, NULL,
+         "job scale of a submitted job down: the removed ranks' pods are being\n"
+         "deleted; the kept ranks rejoin without restarting."),
     VERB("force", FLAG_BOOL, NULL,
          "pause, stop: without the checkpoint; delete: even while ranks are members."),
     VERB("seq-len", FLAG_UINT64, NULL, "Tokens per sequence (required by loader create)."),

@@ -87,16 +87,18 @@ static const struct cli_command commands[] = {
      "job create.\n"},
     {{"job", "scale"},
      2,
-     "skip-checkpoint",
+     "skip-checkpoint in-place",
      cli_job_scale,
-     "NAME N [--skip-checkpoint]",
+     "NAME N [--skip-checkpoint | --in-place]",
      "checkpoint, then restart at N ranks",
-     NULL},
+     "--in-place (a submitted job's queue controller shrinking it while it deletes the pods of\n"
+     "the ranks removed): every rank checkpoints at one step, the removed ranks leave without\n"
+     "their SIGTERM pausing the job, and the kept ranks rejoin at N in their processes.\n"},
     {{"job", "resize"},
      2,
-     "skip-checkpoint",
+     "skip-checkpoint in-place",
      cli_job_scale,
-     "NAME N [--skip-checkpoint]",
+     "NAME N [--skip-checkpoint | --in-place]",
      "job scale: checkpoint, then restart at N ranks",
      "A submitted job is resized by its queue controller: down with a checkpoint, then a restart\n"
      "at N ranks; up with a new workload slice (admitted when the quota allows), the job growing\n"

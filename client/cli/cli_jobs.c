@@ -145,7 +145,9 @@ int cli_job_scale(const struct cli_ctx *x) {
   if (rc) return rc;
   Stoker__V1__Job *job = NULL;
   bool skip = cli_flag_set(x->args, "skip-checkpoint");
-  int err = stk_job_scale(c, x->name, (uint32_t)ranks, skip, 0, &job);
+  int err = cli_flag_set(x->args, "in-place")
+                ? stk_job_scale_in_place(c, x->name, (uint32_t)ranks, 0, &job)
+                : stk_job_scale(c, x->name, (uint32_t)ranks, skip, 0, &job);
   if (err == 0) {
     print_action(x, "scaling", job);
     protobuf_c_message_free_unpacked(&job->base, NULL);

@@ -22,6 +22,12 @@ void *coord_xcalloc(size_t n, size_t size) {
   return p;
 }
 
+void *coord_xrealloc(void *p, size_t n) {
+  void *q = realloc(p, n ? n : 1);
+  if (!q) abort();
+  return q;
+}
+
 char *coord_xstrdup(const char *s) {
   size_t n = strlen(s ? s : "") + 1;
   char *p = coord_xmalloc(n);

@@ -17,6 +17,7 @@ struct coord;
 
 void *coord_xmalloc(size_t n); /* Aborts when out of memory. */
 void *coord_xcalloc(size_t n, size_t size);
+void *coord_xrealloc(void *p, size_t n);
 char *coord_xstrdup(const char *s);
 int64_t coord_now(struct coord *c); /* Loop time, ms (leases, deadlines). */
 int64_t coord_wall_ms(void);        /* Unix time, ms (records). */

@@ -60,6 +60,7 @@ void coord_job_free(struct job *j) {
   coord_tab_free(&j->kv);
   coord_events_free(j);
   coord_surplus_clear(j);
+  coord_shrink_clear(j);
   list_del(&j->dirty_link);
   protobuf_c_message_free_unpacked(&j->spec->base, NULL);
   free(j->by_rank);

@@ -140,6 +140,16 @@ struct job {
    * at every close. */
   char **surplus;
   uint32_t n_surplus;
+  /* A submitted job's shrink in place (ScaleJobRequest.in_place,
+   * coord_ops.c): shrink_from, the world when ScaleJob armed it (0: none),
+   * kept until the round it opens closes; removed, the ids of the members
+   * that reported terminating or left with a checkpoint step meanwhile, at
+   * most shrink_from - target of them: those whose pods are deleted, not a
+   * preemption notice, no seat in the round (at its close they join the
+   * surplus). In the JobRecord. */
+  uint32_t shrink_from;
+  char **removed;
+  uint32_t n_removed;
   bool dirty;
   struct list dirty_link;
 };
@@ -356,6 +366,13 @@ void coord_member_remove(struct job *j, struct member *m);
  * and has no seat now: such a member is not needed. */
 bool coord_surplus_has(const struct job *j, const char *id);
 void coord_surplus_clear(struct job *j);
+/* A shrink in place (job.shrink_from, job.removed): whether id is one of
+ * the members it removes; coord_shrink_remove marks id as one while the
+ * shrink is armed and fewer than shrink_from - target are (id a member of
+ * the shrinking generation), and says whether it is one now. */
+bool coord_shrink_removes(const struct job *j, const char *id);
+bool coord_shrink_remove(struct job *j, const char *id);
+void coord_shrink_clear(struct job *j);
 /* Whether the open round waits for the checkpoint the last generation's
  * members staged before leaving (job.awaited_step, until await_deadline). */
 bool coord_round_held(const struct job *j);
@@ -391,6 +408,10 @@ void coord_pause_await(struct job *j, int64_t step);
  * stop_step, or a Leave's checkpoint_step): a checkpoint below it is not
  * the pause's, nor a pending resize's. */
 void coord_stop_floor(struct job *j, int64_t stop_step);
+/* A pending resize's round opens on its checkpoint once every member still
+ * seated said its stop step (a member removed by a shrink in place is not
+ * waited for). */
+void coord_scale_open_maybe(struct job *j);
 void coord_ops_sweep(struct job *j, int64_t now);
 /* After a restart: fresh deadlines for a pending scale or pause. */
 void coord_ops_rearm(struct job *j);

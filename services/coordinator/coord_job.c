@@ -233,6 +233,9 @@ uint8_t *coord_job_record_pack(struct job *j, size_t *ret_len) {
   rec.preempted = j->preempted ? j->preempted : "";
   rec.awaited_step = j->awaited_step;
   rec.last_world = j->last_world;
+  rec.shrink_from = j->shrink_from;
+  rec.n_removed = j->n_removed;
+  rec.removed = j->removed;
   *ret_len = stoker__v1__job_record__get_packed_size(&rec);
   uint8_t *buf = coord_xmalloc(*ret_len);
   stoker__v1__job_record__pack(&rec, buf);

@@ -8,7 +8,10 @@
  * write nothing synchronously: statistics are persisted lazily, except a
  * health change, which is an event and is synced with the member's record.
  * A heartbeat with terminating (the rank got SIGTERM) is a preemption
- * notice (coord_ops.c); replies while the job pauses carry pausing. A
+ * notice (coord_ops.c), unless the job shrinks in place and the member is
+ * one of those it removes (coord_shrink_remove): that member checkpoints
+ * with the others and leaves, and neither its Leave nor the loss of its
+ * lease opens a round; replies while the job pauses carry pausing. A
  * heartbeat's stop_step (the step its ranks agreed to stop at) bounds the
  * pause's checkpoint from below (coord_stop_floor); a pause's STOP names
  * its checkpoint (checkpoint_step) and leaves the member its seat until it
@@ -49,9 +52,11 @@ static void answer_hb(struct coord_wait *w, struct job *j, int action, const cha
   answer_hb_gen(w, j->generation, action, reason, pausing(j) ? HB_PAUSING : 0, 0);
 }
 
-/* A rank got SIGTERM: a preemption notice for the whole job, first wins. */
+/* A rank got SIGTERM: a preemption notice for the whole job, first wins,
+ * unless a shrink in place removes it (its pod is the one deleted). */
 static void terminating(struct job *j, const Stoker__V1__HeartbeatRequest *req) {
   if (!req->terminating || coord_job_ended(j) || pausing(j)) return;
+  if (coord_shrink_remove(j, req->member_id)) return;
   char why[1200];
   snprintf(why, sizeof(why), "member %s is terminating%s%s", req->member_id,
            *req->message ? ": " : "", req->message);
@@ -176,8 +181,10 @@ void coord_heartbeat(struct coord *c, const Stoker__V1__HeartbeatRequest *req, c
     return answer_hb(w, j, A(STOP), "this member finished");
   if (j->state == S(RUNNING) && coord_surplus_has(j, req->member_id))
     return answer_hb(w, j, A(STOP), "job scaled down: this member is not needed");
-  if (!n || req->generation < j->generation || j->state == S(WAITING))
-    return answer_hb(w, j, A(RESTART), "rejoin: a new round is open");
+  bool seated = n && req->generation == j->generation && j->state != S(WAITING);
+  if (!seated && coord_shrink_removes(j, req->member_id))
+    return answer_hb(w, j, A(STOP), "job shrunk in place: this member is removed");
+  if (!seated) return answer_hb(w, j, A(RESTART), "rejoin: a new round is open");
   struct member *m = container_of(n, struct member, hn);
   record_stats(j, m, req);
   const char *reason = "";
@@ -236,12 +243,14 @@ static void depart(struct job *j, struct member *m, bool lost) {
               lost ? STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LOST
                    : STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_MEMBER_LEFT,
               id, (int64_t)m->step, lost ? "lease expired" : "left");
-  if (j->state == S(RUNNING) && !j->n_finished) {
+  bool removed = j->shrink_from && coord_shrink_removes(j, id); /* Not coming back. */
+  if (j->state == S(RUNNING) && !j->n_finished && !removed) {
     coord_round_open(j, lost ? "a member was lost" : "a member left");
     return;
   }
   coord_member_remove(j, m);
   coord_job_touch(j, NULL);
+  if (removed) coord_scale_open_maybe(j); /* It may have been the last to say its stop. */
   coord_pause_maybe_done(j);
   if (j->n_finished) coord_sync_finishing(j);
   finish_maybe(j);
@@ -261,15 +270,25 @@ void coord_leave(struct coord *c, const Stoker__V1__LeaveRequest *req, coord_don
   struct hnode *n = coord_tab_get(&j->members, req->member_id);
   struct member *m =
       n && req->generation == j->generation ? container_of(n, struct member, hn) : NULL;
-  if (m && req->checkpoint_step > 0 && j->state == S(RUNNING) && !j->n_finished) {
+  /* One a shrink in place removes (also once its round opened: a member of
+   * the last generation) is no notice, and its round need not wait for it. */
+  bool removed = req->checkpoint_step > 0 && coord_shrink_remove(j, req->member_id);
+  if (m && req->checkpoint_step > 0 && j->state == S(RUNNING) && !j->n_finished && !removed) {
     /* It stopped after a checkpoint its peers voted for before the notice
-     * that made them (a peer's SIGTERM) reached the coordinator. */
+     * that made them (a peer's SIGTERM) reached the coordinator (one that
+     * a shrink in place removes is no notice). */
     char why[300];
     snprintf(why, sizeof(why), "member %s stopped after staging the checkpoint of step %lld", m->id,
              (long long)req->checkpoint_step);
     coord_preempt(j, why);
   }
-  if (req->checkpoint_step > 0) coord_pause_await(j, req->checkpoint_step);
+  if (req->checkpoint_step > 0) {
+    coord_pause_await(j, req->checkpoint_step);
+    /* Its stop floor may let a shrink's round open (coord_stop_floor): then
+     * the member is the previous generation's, not a member to depart. */
+    n = coord_tab_get(&j->members, req->member_id);
+    if (!n || req->generation != j->generation) m = NULL;
+  }
   if (m && req->finished && j->state == S(RUNNING) && !m->finished)
     finish(j, m);
   else if (m && !m->finished)

@@ -80,6 +80,10 @@ static int load_job(struct coord *c, const char *k, size_t kl, const uint8_t *v,
   j->queue = jb->queue; /* Now owned by the job. */
   jb->queue = NULL;
   j->last_world = rec->last_world ? rec->last_world : jb->world_size;
+  j->shrink_from = rec->shrink_from;
+  j->removed = coord_xcalloc(rec->n_removed, sizeof(char *));
+  for (size_t i = 0; i < rec->n_removed; i++)
+    j->removed[j->n_removed++] = coord_xstrdup(rec->removed[i]);
   if (jb->latest_checkpoint) {
     j->ckpt_step = jb->latest_checkpoint->step;
     j->ckpt_at_ms = jb->latest_checkpoint->committed_at_ms;

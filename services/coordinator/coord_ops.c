@@ -22,6 +22,15 @@
  * pause's checkpoint from below (coord_stop_floor). A pause's STOP that is
  * not forced leaves the member its seat (coord_lease.c): the job is PAUSED
  * once every member left, was lost or was told a forced STOP.
+ *
+ * A submitted job's pods are its queue controller's, so its ScaleJob only
+ * sets the target, except a shrink in place (ScaleJobRequest.in_place):
+ * its controller deletes the pods of the ranks above the target, and the
+ * job resizes as a non-submitted one does (coord_scale_arm), every rank
+ * checkpointing at the stop step; up to world - target members that report
+ * terminating or leave with that step meanwhile are the ones removed
+ * (job.removed), not a notice, and the round opens without waiting for
+ * them (coord_lease.c, coord_rendezvous.c).
  */
 #include "coord_internal.h"
 
@@ -37,7 +46,6 @@
 static void go_pausing(struct job *j, bool force);
 static void start_scale(struct job *j, bool skip_checkpoint);
 static bool members_stopping(const struct job *j);
-static void scale_open_maybe(struct job *j);
 
 static int64_t ckpt_wait_ms(const struct job *j) {
   return coord_job_ckpt_wait_ms(j);
@@ -124,6 +132,7 @@ static void go_pausing(struct job *j, bool force) {
       j->pause_step = j->by_rank[r]->stop_step - 1;
   j->pause_deadline = coord_now(j->c) + ckpt_wait_ms(j);
   j->scale_pending = false;
+  j->shrink_from = 0; /* A notice won: a shrink's removed members stay refused. */
   j->awaited_step = 0;
   coord_members_reset_told(j);
 }
@@ -186,7 +195,7 @@ void coord_stop_floor(struct job *j, int64_t stop_step) {
     changed = true;
   }
   if (changed) coord_store_job(j);
-  scale_open_maybe(j); /* The last stop step said, over a checkpoint reported already. */
+  coord_scale_open_maybe(j); /* The last stop step said, over a checkpoint reported already. */
 }
 
 static bool members_all_said_stop(const struct job *j);
@@ -198,9 +207,9 @@ static bool members_all_said_stop(const struct job *j);
  * checkpoint of 660, reported 0.5 s after the ScaleJob, before any rank
  * had heard it, opened the round while the ranks were at 664. A client that
  * never says a stop step gets its round at the scale's deadline. */
-static void scale_open_maybe(struct job *j) {
+void coord_scale_open_maybe(struct job *j) {
   if (j->scale_pending && j->ckpt_step > j->scale_step && members_all_said_stop(j))
-    coord_round_open(j, "scaled");
+    coord_round_open(j, j->shrink_from ? "shrunk in place" : "scaled");
 }
 
 static bool members_all_said_stop(const struct job *j) {
@@ -275,6 +284,17 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
   j->target = req->ranks;
   j->target_seq = j->last_event_seq + 1; /* The SCALED event's, logged next. */
   coord_job_touch(j, "scaled");
+  coord_shrink_clear(j);
+  if (j->spec->submission && req->in_place && j->state == S(RUNNING) && req->ranks < j->world) {
+    coord_event(j, E(SCALED), NULL, 0,
+                "target %u ranks: shrinking in place from %u (the pods of the ranks removed are "
+                "deleted; the kept ranks checkpoint and rejoin)",
+                req->ranks, j->world);
+    coord_scale_arm(j);
+    j->shrink_from = j->world;
+    coord_job_touch(j, "shrinking in place: checkpoint, then the kept ranks rejoin");
+    return coord_answer_job(w, j);
+  }
   if (j->spec->submission) {
     coord_event(j, E(SCALED), NULL, 0,
                 "target %u ranks (its queue controller resizes the workload)", req->ranks);
@@ -323,7 +343,7 @@ void coord_report_checkpoint(struct coord *c, const Stoker__V1__ReportCheckpoint
     return coord_fail(w, STK_ESTALE, "generation %llu is not the current %llu",
                       (unsigned long long)req->generation, (unsigned long long)j->generation);
   record_ckpt(j, req);
-  scale_open_maybe(j);
+  coord_scale_open_maybe(j);
   if (j->state == S(PAUSING) && req->step > j->pause_step && !j->pause_ckpt_seen) {
     j->pause_ckpt_seen = true;
     coord_store_job(j);

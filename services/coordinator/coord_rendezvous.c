@@ -26,6 +26,11 @@
  * controller's) parks as a spare until the target's ranks are there; then
  * the job scales at a step boundary as ScaleJob does (coord_scale_arm,
  * called by coord_ops.c too).
+ *
+ * A shrink in place (job.shrink_from, armed by ScaleJob in coord_ops.c)
+ * knows the members it removes by their SIGTERM or their Leave
+ * (coord_shrink_remove, from coord_lease.c): their Joins are refused, and
+ * the close that ends it adds them to the surplus.
  */
 #include "coord_internal.h"
 
@@ -137,16 +142,34 @@ bool coord_round_awaits_prev(const struct job *j, int64_t now) {
   return back < due;
 }
 
+static bool shrink_unsure(const struct job *j);
+
 void coord_round_check(struct job *j) {
   if (j->state != S(WAITING)) return;
   if (j->n_joiners >= coord_job_cap(j)) {
     if (coord_round_held(j)) return; /* ReportCheckpoint or the sweep checks again. */
+    if (shrink_unsure(j)) {          /* Until its last call: see shrink_unsure. */
+      if (!j->last_call_at) j->last_call_at = coord_now(j->c) + j->spec->last_call_ms;
+      return;
+    }
     coord_round_close(j);
   } else if (j->n_joiners < j->spec->min_ranks) {
     j->last_call_at = 0;
   } else if (!j->last_call_at) {
     j->last_call_at = coord_now(j->c) + j->spec->last_call_ms;
   }
+}
+
+/* A shrink in place's round full at its target before it knows every member
+ * it removes (a rank that stopped at the kept ranks' vote before its
+ * SIGTERM, then rejoined): closing now could seat a rank whose pod is
+ * being deleted and leave out one the Job keeps (a surplus rank exits 0,
+ * its index completed for good). It closes once the last removed member
+ * says so (terminating, or a Leave with the checkpoint step), or at the
+ * round's last call. */
+static bool shrink_unsure(const struct job *j) {
+  uint32_t cap = coord_job_cap(j);
+  return j->shrink_from > cap && j->n_removed < j->shrink_from - cap;
 }
 
 /* Sort key: previous rank for members of the previous generation, then
@@ -230,6 +253,47 @@ static void note_surplus(struct job *j, uint32_t k, uint32_t cap) {
     if (!coord_tab_get(&j->members, n->key)) j->surplus[j->n_surplus++] = coord_xstrdup(n->key);
 }
 
+/* A shrink in place's removed members that hold no seat are surplus too,
+ * whether the round closed full or not: their pods are gone. */
+static void surplus_removed(struct job *j) {
+  for (uint32_t i = 0; i < j->n_removed; i++) {
+    const char *id = j->removed[i];
+    if (coord_tab_get(&j->members, id) || coord_surplus_has(j, id)) continue;
+    j->surplus = coord_xrealloc(j->surplus, (j->n_surplus + 1) * sizeof(char *));
+    j->surplus[j->n_surplus++] = coord_xstrdup(id);
+  }
+}
+
+bool coord_shrink_removes(const struct job *j, const char *id) {
+  for (uint32_t i = 0; i < j->n_removed; i++)
+    if (!strcmp(j->removed[i], id)) return true;
+  return false;
+}
+
+bool coord_shrink_remove(struct job *j, const char *id) {
+  if (coord_shrink_removes(j, id)) return true;
+  uint32_t target = coord_job_cap(j);
+  if (!j->shrink_from || j->shrink_from <= target || j->n_removed >= j->shrink_from - target)
+    return false;
+  if (!coord_tab_get(&j->members, id) && !coord_tab_get(&j->prev, id)) return false;
+  j->removed = coord_xrealloc(j->removed, (j->n_removed + 1) * sizeof(char *));
+  j->removed[j->n_removed++] = coord_xstrdup(id);
+  char why[300];
+  snprintf(why, sizeof(why), "shrinking in place: member %s is removed (%u of %u)", id,
+           j->n_removed, j->shrink_from - target);
+  coord_job_touch(j, why);
+  coord_round_check(j); /* A round full at the target may wait for this (shrink_unsure). */
+  return true;
+}
+
+void coord_shrink_clear(struct job *j) {
+  for (uint32_t i = 0; i < j->n_removed; i++) free(j->removed[i]);
+  free(j->removed);
+  j->removed = NULL;
+  j->n_removed = 0;
+  j->shrink_from = 0;
+}
+
 /* Surplus members still parked in the round learn it at once. */
 static void refuse_surplus(struct job *j, struct ranked *r, uint32_t from, uint32_t n) {
   for (uint32_t i = from; i < n; i++)
@@ -247,6 +311,7 @@ void coord_round_close(struct job *j) {
   int64_t deadline = coord_now(j->c) + coord_job_lease_ms(j);
   for (uint32_t i = 0; i < k; i++) seat(j, r[i].w, i, deadline);
   note_surplus(j, k, cap);
+  surplus_removed(j);
   clear_prev(j);
   j->world = k;
   j->n_members = k;
@@ -257,6 +322,7 @@ void coord_round_close(struct job *j) {
   coord_event(j, STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_ROUND_CLOSED, NULL, 0,
               "generation %llu: %u ranks", (unsigned long long)j->generation, k);
   resized_maybe(j);
+  coord_shrink_clear(j);
   resumed_maybe(j);
   answer_joins(j, r, k);
   j->leases_dseq = j->c->change_seq; /* The answers' seq: leases start once it is durable. */
@@ -274,9 +340,9 @@ static void resized_maybe(struct job *j) {
   coord_event(j,
               grown ? STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_GROWN
                     : STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_SHRUNK,
-              NULL, j->ckpt_step, "%s from %u to %u rank%s at step %lld",
+              NULL, j->ckpt_step, "%s from %u to %u rank%s at step %lld%s",
               grown ? "grown" : "shrunk", was, j->world, j->world == 1 ? "" : "s",
-              (long long)j->ckpt_step);
+              (long long)j->ckpt_step, j->shrink_from && !grown ? " (in place)" : "");
 }
 
 /* A preempted job trains again: RESUMED at the step its members restore. */
@@ -359,6 +425,11 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
   if (j->state == S(RUNNING) && j->n_finished) { /* As torch's closed rendezvous. */
     coord_fail(w, STK_ESTATE, "job %s is finishing: %u of its %u members finished", j->name,
                j->n_finished, j->n_members);
+    return w;
+  }
+  if (coord_shrink_removes(j, req->member_id)) {
+    coord_fail(w, STK_ESTATE, "job %s is shrinking in place to %u ranks: member %s is removed",
+               j->name, coord_job_cap(j), req->member_id);
     return w;
   }
   if (j->state == S(RUNNING) && j->world >= coord_job_cap(j) &&

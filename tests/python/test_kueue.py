@@ -603,10 +603,10 @@ class FakeJobs:
     def preempt(self, name: str, reason: str = "") -> None:
         self.calls.append(("preempt", name, reason))
 
-    def scale(self, name: str, ranks: int) -> Any:
+    def scale(self, name: str, ranks: int, in_place: bool = False) -> Any:
         import types
 
-        self.calls.append(("scale", name, str(ranks)))
+        self.calls.append(("scale", name, str(ranks)) + (("in_place",) if in_place else ()))
         self.seq += 1
         return types.SimpleNamespace(target_ranks=ranks, target_seq=self.seq)
 
@@ -675,17 +675,24 @@ def test_a_withdrawal_lowers_the_pods_to_the_admitted_count_only() -> None:
 
 def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> None:
     c, calls = controller()
-    # Shrink: fewer pods first (Kueue frees the quota while the coordinator
-    # is called), PreemptJob, ScaleJob to the smaller size, its seq recorded.
+    # Shrink in place (issue 23): fewer pods with the target first (their
+    # SIGTERM), then ScaleJob in place and its seq; no PreemptJob, so the
+    # kept ranks resize in their processes.
     c.act(decide.Shrink(running("j", 4), 2, "yielding"), {})
     body = {
         "spec": {"parallelism": 2, "completions": 2},
         "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
     }
-    seq = {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "41"}
-    assert [x[0] for x in calls] == ["patch", "preempt", "scale", "patch"]
-    assert calls[0] == ("patch", "j", repr(body)) and calls[2] == ("scale", "team-a-j", "2")
-    assert calls[3] == ("patch", "j", repr({"metadata": {"annotations": seq}}))
+    seq = {
+        "metadata": {
+            "annotations": {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "41"}
+        }
+    }
+    assert calls == [
+        ("patch", "j", repr(body)),
+        ("scale", "team-a-j", "2", "in_place"),
+        ("patch", "j", repr(seq)),
+    ]
     # Grow from 2 to 4 of a job whose target is not 2: the target first
     # becomes 2 (new ranks park as spares until ScaleJob), then more pods.
     calls.clear()
@@ -834,21 +841,25 @@ def test_the_controller_withdraws_a_pending_grow_for_an_equal_priority_workload(
 
 
 def test_the_controller_shrinks_a_job_whose_grow_waits() -> None:
-    """A higher-priority workload that needs one rank: the job is shrunk at
-    its admitted size (checkpoint, target, fewer pods), not left alone."""
+    """A higher-priority workload that needs one rank: the job is shrunk in
+    place at its admitted size (fewer pods, then the target), not left alone."""
     ann = {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "12"}
     top = workload("job-top-1", "top", 1, 1000, {}, "2026-11-28T20:05:00Z")
     top["status"] = {"conditions": []}
     calls = reconciled(ann, 2, 12, 4, top)
-    assert [x[0] for x in calls] == ["patch", "preempt", "scale", "patch"]
-    assert calls[2] == ("scale", "team-a-low", "1")
+    assert [x[0] for x in calls] == ["patch", "scale", "patch"]
     body = {
         "spec": {"parallelism": 1, "completions": 1},
         "metadata": {"annotations": {decide.TARGET_ANNOTATION: "1"}},
     }
     assert calls[0] == ("patch", "low", repr(body))
-    seq = {decide.TARGET_ANNOTATION: "1", decide.TARGET_SEQ_ANNOTATION: "41"}
-    assert calls[3] == ("patch", "low", repr({"metadata": {"annotations": seq}}))
+    assert calls[1] == ("scale", "team-a-low", "1", "in_place")
+    seq = {
+        "metadata": {
+            "annotations": {decide.TARGET_ANNOTATION: "1", decide.TARGET_SEQ_ANNOTATION: "41"}
+        }
+    }
+    assert calls[2] == ("patch", "low", repr(seq))
 
 
 # A watch's answers as the API server streams them: the Status of a watch

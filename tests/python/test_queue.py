@@ -6,8 +6,10 @@ as the controller sends them) become the job's ``queue`` and one QUEUED,
 ADMITTED or REJECTED event per change of state (REJECTED also counted on
 /metrics); a user's resize of a submitted job, with the controller's part as
 stoker.kueue does it, logs SCALED, PREEMPTED, SHRUNK, RESUMED, SCALED,
-GROWN; ``Jobs.watch`` yields them, ``describe`` and ``stokerctl job watch``
-say them in the same words, ``stokerctl job show`` prints the queue, its
+GROWN; the controller's shrink in place (``Jobs.scale(in_place=True)``, the
+removed rank's SIGTERM no notice) logs SHRUNK and no PREEMPTED;
+``Jobs.watch`` yields them, ``describe`` and ``stokerctl job watch`` say
+them in the same words, ``stokerctl job show`` prints the queue, its
 JSON equals ``Job.as_dict()``; a team's token submits and reports only
 within its scope, and only to the queues and at the priorities its line of
 the token table grants."""
@@ -280,6 +282,45 @@ def test_evicted_and_readmitted_smaller(daemons: dict[str, Daemon]) -> None:
             ("SHRUNK", "shrunk to 1 rank at step 8"),
             ("RESUMED", "resumed at step 8: resumed after preemption (kueue: evicted) at step 8"),
         ], said
+        back.leave()
+
+
+def test_shrunk_in_place(daemons: dict[str, Daemon]) -> None:
+    """The queue controller's shrink (issue 23): ``Jobs.scale(in_place=True)``
+    while the removed rank's pod is deleted: its SIGTERM (terminating) is no
+    preemption notice; both ranks are told the resize's CHECKPOINT_NOW
+    (resizing, not pausing), the removed one leaves with the step, and the
+    kept one rejoins at 1 from that checkpoint; the log says SHRUNK, never
+    PREEMPTED or PAUSED."""
+    addr = daemons["coordinator"].addr
+    with Jobs(addr) as jobs:
+        jobs.submit(
+            "ip", "llm", 1, 2, heartbeat_interval_ms=100, heartbeat_misses=50, last_call_ms=200
+        )
+        m0, m1 = join_all(addr, "ip", ["m0", "m1"])
+        job = jobs.scale("ip", 1, in_place=True)
+        assert job.state == "RUNNING" and "shrinking in place" in job.reason, job.reason
+        m1.notify_terminating()
+        for m in (m0, m1):
+            assert m.heartbeat()[0] == "CHECKPOINT_NOW"
+            assert m.resizing and not m.pausing
+            m.report_stop(8)
+            m.heartbeat()
+        m1.leave(checkpoint_step=8)
+        assert jobs.show("ip").state == "RUNNING"
+        m0.conn.unary(  # the checkpoint service, once step 8 is committed
+            "/stoker.v1.Coordinator/ReportCheckpoint",
+            pb.ReportCheckpointRequest(job="ip", step=8, uri="file:///ckpt/8"),
+            common_pb2.Empty,
+        )
+        assert m0.heartbeat()[0] == "RESTART"
+        back = Member("ip", addr, member_id="m0")
+        got = back.join(timeout=30)
+        assert (got.world_size, got.latest_checkpoint_step) == (1, 8)
+        said = [(e.type, describe(e)) for e in jobs.watch("ip", idle_timeout=0.5)]
+        types = [t for t, _ in said]
+        assert "PREEMPTED" not in types and "PAUSED" not in types, said
+        assert ("SHRUNK", "shrunk to 1 rank at step 8") in said, said
         back.leave()
 
 

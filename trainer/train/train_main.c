@@ -78,9 +78,13 @@ static int wait_for_verdict(struct train *t) {
 /* After this rank stopped at its checkpoint without knowing the job pauses
  * (a resize, or a peer's vote that outran the coordinator's word): the
  * verdict. RESTART (0: rejoin and restore it), STOP (1), or the job pausing
- * (2: leave with the checkpoint); rejoins anyway after 120 s. */
+ * (2: leave with the checkpoint); rejoins anyway after 120 s. A SIGTERM
+ * meanwhile (its pod deleted by a shrink in place, or evicted) leaves with
+ * the checkpoint too (2): the coordinator learns that this rank is one a
+ * shrink removes, so the round gives it no seat a kept rank needs. */
 static int wait_after_stop(struct train *t) {
   for (int64_t end = train_now_ms() + 120000; train_now_ms() < end; sleep_ms(50)) {
+    if (train_sigterm) return 2;
     enum stk_action a = stk_poll_action(t->coord);
     if (stk_job_pausing(t->coord)) return 2;
     if (a == STK_ACTION_STOP) return 1;
@@ -98,9 +102,13 @@ static bool after_stop(struct train *t, bool *ret_resumable) {
     if (t->sigterm_told)
       snprintf(took, sizeof(took), ", %" PRId64 " ms after SIGTERM",
                train_now_ms() - t->sigterm_ms);
-    printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: the job is pausing "
-           "(exit %d%s)\n",
-           t->o.member, t->stopped_step, TRAIN_EXIT_RESUMABLE, took);
+    /* SIGTERM while the job is not (yet) pausing: a preemption the
+     * coordinator has not answered, or a shrink in place that removes this
+     * rank (its pod is deleted) while the others resize without it. */
+    printf("[%s] stopped at step %" PRId64 " after staging its checkpoint: %s (exit %d%s)\n",
+           t->o.member, t->stopped_step,
+           stk_job_pausing(t->coord) ? "the job is pausing" : "this rank got SIGTERM",
+           TRAIN_EXIT_RESUMABLE, took);
     *ret_resumable = true;
     return true;
   }

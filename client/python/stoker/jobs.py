@@ -763,10 +763,18 @@ class Jobs:
 
     get = show
 
-    def scale(self, name: str, ranks: int, skip_checkpoint: bool = False) -> Job:
+    def scale(
+        self, name: str, ranks: int, skip_checkpoint: bool = False, in_place: bool = False
+    ) -> Job:
         """Asks the job to restart at ``ranks`` ranks (min_ranks <= ranks <=
-        max_ranks), after a checkpoint unless ``skip_checkpoint``."""
-        return self._job(SCALE_JOB, job=name, ranks=ranks, skip_checkpoint=skip_checkpoint)
+        max_ranks), after a checkpoint unless ``skip_checkpoint``. ``in_place``
+        (a running submitted job scaled down while its queue controller
+        deletes the removed ranks' pods): the kept ranks checkpoint with the
+        removed ones and rejoin without restarting, and the removed ranks'
+        SIGTERM is no preemption notice (ScaleJobRequest.in_place)."""
+        return self._job(
+            SCALE_JOB, job=name, ranks=ranks, skip_checkpoint=skip_checkpoint, in_place=in_place
+        )
 
     def pause(self, name: str, force: bool = False) -> Job:
         """Checkpoint, then stop the ranks; resumable. ``force``: do not ask

@@ -157,7 +157,10 @@ class Member:
         """This process is about to be terminated (it got SIGTERM: its pod is
         being evicted): every later heartbeat says so, the next one at once.
         The coordinator takes it as a preemption notice for the whole job and
-        answers CHECKPOINT_NOW with ``pausing`` to every rank."""
+        answers CHECKPOINT_NOW with ``pausing`` to every rank, unless the job is
+        being shrunk in place and this rank is one of those removed
+        (``Jobs.scale(in_place=True)``): then the ranks resize (``resizing``),
+        and this one leaves with the checkpoint step while the others rejoin."""
         self.terminating = True
         self._wake.set()
 

@@ -217,6 +217,7 @@ static void test_help_forms_and_unknown_words(void **state) {
       {"checkpoint verify --help", 0, "  --progress\n"},
       {"help job scale", 0, "usage: stokerctl [GLOBAL FLAGS] job scale NAME N"},
       {"help job scale", 0, "  --skip-checkpoint\n"},
+      {"help job scale", 0, "  --in-place\n"},
       {"help loader", 0, "  loader commit JOB STEP "},
       {"help", 0, "Exit codes:"},
       {"frobnicate", 1, "stokerctl: unknown command \"frobnicate\" (see stokerctl --help)\n"},

@@ -9,6 +9,9 @@
  * parks for the scale's round instead of opening one without it. Every
  * close at a world unlike the last close's logs SHRUNK or GROWN once, with
  * the new world and the checkpoint step it restores, also across a restart.
+ * A submitted job's shrink in place (ScaleJobRequest.in_place): the members
+ * whose pods are deleted (terminating) checkpoint with the others and go,
+ * no preemption; the kept ones rejoin at the target from that checkpoint.
  */
 #include "coord_test.h"
 
@@ -375,6 +378,251 @@ static void test_a_round_waits_for_a_lost_member_only_its_lease(void **state) {
   res_free(m0);
 }
 
+/* A submitted job of max ranks (its pods are a queue controller's), with a
+ * 1 s last call: the kept ranks of a shrink rejoin before it ends. */
+static void create_submitted(struct fx *f, const char *name, uint32_t max) {
+  Stoker__V1__Submission sub = STOKER__V1__SUBMISSION__INIT;
+  sub.queue = "team-a";
+  sub.template_ = "llm";
+  Stoker__V1__JobSpec s = spec_of(name, 1, max);
+  s.last_call_ms = 1000;
+  s.submission = &sub;
+  assert_int_equal(create_spec(f, &s), 0);
+}
+
+static int scale_in_place(struct fx *f, const char *job, uint32_t ranks) {
+  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
+  req.job = (char *)job;
+  req.ranks = ranks;
+  req.in_place = true;
+  struct res *r = res_new();
+  coord_scale_job(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  res_free(r);
+  return err;
+}
+
+/* A heartbeat as a rank that got SIGTERM (terminating) sends it, at step
+ * with its stop step: the action; the reply's resizing and pausing. */
+static int beat_term(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
+                     int64_t stop_step, bool *ret_resizing, bool *ret_pausing) {
+  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
+  req.job = (char *)job, req.member_id = (char *)member, req.generation = gen;
+  req.step = step, req.stop_step = stop_step, req.terminating = true;
+  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
+  struct res *r = res_new();
+  coord_heartbeat(f->c, &req, on_done, r);
+  wait_res(f, r);
+  assert_int_equal(r->err, 0);
+  Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
+  int action = (int)resp->action;
+  if (ret_resizing) *ret_resizing = resp->resizing;
+  if (ret_pausing) *ret_pausing = resp->pausing;
+  res_free(r);
+  return action;
+}
+
+/* Leave after staging the checkpoint of step (LeaveRequest.checkpoint_step). */
+static int leave_staged(struct fx *f, const char *job, const char *member, uint64_t gen,
+                        int64_t step) {
+  Stoker__V1__LeaveRequest req = STOKER__V1__LEAVE_REQUEST__INIT;
+  req.job = (char *)job, req.member_id = (char *)member, req.generation = gen;
+  req.checkpoint_step = step;
+  struct res *r = res_new();
+  coord_leave(f->c, &req, on_done, r);
+  int err = wait_res(f, r)->err;
+  res_free(r);
+  return err;
+}
+
+/* A shrink in place (issue 23): a submitted job of 4 scaled to 2 with
+ * in_place while its controller deletes the pods of m2 and m3. Their
+ * SIGTERM (terminating) and their Leave with the checkpoint step are no
+ * preemption notice: the job never pauses, every rank is told the
+ * resize's CHECKPOINT_NOW (resizing, not pausing), the round opens on the
+ * checkpoint of the stop step without waiting for m3 (which has not left
+ * yet), m0 and m1 rejoin and the round closes at 2 restoring it, SHRUNK
+ * "in place". m2 and m3 are refused a seat: Join FAILED_PRECONDITION,
+ * heartbeat STOP, before and after the close. Without in_place the first
+ * terminating heartbeat paused the job (test_coord_preempt). */
+static void test_shrink_in_place(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sp", 4);
+  struct res *r[4];
+  join_all(f, "sp", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  const char *ids[4] = {"m0", "m1", "m2", "m3"};
+  for (int i = 0; i < 4; i++)
+    assert_int_equal(beat_at(f, "sp", ids[i], 1, 9, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(scale_in_place(f, "sp", 2), 0);
+  bool resizing = false, pausing = true;
+  for (int i = 2; i < 4; i++) { /* SIGTERM: their pods are being deleted. */
+    assert_int_equal(beat_term(f, "sp", ids[i], 1, 9, 0, &resizing, &pausing), ACT(CHECKPOINT_NOW));
+    assert_true(resizing);
+    assert_false(pausing);
+  }
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(beat_at(f, "sp", ids[i], 1, 9, 0, &resizing), ACT(CHECKPOINT_NOW));
+    assert_true(resizing);
+  }
+  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(beat_at(f, "sp", ids[i], 1, 11, 11, NULL), ACT(CONTINUE));
+  for (int i = 2; i < 4; i++)
+    assert_int_equal(beat_term(f, "sp", ids[i], 1, 11, 11, NULL, &pausing), ACT(CONTINUE));
+  assert_false(pausing);
+  assert_int_equal(leave_staged(f, "sp", "m2", 1, 11), 0); /* Staged, gone: no notice. */
+  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  struct res *early = join(f, "sp", "m2");
+  run_until(f, &early->done);
+  assert_int_equal(early->err, STK_ESTATE);
+  res_free(early);
+  assert_int_equal(report_ckpt(f, "sp", 11, 1), 0); /* The resize's: the round opens. */
+  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  assert_int_equal(beat_term(f, "sp", "m3", 1, 11, 11, NULL, NULL), ACT(STOP));
+  assert_int_equal(leave_staged(f, "sp", "m3", 1, 11), 0);
+  struct res *late = join(f, "sp", "m3");
+  run_until(f, &late->done);
+  assert_int_equal(late->err, STK_ESTATE);
+  res_free(late);
+  assert_int_equal(beat_at(f, "sp", "m0", 1, 11, 11, NULL), ACT(RESTART));
+  join_all(f, "sp", 2, r);
+  for (int i = 0; i < 2; i++) {
+    assert_int_equal(r[i]->err, 0);
+    assert_int_equal(JOINR(r[i])->world_size, 2);
+    assert_int_equal(JOINR(r[i])->rank, (uint32_t)i); /* The kept ranks keep their order. */
+    assert_int_equal(JOINR(r[i])->latest_checkpoint->step, 11);
+    res_free(r[i]);
+  }
+  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_resized(f, "sp", EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
+  assert_int_equal(events_of(f, "sp", EV(PREEMPTED)).n, 0);
+  assert_int_equal(events_of(f, "sp", EV(PAUSED)).n, 0);
+  for (int i = 2; i < 4; i++) {
+    assert_int_equal(heartbeat(f, "sp", ids[i], 2), ACT(STOP));
+    struct res *again = join(f, "sp", ids[i]);
+    run_until(f, &again->done);
+    assert_int_equal(again->err, STK_ESTATE);
+    res_free(again);
+  }
+  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+}
+
+/* A shrink of 4 to 2 removes two members: a third that reports
+ * terminating is a real preemption notice (its pod is evicted too), and
+ * the job pauses with a checkpoint first, as without in_place. */
+static void test_shrink_in_place_then_notice(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sn", 4);
+  struct res *r[4];
+  join_all(f, "sn", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_in_place(f, "sn", 2), 0);
+  bool pausing = true;
+  assert_int_equal(beat_term(f, "sn", "m3", 1, 9, 0, NULL, &pausing), ACT(CHECKPOINT_NOW));
+  assert_false(pausing);
+  assert_int_equal(beat_term(f, "sn", "m2", 1, 9, 0, NULL, &pausing), ACT(CHECKPOINT_NOW));
+  assert_false(pausing);
+  assert_int_equal(events_of(f, "sn", EV(PREEMPTED)).n, 0);
+  assert_job(f, "sn", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  beat_term(f, "sn", "m1", 1, 9, 0, NULL, &pausing);
+  assert_true(pausing);
+  assert_job(f, "sn", STOKER__V1__JOB_STATE__JOB_STATE_PAUSING, 4);
+  assert_int_equal(events_of(f, "sn", EV(PREEMPTED)).n, 1);
+}
+
+/* A shrink's round full at its target before the coordinator knows every
+ * member it removes waits: m2, whose SIGTERM came after the kept ranks'
+ * vote stopped it, rejoins before m1. Closing then would seat m2 (whose pod
+ * is being deleted) and leave out m1 (kept by the Job). m2 then leaves with
+ * the checkpoint step (its SIGTERM): its Join ends, it is removed, and the
+ * round closes with m0 and m1 once m1 is back. */
+static void test_shrink_in_place_waits_for_the_removed(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sw", 4);
+  struct res *r[4];
+  join_all(f, "sw", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_in_place(f, "sw", 2), 0);
+  assert_int_equal(beat_term(f, "sw", "m3", 1, 9, 0, NULL, NULL), ACT(CHECKPOINT_NOW));
+  say_stop(f, "sw", 1, 4, 11);
+  assert_int_equal(report_ckpt(f, "sw", 11, 1), 0);
+  assert_job(f, "sw", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  struct res *m2 = join(f, "sw", "m2");
+  struct res *m0 = join(f, "sw", "m0");
+  run_for(f, 100);
+  assert_false(m0->done); /* Two joined, the target: not yet. */
+  assert_job(f, "sw", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  assert_int_equal(leave_staged(f, "sw", "m2", 1, 11), 0);
+  run_until(f, &m2->done);
+  assert_int_not_equal(m2->err, 0);
+  struct res *m1 = join(f, "sw", "m1");
+  run_until(f, &m0->done);
+  run_until(f, &m1->done);
+  assert_int_equal(m0->err, 0);
+  assert_int_equal(m1->err, 0);
+  assert_int_equal(JOINR(m0)->rank, 0);
+  assert_int_equal(JOINR(m1)->rank, 1);
+  assert_int_equal(JOINR(m1)->world_size, 2);
+  assert_int_equal(JOINR(m1)->latest_checkpoint->step, 11);
+  res_free(m0), res_free(m1), res_free(m2);
+  assert_int_equal(events_of(f, "sw", EV(PREEMPTED)).n, 0);
+  assert_resized(f, "sw", EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
+}
+
+/* A shrink in place survives a coordinator restart with the member it
+ * learned it removes: after the restart m2's SIGTERM is still the shrink's
+ * (not a notice), m3 (removed before it) is refused a Join, and a third
+ * terminating member is a notice. */
+static void test_shrink_in_place_across_restart(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sr", 4);
+  struct res *r[4];
+  join_all(f, "sr", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_in_place(f, "sr", 2), 0);
+  bool pausing = true;
+  assert_int_equal(beat_term(f, "sr", "m3", 1, 9, 0, NULL, &pausing), ACT(CHECKPOINT_NOW));
+  assert_false(pausing);
+  fx_close(f);
+  fx_open(f);
+  bool resizing = false;
+  assert_int_equal(beat_term(f, "sr", "m2", 1, 9, 0, &resizing, &pausing), ACT(CHECKPOINT_NOW));
+  assert_true(resizing);
+  assert_false(pausing);
+  assert_job(f, "sr", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  struct res *m3 = join(f, "sr", "m3");
+  run_until(f, &m3->done);
+  assert_int_equal(m3->err, STK_ESTATE);
+  res_free(m3);
+  beat_term(f, "sr", "m1", 1, 9, 0, NULL, &pausing);
+  assert_true(pausing);
+  assert_job(f, "sr", STOKER__V1__JOB_STATE__JOB_STATE_PAUSING, 4);
+}
+
+/* Without in_place a submitted job's ScaleJob down only sets the target,
+ * and a terminating member is a notice, as before: the controller's other
+ * callers keep today's behaviour. Likewise in_place on a job that a notice
+ * made PAUSING first changes nothing. */
+static void test_shrink_not_in_place(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "so", 4);
+  struct res *r[4];
+  join_all(f, "so", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_to(f, "so", 2), 0);
+  assert_int_equal(beat_at(f, "so", "m0", 1, 9, 0, NULL), ACT(CONTINUE)); /* Nothing armed. */
+  bool pausing = false;
+  beat_term(f, "so", "m3", 1, 9, 0, NULL, &pausing);
+  assert_true(pausing);
+  assert_job(f, "so", STOKER__V1__JOB_STATE__JOB_STATE_PAUSING, 4);
+  assert_int_equal(scale_in_place(f, "so", 2), 0);
+  assert_job(f, "so", STOKER__V1__JOB_STATE__JOB_STATE_PAUSING, 4);
+  bool resizing = true;
+  assert_int_equal(beat_at(f, "so", "m0", 1, 9, 0, &resizing), ACT(CHECKPOINT_NOW));
+  assert_false(resizing);
+}
+
 /* The last close's world survives a restart while the job is paused: 3 ranks
  * paused, the coordinator restarted, resumed with 2: SHRUNK from 3. The
  * same world again logs nothing. */
@@ -424,6 +672,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_a_round_waits_for_a_lost_member_only_its_lease, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_then_notice, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_waits_for_the_removed, fx_setup,
+                                      fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_across_restart, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_not_in_place, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

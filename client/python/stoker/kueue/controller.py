@@ -338,20 +338,16 @@ class Controller:
             log.info("withdraw %s: %s", name, a.reason)
             self._resize(name, a.job.count, {})
         elif isinstance(a, decide.Shrink):
-            log.info("shrink %s %d -> %d: %s", name, a.job.count, a.to, a.reason)
-            # Fewer pods first: Kueue releases the quota as soon as the Job
-            # has them, and the waiting workload is admitted meanwhile
-            # (the coordinator's calls took up to 2.4 s on the cluster). The
-            # ranks whose pods go get SIGTERM, itself a notice for the whole
-            # job; PreemptJob, sent at once, names the shrink.
+            log.info("shrink %s %d -> %d in place: %s", name, a.job.count, a.to, a.reason)
+            # In place (issue 23): first fewer pods (the Job deletes the
+            # highest indexes: SIGTERM), the target recorded as ours; then
+            # ScaleJob with in_place, so that the ranks whose pods go are the
+            # ones removed, not a preemption notice: every rank checkpoints at
+            # one step, they leave, and the kept ranks rejoin at the smaller
+            # size in their processes. If a SIGTERM reaches the coordinator
+            # first, the job pauses and resumes at the target as before.
             self._resize(name, a.to, {decide.TARGET_ANNOTATION: str(a.to)})
-            self._preempt(a.job.stoker_job, f"shrink {a.job.count} -> {a.to}: {a.reason}")
-            # The job is pausing: ScaleJob only sets its target, so the round
-            # that resumes it closes as soon as the kept ranks are back, and a
-            # rank that joins later (a grow) parks for ScaleJob instead of
-            # opening a round that would restore an older checkpoint. Its seq
-            # marks the target as the controller's (decide.user_resize).
-            marks = self._set_target(a.job.stoker_job, a.to)
+            marks = self._set_target(a.job.stoker_job, a.to, in_place=True)
             if decide.TARGET_SEQ_ANNOTATION in marks:
                 self._annotate(name, marks)
         elif isinstance(a, decide.Evict):
@@ -558,17 +554,19 @@ class Controller:
         except StokerError as e:  # Stopped or gone: nothing to save.
             log.warning("PreemptJob %s: %s", name, e)
 
-    def _scale(self, name: str, ranks: int) -> Job | None:
+    def _scale(self, name: str, ranks: int, in_place: bool = False) -> Job | None:
         try:
-            return self.jobs.scale(name, ranks)
+            return self.jobs.scale(name, ranks, in_place=in_place)
         except StokerError as e:
             log.warning("ScaleJob %s to %d: %s", name, ranks, e)
             return None
 
-    def _set_target(self, name: str, ranks: int) -> dict[str, str]:
-        """ScaleJob to ``ranks``; the Job's annotations that record it as the
-        controller's setting (the seq its answer gave), {} when it failed."""
-        job = self._scale(name, ranks)
+    def _set_target(self, name: str, ranks: int, in_place: bool = False) -> dict[str, str]:
+        """ScaleJob to ``ranks`` (``in_place``: a shrink whose removed pods
+        are being deleted, ScaleJobRequest.in_place); the Job's annotations
+        that record it as the controller's setting (the seq its answer gave),
+        {} when it failed."""
+        job = self._scale(name, ranks, in_place)
         marks = {decide.TARGET_ANNOTATION: str(ranks)} if job is not None else {}
         if job is not None and job.target_seq:
             marks[decide.TARGET_SEQ_ANNOTATION] = str(job.target_seq)
