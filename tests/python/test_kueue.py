@@ -675,24 +675,18 @@ def test_a_withdrawal_lowers_the_pods_to_the_admitted_count_only() -> None:
 
 def test_the_controllers_own_targets_are_recorded_so_they_are_not_a_users() -> None:
     c, calls = controller()
-    # Shrink in place (issue 23): fewer pods with the target first (their
-    # SIGTERM), then ScaleJob in place and its seq; no PreemptJob, so the
-    # kept ranks resize in their processes.
+    # Shrink in place (issue 23): ScaleJob in place first (so the deleted
+    # pods' SIGTERM is the shrink's, not a notice), then fewer pods with the
+    # target and its seq; no PreemptJob, so the kept ranks resize in their
+    # processes.
     c.act(decide.Shrink(running("j", 4), 2, "yielding"), {})
     body = {
         "spec": {"parallelism": 2, "completions": 2},
-        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "2"}},
-    }
-    seq = {
         "metadata": {
             "annotations": {decide.TARGET_ANNOTATION: "2", decide.TARGET_SEQ_ANNOTATION: "41"}
-        }
+        },
     }
-    assert calls == [
-        ("patch", "j", repr(body)),
-        ("scale", "team-a-j", "2", "in_place"),
-        ("patch", "j", repr(seq)),
-    ]
+    assert calls == [("scale", "team-a-j", "2", "in_place"), ("patch", "j", repr(body))]
     # Grow from 2 to 4 of a job whose target is not 2: the target first
     # becomes 2 (new ranks park as spares until ScaleJob), then more pods.
     calls.clear()
@@ -847,19 +841,13 @@ def test_the_controller_shrinks_a_job_whose_grow_waits() -> None:
     top = workload("job-top-1", "top", 1, 1000, {}, "2026-11-28T20:05:00Z")
     top["status"] = {"conditions": []}
     calls = reconciled(ann, 2, 12, 4, top)
-    assert [x[0] for x in calls] == ["patch", "scale", "patch"]
     body = {
         "spec": {"parallelism": 1, "completions": 1},
-        "metadata": {"annotations": {decide.TARGET_ANNOTATION: "1"}},
-    }
-    assert calls[0] == ("patch", "low", repr(body))
-    assert calls[1] == ("scale", "team-a-low", "1", "in_place")
-    seq = {
         "metadata": {
             "annotations": {decide.TARGET_ANNOTATION: "1", decide.TARGET_SEQ_ANNOTATION: "41"}
-        }
+        },
     }
-    assert calls[2] == ("patch", "low", repr(seq))
+    assert calls == [("scale", "team-a-low", "1", "in_place"), ("patch", "low", repr(body))]
 
 
 # A watch's answers as the API server streams them: the Status of a watch

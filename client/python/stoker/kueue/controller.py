@@ -339,17 +339,17 @@ class Controller:
             self._resize(name, a.job.count, {})
         elif isinstance(a, decide.Shrink):
             log.info("shrink %s %d -> %d in place: %s", name, a.job.count, a.to, a.reason)
-            # In place (issue 23): first fewer pods (the Job deletes the
-            # highest indexes: SIGTERM), the target recorded as ours; then
-            # ScaleJob with in_place, so that the ranks whose pods go are the
-            # ones removed, not a preemption notice: every rank checkpoints at
-            # one step, they leave, and the kept ranks rejoin at the smaller
-            # size in their processes. If a SIGTERM reaches the coordinator
-            # first, the job pauses and resumes at the target as before.
-            self._resize(name, a.to, {decide.TARGET_ANNOTATION: str(a.to)})
+            # In place (issue 23): ScaleJob with in_place first, then fewer
+            # pods (the Job deletes the highest indexes: SIGTERM), so that
+            # the ranks whose pods go are the ones removed, not a preemption
+            # notice: every rank checkpoints at one step, they leave, and the
+            # kept ranks rejoin at the smaller size in their processes. Pods
+            # first lost that race on the cluster: a deleted rank's SIGTERM
+            # reached the coordinator before the ScaleJob and the job paused
+            # (nothing lost, every pod restarted). If ScaleJob fails, the
+            # pods go anyway and their SIGTERM pauses the job as before.
             marks = self._set_target(a.job.stoker_job, a.to, in_place=True)
-            if decide.TARGET_SEQ_ANNOTATION in marks:
-                self._annotate(name, marks)
+            self._resize(name, a.to, marks or {decide.TARGET_ANNOTATION: str(a.to)})
         elif isinstance(a, decide.Evict):
             log.info("evict %s: %s", name, a.reason)
             # Deactivated first, as a shrink: the SIGTERM its pods get is a
