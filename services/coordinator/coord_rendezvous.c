@@ -411,6 +411,8 @@ static void park(struct job *j, struct coord_wait *w, const Stoker__V1__JoinRequ
   j->c->stats.parked++;
 }
 
+static void grow_for_newcomer(struct job *j);
+
 struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *req,
                               coord_done_fn done, void *arg) {
   struct coord_wait *w = coord_wait_new(c, WAIT_JOIN, done, arg);
@@ -450,11 +452,23 @@ struct coord_wait *coord_join(struct coord *c, const Stoker__V1__JoinRequest *re
     else if (j->spec->submission) /* A spare until the target's ranks are there. */
       coord_scale_grow_maybe(j);
     else if (j->world < coord_job_cap(j) && !j->scale_pending) /* Else: the scale's round. */
-      coord_round_open(j, "a new member joined");
+      grow_for_newcomer(j);
   } else {
     coord_round_check(j);
   }
   return w;
+}
+
+/* A new member of a running job below its cap: the job grows at a step
+ * boundary, as for ScaleJob up (coord_scale_arm): the members checkpoint,
+ * and the round that seats the newcomer opens on that checkpoint (or at
+ * the scale's deadline for members that never checkpoint). A round opened
+ * at once restored the last periodic checkpoint: on the real cluster, a
+ * job whose round had closed at its last call with 2 of its 4 pods trained
+ * its first 15 steps twice when the other two came up. */
+static void grow_for_newcomer(struct job *j) {
+  coord_scale_arm(j);
+  coord_job_touch(j, "a new member joined: growing at a step boundary");
 }
 
 /* A submitted job's pods are its queue controller's: ScaleJob down leaves

@@ -165,8 +165,12 @@ static void test_scale_down_parked(void **state) {
   assert_job(f, "pz", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
 }
 
+static int beat_at(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
+                   int64_t stop_step, bool *ret_resizing);
+
 /* A member merely late (the round closed below the cap) is not surplus:
- * its Join opens the next round as before. */
+ * its Join grows the job at a step boundary, as a ScaleJob up does (a
+ * round opened at once would restore an older checkpoint). */
 static void test_late_member_not_surplus(void **state) {
   struct fx *f = *state;
   create(f, "lt", 1, 3);
@@ -184,16 +188,26 @@ static void test_late_member_not_surplus(void **state) {
   res_free(r[0]);
   res_free(r[1]);
   assert_int_equal(heartbeat(f, "lt", "m2", 1), ACT(RESTART));
-  struct res *back = join(f, "lt", "m2"); /* Opens generation 3. */
+  struct res *back = join(f, "lt", "m2"); /* Parks; the job checkpoints first. */
+  run_for(f, 60);
+  assert_false(back->done);
+  assert_job(f, "lt", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  bool resizing = false;
+  assert_int_equal(beat_at(f, "lt", "m0", 2, 0, 0, &resizing), ACT(CHECKPOINT_NOW));
+  assert_true(resizing);
+  assert_int_equal(beat_at(f, "lt", "m1", 2, 0, 0, &resizing), ACT(CHECKPOINT_NOW));
+  say_stop(f, "lt", 2, 2, 4);
+  assert_int_equal(report_ckpt(f, "lt", 4, 2), 0); /* Opens generation 3. */
   assert_job(f, "lt", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
   join_all(f, "lt", 2, r);
   run_until(f, &back->done);
   assert_int_equal(back->err, 0);
   assert_int_equal(JOINR(back)->world_size, 3);
+  assert_int_equal(JOINR(back)->latest_checkpoint->step, 4);
   res_free(back);
   /* A member gone is a smaller world too, and its return a larger one. */
   assert_resized(f, "lt", EV(SHRUNK), 1, 2, 0, "shrunk from 3 to 2 ranks at step 0");
-  assert_resized(f, "lt", EV(GROWN), 1, 3, 0, "grown from 2 to 3 ranks at step 0");
+  assert_resized(f, "lt", EV(GROWN), 1, 3, 4, "grown from 2 to 3 ranks at step 4");
   res_free(r[0]);
   res_free(r[1]);
 }
