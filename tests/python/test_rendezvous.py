@@ -22,7 +22,7 @@ from stoker import elastic
 from stoker.connection import Connection
 from stoker.errors import StokerError
 from stoker.jobs import Jobs
-from stoker.membership import RESTART, Member, Progress
+from stoker.membership import CHECKPOINT_NOW, RESTART, Member, Progress
 from stoker.rendezvous import StokerRendezvousHandler, ensure_job
 from stoker.store import StokerStore
 from stoker.v1 import common_pb2
@@ -52,13 +52,15 @@ def test_a_worker_after_a_restart_gets_no_earlier_answer(daemons):
     try:
         agent.next_rendezvous()  # generation 1, world 1
         first = elastic.TrainingMonitor.from_env()
-        # A second node arrives: the agent's heartbeat hears RESTART and
-        # writes it for the running workers.
+        # A second node arrives: the job grows at a step boundary, so the
+        # agent's heartbeat hears CHECKPOINT_NOW (a resize), then RESTART
+        # (these workers checkpoint nothing: at the resize's deadline), and
+        # writes both for the running workers.
         joined = threading.Thread(target=join_and_beat, args=(other,))
         joined.start()
         heard: list[tuple[str, str]] = []
-        wait_for(lambda: bool(heard.extend(first.poll()) or heard))
-        assert [a for a, _ in heard] == [RESTART]
+        wait_for(lambda: bool(heard.extend(first.poll())) or RESTART in [a for a, _ in heard])
+        assert [a for a, _ in heard] == [CHECKPOINT_NOW, RESTART]
         assert first.poll() == []
         agent.next_rendezvous()  # what torchrun does before it starts new workers
         joined.join()
