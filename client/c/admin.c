@@ -144,23 +144,27 @@ int stk_job_delete(struct stk_client *c, const char *job, bool force, int64_t ti
   return COORD_CALL(c, delete_job, &req, timeout_ms, (Stoker__V1__Empty **)NULL);
 }
 
+static int scale_job(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
+                     bool in_place, int64_t timeout_ms, Stoker__V1__Job **ret_job);
+
 int stk_job_scale(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
                   int64_t timeout_ms, Stoker__V1__Job **ret_job) {
+  return scale_job(c, job, ranks, skip_checkpoint, false, timeout_ms, ret_job);
+}
+
+int stk_job_scale_in_place(struct stk_client *c, const char *job, uint32_t ranks,
+                           int64_t timeout_ms, Stoker__V1__Job **ret_job) {
+  return scale_job(c, job, ranks, false, true, timeout_ms, ret_job);
+}
+
+static int scale_job(struct stk_client *c, const char *job, uint32_t ranks, bool skip_checkpoint,
+                     bool in_place, int64_t timeout_ms, Stoker__V1__Job **ret_job) {
   if (!job) return client_fail(STK_EINVAL, "scale job");
   Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
   req.job = (char *)job;
   req.ranks = ranks;
   req.skip_checkpoint = skip_checkpoint;
-  return COORD_CALL(c, scale_job, &req, timeout_ms, ret_job);
-}
-
-int stk_job_scale_in_place(struct stk_client *c, const char *job, uint32_t ranks,
-                           int64_t timeout_ms, Stoker__V1__Job **ret_job) {
-  if (!job) return client_fail(STK_EINVAL, "scale job");
-  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
-  req.job = (char *)job;
-  req.ranks = ranks;
-  req.in_place = true;
+  req.in_place = in_place;
   return COORD_CALL(c, scale_job, &req, timeout_ms, ret_job);
 }
 
