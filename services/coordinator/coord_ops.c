@@ -24,9 +24,10 @@
  * once every member left, was lost or was told a forced STOP.
  *
  * A submitted job's pods are its queue controller's, so its ScaleJob only
- * sets the target, except a shrink in place (ScaleJobRequest.in_place):
- * its controller deletes the pods of the ranks above the target, and the
- * job resizes as a non-submitted one does (coord_scale_arm), every rank
+ * sets the target, except a shrink in place (ScaleJobRequest.in_place, of
+ * any job whose pods a queue controller deletes, submitted or not): the
+ * controller deletes the pods of the ranks above the target, and the job
+ * resizes as a non-submitted one does (coord_scale_arm), every rank
  * checkpointing at the stop step; up to world - target members that report
  * terminating or leave with that step meanwhile are the ones removed
  * (job.removed), not a notice, and the round opens without waiting for
@@ -285,7 +286,7 @@ void coord_scale_job(struct coord *c, const Stoker__V1__ScaleJobRequest *req, co
   j->target_seq = j->last_event_seq + 1; /* The SCALED event's, logged next. */
   coord_job_touch(j, "scaled");
   coord_shrink_clear(j);
-  if (j->spec->submission && req->in_place && j->state == S(RUNNING) && req->ranks < j->world) {
+  if (req->in_place && j->state == S(RUNNING) && req->ranks < j->world) {
     coord_event(j, E(SCALED), NULL, 0,
                 "target %u ranks: shrinking in place from %u (the pods of the ranks removed are "
                 "deleted; the kept ranks checkpoint and rejoin)",

@@ -459,48 +459,67 @@ static int leave_staged(struct fx *f, const char *job, const char *member, uint6
  * "in place". m2 and m3 are refused a seat: Join FAILED_PRECONDITION,
  * heartbeat STOP, before and after the close. Without in_place the first
  * terminating heartbeat paused the job (test_coord_preempt). */
+static void shrink_in_place(struct fx *f, const char *sp, bool submitted);
+
 static void test_shrink_in_place(void **state) {
-  struct fx *f = *state;
-  create_submitted(f, "sp", 4);
+  shrink_in_place(*state, "sp", true);
+}
+
+/* The same for a job that is not submitted (created with stokerctl job
+ * create, as the example Job does) whose Kubernetes Job the queue
+ * controller shrinks: on the cluster its in_place was ignored, a deleted
+ * rank's SIGTERM paused the job and every pod restarted. */
+static void test_shrink_in_place_not_submitted(void **state) {
+  shrink_in_place(*state, "sn", false);
+}
+
+static void shrink_in_place(struct fx *f, const char *sp, bool submitted) {
+  if (submitted) {
+    create_submitted(f, sp, 4);
+  } else { /* The example Job's, created with stokerctl job create. */
+    Stoker__V1__JobSpec spec = spec_of(sp, 1, 4);
+    spec.last_call_ms = 1000;
+    assert_int_equal(create_spec(f, &spec), 0);
+  }
   struct res *r[4];
-  join_all(f, "sp", 4, r);
+  join_all(f, sp, 4, r);
   for (int i = 0; i < 4; i++) res_free(r[i]);
   const char *ids[4] = {"m0", "m1", "m2", "m3"};
   for (int i = 0; i < 4; i++)
-    assert_int_equal(beat_at(f, "sp", ids[i], 1, 9, 0, NULL), ACT(CONTINUE));
-  assert_int_equal(scale_in_place(f, "sp", 2), 0);
+    assert_int_equal(beat_at(f, sp, ids[i], 1, 9, 0, NULL), ACT(CONTINUE));
+  assert_int_equal(scale_in_place(f, sp, 2), 0);
   bool resizing = false, pausing = true;
   for (int i = 2; i < 4; i++) { /* SIGTERM: their pods are being deleted. */
-    assert_int_equal(beat_term(f, "sp", ids[i], 1, 9, 0, &resizing, &pausing), ACT(CHECKPOINT_NOW));
+    assert_int_equal(beat_term(f, sp, ids[i], 1, 9, 0, &resizing, &pausing), ACT(CHECKPOINT_NOW));
     assert_true(resizing);
     assert_false(pausing);
   }
   for (int i = 0; i < 2; i++) {
-    assert_int_equal(beat_at(f, "sp", ids[i], 1, 9, 0, &resizing), ACT(CHECKPOINT_NOW));
+    assert_int_equal(beat_at(f, sp, ids[i], 1, 9, 0, &resizing), ACT(CHECKPOINT_NOW));
     assert_true(resizing);
   }
-  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  assert_job(f, sp, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
   for (int i = 0; i < 2; i++)
-    assert_int_equal(beat_at(f, "sp", ids[i], 1, 11, 11, NULL), ACT(CONTINUE));
+    assert_int_equal(beat_at(f, sp, ids[i], 1, 11, 11, NULL), ACT(CONTINUE));
   for (int i = 2; i < 4; i++)
-    assert_int_equal(beat_term(f, "sp", ids[i], 1, 11, 11, NULL, &pausing), ACT(CONTINUE));
+    assert_int_equal(beat_term(f, sp, ids[i], 1, 11, 11, NULL, &pausing), ACT(CONTINUE));
   assert_false(pausing);
-  assert_int_equal(leave_staged(f, "sp", "m2", 1, 11), 0); /* Staged, gone: no notice. */
-  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
-  struct res *early = join(f, "sp", "m2");
+  assert_int_equal(leave_staged(f, sp, "m2", 1, 11), 0); /* Staged, gone: no notice. */
+  assert_job(f, sp, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4);
+  struct res *early = join(f, sp, "m2");
   run_until(f, &early->done);
   assert_int_equal(early->err, STK_ESTATE);
   res_free(early);
-  assert_int_equal(report_ckpt(f, "sp", 11, 1), 0); /* The resize's: the round opens. */
-  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
-  assert_int_equal(beat_term(f, "sp", "m3", 1, 11, 11, NULL, NULL), ACT(STOP));
-  assert_int_equal(leave_staged(f, "sp", "m3", 1, 11), 0);
-  struct res *late = join(f, "sp", "m3");
+  assert_int_equal(report_ckpt(f, sp, 11, 1), 0); /* The resize's: the round opens. */
+  assert_job(f, sp, STOKER__V1__JOB_STATE__JOB_STATE_WAITING, 0);
+  assert_int_equal(beat_term(f, sp, "m3", 1, 11, 11, NULL, NULL), ACT(STOP));
+  assert_int_equal(leave_staged(f, sp, "m3", 1, 11), 0);
+  struct res *late = join(f, sp, "m3");
   run_until(f, &late->done);
   assert_int_equal(late->err, STK_ESTATE);
   res_free(late);
-  assert_int_equal(beat_at(f, "sp", "m0", 1, 11, 11, NULL), ACT(RESTART));
-  join_all(f, "sp", 2, r);
+  assert_int_equal(beat_at(f, sp, "m0", 1, 11, 11, NULL), ACT(RESTART));
+  join_all(f, sp, 2, r);
   for (int i = 0; i < 2; i++) {
     assert_int_equal(r[i]->err, 0);
     assert_int_equal(JOINR(r[i])->world_size, 2);
@@ -508,18 +527,18 @@ static void test_shrink_in_place(void **state) {
     assert_int_equal(JOINR(r[i])->latest_checkpoint->step, 11);
     res_free(r[i]);
   }
-  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
-  assert_resized(f, "sp", EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
-  assert_int_equal(events_of(f, "sp", EV(PREEMPTED)).n, 0);
-  assert_int_equal(events_of(f, "sp", EV(PAUSED)).n, 0);
+  assert_job(f, sp, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_resized(f, sp, EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
+  assert_int_equal(events_of(f, sp, EV(PREEMPTED)).n, 0);
+  assert_int_equal(events_of(f, sp, EV(PAUSED)).n, 0);
   for (int i = 2; i < 4; i++) {
-    assert_int_equal(heartbeat(f, "sp", ids[i], 2), ACT(STOP));
-    struct res *again = join(f, "sp", ids[i]);
+    assert_int_equal(heartbeat(f, sp, ids[i], 2), ACT(STOP));
+    struct res *again = join(f, sp, ids[i]);
     run_until(f, &again->done);
     assert_int_equal(again->err, STK_ESTATE);
     res_free(again);
   }
-  assert_job(f, "sp", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_job(f, sp, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
 }
 
 /* A shrink of 4 to 2 removes two members: a third that reports
@@ -687,6 +706,7 @@ int main(void) {
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_resize_across_restart, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_not_submitted, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place_then_notice, fx_setup, fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place_waits_for_the_removed, fx_setup,
                                       fx_teardown),
