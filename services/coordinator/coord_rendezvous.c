@@ -253,17 +253,6 @@ static void note_surplus(struct job *j, uint32_t k, uint32_t cap) {
     if (!coord_tab_get(&j->members, n->key)) j->surplus[j->n_surplus++] = coord_xstrdup(n->key);
 }
 
-/* A shrink in place's removed members that hold no seat are surplus too,
- * whether the round closed full or not: their pods are gone. */
-static void surplus_removed(struct job *j) {
-  for (uint32_t i = 0; i < j->n_removed; i++) {
-    const char *id = j->removed[i];
-    if (coord_tab_get(&j->members, id) || coord_surplus_has(j, id)) continue;
-    j->surplus = coord_xrealloc(j->surplus, (j->n_surplus + 1) * sizeof(char *));
-    j->surplus[j->n_surplus++] = coord_xstrdup(id);
-  }
-}
-
 bool coord_shrink_removes(const struct job *j, const char *id) {
   for (uint32_t i = 0; i < j->n_removed; i++)
     if (!strcmp(j->removed[i], id)) return true;
@@ -310,8 +299,10 @@ void coord_round_close(struct job *j) {
   j->by_rank = coord_xcalloc(k ? k : 1, sizeof(*j->by_rank));
   int64_t deadline = coord_now(j->c) + coord_job_lease_ms(j);
   for (uint32_t i = 0; i < k; i++) seat(j, r[i].w, i, deadline);
-  note_surplus(j, k, cap);
-  surplus_removed(j);
+  if (j->shrink_from)       /* Its removed members' pods are gone: a Join by one of */
+    coord_surplus_clear(j); /* their names later is a new pod (a spare). */
+  else
+    note_surplus(j, k, cap);
   clear_prev(j);
   j->world = k;
   j->n_members = k;
