@@ -178,6 +178,9 @@ static int load_event(struct coord *c, const char *k, size_t kl, const uint8_t *
  * event, and members lost while the coordinator was down are handled by the
  * sweep as usual. */
 static void after_load(struct job *j) {
+  /* The loop's cached time is from before the store was read: a slow load
+   * (a loaded machine) cut the leases and waits armed here short. */
+  uv_update_time(j->c->loop);
   int64_t grace = coord_now(j->c) + coord_job_lease_ms(j) + j->spec->heartbeat_interval_ms;
   for (uint32_t r = 0; r < j->world; r++) {
     struct member *m = j->by_rank[r];
