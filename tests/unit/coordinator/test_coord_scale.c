@@ -17,15 +17,21 @@
 
 #define ACT(x) STOKER__V1__HEARTBEAT_ACTION__HEARTBEAT_ACTION_##x
 
-static int scale_to(struct fx *f, const char *job, uint32_t ranks) {
+/* ScaleJob to ranks (in_place: a shrink in place); returns the error. */
+static int scale_as(struct fx *f, const char *job, uint32_t ranks, bool in_place) {
   Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
   req.job = (char *)job;
   req.ranks = ranks;
+  req.in_place = in_place;
   struct res *r = res_new();
   coord_scale_job(f->c, &req, on_done, r);
   int err = wait_res(f, r)->err;
   res_free(r);
   return err;
+}
+
+static int scale_to(struct fx *f, const char *job, uint32_t ranks) {
+  return scale_as(f, job, ranks, false);
 }
 
 #define EV(x) STOKER__V1__JOB_EVENT_TYPE__JOB_EVENT_##x
@@ -214,11 +220,21 @@ static void test_late_member_not_surplus(void **state) {
 
 /* A heartbeat in generation gen at step with the ranks' stop step (0:
  * none): the action, and the reply's resizing into *ret_resizing (or NULL). */
+static int send_beat(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
+                     int64_t stop_step, bool terminating, bool *ret_resizing, bool *ret_pausing);
+
 static int beat_at(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
                    int64_t stop_step, bool *ret_resizing) {
+  return send_beat(f, job, member, gen, step, stop_step, false, ret_resizing, NULL);
+}
+
+/* The heartbeat both above and beat_term send (terminating: the rank got
+ * SIGTERM): the action; the reply's resizing and pausing (or NULL). */
+static int send_beat(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
+                     int64_t stop_step, bool terminating, bool *ret_resizing, bool *ret_pausing) {
   Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
   req.job = (char *)job, req.member_id = (char *)member, req.generation = gen;
-  req.step = step, req.stop_step = stop_step;
+  req.step = step, req.stop_step = stop_step, req.terminating = terminating;
   req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
   struct res *r = res_new();
   coord_heartbeat(f->c, &req, on_done, r);
@@ -227,6 +243,7 @@ static int beat_at(struct fx *f, const char *job, const char *member, uint64_t g
   Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
   int action = (int)resp->action;
   if (ret_resizing) *ret_resizing = resp->resizing;
+  if (ret_pausing) *ret_pausing = resp->pausing;
   res_free(r);
   return action;
 }
@@ -405,35 +422,14 @@ static void create_submitted(struct fx *f, const char *name, uint32_t max) {
 }
 
 static int scale_in_place(struct fx *f, const char *job, uint32_t ranks) {
-  Stoker__V1__ScaleJobRequest req = STOKER__V1__SCALE_JOB_REQUEST__INIT;
-  req.job = (char *)job;
-  req.ranks = ranks;
-  req.in_place = true;
-  struct res *r = res_new();
-  coord_scale_job(f->c, &req, on_done, r);
-  int err = wait_res(f, r)->err;
-  res_free(r);
-  return err;
+  return scale_as(f, job, ranks, true);
 }
 
 /* A heartbeat as a rank that got SIGTERM (terminating) sends it, at step
  * with its stop step: the action; the reply's resizing and pausing. */
 static int beat_term(struct fx *f, const char *job, const char *member, uint64_t gen, uint64_t step,
                      int64_t stop_step, bool *ret_resizing, bool *ret_pausing) {
-  Stoker__V1__HeartbeatRequest req = STOKER__V1__HEARTBEAT_REQUEST__INIT;
-  req.job = (char *)job, req.member_id = (char *)member, req.generation = gen;
-  req.step = step, req.stop_step = stop_step, req.terminating = true;
-  req.health = STOKER__V1__RANK_HEALTH__RANK_HEALTH_OK;
-  struct res *r = res_new();
-  coord_heartbeat(f->c, &req, on_done, r);
-  wait_res(f, r);
-  assert_int_equal(r->err, 0);
-  Stoker__V1__HeartbeatResponse *resp = (Stoker__V1__HeartbeatResponse *)r->resp;
-  int action = (int)resp->action;
-  if (ret_resizing) *ret_resizing = resp->resizing;
-  if (ret_pausing) *ret_pausing = resp->pausing;
-  res_free(r);
-  return action;
+  return send_beat(f, job, member, gen, step, stop_step, true, ret_resizing, ret_pausing);
 }
 
 /* Leave after staging the checkpoint of step (LeaveRequest.checkpoint_step). */
@@ -456,8 +452,9 @@ static int leave_staged(struct fx *f, const char *job, const char *member, uint6
  * resize's CHECKPOINT_NOW (resizing, not pausing), the round opens on the
  * checkpoint of the stop step without waiting for m3 (which has not left
  * yet), m0 and m1 rejoin and the round closes at 2 restoring it, SHRUNK
- * "in place". m2 and m3 are refused a seat: Join FAILED_PRECONDITION,
- * heartbeat STOP, before and after the close. Without in_place the first
+ * "in place". m2 and m3 are refused a seat until the close (Join
+ * FAILED_PRECONDITION, heartbeat STOP); after it a Join by their names is
+ * a new pod's, a spare. Without in_place the first
  * terminating heartbeat paused the job (test_coord_preempt). */
 static void shrink_in_place(struct fx *f, const char *sp, bool submitted);
 
