@@ -348,9 +348,9 @@ void coord_sync_end_generation(struct job *j, int err, const char *msg);
  * job like a KvSet, never refused). */
 void coord_kv_restore(struct job *j, const char *key, size_t key_len, const uint8_t *value,
                       size_t len);
-/* A member finished or left a finishing job: answers the barriers every
- * member left unfinished has reached. */
-void coord_sync_finishing(struct job *j);
+/* A member finished, or left a finishing job or one shrinking in place:
+ * answers the barriers every member still seated and unfinished reached. */
+void coord_sync_members_gone(struct job *j);
 
 /* ---- coord_rendezvous.c: Join and the round ---------------------------- */
 void coord_round_open(struct job *j, const char *reason);

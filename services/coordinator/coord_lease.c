@@ -230,7 +230,7 @@ static void finish(struct job *j, struct member *m) {
   list_del(&m->lease);
   j->n_finished++;
   coord_store_member(j, m);
-  coord_sync_finishing(j);
+  coord_sync_members_gone(j);
   finish_maybe(j);
 }
 
@@ -252,7 +252,7 @@ static void depart(struct job *j, struct member *m, bool lost) {
   coord_job_touch(j, NULL);
   if (removed) coord_scale_open_maybe(j); /* It may have been the last to say its stop. */
   coord_pause_maybe_done(j);
-  if (j->n_finished) coord_sync_finishing(j);
+  if (j->n_finished || removed) coord_sync_members_gone(j); /* Its peers' barriers. */
   finish_maybe(j);
 }
 

@@ -1,10 +1,11 @@
 /*
  * coord_sync: synchronisation within a generation. Barriers are memory
  * only: a group per name collects one parked call per member and answers
- * all of them once world_size members arrived (while the job is finishing,
- * once every member not finished arrived). The KV store is persisted
- * (k/<job>/<gen>/<key>) and scoped to the generation; KvGet with wait parks
- * on the key's entry until a KvSet wakes it. When the generation ends,
+ * all of them once world_size members arrived (while the job is finishing
+ * or shrinking in place, once every member still seated and not finished
+ * arrived). The KV store is persisted (k/<job>/<gen>/<key>) and scoped to
+ * the generation; KvGet with wait parks on the key's entry until a KvSet
+ * wakes it. When the generation ends,
  * every parked call answers STK_EABORTED.
  */
 #include "coord_internal.h"
@@ -97,10 +98,12 @@ static void dispose_barrier(struct coord_wait *w) {
 }
 
 /* Every member arrived: world_size of them, or while the job is finishing
- * every member left that has not finished (a finished one never comes). */
+ * or shrinking in place every member seated that has not finished (a
+ * finished one never comes; one a shrink in place removed and that left
+ * holds no seat any more, and its kept peers need not wait for the round). */
 static bool barrier_full(const struct job *j, const struct barrier *b) {
   if (b->n >= j->world) return true;
-  if (!j->n_finished || !b->n) return false;
+  if ((!j->n_finished && !j->shrink_from) || !b->n) return false;
   for (uint32_t r = 0; r < j->world; r++) {
     const struct member *m = j->by_rank[r];
     if (m && !m->finished && !coord_tab_get(&b->arrived, m->id)) return false;
@@ -150,7 +153,7 @@ static void barrier_arrive(struct job *j, struct coord_wait *w, const char *memb
   barrier_release_if_full(j, b);
 }
 
-void coord_sync_finishing(struct job *j) {
+void coord_sync_members_gone(struct job *j) {
   size_t pos;
   struct hnode *n = coord_tab_first(&j->barriers, &pos);
   while (n) {

@@ -318,6 +318,19 @@ static UNUSED int leave_as(struct fx *f, const char *job, const char *member, ui
 }
 
 /* Joins n members m0..m(n-1) and waits for all answers. */
+/* Barrier name of job as member in generation gen, parked until answered. */
+static UNUSED struct res *barrier_as(struct fx *f, const char *job, const char *member,
+                                     uint64_t gen, const char *name) {
+  Stoker__V1__BarrierRequest br = STOKER__V1__BARRIER_REQUEST__INIT;
+  br.job = (char *)job;
+  br.member_id = (char *)member;
+  br.generation = gen;
+  br.name = (char *)name;
+  struct res *x = res_new();
+  assert_non_null(coord_barrier(f->c, &br, on_done, x));
+  return x;
+}
+
 static UNUSED void join_all(struct fx *f, const char *job, int n, struct res **out) {
   char id[32];
   for (int i = 0; i < n; i++) {

@@ -280,14 +280,7 @@ static void test_fencing(void **state) {
 }
 
 static struct res *barrier(struct fx *f, const char *member, uint64_t gen, const char *name) {
-  Stoker__V1__BarrierRequest br = STOKER__V1__BARRIER_REQUEST__INIT;
-  br.job = "bar";
-  br.member_id = (char *)member;
-  br.generation = gen;
-  br.name = (char *)name;
-  struct res *x = res_new();
-  assert_non_null(coord_barrier(f->c, &br, on_done, x));
-  return x;
+  return barrier_as(f, "bar", member, gen, name);
 }
 
 static void test_barrier(void **state) {

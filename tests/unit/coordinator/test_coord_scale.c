@@ -633,6 +633,37 @@ static void test_shrink_in_place_across_restart(void **state) {
   assert_job(f, "sr", STOKER__V1__JOB_STATE__JOB_STATE_PAUSING, 4);
 }
 
+/* A barrier of the last generation while a shrink in place removes m2 and
+ * m3 (a trainer's "all staged" barrier before its commit): once both left
+ * with the checkpoint step it answers the kept ranks, who arrived, instead
+ * of waiting for a world of 4 that never comes until the round ends it. It
+ * still waits for a removed member that is seated. */
+static void test_shrink_in_place_barrier_counts_the_seated(void **state) {
+  struct fx *f = *state;
+  create_submitted(f, "sb", 4);
+  struct res *r[4];
+  join_all(f, "sb", 4, r);
+  for (int i = 0; i < 4; i++) res_free(r[i]);
+  assert_int_equal(scale_in_place(f, "sb", 2), 0);
+  assert_int_equal(beat_term(f, "sb", "m2", 1, 9, 0, NULL, NULL), ACT(CHECKPOINT_NOW));
+  assert_int_equal(beat_term(f, "sb", "m3", 1, 9, 0, NULL, NULL), ACT(CHECKPOINT_NOW));
+  struct res *b0 = barrier_as(f, "sb", "m0", 1, "staged-11");
+  struct res *b1 = barrier_as(f, "sb", "m1", 1, "staged-11");
+  assert_int_equal(leave_staged(f, "sb", "m2", 1, 11), 0);
+  run_for(f, 50);
+  assert_false(b0->done); /* m3 is still seated. */
+  assert_int_equal(leave_staged(f, "sb", "m3", 1, 11), 0);
+  run_until(f, &b0->done);
+  run_until(f, &b1->done);
+  for (int i = 0; i < 2; i++) {
+    struct res *b = i ? b1 : b0;
+    assert_int_equal(b->err, 0);
+    assert_int_equal(((Stoker__V1__BarrierResponse *)b->resp)->arrived, 2);
+  }
+  assert_job(f, "sb", STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 4); /* No round yet. */
+  res_free(b0), res_free(b1);
+}
+
 /* Without in_place a submitted job's ScaleJob down only sets the target,
  * and a terminating member is a notice, as before: the controller's other
  * callers keep today's behaviour. Likewise in_place on a job that a notice
@@ -711,6 +742,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_shrink_in_place_waits_for_the_removed, fx_setup,
                                       fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_in_place_across_restart, fx_setup, fx_teardown),
+      cmocka_unit_test_setup_teardown(test_shrink_in_place_barrier_counts_the_seated, fx_setup,
+                                      fx_teardown),
       cmocka_unit_test_setup_teardown(test_shrink_not_in_place, fx_setup, fx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
