@@ -22,7 +22,12 @@ Per run, from the ranks' logs (kubectl logs --timestamps; rank 0 logs
   same lines again, counted in steps_lost);
 - l_seconds_not_training: the gaps between the steps that counted (each
   step's last training) longer than 3 times the median gap (and 1 s), summed:
-  a shrink, a grow, an eviction, and the steps redone after one;
+  a shrink, a grow, an eviction, and the steps redone after one, but also
+  the periodic checkpoints' stalls a run never resized has too;
+- l_seconds_resizing: the part of those gaps in which the coordinator's log
+  shows a round (ROUND_OPENED, ROUND_CLOSED) or a pause (PREEMPTED, PAUSED):
+  what the shrinks, grows and evictions cost; l_idle_gaps lists every gap
+  counted as [step after it, seconds, "round" or "other"];
 - h_submit_to_running_s: from H's creation to all its pods Running;
 - loss_matches_uninterrupted: every logged loss (each training of each step)
   within 1e-4 relative of the reference's at that step; loss_max_rel_diff the
@@ -91,6 +96,18 @@ def trainings(text):
         t = datetime.fromisoformat(base + "+00:00").timestamp() + float("0." + (frac or "0"))
         out.append((t, int(m[2]), float(m[3]), int(m[4])))
     return out
+
+
+def round_times(out, name):
+    """When the coordinator's log (OUT/NAME.events.json, one event a line)
+    shows a round open or close, or a pause begin or end, in seconds."""
+    kinds = {"ROUND_OPENED", "ROUND_CLOSED", "PREEMPTED", "PAUSED"}
+    try:
+        lines = Path(out, f"{name}.events.json").read_text().splitlines()
+    except OSError:
+        return []
+    events = (json.loads(x) for x in lines if x.strip())
+    return [e["time_ms"] / 1000 for e in events if e.get("type") in kinds]
 
 
 def run_logs(out, name):
@@ -245,6 +262,12 @@ def figures(out, name, ref):
     gaps = [b - a for a, b in itertools.pairwise(ts)]
     usual = sorted(gaps)[len(gaps) // 2] if gaps else 0
     idle = sum(g for g in gaps if g > max(3 * usual, 1.0))
+    rounds = round_times(out, name)
+    idle_gaps = [
+        [s, round(b - a, 2), "round" if any(a <= t <= b for t in rounds) else "other"]
+        for s, a, b in zip(steps[1:], ts, ts[1:], strict=False)
+        if b - a > max(3 * usual, 1.0)
+    ]
     worst, compared, missing = 0.0, 0, 0
     for _, s, loss, _ in tr:
         if s not in ref:
@@ -258,6 +281,8 @@ def figures(out, name, ref):
         "samples_repeated": ex["ranges_repeated"] if ex else None,
         "samples_skipped": ex["ranges_skipped"] if ex else None,
         "l_seconds_not_training": round(idle, 1),
+        "l_seconds_resizing": round(sum(g for _, g, why in idle_gaps if why == "round"), 1),
+        "l_idle_gaps": idle_gaps,
         "h_submit_to_running_s": times.get("h_submit_to_running_s"),
         "loss_matches_uninterrupted": bool(compared and not missing and worst <= summary.TOLERANCE),
         "loss_max_rel_diff": float(f"{worst:.2e}"),
