@@ -321,16 +321,21 @@ def agent_of_rank(a: Agents, rank: int) -> int:
     raise AssertionError(f"no agent at rank {rank}: {a.job_show()}")
 
 
-@pytest.mark.parametrize("sigterm", ["before_the_vote", "after_the_vote"])
+@pytest.mark.parametrize(
+    ("sigterm", "removed_rank"),
+    [("before_the_vote", 1), ("after_the_vote", 1), ("before_the_vote", 0)],
+)
 def test_a_shrink_in_place_keeps_the_kept_agent_and_trains_every_step_once(
-    daemons, tmp_path, monkeypatch, sigterm
+    daemons, tmp_path, monkeypatch, sigterm, removed_rank
 ):
     """``stokerctl job scale JOB 1 --in-place`` under torchrun, then SIGTERM
-    to the agent at rank 1 (torchrun is the pod's main process; the queue
-    controller's Indexed Job deletes the pod of its highest index right
-    after ScaleJob): ``before_the_vote`` at once, as the controller does
-    (the SIGTERM reaches the coordinator before the workers vote their stop
-    step), ``after_the_vote`` once rank 0 said the step it stops at. The
+    to the agent at ``removed_rank`` (torchrun is the pod's main process;
+    the queue controller's Indexed Job deletes the pod of its highest index
+    right after ScaleJob, whose node rank may be 0, the rank that commits):
+    ``before_the_vote`` at once, as the controller does (the SIGTERM reaches
+    the coordinator before the workers vote their stop step; the agent's
+    heartbeat goes at once, the workers hear the resize only with the next
+    one, 300 ms), ``after_the_vote`` once rank 0 said the step it stops at. The
     job never pauses (no PREEMPTED, no PAUSED) and logs one SHRUNK "(in
     place)" at the step every rank stopped at; the removed agent exits 75
     (the podFailurePolicy's Ignore: its index is not counted completed)
@@ -361,7 +366,7 @@ def test_a_shrink_in_place_keeps_the_kept_agent_and_trains_every_step_once(
     try:
         a.start(2, "1:2", steps=steps, every=1000)
         a.wait_log(r"^step [4-9] loss .* world 2$", 240)
-        removed = agent_of_rank(a, 1)
+        removed = agent_of_rank(a, removed_rank)
         kept = 1 - removed
         a.ctl("job", "scale", "sh", "1", "--in-place")
         if sigterm == "after_the_vote":

@@ -336,3 +336,44 @@ def test_a_shrink_in_place_ends_the_removed_agent_with_75_and_keeps_the_other(da
     finally:
         for h in agents:
             h.shutdown()
+
+
+AGENT_IN_JOIN = """
+import sys
+from stoker.rendezvous import StokerRendezvousHandler
+h = StokerRendezvousHandler(sys.argv[1], sys.argv[2])
+h.catch_sigterm()
+h.next_rendezvous()
+print("joined", flush=True)
+"""
+
+
+def test_a_sigterm_while_parked_in_join_ends_the_agent_with_75(daemons):
+    """An agent parked in Join (a round short of its ranks) and sent SIGTERM
+    (its pod deleted, e.g. by a shrink in place after its workers stopped)
+    exits 75 at once: nothing of its node is unsaved, and a Job that deleted
+    the pod does not count its index completed; its parked Join goes with
+    it."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    ensure_job(conn, "parked", 2, 2, {"heartbeat_interval_ms": 100})
+    conn.close()
+    jobs = Jobs(addr)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT_IN_JOIN, "parked", addr],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: jobs.show("parked").waiting == 1, 60)
+        agent.send_signal(signal.SIGTERM)  # as the kubelet does
+        out, _ = agent.communicate(timeout=10)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == elastic.RESUMABLE_EXIT, out
+    assert "joined" not in out, out
+    wait_for(lambda: jobs.show("parked").waiting == 0, 10)
