@@ -53,10 +53,16 @@ static void answer_hb(struct coord_wait *w, struct job *j, int action, const cha
 }
 
 /* A rank got SIGTERM: a preemption notice for the whole job, first wins,
- * unless a shrink in place removes it (its pod is the one deleted). */
+ * unless a shrink in place removes it (its pod is the one deleted), or the
+ * job holds it no more: neither a member nor one of the generation whose
+ * round is open (a removed rank's heartbeat after the shrink's round
+ * closed, the shrink forgotten: under torchrun the agent heartbeats until
+ * its workers stopped, and that heartbeat paused the job it had left). */
 static void terminating(struct job *j, const Stoker__V1__HeartbeatRequest *req) {
   if (!req->terminating || coord_job_ended(j) || pausing(j)) return;
   if (coord_shrink_remove(j, req->member_id)) return;
+  if (!coord_tab_get(&j->members, req->member_id) && !coord_tab_get(&j->prev, req->member_id))
+    return;
   char why[1200];
   snprintf(why, sizeof(why), "member %s is terminating%s%s", req->member_id,
            *req->message ? ": " : "", req->message);

@@ -14,11 +14,17 @@ import pathlib
 import re
 import signal
 import subprocess
+import sys
 import time
 
+import pytest
 from conftest import ROOT, Daemon, binary
 
+from stoker.elastic import RESUMABLE_EXIT
 from stoker.jobs import Jobs
+
+sys.path.insert(0, str(ROOT / "deploy/local"))
+import summary  # the main job's Explain check
 
 LINE = re.compile(r"^step (\d+) loss (\S+) tokens/s \S+ world (\d+)$", re.M)
 
@@ -271,9 +277,10 @@ def test_a_resize_opens_its_round_on_its_checkpoint(daemons, tmp_path):
     coordinator answers the workers CHECKPOINT_NOW with resizing; the ranks
     say the step they stop at (``report_stop``) and save it, and the round
     opens on that checkpoint ("scaled"), not at the resize's deadline (10
-    heartbeats, "scaled (no checkpoint in time)"). The rank kept restores it
-    at world 1, and every step world 2 trained past it gives the same loss
-    at world 1."""
+    heartbeats, "scaled (no checkpoint in time)"). Every rank stops at that
+    step (``await_new_round``): world 2 trains no step past it, so none is
+    trained twice; the rank kept restores it at world 1 and trains on from
+    the next step."""
     a = Agents(daemons, tmp_path, "rs")
     a.ctl("job", "create", "rs", "--min", "1", "--max", "2", "--heartbeat", "1s")
     try:
@@ -295,5 +302,106 @@ def test_a_resize_opens_its_round_on_its_checkpoint(daemons, tmp_path):
     for step, loss, world in LINE.findall(a.text()):
         runs.setdefault(int(world), {})[int(step)] = float(loss)
     assert min(runs[1]) == restored + 1, sorted(runs[1])
-    for s in (s for s in runs[1] if s in runs[2]):
-        assert abs(runs[1][s] - runs[2][s]) <= 1e-4 * abs(runs[2][s]), (s, runs[1][s], runs[2][s])
+    assert max(runs[2]) == restored, (restored, sorted(runs[2]))
+
+
+def shrink_losses(text: str) -> list[tuple[int, float, int]]:
+    """Every step line rank 0 printed: (step, loss, world), in order."""
+    return [(int(s), float(loss), int(w)) for s, loss, w in LINE.findall(text)]
+
+
+def agent_of_rank(a: Agents, rank: int) -> int:
+    """The index in ``a.procs`` of the agent seated at ``rank``: a member's
+    id holds its process's pid (``stoker.membership.default_member_id``)."""
+    for m in a.job_show()["members"]:
+        if int(m.get("rank", 0)) == rank:
+            for i, p in enumerate(a.procs):
+                if f"-{p.pid}-" in m["member_id"]:
+                    return i
+    raise AssertionError(f"no agent at rank {rank}: {a.job_show()}")
+
+
+@pytest.mark.parametrize(
+    ("sigterm", "removed_rank"),
+    [("before_the_vote", 1), ("after_the_vote", 1), ("before_the_vote", 0)],
+)
+def test_a_shrink_in_place_keeps_the_kept_agent_and_trains_every_step_once(
+    daemons, tmp_path, monkeypatch, sigterm, removed_rank
+):
+    """``stokerctl job scale JOB 1 --in-place`` under torchrun, then SIGTERM
+    to the agent at ``removed_rank`` (torchrun is the pod's main process;
+    the queue controller's Indexed Job deletes the pod of its highest index
+    right after ScaleJob, whose node rank may be 0, the rank that commits):
+    ``before_the_vote`` at once, as the controller does (the SIGTERM reaches
+    the coordinator before the workers vote their stop step; the agent's
+    heartbeat goes at once, the workers hear the resize only with the next
+    one, 300 ms), ``after_the_vote`` once rank 0 said the step it stops at. The
+    job never pauses (no PREEMPTED, no PAUSED) and logs one SHRUNK "(in
+    place)" at the step every rank stopped at; the removed agent exits 75
+    (the podFailurePolicy's Ignore: its index is not counted completed)
+    within a minute of its SIGTERM; the kept agent never exits until the
+    job is done (its worker restarts once: torchrun starts new workers on a
+    new round) and its worker restores that step at world 1; every step is
+    trained once, at world 2 up to the stop step and at world 1 after it,
+    with the losses of an uninterrupted two-node run within 1e-4 relative;
+    the loader's plan (Explain) serves no token twice and skips none; the
+    job ends FINISHED."""
+    spec = ["--min", "1", "--max", "2", "--heartbeat", "300ms", "--misses", "10"]
+    spec += ["--last-call", "1s"]
+    steps = 40
+    (tmp_path / "ref").mkdir()
+    ref = Agents(daemons, tmp_path / "ref", "sh-ref")
+    ref.ctl("job", "create", "sh-ref", *spec)
+    try:
+        ref.start(2, "1:2", steps=steps, every=1000)
+        ref.wait_all(300)
+    finally:
+        ref.close()
+    uninterrupted = {s: loss for s, loss, _ in shrink_losses(ref.text())}
+    assert sorted(uninterrupted) == list(range(1, steps + 1)), sorted(uninterrupted)
+
+    (tmp_path / "sh").mkdir()
+    a = Agents(daemons, tmp_path / "sh", "sh")
+    a.ctl("job", "create", "sh", *spec)
+    try:
+        a.start(2, "1:2", steps=steps, every=1000)
+        a.wait_log(r"^step [4-9] loss .* world 2$", 240)
+        removed = agent_of_rank(a, removed_rank)
+        kept = 1 - removed
+        a.ctl("job", "scale", "sh", "1", "--in-place")
+        if sigterm == "after_the_vote":
+            a.wait_log(r"^resizing: every rank stops at step \d+", 60)
+        os.kill(a.procs[removed].pid, signal.SIGTERM)  # as the kubelet does
+        sent = time.monotonic()
+        code = a.procs[removed].wait(timeout=120)
+        took = time.monotonic() - sent
+        assert code == RESUMABLE_EXIT, (code, a.text()[-4000:])
+        assert took < 60, took
+        assert a.procs[kept].poll() is None, a.text()[-4000:]
+        restored = int(a.wait_log(r"^restored step (\d+) at world 1$", 240).group(1))
+        assert a.procs[kept].wait(timeout=300) == 0, a.text()[-4000:]
+        job = a.job_show()
+    finally:
+        a.close()
+    assert job["state"] == "FINISHED", job
+    with Jobs(a.env["STOKER_COORDINATOR"]) as jobs:
+        evs = list(jobs.watch("sh", idle_timeout=0.5))
+    types = [e.type for e in evs]
+    assert "PREEMPTED" not in types and "PAUSED" not in types, types
+    sized = [(e.type, e.step, e.message) for e in evs if e.type in ("SHRUNK", "GROWN")]
+    want = f"shrunk from 2 to 1 rank at step {restored} (in place)"
+    assert sized == [("SHRUNK", restored, want)], sized
+    # The kept agent's worker restarted once (a new round), the agent not.
+    kept_log = a.logs[kept].read_text(errors="replace")
+    assert kept_log.count(f"restored step {restored} at world 1") == 1, kept_log[-3000:]
+    # Every step once: at world 2 up to the stop step, at world 1 after it
+    # (by step: the logs are read agent by agent, whichever was rank 0).
+    trained = sorted(shrink_losses(a.text()))
+    assert [s for s, _, _ in trained] == list(range(1, steps + 1)), [s for s, _, _ in trained]
+    worlds = [w for _, _, w in trained]
+    assert worlds == [2] * restored + [1] * (steps - restored), worlds
+    for s, loss, _ in trained:
+        want_loss = uninterrupted[s]
+        assert abs(loss - want_loss) <= 1e-4 * abs(want_loss), (s, loss, want_loss)
+    monkeypatch.setenv("STOKER_DATALOADER", a.env["STOKER_DATALOADER"])  # (summary's Explain)
+    assert summary.check_no_repeats(str(binary("stokerctl")), "sh", steps), "data repeated"

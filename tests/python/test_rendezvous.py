@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -255,3 +256,124 @@ def test_workers_that_stop_resumably_end_the_agent_with_75(daemons):
             pb.ReportCheckpointRequest(job="pause", step=6, uri="file:///ckpt/6"),
             common_pb2.Empty,
         )
+
+
+def test_a_shrink_in_place_ends_the_removed_agent_with_75_and_keeps_the_other(daemons):
+    """Two agents driven by hand, the job shrunk in place to one
+    (``Jobs.scale(in_place=True)``) and the agent at rank 1 sent SIGTERM
+    (its pod deleted): its workers see ``terminating``; both nodes' workers
+    hear the resize's CHECKPOINT_NOW (``resizing``, not ``pausing``) and
+    stop at step 6; ``await_new_round`` ends the removed node's worker with
+    75, and its agent, at torch's restart, leaves with step 6 and exits 75.
+    The job never pauses: once step 6 is reported the kept node's worker
+    hears RESTART, its agent's next round is at world 1 restoring step 6
+    (SHRUNK "in place"), and a late heartbeat of the removed agent, still
+    saying terminating, changes nothing. An agent that got SIGTERM whose
+    workers left no step joins no round: it leaves and exits 75."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    conf = {"heartbeat_interval_ms": 50, "heartbeat_misses": 40, "last_call_ms": 5000}
+    ensure_job(conn, "shr", 1, 2, conf)
+    conn.close()
+    jobs = Jobs(addr)
+    agents = [StokerRendezvousHandler("shr", addr) for _ in range(2)]
+    try:
+        rounds = [threading.Thread(target=h.next_rendezvous) for h in agents]
+        for t in rounds:
+            t.start()
+        for t in rounds:
+            t.join()
+        ranks = [h.member.membership.rank for h in agents if h.member.membership]
+        kept, removed = agents if ranks == [0, 1] else agents[::-1]
+        workers = {h: elastic.TrainingMonitor(control_dir=h.control_dir) for h in agents}
+        jobs.scale("shr", 1, in_place=True)
+        removed._on_sigterm(signal.SIGTERM, None)  # as the kubelet does: a pod deleted
+        assert workers[removed].terminating and not workers[kept].terminating
+        for h in agents:
+            heard: list[tuple[str, str]] = []
+            wait_for(lambda h=h, s=heard: bool(s.extend(workers[h].poll()) or s))
+            assert heard[0][0] == CHECKPOINT_NOW, heard
+            assert workers[h].resizing and not workers[h].pausing
+            workers[h].report_stop(6)
+        with pytest.raises(SystemExit) as e:
+            workers[removed].await_new_round(6)
+        assert e.value.code == elastic.RESUMABLE_EXIT
+        with pytest.raises(SystemExit) as e:
+            removed.next_rendezvous()  # torch restarts failed workers: the agent ends
+        assert e.value.code == elastic.RESUMABLE_EXIT
+        assert removed.member.membership is None  # it left
+        Connection(addr).unary(
+            "/stoker.v1.Coordinator/ReportCheckpoint",
+            pb.ReportCheckpointRequest(job="shr", step=6, uri="file:///ckpt/6"),
+            common_pb2.Empty,
+        )
+        heard = []
+        wait_for(
+            lambda: bool(heard.extend(workers[kept].poll())) or RESTART in [a for a, _ in heard]
+        )
+        assert kept.num_nodes_waiting() == 1
+        info = kept.next_rendezvous()
+        assert (info.rank, info.world_size) == (0, 1)
+        assert kept.member.membership and kept.member.membership.latest_checkpoint_step == 6
+        late = pb.HeartbeatRequest(
+            job="shr", member_id=removed.member.member_id, generation=1, terminating=True
+        )
+        Connection(addr).unary("/stoker.v1.Coordinator/Heartbeat", late, pb.HeartbeatResponse)
+        job = jobs.show("shr")
+        assert (job.state, job.world_size) == ("RUNNING", 1), job
+        evs = list(jobs.watch("shr", idle_timeout=0.5))
+        types = [e.type for e in evs]
+        assert "PREEMPTED" not in types and "PAUSED" not in types, types
+        shrunk = [e.message for e in evs if e.type == "SHRUNK"]
+        assert shrunk == ["shrunk from 2 to 1 rank at step 6 (in place)"], shrunk
+        # The kept agent's SIGTERM now (its workers stopped with no step):
+        # it leaves instead of joining, and ends with 75.
+        kept._on_sigterm(signal.SIGTERM, None)
+        with pytest.raises(SystemExit) as e:
+            kept.next_rendezvous()
+        assert e.value.code == elastic.RESUMABLE_EXIT
+        assert kept.member.membership is None
+    finally:
+        for h in agents:
+            h.shutdown()
+
+
+AGENT_IN_JOIN = """
+import sys
+from stoker.rendezvous import StokerRendezvousHandler
+h = StokerRendezvousHandler(sys.argv[1], sys.argv[2])
+h.catch_sigterm()
+h.next_rendezvous()
+print("joined", flush=True)
+"""
+
+
+def test_a_sigterm_while_parked_in_join_ends_the_agent_with_75(daemons):
+    """An agent parked in Join (a round short of its ranks) and sent SIGTERM
+    (its pod deleted, e.g. by a shrink in place after its workers stopped)
+    exits 75 at once: nothing of its node is unsaved, and a Job that deleted
+    the pod does not count its index completed; its parked Join goes with
+    it."""
+    addr = daemons["coordinator"].addr
+    conn = Connection(addr)
+    ensure_job(conn, "parked", 2, 2, {"heartbeat_interval_ms": 100})
+    conn.close()
+    jobs = Jobs(addr)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    agent = subprocess.Popen(
+        [sys.executable, "-c", AGENT_IN_JOIN, "parked", addr],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_for(lambda: jobs.show("parked").waiting == 1, 60)
+        agent.send_signal(signal.SIGTERM)  # as the kubelet does
+        out, _ = agent.communicate(timeout=10)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == elastic.RESUMABLE_EXIT, out
+    assert "joined" not in out, out
+    wait_for(lambda: jobs.show("parked").waiting == 0, 10)

@@ -241,7 +241,11 @@ def main() -> None:
         dist.all_reduce(asked, op=dist.ReduceOp.MAX)
         ckpt_now, stop, pausing, resizing = (bool(f) for f in asked)
         last = pausing and (ckpt_now or stop) and monitor is not None
-        if (last or (ckpt_now and resizing)) and monitor is not None:
+        # A resize's checkpoint (ScaleJob) is this generation's last step:
+        # the new round restores it, so a step trained past it would be
+        # trained again there.
+        resize = ckpt_now and resizing and not last and monitor is not None
+        if (last or resize) and monitor is not None:
             # Stoker: every rank stops at this step; the coordinator hears it
             # at once, so a periodic save below it committing meanwhile is not
             # taken for the pause's. A STOP is handled here too, never by
@@ -250,6 +254,8 @@ def main() -> None:
             # A resize's round opens on this checkpoint once every rank said
             # its stop step (else at the resize's deadline).
             monitor.report_stop(step)
+            if resize and rank == 0:
+                print(f"resizing: every rank stops at step {step}", flush=True)
         if step % args.checkpoint_every == 0 or ckpt_now or stop:
             checkpoint(step, last)
         if last and monitor is not None:
@@ -262,6 +268,20 @@ def main() -> None:
                 print(f"paused at step {step}: the job resumes from it", flush=True)
             dist.destroy_process_group()
             monitor.exit_resumably(step)
+        if resize and monitor is not None:
+            # Stoker: every rank stopped at this step; its checkpoint opens the
+            # job's next round. A node whose agent got SIGTERM (a shrink in
+            # place removes it: its pod is being deleted) exits 75 here, its
+            # agent with it; the others wait until their agent starts new
+            # workers at the new world size, which restore this step.
+            finish_checkpoint()
+            dist.destroy_process_group()
+            if monitor.terminating:
+                print(f"rank {rank}: removed at step {step} (its node got SIGTERM)", flush=True)
+            if monitor.await_new_round(step) == STOP:
+                if rank == 0:
+                    print(f"stopped by the coordinator at step {step}", flush=True)
+                return
         if stop:
             if rank == 0:
                 print(f"stopped by the coordinator at step {step}", flush=True)

@@ -10,6 +10,11 @@ training process.
   notice for the whole job, and ``pausing`` says that a CHECKPOINT_NOW is
   the last before a resumable stop: save, then exit :data:`RESUMABLE_EXIT`
   (75), never 0, which a Kubernetes Job would count as a completed index.
+  ``resizing`` says that a CHECKPOINT_NOW is a resize's (ScaleJob): every
+  rank stops at one step, saves it and calls :meth:`TrainingMonitor.
+  await_new_round`, which ends a rank whose node got SIGTERM (a shrink in
+  place removes it: its pod is being deleted) with 75 and keeps the others
+  until the new round (under torchrun: until the agent starts new workers).
 
 Under torchrun the member of the job is the node's agent (its rendezvous
 handler, ``stoker.rendezvous``, heartbeats on a background thread); workers
@@ -31,13 +36,14 @@ import json
 import os
 import signal
 import threading
+import time
 from datetime import timedelta
 from typing import NoReturn
 
 import torch.distributed as dist
 from torch._C._distributed_c10d import PrefixStore
 
-from stoker.membership import CONTINUE, Member, Progress
+from stoker.membership import CONTINUE, RESTART, STOP, Member, Progress
 from stoker.store import StokerStore
 
 ENV_JOB = "STOKER_JOB"
@@ -46,14 +52,22 @@ ENV_MEMBER = "STOKER_MEMBER"
 ENV_CONTROL_DIR = "STOKER_CONTROL_DIR"
 ENV_ACTIONS_AFTER = "STOKER_ACTIONS_AFTER"
 ACTIONS_FILE = "actions"
-TERMINATING_FILE = "terminating"  # a worker got SIGTERM (the agent tells the coordinator)
+# A process of the node got SIGTERM: a worker (the agent tells the
+# coordinator) or the agent itself (its workers stop resumably at the next
+# stop step: a shrink in place removes the node, or the job pauses).
+TERMINATING_FILE = "terminating"
 PAUSING_FILE = "pausing"  # the agent heard that the job is pausing
 RESIZING_FILE = "resizing"  # the agent heard a resize's CHECKPOINT_NOW (this round)
 RESUMABLE_FILE = "resumable"  # a worker stopped resumably after staging this step
 STOP_FILE = "stop"  # the step a worker's ranks agreed to stop at (report_stop)
 # Exit status of a resumable stop (EX_TEMPFAIL): the job is paused or
-# preempted and this rank saved its checkpoint; start it again to resume.
+# preempted, or a shrink in place removed this rank, and it saved its
+# checkpoint; start it again to resume (or to grow the job back).
 RESUMABLE_EXIT = 75
+# How long await_new_round waits for the coordinator's verdict (as the C
+# trainer's wait after a stop); then the process fails and torchrun restarts
+# its workers on a new round.
+NEW_ROUND_WAIT_S = 120.0
 _LIVE_STORES: list[StokerStore] = []
 
 
@@ -156,8 +170,12 @@ class TrainingMonitor:
 
     @property
     def terminating(self) -> bool:
-        """This process got SIGTERM (``catch_sigterm``)."""
-        return self._sigterm
+        """This process got SIGTERM (``catch_sigterm``), or, under torchrun,
+        a process of its node did (the agent: the pod's main process, which
+        Kubernetes signals when it deletes the pod)."""
+        if self._sigterm:
+            return True
+        return self._dir is not None and worker_terminating(self._dir)
 
     @property
     def pausing(self) -> bool:
@@ -250,6 +268,41 @@ class TrainingMonitor:
             self._write_step(RESUMABLE_FILE, step)
         raise SystemExit(RESUMABLE_EXIT)
 
+    def await_new_round(self, step: int, timeout: float = NEW_ROUND_WAIT_S) -> str:
+        """After a resize's stop (:attr:`resizing`): every rank stopped at
+        ``step`` and its checkpoint is staged (committed, on the rank that
+        commits). Call it on every rank, with no collective left in flight
+        (destroy the process group first). The verdict:
+
+        - this rank's node got SIGTERM (:attr:`terminating`: a shrink in
+          place removes it, its pod is being deleted), or the job is pausing:
+          :meth:`exit_resumably` with ``step`` (exit 75), so the job's next
+          round opens without it and a Kubernetes Job does not count its
+          index completed;
+        - RESTART (the new round is open): under torchrun the agent stops
+          this worker and starts new ones at the round's world size, which
+          restore ``step``, so this waits to be stopped; a process that is a
+          member itself gets RESTART back and rejoins;
+        - STOP (the job was stopped): returns STOP.
+
+        With no verdict in ``timeout`` seconds the process exits 1: torchrun
+        counts a failure and restarts its workers on a new round."""
+        deadline = time.monotonic() + timeout
+        restart = False
+        while time.monotonic() < deadline:
+            actions = [a for a, _ in self.poll()]
+            if self.terminating or self.pausing:
+                self.exit_resumably(step)
+            if STOP in actions:
+                return STOP
+            if RESTART in actions:
+                if self._dir is None:
+                    return RESTART
+                restart = True  # the agent stops this worker next
+            time.sleep(0.05)
+        why = "the agent did not restart it" if restart else "no new round"
+        raise SystemExit(f"stopped at step {step} for a resize: {why} in {timeout:.0f} s")
+
     def _write_step(self, name: str, step: int) -> None:
         """The agent's control file ``name`` holding ``step``, replaced whole."""
         assert self._dir is not None
@@ -310,6 +363,11 @@ def stop_step(control_dir: str) -> int:
     except FileNotFoundError:
         return 0
     return int(text) if text.isdigit() else 0
+
+
+def mark_terminating(control_dir: str) -> None:
+    """The agent got SIGTERM: its workers' ``TrainingMonitor.terminating``."""
+    open(os.path.join(control_dir, TERMINATING_FILE), "w", encoding="utf-8").close()
 
 
 def mark_pausing(control_dir: str) -> None:

@@ -24,6 +24,19 @@ rather than torch's immediate stop of the workers; the workers save at one
 step and exit 75 (``TrainingMonitor.exit_resumably``), and the agent leaves
 with that step and exits 75 instead of restarting them.
 
+A shrink in place (``Jobs.scale(..., in_place=True)``, issue 23): the queue
+controller deletes the pods of the nodes removed, so their agents get
+SIGTERM right after ScaleJob. The coordinator takes such a SIGTERM as a
+removal, not a notice: every node hears the resize's CHECKPOINT_NOW, the
+workers stop at one step and save it (``TrainingMonitor.await_new_round``);
+the workers of a node whose agent got SIGTERM exit 75 and their agent leaves
+with the step and exits 75 (an index the Job no longer wants is then not
+counted completed: the podFailurePolicy ignores 75); the kept agents never
+exit: they hear RESTART, torchrun starts new workers, and they restore the
+step at the smaller world. An agent that got SIGTERM never joins a round
+again: it leaves and exits 75 where it would rejoin, and a SIGTERM while it
+is parked in Join ends it with 75 at once (nothing of its own to save).
+
 ``rdzv_conf`` keys (all optional). Fields of the job's spec, used only when
 this agent creates the job (an existing job keeps its own; 0 or absent: the
 coordinator's default): ``heartbeat_interval_ms``, ``heartbeat_misses``,
@@ -38,6 +51,7 @@ of the two.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -150,6 +164,7 @@ class StokerRendezvousHandler(RendezvousHandler):
         self._finished = False  # the agent entered its exit barrier
         self._seq = 0
         self._sigterm = False  # the agent got SIGTERM (catch_sigterm)
+        self._joining = False  # parked in a Join (the main thread)
 
     def get_backend(self) -> str:
         return "stoker"
@@ -162,6 +177,8 @@ class StokerRendezvousHandler(RendezvousHandler):
         # torch restarts workers that failed, and 75 is a failure to it: a
         # resumable stop ends the agent instead (see _leave_resumably).
         self._leave_resumably()
+        if self._sigterm:  # its pod is being deleted: no round of its own
+            self._leave_terminated()
         if self._closed:
             from torch.distributed.elastic.rendezvous import RendezvousClosedError
 
@@ -184,7 +201,11 @@ class StokerRendezvousHandler(RendezvousHandler):
         self.member.stop_heartbeats()
         with self._lock:  # (a RESTART heard before this Join is answered by it)
             self._changed = False
-        m = self.member.join(timeout=self.join_timeout)
+        self._joining = True  # (a SIGTERM now ends the agent: _on_sigterm)
+        try:
+            m = self.member.join(timeout=self.join_timeout)
+        finally:
+            self._joining = False
         # Workers inherit the agent's environment: they find their
         # generation's store and their control directory here.
         for name in os.listdir(self.control_dir):
@@ -225,9 +246,13 @@ class StokerRendezvousHandler(RendezvousHandler):
         heartbeat (at once), the coordinator answers CHECKPOINT_NOW with
         ``pausing`` to every agent, every worker saves at one step and exits
         75, and the agents leave with that step and exit 75
-        (``_leave_resumably``). A second SIGTERM is torch's again: the
-        workers are stopped and the agent ends. Outside the main thread this
-        does nothing."""
+        (``_leave_resumably``). While the job shrinks in place and this
+        node is one it removes, the coordinator answers a resize instead:
+        the workers stop at one step, this node's exit 75 after saving it,
+        and so does the agent, while the kept nodes rejoin. A SIGTERM while
+        parked in Join exits 75 at once. A second SIGTERM is torch's again:
+        the workers are stopped and the agent ends. Outside the main thread
+        this does nothing."""
         if threading.current_thread() is not threading.main_thread():
             return
         names = os.environ.get(SIGNALS_ENV, "SIGTERM,SIGINT,SIGHUP,SIGQUIT").split(",")
@@ -241,6 +266,14 @@ class StokerRendezvousHandler(RendezvousHandler):
                 sigval=signal.SIGTERM,
             )
         self._sigterm = True
+        if self._joining:
+            # Parked in Join: no worker runs and nothing of this node is
+            # unsaved; the Join ends with the process (its call cancelled).
+            raise SystemExit(elastic.RESUMABLE_EXIT)
+        # The workers see it (TrainingMonitor.terminating): at their next
+        # stop step they stop resumably, this node being the one removed.
+        with contextlib.suppress(OSError):  # (gone once the agent left)
+            elastic.mark_terminating(self.control_dir)
         self.member.notify_terminating()
 
     def _progress(self) -> Progress:
@@ -309,6 +342,21 @@ class StokerRendezvousHandler(RendezvousHandler):
         self._closed = True
         try:
             self.member.leave(checkpoint_step=step)
+        finally:
+            shutil.rmtree(self.control_dir, ignore_errors=True)
+        raise SystemExit(elastic.RESUMABLE_EXIT)
+
+    def _leave_terminated(self) -> None:
+        """The agent got SIGTERM and its workers ended without a resumable
+        stop (torch stopped them for a round, or they failed): its pod is
+        being deleted, so it joins no round; it leaves and exits
+        :data:`~stoker.elastic.RESUMABLE_EXIT` (75), so a Job that deleted it
+        does not count its index completed."""
+        self._closed = True
+        try:
+            self.member.leave()
+        except StokerError:
+            pass  # the coordinator learns it from the lease
         finally:
             shutil.rmtree(self.control_dir, ignore_errors=True)
         raise SystemExit(elastic.RESUMABLE_EXIT)

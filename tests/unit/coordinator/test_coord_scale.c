@@ -528,6 +528,13 @@ static void shrink_in_place(struct fx *f, const char *sp, bool submitted) {
   assert_resized(f, sp, EV(SHRUNK), 1, 2, 11, "shrunk from 4 to 2 ranks at step 11 (in place)");
   assert_int_equal(events_of(f, sp, EV(PREEMPTED)).n, 0);
   assert_int_equal(events_of(f, sp, EV(PAUSED)).n, 0);
+  /* A removed member's heartbeat after the close (a torchrun agent beats
+   * until its workers stopped) is no notice: the shrink is forgotten, and
+   * the job holds that member no more. It paused the job (a PyTorch test,
+   * tests/python/test_elastic.py). */
+  beat_term(f, sp, "m3", 1, 11, 11, NULL, NULL);
+  assert_job(f, sp, STOKER__V1__JOB_STATE__JOB_STATE_RUNNING, 2);
+  assert_int_equal(events_of(f, sp, EV(PREEMPTED)).n, 0);
   /* Once the round closed, a Join by a removed member's name is a new pod
    * (an Indexed Job grown back reuses index 2): a spare, not refused.
    * Refused, its trainer exited 0 and the Job counted the index completed
