@@ -54,6 +54,7 @@
 
 #include "ckpt_crc.h"
 #include "ckpt_dtype.h"
+#include "ckpt_fetch.h"
 #include "ckpt_manifest.h"
 #include "ckpt_service_int.h"
 #include "ckpt_shm_read.h"
@@ -90,11 +91,12 @@ struct wanted {
  * thread. */
 struct span {
   struct ckpt_task t;          /* First: the task is the span's fetch. */
-  struct ckpt_store_call call; /* Its GET. */
-  bool sent;                   /* The GET is out or answered: the work checks it. */
+  struct ckpt_store_call call; /* Its GET, when it is the fetch's. */
+  struct ckpt_fetch *f;        /* Its bytes' fetch, held (ckpt_fetch.c); set when claimed. */
+  bool sent;                   /* Its own GET is out or answered: the work checks it. */
   struct batch *b;
   struct ckpt_span at;
-  uint8_t *buf; /* at.len bytes once fetched. */
+  uint8_t *buf; /* at.len bytes (in f's) once fetched. */
   int err;
   char msg[320];
 };
@@ -239,23 +241,51 @@ static int batch_plan(struct batch *b) {
   return 0;
 }
 
-/* Sends the span's GET (the task parks until it is answered). */
-static int span_send(const struct ckpt_reader *rd, struct span *sp) {
+/* Claims the span's bytes (ckpt_fetch.c): another read's fetch of them
+ * (checked, or its GET out: the task parks until it ends), else a fetch of
+ * its own whose GET it sends (the task parks until it is answered). True
+ * when parked; else sp->buf holds checked bytes or sp->err is set. */
+static bool span_start(const struct ckpt_reader *rd, struct span *sp) {
   const struct ckpt_object *o = &rd->m->objects[sp->at.object];
   char *key;
-  int err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
-  if (err) return err;
-  sp->buf = malloc(sp->at.len ? sp->at.len : 1);
-  if (!sp->buf) {
+  sp->err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
+  if (sp->err) return false;
+  uint64_t first = sp->at.offset / CKPT_CRC_BLOCK_BYTES;
+  uint64_t end = sp->at.len ? (sp->at.offset + sp->at.len - 1) / CKPT_CRC_BLOCK_BYTES + 1 : first;
+  if (end > o->n_blocks || sp->at.offset + sp->at.len > o->size_bytes) {
     free(key);
-    return STK_ENOMEM;
+    stk_set_detail("object %s: bytes %llu-%llu wanted past its %llu", o->key,
+                   (unsigned long long)sp->at.offset,
+                   (unsigned long long)(sp->at.offset + sp->at.len),
+                   (unsigned long long)o->size_bytes);
+    sp->err = STK_ECORRUPT;
+    return false;
+  }
+  struct ckpt_fetch_want w = {.key = key,
+                              .offset = sp->at.offset,
+                              .len = sp->at.len,
+                              .object_bytes = o->size_bytes,
+                              .crcs = o->block_crc32c + first,
+                              .n_crcs = end - first};
+  enum ckpt_fetch_how how;
+  int err = ckpt_fetch_claim(rd->s->fetches, &w, &sp->t, &sp->f, &how);
+  if (err || how == CKPT_FETCH_WAIT) {
+    free(key);
+    if (err) sp->err = err;
+    if (!err) ckpt_pool_park(); /* sp is the fetch's until it ends: untouched from here. */
+    return !err;
+  }
+  sp->buf = ckpt_fetch_bytes(sp->f, sp->at.offset);
+  if (how == CKPT_FETCH_READY) {
+    free(key);
+    return false;
   }
   struct storage_req rq = {
       .op = STORAGE_OP_GET, .key = key, .buf = sp->buf, .len = sp->at.len, .offset = sp->at.offset};
   sp->sent = true;
   ckpt__store(&sp->call, rd->s->read, &sp->t, rd->s->st, &rq); /* Copies the key. */
   free(key);
-  return 0;
+  return true;
 }
 
 /* The GET's answer: the bytes as long and as CRC'd as the manifest says. */
@@ -342,7 +372,8 @@ static int assemble_shm(const struct batch *b, struct piece *p) {
 /* Frees what assembly no longer needs: the spans' bytes and the plans. */
 static void batch_drop_fetched(struct batch *b) {
   for (size_t i = 0; i < b->n_spans; i++) {
-    free(b->spans[i].buf);
+    ckpt_fetch_release(b->rd->s->fetches, b->spans[i].f);
+    b->spans[i].f = NULL;
     b->spans[i].buf = NULL;
     storage_result_clear(&b->spans[i].call.res);
   }
@@ -423,15 +454,20 @@ static void batch_assemble_work(struct ckpt_task *t);
  * the batch's last span checked assembles the batch. */
 static void span_work(struct ckpt_task *t) {
   struct span *sp = (struct span *)t;
+  const struct ckpt_reader *rd = sp->b->rd;
   stk_clear_detail();
-  if (!sp->sent) {
-    int err = span_send(sp->b->rd, sp);
-    if (!err) return; /* Parked; sp is the GET's until it answers. */
-    sp->err = err;
+  if (sp->sent) { /* Its own GET answered: checked, then shared. */
+    sp->err = span_check(rd, sp);
+    note(sp->err, sp->msg, sizeof(sp->msg));
+    ckpt_fetch_end(rd->s->fetches, sp->f, sp->err, sp->msg, rd->s->read);
+  } else if (sp->f) { /* Another read's fetch ended. */
+    sp->err = ckpt_fetch_error(sp->f, sp->msg, sizeof(sp->msg));
+    if (!sp->err) sp->buf = ckpt_fetch_bytes(sp->f, sp->at.offset);
+  } else if (span_start(rd, sp)) {
+    return; /* Parked; sp is the GET's or the fetch's until it ends. */
   } else {
-    sp->err = span_check(sp->b->rd, sp);
+    note(sp->err, sp->msg, sizeof(sp->msg));
   }
-  note(sp->err, sp->msg, sizeof(sp->msg));
   /* The batch's last span checked: this worker assembles the batch at once
    * (a hop to the loop and back to a worker less per batch, each a wait
    * for a core on a loaded host). Every span's check happened before its

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_crc.h"
+#include "ckpt_fetch.h"
 #include "ckpt_journal.h"
 #include "ckpt_manifest.h"
 #include "ckpt_mcache.h"
@@ -29,6 +31,11 @@
  * within seconds of each other; a large model's manifest is a few MiB. */
 #define MCACHE_BYTES  (64 * MIB)
 #define MCACHE_TTL_MS 60000
+
+/* Object bytes a restore's ranks share (ckpt_fetch.c): kept a moment after
+ * the last read let go, for a rank whose Read came a little later. */
+#define FETCH_LINGER_BYTES (64 * MIB)
+#define FETCH_LINGER_MS    2000
 
 static int manifest_make(const uint8_t *buf, size_t len, void **ret_value, size_t *ret_bytes);
 static void manifest_drop(void *value);
@@ -54,6 +61,7 @@ static void closed_one(struct ckpt_service *s) {
   ckpt__svc_free_hooks(s->pending_hooks);
   ckpt_shm_close(s->shm);
   ckpt_mcache_free(s->mcache);
+  ckpt_fetches_free(s->fetches);
   kv_close(s->kv);
   if (s->own_storage) storage_free(s->st);
   void (*done)(void *) = s->close_done;
@@ -153,6 +161,8 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   }
   if (!err)
     err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, manifest_make, manifest_drop, &s->mcache);
+  if (!err)
+    err = ckpt_fetches_new(CKPT_CRC_BLOCK_BYTES, FETCH_LINGER_BYTES, FETCH_LINGER_MS, &s->fetches);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -178,6 +188,7 @@ static void open_fail(struct ckpt_service *s) {
   ckpt_pool_free(s->work, NULL, NULL);
   ckpt_pool_free(s->read, NULL, NULL);
   ckpt_mcache_free(s->mcache);
+  ckpt_fetches_free(s->fetches);
   if (s->own_storage) storage_free(s->st);
   kv_close(s->kv);
   free(s->url);
@@ -243,6 +254,11 @@ void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_st
   *ret_stats = s->stats;
   ret_stats->staged_bytes = s->staged;
   ret_stats->read_reserved_bytes = s->read_reserved;
+  struct ckpt_fetch_counts fc;
+  ckpt_fetches_get_counts(s->fetches, &fc);
+  ret_stats->read_gets = fc.gets;
+  ret_stats->read_gets_shared = fc.shared;
+  ret_stats->read_fetched_bytes = fc.held_bytes + fc.lingering_bytes;
 }
 
 const char *ckpt_service_attempt_job(const struct ckpt_service *s, const char *attempt) {

@@ -117,6 +117,11 @@ struct ckpt_service_stats {
   uint64_t staged_bytes;        /* Staging memory held now (buffer capacity). */
   uint64_t staged_peak_bytes;   /* Highest staged_bytes seen. */
   uint64_t read_reserved_bytes; /* What reads' batches hold of the read budgets now. */
+  /* Ranged GETs reads made, and spans another read's GET answered (its
+   * bytes shared, ckpt_fetch.c); fetched bytes held or kept a moment now. */
+  uint64_t read_gets;
+  uint64_t read_gets_shared;
+  uint64_t read_fetched_bytes;
   uint64_t parts_uploaded;
   uint64_t objects_uploaded;
   uint64_t commits;
