@@ -21,12 +21,13 @@
  * at once and its waiters fail with its error and text; the next claim
  * fetches again.
  *
- * Memory: a fetch is freed when its last holder lets go, unless it may
- * linger: fetched bytes no read holds stay for linger_ms (a rank whose
- * Read came a little after its neighbour's finds them), at most
- * linger_bytes of them, least recently let go out first. What the holders
- * hold is bounded by the reads' budgets (ckpt_restore.c reserves every
- * span's batch). A claim that only overlaps a fetch fetches its own range:
+ * Memory: a fetch lives while a read holds it (its GET out, or its bytes
+ * not yet assembled into the read's pieces) and is freed at its last
+ * release; what the holders hold is bounded by the reads' budgets
+ * (ckpt_restore.c reserves every span's batch). Nothing is kept after:
+ * a later Read, or the next restore of the same checkpoint, fetches again,
+ * so a repaired object is read at once and memory is what the open reads
+ * reserved. A claim that only overlaps a fetch fetches its own range:
  * ranges cut to blocks apart differ by their edges, and sharing part of a
  * span would split its bytes over two buffers.
  *
@@ -40,7 +41,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "stk_error.h"
 
@@ -58,28 +58,18 @@ struct ckpt_fetch {
   int err;
   char msg[320];
   unsigned holds;
-  bool in_table, lingering;
-  int64_t let_go_ms; /* When it began to linger. */
+  bool in_table;
   struct ckpt_task **waiters;
   size_t n_waiters, cap_waiters;
-  struct ckpt_fetch *next;          /* In its bucket. */
-  struct ckpt_fetch *lprev, *lnext; /* In the lingering list, oldest first. */
+  struct ckpt_fetch *next; /* In its bucket. */
 };
 
 struct ckpt_fetches {
   pthread_mutex_t mu;
-  uint64_t block_bytes, linger_max;
-  int64_t linger_ms;
+  uint64_t block_bytes;
   struct ckpt_fetch *buckets[BUCKETS];
-  struct ckpt_fetch *lhead, *ltail;
   struct ckpt_fetch_counts counts;
 };
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static size_t bucket_of(const char *key) {
   uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -88,15 +78,12 @@ static size_t bucket_of(const char *key) {
   return (size_t)(h % BUCKETS);
 }
 
-int ckpt_fetches_new(uint64_t block_bytes, uint64_t linger_bytes, int64_t linger_ms,
-                     struct ckpt_fetches **ret) {
+int ckpt_fetches_new(uint64_t block_bytes, struct ckpt_fetches **ret) {
   if (block_bytes == 0) return STK_EINVAL;
   struct ckpt_fetches *c = calloc(1, sizeof(*c));
   if (!c) return STK_ENOMEM;
   pthread_mutex_init(&c->mu, NULL);
   c->block_bytes = block_bytes;
-  c->linger_max = linger_bytes;
-  c->linger_ms = linger_ms;
   *ret = c;
   return 0;
 }
@@ -129,33 +116,6 @@ static void unlink_table(struct ckpt_fetches *c, struct ckpt_fetch *f) {
   *pp = f->next;
   f->next = NULL;
   f->in_table = false;
-}
-
-static void linger_remove(struct ckpt_fetches *c, struct ckpt_fetch *f) {
-  if (!f->lingering) return;
-  if (f->lprev)
-    f->lprev->lnext = f->lnext;
-  else
-    c->lhead = f->lnext;
-  if (f->lnext)
-    f->lnext->lprev = f->lprev;
-  else
-    c->ltail = f->lprev;
-  f->lprev = f->lnext = NULL;
-  f->lingering = false;
-  c->counts.lingering_bytes -= f->len;
-}
-
-/* Frees the oldest lingering fetches while they are too old or, with
- * `room` more to come, too many bytes. */
-static void linger_trim(struct ckpt_fetches *c, uint64_t room, int64_t now) {
-  while (c->lhead && (now - c->lhead->let_go_ms > c->linger_ms ||
-                      c->counts.lingering_bytes + room > c->linger_max)) {
-    struct ckpt_fetch *f = c->lhead;
-    linger_remove(c, f);
-    unlink_table(c, f);
-    fetch_free(f);
-  }
 }
 
 /* Whether f can answer w: the same key, a range covering w's, the same
@@ -205,7 +165,6 @@ int ckpt_fetch_claim(struct ckpt_fetches *c, const struct ckpt_fetch_want *w,
                      struct ckpt_task *waiter, struct ckpt_fetch **ret,
                      enum ckpt_fetch_how *ret_how) {
   pthread_mutex_lock(&c->mu);
-  linger_trim(c, 0, now_ms());
   struct ckpt_fetch *f = find(c, w);
   if (f && f->state == FETCHING && f->n_waiters == f->cap_waiters) {
     size_t cap = f->cap_waiters ? 2 * f->cap_waiters : 4;
@@ -218,9 +177,7 @@ int ckpt_fetch_claim(struct ckpt_fetches *c, const struct ckpt_fetch_want *w,
     }
   }
   if (f) {
-    linger_remove(c, f);
     f->holds++;
-    c->counts.held_bytes += f->holds == 1 ? f->len : 0;
     c->counts.shared++;
     *ret = f;
     *ret_how = f->state == FETCHED ? CKPT_FETCH_READY : CKPT_FETCH_WAIT;
@@ -281,21 +238,6 @@ void ckpt_fetch_release(struct ckpt_fetches *c, struct ckpt_fetch *f) {
     return;
   }
   c->counts.held_bytes -= f->len;
-  int64_t now = now_ms();
-  if (f->state == FETCHED && f->in_table && c->linger_ms > 0 && f->len <= c->linger_max) {
-    linger_trim(c, f->len, now);
-    f->let_go_ms = now;
-    f->lingering = true;
-    f->lprev = c->ltail;
-    if (c->ltail)
-      c->ltail->lnext = f;
-    else
-      c->lhead = f;
-    c->ltail = f;
-    c->counts.lingering_bytes += f->len;
-    pthread_mutex_unlock(&c->mu);
-    return;
-  }
   unlink_table(c, f);
   pthread_mutex_unlock(&c->mu);
   fetch_free(f);

@@ -35,16 +35,14 @@ enum ckpt_fetch_how {
 };
 
 struct ckpt_fetch_counts {
-  uint64_t gets;   /* Fetches made (a GET each). */
-  uint64_t shared; /* Claims answered by a fetch another claim made. */
-  uint64_t held_bytes, lingering_bytes;
+  uint64_t gets;       /* Fetches made (a GET each). */
+  uint64_t shared;     /* Claims answered by a fetch another claim made. */
+  uint64_t held_bytes; /* Bytes of the fetches held now. */
 };
 
-/* A table of fetches for objects cut into CRC blocks of block_bytes,
- * keeping fetched bytes no read holds any more for linger_ms, up to
- * linger_bytes of them (least recently let go out first). */
-int ckpt_fetches_new(uint64_t block_bytes, uint64_t linger_bytes, int64_t linger_ms,
-                     struct ckpt_fetches **ret);
+/* A table of fetches of objects cut into CRC blocks of block_bytes; a
+ * fetch is freed when its last holder lets go. */
+int ckpt_fetches_new(uint64_t block_bytes, struct ckpt_fetches **ret);
 /* Accepts NULL. Nothing may be held. */
 void ckpt_fetches_free(struct ckpt_fetches *c);
 

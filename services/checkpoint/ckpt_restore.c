@@ -13,7 +13,10 @@
  * read and thrown away, one request instead of two). Each span is one
  * ranged GET, sent to the store without holding a thread (ckpt_store.c:
  * the span's task parks until the answer) and CRC-checked block by block
- * on a restore thread, up to READ_FETCHES of one read at once. The thread that checks a batch's
+ * on a restore thread, up to READ_FETCHES of one read at once. A span
+ * whose bytes another read is fetching, or holds checked, uses those
+ * instead of a GET of its own (ckpt_fetch.c: the ranks of one restore
+ * read together and neighbours cross the same objects). The thread that checks a batch's
  * last span assembles its pieces from the spans right then, and the loop delivers them. A tensor
  * that FSDP saved as a row-block per rank thus costs a GET per object and batch, not one per stored
  * chunk: the tensors of a rank's object lie one after the other, in the order they are wanted.

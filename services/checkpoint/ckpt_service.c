@@ -32,11 +32,6 @@
 #define MCACHE_BYTES  (64 * MIB)
 #define MCACHE_TTL_MS 60000
 
-/* Object bytes a restore's ranks share (ckpt_fetch.c): kept a moment after
- * the last read let go, for a rank whose Read came a little later. */
-#define FETCH_LINGER_BYTES (64 * MIB)
-#define FETCH_LINGER_MS    2000
-
 static int manifest_make(const uint8_t *buf, size_t len, void **ret_value, size_t *ret_bytes);
 static void manifest_drop(void *value);
 
@@ -161,8 +156,7 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   }
   if (!err)
     err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, manifest_make, manifest_drop, &s->mcache);
-  if (!err)
-    err = ckpt_fetches_new(CKPT_CRC_BLOCK_BYTES, FETCH_LINGER_BYTES, FETCH_LINGER_MS, &s->fetches);
+  if (!err) err = ckpt_fetches_new(CKPT_CRC_BLOCK_BYTES, &s->fetches);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -258,7 +252,7 @@ void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_st
   ckpt_fetches_get_counts(s->fetches, &fc);
   ret_stats->read_gets = fc.gets;
   ret_stats->read_gets_shared = fc.shared;
-  ret_stats->read_fetched_bytes = fc.held_bytes + fc.lingering_bytes;
+  ret_stats->read_fetched_bytes = fc.held_bytes;
 }
 
 const char *ckpt_service_attempt_job(const struct ckpt_service *s, const char *attempt) {

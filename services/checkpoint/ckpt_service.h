@@ -118,7 +118,7 @@ struct ckpt_service_stats {
   uint64_t staged_peak_bytes;   /* Highest staged_bytes seen. */
   uint64_t read_reserved_bytes; /* What reads' batches hold of the read budgets now. */
   /* Ranged GETs reads made, and spans another read's GET answered (its
-   * bytes shared, ckpt_fetch.c); fetched bytes held or kept a moment now. */
+   * bytes shared, ckpt_fetch.c); fetched bytes the open reads hold now. */
   uint64_t read_gets;
   uint64_t read_gets_shared;
   uint64_t read_fetched_bytes;
