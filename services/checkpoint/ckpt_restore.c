@@ -594,14 +594,31 @@ static bool budget_fits(const struct ckpt_reader *rd, uint64_t bytes) {
          job + 2 * bytes <= s->o.read_budget_per_job_bytes;
 }
 
+static void fetch_more(struct ckpt_reader *rd);
+
+/* Whether b's plan is cheap enough for the loop (read_loop_plan_chunks:
+ * each piece's plan walks its tensor's chunks; 4096 of them is well under
+ * a millisecond). */
+static bool plan_on_loop(const struct ckpt_reader *rd, const struct batch *b) {
+  uint64_t chunks = 0, max = rd->s->o.read_loop_plan_chunks;
+  for (size_t i = 0; i < b->n_pieces && chunks <= max; i++)
+    chunks += rd->w[b->pieces[i].wi].n_chunks;
+  return chunks <= max;
+}
+
 /* Takes batches in order until the window is full, no piece is left, or
- * the budgets say wait (rd->waiting). */
+ * the budgets say wait (rd->waiting). A batch whose plan is cheap is
+ * planned here, on the loop (its plan costs less than a worker's wake-up
+ * and the loop's again after it: two waits for a core on a loaded host),
+ * its spans submitted at once; a larger one on a restore thread. A plan
+ * that fails leaves its text in rd->msg. */
 static int fill(struct ckpt_reader *rd) {
+  bool planned = false;
   while (rd->n < READ_BATCHES) {
     while (rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
-    if (rd->wi >= rd->n_w) return 0;
+    if (rd->wi >= rd->n_w) break;
     rd->waiting = !budget_fits(rd, rd->s->o.read_batch_bytes);
-    if (rd->waiting) return 0;
+    if (rd->waiting) break;
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) return STK_ENOMEM;
     *b = (struct batch){.t = {.work = batch_plan_work, .after = rd->t.after}, .rd = rd};
@@ -615,8 +632,23 @@ static int fill(struct ckpt_reader *rd) {
     rd->win[(rd->head + rd->n) % READ_BATCHES] = b; /* Owned by the window from here. */
     rd->n++;
     if (err) return err;
-    submit(rd, &b->t);
+    if (!plan_on_loop(rd, b)) {
+      submit(rd, &b->t);
+      continue;
+    }
+    batch_plan_work(&b->t);
+    if (b->err) {
+      snprintf(rd->msg, sizeof(rd->msg), "%s", b->msg);
+      return b->err;
+    }
+    b->planned = planned = true;
+    rd->s->stats.read_loop_plans++;
+    if (b->n_spans == 0) { /* Nothing to fetch (empty boxes): assemble at once. */
+      b->t.work = batch_assemble_work;
+      submit(rd, &b->t);
+    }
   }
+  if (planned) fetch_more(rd);
   return 0;
 }
 
@@ -643,7 +675,7 @@ static int send_packed(struct ckpt_reader *rd, struct batch *b, bool *ret_more);
 static void deliver(struct ckpt_reader *rd) {
   while (!rd->held && !rd->finished) {
     int err = fill(rd);
-    if (err) return read_finish(rd, err, stk_strerror(err));
+    if (err) return read_finish(rd, err, rd->msg[0] ? rd->msg : stk_strerror(err));
     if (rd->n == 0 && rd->waiting) return; /* ckpt_read_retry goes on. */
     if (rd->n == 0) return read_finish(rd, 0, "");
     struct batch *b = rd->win[rd->head];

@@ -122,6 +122,7 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
   if (!o->read_batch_bytes) o->read_batch_bytes = 64 * MIB;
   if (!o->read_budget_bytes) o->read_budget_bytes = 1024 * MIB;
   if (!o->read_budget_per_job_bytes) o->read_budget_per_job_bytes = 256 * MIB;
+  if (!o->read_loop_plan_chunks) o->read_loop_plan_chunks = 4096;
   if (o->part_bytes < 5 * MIB || o->part_bytes % MIB != 0 || o->part_bytes > ((uint64_t)5 << 30)) {
     stk_set_detail("part size must be a multiple of 1 MiB between 5 MiB and 5 GiB");
     return STK_EINVAL;
