@@ -13,7 +13,10 @@
  * read and thrown away, one request instead of two). Each span is one
  * ranged GET, sent to the store without holding a thread (ckpt_store.c:
  * the span's task parks until the answer) and CRC-checked block by block
- * on a restore thread, up to READ_FETCHES of one read at once. The thread that checks a batch's
+ * on a restore thread, up to READ_FETCHES of one read at once. A span
+ * whose bytes another read is fetching, or holds checked, uses those
+ * instead of a GET of its own (ckpt_fetch.c: the ranks of one restore
+ * read together and neighbours cross the same objects). The thread that checks a batch's
  * last span assembles its pieces from the spans right then, and the loop delivers them. A tensor
  * that FSDP saved as a row-block per rank thus costs a GET per object and batch, not one per stored
  * chunk: the tensors of a rank's object lie one after the other, in the order they are wanted.
@@ -54,6 +57,7 @@
 
 #include "ckpt_crc.h"
 #include "ckpt_dtype.h"
+#include "ckpt_fetch.h"
 #include "ckpt_manifest.h"
 #include "ckpt_service_int.h"
 #include "ckpt_shm_read.h"
@@ -90,11 +94,12 @@ struct wanted {
  * thread. */
 struct span {
   struct ckpt_task t;          /* First: the task is the span's fetch. */
-  struct ckpt_store_call call; /* Its GET. */
-  bool sent;                   /* The GET is out or answered: the work checks it. */
+  struct ckpt_store_call call; /* Its GET, when it is the fetch's. */
+  struct ckpt_fetch *f;        /* Its bytes' fetch, held (ckpt_fetch.c); set when claimed. */
+  bool sent;                   /* Its own GET is out or answered: the work checks it. */
   struct batch *b;
   struct ckpt_span at;
-  uint8_t *buf; /* at.len bytes once fetched. */
+  uint8_t *buf; /* at.len bytes (in f's) once fetched. */
   int err;
   char msg[320];
 };
@@ -239,23 +244,51 @@ static int batch_plan(struct batch *b) {
   return 0;
 }
 
-/* Sends the span's GET (the task parks until it is answered). */
-static int span_send(const struct ckpt_reader *rd, struct span *sp) {
+/* Claims the span's bytes (ckpt_fetch.c): another read's fetch of them
+ * (checked, or its GET out: the task parks until it ends), else a fetch of
+ * its own whose GET it sends (the task parks until it is answered). True
+ * when parked; else sp->buf holds checked bytes or sp->err is set. */
+static bool span_start(const struct ckpt_reader *rd, struct span *sp) {
   const struct ckpt_object *o = &rd->m->objects[sp->at.object];
   char *key;
-  int err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
-  if (err) return err;
-  sp->buf = malloc(sp->at.len ? sp->at.len : 1);
-  if (!sp->buf) {
+  sp->err = ckpt_key_object(rd->s->prefix, rd->m->job, rd->m->step, rd->m->attempt, o->key, &key);
+  if (sp->err) return false;
+  uint64_t first = sp->at.offset / CKPT_CRC_BLOCK_BYTES;
+  uint64_t end = sp->at.len ? (sp->at.offset + sp->at.len - 1) / CKPT_CRC_BLOCK_BYTES + 1 : first;
+  if (end > o->n_blocks || sp->at.offset + sp->at.len > o->size_bytes) {
     free(key);
-    return STK_ENOMEM;
+    stk_set_detail("object %s: bytes %llu-%llu wanted past its %llu", o->key,
+                   (unsigned long long)sp->at.offset,
+                   (unsigned long long)(sp->at.offset + sp->at.len),
+                   (unsigned long long)o->size_bytes);
+    sp->err = STK_ECORRUPT;
+    return false;
+  }
+  struct ckpt_fetch_want w = {.key = key,
+                              .offset = sp->at.offset,
+                              .len = sp->at.len,
+                              .object_bytes = o->size_bytes,
+                              .crcs = o->block_crc32c + first,
+                              .n_crcs = end - first};
+  enum ckpt_fetch_how how;
+  int err = ckpt_fetch_claim(rd->s->fetches, &w, &sp->t, &sp->f, &how);
+  if (err || how == CKPT_FETCH_WAIT) {
+    free(key);
+    if (err) sp->err = err;
+    if (!err) ckpt_pool_park(); /* sp is the fetch's until it ends: untouched from here. */
+    return !err;
+  }
+  sp->buf = ckpt_fetch_bytes(sp->f, sp->at.offset);
+  if (how == CKPT_FETCH_READY) {
+    free(key);
+    return false;
   }
   struct storage_req rq = {
       .op = STORAGE_OP_GET, .key = key, .buf = sp->buf, .len = sp->at.len, .offset = sp->at.offset};
   sp->sent = true;
   ckpt__store(&sp->call, rd->s->read, &sp->t, rd->s->st, &rq); /* Copies the key. */
   free(key);
-  return 0;
+  return true;
 }
 
 /* The GET's answer: the bytes as long and as CRC'd as the manifest says. */
@@ -342,7 +375,8 @@ static int assemble_shm(const struct batch *b, struct piece *p) {
 /* Frees what assembly no longer needs: the spans' bytes and the plans. */
 static void batch_drop_fetched(struct batch *b) {
   for (size_t i = 0; i < b->n_spans; i++) {
-    free(b->spans[i].buf);
+    ckpt_fetch_release(b->rd->s->fetches, b->spans[i].f);
+    b->spans[i].f = NULL;
     b->spans[i].buf = NULL;
     storage_result_clear(&b->spans[i].call.res);
   }
@@ -423,15 +457,20 @@ static void batch_assemble_work(struct ckpt_task *t);
  * the batch's last span checked assembles the batch. */
 static void span_work(struct ckpt_task *t) {
   struct span *sp = (struct span *)t;
+  const struct ckpt_reader *rd = sp->b->rd;
   stk_clear_detail();
-  if (!sp->sent) {
-    int err = span_send(sp->b->rd, sp);
-    if (!err) return; /* Parked; sp is the GET's until it answers. */
-    sp->err = err;
+  if (sp->sent) { /* Its own GET answered: checked, then shared. */
+    sp->err = span_check(rd, sp);
+    note(sp->err, sp->msg, sizeof(sp->msg));
+    ckpt_fetch_end(rd->s->fetches, sp->f, sp->err, sp->msg, rd->s->read);
+  } else if (sp->f) { /* Another read's fetch ended. */
+    sp->err = ckpt_fetch_error(sp->f, sp->msg, sizeof(sp->msg));
+    if (!sp->err) sp->buf = ckpt_fetch_bytes(sp->f, sp->at.offset);
+  } else if (span_start(rd, sp)) {
+    return; /* Parked; sp is the GET's or the fetch's until it ends. */
   } else {
-    sp->err = span_check(sp->b->rd, sp);
+    note(sp->err, sp->msg, sizeof(sp->msg));
   }
-  note(sp->err, sp->msg, sizeof(sp->msg));
   /* The batch's last span checked: this worker assembles the batch at once
    * (a hop to the loop and back to a worker less per batch, each a wait
    * for a core on a loaded host). Every span's check happened before its
@@ -555,14 +594,31 @@ static bool budget_fits(const struct ckpt_reader *rd, uint64_t bytes) {
          job + 2 * bytes <= s->o.read_budget_per_job_bytes;
 }
 
+static void fetch_more(struct ckpt_reader *rd);
+
+/* Whether b's plan is cheap enough for the loop (read_loop_plan_chunks:
+ * each piece's plan walks its tensor's chunks; 4096 of them is well under
+ * a millisecond). */
+static bool plan_on_loop(const struct ckpt_reader *rd, const struct batch *b) {
+  uint64_t chunks = 0, max = rd->s->o.read_loop_plan_chunks;
+  for (size_t i = 0; i < b->n_pieces && chunks <= max; i++)
+    chunks += rd->w[b->pieces[i].wi].n_chunks;
+  return chunks <= max;
+}
+
 /* Takes batches in order until the window is full, no piece is left, or
- * the budgets say wait (rd->waiting). */
+ * the budgets say wait (rd->waiting). A batch whose plan is cheap is
+ * planned here, on the loop (its plan costs less than a worker's wake-up
+ * and the loop's again after it: two waits for a core on a loaded host),
+ * its spans submitted at once; a larger one on a restore thread. A plan
+ * that fails leaves its text in rd->msg. */
 static int fill(struct ckpt_reader *rd) {
+  bool planned = false;
   while (rd->n < READ_BATCHES) {
     while (rd->wi < rd->n_w && rd->pi >= rd->w[rd->wi].n_pieces) rd->wi++, rd->pi = 0;
-    if (rd->wi >= rd->n_w) return 0;
+    if (rd->wi >= rd->n_w) break;
     rd->waiting = !budget_fits(rd, rd->s->o.read_batch_bytes);
-    if (rd->waiting) return 0;
+    if (rd->waiting) break;
     struct batch *b = calloc(1, sizeof(*b));
     if (!b) return STK_ENOMEM;
     *b = (struct batch){.t = {.work = batch_plan_work, .after = rd->t.after}, .rd = rd};
@@ -576,8 +632,23 @@ static int fill(struct ckpt_reader *rd) {
     rd->win[(rd->head + rd->n) % READ_BATCHES] = b; /* Owned by the window from here. */
     rd->n++;
     if (err) return err;
-    submit(rd, &b->t);
+    if (!plan_on_loop(rd, b)) {
+      submit(rd, &b->t);
+      continue;
+    }
+    batch_plan_work(&b->t);
+    if (b->err) {
+      snprintf(rd->msg, sizeof(rd->msg), "%s", b->msg);
+      return b->err;
+    }
+    b->planned = planned = true;
+    rd->s->stats.read_loop_plans++;
+    if (b->n_spans == 0) { /* Nothing to fetch (empty boxes): assemble at once. */
+      b->t.work = batch_assemble_work;
+      submit(rd, &b->t);
+    }
   }
+  if (planned) fetch_more(rd);
   return 0;
 }
 
@@ -604,7 +675,7 @@ static int send_packed(struct ckpt_reader *rd, struct batch *b, bool *ret_more);
 static void deliver(struct ckpt_reader *rd) {
   while (!rd->held && !rd->finished) {
     int err = fill(rd);
-    if (err) return read_finish(rd, err, stk_strerror(err));
+    if (err) return read_finish(rd, err, rd->msg[0] ? rd->msg : stk_strerror(err));
     if (rd->n == 0 && rd->waiting) return; /* ckpt_read_retry goes on. */
     if (rd->n == 0) return read_finish(rd, 0, "");
     struct batch *b = rd->win[rd->head];

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_crc.h"
+#include "ckpt_fetch.h"
 #include "ckpt_journal.h"
 #include "ckpt_manifest.h"
 #include "ckpt_mcache.h"
@@ -54,6 +56,7 @@ static void closed_one(struct ckpt_service *s) {
   ckpt__svc_free_hooks(s->pending_hooks);
   ckpt_shm_close(s->shm);
   ckpt_mcache_free(s->mcache);
+  ckpt_fetches_free(s->fetches);
   kv_close(s->kv);
   if (s->own_storage) storage_free(s->st);
   void (*done)(void *) = s->close_done;
@@ -119,6 +122,7 @@ static int opts_resolve(const struct ckpt_service_opts *in, struct ckpt_service_
   if (!o->read_batch_bytes) o->read_batch_bytes = 64 * MIB;
   if (!o->read_budget_bytes) o->read_budget_bytes = 1024 * MIB;
   if (!o->read_budget_per_job_bytes) o->read_budget_per_job_bytes = 256 * MIB;
+  if (!o->read_loop_plan_chunks) o->read_loop_plan_chunks = 4096;
   if (o->part_bytes < 5 * MIB || o->part_bytes % MIB != 0 || o->part_bytes > ((uint64_t)5 << 30)) {
     stk_set_detail("part size must be a multiple of 1 MiB between 5 MiB and 5 GiB");
     return STK_EINVAL;
@@ -153,6 +157,7 @@ static int open_parts(uv_loop_t *loop, struct ckpt_service *s) {
   }
   if (!err)
     err = ckpt_mcache_new(MCACHE_BYTES, MCACHE_TTL_MS, manifest_make, manifest_drop, &s->mcache);
+  if (!err) err = ckpt_fetches_new(CKPT_CRC_BLOCK_BYTES, &s->fetches);
   if (!err && s->o.shm_dir && s->o.shm_dir[0]) {
     uint64_t max = (uint64_t)s->o.max_parts * s->o.part_bytes;
     if (max > s->o.staging_budget_bytes) max = s->o.staging_budget_bytes;
@@ -178,6 +183,7 @@ static void open_fail(struct ckpt_service *s) {
   ckpt_pool_free(s->work, NULL, NULL);
   ckpt_pool_free(s->read, NULL, NULL);
   ckpt_mcache_free(s->mcache);
+  ckpt_fetches_free(s->fetches);
   if (s->own_storage) storage_free(s->st);
   kv_close(s->kv);
   free(s->url);
@@ -243,6 +249,11 @@ void ckpt_service_get_stats(const struct ckpt_service *s, struct ckpt_service_st
   *ret_stats = s->stats;
   ret_stats->staged_bytes = s->staged;
   ret_stats->read_reserved_bytes = s->read_reserved;
+  struct ckpt_fetch_counts fc;
+  ckpt_fetches_get_counts(s->fetches, &fc);
+  ret_stats->read_gets = fc.gets;
+  ret_stats->read_gets_shared = fc.shared;
+  ret_stats->read_fetched_bytes = fc.held_bytes;
 }
 
 const char *ckpt_service_attempt_job(const struct ckpt_service *s, const char *attempt) {

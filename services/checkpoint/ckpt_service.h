@@ -86,6 +86,9 @@ struct ckpt_service_opts {
                                          bytes); beyond, a batch waits unless its job holds
                                          none; 1 GiB. */
   uint64_t read_budget_per_job_bytes; /* The same for one job's reads; 256 MiB. */
+  uint32_t read_loop_plan_chunks;     /* A batch whose pieces' tensors have at most this many
+                                         chunks in all is planned on the loop, not a worker
+                                         (ckpt_restore.c); 4096. No flag: tests set 1. */
   const char *shm_dir;                /* Zero-copy staging directory (ckpt_shm.h), absolute, on
                                          tmpfs; NULL or "": off. Unique to this service on the
                                          host. */
@@ -117,6 +120,12 @@ struct ckpt_service_stats {
   uint64_t staged_bytes;        /* Staging memory held now (buffer capacity). */
   uint64_t staged_peak_bytes;   /* Highest staged_bytes seen. */
   uint64_t read_reserved_bytes; /* What reads' batches hold of the read budgets now. */
+  /* Ranged GETs reads made, and spans another read's GET answered (its
+   * bytes shared, ckpt_fetch.c); fetched bytes the open reads hold now. */
+  uint64_t read_gets;
+  uint64_t read_gets_shared;
+  uint64_t read_fetched_bytes;
+  uint64_t read_loop_plans; /* Batches planned on the loop (read_loop_plan_chunks). */
   uint64_t parts_uploaded;
   uint64_t objects_uploaded;
   uint64_t commits;

@@ -192,7 +192,8 @@ struct ckpt_service {
   struct storage *st;
   bool own_storage;
   struct ckpt_pool *up, *work, *read;
-  struct ckpt_mcache *mcache; /* Manifests recently loaded (ckpt_mcache.c). */
+  struct ckpt_mcache *mcache;   /* Manifests recently loaded (ckpt_mcache.c). */
+  struct ckpt_fetches *fetches; /* Object bytes reads share (ckpt_fetch.c). */
   uv_timer_t sweep;
   uv_timer_t hold_timer; /* Ends holds for ranks not heard from (ckpt__upload_release_held). */
   uv_async_t events_async;

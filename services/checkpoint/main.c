@@ -177,6 +177,7 @@ struct checkpoint {
   struct metric_counter *parts, *objects, *commits, *aborts;
   struct metric_counter *orphan_uploads;
   struct metric_counter *orphan_attempts, *orphan_attempt_objects;
+  struct metric_counter *restore_gets, *restore_gets_shared;
   struct ckpt_service_stats last;
   struct ckpt_budgets budgets; /* For daemon_usage. */
 };
@@ -398,6 +399,8 @@ static void publish_stats(uv_timer_t *t) {
   uint64_t objects = s.orphan_attempt_objects_removed - ck->last.orphan_attempt_objects_removed;
   metric_counter_add(ck->orphan_attempts, attempts);
   metric_counter_add(ck->orphan_attempt_objects, objects);
+  metric_counter_add(ck->restore_gets, s.read_gets - ck->last.read_gets);
+  metric_counter_add(ck->restore_gets_shared, s.read_gets_shared - ck->last.read_gets_shared);
   if (attempts)
     log_info("orphan_attempts_removed",
              "attempts=%llu objects=%llu (attempt directories with no manifest and no journal "
@@ -425,6 +428,11 @@ static int register_adapter(struct checkpoint *ck) {
   ck->orphan_attempt_objects =
       metrics_counter(m, "stoker_checkpoint_orphan_attempt_objects_removed_total",
                       "Objects deleted from orphaned attempt directories.", NULL);
+  ck->restore_gets = metrics_counter(m, "stoker_checkpoint_restore_gets_total",
+                                     "Ranged GETs of checkpoint objects made by reads.", NULL);
+  ck->restore_gets_shared = metrics_counter(
+      m, "stoker_checkpoint_restore_gets_shared_total",
+      "Spans of reads answered by another read's GET of the same bytes (shared fetches).", NULL);
   /* Fails only out of memory: the per-job gauges are then missing. */
   metrics_add_collector(m, ckpt_job_metrics_collect, &ck->svc);
   uv_timer_init(daemon_loop(ck->daemon), &ck->stats_timer);

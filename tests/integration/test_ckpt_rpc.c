@@ -391,6 +391,15 @@ static void test_orphan_attempt_sweep(void **state) {
   int64_t steps[4];
   assert_int_equal(tck_list(rc, "swept", steps, 4), 1);
   assert_int_equal(tck_read_all(rc, "swept", 5, 3, 2), RPC_OK);
+  /* The reads' GETs are counted (published twice a second), beside the
+   * spans other reads' GETs answered. */
+  deadline = harness_now_ms() + 5000;
+  while (metrics_have(port, "\nstoker_checkpoint_restore_gets_total 0\n") &&
+         harness_now_ms() < deadline)
+    harness_sleep_ms(100);
+  assert_false(metrics_have(port, "\nstoker_checkpoint_restore_gets_total 0\n"));
+  assert_true(metrics_have(port, "\nstoker_checkpoint_restore_gets_total "));
+  assert_true(metrics_have(port, "\nstoker_checkpoint_restore_gets_shared_total "));
   rpc_client_free(rc);
   harness_daemon_free(d);
 }

@@ -615,17 +615,19 @@ int fx_read_rank(struct fx *f, const char *job, int64_t step, const struct model
   return fx_read_rank_counted(f, job, step, m, rank, world, false, NULL);
 }
 
-int fx_read_rank_counted(struct fx *f, const char *job, int64_t step, const struct model *m,
-                         uint32_t rank, uint32_t world, bool pack,
-                         struct fx_read_counts *ret_counts) {
-  struct mstate ms = {.m = m,
-                      .want = calloc(m->n, sizeof(*ms.want)),
-                      .out = calloc(m->n, sizeof(*ms.out)),
-                      .pack = pack};
+/* Starts a Read of rank's share of every tensor of m at world size world
+ * into a new mstate (its boxes, its buffers, its request's arrays). */
+static struct mstate *multi_start(struct fx *f, const char *job, int64_t step,
+                                  const struct model *m, uint32_t rank, uint32_t world, bool pack) {
+  struct mstate *ms = calloc(1, sizeof(*ms));
+  *ms = (struct mstate){.m = m,
+                        .want = calloc(m->n, sizeof(*ms->want)),
+                        .out = calloc(m->n, sizeof(*ms->out)),
+                        .pack = pack};
   for (size_t i = 0; i < m->n; i++) {
-    if (!shard_of(&m->t[i], rank, world, &ms.want[i])) ms.want[i] = (struct ckpt_box){0};
-    uint64_t n = ckpt_box_numel(&ms.want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
-    ms.out[i] = calloc(1, n ? n : 1);
+    if (!shard_of(&m->t[i], rank, world, &ms->want[i])) ms->want[i] = (struct ckpt_box){0};
+    uint64_t n = ckpt_box_numel(&ms->want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
+    ms->out[i] = calloc(1, n ? n : 1);
   }
   Stoker__V1__ChunkEntry *ce = calloc(m->n, sizeof(*ce)), **cep = calloc(m->n, sizeof(*cep));
   Stoker__V1__Box *box = calloc(m->n, sizeof(*box));
@@ -634,26 +636,55 @@ int fx_read_rank_counted(struct fx *f, const char *job, int64_t step, const stru
   req.step = step;
   req.wanted = cep;
   req.pack_pieces = pack;
-  multi_request(&ms, ce, box, cep, &req.n_wanted);
-  ckpt_read(f->svc, &req, on_multi_piece, on_multi_done, &ms);
-  fx_run_until(f, &ms.done, 60000);
-  int rc = ms.err;
-  if (rc) print_error("read rank %u/%u: %d %s\n", rank, world, rc, ms.msg);
-  if (ret_counts) *ret_counts = ms.counts;
-  for (size_t i = 0; i < m->n; i++) {
-    uint64_t n = ckpt_box_numel(&ms.want[i]) * ckpt_dtype_bytes(m->t[i].dtype);
-    if (!rc && n > 0) {
-      uint8_t *expect = box_bytes(&m->t[i], &ms.want[i]);
-      if (memcmp(expect, ms.out[i], n) != 0) rc = -1000;
-      free(expect);
-    }
-    free(ms.out[i]);
-  }
-  free(ms.out);
-  free(ms.want);
+  multi_request(ms, ce, box, cep, &req.n_wanted);
+  ckpt_read(f->svc, &req, on_multi_piece, on_multi_done, ms); /* Copies the request. */
   free(ce);
   free(cep);
   free(box);
+  return ms;
+}
+
+/* A finished Read's answer: its error, or -1000 when a byte differs from
+ * the model's; ms freed. */
+static int multi_finish(struct mstate *ms, uint32_t rank, uint32_t world) {
+  int rc = ms->err;
+  if (rc) print_error("read rank %u/%u: %d %s\n", rank, world, rc, ms->msg);
+  for (size_t i = 0; i < ms->m->n; i++) {
+    uint64_t n = ckpt_box_numel(&ms->want[i]) * ckpt_dtype_bytes(ms->m->t[i].dtype);
+    if (!rc && n > 0) {
+      uint8_t *expect = box_bytes(&ms->m->t[i], &ms->want[i]);
+      if (memcmp(expect, ms->out[i], n) != 0) rc = -1000;
+      free(expect);
+    }
+    free(ms->out[i]);
+  }
+  free(ms->out);
+  free(ms->want);
+  free(ms);
+  return rc;
+}
+
+int fx_read_rank_counted(struct fx *f, const char *job, int64_t step, const struct model *m,
+                         uint32_t rank, uint32_t world, bool pack,
+                         struct fx_read_counts *ret_counts) {
+  struct mstate *ms = multi_start(f, job, step, m, rank, world, pack);
+  fx_run_until(f, &ms->done, 60000);
+  if (ret_counts) *ret_counts = ms->counts;
+  return multi_finish(ms, rank, world);
+}
+
+int fx_read_together(struct fx *f, const struct fx_read *reads, size_t n, int *ret_rcs) {
+  struct mstate **ms = calloc(n, sizeof(*ms));
+  for (size_t i = 0; i < n; i++)
+    ms[i] = multi_start(f, reads[i].job, reads[i].step, reads[i].m, reads[i].rank, reads[i].world,
+                        true);
+  int rc = 0;
+  for (size_t i = 0; i < n; i++) {
+    fx_run_until(f, &ms[i]->done, 60000);
+    ret_rcs[i] = multi_finish(ms[i], reads[i].rank, reads[i].world);
+    if (ret_rcs[i] && !rc) rc = ret_rcs[i];
+  }
+  free(ms);
   return rc;
 }
 

@@ -119,6 +119,17 @@ struct fx_read_counts {
 int fx_read_rank_counted(struct fx *f, const char *job, int64_t step, const struct model *m,
                          uint32_t rank, uint32_t world, bool pack,
                          struct fx_read_counts *ret_counts);
+/* One rank's Read of its share of every tensor of m at world size world. */
+struct fx_read {
+  const char *job;
+  int64_t step;
+  const struct model *m;
+  uint32_t rank, world;
+};
+/* Starts the n Reads (pack_pieces) at once, then runs the loop until all
+ * ended; ret_rcs[i] is read i's answer as fx_read_rank's. Returns the
+ * first nonzero one. */
+int fx_read_together(struct fx *f, const struct fx_read *reads, size_t n, int *ret_rcs);
 /* Reads back every tensor at world size `world` (dim0 and flat sharding). */
 int fx_read_all(struct fx *f, const char *job, int64_t step, const struct model *m, uint32_t world);
 

@@ -3,7 +3,8 @@
  * outside their shapes, byte counts that do not match, overlapping chunks,
  * truncated streams, and bytes flipped in storage. Each gets a clear error
  * and nothing is committed; a flipped byte fails reads with STK_ECORRUPT
- * naming the object, and verify reports it. List answers in pages, each
+ * naming the object (every read wanting it at once), verify reports it, and
+ * once repaired the object reads again at once. List answers in pages, each
  * checkpoint exactly once by step, and refuses a token it did not give.
  */
 #include <fcntl.h>
@@ -160,12 +161,22 @@ static void test_corrupt_object(void **state) {
   ckpt_box_of_shape(&m->t[2].shape, &whole);
   assert_int_equal(fx_read_check(&f, "crc", 2, &m->t[2], &whole, msg, sizeof(msg)), STK_ECORRUPT);
   assert_non_null(strstr(msg, "rank-00000-0000.bin"));
+  /* Reads at once that want the bad block all fail (a fetch that failed
+   * its check is shared with none, its waiters get its error). */
+  struct fx_read together[3];
+  int rcs[3];
+  for (int i = 0; i < 3; i++) together[i] = (struct fx_read){"crc", 2, m, 0, 1};
+  assert_int_equal(fx_read_together(&f, together, 3, rcs), STK_ECORRUPT);
+  for (int i = 0; i < 3; i++) assert_int_equal(rcs[i], STK_ECORRUPT);
   /* A read that does not touch the bad block still works. */
   struct ckpt_box small = {.ndim = 1, .offsets = {0}, .sizes = {1000}};
   assert_int_equal(fx_read_check(&f, "crc", 2, &m->t[2], &small, msg, sizeof(msg)), 0);
   uint64_t problems = 0;
   assert_int_equal(fx_verify(&f, "crc", 2, &problems), STK_ECORRUPT);
   assert_int_equal(problems, 1);
+  /* Repaired in storage: read again at once (nothing failed was kept). */
+  flip_byte(path, 3 << 20);
+  assert_int_equal(fx_read_all(&f, "crc", 2, m, 1), 0);
   model_free(m);
   fx_fini(&f);
 }

@@ -277,6 +277,34 @@ static void test_read_budgets(void **state) {
   fx_fini(&f);
 }
 
+/* Where a batch is planned (issue 26, part 2): one whose tensors have few
+ * chunks on the loop (a worker's wake-up and the loop's again cost more
+ * than its plan), a costlier one on a restore thread; the three ranks of
+ * a restore at world 3, read together, get every byte either way. */
+static void test_read_plans_on_loop_or_worker(void **state) {
+  (void)state;
+  const uint32_t limits[2] = {0, 1}; /* The default (4096 chunks), and 1: every batch costly. */
+  for (int k = 0; k < 2; k++) {
+    struct fx f;
+    fx_init(&f);
+    f.opts.read_loop_plan_chunks = limits[k];
+    assert_int_equal(fx_open(&f), 0);
+    struct model *m = model_new_fsdp(64, 48, 96, 7);
+    commit_model(&f, "fsdp", 5, m, 4);
+    struct fx_read reads[3];
+    int rcs[3];
+    for (uint32_t r = 0; r < 3; r++) reads[r] = (struct fx_read){"fsdp", 5, m, r, 3};
+    assert_int_equal(fx_read_together(&f, reads, 3, rcs), 0);
+    struct ckpt_service_stats st;
+    ckpt_service_get_stats(f.svc, &st);
+    print_message("# limit %u: %llu batches planned on the loop\n", limits[k],
+                  (unsigned long long)st.read_loop_plans);
+    assert_int_equal(st.read_loop_plans, k == 0 ? 3 : 0); /* One batch a read. */
+    model_free(m);
+    fx_fini(&f);
+  }
+}
+
 /* Several pieces a message (issue 26, part 2): an FSDP checkpoint of many
  * small tensors read at world 3 arrives in a few messages when the
  * request asks for pack_pieces, each listing several pieces and packing
@@ -315,6 +343,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_read_budgets),
       cmocka_unit_test(test_read_packs_pieces),
+      cmocka_unit_test(test_read_plans_on_loop_or_worker),
       cmocka_unit_test(test_write_commit_read),
       cmocka_unit_test(test_writer_leaves_after_staged),
       cmocka_unit_test(test_rank_never_finishes),
