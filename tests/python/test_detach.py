@@ -174,17 +174,29 @@ def s3() -> Iterator[int]:
     proc.wait()
 
 
-def checkpoint_daemon(tmp: pathlib.Path, proxy: Proxy) -> Daemon:
-    return Daemon(
-        "checkpoint",
-        tmp,
-        f"--storage=s3://{BUCKET}/ckpt",
-        f"--s3-endpoint=http://127.0.0.1:{proxy.port}",
-        "--s3-region=us-east-1",
-        "--s3-access-key=S3RVER",
-        "--s3-secret-key=S3RVER",
-        "--shm-dir=",
-    )
+@pytest.fixture
+def checkpoint_daemon(tmp_path: pathlib.Path) -> Iterator[Callable[[Proxy], Daemon]]:
+    """Starts the test's checkpoint daemon storing through proxy; stopped
+    at the test's end (a daemon left running outlived the suite)."""
+    started: list[Daemon] = []
+
+    def start(proxy: Proxy) -> Daemon:
+        d = Daemon(
+            "checkpoint",
+            tmp_path,
+            f"--storage=s3://{BUCKET}/ckpt",
+            f"--s3-endpoint=http://127.0.0.1:{proxy.port}",
+            "--s3-region=us-east-1",
+            "--s3-access-key=S3RVER",
+            "--s3-secret-key=S3RVER",
+            "--shm-dir=",
+        )
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
 
 
 def listed(addr: str, job: str) -> list[int]:
@@ -226,9 +238,11 @@ def load_matches(addr: str, job: str, step: int) -> None:
         assert torch.equal(got[k], v), k
 
 
-def test_the_saver_exits_before_the_manifest_and_the_service_commits_after(s3, tmp_path) -> None:
+def test_the_saver_exits_before_the_manifest_and_the_service_commits_after(
+    s3, tmp_path, checkpoint_daemon
+) -> None:
     proxy = Proxy(s3)
-    d = checkpoint_daemon(tmp_path, proxy)
+    d = checkpoint_daemon(proxy)
     proxy.hold_matching("/ckpt/det/")  # every upload, the manifest's requests too
     done, took = save_detached(d.addr, "det", 5)
     # The process is gone and its commit was accepted, not done: the
@@ -256,9 +270,11 @@ def test_the_saver_exits_before_the_manifest_and_the_service_commits_after(s3, t
     print(f"detached save returned in {took:.2f} s with every upload held")
 
 
-def test_kill_9_after_the_answer_with_every_byte_uploaded_commits_at_restart(s3, tmp_path) -> None:
+def test_kill_9_after_the_answer_with_every_byte_uploaded_commits_at_restart(
+    s3, tmp_path, checkpoint_daemon
+) -> None:
     proxy = Proxy(s3)
-    d = checkpoint_daemon(tmp_path, proxy)
+    d = checkpoint_daemon(proxy)
     proxy.hold_matching("manifest.pb")
     save_detached(d.addr, "det", 6)
     wait_for("the manifest's first request to reach storage", lambda: proxy.held >= 1)
@@ -270,11 +286,11 @@ def test_kill_9_after_the_answer_with_every_byte_uploaded_commits_at_restart(s3,
     load_matches(d.addr, "det", 6)
 
 
-def test_sigterm_after_the_answer_finishes_the_commit(s3, tmp_path) -> None:
+def test_sigterm_after_the_answer_finishes_the_commit(s3, tmp_path, checkpoint_daemon) -> None:
     """A graceful stop (a rolling update) within its shutdown grace lets the
     queued uploads and the commit finish: committed after the restart."""
     proxy = Proxy(s3)
-    d = checkpoint_daemon(tmp_path, proxy)
+    d = checkpoint_daemon(proxy)
     proxy.hold_matching("/ckpt/det/")
     save_detached(d.addr, "det", 4)
     wait_for("the first upload to reach storage", lambda: proxy.held >= 1)
@@ -288,9 +304,11 @@ def test_sigterm_after_the_answer_finishes_the_commit(s3, tmp_path) -> None:
     load_matches(d.addr, "det", 4)
 
 
-def test_kill_9_before_the_bytes_are_uploaded_aborts_it_and_says_why(s3, tmp_path) -> None:
+def test_kill_9_before_the_bytes_are_uploaded_aborts_it_and_says_why(
+    s3, tmp_path, checkpoint_daemon
+) -> None:
     proxy = Proxy(s3)
-    d = checkpoint_daemon(tmp_path, proxy)
+    d = checkpoint_daemon(proxy)
     save_detached(d.addr, "det", 3)  # an earlier checkpoint, committed
     wait_for("step 3 to commit", lambda: listed(d.addr, "det") == [3])
     proxy.hold_matching("/ckpt/det/")  # every upload of the next attempt
@@ -310,9 +328,11 @@ def test_kill_9_before_the_bytes_are_uploaded_aborts_it_and_says_why(s3, tmp_pat
     load_matches(d.addr, "det", 3)
 
 
-def test_a_detached_commit_storage_refuses_is_aborted_and_logged(s3, tmp_path) -> None:
+def test_a_detached_commit_storage_refuses_is_aborted_and_logged(
+    s3, tmp_path, checkpoint_daemon
+) -> None:
     proxy = Proxy(s3)
-    d = checkpoint_daemon(tmp_path, proxy)
+    d = checkpoint_daemon(proxy)
     proxy.refuse = "manifest.pb"
     save_detached(d.addr, "det", 9)
     log = tmp_path / "checkpoint.log"
