@@ -280,7 +280,8 @@ def test_a_resize_opens_its_round_on_its_checkpoint(daemons, tmp_path):
     heartbeats, "scaled (no checkpoint in time)"). Every rank stops at that
     step (``await_new_round``): world 2 trains no step past it, so none is
     trained twice; the rank kept restores it at world 1 and trains on from
-    the next step."""
+    the next step. The node not needed exits 0 with one line saying why and
+    no traceback."""
     a = Agents(daemons, tmp_path, "rs")
     a.ctl("job", "create", "rs", "--min", "1", "--max", "2", "--heartbeat", "1s")
     try:
@@ -290,6 +291,20 @@ def test_a_resize_opens_its_round_on_its_checkpoint(daemons, tmp_path):
         m = a.wait_log(r"^restored step (\d+) at world 1$", 240)
         restored = int(m.group(1))
         a.wait_log(rf"^step {restored + 10} loss .* world 1$", 240)
+        # The node not needed leaves and exits 0 with one line, no traceback
+        # (an exit 1 is a failed pod to a Job).
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and all(p.poll() is None for p in a.procs):
+            time.sleep(0.2)
+        surplus = [i for i, p in enumerate(a.procs) if p.poll() is not None]
+        assert len(surplus) == 1, [p.poll() for p in a.procs]
+        log = a.logs[surplus[0]].read_text(errors="replace")
+        assert a.procs[surplus[0]].returncode == 0, log[-3000:]
+        # Refused its Join, or told STOP and passing its exit barrier alone
+        # (which of the two depends on who heard of the resize first).
+        said = r"stoker: job rs(: exit barrier .* passed alone| takes this node no more: .*needed)"
+        assert re.search(said, log), log[-3000:]
+        assert "Traceback" not in log, log[-3000:]
         a.ctl("job", "stop", "rs", "--force")
         for p in a.procs:
             p.wait(timeout=120)

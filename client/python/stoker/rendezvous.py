@@ -16,7 +16,10 @@ At the end torchrun calls ``shutdown``: an agent whose workers succeeded
 (it checked in to torch's exit barrier, which torch enters only then) leaves
 as finished, so the others' exit barrier goes on in the same generation and
 the job ends FINISHED once every agent finished; any other agent leaves
-plainly and the job re-rendezvous without it.
+plainly and the job re-rendezvous without it. A node the job takes no more
+(its Join refused: the job stopped or finished, or scaled down without it)
+says why on one line and exits 0, as stoker-train does, and an exit barrier
+whose generation ended under it passes alone (nobody is left to wait for).
 
 Preemption (issue 23): the agent's first SIGTERM (an eviction signals the
 pod's main process, torchrun) is a preemption notice on the next heartbeat
@@ -55,11 +58,12 @@ import contextlib
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -97,7 +101,9 @@ STALE_REJOINS = 5
 
 class AgentStore(StokerStore):
     """The rendezvous Store handed to torchrun's agent: calls
-    ``on_exit_barrier()`` when the agent checks in to its exit barrier."""
+    ``on_exit_barrier()`` when the agent checks in to its exit barrier, and
+    passes that barrier alone when its generation already ended (the node
+    was scaled away, the job stopped): it waits for nobody then."""
 
     def __init__(
         self,
@@ -109,11 +115,32 @@ class AgentStore(StokerStore):
     ) -> None:
         super().__init__(job, generation, address, timeout=timeout)
         self._on_exit_barrier = on_exit_barrier
+        self._exit_barrier_alone = False
 
     def add(self, key: str, value: int) -> int:
-        if key == EXIT_BARRIER_KEY:
-            self._on_exit_barrier()
-        return super().add(key, value)
+        if key != EXIT_BARRIER_KEY:
+            return super().add(key, value)
+        self._on_exit_barrier()
+        try:
+            return super().add(key, value)
+        except StokerError as e:
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            # The generation ended under the barrier (this node scaled away
+            # and told STOP, the job stopped): nobody is left to wait for,
+            # and torch would log the error as an ERROR with a traceback.
+            self._exit_barrier_alone = True
+            print(
+                f"stoker: job {self.job}: exit barrier of generation {self.generation} "
+                f"passed alone: {e.details}",
+                file=sys.stderr,
+            )
+            return 0  # (not the world size: the barrier sets no key)
+
+    def wait(self, keys: list[str], timeout: timedelta | None = None) -> None:
+        if self._exit_barrier_alone and all(k.startswith(_TERMINAL_STATE_SYNC_ID) for k in keys):
+            return
+        super().wait(keys, timeout)
 
 
 def ensure_job(
@@ -204,6 +231,10 @@ class StokerRendezvousHandler(RendezvousHandler):
         self._joining = True  # (a SIGTERM now ends the agent: _on_sigterm)
         try:
             m = self.member.join(timeout=self.join_timeout)
+        except StokerError as e:
+            if e.code != grpc.StatusCode.FAILED_PRECONDITION:
+                raise
+            self._leave_not_wanted(e.details)  # stopped, finished, or scaled down without it
         finally:
             self._joining = False
         # Workers inherit the agent's environment: they find their
@@ -345,6 +376,22 @@ class StokerRendezvousHandler(RendezvousHandler):
         finally:
             shutil.rmtree(self.control_dir, ignore_errors=True)
         raise SystemExit(elastic.RESUMABLE_EXIT)
+
+    def _leave_not_wanted(self, why: str) -> NoReturn:
+        """The job refused this node's Join with FAILED_PRECONDITION: it
+        was stopped or finished, or scaled down and this node is not needed
+        (a paused job parks a Join instead). The agent says why on one line,
+        leaves and exits 0 with nothing to restart, as stoker-train does
+        ("not needed any more"). The error ended it with a traceback and
+        exit status 1 before, which a Kubernetes Job counts as a failed
+        pod. A node a shrink in place removes got SIGTERM and exits 75
+        before it joins (``_leave_terminated``)."""
+        self._closed = True
+        print(f"stoker: job {self.job} takes this node no more: {why}; leaving", file=sys.stderr)
+        with contextlib.suppress(StokerError):  # not seated: the coordinator knows
+            self.member.leave()
+        shutil.rmtree(self.control_dir, ignore_errors=True)
+        raise SystemExit(0)
 
     def _leave_terminated(self) -> None:
         """The agent got SIGTERM and its workers ended without a resumable
