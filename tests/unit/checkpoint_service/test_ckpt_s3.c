@@ -87,25 +87,33 @@ static size_t manifest_gets(size_t *at) {
 }
 
 /* Ranged GETs of checkpoint objects logged from line *at on (moved past
- * them), and the distinct objects they named. */
-static size_t object_gets(size_t *at, size_t *ret_objects) {
+ * them): how many, how many named a distinct object (by_range: a distinct
+ * object and range), and how many named an object under `part` of the key
+ * (NULL: none). */
+static size_t object_gets(size_t *at, bool by_range, size_t *ret_distinct, const char *part,
+                          size_t *ret_part) {
   FILE *fp = fopen(request_log, "r");
   assert_non_null(fp);
-  char line[2048], keys[64][1024];
-  size_t n = 0, gets = 0, objects = 0;
+  static char seen[256][1200];
+  char line[2048];
+  size_t n = 0, gets = 0, distinct = 0, in_part = 0;
   while (fgets(line, sizeof(line), fp)) {
     if (n++ < *at) continue;
     char method[16], url[1024], range[128];
     if (sscanf(line, "%15s %1023s %127s", method, url, range) != 3) continue;
     if (strcmp(method, "GET") != 0 || !strstr(url, "/rank-")) continue;
     gets++;
+    in_part += part && strstr(url, part);
+    char key[1200];
+    snprintf(key, sizeof(key), "%s %s", url, by_range ? range : "");
     size_t k = 0;
-    while (k < objects && strcmp(keys[k], url) != 0) k++;
-    if (k == objects && objects < 64) snprintf(keys[objects++], sizeof(keys[0]), "%s", url);
+    while (k < distinct && strcmp(seen[k], key) != 0) k++;
+    if (k == distinct && distinct < 256) snprintf(seen[distinct++], sizeof(seen[0]), "%s", key);
   }
   fclose(fp);
   *at = n;
-  *ret_objects = objects;
+  *ret_distinct = distinct;
+  if (ret_part) *ret_part = in_part;
   return gets;
 }
 
@@ -127,13 +135,13 @@ static void test_s3_restore_few_gets(void **state) {
   int rc = fx_commit(&f, att, msg, sizeof(msg));
   if (rc) fail_msg("commit: %s", msg);
   size_t at = 0, objects, mat = 0;
-  object_gets(&at, &objects);
+  object_gets(&at, false, &objects, NULL, NULL);
   manifest_gets(&mat);
   const uint32_t worlds[] = {3, 1};
   for (size_t w = 0; w < 2; w++) {
     for (uint32_t r = 0; r < worlds[w]; r++) {
       assert_int_equal(fx_read_rank(&f, "fsdp", 5, m, r, worlds[w]), 0);
-      size_t gets = object_gets(&at, &objects);
+      size_t gets = object_gets(&at, false, &objects, NULL, NULL);
       print_message("# world %u rank %u: %zu GETs of %zu objects\n", worlds[w], r, gets, objects);
       assert_true(objects >= 1);
       assert_true(gets <= 2 * objects);
@@ -145,35 +153,6 @@ static void test_s3_restore_few_gets(void **state) {
   fx_fini(&f);
   storage_free(st);
   model_free(m);
-}
-
-/* Ranged GETs of checkpoint objects logged from line *at on (moved past
- * them): how many, how many named a distinct object and range, and how
- * many named an object under `part` of the key (NULL: none). */
-static size_t range_gets(size_t *at, size_t *ret_distinct, const char *part, size_t *ret_part) {
-  FILE *fp = fopen(request_log, "r");
-  assert_non_null(fp);
-  static char seen[256][1200];
-  char line[2048];
-  size_t n = 0, gets = 0, distinct = 0, in_part = 0;
-  while (fgets(line, sizeof(line), fp)) {
-    if (n++ < *at) continue;
-    char method[16], url[1024], range[128];
-    if (sscanf(line, "%15s %1023s %127s", method, url, range) != 3) continue;
-    if (strcmp(method, "GET") != 0 || !strstr(url, "/rank-")) continue;
-    gets++;
-    in_part += part && strstr(url, part);
-    char both[1200];
-    snprintf(both, sizeof(both), "%s %s", url, range);
-    size_t k = 0;
-    while (k < distinct && strcmp(seen[k], both) != 0) k++;
-    if (k == distinct && distinct < 256) snprintf(seen[distinct++], sizeof(seen[0]), "%s", both);
-  }
-  fclose(fp);
-  *at = n;
-  *ret_distinct = distinct;
-  if (ret_part) *ret_part = in_part;
-  return gets;
 }
 
 /* The ranks of a restore at world 3 read together (issue 26, part 2): each
@@ -204,7 +183,7 @@ static void test_s3_restore_shares_gets(void **state) {
     if (rc) fail_msg("commit: %s", msg);
   }
   size_t at = 0, distinct, part;
-  range_gets(&at, &distinct, NULL, NULL);
+  object_gets(&at, true, &distinct, NULL, NULL);
   struct ckpt_service_stats before, after;
   ckpt_service_get_stats(f.svc, &before);
 
@@ -220,7 +199,7 @@ static void test_s3_restore_shares_gets(void **state) {
   for (int k = 0; k < 3 && gets != 4; k++) {
     ckpt_service_get_stats(f.svc, &before);
     assert_int_equal(fx_read_together(&f, reads, 3, rcs), 0);
-    gets = range_gets(&at, &distinct, NULL, NULL);
+    gets = object_gets(&at, true, &distinct, NULL, NULL);
     ckpt_service_get_stats(f.svc, &after);
     print_message("# 3 reads together: %zu GETs, %zu distinct ranges\n", gets, distinct);
     assert_true(gets >= 4 && gets <= 6);
@@ -236,7 +215,7 @@ static void test_s3_restore_shares_gets(void **state) {
    * overlap). */
   for (uint32_t r = 0; r < 6; r++) reads[r] = (struct fx_read){jobs[r % 2], 5, m[r % 2], r / 2, 3};
   assert_int_equal(fx_read_together(&f, reads, 6, rcs), 0);
-  gets = range_gets(&at, &distinct, "/fsdp-a/", &part);
+  gets = object_gets(&at, true, &distinct, "/fsdp-a/", &part);
   print_message("# 2 jobs, 6 reads together: %zu GETs (%zu of fsdp-a), %zu distinct\n", gets, part,
                 distinct);
   assert_int_equal(distinct, 8);
@@ -246,7 +225,7 @@ static void test_s3_restore_shares_gets(void **state) {
   ckpt_service_get_stats(f.svc, &after);
   assert_int_equal(after.read_fetched_bytes, 0);
   assert_int_equal(fx_read_rank(&f, jobs[1], 5, m[1], 1, 3), 0);
-  assert_int_equal(range_gets(&at, &distinct, NULL, NULL), 2);
+  assert_int_equal(object_gets(&at, true, &distinct, NULL, NULL), 2);
   fx_close(&f);
   fx_fini(&f);
   storage_free(st);
