@@ -323,6 +323,25 @@ def test_a_resize_opens_its_round_on_its_checkpoint(daemons, tmp_path):
     assert max(runs[2]) == restored, (restored, sorted(runs[2]))
 
 
+def uninterrupted_losses(
+    daemons, tmp_path: pathlib.Path, job: str, spec: list[str], nnodes: str, steps: int
+) -> dict[int, float]:
+    """The reference: rank 0's loss at every step 1..steps of two torchrun
+    nodes (``--nnodes nnodes``) of a job created with spec, never
+    interrupted (in tmp_path/ref)."""
+    (tmp_path / "ref").mkdir()
+    ref = Agents(daemons, tmp_path / "ref", job)
+    ref.ctl("job", "create", job, *spec)
+    try:
+        ref.start(2, nnodes, steps=steps, every=1000)
+        ref.wait_all(300)
+    finally:
+        ref.close()
+    losses = {int(s): float(loss) for s, loss, _ in LINE.findall(ref.text())}
+    assert sorted(losses) == list(range(1, steps + 1)), sorted(losses)
+    return losses
+
+
 def shrink_losses(text: str) -> list[tuple[int, float, int]]:
     """Every step line rank 0 printed: (step, loss, world), in order."""
     return [(int(s), float(loss), int(w)) for s, loss, w in LINE.findall(text)]
@@ -367,16 +386,7 @@ def test_a_shrink_in_place_keeps_the_kept_agent_and_trains_every_step_once(
     spec = ["--min", "1", "--max", "2", "--heartbeat", "300ms", "--misses", "10"]
     spec += ["--last-call", "1s"]
     steps = 40
-    (tmp_path / "ref").mkdir()
-    ref = Agents(daemons, tmp_path / "ref", "sh-ref")
-    ref.ctl("job", "create", "sh-ref", *spec)
-    try:
-        ref.start(2, "1:2", steps=steps, every=1000)
-        ref.wait_all(300)
-    finally:
-        ref.close()
-    uninterrupted = {s: loss for s, loss, _ in shrink_losses(ref.text())}
-    assert sorted(uninterrupted) == list(range(1, steps + 1)), sorted(uninterrupted)
+    uninterrupted = uninterrupted_losses(daemons, tmp_path, "sh-ref", spec, "1:2", steps)
 
     (tmp_path / "sh").mkdir()
     a = Agents(daemons, tmp_path / "sh", "sh")

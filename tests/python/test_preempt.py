@@ -16,7 +16,7 @@ import signal
 import threading
 import time
 
-from test_elastic import LINE, Agents
+from test_elastic import LINE, Agents, uninterrupted_losses
 
 from stoker.elastic import RESUMABLE_EXIT, TrainingMonitor
 from stoker.jobs import JobEvent, Jobs
@@ -193,16 +193,7 @@ def test_a_sigterm_to_a_torchrun_agent_pauses_the_job_and_it_resumes_losing_no_s
     spec = ["--min", "2", "--max", "2", "--heartbeat", "300ms", "--misses", "10"]
     spec += ["--last-call", "1s"]
     steps = 24
-    (tmp_path / "ref").mkdir()
-    ref = Agents(daemons, tmp_path / "ref", "pt-ref")
-    ref.ctl("job", "create", "pt-ref", *spec)
-    try:
-        ref.start(2, "2", steps=steps, every=1000)
-        ref.wait_all(300)
-    finally:
-        ref.close()
-    uninterrupted = losses(ref.logs)
-    assert sorted(uninterrupted) == list(range(1, steps + 1)), sorted(uninterrupted)
+    uninterrupted = uninterrupted_losses(daemons, tmp_path, "pt-ref", spec, "2", steps)
 
     (tmp_path / "pre").mkdir()
     a = Agents(daemons, tmp_path / "pre", "pt-pre")
