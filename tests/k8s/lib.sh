@@ -128,10 +128,11 @@ parallelism() { kubectl -n "$ns" get job "$1" -o jsonpath='{.spec.parallelism}';
 # train_job NAME STOKER_JOB LOCALQUEUE STEPS [TRAIN-FLAG]...: the test overlay's
 # training Job (the example's, as rendered for this cluster) as JSON, named
 # NAME, its Stoker job STOKER_JOB, in LOCALQUEUE, STEPS steps, the trainer's
-# command line given TRAIN-FLAGs more.
+# command line given TRAIN-FLAGs more; with TRAIN_CPU_LIMIT set, the rank's
+# container is limited to that much CPU.
 train_job() {
   kubectl kustomize "$work/overlay" | python3 -c '
-import json, sys, yaml
+import json, os, sys, yaml
 name, job, queue, steps, *extra = sys.argv[1:]
 for d in yaml.safe_load_all(sys.stdin):
     if d and d["kind"] == "Job" and d["metadata"]["name"] == "train-demo":
@@ -148,5 +149,7 @@ for c in t["spec"]["initContainers"] + t["spec"]["containers"]:
             e["value"] = steps
     if c["name"] == "train" and extra:
         c["command"][-1] += " " + " ".join(extra)
+    if c["name"] == "train" and os.environ.get("TRAIN_CPU_LIMIT"):
+        c.setdefault("resources", {}).setdefault("limits", {})["cpu"] = os.environ["TRAIN_CPU_LIMIT"]
 print(json.dumps(d))' "$@"
 }
