@@ -17,6 +17,7 @@ exits 1 when X exceeds 1e-4.
 Usage: ... | summary.py OUT_DIR STOKERCTL [JOB] [--reference LOG --restored STEP]
        (STOKER_DATALOADER set)
 """
+
 import argparse
 import itertools
 import json
@@ -52,8 +53,10 @@ def sparkline(values, width=60):
     if not values:
         return ""
     chunk = max(1, len(values) // width)
-    vals = [sum(values[i:i + chunk]) / len(values[i:i + chunk])
-            for i in range(0, len(values), chunk)]
+    vals = [
+        sum(values[i : i + chunk]) / len(values[i : i + chunk])
+        for i in range(0, len(values), chunk)
+    ]
     lo, hi = min(vals), max(vals)
     span = hi - lo or 1.0
     return "".join(bars[int((v - lo) / span * (len(bars) - 1))] for v in vals)
@@ -75,15 +78,18 @@ def plot(steps, evals, out_dir):
                 f.write(f"{s} {loss}\n")
         series += f", '{eval_data}' with linespoints lw 2 title 'held-out loss'"
     png = f"{out_dir}/loss.png"
-    script = (f"set terminal png size 800,400; set output '{png}'; set xlabel 'step';"
-              f"set ylabel 'loss'; plot {series}")
+    script = (
+        f"set terminal png size 800,400; set output '{png}'; set xlabel 'step';"
+        f"set ylabel 'loss'; plot {series}"
+    )
     subprocess.run(["gnuplot", "-e", script], check=True)
     print(f"  loss curve: {png}")
 
 
 def explain(ctl, job, step):
-    run = subprocess.run([ctl, "--json", "loader", "explain", job, str(step)],
-                         capture_output=True, text=True)
+    run = subprocess.run(
+        [ctl, "--json", "loader", "explain", job, str(step)], capture_output=True, text=True
+    )
     if run.returncode != 0:
         sys.exit(f"explain of step {step} failed (exit {run.returncode}): {run.stderr.strip()}")
     return json.loads(run.stdout)["sources"]
@@ -118,8 +124,10 @@ def check_no_repeats(ctl, job, last):
             if b < e:
                 print(f"  FAIL: document {key} tokens [{b}, {e}) served twice: {rs}")
                 return False
-    print(f"  no data repeated or skipped: steps 1..{last}, {len(ranges)} units, "
-          f"{len(docs)} documents, {tokens} tokens each served exactly once")
+    print(
+        f"  no data repeated or skipped: steps 1..{last}, {len(ranges)} units, "
+        f"{len(docs)} documents, {tokens} tokens each served exactly once"
+    )
     return True
 
 
@@ -161,8 +169,10 @@ def main():
     print(f"  loss curve: {sparkline(losses)}")
     if evals:
         ev = list(evals.values())
-        print(f"  held-out loss, steps {min(evals)}..{max(evals)}: {ev[0]:.3f} -> {ev[-1]:.3f} "
-              f"{sparkline(ev)}")
+        print(
+            f"  held-out loss, steps {min(evals)}..{max(evals)}: {ev[0]:.3f} -> {ev[-1]:.3f} "
+            f"{sparkline(ev)}"
+        )
     for w in sorted({v[2] for v in steps.values()}, reverse=True):
         tps = sorted(v[1] for v in steps.values() if v[2] == w)
         print(f"  tokens/s at {w} ranks: median {tps[len(tps) // 2]:.0f}")
