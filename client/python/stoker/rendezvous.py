@@ -386,27 +386,26 @@ class StokerRendezvousHandler(RendezvousHandler):
         exit status 1 before, which a Kubernetes Job counts as a failed
         pod. A node a shrink in place removes got SIGTERM and exits 75
         before it joins (``_leave_terminated``)."""
-        self._closed = True
         print(f"stoker: job {self.job} takes this node no more: {why}; leaving", file=sys.stderr)
-        with contextlib.suppress(StokerError):  # not seated: the coordinator knows
-            self.member.leave()
-        shutil.rmtree(self.control_dir, ignore_errors=True)
-        raise SystemExit(0)
+        self._leave_and_exit(0)
 
-    def _leave_terminated(self) -> None:
+    def _leave_terminated(self) -> NoReturn:
         """The agent got SIGTERM and its workers ended without a resumable
         stop (torch stopped them for a round, or they failed): its pod is
         being deleted, so it joins no round; it leaves and exits
         :data:`~stoker.elastic.RESUMABLE_EXIT` (75), so a Job that deleted it
         does not count its index completed."""
+        self._leave_and_exit(elastic.RESUMABLE_EXIT)
+
+    def _leave_and_exit(self, status: int) -> NoReturn:
+        """Leaves the job for good (an error is fine: the coordinator
+        learns it from the lease, or the node held no seat) and ends the
+        agent with status, past torch's handlers (they catch Exception)."""
         self._closed = True
-        try:
+        with contextlib.suppress(StokerError):
             self.member.leave()
-        except StokerError:
-            pass  # the coordinator learns it from the lease
-        finally:
-            shutil.rmtree(self.control_dir, ignore_errors=True)
-        raise SystemExit(elastic.RESUMABLE_EXIT)
+        shutil.rmtree(self.control_dir, ignore_errors=True)
+        raise SystemExit(status)
 
 
 def create_handler(params: RendezvousParameters) -> StokerRendezvousHandler:
